@@ -1,0 +1,28 @@
+# Every target sets itself up from nothing: it creates .venv and installs the package when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test verify bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+verify: $(STAMP)
+	$(BIN)/nest-cp verify --out reports
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+lint: $(STAMP)
+	$(BIN)/ruff check nest_cp dp verify tests benchmarks
+
+clean:
+	rm -rf $(VENV) .nest-cp-cache

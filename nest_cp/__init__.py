@@ -1,0 +1,54 @@
+"""nest-cp: network-aware planning of distributed training, certified by exact solvers."""
+
+from nest_cp.errors import (
+    InfeasibleInstance,
+    InstanceFormatError,
+    InvalidPlan,
+    NestCpError,
+    PlanFormatError,
+)
+from nest_cp.evaluate import Evaluation, StageReport, evaluate
+from nest_cp.io import (
+    instance_from_dict,
+    instance_to_dict,
+    load_instance,
+    load_plan,
+    plan_from_dict,
+    plan_to_dict,
+    save_instance,
+    save_plan,
+)
+from nest_cp.model import (
+    Cluster,
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    GraphNetwork,
+    HierarchicalNetwork,
+    Instance,
+    IntraConfig,
+    Layer,
+    LayerProfile,
+    Link,
+    Optimizer,
+    Phase,
+    Tier,
+    TrainingSetup,
+    Workload,
+)
+from nest_cp.network import NetworkModel, Path, to_ticks
+from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Dim, Plan, RankLayout, Stage, all_layouts
+from nest_cp.result import SolveResult, Space, Status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MEGATRON_LAYOUT", "NEST_LAYOUT", "Cluster", "Collective", "CollectiveGroup",
+    "CollectiveKind", "Dim", "Evaluation", "GraphNetwork", "HierarchicalNetwork",
+    "InfeasibleInstance", "Instance", "InstanceFormatError", "IntraConfig", "InvalidPlan",
+    "Layer", "LayerProfile", "Link", "NestCpError", "NetworkModel", "Optimizer", "Path",
+    "Phase", "Plan", "PlanFormatError", "RankLayout", "SolveResult", "Space", "Stage",
+    "StageReport", "Status", "Tier", "TrainingSetup", "Workload", "all_layouts", "evaluate",
+    "instance_from_dict", "instance_to_dict", "load_instance", "load_plan", "plan_from_dict",
+    "plan_to_dict", "save_instance", "save_plan", "to_ticks",
+]

@@ -1,0 +1,495 @@
+"""Reading and writing instances and plans as JSON or YAML.
+
+Every malformed input raises :class:`InstanceFormatError` (or
+:class:`PlanFormatError`) whose message names the file, the dotted field path
+and what was expected.  Sections ``workload`` and ``cluster`` of an instance may
+be a path to another file (relative to the instance) or ``{"preset": NAME, ...}``.
+Consecutive identical layers are written once with ``"repeat": k``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path as FsPath
+from typing import Any
+
+import yaml
+
+from nest_cp.errors import InstanceFormatError, PlanFormatError
+from nest_cp.model import (
+    Cluster,
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    GraphNetwork,
+    HierarchicalNetwork,
+    Instance,
+    IntraConfig,
+    Layer,
+    LayerProfile,
+    Link,
+    Optimizer,
+    Phase,
+    Schedule,
+    Tier,
+    TrainingSetup,
+    Workload,
+)
+from nest_cp.plan import Plan, Stage
+
+# ------------------------------------------------------------------ file access
+
+
+def read_document(path: str | FsPath, error: type[InstanceFormatError] = InstanceFormatError
+                  ) -> Any:
+    """Parse a JSON or YAML file (by extension; JSON is tried first otherwise)."""
+    path = FsPath(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error("expected an existing file, got none", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"expected a readable UTF-8 file ({exc.__class__.__name__})",
+                    file=str(path)) from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", None)
+            at = f" (line {line + 1})" if line is not None else ""
+            raise error(f"expected valid YAML{at}", file=str(path)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"expected valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+                    file=str(path)) from None
+
+
+def write_document(data: Any, path: str | FsPath) -> None:
+    """Write JSON, or YAML when the extension says so; written to a temp file then renamed."""
+    path = FsPath(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        text = yaml.safe_dump(data, sort_keys=False)
+    else:
+        text = json.dumps(data, indent=1) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------ field readers
+
+
+class _Reader:
+    """Typed access to a parsed document that reports errors with file and field path."""
+
+    def __init__(self, file: str | None, error: type[InstanceFormatError]):
+        self.file = file
+        self.error = error
+
+    def fail(self, field: str, expected: str, got: Any) -> None:
+        raise self.error(f"expected {expected}, got {_show(got)}", file=self.file, field=field)
+
+    def mapping(self, value: Any, field: str, allowed: set[str] | None = None,
+                required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(field, "a mapping", value)
+        for key in required:
+            if key not in value:
+                self.fail(_join(field, key), "this field to be present", "nothing")
+        if allowed is not None:
+            for key in value:
+                if key not in allowed:
+                    self.fail(_join(field, str(key)),
+                              "one of the fields " + ", ".join(sorted(allowed)), "unknown field")
+        return value
+
+    def seq(self, value: Any, field: str, nonempty: bool = True) -> list:
+        if not isinstance(value, list) or (nonempty and not value):
+            self.fail(field, "a non-empty list" if nonempty else "a list", value)
+        return value
+
+    def integer(self, value: Any, field: str, minimum: int = 0) -> int:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.fail(field, f"an integer >= {minimum}", value)
+        return value
+
+    def number(self, value: Any, field: str, positive: bool = False) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(
+            value) and (value > 0 if positive else value >= 0)
+        if not ok:
+            self.fail(field, "a finite number > 0" if positive else "a finite number >= 0", value)
+        return value
+
+    def boolean(self, value: Any, field: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(field, "true or false", value)
+        return value
+
+    def string(self, value: Any, field: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(field, "a non-empty string", value)
+        return value
+
+    def choice(self, value: Any, field: str, enum: type) -> Any:
+        try:
+            return enum(value)
+        except ValueError:
+            self.fail(field, "one of " + ", ".join(repr(e.value) for e in enum), value)
+
+    def build(self, field: str, factory: Callable[..., Any], **kwargs: Any) -> Any:
+        """Construct a model object, prefixing its own validation errors with ``field``."""
+        try:
+            return factory(**kwargs)
+        except InstanceFormatError as exc:
+            raise self.error(exc.detail, file=self.file,
+                             field=_join(field, exc.field or "")) from None
+
+
+def _join(prefix: str, name: str) -> str:
+    if not prefix:
+        return name
+    if not name:
+        return prefix
+    return f"{prefix}{name}" if name.startswith("[") else f"{prefix}.{name}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ------------------------------------------------------------------ instance
+
+
+_PROFILE_FIELDS = {"tp", "ep", "microbatch", "fwd_s", "bwd_s", "dense_params", "expert_params",
+                   "act_bytes", "ckpt_bytes", "out_bytes", "collectives", "flops"}
+
+
+def load_instance(path: str | FsPath) -> Instance:
+    """Load an instance file; raise InstanceFormatError naming file and field on bad input."""
+    path = FsPath(path)
+    data = read_document(path)
+    return instance_from_dict(data, file=str(path), base_dir=path.parent)
+
+
+def instance_from_dict(data: Any, file: str | None = None,
+                       base_dir: FsPath | None = None) -> Instance:
+    reader = _Reader(file, InstanceFormatError)
+    reader.mapping(data, "", {"name", "workload", "cluster", "training", "provenance"},
+                   ("workload", "cluster", "training"))
+    training = _training(reader, data["training"], "training")
+    cluster = _section(reader, data["cluster"], "cluster", base_dir,
+                       lambda r, v, f: _cluster(r, v, f), lambda name, opts: _cluster_preset(
+                           name, opts))
+    workload = _section(reader, data["workload"], "workload", base_dir,
+                        lambda r, v, f: _workload(r, v, f),
+                        lambda name, opts: _workload_preset(name, opts, training))
+    name = reader.string(data.get("name", FsPath(file).stem if file else "instance"), "name")
+    return reader.build("", Instance, workload=workload, cluster=cluster, training=training,
+                        name=name)
+
+
+def _section(reader: _Reader, value: Any, field: str, base_dir: FsPath | None,
+             parse: Callable, preset: Callable) -> Any:
+    """A section given inline, as a path to another file, or as ``{"preset": NAME}``."""
+    if isinstance(value, str):
+        target = (base_dir or FsPath(".")) / value
+        sub = _Reader(str(target), reader.error)
+        return parse(sub, read_document(target, reader.error), "")
+    if isinstance(value, dict) and "preset" in value:
+        options = {k: v for k, v in value.items() if k != "preset"}
+        name = reader.string(value["preset"], _join(field, "preset"))
+        try:
+            return preset(name, options)
+        except InstanceFormatError as exc:
+            raise reader.error(exc.detail, file=reader.file,
+                               field=_join(field, exc.field or "preset")) from None
+    return parse(reader, value, field)
+
+
+def _workload_preset(name: str, options: dict, training: TrainingSetup) -> Workload:
+    from nest_cp import presets
+
+    return presets.workload_from_preset(name, options, training)
+
+
+def _cluster_preset(name: str, options: dict) -> Cluster:
+    from nest_cp import presets
+
+    return presets.cluster_from_preset(name, options)
+
+
+def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
+    allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
+               "allow_recompute", "schedule", "tick_s"}
+    value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
+    kwargs: dict[str, Any] = {
+        "global_batch": reader.integer(value["global_batch"], _join(field, "global_batch"), 1),
+        "seq_len": reader.integer(value["seq_len"], _join(field, "seq_len"), 1),
+    }
+    if "microbatches" in value:
+        sizes = reader.seq(value["microbatches"], _join(field, "microbatches"))
+        kwargs["microbatches"] = tuple(
+            reader.integer(v, _join(field, f"microbatches[{i}]"), 1) for i, v in enumerate(sizes))
+    if "zero_stages" in value:
+        stages = reader.seq(value["zero_stages"], _join(field, "zero_stages"))
+        kwargs["zero_stages"] = tuple(
+            reader.integer(v, _join(field, f"zero_stages[{i}]")) for i, v in enumerate(stages))
+    if "optimizer" in value:
+        opt_field = _join(field, "optimizer")
+        opt = reader.mapping(value["optimizer"], opt_field,
+                             {"name", "weight_bytes", "grad_bytes", "state_bytes"})
+        kwargs["optimizer"] = reader.build(opt_field, Optimizer, **{
+            key: (reader.string(v, _join(opt_field, key)) if key == "name"
+                  else reader.integer(v, _join(opt_field, key)))
+            for key, v in opt.items()})
+    if "allow_recompute" in value:
+        kwargs["allow_recompute"] = reader.boolean(value["allow_recompute"],
+                                                   _join(field, "allow_recompute"))
+    if "schedule" in value:
+        kwargs["schedule"] = reader.choice(value["schedule"], _join(field, "schedule"), Schedule)
+    if "tick_s" in value:
+        kwargs["tick_s"] = reader.number(value["tick_s"], _join(field, "tick_s"), positive=True)
+    return reader.build(field, TrainingSetup, **kwargs)
+
+
+def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
+    value = reader.mapping(value, field, {"name", "num_devices", "hbm_bytes", "hbm_reserve",
+                                          "network", "provenance"},
+                           ("num_devices", "hbm_bytes", "network"))
+    net_field = _join(field, "network")
+    net = reader.mapping(value["network"], net_field, None, ("kind",))
+    kind = net["kind"]
+    if kind == "hierarchical":
+        reader.mapping(net, net_field, {"kind", "tiers"}, ("tiers",))
+        tiers = []
+        for index, tier in enumerate(reader.seq(net["tiers"], _join(net_field, "tiers"))):
+            tier_field = _join(net_field, f"tiers[{index}]")
+            tier = reader.mapping(tier, tier_field, {"name", "size", "bandwidth_Bps", "latency_s"},
+                                  ("size", "bandwidth_Bps", "latency_s"))
+            tiers.append(reader.build(
+                tier_field, Tier, name=reader.string(tier.get("name", f"tier{index}"),
+                                                     _join(tier_field, "name")),
+                size=reader.integer(tier["size"], _join(tier_field, "size"), 1),
+                bandwidth_Bps=reader.number(tier["bandwidth_Bps"],
+                                            _join(tier_field, "bandwidth_Bps"), positive=True),
+                latency_s=reader.number(tier["latency_s"], _join(tier_field, "latency_s"))))
+        network: Any = HierarchicalNetwork(tuple(tiers))
+    elif kind == "graph":
+        reader.mapping(net, net_field, {"kind", "switches", "links"}, ("links",))
+        switches = tuple(reader.string(s, _join(net_field, f"switches[{i}]"))
+                         for i, s in enumerate(reader.seq(net.get("switches", []),
+                                                          _join(net_field, "switches"), False)))
+        links = []
+        for index, link in enumerate(reader.seq(net["links"], _join(net_field, "links"))):
+            link_field = _join(net_field, f"links[{index}]")
+            link = reader.mapping(link, link_field, {"a", "b", "bandwidth_Bps", "latency_s"},
+                                  ("a", "b", "bandwidth_Bps", "latency_s"))
+            ends = {}
+            for end in ("a", "b"):
+                node = link[end]
+                if not (isinstance(node, str) or (isinstance(node, int)
+                                                  and not isinstance(node, bool))):
+                    reader.fail(_join(link_field, end), "a device id or a switch name", node)
+                ends[end] = node
+            links.append(reader.build(
+                link_field, Link, a=ends["a"], b=ends["b"],
+                bandwidth_Bps=reader.number(link["bandwidth_Bps"],
+                                            _join(link_field, "bandwidth_Bps"), positive=True),
+                latency_s=reader.number(link["latency_s"], _join(link_field, "latency_s"))))
+        network = reader.build(net_field, GraphNetwork, switches=switches, links=tuple(links))
+    else:
+        reader.fail(_join(net_field, "kind"), "'hierarchical' or 'graph'", kind)
+    return reader.build(
+        field, Cluster,
+        num_devices=reader.integer(value["num_devices"], _join(field, "num_devices"), 1),
+        hbm_bytes=reader.integer(value["hbm_bytes"], _join(field, "hbm_bytes"), 1),
+        hbm_reserve=reader.number(value.get("hbm_reserve", 0.0), _join(field, "hbm_reserve")),
+        network=network, name=str(value.get("name", "cluster")))
+
+
+def _workload(reader: _Reader, value: Any, field: str) -> Workload:
+    value = reader.mapping(value, field, {"name", "layers", "provenance"}, ("layers",))
+    layers: list[Layer] = []
+    for index, layer in enumerate(reader.seq(value["layers"], _join(field, "layers"))):
+        layer_field = _join(field, f"layers[{index}]")
+        layer = reader.mapping(layer, layer_field, {"name", "repeat", "profiles"},
+                               ("name", "profiles"))
+        name = reader.string(layer["name"], _join(layer_field, "name"))
+        repeat = reader.integer(layer.get("repeat", 1), _join(layer_field, "repeat"), 1)
+        profiles = {}
+        for p_index, raw in enumerate(reader.seq(layer["profiles"],
+                                                 _join(layer_field, "profiles"))):
+            p_field = _join(layer_field, f"profiles[{p_index}]")
+            key, profile = _profile(reader, raw, p_field)
+            if key in profiles:
+                reader.fail(p_field, "one profile per (tp, ep, microbatch)",
+                            f"a second profile for tp={key[0].tp}, ep={key[0].ep}, "
+                            f"microbatch={key[1]}")
+            profiles[key] = profile
+        built = reader.build(layer_field, Layer, name=name, profiles=profiles)
+        layers.extend([built] * repeat if repeat == 1 else
+                      [Layer(f"{name}[{i}]", profiles) for i in range(repeat)])
+    return reader.build(field, Workload,
+                        name=reader.string(value.get("name", "workload"), _join(field, "name")),
+                        layers=tuple(layers))
+
+
+def _profile(reader: _Reader, raw: Any, field: str) -> tuple[tuple[IntraConfig, int], LayerProfile]:
+    raw = reader.mapping(raw, field, _PROFILE_FIELDS,
+                         ("fwd_s", "bwd_s", "act_bytes", "ckpt_bytes", "out_bytes"))
+    config = reader.build(field, IntraConfig,
+                          tp=reader.integer(raw.get("tp", 1), _join(field, "tp"), 1),
+                          ep=reader.integer(raw.get("ep", 1), _join(field, "ep"), 1))
+    microbatch = reader.integer(raw.get("microbatch", 1), _join(field, "microbatch"), 1)
+    collectives = []
+    for index, coll in enumerate(reader.seq(raw.get("collectives", []),
+                                            _join(field, "collectives"), False)):
+        c_field = _join(field, f"collectives[{index}]")
+        coll = reader.mapping(coll, c_field, {"kind", "volume_bytes", "group", "phase"},
+                              ("kind", "volume_bytes", "group", "phase"))
+        collectives.append(Collective(
+            kind=reader.choice(coll["kind"], _join(c_field, "kind"), CollectiveKind),
+            volume_bytes=reader.integer(coll["volume_bytes"], _join(c_field, "volume_bytes")),
+            group=reader.choice(coll["group"], _join(c_field, "group"), CollectiveGroup),
+            phase=reader.choice(coll["phase"], _join(c_field, "phase"), Phase)))
+    profile = reader.build(
+        field, LayerProfile,
+        fwd_s=reader.number(raw["fwd_s"], _join(field, "fwd_s")),
+        bwd_s=reader.number(raw["bwd_s"], _join(field, "bwd_s")),
+        dense_params=reader.integer(raw.get("dense_params", 0), _join(field, "dense_params")),
+        expert_params=reader.integer(raw.get("expert_params", 0), _join(field, "expert_params")),
+        act_bytes=reader.integer(raw["act_bytes"], _join(field, "act_bytes")),
+        ckpt_bytes=reader.integer(raw["ckpt_bytes"], _join(field, "ckpt_bytes")),
+        out_bytes=reader.integer(raw["out_bytes"], _join(field, "out_bytes")),
+        collectives=tuple(collectives),
+        flops=reader.number(raw.get("flops", 0.0), _join(field, "flops")))
+    return (config, microbatch), profile
+
+
+# ------------------------------------------------------------------ writing instances
+
+
+def instance_to_dict(instance: Instance) -> dict:
+    """The inline JSON form of an instance (presets expanded)."""
+    return {
+        "name": instance.name,
+        "workload": workload_to_dict(instance.workload),
+        "cluster": cluster_to_dict(instance.cluster),
+        "training": training_to_dict(instance.training),
+    }
+
+
+def save_instance(instance: Instance, path: str | FsPath) -> None:
+    write_document(instance_to_dict(instance), path)
+
+
+def training_to_dict(training: TrainingSetup) -> dict:
+    opt = training.optimizer
+    return {
+        "global_batch": training.global_batch, "seq_len": training.seq_len,
+        "microbatches": list(training.microbatches),
+        "optimizer": {"name": opt.name, "weight_bytes": opt.weight_bytes,
+                      "grad_bytes": opt.grad_bytes, "state_bytes": opt.state_bytes},
+        "zero_stages": list(training.zero_stages), "allow_recompute": training.allow_recompute,
+        "schedule": training.schedule.value, "tick_s": training.tick_s,
+    }
+
+
+def cluster_to_dict(cluster: Cluster) -> dict:
+    network = cluster.network
+    if isinstance(network, HierarchicalNetwork):
+        net = {"kind": "hierarchical", "tiers": [
+            {"name": t.name, "size": t.size, "bandwidth_Bps": t.bandwidth_Bps,
+             "latency_s": t.latency_s} for t in network.tiers]}
+    else:
+        net = {"kind": "graph", "switches": list(network.switches), "links": [
+            {"a": link.a, "b": link.b, "bandwidth_Bps": link.bandwidth_Bps,
+             "latency_s": link.latency_s} for link in network.links]}
+    return {"name": cluster.name, "num_devices": cluster.num_devices,
+            "hbm_bytes": cluster.hbm_bytes, "hbm_reserve": cluster.hbm_reserve, "network": net}
+
+
+def workload_to_dict(workload: Workload) -> dict:
+    layers: list[dict] = []
+    previous = None
+    for layer in workload.layers:
+        if previous is not None and layer.profiles == previous.profiles and layers:
+            layers[-1]["repeat"] = layers[-1].get("repeat", 1) + 1
+            continue
+        layers.append({"name": layer.name.split("[")[0],
+                       "profiles": [_profile_to_dict(c, b, p) for (c, b), p in sorted(
+                           layer.profiles.items(), key=lambda kv: (kv[0][0].tp, kv[0][0].ep,
+                                                                   kv[0][1]))]})
+        previous = layer
+    return {"name": workload.name, "layers": layers}
+
+
+def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> dict:
+    return {"tp": config.tp, "ep": config.ep, "microbatch": microbatch, "fwd_s": p.fwd_s,
+            "bwd_s": p.bwd_s, "dense_params": p.dense_params, "expert_params": p.expert_params,
+            "act_bytes": p.act_bytes, "ckpt_bytes": p.ckpt_bytes, "out_bytes": p.out_bytes,
+            "flops": p.flops,
+            "collectives": [{"kind": c.kind.value, "volume_bytes": c.volume_bytes,
+                             "group": c.group.value, "phase": c.phase.value}
+                            for c in p.collectives]}
+
+
+# ------------------------------------------------------------------ plans
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    data = {"config": {"tp": plan.config.tp, "ep": plan.config.ep},
+            "microbatch": plan.microbatch, "zero": plan.zero,
+            "stages": [{"first_layer": s.first_layer, "last_layer": s.last_layer,
+                        "recompute": s.recompute} for s in plan.stages],
+            "dp": plan.dp}
+    if plan.placement is not None:
+        data["placement"] = [[list(ranks) for ranks in replicas] for replicas in plan.placement]
+    return data
+
+
+def save_plan(plan: Plan, path: str | FsPath) -> None:
+    write_document(plan_to_dict(plan), path)
+
+
+def load_plan(path: str | FsPath) -> Plan:
+    path = FsPath(path)
+    return plan_from_dict(read_document(path, PlanFormatError), file=str(path))
+
+
+def plan_from_dict(data: Any, file: str | None = None) -> Plan:
+    reader = _Reader(file, PlanFormatError)
+    reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement"},
+                   ("stages",))
+    config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep"})
+    config = reader.build("config", IntraConfig,
+                          tp=reader.integer(config_raw.get("tp", 1), "config.tp", 1),
+                          ep=reader.integer(config_raw.get("ep", 1), "config.ep", 1))
+    stages = []
+    for index, stage in enumerate(reader.seq(data["stages"], "stages")):
+        s_field = f"stages[{index}]"
+        stage = reader.mapping(stage, s_field, {"first_layer", "last_layer", "recompute"},
+                               ("first_layer", "last_layer"))
+        stages.append(Stage(
+            first_layer=reader.integer(stage["first_layer"], _join(s_field, "first_layer")),
+            last_layer=reader.integer(stage["last_layer"], _join(s_field, "last_layer")),
+            recompute=reader.boolean(stage.get("recompute", False), _join(s_field, "recompute"))))
+    placement = None
+    if data.get("placement") is not None:
+        placement = tuple(
+            tuple(tuple(reader.integer(dev, f"placement[{s}][{r}][{j}]")
+                        for j, dev in enumerate(reader.seq(ranks, f"placement[{s}][{r}]")))
+                  for r, ranks in enumerate(reader.seq(replicas, f"placement[{s}]")))
+            for s, replicas in enumerate(reader.seq(data["placement"], "placement")))
+    return reader.build(
+        "", Plan, config=config,
+        microbatch=reader.integer(data.get("microbatch", 1), "microbatch", 1),
+        zero=reader.integer(data.get("zero", 0), "zero"),
+        dp=reader.integer(data.get("dp", 1), "dp", 1), stages=tuple(stages),
+        placement=placement)

@@ -1,0 +1,388 @@
+"""The problem model: workload, cluster and training setup (DESIGN §1).
+
+Three frozen dataclasses describe an instance; each validates itself in
+``__post_init__`` and raises :class:`InstanceFormatError` naming the offending
+field (relative to the object; the loader prefixes the path and file).
+Units live in the field names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+import networkx as nx
+
+from nest_cp.errors import InstanceFormatError
+
+
+def _require(ok: bool, field_name: str, expected: str, got: object) -> None:
+    if not ok:
+        raise InstanceFormatError(f"expected {expected}, got {got!r}", field=field_name)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _nonneg_int(value: object, name: str) -> None:
+    _require(_is_int(value) and value >= 0, name, "an integer >= 0", value)
+
+
+def _pos_int(value: object, name: str) -> None:
+    _require(_is_int(value) and value >= 1, name, "an integer >= 1", value)
+
+
+def _nonneg_number(value: object, name: str) -> None:
+    _require(_is_number(value) and value >= 0, name, "a finite number >= 0", value)
+
+
+def _pos_number(value: object, name: str) -> None:
+    _require(_is_number(value) and value > 0, name, "a finite number > 0", value)
+
+
+# --------------------------------------------------------------------- workload
+
+
+class CollectiveKind(str, Enum):
+    """Collective primitives of DESIGN §3 (point-to-point is priced separately)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+
+
+class CollectiveGroup(str, Enum):
+    """Which ranks of a stage replica take part: the t tensor ranks or the e expert ranks."""
+
+    TP = "tp"
+    EP = "ep"
+
+
+class Phase(str, Enum):
+    FWD = "fwd"
+    BWD = "bwd"
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One intra-layer collective per microbatch: ``volume_bytes`` per device over a group."""
+
+    kind: CollectiveKind
+    volume_bytes: int
+    group: CollectiveGroup
+    phase: Phase
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.kind, CollectiveKind), "kind",
+                 "one of " + ", ".join(k.value for k in CollectiveKind), self.kind)
+        _nonneg_int(self.volume_bytes, "volume_bytes")
+        _require(isinstance(self.group, CollectiveGroup), "group", "'tp' or 'ep'", self.group)
+        _require(isinstance(self.phase, Phase), "phase", "'fwd' or 'bwd'", self.phase)
+
+
+@dataclass(frozen=True, slots=True)
+class IntraConfig:
+    """Intra-layer configuration: tensor width ``tp`` and expert width ``ep``."""
+
+    tp: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        _pos_int(self.tp, "tp")
+        _pos_int(self.ep, "ep")
+
+    @property
+    def devices(self) -> int:
+        """Devices of one stage replica, a = t * e."""
+        return self.tp * self.ep
+
+
+@dataclass(frozen=True, slots=True)
+class LayerProfile:
+    """Per-device cost of one layer under one configuration and microbatch size (DESIGN §1.1)."""
+
+    fwd_s: float
+    bwd_s: float
+    dense_params: int
+    expert_params: int
+    act_bytes: int
+    ckpt_bytes: int
+    out_bytes: int
+    collectives: tuple[Collective, ...] = ()
+    flops: float = 0.0  # model FLOPs of fwd + bwd of one microbatch on this device (for MFU)
+
+    def __post_init__(self) -> None:
+        _nonneg_number(self.fwd_s, "fwd_s")
+        _nonneg_number(self.bwd_s, "bwd_s")
+        for name in ("dense_params", "expert_params", "act_bytes", "ckpt_bytes", "out_bytes"):
+            _nonneg_int(getattr(self, name), name)
+        _nonneg_number(self.flops, "flops")
+        _require(isinstance(self.collectives, tuple), "collectives", "a tuple", self.collectives)
+
+    @property
+    def params(self) -> int:
+        return self.dense_params + self.expert_params
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer of the chain with its profile per (configuration, microbatch size)."""
+
+    name: str
+    profiles: Mapping[tuple[IntraConfig, int], LayerProfile]
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and self.name != "", "name", "a non-empty string",
+                 self.name)
+        _require(len(self.profiles) > 0, "profiles", "at least one profile", self.profiles)
+
+    def profile(self, config: IntraConfig, microbatch: int) -> LayerProfile:
+        return self.profiles[(config, microbatch)]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """An ordered chain of layers, each profiled for the same (configuration, microbatch) keys."""
+
+    name: str
+    layers: tuple[Layer, ...]
+
+    def __post_init__(self) -> None:
+        _require(len(self.layers) >= 1, "layers", "at least one layer", len(self.layers))
+        keys = set(self.layers[0].profiles)
+        for index, layer in enumerate(self.layers):
+            missing = keys.symmetric_difference(layer.profiles)
+            if missing:
+                config, microbatch = sorted(missing, key=_key_order)[0]
+                raise InstanceFormatError(
+                    f"expected a profile for tp={config.tp}, ep={config.ep}, "
+                    f"microbatch={microbatch} like every other layer",
+                    field=f"layers[{index}].profiles")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def configs(self) -> tuple[IntraConfig, ...]:
+        """Every profiled configuration, ordered by (tp, ep)."""
+        return tuple(sorted({c for c, _ in self.layers[0].profiles}, key=lambda c: (c.tp, c.ep)))
+
+    def microbatches(self, config: IntraConfig) -> tuple[int, ...]:
+        return tuple(sorted(b for c, b in self.layers[0].profiles if c == config))
+
+    def has_profile(self, config: IntraConfig, microbatch: int) -> bool:
+        return (config, microbatch) in self.layers[0].profiles
+
+
+def _key_order(key: tuple[IntraConfig, int]) -> tuple[int, int, int]:
+    return (key[0].tp, key[0].ep, key[1])
+
+
+# ---------------------------------------------------------------------- cluster
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One network tier: ``size`` domains of the tier below form one domain of this tier."""
+
+    name: str
+    size: int
+    bandwidth_Bps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and self.name != "", "name", "a non-empty string",
+                 self.name)
+        _pos_int(self.size, "size")
+        _pos_number(self.bandwidth_Bps, "bandwidth_Bps")
+        _nonneg_number(self.latency_s, "latency_s")
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchicalNetwork:
+    """Tiers from innermost outwards; tier-k domains are blocks of G_k consecutive device ids."""
+
+    tiers: tuple[Tier, ...]
+
+    def __post_init__(self) -> None:
+        _require(len(self.tiers) >= 1, "tiers", "at least one tier", len(self.tiers))
+
+    def domain_sizes(self) -> tuple[int, ...]:
+        """G_k = size_0 * ... * size_k for every tier k."""
+        sizes, product = [], 1
+        for tier in self.tiers:
+            product *= tier.size
+            sizes.append(product)
+        return tuple(sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An undirected link of an arbitrary network."""
+
+    a: int | str
+    b: int | str
+    bandwidth_Bps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        _pos_number(self.bandwidth_Bps, "bandwidth_Bps")
+        _nonneg_number(self.latency_s, "latency_s")
+        _require(self.a != self.b, "b", "a link between two different nodes", self.b)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNetwork:
+    """Devices 0..N-1 and named switches joined by links (DESIGN §1.2, arbitrary)."""
+
+    switches: tuple[str, ...]
+    links: tuple[Link, ...]
+
+    def __post_init__(self) -> None:
+        _require(len(set(self.switches)) == len(self.switches), "switches",
+                 "distinct switch names", self.switches)
+        for name in self.switches:
+            _require(isinstance(name, str), "switches", "string switch names", name)
+
+    def graph(self, num_devices: int) -> nx.Graph:
+        """The networkx graph; parallel links keep the widest (then fastest) one."""
+        graph = nx.Graph()
+        graph.add_nodes_from(range(num_devices))
+        graph.add_nodes_from(self.switches)
+        for link in self.links:
+            old = graph.get_edge_data(link.a, link.b)
+            if old is None or (link.bandwidth_Bps, -link.latency_s) > (
+                    old["bandwidth_Bps"], -old["latency_s"]):
+                graph.add_edge(link.a, link.b, bandwidth_Bps=link.bandwidth_Bps,
+                               latency_s=link.latency_s)
+        return graph
+
+
+Network = HierarchicalNetwork | GraphNetwork
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """N identical devices with ``hbm_bytes`` each, of which ``hbm_reserve`` is kept back."""
+
+    num_devices: int
+    hbm_bytes: int
+    network: Network
+    hbm_reserve: float = 0.0
+    name: str = "cluster"
+
+    def __post_init__(self) -> None:
+        _pos_int(self.num_devices, "num_devices")
+        _pos_int(self.hbm_bytes, "hbm_bytes")
+        _require(_is_number(self.hbm_reserve) and 0 <= self.hbm_reserve < 1, "hbm_reserve",
+                 "a fraction in [0, 1)", self.hbm_reserve)
+        if isinstance(self.network, HierarchicalNetwork):
+            covered = self.network.domain_sizes()[-1]
+            _require(covered >= self.num_devices, "network.tiers",
+                     f"tier sizes whose product is >= num_devices = {self.num_devices}", covered)
+        elif isinstance(self.network, GraphNetwork):
+            nodes = set(range(self.num_devices)) | set(self.network.switches)
+            for index, link in enumerate(self.network.links):
+                for end in ("a", "b"):
+                    _require(getattr(link, end) in nodes, f"network.links[{index}].{end}",
+                             f"a device id in 0..{self.num_devices - 1} or a switch name",
+                             getattr(link, end))
+            graph = self.network.graph(self.num_devices)
+            devices = list(range(self.num_devices))
+            component = nx.node_connected_component(graph, 0)
+            unreachable = [dev for dev in devices if dev not in component]
+            _require(not unreachable, "network.links", "a network connecting every device",
+                     f"device {unreachable[0]} unreachable from device 0" if unreachable else "")
+        else:
+            _require(False, "network", "a hierarchical or graph network", self.network)
+
+    @property
+    def usable_hbm_bytes(self) -> int:
+        """hbm_bytes * (1 - reserve), rounded down to whole bytes."""
+        from fractions import Fraction
+
+        return math.floor(self.hbm_bytes * (1 - Fraction(str(self.hbm_reserve))))
+
+
+# ----------------------------------------------------------------- training set-up
+
+
+@dataclass(frozen=True, slots=True)
+class Optimizer:
+    """Bytes per parameter for weights, gradients and optimizer state (Adam mixed: 2/2/12)."""
+
+    weight_bytes: int = 2
+    grad_bytes: int = 2
+    state_bytes: int = 12
+    name: str = "adam-mixed"
+
+    def __post_init__(self) -> None:
+        for name in ("weight_bytes", "grad_bytes", "state_bytes"):
+            _nonneg_int(getattr(self, name), name)
+
+
+class Schedule(str, Enum):
+    ONE_F_ONE_B = "1f1b"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSetup:
+    """Global batch, sequence length and the choices a plan may make (DESIGN §1.3)."""
+
+    global_batch: int
+    seq_len: int
+    microbatches: tuple[int, ...] = (1,)
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    zero_stages: tuple[int, ...] = (0,)
+    allow_recompute: bool = True
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    tick_s: float = 1e-9
+
+    def __post_init__(self) -> None:
+        _pos_int(self.global_batch, "global_batch")
+        _pos_int(self.seq_len, "seq_len")
+        _require(len(self.microbatches) >= 1, "microbatches", "a non-empty list",
+                 self.microbatches)
+        for index, size in enumerate(self.microbatches):
+            _pos_int(size, f"microbatches[{index}]")
+        _require(len(self.zero_stages) >= 1, "zero_stages", "a non-empty list", self.zero_stages)
+        for index, stage in enumerate(self.zero_stages):
+            _require(stage in (0, 1, 2, 3) and _is_int(stage), f"zero_stages[{index}]",
+                     "a ZeRO stage in 0..3", stage)
+        _require(isinstance(self.allow_recompute, bool), "allow_recompute", "true or false",
+                 self.allow_recompute)
+        _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
+        _pos_number(self.tick_s, "tick_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """Workload + cluster + training setup: one planning problem."""
+
+    workload: Workload
+    cluster: Cluster
+    training: TrainingSetup
+    name: str = "instance"
+
+    def __post_init__(self) -> None:
+        usable = [b for b in self.training.microbatches
+                  if any(self.workload.has_profile(c, b) for c in self.workload.configs)]
+        _require(bool(usable), "training.microbatches",
+                 "at least one microbatch size the workload is profiled for",
+                 list(self.training.microbatches))
+
+    @property
+    def choices(self) -> tuple[tuple[IntraConfig, int], ...]:
+        """Every (configuration, microbatch) pair a plan may use: profiled and allowed."""
+        return tuple((config, size) for config in self.workload.configs
+                     for size in sorted(set(self.training.microbatches))
+                     if self.workload.has_profile(config, size))
