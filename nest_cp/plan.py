@@ -126,3 +126,24 @@ def all_layouts() -> tuple[RankLayout, ...]:
               for rest in itertools.permutations((Dim.EP, Dim.REPLICA, Dim.STAGE))]
     others.remove(MEGATRON_LAYOUT)
     return (MEGATRON_LAYOUT, *others)
+
+
+def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none") -> tuple[Stage, ...]:
+    """Split ``num_layers`` into ``num_stages`` contiguous stages as evenly as possible.
+
+    The first ``num_layers % num_stages`` stages get one layer more.  ``recompute`` is
+    "none", "all" or "all-but-last" (Megatron's usual choice: the last stage holds one
+    microbatch in flight and needs no recomputation).
+    """
+    if not 1 <= num_stages <= num_layers:
+        raise ValueError(f"expected 1 <= stages <= {num_layers} layers, got {num_stages}")
+    if recompute not in ("none", "all", "all-but-last"):
+        raise ValueError(f"expected recompute none, all or all-but-last, got {recompute!r}")
+    base, extra = divmod(num_layers, num_stages)
+    stages, first = [], 0
+    for index in range(num_stages):
+        size = base + (1 if index < extra else 0)
+        flag = recompute == "all" or (recompute == "all-but-last" and index < num_stages - 1)
+        stages.append(Stage(first, first + size - 1, flag))
+        first += size
+    return tuple(stages)

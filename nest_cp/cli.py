@@ -1,0 +1,315 @@
+"""The ``nest-cp`` command line: a thin click group over the public API.
+
+Exit codes: 0 success (a plan was found / a feasible evaluation), 1 an answer that
+is not a plan (no plan fits, a plan that violates memory, a failed certificate),
+2 bad input (malformed instance or plan file, bad option) with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+
+import click
+
+from nest_cp import io
+from nest_cp.backends import BACKENDS, SolveOptions, solve
+from nest_cp.errors import NestCpError
+from nest_cp.evaluate import Evaluation, evaluate
+from nest_cp.model import Instance, IntraConfig
+from nest_cp.plan import Plan, uniform_stages
+from nest_cp.result import SolveResult, Space
+
+EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Group(click.Group):
+    """Turns every domain error into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except NestCpError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except OSError as exc:
+            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="nest-cp")
+@click.option("-v", "--verbose", count=True, help="Log progress (-v) or details (-vv).")
+def main(verbose: int) -> None:
+    """Plan distributed training: parallelism, memory and placement, certified."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+# ------------------------------------------------------------------ instance
+
+
+@main.group(cls=_Group)
+def instance() -> None:
+    """Create, list and inspect instances."""
+
+
+@instance.command("list")
+def instance_list() -> None:
+    """List the preset models, devices and networks."""
+    from nest_cp import presets
+
+    for title, table in (("models", presets.MODELS), ("devices", presets.DEVICES),
+                         ("networks", presets.NETWORKS)):
+        click.echo(f"{title}:")
+        for name, spec in table.items():
+            click.echo(f"  {name:<22} {_describe(spec)}")
+
+
+def _describe(spec: object) -> str:
+    text = getattr(spec, "description", None)
+    return text if isinstance(text, str) else ""
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected positive integers, got {value!r}")
+    return sizes
+
+
+@instance.command("new")
+@click.option("--model", required=True, help="Preset model (see `instance list`).")
+@click.option("--devices", required=True, type=click.IntRange(min=1), help="Device count N.")
+@click.option("--network", required=True, help="Preset network (see `instance list`).")
+@click.option("--device", default=None, help="Preset device; default: the network's.")
+@click.option("--global-batch", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--seq-len", default=None, type=click.IntRange(min=1),
+              help="Sequence length; default: the model's.")
+@click.option("--microbatches", default="1", show_default=True, callback=_int_list,
+              help="Allowed microbatch sizes, e.g. 1,2,4.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Instance file to write (.json or .yaml).")
+def instance_new(model: str, devices: int, network: str, device: str | None, global_batch: int,
+                 seq_len: int | None, microbatches: tuple[int, ...], output: str) -> None:
+    """Write an instance built from presets with the analytic profiler."""
+    from nest_cp import presets
+
+    built = presets.build_instance(model=model, devices=devices, network=network, device=device,
+                                   global_batch=global_batch, seq_len=seq_len,
+                                   microbatches=microbatches)
+    io.save_instance(built, output)
+    click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
+               f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
+               f"choices")
+
+
+@instance.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+def instance_show(path: str) -> None:
+    """Summarise an instance file."""
+    inst = io.load_instance(path)
+    click.echo(_instance_summary(inst))
+
+
+def _instance_summary(inst: Instance) -> str:
+    cluster, training, workload = inst.cluster, inst.training, inst.workload
+    lines = [f"instance   {inst.name}",
+             f"workload   {workload.name}: {workload.num_layers} layers, configs "
+             + ", ".join(f"tp{c.tp}/ep{c.ep}" for c in workload.configs),
+             f"cluster    {cluster.name}: {cluster.num_devices} devices, "
+             f"{cluster.hbm_bytes / 2**30:.1f} GiB HBM (usable {cluster.usable_hbm_bytes} B)"]
+    network = cluster.network
+    if hasattr(network, "tiers"):
+        for index, tier in enumerate(network.tiers):
+            lines.append(f"  tier {index} {tier.name:<10} size {tier.size:<5} "
+                         f"{tier.bandwidth_Bps / 1e9:>9.3f} GB/s  {tier.latency_s * 1e6:>8.2f} us")
+    else:
+        lines.append(f"  graph: {len(network.switches)} switches, {len(network.links)} links")
+    opt = training.optimizer
+    lines.append(f"training   batch {training.global_batch}, seq {training.seq_len}, microbatches "
+                 f"{list(training.microbatches)}, ZeRO {list(training.zero_stages)}, recompute "
+                 f"{'allowed' if training.allow_recompute else 'off'}, optimizer "
+                 f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
+                 f"tick {training.tick_s} s")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ evaluate
+
+
+@main.command("evaluate")
+@click.argument("instance_path", metavar="INSTANCE", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="[PLAN]", required=False, type=click.Path(dir_okay=False))
+@click.option("--pp", type=click.IntRange(min=1), help="Without PLAN: pipeline depth p.")
+@click.option("--dp", "dp_degree", type=click.IntRange(min=1), help="Without PLAN: replicas d.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--microbatch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "all", "all-but-last"]), default="none",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
+                     dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
+                     recompute: str, as_json: bool) -> None:
+    """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE."""
+    inst = io.load_instance(instance_path)
+    if plan_path is not None:
+        plan = io.load_plan(plan_path)
+    elif pp is not None and dp_degree is not None:
+        if pp > inst.workload.num_layers:
+            raise click.BadParameter(f"expected --pp <= {inst.workload.num_layers} layers, "
+                                     f"got {pp}", param_hint="--pp")
+        plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
+                    uniform_stages(inst.workload.num_layers, pp, recompute))
+    else:
+        raise click.UsageError("expected a PLAN file or both --pp and --dp")
+    evaluation = evaluate(inst, plan)
+    if as_json:
+        click.echo(json.dumps(evaluation.as_dict(), indent=1))
+    else:
+        click.echo(_evaluation_table(evaluation))
+    sys.exit(EXIT_OK if evaluation.feasible else EXIT_NO_PLAN)
+
+
+def _evaluation_table(evaluation: Evaluation) -> str:
+    plan = evaluation.plan
+    head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+            f"zero={plan.zero} stages={plan.num_stages} dp={plan.dp} "
+            f"({plan.num_devices_used} devices)")
+    if evaluation.objective_ticks is None:
+        return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
+    rows = [head,
+            f"{'stage':>5} {'layers':>9} {'rc':>2} {'k':>3} {'time':>12} {'compute':>12} "
+            f"{'coll':>10} {'recv':>10} {'zero3':>10} {'sync':>12} {'mem GiB':>8} {'fits':>4}"]
+    for s in evaluation.stages:
+        rows.append(
+            f"{s.index:>5} {f'{s.first_layer}-{s.last_layer}':>9} {'y' if s.recompute else '-':>2}"
+            f" {s.in_flight:>3} {s.time_ticks:>12} {s.compute_ticks + s.recompute_ticks:>12} "
+            f"{s.collective_ticks:>10} {s.recv_activation_ticks + s.recv_gradient_ticks:>10} "
+            f"{s.zero_gather_ticks:>10} {s.sync_ticks:>12} {s.memory_bytes / 2**30:>8.2f} "
+            f"{'yes' if s.fits else 'NO':>4}")
+    rows += [f"microbatches per replica m = {evaluation.num_microbatches}, "
+             f"tau_max = {evaluation.tau_max_ticks} ticks, T_sync = {evaluation.sync_ticks} ticks",
+             f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
+             f"{evaluation.throughput_samples_per_s:.2f} samples/s, "
+             f"{evaluation.throughput_tokens_per_s:.0f} tokens/s",
+             "feasible" if evaluation.feasible else "INFEASIBLE:"]
+    rows += [f"  - {v}" for v in evaluation.violations]
+    return "\n".join(rows)
+
+
+# ------------------------------------------------------------------ solve
+
+
+@main.command("solve")
+@click.argument("instance_path", metavar="INSTANCE", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="dp", show_default=True)
+@click.option("--space", type=click.Choice([s.value for s in Space]), default=None,
+              help="Search space (default: structured for dp, full for exact backends).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Seconds, for exact solvers.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--milp-solver", type=click.Choice(["cbc", "highs"]), default="cbc",
+              show_default=True)
+@click.option("--hint/--no-hint", default=True, show_default=True,
+              help="cpsat/milp: start from the DP plan (hint / warm start).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
+def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
+                  seed: int, workers: int, milp_solver: str, hint: bool, as_json: bool,
+                  output: str | None) -> None:
+    """Plan INSTANCE with one backend; exit 1 when no plan fits."""
+    inst = io.load_instance(instance_path)
+    chosen = Space(space) if space else (
+        Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
+    hint_plan = None
+    if hint and backend in ("cpsat", "milp"):
+        hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
+        hint_plan = hinted.plan
+    options = SolveOptions(space=chosen, time_limit_s=time_limit, seed=seed, workers=workers,
+                           milp_solver=milp_solver, hint=hint_plan,
+                           progress=sys.stderr.isatty())
+    result = solve(inst, backend, options)
+    if output and result.plan is not None:
+        io.save_plan(result.plan, output)
+    record = result_record(inst, result)
+    if as_json:
+        click.echo(json.dumps(record, indent=1))
+    else:
+        click.echo(_result_table(record))
+    sys.exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+def result_record(inst: Instance, result: SolveResult) -> dict:
+    """The JSON form of a result: backend, status, objective, bound, time, throughput, plan."""
+    seconds = throughput = None
+    if result.objective_ticks is not None:
+        seconds = result.objective_ticks * inst.training.tick_s
+        throughput = inst.training.global_batch / seconds if seconds else None
+    return {
+        "backend": result.backend, "status": result.status.value, "space": result.space.value,
+        "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
+        "iteration_time_s": seconds, "throughput_samples_per_s": throughput,
+        "wall_time_s": result.wall_time_s, "message": result.message,
+        "plan": io.plan_to_dict(result.plan) if result.plan is not None else None,
+    }
+
+
+def _result_table(record: dict) -> str:
+    lines = [f"backend    {record['backend']} ({record['space']} space)",
+             f"status     {record['status']}"]
+    if record["message"]:
+        lines.append(f"message    {record['message']}")
+    if record["objective_ticks"] is not None:
+        lines += [f"objective  {record['objective_ticks']} ticks "
+                  f"({record['iteration_time_s']:.6f} s/iteration, "
+                  f"{record['throughput_samples_per_s']:.2f} samples/s)",
+                  f"bound      {record['bound_ticks']} ticks"]
+        plan = record["plan"]
+        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{'*' if s['recompute'] else ''}"
+                           for s in plan["stages"])
+        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
+                     f"microbatch={plan['microbatch']} zero={plan['zero']} "
+                     f"stages={len(plan['stages'])} dp={plan['dp']}  [{split}] (* recompute)")
+    lines.append(f"wall time  {record['wall_time_s']:.3f} s")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ optional commands
+
+
+def _register_optional_commands() -> None:
+    """Commands that live beside their packages (verify harness, comparisons)."""
+    for module_name, attribute in (("verify.cli", "verify_command"),
+                                   ("verify.cli", "table_command"),
+                                   ("nest_cp.compare", "compare_command")):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        command = getattr(module, attribute, None)
+        if command is not None:
+            main.add_command(command)
+
+
+_register_optional_commands()
+
+
+def run() -> None:  # pragma: no cover - console entry point alias
+    main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,81 @@
+"""Loading and saving instances and plans, and one clear error for every malformed input."""
+
+from pathlib import Path
+
+import pytest
+
+from nest_cp import (
+    InstanceFormatError,
+    PlanFormatError,
+    evaluate,
+    instance_to_dict,
+    load_instance,
+    load_plan,
+    save_instance,
+    save_plan,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name, field, expected", [
+    ("broken_missing_field.json", "training.global_batch", "to be present"),
+    ("broken_wrong_type.json", "cluster.num_devices", "an integer >= 1"),
+    ("broken_negative_size.json", "cluster.network.tiers[0].size", "an integer >= 1"),
+    ("broken_tiers_too_small.json", "cluster.network.tiers", "product is >= num_devices = 5"),
+    ("broken_unknown_preset.json", "workload.preset", "expected"),
+    ("broken_missing_profile.json", "workload.layers[1].profiles", "tp=2, ep=1, microbatch=1"),
+    ("broken_unknown_field.json", "training.global_bacth", "one of the fields"),
+    ("broken_bad_collective.json", "workload.layers[0].profiles[0].collectives[0].kind",
+     "one of"),
+    ("broken_unknown_link_node.json", "cluster.network.links[1].b", "a switch name"),
+    ("broken_disconnected_graph.json", "cluster.network.links", "connecting every device"),
+    ("broken_reserve_out_of_range.json", "cluster.hbm_reserve", "[0, 1)"),
+    ("broken_not_json.json", None, "valid JSON"),
+    ("broken_yaml.yaml", None, "valid YAML"),
+    ("broken_missing_reference.json", None, "an existing file"),
+])
+def test_broken_instance_names_file_field_and_expectation(name, field, expected):
+    """Every malformed instance raises one InstanceFormatError naming file, field, expectation."""
+    with pytest.raises(InstanceFormatError) as info:
+        load_instance(DATA / name)
+    message = str(info.value)
+    assert "\n" not in message
+    assert expected in message
+    if field is not None:
+        assert info.value.field == field
+    assert info.value.file is not None and info.value.file.endswith(
+        "no_such_workload.json" if "reference" in name else name)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("broken_plan_wrong_type.json", "dp: expected an integer >= 1"),
+    ("broken_plan_zero.json", "zero: expected a ZeRO stage in 0..3"),
+    ("broken_plan_not_mapping.json", "expected a mapping"),
+])
+def test_broken_plan_is_a_plan_format_error(name, expected):
+    """Malformed plan files raise PlanFormatError with the field and what was expected."""
+    with pytest.raises(PlanFormatError, match=expected.replace("[", r"\[").replace(".", r"\.")):
+        load_plan(DATA / name)
+
+
+def test_yaml_and_split_files_load_the_same_instance():
+    """The YAML copy and the split-file version (workload in its own file) equal the JSON one."""
+    base = instance_to_dict(load_instance(DATA / "worked_example.json"))
+    for other in ("worked_example.yaml", "worked_example_split.json"):
+        data = instance_to_dict(load_instance(DATA / other))
+        data["name"] = base["name"]
+        assert data == base
+
+
+def test_instance_round_trip_preserves_evaluation(tmp_path):
+    """Saving and reloading an instance and plan changes nothing the evaluator sees."""
+    instance = load_instance(DATA / "two_tier_tp2.json")
+    plan = load_plan(DATA / "plan_megatron_default.json")
+    save_instance(instance, tmp_path / "copy.json")
+    save_plan(plan, tmp_path / "plan.yaml")
+    again = load_instance(tmp_path / "copy.json")
+    assert again.workload.layers[1].profiles == instance.workload.layers[1].profiles
+    assert again.workload.num_layers == 2
+    assert evaluate(again, load_plan(tmp_path / "plan.yaml")).objective_ticks == \
+        evaluate(instance, plan).objective_ticks

@@ -1,0 +1,75 @@
+"""Network queries: tiers, widest paths, canonical order and collective prices in ticks."""
+
+from fractions import Fraction
+from pathlib import Path
+
+from nest_cp import CollectiveKind, NetworkModel, load_instance, to_ticks
+from nest_cp.network import Path as NetPath
+from nest_cp.network import collective_ticks, p2p_ticks
+
+DATA = Path(__file__).parent / "data"
+
+
+def _graph_network() -> NetworkModel:
+    return NetworkModel(load_instance(DATA / "graph_three_devices.json").cluster)
+
+
+def test_widest_path_pairs():
+    """Pairs of graph_three_devices.json, worked out by hand.
+
+    Links: 0-s 10 GB/s 1 us, 2-s 10 GB/s 1 us, 1-s 5 GB/s 2 us, 0-1 5 GB/s 1 us,
+    1-2 1 GB/s 0.1 us.
+    - (0, 2): only via s, bottleneck 10 GB/s, latency 2 us.
+    - (0, 1): widest bottleneck 5 GB/s via s (3 us) or direct (1 us): the least latency
+      among widest paths is 1 us. The 1 GB/s route is never taken despite its low latency.
+    - (1, 2): 5 GB/s via s (3 us) or via 0 (1 + 1 + 1 us = 3 us); the direct 1 GB/s link is
+      narrower.
+    """
+    net = _graph_network()
+    assert net.pair_path(0, 2) == NetPath(Fraction(10**10), Fraction(2, 10**6))
+    assert net.pair_path(1, 0) == NetPath(Fraction(5 * 10**9), Fraction(1, 10**6))
+    assert net.pair_path(1, 2) == NetPath(Fraction(5 * 10**9), Fraction(3, 10**6))
+
+
+def test_graph_group_bottleneck_is_worst_bandwidth_and_latency():
+    """A group is priced on its narrowest pair bandwidth and its largest pair latency."""
+    group = _graph_network().group_path([0, 1, 2])
+    assert group == NetPath(Fraction(5 * 10**9), Fraction(3, 10**6))
+
+
+def test_graph_canonical_order_keeps_wide_pairs_adjacent():
+    """Devices 0 and 2 share a 10 GB/s bottleneck, so they come first, then device 1."""
+    assert _graph_network().canonical_order() == (0, 2, 1)
+
+
+def test_hierarchical_tier_of_pairs_and_groups():
+    """Tier domains are blocks of consecutive ids: 2 per node, 4 nodes per spine."""
+    net = NetworkModel(load_instance(DATA / "two_tier_tp2.json").cluster)
+    assert net.tier_of([0, 1]) == 0
+    assert net.tier_of([1, 2]) == 1
+    assert net.tier_of([0, 7]) == 1
+    assert net.group_path([5]) is None
+    assert net.canonical_order() == tuple(range(8))
+
+
+def test_tick_conversion_is_exact_for_decimal_inputs():
+    """1e6 B over 1e10 B/s is exactly 100,000 ticks, not 100,001 from float noise."""
+    path = NetPath(Fraction(str(1e10)), Fraction(str(1e-5)))
+    assert p2p_ticks(10**6, path, 1e-9) == 110_000
+    assert to_ticks(Fraction(3, 10), 1e-9) == 300_000_000
+
+
+def test_collective_formulas():
+    """Ring costs: all-reduce 2(g-1)/g v/b + 2(g-1)a; others (g-1)/g v/b + (g-1)a; g=1 free."""
+    path = NetPath(Fraction(10**9), Fraction(1, 10**6))
+    assert collective_ticks(CollectiveKind.ALL_REDUCE, 4 * 10**9, 4, path, 1e-9) == \
+        6 * 10**9 + 6_000
+    assert collective_ticks(CollectiveKind.ALL_TO_ALL, 4 * 10**9, 4, path, 1e-9) == \
+        3 * 10**9 + 3_000
+    assert collective_ticks(CollectiveKind.ALL_GATHER, 10**9, 1, path, 1e-9) == 0
+
+
+def test_ticks_round_up_once():
+    """A collective of 1 byte still costs a whole tick (rounded up, never down)."""
+    path = NetPath(Fraction(10**12), Fraction(0))
+    assert collective_ticks(CollectiveKind.ALL_GATHER, 1, 2, path, 1e-9) == 1
