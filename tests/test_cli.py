@@ -1,0 +1,74 @@
+"""The nest-cp command line: tables, JSON, and exit codes 0 / 1 / 2."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from nest_cp.cli import main
+
+DATA = Path(__file__).parent / "data"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_evaluate_plan_file_prints_table():
+    """`evaluate INSTANCE PLAN` prints the per-stage table and the worked example's 35,552,000."""
+    result = _run("evaluate", DATA / "worked_example.json", DATA / "plan_megatron_default.json")
+    assert result.exit_code == 0, result.output
+    assert "iteration 35552000 ticks" in result.output
+    assert "feasible" in result.output
+
+
+def test_evaluate_json_has_documented_keys():
+    """`evaluate --json` carries feasible, violations, objective, time, throughput, stages, sync."""
+    result = _run("evaluate", DATA / "worked_example.json", DATA / "plan_megatron_default.json",
+                  "--json")
+    data = json.loads(result.output)
+    assert {"feasible", "violations", "objective_ticks", "iteration_time_s",
+            "throughput_samples_per_s", "stages", "sync_ticks"} <= set(data)
+    assert data["objective_ticks"] == 35_552_000 and data["sync_ticks"] == 20_002_000
+
+
+def test_evaluate_degrees_without_plan_file():
+    """`--pp 2 --dp 2` builds the uniform Megatron plan: the same 35,552,000 ticks."""
+    result = _run("evaluate", DATA / "worked_example.json", "--pp", "2", "--dp", "2", "--json")
+    assert json.loads(result.output)["objective_ticks"] == 35_552_000
+
+
+def test_evaluate_memory_violation_exits_1():
+    """A plan that breaks memory is an answer, not an error: exit 1 and the violation listed."""
+    result = _run("evaluate", DATA / "tight_memory.json", "--pp", "2", "--dp", "2")
+    assert result.exit_code == 1
+    assert "exceeds usable HBM" in result.output
+
+
+def test_bad_instance_file_one_line_exit_2():
+    """A malformed instance gives exactly one line on stderr naming the file, and exit 2."""
+    result = _run("evaluate", DATA / "broken_wrong_type.json", DATA / "plan_megatron_default.json")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "broken_wrong_type.json: cluster.num_devices" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_bad_plan_file_exit_2():
+    """A malformed plan file exits 2 with one line naming the field."""
+    result = _run("evaluate", DATA / "worked_example.json", DATA / "broken_plan_zero.json")
+    assert result.exit_code == 2 and "zero: expected a ZeRO stage" in result.output
+
+
+def test_missing_file_exit_2():
+    """A path that does not exist exits 2 with one line."""
+    result = _run("instance", "show", DATA / "nope.json")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_instance_show_summarises():
+    """`instance show` lists layers, devices, tiers and the training setup."""
+    result = _run("instance", "show", DATA / "two_tier_tp2.json")
+    assert result.exit_code == 0
+    assert "2 layers" in result.output and "8 devices" in result.output
+    assert "tier 1 spine" in result.output
