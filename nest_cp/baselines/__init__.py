@@ -1,0 +1,15 @@
+"""Baselines for throughput comparison tables (DESIGN §5): manual, phaze, mcmc, fixed.
+
+Each is a backend ``(instance, SolveOptions) -> SolveResult`` whose plan the
+registry referees with the evaluator.  They are heuristics: a plan comes back
+FEASIBLE without a bound; no plan comes back INFEASIBLE (nothing the baseline's
+rules allow fits) or UNKNOWN, with a message.
+"""
+
+from nest_cp.baselines._common import megatron_plan, recompute_where_needed, uniform_split
+from nest_cp.baselines.manual import node_size, solve_fixed, solve_manual
+from nest_cp.baselines.mcmc import solve_mcmc
+from nest_cp.baselines.phaze import flat_instance, solve_phaze
+
+__all__ = ["flat_instance", "megatron_plan", "node_size", "recompute_where_needed",
+           "solve_fixed", "solve_manual", "solve_mcmc", "solve_phaze", "uniform_split"]

@@ -1,0 +1,149 @@
+"""Megatron-LM rules of thumb (``manual``) and user-given degrees (``fixed``).
+
+``manual`` picks a plan the way practitioners configure Megatron-LM
+(Narayanan et al., SC'21, "Efficient large-scale language model training on
+GPU clusters using Megatron-LM", §3.3 takeaways: tensor parallelism up to the
+devices of one node, pipeline parallelism across nodes, data parallelism for
+the rest):
+
+1. Microbatch b: the smallest allowed size the workload profiles; ZeRO stage:
+   the smallest allowed one (Megatron's default, no sharding, when 0 is
+   allowed).
+2. Tensor width t: the smallest profiled width if the model fits with it;
+   otherwise the model "needs" tensor parallelism and t = the largest
+   profiled width that stays inside one node (the innermost tier's size, or
+   on a graph the devices sharing device 0's widest links); larger profiled
+   widths only as a last resort.  Expert width e: the largest profiled for
+   that t (Mixtral-style expert parallelism is configured, not searched).
+3. Pipeline depth S: the smallest depth at which every stage fits memory,
+   with activation recomputation switched on for exactly the stages that
+   need it.
+4. Data parallelism d: the rest, d = floor(N / (t·e·S)), capped at
+   B / (b·e) so no replica is idle.
+5. Layers split as evenly as possible (the later stages take the surplus);
+   ranks in Megatron's default order (t, e, replica, stage) over the
+   network's canonical device order (``plan.MEGATRON_LAYOUT``).
+
+Against NEST's shipped manual configurations at 128 devices (DESIGN §6):
+GPT3 (p, d, t) = (32, 1, 4) uses the smallest profiled TP (4) as rule 2 does;
+Llama3 (80, 1, 1) and Mixtral (32, 1, 1) are one-stage-per-layer choices that
+rule 3 reproduces only when memory forces that depth; BERT and Llama2
+(8, 16, 1) use a deeper pipeline than memory requires (NEST sized it by
+hand), so rule 3 picks a shallower one.  Use ``fixed`` with
+``extra["degrees"] = (p, d, t[, e])`` to reproduce a published configuration
+exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from nest_cp.baselines._common import (
+    empty_result,
+    feasible_result,
+    megatron_plan,
+    smallest_microbatch,
+)
+from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig
+from nest_cp.network import NetworkModel
+from nest_cp.plan import Plan
+from nest_cp.result import SolveResult, Status
+
+logger = logging.getLogger(__name__)
+
+
+def solve_manual(instance: Instance, options) -> SolveResult:
+    """Megatron rules of thumb (module docstring); INFEASIBLE if no rule-made plan fits."""
+    started = time.perf_counter()
+    network = NetworkModel(instance.cluster)
+    zero = min(instance.training.zero_stages)
+    for config in _tensor_candidates(instance, network):
+        plan = _shallowest_plan(instance, network, config, zero)
+        if plan is not None:
+            logger.debug("manual: t=%d e=%d S=%d d=%d", config.tp, config.ep, plan.num_stages,
+                         plan.dp)
+            return feasible_result("manual", instance, plan, network, started,
+                                   stats={"degrees": _degrees(plan)})
+    return empty_result("manual", Status.INFEASIBLE, started,
+                        "no Megatron rule-of-thumb plan fits: every profiled tensor width and "
+                        "pipeline depth exceeds usable HBM even with recomputation")
+
+
+def solve_fixed(instance: Instance, options) -> SolveResult:
+    """The user's degrees extra["degrees"] = (p, d, t[, e]): uniform split, Megatron layout.
+
+    Optional extra["microbatch"] and extra["zero"]; defaults are the smallest allowed.
+    """
+    started = time.perf_counter()
+    degrees = tuple(options.extra.get("degrees", ()))
+    if len(degrees) not in (3, 4) or not all(isinstance(x, int) and x >= 1 for x in degrees):
+        raise ValueError(f"expected extra['degrees'] = (p, d, t[, e]) of integers >= 1, "
+                         f"got {options.extra.get('degrees')!r}")
+    num_stages, dp, tp = degrees[:3]
+    config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
+    microbatch = options.extra.get("microbatch", smallest_microbatch(instance, config))
+    zero = options.extra.get("zero", min(instance.training.zero_stages))
+    if microbatch is None or (config, microbatch) not in instance.choices:
+        return empty_result("fixed", Status.UNKNOWN, started,
+                            f"no allowed profile for tp={config.tp}, ep={config.ep}, "
+                            f"microbatch={microbatch}")
+    network = NetworkModel(instance.cluster)
+    plan = megatron_plan(instance, network, config, microbatch, zero, num_stages, dp)
+    if plan is None:
+        return empty_result("fixed", Status.INFEASIBLE, started,
+                            f"(p, d, t, e) = ({num_stages}, {dp}, {tp}, {config.ep}) does not "
+                            f"fit: too many devices or stages, or over HBM with recomputation")
+    return feasible_result("fixed", instance, plan, network, started,
+                           stats={"degrees": _degrees(plan)})
+
+
+def node_size(network: NetworkModel) -> int:
+    """Devices of one node: the innermost tier, or on a graph device 0's widest-link neighbours."""
+    cluster = network.cluster
+    if isinstance(cluster.network, HierarchicalNetwork):
+        return min(cluster.network.tiers[0].size, cluster.num_devices)
+    order = network.canonical_order()
+    first = order[0]
+    widths = [network.pair_path(first, other).bandwidth_Bps for other in order[1:]]
+    if not widths:
+        return 1
+    return 1 + sum(1 for width in widths if width == max(widths))
+
+
+def _tensor_candidates(instance: Instance, network: NetworkModel) -> list[IntraConfig]:
+    """Rule 2's order: smallest width, then the node-filling width, then the rest ascending."""
+    widest_expert: dict[int, IntraConfig] = {}
+    for config in instance.workload.configs:  # ordered by (tp, ep): the last one per tp wins
+        if smallest_microbatch(instance, config) is not None:
+            widest_expert[config.tp] = config
+    widths = sorted(widest_expert)
+    if not widths:
+        return []
+    inside_node = [width for width in widths if width <= node_size(network)]
+    order = [widths[0]]
+    if inside_node and inside_node[-1] not in order:
+        order.append(inside_node[-1])
+    order += [width for width in widths if width not in order]
+    return [widest_expert[width] for width in order]
+
+
+def _shallowest_plan(instance: Instance, network: NetworkModel, config: IntraConfig,
+                     zero: int) -> Plan | None:
+    """Rule 3 and 4: the smallest pipeline depth that fits, data parallelism for the rest."""
+    microbatch = smallest_microbatch(instance, config)
+    devices = instance.cluster.num_devices
+    useful_replicas = max(1, instance.training.global_batch // (microbatch * config.ep))
+    deepest = min(instance.workload.num_layers, devices // config.devices)
+    for num_stages in range(1, deepest + 1):
+        dp = min(devices // (config.devices * num_stages), useful_replicas)
+        plan = megatron_plan(instance, network, config, microbatch, zero, num_stages, dp)
+        if plan is not None:
+            return plan
+    return None
+
+
+def _degrees(plan: Plan) -> dict:
+    return {"p": plan.num_stages, "d": plan.dp, "t": plan.config.tp, "e": plan.config.ep,
+            "b": plan.microbatch, "z": plan.zero,
+            "recompute": sum(stage.recompute for stage in plan.stages)}
