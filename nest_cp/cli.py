@@ -200,8 +200,8 @@ def _evaluation_table(evaluation: Evaluation) -> str:
     rows += [f"microbatches per replica m = {evaluation.num_microbatches}, "
              f"tau_max = {evaluation.tau_max_ticks} ticks, T_sync = {evaluation.sync_ticks} ticks",
              f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
-             f"{evaluation.throughput_samples_per_s:.2f} samples/s, "
-             f"{evaluation.throughput_tokens_per_s:.0f} tokens/s",
+             f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
+             f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s",
              "feasible" if evaluation.feasible else "INFEASIBLE:"]
     rows += [f"  - {v}" for v in evaluation.violations]
     return "\n".join(rows)
@@ -265,6 +265,11 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
     }
 
 
+def _rate(value: float | None, digits: int) -> str:
+    """A throughput, or n/a for a zero-time iteration (a profile with no costs)."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
 def _result_table(record: dict) -> str:
     lines = [f"backend    {record['backend']} ({record['space']} space)",
              f"status     {record['status']}"]
@@ -273,7 +278,7 @@ def _result_table(record: dict) -> str:
     if record["objective_ticks"] is not None:
         lines += [f"objective  {record['objective_ticks']} ticks "
                   f"({record['iteration_time_s']:.6f} s/iteration, "
-                  f"{record['throughput_samples_per_s']:.2f} samples/s)",
+                  f"{_rate(record['throughput_samples_per_s'], 2)} samples/s)",
                   f"bound      {record['bound_ticks']} ticks"]
         plan = record["plan"]
         split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{'*' if s['recompute'] else ''}"

@@ -207,12 +207,13 @@ def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
     sync = max(report.sync_ticks for report in reports)
     total = cost.iteration_ticks(microbatches, num_stages, tau_max, sync)
     seconds = total * exact(tick_s)
+    samples = float(training.global_batch / seconds) if seconds else None  # None: zero-cost profile
     return Evaluation(
         plan=plan, violations=tuple(violations), stages=tuple(reports),
         num_microbatches=microbatches, tau_max_ticks=tau_max, sync_ticks=sync,
         objective_ticks=total, iteration_time_s=float(seconds),
-        throughput_samples_per_s=float(training.global_batch / seconds),
-        throughput_tokens_per_s=float(training.global_batch * training.seq_len / seconds))
+        throughput_samples_per_s=samples,
+        throughput_tokens_per_s=samples * training.seq_len if samples is not None else None)
 
 
 def _recv_ticks(network: NetworkModel, placement, sender: int, receiver: int, replica: int,
