@@ -1,0 +1,312 @@
+"""``nest-cp compare``: throughput of several backends on many instances, as tables and a plot.
+
+Protocol: every backend runs on every instance through ``backends.solve`` (so
+every plan is refereed by the evaluator) with one worker, the given seed, time
+limit and MCMC budget.  Each (instance, backend) becomes one row of
+``compare.csv``: status, objective ticks, throughput B / T in samples/s, wall
+time, and the throughput *ratio* to a normaliser backend.  ``compare.md``,
+``compare.tex`` and ``compare.png`` are then generated from that stored CSV
+alone (:func:`render_reports`), so they can be regenerated without solving
+again (``nest-cp compare --from-csv DIR/compare.csv --out DIR``).
+
+Normalisation scope:
+- ``model`` (default, NEST's Figure 5 convention): per model and cluster, the
+  normaliser's throughput at the smallest device count where it has a plan,
+  so ratios grow with the device count (NEST's MANUAL_TPUT).
+- ``instance``: the normaliser's throughput on the same instance.
+
+A backend without a plan (infeasible, unknown, error) shows as "—" in the
+tables and as a "—" mark instead of a bar in the plot — never as zero.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import click
+
+from nest_cp import cost, io
+from nest_cp.backends import SolveOptions, solve
+from nest_cp.model import Instance
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BACKENDS = ("dp", "manual", "phaze", "mcmc")
+INSTANCE_SUFFIXES = (".json", ".yaml", ".yml")
+MISSING = "—"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One backend on one instance; ``throughput`` and ``ratio`` are None without a plan."""
+
+    instance: str
+    model: str
+    cluster: str
+    num_devices: int
+    backend: str
+    status: str
+    objective_ticks: int | None
+    throughput: float | None  # samples per second
+    ratio: float | None
+    wall_time_s: float
+    message: str = ""
+
+
+# ------------------------------------------------------------------ running
+
+
+def instance_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, directories expanded to their instance files (sorted)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += sorted(p for p in path.iterdir() if p.suffix in INSTANCE_SUFFIXES)
+        else:
+            found.append(path)
+    return found
+
+
+def run_comparison(paths: Sequence[str | Path], backends: Sequence[str],
+                   options: SolveOptions) -> list[Row]:
+    """Solve every instance with every backend; ratios are left None (see :func:`normalise`)."""
+    rows = []
+    for path in instance_paths(paths):
+        instance = io.load_instance(path)
+        for backend in backends:
+            rows.append(_run_one(instance, Path(path).stem, backend, options))
+            logger.info("%s %s: %s", Path(path).stem, backend, rows[-1].status)
+    return rows
+
+
+def _run_one(instance: Instance, name: str, backend: str, options: SolveOptions) -> Row:
+    """One refereed solve; a backend that fails becomes an ERROR row, not a crash of the run."""
+    base = Row(instance=name, model=instance.workload.name, cluster=instance.cluster.name,
+               num_devices=instance.cluster.num_devices, backend=backend, status="ERROR",
+               objective_ticks=None, throughput=None, ratio=None, wall_time_s=0.0)
+    try:
+        result = solve(instance, backend, options)
+    except Exception as error:  # noqa: BLE001 - one broken backend must not stop the table
+        logger.warning("%s on %s failed: %s", backend, name, error)
+        return replace(base, message=f"{type(error).__name__}: {error}")
+    throughput = None
+    if result.objective_ticks is not None:
+        throughput = cost.throughput(instance.training.global_batch, result.objective_ticks,
+                                     instance.training.tick_s)
+    return replace(base, status=result.status.value, objective_ticks=result.objective_ticks,
+                   throughput=throughput, wall_time_s=result.wall_time_s,
+                   message=result.message)
+
+
+def normalise(rows: Sequence[Row], normaliser: str, scope: str = "model") -> list[Row]:
+    """Rows with ``ratio`` = throughput / the normaliser's reference throughput (module doc)."""
+    if scope not in ("model", "instance"):
+        raise ValueError(f"expected scope 'model' or 'instance', got {scope!r}")
+    reference: dict[tuple, float] = {}
+    references = sorted((row for row in rows if row.backend == normaliser and row.throughput),
+                        key=lambda row: row.num_devices, reverse=True)
+    for row in references:  # the smallest device count is written last and wins
+        reference[_scope_key(row, scope)] = row.throughput
+    return [replace(row, ratio=row.throughput / reference[_scope_key(row, scope)]
+                    if row.throughput and _scope_key(row, scope) in reference else None)
+            for row in rows]
+
+
+def _scope_key(row: Row, scope: str) -> tuple:
+    return (row.model, row.cluster) if scope == "model" else (row.instance,)
+
+
+# ------------------------------------------------------------------ CSV
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Row)])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if value is None else value
+                             for key, value in asdict(row).items()})
+
+
+def read_csv(path: Path) -> list[Row]:
+    """Rows from a stored ``compare.csv``; empty cells become None."""
+    def optional(text: str, kind: type):
+        return kind(text) if text != "" else None
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return [Row(instance=raw["instance"], model=raw["model"], cluster=raw["cluster"],
+                    num_devices=int(raw["num_devices"]), backend=raw["backend"],
+                    status=raw["status"], objective_ticks=optional(raw["objective_ticks"], int),
+                    throughput=optional(raw["throughput"], float),
+                    ratio=optional(raw["ratio"], float), wall_time_s=float(raw["wall_time_s"]),
+                    message=raw["message"])
+                for raw in csv.DictReader(handle)]
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _backends_in(rows: Sequence[Row]) -> list[str]:
+    return list(dict.fromkeys(row.backend for row in rows))
+
+
+def _table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells: one line per instance, a ratio and a solve time per backend."""
+    backends = _backends_in(rows)
+    by_instance: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        by_instance.setdefault(row.instance, {})[row.backend] = row
+    header = ["model", "cluster", "devices"] + [f"{b} ratio" for b in backends] + \
+        [f"{b} time (s)" for b in backends]
+    lines = []
+    for cells in sorted(by_instance.values(), key=lambda c: _order(next(iter(c.values())))):
+        first = next(iter(cells.values()))
+        ratios = [_ratio_text(cells.get(b)) for b in backends]
+        times = [f"{cells[b].wall_time_s:.2f}" if b in cells else MISSING for b in backends]
+        lines.append([first.model, first.cluster, str(first.num_devices), *ratios, *times])
+    return header, lines
+
+
+def _order(row: Row) -> tuple:
+    return (row.model, row.cluster, row.num_devices, row.instance)
+
+
+def _ratio_text(row: Row | None) -> str:
+    if row is None or row.ratio is None:
+        return MISSING
+    return f"{row.ratio:.2f}"
+
+
+def render_markdown(rows: Sequence[Row], normaliser: str) -> str:
+    header, lines = _table(rows)
+    out = [f"Throughput relative to `{normaliser}` (higher is better; {MISSING} = no plan).", "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join(out) + "\n"
+
+
+def render_latex(rows: Sequence[Row], normaliser: str) -> str:
+    header, lines = _table(rows)
+
+    def escape(text: str) -> str:
+        return text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace(
+            MISSING, "---")
+
+    out = [f"% throughput relative to {normaliser}; --- = no plan",
+           r"\begin{tabular}{lll" + "r" * (len(header) - 3) + "}", r"\toprule",
+           " & ".join(escape(h) for h in header) + r" \\", r"\midrule"]
+    out += [" & ".join(escape(cell) for cell in line) + r" \\" for line in lines]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ plot
+
+
+def plot_rows(rows: Sequence[Row], png_path: Path, normaliser: str) -> None:
+    """Grouped bars of the ratio per device count, one panel per (model, cluster)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    panels = sorted({(row.model, row.cluster) for row in rows})
+    backends = _backends_in(rows)
+    columns = min(3, len(panels))
+    lines = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(lines, columns, figsize=(4.5 * columns, 3.2 * lines),
+                                squeeze=False)
+    for axis, (model, cluster) in zip(axes.flat, panels):
+        _plot_panel(axis, [r for r in rows if (r.model, r.cluster) == (model, cluster)],
+                    backends)
+        axis.set_title(f"{model}\n{cluster}" if len({c for _, c in panels}) > 1 else model,
+                       fontsize=9)
+        axis.set_ylabel(f"throughput / {normaliser}", fontsize=8)
+    for axis in list(axes.flat)[len(panels):]:
+        axis.set_visible(False)
+    handles = [Patch(color=f"C{index}", label=backend) for index, backend in enumerate(backends)]
+    figure.legend(handles=handles, loc="upper center", ncol=len(backends), fontsize=8,
+                  title=f"{MISSING} = no plan", title_fontsize=8)
+    figure.tight_layout(rect=(0, 0, 1, 0.93))
+    figure.savefig(png_path, dpi=120)
+    plt.close(figure)
+
+
+def _plot_panel(axis, rows: Sequence[Row], backends: Sequence[str]) -> None:
+    counts = sorted({row.num_devices for row in rows})
+    width = 0.8 / max(1, len(backends))
+    cell = {(row.num_devices, row.backend): row for row in rows}
+    for index, backend in enumerate(backends):
+        offsets = [position + (index - (len(backends) - 1) / 2) * width
+                   for position in range(len(counts))]
+        heights = [cell[(n, backend)].ratio if (n, backend) in cell and
+                   cell[(n, backend)].ratio is not None else math.nan for n in counts]
+        present = [(x, h) for x, h in zip(offsets, heights) if not math.isnan(h)]
+        axis.bar([x for x, _ in present], [h for _, h in present], width, label=backend,
+                 color=f"C{index}")
+        for offset, height in zip(offsets, heights):
+            if math.isnan(height):  # no plan: a mark, never a zero bar
+                axis.annotate(MISSING, (offset, 0), ha="center", va="bottom", fontsize=8,
+                              color=f"C{index}")
+    axis.set_xlim(-0.5, len(counts) - 0.5)
+    axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1]))
+    axis.set_xticks(range(len(counts)), [str(n) for n in counts], fontsize=8)
+    axis.set_xlabel("devices", fontsize=8)
+
+
+def render_reports(csv_path: Path, out_dir: Path, normaliser: str) -> list[Path]:
+    """compare.md, compare.tex and compare.png from a stored compare.csv."""
+    rows = read_csv(csv_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "compare.md", out_dir / "compare.tex", out_dir / "compare.png"]
+    written[0].write_text(render_markdown(rows, normaliser), encoding="utf-8")
+    written[1].write_text(render_latex(rows, normaliser), encoding="utf-8")
+    plot_rows(rows, written[2], normaliser)
+    return written
+
+
+# ------------------------------------------------------------------ command
+
+
+@click.command("compare")
+@click.argument("instances", nargs=-1, type=click.Path(exists=True))
+@click.option("--backends", default=",".join(DEFAULT_BACKENDS), show_default=True,
+              help="Comma-separated backends to run.")
+@click.option("--normalize", "normaliser", default="manual", show_default=True,
+              help="Backend whose throughput is 1.0.")
+@click.option("--scope", type=click.Choice(["model", "instance"]), default="model",
+              show_default=True, help="Normalise per model (smallest device count) or per "
+              "instance.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="compare-out",
+              show_default=True, help="Directory for compare.{csv,md,tex,png}.")
+@click.option("--budget", type=int, default=2000, show_default=True,
+              help="MCMC proposals per instance.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+              help="Seconds per backend and instance.")
+@click.option("--from-csv", "from_csv", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="Only regenerate the tables and plot from a stored CSV.")
+def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, scope: str,
+                    out_dir: str, budget: int, seed: int, time_limit_s: float,
+                    from_csv: str | None) -> None:
+    """Compare backends' throughput on INSTANCES (files or directories)."""
+    out = Path(out_dir)
+    if from_csv is None:
+        if not instances:
+            raise click.UsageError("expected at least one instance (or --from-csv)")
+        names = [name.strip() for name in backends.split(",") if name.strip()]
+        options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
+                               extra={"budget": budget})
+        rows = normalise(run_comparison(instances, names, options), normaliser, scope)
+        out.mkdir(parents=True, exist_ok=True)
+        from_csv = str(out / "compare.csv")
+        write_csv(rows, Path(from_csv))
+    for path in render_reports(Path(from_csv), out, normaliser):
+        click.echo(f"wrote {path}")
+    click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)
