@@ -1,0 +1,268 @@
+"""The certification harness: run backends on instances, referee, certify, compare.
+
+For each instance file the harness runs the DP in its structured space, then each
+exact backend in the structured space (the algorithmic certificate) and the full
+space (the structural gap), hinting them with the DP plan.  Every result goes
+through :func:`nest_cp.backends.solve`, which referees the plan with the
+evaluator; cached results are refereed again when read.  The analysis lives in
+:mod:`verify.certify`.  Instances run in parallel on a local process pool; each
+solve is cached by :mod:`verify.cache`, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nest_cp.backends import SolveOptions, backend_function, check_result, solve
+from nest_cp.errors import InvalidPlan, NestCpError
+from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
+from nest_cp.model import HierarchicalNetwork, Instance
+from nest_cp.plan import Plan
+from nest_cp.result import SolveResult, Space, Status
+from verify import certify
+from verify.cache import DEFAULT_CACHE_DIR, ResultCache, instance_digest, result_key
+
+LOGGER = logging.getLogger(__name__)
+
+DEFAULT_BACKENDS = ("dp", "cpsat", "milp")
+REFERENCE_SUFFIX = ".ref.json"
+
+
+@dataclass(frozen=True)
+class HarnessOptions:
+    """What to run on every instance and how; ``use_cache=False`` re-solves everything."""
+
+    backends: tuple[str, ...] = DEFAULT_BACKENDS
+    time_limit_s: float = 20.0
+    seed: int = 0
+    milp_solver: str = "highs"
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    use_cache: bool = True
+
+    def solve_options(self, space: Space, hint: Plan | None) -> SolveOptions:
+        return SolveOptions(space=space, time_limit_s=self.time_limit_s, seed=self.seed,
+                            workers=1, milp_solver=self.milp_solver, hint=hint)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One instance file and the options to verify it with."""
+
+    path: Path
+    options: HarnessOptions = field(default_factory=HarnessOptions)
+
+
+def spaces_of(backend: str) -> tuple[Space, ...]:
+    """Spaces a backend runs in: dp structured, brute full, cpsat/milp both, others structured."""
+    if backend in ("cpsat", "milp"):
+        return (Space.STRUCTURED, Space.FULL)
+    if backend == "brute":
+        return (Space.FULL,)
+    return (Space.STRUCTURED,)
+
+
+def backend_available(name: str) -> bool:
+    """Whether the backend's module and function can be imported right now."""
+    try:
+        backend_function(name)
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def reference_path(instance_path: Path) -> Path:
+    """``name.json`` -> ``name.ref.json`` beside it."""
+    return instance_path.with_name(instance_path.name.removesuffix(".json") + REFERENCE_SUFFIX)
+
+
+def discover(paths: Iterable[Path]) -> list[Path]:
+    """Instance files among ``paths``: files as given, directories' ``*.json`` sorted.
+
+    Reference files (``*.ref.json``) are never instances.  A missing path raises
+    :class:`NestCpError`.
+    """
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += sorted(p for p in path.glob("*.json")
+                            if not p.name.endswith(REFERENCE_SUFFIX))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise NestCpError(f"{path}: expected an instance file or a directory, got nothing")
+    return found
+
+
+def load_reference(instance_path: Path) -> dict | None:
+    path = reference_path(instance_path)
+    return read_document(path) if path.exists() else None
+
+
+# ------------------------------------------------------------------ one run
+
+
+def run_record(result: SolveResult, source: str, instance_sha: str) -> dict:
+    """The JSON record of one refereed backend result."""
+    return {"backend": result.backend, "space": result.space.value, "status": result.status.value,
+            "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
+            "wall_time_s": round(result.wall_time_s, 4), "message": result.message,
+            "plan": None if result.plan is None else plan_to_dict(result.plan),
+            "source": source, "instance_sha256": instance_sha}
+
+
+def _failed_record(backend: str, space: Space, status: str, message: str) -> dict:
+    return {"backend": backend, "space": space.value, "status": status, "objective_ticks": None,
+            "bound_ticks": None, "wall_time_s": 0.0, "message": message, "plan": None,
+            "source": "none"}
+
+
+def _result_from_record(record: dict) -> SolveResult:
+    plan = None if record["plan"] is None else plan_from_dict(record["plan"])
+    return SolveResult(backend=record["backend"], status=Status(record["status"]), plan=plan,
+                       objective_ticks=record["objective_ticks"],
+                       bound_ticks=record["bound_ticks"], wall_time_s=record["wall_time_s"],
+                       space=Space(record["space"]), message=record.get("message", ""))
+
+
+def run_backend(instance: Instance, instance_sha: str, backend: str, options: SolveOptions,
+                cache: ResultCache) -> tuple[dict, Plan | None]:
+    """Solve (or read from the cache) and referee one backend; returns its record and plan.
+
+    A missing backend gives status UNAVAILABLE, a plan the evaluator rejects INVALID,
+    any other exception ERROR; only refereed results are cached.
+    """
+    space = options.space
+    if not backend_available(backend):
+        return _failed_record(backend, space, "UNAVAILABLE", "backend not importable"), None
+    key = result_key(instance_sha, backend, options)
+    cached = cache.get(key)
+    try:
+        if cached is not None:
+            result = _result_from_record(cached)
+            check_result(instance, result)
+            return {**cached, "source": "cache"}, result.plan
+        result = replace(solve(instance, backend, options), space=space)
+    except InvalidPlan as exc:
+        return _failed_record(backend, space, "INVALID", str(exc)), None
+    except Exception as exc:  # a backend crash is reported per run, never aborts the harness
+        LOGGER.exception("%s/%s failed on %s", backend, space.value, instance.name)
+        return _failed_record(backend, space, "ERROR", f"{type(exc).__name__}: {exc}"), None
+    record = run_record(result, "solved", instance_sha)
+    cache.put(key, record)
+    return record, result.plan
+
+
+# ------------------------------------------------------------------ one instance
+
+
+def instance_sizes(instance: Instance) -> dict:
+    """Layers, devices and a short network description for the tables."""
+    network = instance.cluster.network
+    if isinstance(network, HierarchicalNetwork):
+        topology = f"{len(network.tiers)} tiers"
+    else:
+        topology = f"graph ({len(network.switches)} sw)"
+    return {"layers": instance.workload.num_layers, "devices": instance.cluster.num_devices,
+            "network": topology}
+
+
+def verify_instance(task: Task) -> dict:
+    """Run, referee and certify every backend of ``task`` on one instance file."""
+    path, options = task.path, task.options
+    raw = read_document(path)
+    provenance = raw.get("provenance", {}) if isinstance(raw, dict) else {}
+    family = provenance.get("family", path.parent.name) if isinstance(provenance, dict) else \
+        path.parent.name
+    record = {"instance": path.name.removesuffix(".json"), "path": str(path), "family": family,
+              "runs": [], "failures": [], "notes": []}
+    try:
+        instance = load_instance(path)
+    except ImportError as exc:  # e.g. a preset module that has not landed yet
+        record["notes"].append(f"instance unavailable: {exc}")
+        record.update(certificate="n/a", gap=None, reference="n/a")
+        return record
+    sha = instance_digest(instance)
+    record.update(sha256=sha, sizes=instance_sizes(instance))
+    record["runs"] = _run_all(instance, sha, options)
+    _analyse(record, load_reference(path))
+    return record
+
+
+def _run_all(instance: Instance, sha: str, options: HarnessOptions) -> list[dict]:
+    cache = ResultCache(options.cache_dir, options.use_cache)
+    runs, hint = [], None
+    ordered = sorted(options.backends, key=lambda name: name != "dp")  # the DP first: it hints
+    for backend in ordered:
+        for space in spaces_of(backend):
+            run, plan = run_backend(instance, sha, backend, options.solve_options(space, hint),
+                                    cache)
+            runs.append(run)
+            if backend == "dp" and plan is not None:
+                hint = plan
+    return runs
+
+
+def _analyse(record: dict, reference: dict | None) -> None:
+    runs = record["runs"]
+    failures = [f"{run['backend']}/{run['space']}: {run['status']}: {run['message']}"
+                for run in runs if run["status"] in ("INVALID", "ERROR")]
+    failures += certify.consistency_failures(runs)
+    verdict, certificate_failures = certify.algorithmic_certificate(runs)
+    failures += certificate_failures
+    record["certificate"] = verdict
+    record["gap"] = certify.structural_gap(runs)
+    if reference is None:
+        record["reference"] = "missing"
+    elif reference.get("instance_sha256") != record["sha256"]:
+        record["reference"] = "stale"
+        record["notes"].append("reference was computed for other instance content; not compared")
+    else:
+        reference_failures = certify.reference_failures(reference, runs)
+        record["reference"] = "contradicted" if reference_failures else "consistent"
+        failures += [f"reference: {failure}" for failure in reference_failures]
+    record["failures"] = list(dict.fromkeys(failures))  # keep order, drop repeats
+
+
+# ------------------------------------------------------------------ many instances
+
+
+def run_tasks(tasks: list[Task], jobs: int,
+              on_done: Callable[[dict], None] | None = None) -> list[dict]:
+    """Verify every task, ``jobs`` at a time on a process pool; records in task order."""
+    records: dict[int, dict] = {}
+    if jobs <= 1 or len(tasks) <= 1:
+        for index, task in enumerate(tasks):
+            records[index] = verify_instance(task)
+            if on_done:
+                on_done(records[index])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(verify_instance, task): index
+                       for index, task in enumerate(tasks)}
+            for future in as_completed(futures):
+                records[futures[future]] = future.result()
+                if on_done:
+                    on_done(records[futures[future]])
+    return [records[index] for index in range(len(tasks))]
+
+
+def solve_counts(records: list[dict]) -> dict[str, int]:
+    """How many runs were solved now, read from the cache, or produced nothing."""
+    counts = {"solved": 0, "cache": 0, "none": 0}
+    for record in records:
+        for run in record["runs"]:
+            counts[run["source"]] += 1
+    return counts
+
+
+def log_to_stderr(level: int = logging.WARNING) -> None:
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")

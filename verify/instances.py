@@ -1,0 +1,410 @@
+"""Deterministic generator of the benchmark instances in ``instances/``.
+
+``python -m verify.instances [ROOT]`` (re)writes ``ROOT/small/*.json`` (hand-made
+synthetic instances small enough for the exact solvers to certify) and
+``ROOT/paper/*.json`` (the NEST grid: five preset models x two clusters x five
+sizes, written as preset references).  Every number of a small instance comes
+from :func:`synthetic_layer` and the specification tables below; the folder
+READMEs explain them.  Nothing is random, so regenerating gives identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOGGER = logging.getLogger(__name__)
+
+# Network constants of the small set (bandwidth in bytes/s, latency in seconds).
+NVLINK_BPS, NVLINK_LATENCY_S = 1e11, 1e-6       # node-internal link, ~100 GB/s
+RACK_BPS, RACK_LATENCY_S = 2.5e10, 3e-6          # 200 Gb/s NIC
+SPINE_BPS, SPINE_LATENCY_S = 1.25e10, 5e-6       # 100 Gb/s NIC
+SLOW_BPS, SLOW_LATENCY_S = 1e9, 2e-5             # a thin inter-island link
+
+
+# ------------------------------------------------------------------ layer profiles
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One synthetic layer at tp = 1, microbatch 1, before the configuration scaling."""
+
+    name: str
+    fwd_ms: float          # forward time of one sample on one device
+    dense_params: int      # parameters replicated across expert ranks, split by tp
+    act_bytes: int         # activation bytes kept for backward per sample (tp = 1)
+    out_bytes: int         # hidden-state bytes of one sample leaving the layer
+    expert_params: int = 0  # parameters of all experts, split across ep ranks
+    repeat: int = 1
+
+
+def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
+    """The profile of ``spec`` under (tp, ep) and microbatch size, as an instance-file dict.
+
+    Compute scales with samples and splits over tp with 10% overhead per extra tensor
+    rank; backward costs twice forward (data + weight gradients, the usual 2x rule);
+    dense parameters and activations split over tp; expert parameters split over ep;
+    recomputation keeps only the layer input (``out_bytes`` per sample).  A tensor-
+    parallel layer all-reduces its output twice in forward and twice in backward
+    (Megatron-LM's attention + MLP pattern); a layer with experts does two
+    all-to-alls (dispatch, combine) in each direction over the ep ranks.
+    """
+    fwd_s = round(spec.fwd_ms * 1e-3 * microbatch / tp * (1 + 0.1 * (tp - 1)), 9)
+    out_bytes = spec.out_bytes * microbatch
+    collectives = []
+    if tp > 1:
+        collectives += [_collective("all_reduce", out_bytes, "tp", phase)
+                        for phase in ("fwd", "fwd", "bwd", "bwd")]
+    if spec.expert_params and ep > 1:
+        collectives += [_collective("all_to_all", out_bytes, "ep", phase)
+                        for phase in ("fwd", "fwd", "bwd", "bwd")]
+    return {"tp": tp, "ep": ep, "microbatch": microbatch, "fwd_s": fwd_s,
+            "bwd_s": round(2 * fwd_s, 9), "dense_params": spec.dense_params // tp,
+            "expert_params": spec.expert_params // ep,
+            "act_bytes": spec.act_bytes * microbatch // tp, "ckpt_bytes": out_bytes,
+            "out_bytes": out_bytes, "collectives": collectives}
+
+
+def _collective(kind: str, volume_bytes: int, group: str, phase: str) -> dict:
+    return {"kind": kind, "volume_bytes": volume_bytes, "group": group, "phase": phase}
+
+
+def workload_dict(name: str, layers: list[LayerSpec], configs: list[tuple[int, int]],
+                  microbatches: list[int]) -> dict:
+    """A workload section with every layer profiled for every (tp, ep) and microbatch."""
+    return {"name": name, "layers": [
+        {"name": spec.name, "repeat": spec.repeat,
+         "profiles": [synthetic_layer(spec, tp, ep, size)
+                      for tp, ep in configs for size in microbatches]}
+        for spec in layers]}
+
+
+def dense_chain(blocks: int, scale: float = 1.0) -> list[LayerSpec]:
+    """Embedding, ``blocks`` transformer-like blocks of slowly growing cost, head."""
+    def block(index: int) -> LayerSpec:
+        return LayerSpec(f"block{index}", fwd_ms=round((1.0 + 0.25 * index) * scale, 3),
+                         dense_params=int(2e8 * scale), act_bytes=int(2e9 * scale),
+                         out_bytes=int(8e6 * scale))
+    return [LayerSpec("embed", fwd_ms=round(0.2 * scale, 3), dense_params=int(3e8 * scale),
+                      act_bytes=int(2e8 * scale), out_bytes=int(8e6 * scale)),
+            *[block(index) for index in range(blocks)],
+            LayerSpec("head", fwd_ms=round(0.6 * scale, 3), dense_params=int(3e8 * scale),
+                      act_bytes=int(1e9 * scale), out_bytes=int(4e6 * scale))]
+
+
+def moe_chain(blocks: int, scale: float = 1.0) -> list[LayerSpec]:
+    """Like :func:`dense_chain`, with every block carrying experts (8 experts of 1e8 params)."""
+    def block(index: int) -> LayerSpec:
+        return LayerSpec(f"moe{index}", fwd_ms=round((1.2 + 0.2 * index) * scale, 3),
+                         dense_params=int(1e8 * scale), act_bytes=int(3e9 * scale),
+                         out_bytes=int(8e6 * scale), expert_params=int(8e8 * scale))
+    chain = dense_chain(0, scale)
+    return [chain[0], *[block(index) for index in range(blocks)], chain[-1]]
+
+
+# ------------------------------------------------------------------ networks
+
+
+def hierarchical(*tiers: tuple[str, int, float, float]) -> dict:
+    return {"kind": "hierarchical", "tiers": [
+        {"name": name, "size": size, "bandwidth_Bps": bandwidth, "latency_s": latency}
+        for name, size, bandwidth, latency in tiers]}
+
+
+def two_tier(node: int, nodes: int, spine_bps: float = SPINE_BPS) -> dict:
+    return hierarchical(("node", node, NVLINK_BPS, NVLINK_LATENCY_S),
+                        ("spine", nodes, spine_bps, SPINE_LATENCY_S))
+
+
+def three_tier(node: int, racks: int, pods: int) -> dict:
+    return hierarchical(("node", node, NVLINK_BPS, NVLINK_LATENCY_S),
+                        ("rack", racks, RACK_BPS, RACK_LATENCY_S),
+                        ("pod", pods, SPINE_BPS, SPINE_LATENCY_S))
+
+
+def _link(a: int | str, b: int | str, bandwidth: float, latency: float) -> dict:
+    return {"a": a, "b": b, "bandwidth_Bps": bandwidth, "latency_s": latency}
+
+
+def oversubscribed_tree(leaves: int, per_leaf: int) -> dict:
+    """Devices on leaf switches at rack speed; leaf uplinks 4:1 oversubscribed.
+
+    The widest-path model prices a pair by its bottleneck link, not by sharing, so
+    the uplink carries the per-device share of a 4:1 oversubscribed uplink
+    (rack bandwidth / 4), the convention DESIGN §1.2 uses for outer tiers.
+    """
+    links = [_link(leaf * per_leaf + slot, f"leaf{leaf}", RACK_BPS, RACK_LATENCY_S)
+             for leaf in range(leaves) for slot in range(per_leaf)]
+    links += [_link(f"leaf{leaf}", "spine", RACK_BPS / 4,
+                    SPINE_LATENCY_S) for leaf in range(leaves)]
+    return {"kind": "graph", "switches": [f"leaf{leaf}" for leaf in range(leaves)] + ["spine"],
+            "links": links}
+
+
+def ring(devices: int, slow_link: bool) -> dict:
+    """Devices in a ring of NVLink-class links; optionally the link (last, 0) is 10x slower."""
+    links = [_link(device, (device + 1) % devices, NVLINK_BPS, NVLINK_LATENCY_S)
+             for device in range(devices)]
+    if slow_link:
+        links[-1] = _link(devices - 1, 0, NVLINK_BPS / 10, 10 * NVLINK_LATENCY_S)
+    return {"kind": "graph", "switches": [], "links": links}
+
+
+def two_islands(per_island: int) -> dict:
+    """Two switched islands of ``per_island`` devices joined by one thin link."""
+    links = [_link(island * per_island + slot, f"island{island}", NVLINK_BPS / 2,
+                   NVLINK_LATENCY_S)
+             for island in range(2) for slot in range(per_island)]
+    links.append(_link("island0", "island1", SLOW_BPS, SLOW_LATENCY_S))
+    return {"kind": "graph", "switches": ["island0", "island1"], "links": links}
+
+
+def torus_slice(rows: int, cols: int) -> dict:
+    """A rows x cols slice of a 2D torus: fast links along rows, slower along columns."""
+    links = []
+    for row in range(rows):
+        for col in range(cols):
+            device = row * cols + col
+            if cols > 1 and (col + 1 < cols or cols > 2):
+                links.append(_link(device, row * cols + (col + 1) % cols, NVLINK_BPS / 2,
+                                   NVLINK_LATENCY_S))
+            if rows > 1 and (row + 1 < rows or rows > 2):
+                links.append(_link(device, ((row + 1) % rows) * cols + col, RACK_BPS,
+                                   RACK_LATENCY_S))
+    return {"kind": "graph", "switches": [], "links": links}
+
+
+# ------------------------------------------------------------------ the small set
+
+
+@dataclass(frozen=True)
+class SmallSpec:
+    """One small instance: its family, chain, choices, network and memory."""
+
+    name: str
+    family: str
+    purpose: str
+    layers: list[LayerSpec]
+    devices: int
+    network: dict
+    hbm_bytes: int
+    global_batch: int = 8
+    configs: list[tuple[int, int]] = field(default_factory=lambda: [(1, 1)])
+    microbatches: list[int] = field(default_factory=lambda: [1])
+    zero_stages: list[int] = field(default_factory=lambda: [0])
+    allow_recompute: bool = False
+
+
+GB = 10**9
+
+
+def small_specs() -> list[SmallSpec]:
+    """Every small instance, in a fixed order."""
+    return [*_hierarchical_specs(), *_moe_specs(), *_tight_specs(), *_graph_specs(),
+            *_infeasible_specs()]
+
+
+def _hierarchical_specs() -> list[SmallSpec]:
+    return [
+        SmallSpec("h2-dense-l3-d4", "hier2", "3 layers on 2 nodes of 2; placement matters",
+                  dense_chain(1), 4, two_tier(2, 2), 80 * GB),
+        SmallSpec("h2-dense-l4-d4-mb", "hier2", "microbatch choice 1 or 2",
+                  dense_chain(2), 4, two_tier(2, 2), 80 * GB, microbatches=[1, 2]),
+        SmallSpec("h2-dense-l4-d8", "hier2", "4 layers on 2 nodes of 4",
+                  dense_chain(2), 8, two_tier(4, 2), 80 * GB, global_batch=16),
+        SmallSpec("h2-dense-l5-d8-tp", "hier2", "tensor width 1 or 2",
+                  dense_chain(3), 8, two_tier(4, 2), 80 * GB, configs=[(1, 1), (2, 1)]),
+        SmallSpec("h2-dense-l4-d6-zero", "hier2", "ZeRO 0-3 on a non-power-of-two cluster",
+                  dense_chain(2), 6, two_tier(2, 3), 80 * GB, global_batch=12,
+                  zero_stages=[0, 1, 2, 3]),
+        SmallSpec("h2-dense-l5-d8-slowspine", "hier2", "a 10x slower spine",
+                  dense_chain(3), 8, two_tier(2, 4, SPINE_BPS / 10), 80 * GB, global_batch=16),
+        SmallSpec("h2-dense-l8-d16", "hier2", "the largest small instance: 8 layers, 16 devices",
+                  dense_chain(6, 0.5), 16, two_tier(4, 4), 80 * GB, global_batch=32),
+        SmallSpec("h3-dense-l4-d8", "hier3", "3 tiers of 2",
+                  dense_chain(2), 8, three_tier(2, 2, 2), 80 * GB, global_batch=16),
+        SmallSpec("h3-dense-l5-d8-tp-mb", "hier3", "tp 1/2 and microbatch 1/2 on 3 tiers",
+                  dense_chain(3), 8, three_tier(2, 2, 2), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (2, 1)], microbatches=[1, 2]),
+        SmallSpec("h3-dense-l3-d8-recompute", "hier3", "recomputation allowed, loose memory",
+                  dense_chain(1), 8, three_tier(2, 2, 2), 80 * GB, global_batch=16,
+                  allow_recompute=True),
+        SmallSpec("h3-dense-l6-d12", "hier3", "3 tiers 2 x 3 x 2, 6 layers",
+                  dense_chain(4, 0.5), 12, three_tier(2, 3, 2), 80 * GB, global_batch=24),
+    ]
+
+
+def _moe_specs() -> list[SmallSpec]:
+    return [
+        SmallSpec("moe-l3-d4-ep2", "moe", "expert width 1 or 2, all-to-all in tier 0",
+                  moe_chain(1), 4, two_tier(2, 2), 80 * GB, configs=[(1, 1), (1, 2)]),
+        SmallSpec("moe-l4-d8-ep2", "moe", "two MoE blocks, ep 1/2",
+                  moe_chain(2), 8, two_tier(4, 2), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (1, 2)]),
+        SmallSpec("moe-l4-d8-tp-ep", "moe", "tp x ep in {1x1, 2x1, 1x2, 2x2}",
+                  moe_chain(2), 8, two_tier(4, 2), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (2, 1), (1, 2), (2, 2)]),
+        SmallSpec("moe-l3-d8-h3-ep4", "moe", "ep 4 across 3 tiers",
+                  moe_chain(1), 8, three_tier(2, 2, 2), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (1, 4)]),
+        SmallSpec("moe-l4-d8-tight", "moe", "experts only fit when sharded or pipelined",
+                  moe_chain(2), 8, two_tier(4, 2), 30 * GB, global_batch=16,
+                  configs=[(1, 1), (1, 2)], zero_stages=[0, 1, 2, 3], allow_recompute=True),
+    ]
+
+
+def _tight_specs() -> list[SmallSpec]:
+    return [
+        SmallSpec("tight-l3-d4-recompute", "tight", "fits only with recomputation or pipelining",
+                  dense_chain(1), 4, two_tier(2, 2), 12 * GB, allow_recompute=True),
+        SmallSpec("tight-l4-d4-zero", "tight", "fits only with ZeRO or a deep pipeline",
+                  dense_chain(2), 4, two_tier(2, 2), 16 * GB, zero_stages=[0, 1, 2, 3]),
+        SmallSpec("tight-l5-d8-all", "tight", "recompute, ZeRO, tp and microbatch all open",
+                  dense_chain(3), 8, two_tier(4, 2), 14 * GB, global_batch=16,
+                  configs=[(1, 1), (2, 1)], microbatches=[1, 2], zero_stages=[0, 3],
+                  allow_recompute=True),
+        SmallSpec("tight-l4-d8-h3", "tight", "tight memory on 3 tiers",
+                  dense_chain(2), 8, three_tier(2, 2, 2), 10 * GB, global_batch=16,
+                  zero_stages=[0, 2], allow_recompute=True),
+    ]
+
+
+def _graph_specs() -> list[SmallSpec]:
+    return [
+        SmallSpec("graph-tree-dense-l4-d8", "graph-tree", "2 leaves of 4, 4:1 oversubscribed",
+                  dense_chain(2), 8, oversubscribed_tree(2, 4), 80 * GB, global_batch=16),
+        SmallSpec("graph-tree-moe-l3-d8", "graph-tree", "MoE on the oversubscribed tree",
+                  moe_chain(1), 8, oversubscribed_tree(2, 4), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (1, 2)]),
+        SmallSpec("graph-ring-dense-l4-d6", "graph-ring", "ring of 6 with one slow link",
+                  dense_chain(2), 6, ring(6, True), 80 * GB, global_batch=12),
+        SmallSpec("graph-ring-dense-l3-d4-tp", "graph-ring", "uniform ring of 4, tp 1/2",
+                  dense_chain(1), 4, ring(4, False), 80 * GB, configs=[(1, 1), (2, 1)]),
+        SmallSpec("graph-islands-dense-l4-d8", "graph-islands", "two islands of 4, thin bridge",
+                  dense_chain(2), 8, two_islands(4), 80 * GB, global_batch=16),
+        SmallSpec("graph-islands-tight-l4-d8", "graph-islands", "islands with tight memory",
+                  dense_chain(2), 8, two_islands(4), 14 * GB, global_batch=16,
+                  zero_stages=[0, 1], allow_recompute=True),
+        SmallSpec("graph-torus-dense-l4-d8", "graph-torus", "2 x 4 torus slice",
+                  dense_chain(2), 8, torus_slice(2, 4), 80 * GB, global_batch=16),
+        SmallSpec("graph-torus-moe-l3-d8", "graph-torus", "MoE ep 2 on a 2 x 4 torus slice",
+                  moe_chain(1), 8, torus_slice(2, 4), 80 * GB, global_batch=16,
+                  configs=[(1, 1), (1, 2)]),
+    ]
+
+
+def _infeasible_specs() -> list[SmallSpec]:
+    huge_act = [LayerSpec("embed", 0.2, int(1e8), int(2e8), int(8e6)),
+                LayerSpec("wide", 1.0, int(1e8), int(50e9), int(8e6)),
+                LayerSpec("head", 0.5, int(1e8), int(1e9), int(4e6))]
+    huge_params = [LayerSpec("embed", 0.2, int(3e9), int(2e8), int(8e6)),
+                   LayerSpec("block", 1.0, int(1e8), int(1e9), int(8e6))]
+    return [
+        SmallSpec("infeasible-activation", "infeasible",
+                  "one layer keeps 50 GB of activations; HBM 40 GB; recompute cannot help",
+                  huge_act, 4, two_tier(2, 2), 40 * GB, allow_recompute=True),
+        SmallSpec("infeasible-params", "infeasible",
+                  "3e9 parameters x 16 B exceed 40 GB; ZeRO not allowed, tp 1 only",
+                  huge_params, 4, two_tier(2, 2), 40 * GB, allow_recompute=True),
+        SmallSpec("infeasible-experts", "infeasible",
+                  "experts 8e9 params; ep 2 halves them, still over 40 GB even with ZeRO 1",
+                  [LayerSpec("moe", 1.0, int(1e8), int(1e9), int(8e6),
+                             expert_params=int(8e9))], 4, two_tier(2, 2), 40 * GB,
+                  configs=[(1, 1), (1, 2)], zero_stages=[0, 1]),
+    ]
+
+
+def small_instance(spec: SmallSpec) -> dict:
+    """The instance-file dict of one small specification."""
+    return {
+        "name": spec.name,
+        "provenance": {"family": spec.family, "purpose": spec.purpose,
+                       "source": "synthetic: verify/instances.py (see instances/small/README.md)"},
+        "workload": workload_dict(spec.name, spec.layers, spec.configs, spec.microbatches),
+        "cluster": {"name": spec.network["kind"], "num_devices": spec.devices,
+                    "hbm_bytes": spec.hbm_bytes, "network": spec.network},
+        "training": {"global_batch": spec.global_batch, "seq_len": 1024,
+                     "microbatches": spec.microbatches,
+                     "optimizer": {"name": "adam-mixed", "weight_bytes": 2, "grad_bytes": 2,
+                                   "state_bytes": 12},
+                     "zero_stages": spec.zero_stages, "allow_recompute": spec.allow_recompute},
+    }
+
+
+# ------------------------------------------------------------------ the paper grid
+
+PAPER_MODELS = {  # preset -> (sequence length, expert width), DESIGN §6 (NEST artifact)
+    "bert-large": (512, 1),
+    "llama2-7b": (4096, 1),
+    "llama3-70b": (4096, 1),
+    "gpt3-175b": (2048, 1),
+    "mixtral-8x7b": (4096, 4),
+}
+PAPER_CLUSTERS = {"nest-tpuv4-fattree": "nest-tpuv4", "nest-h100-spineleaf": "nest-h100"}
+PAPER_SIZES = (64, 128, 256, 512, 1024)
+
+
+def paper_instances() -> list[dict]:
+    """The NEST grid as preset references: global batch 4096, microbatch 1.
+
+    The workload is profiled on the device of the cluster preset (NEST's HBM sizes);
+    Mixtral uses expert width 4 as in NEST's scripts (DESIGN §6); tensor widths are
+    the preset's defaults.
+    """
+    return [{
+        "name": f"{model}--{cluster}--{devices}",
+        "provenance": {"family": f"paper-{cluster}",
+                       "source": "NEST (arXiv 2603.06798) evaluation grid, DESIGN.md section 6"},
+        "workload": {"preset": model, "device": PAPER_CLUSTERS[cluster],
+                     **({"ep": [ep]} if ep > 1 else {})},
+        "cluster": {"preset": cluster, "num_devices": devices},
+        "training": {"global_batch": 4096, "seq_len": seq_len, "microbatches": [1],
+                     "zero_stages": [0], "allow_recompute": True},
+    } for cluster in PAPER_CLUSTERS for model, (seq_len, ep) in PAPER_MODELS.items()
+        for devices in PAPER_SIZES]
+
+
+# ------------------------------------------------------------------ writing
+
+
+def write_instances(root: Path) -> list[Path]:
+    """Write every small and paper instance under ``root``; returns the files written."""
+    written = []
+    for folder, documents in (("small", [small_instance(s) for s in small_specs()]),
+                              ("paper", paper_instances())):
+        directory = root / folder
+        directory.mkdir(parents=True, exist_ok=True)
+        for document in documents:
+            path = directory / f"{document['name']}.json"
+            _write_json(document, path)
+            written.append(path)
+    worked = Path(__file__).resolve().parent.parent / "tests" / "data" / "worked_example.json"
+    if worked.exists():
+        target = root / "small" / "worked_example.json"
+        shutil.copyfile(worked, target)
+        written.append(target)
+    return written
+
+
+def _write_json(document: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate the instance folders (default root: ./instances)."""
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0]) if args else Path("instances")
+    written = write_instances(root)
+    LOGGER.info("wrote %d instance files under %s", len(written), root)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Gap tables (Markdown, CSV, LaTeX booktabs) and the protocol, from stored results.
+
+Tables are pure functions of a ``results.json`` document (see :func:`results_document`),
+so ``nest-cp table RESULTS.json`` regenerates byte-identical tables.  Objectives are
+shown in milliseconds in Markdown and LaTeX and as exact integer ticks in CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import platform
+import statistics
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+
+from nest_cp.result import Space
+
+FORMATS = ("md", "csv", "tex")
+EXACT_ORDER = ("cpsat", "milp", "brute")
+
+
+# ------------------------------------------------------------------ protocol
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def protocol(options: dict, backends: dict[str, bool]) -> dict:
+    """Versions, limits, seeds and machine: everything needed to reproduce the tables."""
+    return {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "versions": {"nest-cp": _version("nest-cp"), "ortools": _version("ortools"),
+                     "pulp": _version("pulp"), "highspy": _version("highspy"),
+                     "cbc": f"bundled with PuLP {_version('pulp')}",
+                     "python": platform.python_version()},
+        "options": options,
+        "backends_available": backends,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or
+                    platform.machine(), "cores": os.cpu_count()},
+        "command": " ".join(["nest-cp", *sys.argv[1:]]) if sys.argv else "",
+    }
+
+
+def results_document(records: list[dict], protocol_: dict) -> dict:
+    """The results.json document: protocol, per-instance records, per-family summary."""
+    return {"protocol": protocol_, "instances": records, "summary": family_summary(records)}
+
+
+# ------------------------------------------------------------------ rows
+
+
+def exact_backends(records: list[dict]) -> list[str]:
+    """Exact backends that appear in any record, in a fixed order."""
+    present = {run["backend"] for record in records for run in record["runs"]}
+    return [name for name in EXACT_ORDER if name in present]
+
+
+def _run(record: dict, backend: str, space: str) -> dict | None:
+    return next((run for run in record["runs"]
+                 if run["backend"] == backend and run["space"] == space), None)
+
+
+def _ms(ticks: int | None) -> str:
+    return "—" if ticks is None else f"{ticks / 1e6:.3f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def format_gap(gap: dict | None) -> str:
+    """``1.23%`` for a proven gap, ``[0.00%, 4.56%]`` for an interval, ``—`` for none."""
+    if gap is None:
+        return "—"
+    low = f"{100 * gap['low']:.2f}%"
+    if gap["exact"]:
+        return low
+    high = "∞" if gap["high"] is None else f"{100 * gap['high']:.2f}%"
+    return f"[{low}, {high}]"
+
+
+def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
+    """One table row: sizes, DP, each exact solver's full-space result, certificate, gap."""
+    show = (lambda value: "—" if value is None else str(value)) if ticks else _ms
+    sizes = record.get("sizes", {})
+    dp = _run(record, "dp", Space.STRUCTURED.value)
+    row = [record["instance"], record["family"], str(sizes.get("layers", "—")),
+           str(sizes.get("devices", "—")), sizes.get("network", "—"),
+           show(dp["objective_ticks"]) if dp else "—", _dp_status(dp),
+           _seconds(dp["wall_time_s"]) if dp else "—"]
+    for backend in exact:
+        run = _run(record, backend, Space.FULL.value)
+        row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), run["status"],
+                 _seconds(run["wall_time_s"])] if run else ["—"] * 4)
+    row += [record["certificate"], format_gap(record["gap"]),
+            "FAIL" if record["failures"] else "ok"]
+    return row
+
+
+def _dp_status(dp: dict | None) -> str:
+    return "—" if dp is None else dp["status"]
+
+
+def header(exact: list[str], ticks: bool) -> list[str]:
+    unit = "ticks" if ticks else "ms"
+    columns = ["instance", "family", "L", "N", "network", f"dp T [{unit}]", "dp status",
+               "dp [s]"]
+    for backend in exact:
+        columns += [f"{backend} T [{unit}]", f"{backend} bound [{unit}]", f"{backend} status",
+                    f"{backend} [s]"]
+    return columns + ["cert", "gap", "check"]
+
+
+# ------------------------------------------------------------------ summary
+
+
+def family_summary(records: list[dict]) -> list[dict]:
+    """Per family: count, certified, point gaps (mean, max), open intervals, median times."""
+    families: dict[str, list[dict]] = {}
+    for record in records:
+        families.setdefault(record["family"], []).append(record)
+    return [_summarise(name, members) for name, members in families.items()]
+
+
+def _summarise(family: str, records: list[dict]) -> dict:
+    point_gaps = [r["gap"]["low"] for r in records if r["gap"] and r["gap"]["exact"]]
+    dp_times = [run["wall_time_s"] for r in records for run in r["runs"]
+                if run["backend"] == "dp" and run["source"] != "none"]
+    exact_times = [run["wall_time_s"] for r in records for run in r["runs"]
+                   if run["backend"] in EXACT_ORDER and run["source"] != "none"]
+    return {"family": family, "count": len(records),
+            "certified": sum(r["certificate"] == "yes" for r in records),
+            "failed": sum(bool(r["failures"]) for r in records),
+            "gap_proven": len(point_gaps),
+            "gap_open": sum(bool(r["gap"]) and not r["gap"]["exact"] for r in records),
+            "mean_gap": statistics.fmean(point_gaps) if point_gaps else None,
+            "max_gap": max(point_gaps) if point_gaps else None,
+            "median_dp_s": statistics.median(dp_times) if dp_times else None,
+            "median_exact_s": statistics.median(exact_times) if exact_times else None}
+
+
+SUMMARY_HEADER = ["family", "instances", "certified", "failed", "gaps proven", "gaps open",
+                  "mean gap", "max gap", "median dp [s]", "median exact [s]"]
+
+
+def summary_row(summary: dict) -> list[str]:
+    def percent(value: float | None) -> str:
+        return "—" if value is None else f"{100 * value:.2f}%"
+    return [summary["family"], str(summary["count"]), str(summary["certified"]),
+            str(summary["failed"]), str(summary["gap_proven"]), str(summary["gap_open"]),
+            percent(summary["mean_gap"]), percent(summary["max_gap"]),
+            _seconds(summary["median_dp_s"]), _seconds(summary["median_exact_s"])]
+
+
+# ------------------------------------------------------------------ renderers
+
+
+def render(document: dict, fmt: str) -> str:
+    """The gap table of a results document in ``md``, ``csv`` or ``tex``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"expected a format among {', '.join(FORMATS)}, got {fmt!r}")
+    return {"md": render_markdown, "csv": render_csv, "tex": render_latex}[fmt](document)
+
+
+def _protocol_lines(document: dict) -> list[str]:
+    proto = document["protocol"]
+    versions = ", ".join(f"{name} {value}" for name, value in proto["versions"].items())
+    options = ", ".join(f"{name}={value}" for name, value in proto["options"].items())
+    available = ", ".join(f"{name}{'' if ok else ' (unavailable)'}"
+                          for name, ok in proto["backends_available"].items())
+    machine = proto["machine"]
+    return [f"Date (UTC): {proto['date_utc']}", f"Versions: {versions}", f"Options: {options}",
+            f"Backends: {available}",
+            f"Machine: {machine['platform']}, {machine['processor']}, {machine['cores']} cores"]
+
+
+def _markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def render_markdown(document: dict) -> str:
+    records = document["instances"]
+    exact = exact_backends(records)
+    lines = ["# Certification and gap table", "",
+             "T: iteration time of the best plan found; bound: the solver's proven lower bound "
+             "(full space); cert: DP optimum equals the exact structured optimum (yes / no / "
+             "open); gap: (T_dp - T_exact) / T_exact against the full-space optimum, an "
+             "interval [best plan, bound] when the solver stopped at its limit.", ""]
+    lines += _markdown_table(header(exact, False),
+                             [instance_row(r, exact, False) for r in records])
+    lines += ["", "## Per family", ""]
+    lines += _markdown_table(SUMMARY_HEADER, [summary_row(s) for s in document["summary"]])
+    failing = [(r["instance"], f) for r in records for f in r["failures"]]
+    if failing:
+        lines += ["", "## Failures", ""] + [f"- {name}: {text}" for name, text in failing]
+    lines += ["", "## Protocol", ""] + [f"- {line}" for line in _protocol_lines(document)]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(document: dict) -> str:
+    records = document["instances"]
+    exact = exact_backends(records)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header(exact, True))
+    writer.writerows(instance_row(record, exact, True) for record in records)
+    return buffer.getvalue()
+
+
+_LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                   "^": r"\textasciicircum{}", "—": "--", "∞": r"$\infty$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(char, char) for char in text)
+
+
+def _latex_table(columns: list[str], rows: list[list[str]], caption: str) -> list[str]:
+    spec = "l" * 2 + "r" * (len(columns) - 2)
+    lines = [r"\begin{table}", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}",
+             r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in rows]
+    return lines + [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}",
+                    r"\end{table}"]
+
+
+def render_latex(document: dict) -> str:
+    """Two booktabs tables (instances, families) and the protocol as a comment block."""
+    records = document["instances"]
+    exact = exact_backends(records)
+    lines = ["% Generated by nest-cp verify; requires \\usepackage{booktabs}."]
+    lines += ["% " + line for line in _protocol_lines(document)]
+    lines += _latex_table(header(exact, False), [instance_row(r, exact, False) for r in records],
+                          "Certification of the DP and its gap to the exact full-space optimum.")
+    lines += [""] + _latex_table(SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
+                                 "Per-family summary.")
+    return "\n".join(lines) + "\n"
