@@ -1,0 +1,171 @@
+"""Two thin adapters that let one skeleton build a CP-SAT model and a MILP.
+
+Both expose the same verbs: new_bool, new_int, add, add_floor (a linear floor
+enforced by literals), total, minimize, hint, solve, value.  The MILP adapter
+declares cost terms continuous: each is pushed down onto the largest enforced
+floor, a sum of integer prices times binaries, so it is integral at an optimum.
+Enforcement in the MILP is a big-M with M = the floor's largest coefficient:
+the stage picks exactly one option, so Σ_o opt·price <= M and the relaxed floor
+is <= 0, which the term's lower bound 0 already implies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import pulp
+from ortools.sat.python import cp_model
+
+logger = logging.getLogger(__name__)
+
+
+class RawStatus(str, Enum):
+    OPTIMAL = "optimal"        # proven optimal (or proven: nothing below the cutoff)
+    FEASIBLE = "feasible"      # a solution, stopped by the limit
+    INFEASIBLE = "infeasible"  # proven infeasible
+    UNKNOWN = "unknown"        # stopped by the limit without a solution
+
+
+@dataclass(frozen=True, slots=True)
+class RawOutcome:
+    """What a solver proved about one sub-problem model; bound is None when unknown."""
+
+    status: RawStatus
+    objective: float | None
+    bound: float | None
+
+
+class CpSatAdapter:
+    """OR-Tools CP-SAT."""
+
+    def __init__(self):
+        self.model = cp_model.CpModel()
+        self._solver: cp_model.CpSolver | None = None
+
+    def new_bool(self, name: str):
+        return self.model.new_bool_var(name)
+
+    def new_int(self, name: str, lower: int, upper: int):
+        return self.model.new_int_var(lower, max(lower, upper), name)
+
+    def add(self, constraint) -> None:
+        if isinstance(constraint, bool):  # a constant comparison, e.g. 0 == 0
+            if not constraint:
+                self.model.add_bool_or([])
+            return
+        self.model.add(constraint)
+
+    def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        constraint = self.model.add(term >= expr)
+        if literals:
+            constraint.only_enforce_if(literals)
+
+    def total(self, terms):
+        return cp_model.LinearExpr.sum(list(terms))
+
+    def minimize(self, expr) -> None:
+        self.model.minimize(expr)
+
+    def hint(self, var, value: int) -> None:
+        self.model.add_hint(var, value)
+
+    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
+        solver.parameters.random_seed = seed
+        solver.parameters.num_workers = workers
+        status = solver.solve(self.model)
+        self._solver = solver
+        if status == cp_model.OPTIMAL:
+            return RawOutcome(RawStatus.OPTIMAL, solver.objective_value, solver.objective_value)
+        if status == cp_model.FEASIBLE:
+            return RawOutcome(RawStatus.FEASIBLE, solver.objective_value,
+                              solver.best_objective_bound)
+        if status == cp_model.INFEASIBLE:
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
+        if status == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT model invalid: {self.model.validate()}")
+        return RawOutcome(RawStatus.UNKNOWN, None, solver.best_objective_bound)
+
+    def value(self, var) -> int:
+        return int(self._solver.value(var))
+
+
+class MilpAdapter:
+    """PuLP with CBC (default) or HiGHS through highspy."""
+
+    def __init__(self, solver_name: str = "cbc"):
+        self.problem = pulp.LpProblem("nest_cp", pulp.LpMinimize)
+        self.solver_name = solver_name
+        self._count = 0
+        self._hinted = False
+
+    def new_bool(self, name: str):
+        return pulp.LpVariable(self._unique(name), cat=pulp.LpBinary)
+
+    def new_int(self, name: str, lower: int, upper: int):
+        return pulp.LpVariable(self._unique(name), lowBound=lower, upBound=max(lower, upper))
+
+    def add(self, constraint) -> None:
+        if isinstance(constraint, bool):
+            if not constraint:
+                raise ValueError("constant constraint is false")
+            return
+        self.problem += constraint
+
+    def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        slack = big_m * (len(literals) - pulp.lpSum(literals)) if literals else 0
+        self.problem += term >= expr - slack
+
+    def total(self, terms):
+        return pulp.lpSum(list(terms))
+
+    def minimize(self, expr) -> None:
+        self.problem += expr
+
+    def hint(self, var, value: int) -> None:
+        var.setInitialValue(value)
+        self._hinted = True
+
+    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
+        # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
+        # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
+        if self.solver_name == "highs":
+            solver = pulp.HiGHS(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+                                gapAbs=0.5, threads=workers, random_seed=seed)
+        else:
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+                                       gapAbs=0.5, threads=workers, warmStart=self._hinted,
+                                       options=[f"randomCbcSeed {seed + 1}"])
+        self.problem.solve(solver)
+        return self._outcome()
+
+    def _outcome(self) -> RawOutcome:
+        sol_status = self.problem.sol_status
+        objective = pulp.value(self.problem.objective)
+        bound = self._highs_bound()
+        if sol_status == pulp.LpSolutionOptimal:
+            return RawOutcome(RawStatus.OPTIMAL, objective, objective)
+        if sol_status == pulp.LpSolutionIntegerFeasible:
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound)
+        if sol_status == pulp.LpSolutionInfeasible or self.problem.status == pulp.LpStatusInfeasible:
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
+        return RawOutcome(RawStatus.UNKNOWN, None, bound)
+
+    def _highs_bound(self) -> float | None:
+        """HiGHS's proven dual bound; CBC's is not reported through PuLP (None)."""
+        model = getattr(self.problem, "solverModel", None)
+        if self.solver_name != "highs" or model is None:
+            return None
+        bound = model.getInfo().mip_dual_bound
+        return bound if math.isfinite(bound) else None
+
+    def value(self, var) -> int:
+        return int(round(var.varValue or 0))
+
+    def _unique(self, name: str) -> str:
+        self._count += 1
+        return f"{name}_{self._count}"

@@ -1,0 +1,158 @@
+"""The exact search: one model per sub-problem, pruned by bound, statuses combined.
+
+Why this stays exact.  Every plan belongs to exactly one sub-problem (c, b, S, d,
+z); each model is exact for its sub-problem (nest_cp.exact.skeleton); so the
+minimum over sub-problems is the optimum.  Sub-problems are visited in order of
+their lower bound (nest_cp.exact.subproblems); once a bound reaches the
+incumbent, that sub-problem and all later ones hold no better plan and are
+pruned.  Every model also carries the cutoff objective <= incumbent − 1, so a
+solver's INFEASIBLE there means "nothing better here", which is as good as a
+proof of optimality of the incumbent for that sub-problem.
+
+How statuses combine.  A sub-problem is *resolved* when its solver proved
+OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  The result is
+OPTIMAL iff every sub-problem is resolved and a plan exists; INFEASIBLE iff every
+sub-problem is resolved and none has a plan (then no cutoff was ever active);
+otherwise FEASIBLE with a plan, UNKNOWN without.  The bound is the minimum over
+sub-problems of what is proven about each: the incumbent for resolved ones, the
+solver's bound (at least the compute bound) for those stopped by the limit, and
+the compute bound for those never reached.  The time limit is global: each
+model gets what is left of it.
+
+Every plan a solver returns is re-evaluated with nest_cp.evaluate; the result
+carries the evaluator's objective.  When a solver proves a sub-problem optimal
+and the evaluator disagrees with its objective, that is a modelling bug and
+raises ModelMismatch instead of being passed on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nest_cp.evaluate import evaluate
+from nest_cp.exact.adapters import RawStatus
+from nest_cp.exact.skeleton import build_model, extract_plan, hint_model
+from nest_cp.exact.subproblems import SubProblem, enumerate_subproblems
+from nest_cp.model import Instance
+from nest_cp.network import NetworkModel
+from nest_cp.plan import Plan
+from nest_cp.result import SolveResult, Space, Status
+
+logger = logging.getLogger(__name__)
+
+
+class ModelMismatch(RuntimeError):
+    """A solver's proven objective differs from the evaluator's: a modelling bug."""
+
+
+@dataclass(slots=True)
+class _Search:
+    """Incumbent and proof state across sub-problems."""
+
+    best_plan: Plan | None = None
+    best_ticks: int | None = None
+    open_bounds: list = field(default_factory=list)  # bounds of sub-problems not resolved
+    solved: int = 0
+    pruned: int = 0
+
+    def offer(self, plan: Plan, ticks: int) -> None:
+        if self.best_ticks is None or ticks < self.best_ticks:
+            self.best_plan, self.best_ticks = plan, ticks
+
+
+def solve_exact(instance: Instance, options, backend: str,
+                make_adapter: Callable[[], object]) -> SolveResult:
+    """Solve ``instance`` exactly in ``options.space`` with the adapter's solver."""
+    start = time.monotonic()
+    deadline = start + options.time_limit_s
+    network = NetworkModel(instance.cluster)
+    search = _Search()
+    _offer_hint(instance, options, network, search)
+    for sub in enumerate_subproblems(instance):
+        if not sub.feasible:
+            continue  # no split fits in memory: resolved (infeasible) without a model
+        if search.best_ticks is not None and sub.lower_bound_ticks >= search.best_ticks:
+            search.pruned += 1
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            search.open_bounds.append(sub.lower_bound_ticks)
+            continue
+        _solve_subproblem(instance, options, network, sub, remaining, make_adapter, search)
+    return _result(backend, options.space, search, time.monotonic() - start)
+
+
+def _solve_subproblem(instance, options, network, sub: SubProblem, remaining: float,
+                      make_adapter, search: _Search) -> None:
+    adapter = make_adapter()
+    handles = build_model(adapter, instance, sub, network, options.space, search.best_ticks)
+    hint = options.hint
+    if hint is not None and sub.matches(hint) and hint.placement is not None and (
+            options.space is Space.FULL or handles.placement.contains(hint.placement)):
+        hint_model(adapter, handles, hint)
+    outcome = adapter.solve(remaining, options.seed, options.workers)
+    search.solved += 1
+    logger.debug("%s: %s objective=%s bound=%s", sub.label, outcome.status.value,
+                 outcome.objective, outcome.bound)
+    if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
+        plan = extract_plan(handles, adapter.value)
+        evaluation = evaluate(instance, plan, network)
+        if not evaluation.feasible:
+            raise ModelMismatch(f"{sub.label}: solver plan infeasible: "
+                                f"{evaluation.violations[0]}")
+        solver_ticks = round(outcome.objective)
+        if outcome.status is RawStatus.OPTIMAL and evaluation.objective_ticks != solver_ticks:
+            raise ModelMismatch(f"{sub.label}: solver proved {solver_ticks} ticks, "
+                                f"evaluator says {evaluation.objective_ticks}")
+        search.offer(plan, evaluation.objective_ticks)
+    if outcome.status in (RawStatus.FEASIBLE, RawStatus.UNKNOWN):
+        proven = -math.inf if outcome.bound is None else math.ceil(outcome.bound - 1e-6)
+        search.open_bounds.append(max(proven, sub.lower_bound_ticks))
+
+
+def _offer_hint(instance: Instance, options, network: NetworkModel, search: _Search) -> None:
+    """A feasible hint inside the searched space starts the incumbent."""
+    hint = options.hint
+    if hint is None or hint.placement is None:
+        return
+    if options.space is Space.STRUCTURED and not _is_structured(hint, network):
+        return
+    evaluation = evaluate(instance, hint, network)
+    if evaluation.feasible:
+        search.offer(hint, evaluation.objective_ticks)
+
+
+def _is_structured(plan: Plan, network: NetworkModel) -> bool:
+    from nest_cp.plan import all_layouts
+
+    order = network.canonical_order()
+    return any(layout.placement(plan.config, plan.num_stages, plan.dp, order) == plan.placement
+               for layout in all_layouts())
+
+
+def _result(backend: str, space: Space, search: _Search, wall_time_s: float) -> SolveResult:
+    stats = {"subproblems_solved": search.solved, "subproblems_pruned": search.pruned,
+             "subproblems_open": len(search.open_bounds)}
+    if not search.open_bounds:
+        if search.best_plan is None:
+            return SolveResult(backend, Status.INFEASIBLE, wall_time_s=wall_time_s, space=space,
+                               message="no plan fits in memory", stats=stats)
+        return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks,
+                           search.best_ticks, wall_time_s, space, stats=stats)
+    bound = min(search.open_bounds)
+    if search.best_plan is None:
+        return SolveResult(backend, Status.UNKNOWN, bound_ticks=_int_or_none(bound),
+                           wall_time_s=wall_time_s, space=space, message="time limit",
+                           stats=stats)
+    bound = min(bound, search.best_ticks)
+    return SolveResult(backend, Status.FEASIBLE, search.best_plan, search.best_ticks,
+                       _int_or_none(bound), wall_time_s, space, message="time limit",
+                       stats=stats)
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if math.isfinite(value) else None

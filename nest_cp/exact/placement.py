@@ -1,0 +1,301 @@
+"""Placement in the exact models: the full space and the structured space.
+
+Both classes answer one question for the shared skeleton: ``cases(group)`` is a
+list of (literals, path): "when every literal is 1, the group's bottleneck is
+``path``".  The skeleton turns each case into an enforced floor on a cost term.
+
+Full space (any injective placement).  x[slot, device] is the placement.  The
+bottleneck of a group is read off *domain occupancy*:
+
+- hierarchical: tier-k domains are blocks of G_k consecutive ids; the group lies
+  in tier k iff all its slots sit in one tier-k domain and not in one tier-(k−1)
+  domain.  in[group, domain] is the exact AND of its slots' occupancy, so the tier
+  literal is exact (tiers need not get slower outwards, so it must be).
+- graph: the widest-path bandwidth is an ultrametric (bw(a, c) ≥ min(bw(a, b),
+  bw(b, c))), so for every bandwidth value B the devices joined at ≥ B form
+  disjoint *domains*, and a group's bottleneck bandwidth is B_u for the first
+  level u whose domain holds it: the same exact occupancy literals.  The group's
+  latency is the largest pair latency, which is not an ultrametric: lat_ge[group, v]
+  is forced to 1 when two of its slots sit on a pair with latency ≥ L_v and is
+  otherwise free; since every price grows with latency and the models minimise,
+  the literal of the true worst latency is enforced and the others are set to 0
+  at an optimum, so the optimum is exact (a non-optimal solution can only
+  over-price, and the backends re-evaluate every plan they return).
+
+Symmetry cuts (each keeps at least one optimal plan of every orbit, so the
+optimum is unchanged):
+
+- replicas are interchangeable (every term is a max or a sum over replicas and
+  every group treats them alike), so replica r's rank (stage 0, rank 0) takes a
+  lower device id than replica r + 1's;
+- hierarchical: devices of one tier-0 domain are interchangeable and full sibling
+  domains (same parent, G_{k−1} devices each) are interchangeable as blocks, so
+  used devices come first in each tier-0 domain and full siblings are ordered by
+  how many devices they use (descending).  Sorting bottom-up, each level's block
+  moves keep the inner orders, and relabelling replicas afterwards moves no device,
+  so all cuts hold together;
+- graph: *twins* (devices a, b with the same path to every other device) are
+  interchangeable; their classes are equivalence classes and used devices come
+  first in each class.
+
+Structured space: select[layout] picks one of the (deduplicated) placements the
+rank layouts of nest_cp.plan.all_layouts() give on the canonical device order,
+and every group's path is a constant per layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nest_cp.exact.groups import Group, RankGroups, Slot
+from nest_cp.exact.subproblems import SubProblem
+from nest_cp.network import NetworkModel, Path
+from nest_cp.plan import Placement, all_layouts
+
+Case = tuple[list, Path]
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    """Disjoint device domains; a group inside one of them (and none below) has ``path``."""
+
+    domains: tuple[tuple[int, ...], ...]
+    path: Path | None  # None on graphs: bandwidth here, latency from lat_ge literals
+    bandwidth_Bps: object = None
+
+
+class FullPlacement:
+    """Any injective map of slots to devices, with exact bottleneck literals per group."""
+
+    def __init__(self, adapter, network: NetworkModel, groups: RankGroups):
+        self._adapter, self._network, self._groups = adapter, network, groups
+        devices = range(network.num_devices)
+        # x[slot, device] == 1 iff the slot's rank runs on the device
+        self.x = {(slot, device): adapter.new_bool(f"x_{'_'.join(map(str, slot))}_{device}")
+                  for slot in groups.slots for device in devices}
+        for slot in groups.slots:
+            adapter.add(adapter.total(self.x[slot, device] for device in devices) == 1)
+        for device in devices:
+            adapter.add(adapter.total(self.x[slot, device] for slot in groups.slots) <= 1)
+        self._levels = _hierarchy_levels(network) if network.is_hierarchical \
+            else _bandwidth_levels(network)
+        self._latencies = () if network.is_hierarchical else _latency_values(network)
+        self._symmetry_cuts()
+
+    def cases(self, name: str, group: Group) -> list[Case]:
+        """(literals, path) for every bottleneck the group can have."""
+        level_literals = self._level_literals(name, group)
+        if self._network.is_hierarchical:
+            return [([literal], level.path) for literal, level in level_literals]
+        latency_literals = self._latency_literals(name, group)
+        return [([literal] + ([lat_literal] if lat_literal is not None else []),
+                 Path(level.bandwidth_Bps, latency))
+                for literal, level in level_literals
+                for lat_literal, latency in latency_literals]
+
+    def hint(self, placement: Placement) -> None:
+        devices = {(s, r, j): device for s, replicas in enumerate(placement)
+                   for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
+        for (slot, device), var in self.x.items():
+            self._adapter.hint(var, int(devices[slot] == device))
+
+    def extract(self, value, sub: SubProblem) -> Placement:
+        chosen = {slot: device for (slot, device), var in self.x.items() if value(var) == 1}
+        return _placement_of(chosen, sub)
+
+    # ------------------------------------------------------------ literals
+
+    def _occupancy(self, slot: Slot, domain: tuple[int, ...]):
+        return self._adapter.total(self.x[slot, device] for device in domain)
+
+    def _level_literals(self, name: str, group: Group) -> list[tuple[object, _Level]]:
+        """level_is[group, level] == 1 iff the group's bottleneck level is that level."""
+        adapter, found, inside_below = self._adapter, [], 0
+        for level_index, level in enumerate(self._levels):
+            if len(level.domains) == 1:
+                inside = 1
+            else:
+                inside = adapter.total(self._inside(f"{name}_l{level_index}_d{index}", group,
+                                                    domain)
+                                       for index, domain in enumerate(level.domains)
+                                       if len(domain) >= len(group))
+            # level_is[group, level] == 1 iff inside this level's domain and not the one below
+            literal = adapter.new_bool(f"level_{name}_{level_index}")
+            adapter.add(literal == inside - inside_below)
+            found.append((literal, level))
+            inside_below = inside
+            if len(level.domains) == 1:
+                break
+        return found
+
+    def _inside(self, name: str, group: Group, domain: tuple[int, ...]):
+        """in[group, domain] == 1 iff every slot of the group sits in the domain (exact AND)."""
+        adapter = self._adapter
+        literal = adapter.new_bool(f"in_{name}")
+        occupancies = [self._occupancy(slot, domain) for slot in group]
+        for occupancy in occupancies:
+            adapter.add(literal <= occupancy)
+        adapter.add(literal >= adapter.total(occupancies) - (len(group) - 1))
+        return literal
+
+    def _latency_literals(self, name: str, group: Group) -> list[tuple[object, object]]:
+        """lat_ge[group, v] >= 1 when two slots sit on a pair with latency >= L_v."""
+        adapter = self._adapter
+        found = [(None, self._latencies[0])]
+        previous = None
+        for index, latency in enumerate(self._latencies[1:], start=1):
+            literal = adapter.new_bool(f"lat_{name}_{index}")
+            for position, first in enumerate(group):
+                for second in group[position + 1:]:
+                    for device in range(self._network.num_devices):
+                        far = [other for other in range(self._network.num_devices)
+                               if other != device
+                               and self._network.pair_path(device, other).latency_s >= latency]
+                        if far:
+                            adapter.add(literal >= self.x[first, device] + adapter.total(
+                                self.x[second, other] for other in far) - 1)
+            if previous is not None:
+                # redundant: a higher latency threshold implies every lower one
+                adapter.add(previous >= literal)
+            previous = literal
+            found.append((literal, latency))
+        return found
+
+    # ------------------------------------------------------------ symmetry
+
+    def _symmetry_cuts(self) -> None:
+        adapter, slots = self._adapter, self._groups.slots
+        devices = range(self._network.num_devices)
+        first_ranks = sorted(slot for slot in slots if slot[0] == 0 and slot[2] == 0)
+        for lower, upper in zip(first_ranks, first_ranks[1:], strict=False):
+            adapter.add(self._device_of(lower) + 1 <= self._device_of(upper))
+        used = {device: adapter.total(self.x[slot, device] for slot in slots)
+                for device in devices}
+        for block_a, block_b in _interchangeable_neighbours(self._network):
+            adapter.add(adapter.total(used[d] for d in block_a)
+                        >= adapter.total(used[d] for d in block_b))
+
+    def _device_of(self, slot: Slot):
+        return self._adapter.total(device * self.x[slot, device]
+                                   for device in range(self._network.num_devices))
+
+
+class StructuredPlacement:
+    """One of the rank layouts' placements on the canonical device order."""
+
+    def __init__(self, adapter, network: NetworkModel, sub: SubProblem):
+        self._adapter, self._network = adapter, network
+        order = network.canonical_order()
+        self.placements: list[Placement] = []
+        for layout in all_layouts():
+            placement = layout.placement(sub.config, sub.num_stages, sub.dp, order)
+            if placement not in self.placements:
+                self.placements.append(placement)
+        # select[index] == 1 iff the plan uses placements[index]
+        self.select = {index: adapter.new_bool(f"select_{index}")
+                       for index in range(len(self.placements))}
+        adapter.add(adapter.total(self.select.values()) == 1)
+
+    def cases(self, name: str, group: Group) -> list[Case]:
+        found = []
+        for index, placement in enumerate(self.placements):
+            path = self._network.group_path([placement[s][r][j] for s, r, j in group])
+            if path is not None:
+                found.append(([self.select[index]], path))
+        return found
+
+    def hint(self, placement: Placement) -> None:
+        for index, candidate in enumerate(self.placements):
+            self._adapter.hint(self.select[index], int(candidate == placement))
+
+    def contains(self, placement: Placement) -> bool:
+        return placement in self.placements
+
+    def extract(self, value, sub: SubProblem) -> Placement:
+        chosen = [index for index, var in self.select.items() if value(var) == 1]
+        return self.placements[chosen[0]]
+
+
+def _placement_of(devices: dict[Slot, int], sub: SubProblem) -> Placement:
+    return tuple(tuple(tuple(devices[stage, replica, rank] for rank in range(sub.config.devices))
+                       for replica in range(sub.dp))
+                 for stage in range(sub.num_stages))
+
+
+def _hierarchy_levels(network: NetworkModel) -> list[_Level]:
+    """Tier domains (restricted to existing devices); a repeated partition is dropped,
+    since tier_of picks the smallest tier holding a group."""
+    levels, seen = [], set()
+    sizes = network.cluster.network.domain_sizes()
+    for tier, size in enumerate(sizes):
+        domains = tuple(tuple(range(start, min(start + size, network.num_devices)))
+                        for start in range(0, network.num_devices, size))
+        if domains not in seen:
+            seen.add(domains)
+            levels.append(_Level(domains, network.tier_path(tier)))
+    return levels
+
+
+def _bandwidth_levels(network: NetworkModel) -> list[_Level]:
+    """Components of devices joined at widest-path bandwidth >= B, for every pair bandwidth B."""
+    num_devices = network.num_devices
+    pairs = {(a, b): network.pair_path(a, b) for a in range(num_devices)
+             for b in range(a + 1, num_devices)}
+    levels = []
+    for bandwidth in sorted({path.bandwidth_Bps for path in pairs.values()}, reverse=True):
+        component = list(range(num_devices))
+        for (a, b), path in pairs.items():
+            if path.bandwidth_Bps >= bandwidth:
+                old, new = component[b], component[a]
+                component = [new if c == old else c for c in component]
+        domains = {}
+        for device, root in enumerate(component):
+            domains.setdefault(root, []).append(device)
+        levels.append(_Level(tuple(tuple(d) for d in sorted(domains.values())), None,
+                             bandwidth))
+    if num_devices == 1 or len(levels[-1].domains) != 1:
+        levels.append(_Level((tuple(range(num_devices)),), None,
+                             levels[-1].bandwidth_Bps if levels else None))
+    return levels
+
+
+def _latency_values(network: NetworkModel) -> tuple:
+    num_devices = network.num_devices
+    return tuple(sorted({network.pair_path(a, b).latency_s for a in range(num_devices)
+                         for b in range(a + 1, num_devices)})) or (0,)
+
+
+def _interchangeable_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]:
+    """Pairs (A, B) of device blocks where A must use at least as many devices as B."""
+    if network.is_hierarchical:
+        return _tree_neighbours(network)
+    return _twin_neighbours(network)
+
+
+def _tree_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]:
+    num_devices = network.num_devices
+    sizes = (1, *network.cluster.network.domain_sizes())
+    found = []
+    for child_size, parent_size in zip(sizes, sizes[1:], strict=False):
+        for parent_start in range(0, num_devices, parent_size):
+            children = [tuple(range(start, start + child_size))
+                        for start in range(parent_start, min(parent_start + parent_size,
+                                                             num_devices), child_size)
+                        if start + child_size <= num_devices]
+            found.extend(zip(children, children[1:], strict=False))
+    return found
+
+
+def _twin_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]:
+    num_devices = network.num_devices
+    classes: list[list[int]] = []
+    for device in range(num_devices):
+        for twins in classes:
+            other = twins[0]
+            if all(network.pair_path(device, c) == network.pair_path(other, c)
+                   for c in range(num_devices) if c not in (device, other)):
+                twins.append(device)
+                break
+        else:
+            classes.append([device])
+    return [((a,), (b,)) for twins in classes for a, b in zip(twins, twins[1:], strict=False)]
