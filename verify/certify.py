@@ -36,7 +36,7 @@ def lower_bound(run: dict) -> int | None:
     return None
 
 
-def _contains(outer_space: str, inner_space: str) -> bool:
+def contains(outer_space: str, inner_space: str) -> bool:
     """Whether every plan of ``inner_space`` belongs to ``outer_space``."""
     return outer_space == Space.FULL.value or inner_space == Space.STRUCTURED.value
 
@@ -59,7 +59,7 @@ def consistency_failures(runs: list[dict]) -> list[str]:
             if prover["status"] == Status.INFEASIBLE.value:
                 failures.append(f"{_label(prover)} proves no plan fits, but {_label(other)} "
                                 f"returned one of {other['objective_ticks']} ticks")
-            elif bound is not None and _contains(prover["space"], other["space"]) and \
+            elif bound is not None and contains(prover["space"], other["space"]) and \
                     other["objective_ticks"] < bound:
                 kind = "optimum" if prover["status"] == Status.OPTIMAL.value else "bound"
                 failures.append(f"{_label(other)} found {other['objective_ticks']} ticks, below "
@@ -169,14 +169,14 @@ def _reference_failure(space: str, status: str, ticks: int | None, bound: int | 
     if has_plan(run):
         if status == Status.INFEASIBLE.value:
             return f"{label} found {run['objective_ticks']} ticks but {where} proves no plan fits"
-        if bound is not None and _contains(space, run["space"]) and run["objective_ticks"] < bound:
+        if bound is not None and contains(space, run["space"]) and run["objective_ticks"] < bound:
             kind = "optimum" if status == Status.OPTIMAL.value else "bound"
             return (f"{label} found {run['objective_ticks']} ticks, below the proven {kind} "
                     f"{bound} of {where}")
     if ticks is not None and status in PLAN_STATUSES:
         if run["status"] == Status.INFEASIBLE.value:
             return f"{label} declares infeasible, but {where} has a plan of {ticks} ticks"
-        if run["status"] == Status.OPTIMAL.value and _contains(run["space"], space) and \
+        if run["status"] == Status.OPTIMAL.value and contains(run["space"], space) and \
                 run["objective_ticks"] > ticks:
             return (f"{label} claims the optimum {run['objective_ticks']} ticks, but {where} "
                     f"has a plan of {ticks} ticks")

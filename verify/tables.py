@@ -94,14 +94,18 @@ def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
     row = [record["instance"], record["family"], str(sizes.get("layers", "—")),
            str(sizes.get("devices", "—")), sizes.get("network", "—"),
            show(dp["objective_ticks"]) if dp else "—", _dp_status(dp),
-           _seconds(dp["wall_time_s"]) if dp else "—"]
+           _run_seconds(dp)]
     for backend in exact:
         run = _run(record, backend, Space.FULL.value)
         row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), run["status"],
-                 _seconds(run["wall_time_s"])] if run else ["—"] * 4)
+                 _run_seconds(run)] if run else ["—"] * 4)
     row += [record["certificate"], format_gap(record["gap"]),
             "FAIL" if record["failures"] else "ok"]
     return row
+
+
+def _run_seconds(run: dict | None) -> str:
+    return "—" if run is None or run["source"] == "none" else _seconds(run["wall_time_s"])
 
 
 def _dp_status(dp: dict | None) -> str:
