@@ -11,7 +11,8 @@ T = s*b tokens of one device, R = k*T expert-token copies of one device.
 **Parameters per device** (Megatron-LM sharding, Shoeybi et al. 2019): the attention
 matrices (QKV column-parallel, output row-parallel) and the MLP matrices are split by t,
 as are the biases of column-parallel layers; norms and row-parallel biases are replicated.
-The word embedding and the LM head are vocabulary-parallel (split by t); learned position
+The word embedding and the LM head are vocabulary-parallel (split by t, V padded to a multiple
+of 128*t as Megatron's ``make-vocab-size-divisible-by`` does); learned position
 and token-type embeddings are replicated. A tied LM head holds no parameters of its own
 (the word embedding is counted once; the copy Megatron keeps on the last pipeline stage and
 its gradient all-reduce are not modelled). MoE: the router is dense (replicated); each device
@@ -133,10 +134,11 @@ class TransformerSpec:
     learned_positions: int = 0  # 0: rotary positions, no parameters
     token_types: int = 0
     default_seq_len: int = 2048
+    vocab_multiple: int = 128  # Megatron pads V to a multiple of this times t; 1: no padding
 
     def __post_init__(self) -> None:
         for name in ("hidden", "ffn_hidden", "num_layers", "num_heads", "vocab",
-                     "num_experts", "top_k", "default_seq_len"):
+                     "num_experts", "top_k", "default_seq_len", "vocab_multiple"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 1, f"{name} >= 1", value)
         _check(self.hidden % self.num_heads == 0, "hidden divisible by num_heads", self.hidden)
@@ -167,6 +169,11 @@ class TransformerSpec:
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
+
+    def vocab_shard(self, tp: int) -> int:
+        """Vocabulary rows per device: V padded to a multiple of vocab_multiple * t, over t."""
+        multiple = self.vocab_multiple * tp
+        return -(-self.vocab // multiple) * multiple // tp
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +284,7 @@ def _block_params(spec: TransformerSpec, config: IntraConfig) -> tuple[int, int]
 
 
 def _embedding_params(spec: TransformerSpec, tp: int) -> int:
-    words = _ceil_div(spec.vocab, tp) * spec.hidden
+    words = spec.vocab_shard(tp) * spec.hidden
     positions = (spec.learned_positions + spec.token_types) * spec.hidden
     norm = spec.norm_params if spec.kind is ModelKind.ENCODER else 0
     return words + positions + norm
@@ -285,11 +292,11 @@ def _embedding_params(spec: TransformerSpec, tp: int) -> int:
 
 def _head_params(spec: TransformerSpec, tp: int) -> int:
     """Final norm and LM head (decoder) or pooler, MLM transform and decoder bias (encoder)."""
-    lm_head = 0 if spec.tied_embeddings else _ceil_div(spec.vocab, tp) * spec.hidden
+    lm_head = 0 if spec.tied_embeddings else spec.vocab_shard(tp) * spec.hidden
     if spec.kind is ModelKind.DECODER:
         return spec.norm_params + lm_head
     dense = spec.hidden * spec.hidden + (spec.hidden if spec.bias else 0)
-    decoder_bias = _ceil_div(spec.vocab, tp) if spec.bias else 0
+    decoder_bias = spec.vocab_shard(tp) if spec.bias else 0
     return 2 * dense + spec.norm_params + lm_head + decoder_bias
 
 
@@ -332,7 +339,7 @@ def _embedding_act_bytes(shape: _Shape) -> int:
 def _head_act_bytes(shape: _Shape) -> int:
     """Inputs of the head's norms and GEMMs (2sbh each) and the fp32 logits 4sbV/t."""
     inputs = 2 if shape.spec.kind is ModelKind.DECODER else 4  # + MLM transform and its norm
-    logits = _ceil_div(FP32_BYTES * shape.tokens * shape.spec.vocab, shape.tp)
+    logits = FP32_BYTES * shape.tokens * shape.spec.vocab_shard(shape.tp)
     return inputs * shape.activation + logits
 
 
@@ -382,14 +389,14 @@ def _embedding_ops(shape: _Shape) -> list[_OpGroup]:
 
 def _head_ops(shape: _Shape) -> list[_OpGroup]:
     spec, tokens, tp = shape.spec, shape.tokens, shape.tp
-    logits = _gemm(tokens, spec.hidden, spec.vocab, tp)
-    cross_entropy = _memory_op(5 * FP32_BYTES * _ceil_div(tokens * spec.vocab, tp))
-    ops = [logits, cross_entropy, _memory_op(2 * shape.activation)]  # final norm
-    if spec.kind is ModelKind.ENCODER:
-        ops += [_gemm(tokens, spec.hidden, spec.hidden, 1),  # MLM transform
-                _gemm(shape.microbatch, spec.hidden, spec.hidden, 1),  # pooler on [CLS]
-                _memory_op(4 * shape.activation)]  # GeLU and norm of the transform
-    return ops
+    logits = _gemm(tokens, spec.hidden, spec.vocab_shard(tp) * tp, tp)
+    cross_entropy = _memory_op(5 * FP32_BYTES * tokens * spec.vocab_shard(tp))
+    if spec.kind is ModelKind.DECODER:
+        return [_memory_op(2 * shape.activation), logits, cross_entropy]  # final norm first
+    return [_gemm(tokens, spec.hidden, spec.hidden, 1),  # MLM transform
+            _memory_op(4 * shape.activation),  # its GeLU and norm
+            _gemm(shape.microbatch, spec.hidden, spec.hidden, 1),  # pooler on [CLS]
+            logits, cross_entropy]
 
 
 def _model_flops(groups: Sequence[_OpGroup]) -> float:

@@ -60,7 +60,8 @@ def test_activation_memory_is_korthikanti_table2_tensor_parallel(tp):
 def test_model_flops_match_narayanan_formula():
     """GPT-3 fwd+bwd model FLOPs equal 72slh^2(1 + s/(6h) + V/(12hl)) (Narayanan et al. 2021)."""
     spec = MODELS["gpt3-175b"]
-    seq, layers, hidden, vocab = 2048, spec.num_layers, spec.hidden, spec.vocab
+    seq, layers, hidden = 2048, spec.num_layers, spec.hidden
+    vocab = spec.vocab_shard(1)  # the padded vocabulary the LM head computes (50,304)
     workload = _workload("gpt3-175b", seq_len=seq)
     flops = sum(layer.profile(DENSE, 1).flops for layer in workload.layers)
     # Integer form of 72*s*l*h^2*(1 + s/(6h) + V/(12hl)).
@@ -161,6 +162,16 @@ def test_no_dropout_reduces_score_memory():
     calm = profile_workload(quiet, DEVICE, seq, (1,), (DENSE,)).layers[1].profile(DENSE, 1)
     masks = 2 * seq * spec.hidden
     assert loud.act_bytes - calm.act_bytes == 3 * spec.num_heads * seq * seq + masks
+
+
+def test_vocabulary_is_padded_like_megatron():
+    """The word embedding holds V padded to a multiple of 128 * t rows, split over t."""
+    spec = MODELS["gpt3-175b"]
+    assert spec.vocab_shard(1) == 50304 and spec.vocab_shard(8) * 8 == 51200
+    workload = _workload("gpt3-175b", configs=(IntraConfig(8),))
+    positions = spec.learned_positions * spec.hidden
+    embedding = workload.layers[0].profile(IntraConfig(8), 1)
+    assert embedding.dense_params == 6400 * spec.hidden + positions
 
 
 @pytest.mark.parametrize(("config", "field"), [(IntraConfig(3), "tp"), (IntraConfig(1, 2), "ep")])
