@@ -1,0 +1,443 @@
+r"""The structured DP planner: exact optimum of the structured space (DESIGN §4).
+
+Outer choices.  For every (configuration c, microbatch b) of ``instance.choices``,
+pipeline depth S in 1..L, data-parallel degree d with a·S·d <= N, allowed ZeRO stage
+z and rank layout λ (layouts with equal placements deduplicated), the placement is
+fixed, and with it m = ceil(B / (b·e·d)) and the path of every group and pair
+(:mod:`dp.geometry`).  Stage s (0 = first) with layers f..l then costs, exactly as
+:func:`nest_cp.evaluate.evaluate` prices it,
+
+    τ(s, f, l) = Σ_{f..l}(fwd + bwd) + [ρ] Σ_{f..l} fwd + [z = 3]·gather_s(f, l)
+                 + max_r ( coll_{s,r}(f, l) + [s > 0] act_{s,r}(out_{f-1})
+                           + [s < S-1] grad_{s,r}(out_l) ),
+    sync(s, f, l) = dense_s(Σ_{f..l} dense params) + expert_s(Σ_{f..l} expert params),
+
+and must fit: mem(s, f, l, ρ) with k_s = min(S - s, m) in-flight microbatches
+<= usable HBM.  Recomputation ρ only changes τ and memory of its own stage, so
+each stage takes ρ = 0 when that fits, else ρ = 1 when allowed and it fits, else
+the stage is not allowed: τ_eff(s, f, l).
+
+State and recurrence (:mod:`dp.kernel`): for a stage cost w(s, f, l),
+
+    V_w(s, f) = min_{l >= f} max( w(s, f, l), V_w(s + 1, l + 1) ),
+    V_w(S, L) = 0,  V_w(S, f < L) = ∞,
+
+built backwards over layer suffixes, so the stage's position from the end, and
+with it k_s, its groups and its pairs, is known when it is placed.
+
+Objective.  T = (m + S - 1)·max_s τ_s + max_s sync_s is not one max; it is
+minimised exactly by walking the Pareto front of (max τ, max sync):
+
+    Y_0 = ∞;  τ_k = V_w(0, 0) with w = τ_eff where sync <= Y_k (∞ elsewhere);
+    σ_k = V_w(0, 0) with w = sync where τ_eff <= τ_k;
+    candidate T_k = (m + S - 1)·τ_k + σ_k;  Y_{k+1} = σ_k - 1,
+
+until the τ pass is infeasible or (m + S - 1)·τ_k cannot beat the incumbent.
+Every plan has max τ >= τ_k for the k with σ_k <= its max sync < σ_{k-1}, so
+min_k T_k is the optimum of the outer choice.
+
+Pruning.  Outer (c, b, S, d) are visited in increasing order of the lower bound
+(m + S - 1)·max(⌈C/S⌉, max_layer C_layer) (C: compute plus the cheapest possible
+intra-layer collectives), refined per z by the cheapest possible gradient sync
+of the stage holding the most parameters; the search stops at the first bound
+that cannot beat the incumbent.
+
+Ties (a deterministic rule).  Least objective; then the least outer key
+(index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
+outer choice the Pareto point with the least τ; within a split the shortest
+stage first (``dp.kernel``); recomputation only where needed to fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dp import pricing
+from dp.geometry import StageGeometry, effective_order, rank_devices, stage_geometries
+from dp.kernel import INF, backtrack, fill_table
+from dp.pricing import LayerTable
+from nest_cp import cost
+from nest_cp.model import Instance, IntraConfig
+from nest_cp.network import NetworkModel, Path
+from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
+from nest_cp.result import SolveResult, Space, Status
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENTRIES = 4096  # range matrices kept per (configuration, microbatch); cleared when full
+
+
+@dataclass(frozen=True, slots=True)
+class Outer:
+    """One outer choice (c, b, S, d) and its compute lower bound on T."""
+
+    lower_bound: int
+    choice_index: int
+    num_stages: int
+    dp: int
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return (self.choice_index, self.num_stages, self.dp)
+
+
+@dataclass
+class Best:
+    """Incumbent plan, objective and key, and the least memory excess seen (for the reason)."""
+
+    objective: int | None = None
+    key: tuple[int, ...] = ()
+    plan: Plan | None = None
+    excess_bytes: int | None = None
+    excess_where: str = ""
+
+    def may_beat(self, lower_bound: int, key: tuple[int, ...]) -> bool:
+        return self.objective is None or (lower_bound, key) < (self.objective, self.key)
+
+
+@dataclass
+class Stats:
+    outer_total: int = 0
+    outer_searched: int = 0
+    layouts_searched: int = 0
+    dp_passes: int = 0
+
+
+def solve(instance: Instance, options) -> SolveResult:
+    """The optimal plan of the structured space, or INFEASIBLE with the memory reason."""
+    start = time.perf_counter()
+    search = _Search(instance, options)
+    best = search.run()
+    elapsed = time.perf_counter() - start
+    stats = {"outer_choices": search.stats.outer_total,
+             "outer_searched": search.stats.outer_searched,
+             "layouts_searched": search.stats.layouts_searched,
+             "dp_passes": search.stats.dp_passes}
+    if best.plan is None:
+        return SolveResult(backend="dp", status=Status.INFEASIBLE, wall_time_s=elapsed,
+                           space=Space.STRUCTURED, message=_infeasible_reason(best),
+                           stats=stats)
+    return SolveResult(backend="dp", status=Status.OPTIMAL, plan=best.plan,
+                       objective_ticks=best.objective, bound_ticks=best.objective,
+                       wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats)
+
+
+def _infeasible_reason(best: Best) -> str:
+    if best.excess_bytes is None:
+        return "no plan fits: the structured space is empty"
+    return (f"no plan fits: stage memory exceeds usable HBM by {best.excess_bytes} bytes "
+            f"at best ({best.excess_where})")
+
+
+class _Search:
+    """The outer enumeration with bounds, and the DP passes of each outer choice."""
+
+    def __init__(self, instance: Instance, options):
+        self.instance = instance
+        self.options = options
+        self.network = NetworkModel(instance.cluster)
+        self.device_order = np.array(self.network.canonical_order(), dtype=np.int64)
+        self.limit = instance.cluster.usable_hbm_bytes
+        self.tables: dict[int, LayerTable] = {}
+        self.forms: dict[tuple, pricing.LinearTicks] = {}
+        self.best = Best()
+        self.stats = Stats()
+
+    # ------------------------------------------------------------ outer loop
+
+    def run(self) -> Best:
+        outers = self._outer_choices()
+        self.stats.outer_total = len(outers)
+        progress = _Progress(self.options, len(outers))
+        for done, outer in enumerate(outers):
+            if not self.best.may_beat(outer.lower_bound, outer.key):
+                break
+            self.stats.outer_searched += 1
+            self._search_outer(outer)
+            progress.update(done + 1, self.best.objective)
+        progress.close()
+        return self.best
+
+    def _outer_choices(self) -> list[Outer]:
+        """Every (c, b, S, d), sorted by (lower bound, key)."""
+        outers = []
+        num_layers = self.instance.workload.num_layers
+        num_devices = self.instance.cluster.num_devices
+        for choice_index, (config, microbatch) in enumerate(self.instance.choices):
+            if config.devices > num_devices:
+                continue
+            total, largest = self._compute_bound(choice_index)
+            for num_stages in range(1, num_layers + 1):
+                max_dp = num_devices // (config.devices * num_stages)
+                tau_bound = max(-(-total // num_stages), largest)
+                for dp in range(1, max_dp + 1):
+                    rounds = cost.num_microbatches(self.instance.training.global_batch,
+                                                   microbatch, config, dp) + num_stages - 1
+                    outers.append(Outer(rounds * tau_bound, choice_index, num_stages, dp))
+        outers.sort(key=lambda o: (o.lower_bound, o.key))
+        return outers
+
+    def _compute_bound(self, choice_index: int) -> tuple[int, int]:
+        """(Σ, max) over layers of compute plus the cheapest possible intra-layer collectives."""
+        table = self._table(choice_index)
+        per_layer = table.compute.copy()
+        if table.config.devices > 1 and self.network.is_hierarchical:
+            cheapest = np.min([np.diag(table.collective_range(path))
+                               for path in self._paths_spanning(table.config.devices)], axis=0)
+            per_layer += cheapest
+        return int(per_layer.sum()), int(per_layer.max())
+
+    def _paths_spanning(self, group_size: int) -> list[Path]:
+        """Paths a group of ``group_size`` distinct devices may have (hierarchical: big tiers)."""
+        domains = self.instance.cluster.network.domain_sizes()
+        return [self.network.tier_path(tier) for tier, size in enumerate(domains)
+                if size >= group_size]
+
+    def _table(self, choice_index: int) -> LayerTable:
+        if choice_index not in self.tables:
+            config, microbatch = self.instance.choices[choice_index]
+            self.tables[choice_index] = LayerTable(self.instance, config, microbatch)
+        return self.tables[choice_index]
+
+    def _zero_stages(self, config: IntraConfig, dp: int) -> list[int]:
+        """Allowed ZeRO stages, without those identical to a smaller one (d = 1)."""
+        allowed = sorted(set(self.instance.training.zero_stages))
+        if dp > 1:
+            return allowed
+        kept = [z for z in allowed if z < 3][:1]
+        if 3 in allowed and (config.ep > 1 or not kept):
+            kept.append(3)
+        return kept
+
+    def _layouts(self, config: IntraConfig, num_stages: int,
+                 dp: int) -> list[tuple[int, RankLayout]]:
+        """(index, layout) of the layouts with distinct placements, first of each kept."""
+        seen, kept = set(), []
+        for index, layout in enumerate(all_layouts()):
+            order = effective_order(layout, config, num_stages, dp)
+            if order not in seen:
+                seen.add(order)
+                kept.append((index, layout))
+        return kept
+
+    # ------------------------------------------------------------ one outer choice
+
+    def _search_outer(self, outer: Outer) -> None:
+        table = self._table(outer.choice_index)
+        config, num_stages, dp = table.config, outer.num_stages, outer.dp
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, config, dp)
+        rounds = microbatches + num_stages - 1
+        layouts = self._layouts(config, num_stages, dp)
+        geometries: dict[int, list[StageGeometry]] = {}
+        for zero in self._zero_stages(config, dp):
+            bound = outer.lower_bound + self._sync_bound(table, num_stages, dp, zero)
+            if not self.best.may_beat(bound, outer.key + (zero,)):
+                continue
+            fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
+            for layout_index, layout in layouts:
+                key = outer.key + (zero, layout_index)
+                if not self.best.may_beat(bound, key):
+                    break
+                if layout_index not in geometries:
+                    devices = rank_devices(layout, config, num_stages, dp, self.device_order)
+                    geometries[layout_index] = stage_geometries(self.network, devices, config)
+                self.stats.layouts_searched += 1
+                feasible = self._pareto_walk(table, geometries[layout_index], fits, rounds,
+                                             key, layout)
+                if not feasible:  # memory does not depend on the layout
+                    self._record_excess(fits, table, num_stages, dp, zero)
+                    break
+
+    def _pareto_walk(self, table: LayerTable, geometries: list[StageGeometry],
+                     fits: _MemoryFit, rounds: int, key: tuple[int, ...],
+                     layout: RankLayout) -> bool:
+        """Walk the (max τ, max sync) front; False iff no split fits in memory."""
+        tau0 = self._windowed(table, [self._stage_time(table, g, fits.dp, fits.zero)
+                                      for g in geometries])
+        tau = np.where(fits.plain, tau0, np.where(fits.recompute, tau0 + fits.fwd, INF))
+        sync = self._windowed(table, [self._stage_sync(table, g, fits.dp, fits.zero)
+                                      for g in geometries])
+        sync_cap, first = INF, True
+        while True:
+            self.stats.dp_passes += 2
+            tau_value, _ = fill_table(np.where(sync <= sync_cap, tau, INF))
+            tau_k = int(tau_value[0, 0])
+            if tau_k >= INF:
+                return not first
+            first = False
+            if not self.best.may_beat(rounds * tau_k, key):
+                return True
+            sync_value, choice = fill_table(np.where(tau <= tau_k, sync, INF))
+            sigma = int(sync_value[0, 0])
+            objective = rounds * tau_k + sigma
+            if self.best.may_beat(objective, key):
+                self._accept(table, backtrack(choice), fits, objective, key, layout)
+            if sigma == 0:
+                return True
+            sync_cap = sigma - 1
+
+    def _accept(self, table: LayerTable, split: list[tuple[int, int]], fits: _MemoryFit,
+                objective: int, key: tuple[int, ...], layout: RankLayout) -> None:
+        num_stages, dp = len(split), fits.dp
+        stages = tuple(Stage(first, last, bool(~fits.plain[stage, first - stage, last - stage]))
+                       for stage, (first, last) in enumerate(split))
+        placement = layout.placement(table.config, num_stages, dp, self.device_order.tolist())
+        self.best.objective, self.best.key = objective, key
+        self.best.plan = Plan(table.config, table.microbatch, fits.zero, dp, stages, placement)
+        logger.debug("incumbent %d ticks at key %s", objective, key)
+
+    def _record_excess(self, fits: _MemoryFit, table: LayerTable, num_stages: int, dp: int,
+                       zero: int) -> None:
+        """Least possible max stage memory of this (c, b, S, d, z), for the INFEASIBLE reason."""
+        if self.best.plan is not None:
+            return
+        value, _ = fill_table(fits.least_memory)
+        self.stats.dp_passes += 1
+        excess = int(value[0, 0]) - self.limit
+        if self.best.excess_bytes is None or excess < self.best.excess_bytes:
+            self.best.excess_bytes = excess
+            self.best.excess_where = (f"config tp={table.config.tp}, ep={table.config.ep}, "
+                                      f"b={table.microbatch}, S={num_stages}, d={dp}, z={zero}")
+
+    # ------------------------------------------------------------ range matrices
+
+    def _windowed(self, table: LayerTable, matrices: list[np.ndarray]) -> np.ndarray:
+        """Stack stage s's window [s, s + W) x [s, s + W) of each L x L matrix: (S, W, W)."""
+        num_stages = len(matrices)
+        width = table.num_layers - num_stages + 1
+        return np.stack([matrix[stage:stage + width, stage:stage + width]
+                         for stage, matrix in enumerate(matrices)])
+
+    def _cached(self, table: LayerTable, key: tuple, build) -> np.ndarray:
+        cache = table.cache
+        if key not in cache:
+            if len(cache) >= CACHE_ENTRIES:
+                cache.clear()
+            cache[key] = build()
+        return cache[key]
+
+    def _stage_time(self, table: LayerTable, geometry: StageGeometry, dp: int,
+                    zero: int) -> np.ndarray:
+        """τ(s, f, l) without recomputation, as an L x L matrix, for a stage's geometry."""
+        gather_dp = dp if zero == 3 else 1
+        return self._cached(table, ("time", geometry, gather_dp), lambda: self._build_time(
+            table, geometry, gather_dp))
+
+    def _build_time(self, table: LayerTable, geometry: StageGeometry,
+                    gather_dp: int) -> np.ndarray:
+        worst = None
+        for replica in geometry.replicas:
+            term = self._cached(table, ("replica", replica),
+                                lambda replica=replica: self._replica_time(table, replica))
+            worst = term if worst is None else np.maximum(worst, term)
+        if gather_dp > 1 and geometry.replica_groups:
+            gathers = [2 * self._form(("gather", gather_dp, path),
+                                      lambda path=path: pricing.zero3_gather_form(
+                                          self.instance, gather_dp, path)
+                                      ).of_array(table.params_range)
+                       for path in geometry.replica_groups]
+            worst = worst + np.max(gathers, axis=0)
+        return worst
+
+    def _replica_time(self, table: LayerTable, replica) -> np.ndarray:
+        """Compute + collectives + receives of one replica, as an L x L matrix."""
+        time_matrix = table.compute_range + table.collective_range(replica.group)
+        if replica.recv_activation:
+            sent = np.max([table.transfers(path) for path in replica.recv_activation], axis=0)
+            time_matrix = time_matrix + np.concatenate(([0], sent[:-1]))[:, None]
+        if replica.recv_gradient:
+            sent = np.max([table.transfers(path) for path in replica.recv_gradient], axis=0)
+            time_matrix = time_matrix + sent[None, :]
+        return time_matrix
+
+    def _stage_sync(self, table: LayerTable, geometry: StageGeometry, dp: int,
+                    zero: int) -> np.ndarray:
+        """sync(s, f, l) as an L x L matrix: dense over d·e ranks plus expert over d ranks."""
+        kind = cost.sync_collective(zero)
+        key = ("sync", geometry.dense_groups, geometry.replica_groups, dp, kind)
+        return self._cached(table, key, lambda: self._build_sync(table, geometry, dp, zero))
+
+    def _build_sync(self, table: LayerTable, geometry: StageGeometry, dp: int,
+                    zero: int) -> np.ndarray:
+        total = np.zeros_like(table.dense_range)
+        for params, size, paths in ((table.dense_range, dp * table.config.ep,
+                                     geometry.dense_groups),
+                                    (table.expert_range, dp, geometry.replica_groups)):
+            if paths:
+                total = total + np.max([self._sync_form(zero, size, path).of_array(params)
+                                        for path in paths], axis=0)
+        return total
+
+    def _sync_form(self, zero: int, size: int, path: Path) -> pricing.LinearTicks:
+        kind = cost.sync_collective(zero)
+        return self._form(("sync", kind, size, path),
+                          lambda: pricing.sync_form(self.instance, zero, size, path))
+
+    def _form(self, key: tuple, build) -> pricing.LinearTicks:
+        if key not in self.forms:
+            self.forms[key] = build()
+        return self.forms[key]
+
+    def _sync_bound(self, table: LayerTable, num_stages: int, dp: int, zero: int) -> int:
+        """Cheapest possible sync of the stage holding the most dense (expert) parameters."""
+        if not self.network.is_hierarchical:
+            return 0
+        bound = 0
+        last = table.num_layers - 1
+        for params, size in ((int(table.dense_range[0, last]), dp * table.config.ep),
+                             (int(table.expert_range[0, last]), dp)):
+            if size > 1 and params > 0:
+                heaviest = -(-params // num_stages)
+                bound = max(bound, min(self._sync_form(zero, size, path).of(heaviest)
+                                       for path in self._paths_spanning(size)))
+        return bound
+
+
+class _MemoryFit:
+    """Which (stage, first, last) fit in memory with and without recomputation: (S, W, W)."""
+
+    def __init__(self, search: _Search, table: LayerTable, num_stages: int, dp: int, zero: int,
+                 microbatches: int):
+        self.dp, self.zero = dp, zero
+        width = table.num_layers - num_stages + 1
+        state = pricing.stage_state_bytes(table.params_range, search.instance, zero, dp)
+        window = [(slice(s, s + width), slice(s, s + width)) for s in range(num_stages)]
+        in_flight = np.array([cost.in_flight(s, num_stages, microbatches)
+                              for s in range(num_stages)], dtype=np.int64)[:, None, None]
+        state_w = np.stack([state[w] for w in window])
+        plain = state_w + in_flight * np.stack([table.act_range[w] for w in window])
+        with_recompute = state_w + in_flight * np.stack([table.ckpt_range[w] for w in window]) \
+            + np.stack([table.work_range[w] for w in window])
+        ordered = np.triu(np.ones((width, width), dtype=bool))[None, :, :]
+        self.fwd = np.stack([table.fwd_range[w] for w in window])
+        self.plain = ordered & (plain <= search.limit)
+        allow = search.instance.training.allow_recompute
+        self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
+        least = np.minimum(plain, with_recompute) if allow else plain
+        self.least_memory = np.where(ordered, least, INF)
+
+
+class _Progress:
+    """A one-line progress report on stderr, only when asked for and after one second."""
+
+    def __init__(self, options, total: int):
+        self.enabled = bool(getattr(options, "progress", False))
+        self.total, self.start, self.last, self.shown = total, time.perf_counter(), 0.0, False
+
+    def update(self, done: int, objective: int | None) -> None:
+        now = time.perf_counter()
+        if not self.enabled or now - self.start < 1.0 or now - self.last < 0.2:
+            return
+        self.last, self.shown = now, True
+        sys.stderr.write(f"\rdp: {done}/{self.total} outer choices, best {objective} ticks")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")

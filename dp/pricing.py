@@ -1,0 +1,164 @@
+"""Tick-exact price tables of the DP, vectorised over layer ranges.
+
+Every number here is the integer the plan evaluator computes (DESIGN §3):
+per-layer terms (compute, intra-layer collectives, point-to-point transfers) come
+straight from :mod:`nest_cp.cost`; terms rounded once per *stage* (ZeRO-3
+gathers, gradient sync) are ring collectives whose tick count is
+``ceil((slope * volume + offset) / denominator)`` with integers derived exactly
+from the same fractions :func:`nest_cp.network.collective_ticks` uses, so a whole
+matrix of layer ranges is priced with integer numpy arithmetic.
+
+Range matrices are ``L x L`` arrays indexed ``[first_layer, last_layer]``; only
+entries with ``first_layer <= last_layer`` are meaningful.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nest_cp import cost
+from nest_cp.model import CollectiveKind, Instance, IntraConfig
+from nest_cp.network import Path, collective_seconds, exact
+
+INT64_SAFE = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class LinearTicks:
+    """ticks(v) = ceil((slope * v + offset) / denominator) for a volume v > 0; 0 for v = 0."""
+
+    slope: int
+    offset: int
+    denominator: int
+
+    def of(self, volume: int) -> int:
+        if volume == 0:
+            return 0
+        return -(-(self.slope * volume + self.offset) // self.denominator)
+
+    def of_array(self, volumes: np.ndarray) -> np.ndarray:
+        """The same, elementwise over an int64 array (exact; falls back to Python ints)."""
+        volumes = np.asarray(volumes, dtype=np.int64)
+        largest = int(volumes.max(initial=0))
+        if self.slope * largest + self.offset < INT64_SAFE:
+            ticks = -(-(self.slope * volumes + self.offset) // self.denominator)
+        else:
+            flat = [self.of(int(v)) for v in volumes.ravel()]
+            ticks = np.array(flat, dtype=np.int64).reshape(volumes.shape)
+        return np.where(volumes == 0, 0, ticks)
+
+
+def linear_collective(kind: CollectiveKind, bytes_per_unit: int, group_size: int, path: Path,
+                      tick_s: float) -> LinearTicks:
+    """Exact linear form of ``collective_ticks(kind, bytes_per_unit * v, group_size, path)``."""
+    per_unit = collective_seconds(kind, bytes_per_unit, group_size, path) \
+        - collective_seconds(kind, 0, group_size, path)
+    slope = per_unit / exact(tick_s)
+    offset = collective_seconds(kind, 0, group_size, path) / exact(tick_s)
+    common = math.lcm(slope.denominator, offset.denominator)
+    return LinearTicks(slope=int(slope * common), offset=int(offset * common),
+                       denominator=int(common))
+
+
+def range_sums(values: np.ndarray) -> np.ndarray:
+    """sums[first, last] = values[first] + ... + values[last] (garbage below the diagonal)."""
+    prefix = np.concatenate(([0], np.cumsum(np.asarray(values, dtype=np.int64))))
+    return prefix[None, 1:] - prefix[:-1, None]
+
+
+def range_maxima(values: np.ndarray) -> np.ndarray:
+    """maxima[first, last] = max(values[first..last]) (0 below the diagonal)."""
+    values = np.asarray(values, dtype=np.int64)
+    num = len(values)
+    maxima = np.zeros((num, num), dtype=np.int64)
+    for first_layer in range(num):
+        maxima[first_layer, first_layer:] = np.maximum.accumulate(values[first_layer:])
+    return maxima
+
+
+@dataclass
+class LayerTable:
+    """Per-layer and per-range quantities of one (configuration, microbatch) choice."""
+
+    instance: Instance
+    config: IntraConfig
+    microbatch: int
+    fwd: np.ndarray = field(init=False)
+    compute: np.ndarray = field(init=False)
+    out_bytes: np.ndarray = field(init=False)
+    _collectives: dict = field(init=False, default_factory=dict)
+    _transfers: dict = field(init=False, default_factory=dict)
+    cache: dict = field(init=False, default_factory=dict)  # range matrices of the planner
+
+    def __post_init__(self) -> None:
+        tick_s = self.instance.training.tick_s
+        self.profiles = [layer.profile(self.config, self.microbatch)
+                         for layer in self.instance.workload.layers]
+        fwd_bwd = np.array([cost.compute_ticks(p, tick_s) for p in self.profiles],
+                           dtype=np.int64)
+        self.fwd = fwd_bwd[:, 0]
+        self.compute = fwd_bwd.sum(axis=1)
+        self.out_bytes = self._column("out_bytes")
+        self.fwd_range = range_sums(self.fwd)
+        self.compute_range = range_sums(self.compute)
+        self.dense_range = range_sums(self._column("dense_params"))
+        self.expert_range = range_sums(self._column("expert_params"))
+        self.params_range = self.dense_range + self.expert_range
+        self.act_range = range_sums(self._column("act_bytes"))
+        self.ckpt_range = range_sums(self._column("ckpt_bytes"))
+        self.work_range = range_maxima(self._column("act_bytes"))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.profiles)
+
+    def _column(self, name: str) -> np.ndarray:
+        return np.array([getattr(p, name) for p in self.profiles], dtype=np.int64)
+
+    def collective_range(self, path: Path | None) -> np.ndarray:
+        """Intra-layer collective ticks of every layer range on a replica group's bottleneck."""
+        if path not in self._collectives:
+            tick_s = self.instance.training.tick_s
+            per_layer = np.array([cost.layer_collective_ticks(p, self.config, path, tick_s)
+                                  for p in self.profiles], dtype=np.int64)
+            self._collectives[path] = range_sums(per_layer)
+        return self._collectives[path]
+
+    def transfers(self, path: Path) -> np.ndarray:
+        """transfers[layer] = ticks to send that layer's output over ``path``."""
+        if path not in self._transfers:
+            tick_s = self.instance.training.tick_s
+            self._transfers[path] = np.array(
+                [cost.transfer_ticks(int(v), path, tick_s) for v in self.out_bytes],
+                dtype=np.int64)
+        return self._transfers[path]
+
+
+def stage_state_bytes(params: np.ndarray, instance: Instance, zero: int, dp: int) -> np.ndarray:
+    """W * (w/δ3 + g/δ2 + o/δ1) per range, each term rounded up (as ``cost.state_bytes``)."""
+    optimizer = instance.training.optimizer
+
+    def shard(bytes_per_param: int, ways: int) -> np.ndarray:
+        return -(-(params * bytes_per_param) // ways)
+
+    return (shard(optimizer.weight_bytes, dp if zero >= 3 else 1)
+            + shard(optimizer.grad_bytes, dp if zero >= 2 else 1)
+            + shard(optimizer.state_bytes, dp if zero >= 1 else 1))
+
+
+def zero3_gather_form(instance: Instance, dp: int, path: Path) -> LinearTicks:
+    """One ZeRO-3 all-gather of a stage's weights as a linear form in its parameter count."""
+    training = instance.training
+    return linear_collective(CollectiveKind.ALL_GATHER, training.optimizer.weight_bytes, dp,
+                             path, training.tick_s)
+
+
+def sync_form(instance: Instance, zero: int, group_size: int, path: Path) -> LinearTicks:
+    """Gradient sync of a stage over ``group_size`` ranks as a linear form in its parameters."""
+    training = instance.training
+    return linear_collective(cost.sync_collective(zero), training.optimizer.grad_bytes,
+                             group_size, path, training.tick_s)
+

@@ -1,0 +1,118 @@
+"""Brute force: evaluate every plan of a tiny instance with the plan evaluator (the test oracle).
+
+No DP, no pruning, no cost reasoning of its own: every (configuration, microbatch,
+S, d, ZeRO stage) of the space, every contiguous split into S stages, every
+recomputation flag vector (only when allowed) and every placement is built as a
+:class:`~nest_cp.plan.Plan` and scored by :func:`nest_cp.evaluate.evaluate`.
+
+Placements: ``Space.STRUCTURED`` uses the placements of ``all_layouts()`` on the
+canonical device order (identical placements are evaluated once — an exact
+deduplication, since the evaluator sees only the placement); ``Space.FULL`` uses
+every injective map of the a·S·d ranks onto the N devices, and refuses instances
+with more than ``options.extra["max_placements"]`` (default 10^6) placements in total.
+
+The best plan is the least objective, ties going to the first in enumeration order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator
+
+from nest_cp.evaluate import evaluate
+from nest_cp.model import Instance, IntraConfig
+from nest_cp.network import NetworkModel
+from nest_cp.plan import Placement, Plan, Stage, all_layouts
+from nest_cp.result import SolveResult, Space, Status
+
+MAX_PLACEMENTS = 10**6
+
+
+def solve(instance: Instance, options) -> SolveResult:
+    """Best feasible plan of ``options.space`` by exhaustive evaluation, or INFEASIBLE."""
+    start = time.perf_counter()
+    space = options.space
+    network = NetworkModel(instance.cluster)
+    if space is Space.FULL:
+        _check_size(instance, options.extra.get("max_placements", MAX_PLACEMENTS))
+    best: tuple[int, Plan] | None = None
+    least_excess: int | None = None
+    evaluated = 0
+    for plan in _plans(instance, network, space):
+        evaluation = evaluate(instance, plan, network)
+        evaluated += 1
+        if evaluation.feasible:
+            if best is None or evaluation.objective_ticks < best[0]:
+                best = (evaluation.objective_ticks, plan)
+        elif evaluation.stages:
+            excess = max(s.memory_bytes - s.memory_limit_bytes for s in evaluation.stages)
+            least_excess = excess if least_excess is None else min(least_excess, excess)
+    elapsed = time.perf_counter() - start
+    stats = {"plans_evaluated": evaluated}
+    if best is None:
+        reason = ("no plan fits: the space is empty" if least_excess is None else
+                  f"no plan fits: stage memory exceeds usable HBM by {least_excess} bytes "
+                  f"at best")
+        return SolveResult(backend="brute", status=Status.INFEASIBLE, wall_time_s=elapsed,
+                           space=space, message=reason, stats=stats)
+    return SolveResult(backend="brute", status=Status.OPTIMAL, plan=best[1],
+                       objective_ticks=best[0], bound_ticks=best[0], wall_time_s=elapsed,
+                       space=space, stats=stats)
+
+
+def _shapes(instance: Instance) -> Iterator[tuple[IntraConfig, int, int, int]]:
+    """Every (configuration, microbatch, S, d) with a·S·d <= N."""
+    num_devices = instance.cluster.num_devices
+    for config, microbatch in instance.choices:
+        for num_stages in range(1, instance.workload.num_layers + 1):
+            for dp in range(1, num_devices // (config.devices * num_stages) + 1):
+                yield config, microbatch, num_stages, dp
+
+
+def _check_size(instance: Instance, limit: int) -> None:
+    """Refuse a full-space enumeration with more than ``limit`` placements in total."""
+    num_devices = instance.cluster.num_devices
+    total = sum(math.perm(num_devices, config.devices * num_stages * dp)
+                for config, _, num_stages, dp in _shapes(instance))
+    if total > limit:
+        raise ValueError(f"expected at most {limit} placements for a full-space brute force, "
+                         f"got {total}; use Space.STRUCTURED or a smaller instance")
+
+
+def _plans(instance: Instance, network: NetworkModel, space: Space) -> Iterator[Plan]:
+    layers = instance.workload.num_layers
+    flags = (False, True) if instance.training.allow_recompute else (False,)
+    for config, microbatch, num_stages, dp in _shapes(instance):
+        placements = list(_placements(network, config, num_stages, dp, space))
+        for zero in sorted(set(instance.training.zero_stages)):
+            for cuts in itertools.combinations(range(1, layers), num_stages - 1):
+                bounds = list(zip((0, *cuts), (*cuts, layers)))
+                for recompute in itertools.product(flags, repeat=num_stages):
+                    stages = tuple(Stage(first, end - 1, flag)
+                                   for (first, end), flag in zip(bounds, recompute))
+                    for placement in placements:
+                        yield Plan(config, microbatch, zero, dp, stages, placement)
+
+
+def _placements(network: NetworkModel, config: IntraConfig, num_stages: int, dp: int,
+                space: Space) -> Iterator[Placement]:
+    """Distinct placements of the space for this shape."""
+    ranks = config.devices
+    if space is Space.FULL:
+        for devices in itertools.permutations(range(network.num_devices),
+                                              ranks * num_stages * dp):
+            yield tuple(tuple(tuple(devices[(stage * dp + replica) * ranks + rank]
+                                    for rank in range(ranks))
+                              for replica in range(dp))
+                        for stage in range(num_stages))
+        return
+    seen = set()
+    order = network.canonical_order()
+    for layout in all_layouts():
+        placement = layout.placement(config, num_stages, dp, order)
+        if placement not in seen:
+            seen.add(placement)
+            yield placement
+
