@@ -9,12 +9,15 @@ the rest):
 1. Microbatch b: the smallest allowed size the workload profiles; ZeRO stage:
    the smallest allowed one (Megatron's default, no sharding, when 0 is
    allowed).
-2. Tensor width t: the smallest profiled width if the model fits with it;
-   otherwise the model "needs" tensor parallelism and t = the largest
-   profiled width that stays inside one node (the innermost tier's size, or
-   on a graph the devices sharing device 0's widest links); larger profiled
-   widths only as a last resort.  Expert width e: the largest profiled for
-   that t (Mixtral-style expert parallelism is configured, not searched).
+2. Tensor width t: if the model fits on single devices of the smallest
+   profiled width (one stage, pure data parallelism), that width; otherwise
+   the model needs model parallelism and t = the largest profiled width that
+   stays inside one node (the innermost tier's size, or on a graph the
+   devices sharing device 0's widest links) — Narayanan et al.'s "tensor
+   parallelism up to the node size, then pipeline parallelism".  If nothing
+   fits with that width, the other profiled widths are tried in ascending
+   order.  Expert width e: the largest profiled for that t (Mixtral-style
+   expert parallelism is configured, not searched).
 3. Pipeline depth S: the smallest depth at which every stage fits memory,
    with activation recomputation switched on for exactly the stages that
    need it.
@@ -25,12 +28,13 @@ the rest):
    network's canonical device order (``plan.MEGATRON_LAYOUT``).
 
 Against NEST's shipped manual configurations at 128 devices (DESIGN §6):
-GPT3 (p, d, t) = (32, 1, 4) uses the smallest profiled TP (4) as rule 2 does;
-Llama3 (80, 1, 1) and Mixtral (32, 1, 1) are one-stage-per-layer choices that
-rule 3 reproduces only when memory forces that depth; BERT and Llama2
-(8, 16, 1) use a deeper pipeline than memory requires (NEST sized it by
-hand), so rule 3 picks a shallower one.  Use ``fixed`` with
-``extra["degrees"] = (p, d, t[, e])`` to reproduce a published configuration
+BERT and Llama2 use (p, d, t) = (8, 16, 1) — NEST profiles Llama2 at t = 1
+only, and BERT fits on one device, so rule 2 also gives t = 1, but rule 3
+then picks the shallowest pipeline where NEST sized p = 8 by hand; GPT3
+(32, 1, 4) uses NEST's smallest profiled width where rule 2 fills the node
+(t = 8); Llama3 (80, 1, 1) and Mixtral (32, 1, 1) put one layer per stage,
+which rule 3 reproduces only when memory forces that depth.  Use ``fixed``
+with ``extra["degrees"] = (p, d, t[, e])`` to run a published configuration
 exactly.
 """
 
@@ -112,7 +116,7 @@ def node_size(network: NetworkModel) -> int:
 
 
 def _tensor_candidates(instance: Instance, network: NetworkModel) -> list[IntraConfig]:
-    """Rule 2's order: smallest width, then the node-filling width, then the rest ascending."""
+    """Rule 2's order of configurations: the widths to try, best first."""
     widest_expert: dict[int, IntraConfig] = {}
     for config in instance.workload.configs:  # ordered by (tp, ep): the last one per tp wins
         if smallest_microbatch(instance, config) is not None:
@@ -120,10 +124,15 @@ def _tensor_candidates(instance: Instance, network: NetworkModel) -> list[IntraC
     widths = sorted(widest_expert)
     if not widths:
         return []
+    smallest = widest_expert[widths[0]]
+    zero = min(instance.training.zero_stages)
+    microbatch = smallest_microbatch(instance, smallest)
+    if smallest.devices <= instance.cluster.num_devices and megatron_plan(
+            instance, network, smallest, microbatch, zero, 1,
+            _data_parallel_rest(instance, smallest, microbatch, 1)) is not None:
+        return [smallest]  # fits without model parallelism
     inside_node = [width for width in widths if width <= node_size(network)]
-    order = [widths[0]]
-    if inside_node and inside_node[-1] not in order:
-        order.append(inside_node[-1])
+    order = [inside_node[-1]] if inside_node else []
     order += [width for width in widths if width not in order]
     return [widest_expert[width] for width in order]
 
@@ -132,15 +141,20 @@ def _shallowest_plan(instance: Instance, network: NetworkModel, config: IntraCon
                      zero: int) -> Plan | None:
     """Rule 3 and 4: the smallest pipeline depth that fits, data parallelism for the rest."""
     microbatch = smallest_microbatch(instance, config)
-    devices = instance.cluster.num_devices
-    useful_replicas = max(1, instance.training.global_batch // (microbatch * config.ep))
-    deepest = min(instance.workload.num_layers, devices // config.devices)
+    deepest = min(instance.workload.num_layers, instance.cluster.num_devices // config.devices)
     for num_stages in range(1, deepest + 1):
-        dp = min(devices // (config.devices * num_stages), useful_replicas)
+        dp = _data_parallel_rest(instance, config, microbatch, num_stages)
         plan = megatron_plan(instance, network, config, microbatch, zero, num_stages, dp)
         if plan is not None:
             return plan
     return None
+
+
+def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int,
+                        num_stages: int) -> int:
+    """Rule 4: d = floor(N / (t·e·S)), capped at B / (b·e) so that no replica idles."""
+    useful_replicas = max(1, instance.training.global_batch // (microbatch * config.ep))
+    return min(instance.cluster.num_devices // (config.devices * num_stages), useful_replicas)
 
 
 def _degrees(plan: Plan) -> dict:
