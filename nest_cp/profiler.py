@@ -170,6 +170,15 @@ class TransformerSpec:
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
 
+    @property
+    def description(self) -> str:
+        """One line for listings: kind, depth, widths, heads, experts, vocabulary, sequence."""
+        kv = f" ({self.kv_heads} kv)" if self.kv_heads != self.num_heads else ""
+        experts = f", {self.num_experts} experts top-{self.top_k}" if self.is_moe else ""
+        return (f"{self.kind.value}, {self.num_layers} layers, h {self.hidden}, "
+                f"f {self.ffn_hidden}, {self.num_heads} heads{kv}{experts}, V {self.vocab}, "
+                f"seq {self.default_seq_len}")
+
     def vocab_shard(self, tp: int) -> int:
         """Vocabulary rows per device: V padded to a multiple of vocab_multiple * t, over t."""
         multiple = self.vocab_multiple * tp
@@ -192,6 +201,14 @@ class DeviceSpec:
         _check(isinstance(self.hbm_bytes, int) and self.hbm_bytes >= 1, "hbm_bytes >= 1",
                self.hbm_bytes)
         _check(0 < self.efficiency <= 1, "efficiency in (0, 1]", self.efficiency)
+
+    @property
+    def description(self) -> str:
+        """One line for listings: peak, achievable fraction, bandwidth and capacity."""
+        capacity = (f"{self.hbm_bytes // 2**30} GiB" if self.hbm_bytes % 2**30 == 0
+                    else f"{self.hbm_bytes / 1e9:g} GB")
+        return (f"{self.peak_flops / 1e12:g} TFLOP/s bf16 x {self.efficiency:g}, "
+                f"{self.mem_bandwidth_Bps / 1e12:g} TB/s, {capacity} HBM")
 
 
 # ------------------------------------------------------------------ arithmetic
