@@ -48,7 +48,8 @@ activations, 1-byte dropout masks). Its terms, kept separately so they adapt:
   4Rf/t) and the expert outputs kept for the weighted combine (2Rh).
 
 With t = 1, dropout, GeLU, f = 4h and a = h_kv this is exactly 34*s*b*h + 5*a*s^2*b. The
-embedding keeps the token ids (4sb, int32) and its dropout mask (sbh); the head keeps the
+embedding keeps the token ids (4sb, int32), its dropout mask (sbh) and, for BERT, its
+norm's input (2sbh); the head keeps the
 inputs of its norm(s) and GEMMs and the fp32 logits of the cross-entropy 4*s*b*V/t (Korthikanti
 §4.1). ``ckpt_bytes`` (recomputation) is the layer input: 2sbh (token ids for the embedding).
 ``out_bytes`` is the layer output 2sbh (bf16); the head's output is the fp32 loss (4 bytes).
@@ -349,8 +350,10 @@ def _block_act_bytes(shape: _Shape) -> int:
 
 
 def _embedding_act_bytes(shape: _Shape) -> int:
+    """Token ids, the dropout mask and (encoder) the embedding norm's input."""
     mask = shape.tokens * shape.spec.hidden if shape.spec.dropout else 0
-    return TOKEN_ID_BYTES * shape.tokens + mask
+    norm_input = shape.activation if shape.spec.kind is ModelKind.ENCODER else 0
+    return TOKEN_ID_BYTES * shape.tokens + mask + norm_input
 
 
 def _head_act_bytes(shape: _Shape) -> int:
@@ -504,12 +507,19 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                      microbatches: Sequence[int], configs: Sequence[IntraConfig]) -> Workload:
     """The chain embedding, num_layers blocks, head, profiled for every (config, microbatch).
 
-    Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``) for a
-    tensor width that does not divide the (kv) heads, an expert width that does not divide
-    the experts (1 for dense models), or non-positive sizes.
+    Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``/``configs``)
+    for a tensor width that does not divide the kv heads (Megatron's GQA; no KV replication),
+    an expert width that does not divide the experts (only 1 for dense models), a sequence
+    longer than the learned positions, no configuration, or non-positive sizes.
     """
     if not (isinstance(seq_len, int) and seq_len >= 1):
         raise InstanceFormatError(f"expected an integer >= 1, got {seq_len!r}", field="seq_len")
+    if spec.learned_positions and seq_len > spec.learned_positions:
+        raise InstanceFormatError(f"expected at most the {spec.learned_positions} learned "
+                                  f"positions of {spec.name}, got {seq_len}", field="seq_len")
+    if not configs:
+        raise InstanceFormatError("expected at least one (tp, ep) configuration, got none",
+                                  field="configs")
     if not microbatches or any(not isinstance(b, int) or b < 1 for b in microbatches):
         raise InstanceFormatError(f"expected microbatch sizes >= 1, got {list(microbatches)}",
                                   field="microbatches")

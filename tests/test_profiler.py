@@ -180,3 +180,10 @@ def test_incompatible_widths_raise(config, field):
     with pytest.raises(InstanceFormatError) as info:
         _workload("llama2-7b", configs=(config,))
     assert info.value.field == field
+
+
+def test_sequence_longer_than_learned_positions_raises():
+    """BERT-large has 512 learned positions, so a 1,024-token sequence is rejected."""
+    with pytest.raises(InstanceFormatError) as info:
+        _workload("bert-large", seq_len=1024)
+    assert info.value.field == "seq_len"
