@@ -161,14 +161,15 @@ def _table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     by_instance: dict[str, dict[str, Row]] = {}
     for row in rows:
         by_instance.setdefault(row.instance, {})[row.backend] = row
-    header = ["model", "cluster", "devices"] + [f"{b} ratio" for b in backends] + \
+    header = ["instance", "model", "cluster", "devices"] + [f"{b} ratio" for b in backends] + \
         [f"{b} time (s)" for b in backends]
     lines = []
     for cells in sorted(by_instance.values(), key=lambda c: _order(next(iter(c.values())))):
         first = next(iter(cells.values()))
         ratios = [_ratio_text(cells.get(b)) for b in backends]
         times = [f"{cells[b].wall_time_s:.2f}" if b in cells else MISSING for b in backends]
-        lines.append([first.model, first.cluster, str(first.num_devices), *ratios, *times])
+        lines.append([first.instance, first.model, first.cluster, str(first.num_devices),
+                      *ratios, *times])
     return header, lines
 
 
@@ -198,7 +199,7 @@ def render_latex(rows: Sequence[Row], normaliser: str) -> str:
             MISSING, "---")
 
     out = [f"% throughput relative to {normaliser}; --- = no plan",
-           r"\begin{tabular}{lll" + "r" * (len(header) - 3) + "}", r"\toprule",
+           r"\begin{tabular}{llll" + "r" * (len(header) - 4) + "}", r"\toprule",
            " & ".join(escape(h) for h in header) + r" \\", r"\midrule"]
     out += [" & ".join(escape(cell) for cell in line) + r" \\" for line in lines]
     out += [r"\bottomrule", r"\end{tabular}"]
