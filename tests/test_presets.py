@@ -176,3 +176,16 @@ def test_unknown_names_in_python_api():
         cluster_from_preset("moon-fabric", {"num_devices": 8})
     with pytest.raises(InstanceFormatError, match="expected one of"):
         workload_from_preset("gpt5", {}, TrainingSetup(global_batch=8, seq_len=128))
+
+
+def test_preset_instance_round_trips_through_json(tmp_path):
+    """A preset instance saved and loaded again evaluates a plan to the same objective."""
+    from nest_cp.io import load_instance, save_instance
+
+    instance = build_instance("mixtral-8x7b", 64, "nest-h100-spineleaf", tp_widths=(1, 2),
+                              ep_widths=(1, 4), zero_stages=(0, 3))
+    path = tmp_path / "mixtral.json"
+    save_instance(instance, path)
+    loaded = load_instance(path)
+    plan = Plan(IntraConfig(2, 4), 1, 3, 2, _manual_plan(instance, 4, 2, IntraConfig()).stages)
+    assert evaluate(loaded, plan).objective_ticks == evaluate(instance, plan).objective_ticks
