@@ -1,0 +1,135 @@
+"""The verify harness end to end: certificates, reference checks, cache, tables, exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nest_cp.backends import BACKENDS
+from verify.cli import table_command, verify_command
+from verify.harness import reference_path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ROOT / "instances" / "small"
+TINY = ("worked_example", "h2-dense-l3-d4", "infeasible-params")
+FAST_BACKENDS = "dp,cpsat,brute"
+WORKED_OPTIMUM_TICKS = 27_099_000  # DESIGN §3.1
+
+
+@pytest.fixture
+def tiny_dir(tmp_path: Path) -> Path:
+    """Three tiny instances copied to a temporary folder."""
+    folder = tmp_path / "instances"
+    folder.mkdir()
+    for name in TINY:
+        shutil.copyfile(SMALL / f"{name}.json", folder / f"{name}.json")
+    return folder
+
+
+def _verify(folder: Path, tmp_path: Path, *extra: str):
+    args = [str(folder), "--backends", FAST_BACKENDS, "--time-limit", "10", "--jobs", "1",
+            "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress", *extra]
+    return CliRunner().invoke(verify_command, args)
+
+
+def _results(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "results.json").read_text())
+
+
+def _record(results: dict, name: str) -> dict:
+    return next(r for r in results["instances"] if r["instance"] == name)
+
+
+def test_harness_certifies_tiny_instances(tiny_dir: Path, tmp_path: Path):
+    """Every tiny instance is certified, exits 0, and the worked example has a zero gap."""
+    result = _verify(tiny_dir, tmp_path)
+    assert result.exit_code == 0, result.output
+    results = _results(tmp_path)
+    assert [r["certificate"] for r in results["instances"]] == ["yes"] * len(TINY)
+    worked = _record(results, "worked_example")
+    exact = [run for run in worked["runs"] if run["space"] == "full"]
+    assert {run["objective_ticks"] for run in exact} == {WORKED_OPTIMUM_TICKS}
+    assert worked["gap"] == {"low": 0.0, "high": 0.0, "exact": True}
+    assert _record(results, "infeasible-params")["gap"] is None
+    for name in ("gap_table.md", "gap_table.csv", "gap_table.tex"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_corrupted_reference_exits_1_naming_instance(tiny_dir: Path, tmp_path: Path):
+    """A reference claiming an optimum better than the true one makes verify exit 1."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    record = _record(_results(tmp_path), "h2-dense-l3-d4")
+    optimum = min(run["objective_ticks"] for run in record["runs"] if run["space"] == "full")
+    claimed = {"status": "OPTIMAL", "objective_ticks": optimum - 1, "bound_ticks": optimum - 1,
+               "solver": "corrupted"}
+    reference = {"instance": record["instance"], "instance_sha256": record["sha256"],
+                 "spaces": {"full": claimed, "structured": claimed}}
+    reference_path(tiny_dir / "h2-dense-l3-d4.json").write_text(json.dumps(reference))
+    result = _verify(tiny_dir, tmp_path)
+    assert result.exit_code == 1
+    assert "FAIL h2-dense-l3-d4" in result.output
+    assert _record(_results(tmp_path), "worked_example")["failures"] == []
+
+
+def test_rerun_with_nothing_changed_solves_nothing(tiny_dir: Path, tmp_path: Path):
+    """The second run reads every result from the cache and reports the same objectives."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    first = _results(tmp_path)
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    second = _results(tmp_path)
+    sources = {run["source"] for r in second["instances"] for run in r["runs"]}
+    assert sources == {"cache"}
+    assert [[run["objective_ticks"] for run in r["runs"]] for r in first["instances"]] == \
+        [[run["objective_ticks"] for run in r["runs"]] for r in second["instances"]]
+
+
+def test_no_cache_solves_again(tiny_dir: Path, tmp_path: Path):
+    """--no-cache re-solves every run even when the cache is warm."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    assert _verify(tiny_dir, tmp_path, "--no-cache").exit_code == 0
+    sources = {run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]}
+    assert sources == {"solved"}
+
+
+def test_table_regenerates_identical_markdown(tiny_dir: Path, tmp_path: Path):
+    """`table RESULTS -f md` reproduces gap_table.md byte for byte (csv and tex too)."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    out = tmp_path / "out"
+    for fmt in ("md", "csv", "tex"):
+        result = CliRunner().invoke(table_command, [str(out / "results.json"), "-f", fmt])
+        assert result.exit_code == 0
+        assert result.output == (out / f"gap_table.{fmt}").read_text()
+
+
+def test_malformed_instance_exits_2_with_one_line(tmp_path: Path):
+    """A malformed instance file is bad input: exit 2 and a single `error:` line."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"workload": {"layers": []}, "cluster": {}, "training": {}}')
+    result = CliRunner().invoke(verify_command, [str(bad), "--backends", "dp", "--no-progress",
+                                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_unknown_backend_exits_2(tiny_dir: Path, tmp_path: Path):
+    """An unknown backend name is bad input (exit 2), not a crash."""
+    result = _verify(tiny_dir, tmp_path, "--backends", "dp,nope")
+    assert result.exit_code == 2
+    assert "error:" in result.output
+
+
+def test_missing_backend_reported_unavailable(tiny_dir: Path, tmp_path: Path, monkeypatch):
+    """A registered backend whose module does not exist is reported UNAVAILABLE, exit 0."""
+    monkeypatch.setitem(BACKENDS, "ghost", "nest_cp.no_such_module:solve")
+    args = [str(tiny_dir / "worked_example.json"), "--backends", "dp,ghost", "--jobs", "1",
+            "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress"]
+    result = CliRunner().invoke(verify_command, args)
+    assert result.exit_code == 0, result.output
+    runs = _results(tmp_path)["instances"][0]["runs"]
+    assert {run["backend"]: run["status"] for run in runs}["ghost"] == "UNAVAILABLE"

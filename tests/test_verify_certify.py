@@ -1,0 +1,138 @@
+"""The certificate, gap, consistency and reference rules of verify.certify on hand-made runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nest_cp.backends import SolveOptions
+from nest_cp.io import load_instance
+from nest_cp.result import Space
+from verify import certify
+from verify.cache import ResultCache, result_key
+from verify.instances import small_specs, write_instances
+from verify.reference import space_entry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(backend: str, space: str, status: str, ticks: int | None = None,
+        bound: int | None = None) -> dict:
+    if status == "OPTIMAL" and bound is None:
+        bound = ticks
+    return {"backend": backend, "space": space, "status": status, "objective_ticks": ticks,
+            "bound_ticks": bound}
+
+
+def test_certificate_yes_when_dp_equals_structured_optimum():
+    """DP == exact structured optimum certifies, whatever the full optimum."""
+    runs = [run("dp", "structured", "OPTIMAL", 100), run("cpsat", "structured", "OPTIMAL", 100),
+            run("cpsat", "full", "OPTIMAL", 90)]
+    assert certify.algorithmic_certificate(runs) == ("yes", [])
+
+
+def test_certificate_no_when_optima_differ():
+    """A DP objective different from a proven structured optimum fails the certificate."""
+    runs = [run("dp", "structured", "OPTIMAL", 100), run("milp", "structured", "OPTIMAL", 99)]
+    verdict, failures = certify.algorithmic_certificate(runs)
+    assert verdict == "no" and "99" in failures[0]
+
+
+def test_certificate_open_when_exact_stopped_at_limit():
+    """A time-limited exact run whose interval contains the DP leaves the certificate open."""
+    runs = [run("dp", "structured", "OPTIMAL", 100),
+            run("cpsat", "structured", "FEASIBLE", 100, 80)]
+    assert certify.algorithmic_certificate(runs) == ("open", [])
+
+
+def test_certificate_no_when_dp_below_bound_or_infeasible_disagrees():
+    """DP below a proven bound, or a plan where infeasibility is proven, fails."""
+    below = [run("dp", "structured", "OPTIMAL", 70),
+             run("cpsat", "structured", "FEASIBLE", 100, 80)]
+    assert certify.algorithmic_certificate(below)[0] == "no"
+    infeasible = [run("dp", "structured", "OPTIMAL", 70),
+                  run("cpsat", "structured", "INFEASIBLE")]
+    assert certify.algorithmic_certificate(infeasible)[0] == "no"
+    agree = [run("dp", "structured", "INFEASIBLE"), run("cpsat", "structured", "INFEASIBLE")]
+    assert certify.algorithmic_certificate(agree) == ("yes", [])
+
+
+def test_gap_point_and_interval():
+    """A proven full optimum gives a point gap; a stopped solver gives [best, bound]."""
+    point = [run("dp", "structured", "OPTIMAL", 110), run("cpsat", "full", "OPTIMAL", 100)]
+    assert certify.structural_gap(point) == {"low": 0.1, "high": 0.1, "exact": True}
+    interval = [run("dp", "structured", "OPTIMAL", 120), run("cpsat", "full", "FEASIBLE", 110, 80),
+                run("milp", "full", "FEASIBLE", 115, 100)]
+    assert certify.structural_gap(interval) == {"low": 10 / 110, "high": 0.2, "exact": False}
+    assert certify.structural_gap([run("dp", "structured", "INFEASIBLE")]) is None
+
+
+def test_consistency_flags_plan_below_other_solvers_optimum():
+    """A full-space plan below another solver's proven full optimum is a contradiction."""
+    runs = [run("cpsat", "full", "OPTIMAL", 100), run("milp", "full", "FEASIBLE", 95, 90),
+            run("dp", "structured", "OPTIMAL", 120)]
+    failures = certify.consistency_failures(runs)
+    assert len(failures) == 1 and "milp/full" in failures[0]
+    structured_bound = [run("cpsat", "structured", "OPTIMAL", 100),
+                        run("milp", "full", "OPTIMAL", 95)]
+    assert certify.consistency_failures(structured_bound) == []
+
+
+def test_reference_contradictions():
+    """Beating a proven reference, a worse 'optimum' or infeasible-vs-plan all fail."""
+    reference = {"spaces": {"full": {"status": "OPTIMAL", "objective_ticks": 100},
+                            "structured": {"status": "OPTIMAL", "objective_ticks": 110}}}
+    assert certify.reference_failures(reference, [run("dp", "structured", "OPTIMAL", 110),
+                                                  run("cpsat", "full", "OPTIMAL", 100)]) == []
+    assert certify.reference_failures(reference, [run("cpsat", "full", "FEASIBLE", 99, 90)])
+    assert certify.reference_failures(reference, [run("dp", "structured", "OPTIMAL", 111)])
+    assert certify.reference_failures(reference, [run("milp", "full", "INFEASIBLE")])
+    infeasible = {"spaces": {"full": {"status": "INFEASIBLE", "objective_ticks": None}}}
+    assert certify.reference_failures(infeasible, [run("dp", "structured", "OPTIMAL", 5)])
+
+
+def test_reference_entry_is_the_strongest_claim():
+    """References keep a proven optimum, else the best plan with the best bound."""
+    runs = [run("dp", "structured", "OPTIMAL", 110), run("cpsat", "full", "FEASIBLE", 105, 90),
+            run("milp", "full", "FEASIBLE", 107, 95)]
+    assert space_entry(runs, "full") == {"status": "FEASIBLE", "objective_ticks": 105,
+                                         "bound_ticks": 95, "solver": "cpsat/full"}
+    assert space_entry(runs, "structured")["status"] == "OPTIMAL"
+
+
+def test_cache_key_depends_on_options_and_entries_roundtrip(tmp_path: Path):
+    """Different options give different keys; a stored entry reads back equal."""
+    sha = "0" * 64
+    key = result_key(sha, "dp", SolveOptions())
+    assert key != result_key(sha, "dp", SolveOptions(time_limit_s=5))
+    assert key != result_key(sha, "dp", SolveOptions(space=Space.FULL))
+    cache = ResultCache(tmp_path)
+    assert cache.get(key) is None
+    cache.put(key, {"objective_ticks": 7})
+    assert cache.get(key) == {"objective_ticks": 7}
+    assert ResultCache(tmp_path, enabled=False).get(key) is None
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_committed_instances_match_the_generator(tmp_path: Path):
+    """instances/ holds exactly what verify/instances.py writes, byte for byte."""
+    for path in write_instances(tmp_path):
+        committed = ROOT / "instances" / path.relative_to(tmp_path)
+        assert committed.read_bytes() == path.read_bytes(), committed
+
+
+def test_small_set_covers_the_required_variety():
+    """>= 30 small instances within 8 layers / 16 devices, >= 3 infeasible, 4 graph kinds."""
+    paths = sorted(p for p in (ROOT / "instances" / "small").glob("*.json")
+                   if not p.name.endswith(".ref.json"))
+    assert len(paths) >= 30
+    for path in paths:
+        instance = load_instance(path)
+        assert instance.workload.num_layers <= 8 and instance.cluster.num_devices <= 16
+    families = [spec.family for spec in small_specs()]
+    assert families.count("infeasible") >= 3
+    assert {"graph-tree", "graph-ring", "graph-islands", "graph-torus"} <= set(families)
+    moe = json.loads((ROOT / "instances" / "small" / "moe-l4-d8-tp-ep.json").read_text())
+    kinds = {c["kind"] for layer in moe["workload"]["layers"] for p in layer["profiles"]
+             for c in p["collectives"]}
+    assert "all_to_all" in kinds
