@@ -18,16 +18,16 @@ and token-type embeddings are replicated. A tied LM head holds no parameters of 
 its gradient all-reduce are not modelled). MoE: the router is dense (replicated); each device
 holds E/e experts (``expert_params``), each expert's matrices split by t.
 
-**Compute** (roofline per op group): time = max(FLOPs / (peak * efficiency),
-bytes moved / memory bandwidth), summed over the groups of a layer: GEMMs (weights, inputs
-and outputs moved once), the attention core (QK^T and AV, 4*b*s^2*h/t FLOPs, full s^2 even
-for causal models as in the usual model-FLOPs count; the s^2 scores cross memory about four
-times: written, read and written by softmax, read by AV — no flash attention), and the
-memory-bound element-wise ops (norms, residual adds, activation, embedding gather,
-cross-entropy). Backward (data + weight gradients) is twice the forward for every group,
-both in FLOPs and in bytes moved. ``flops`` is the model FLOPs of fwd + bwd = 3x the forward
-GEMM and attention FLOPs. Under expert parallelism every device runs its dense layers for b
-samples and, with balanced routing, its E/e experts receive R = k*s*b tokens (the e ranks
+**Compute** (roofline per op group): time = max(FLOPs / (peak * efficiency), bytes moved /
+memory bandwidth) — the efficiency derates FLOP/s only — summed over the groups of a layer:
+GEMMs (weights, inputs and outputs moved once), the attention core (QK^T and AV, 4*b*s^2*h/t
+FLOPs, full s^2 even for causal models as in the usual model-FLOPs count; the s^2 scores cross
+memory about four times: written, read and written by softmax, read by AV — no flash
+attention), and the memory-bound element-wise ops (norms, residual adds, activation, embedding
+gather, cross-entropy). Backward (data + weight gradients) is twice the forward for every
+group, both in FLOPs and in bytes moved. ``flops`` is the model FLOPs of fwd + bwd = 3x the
+forward GEMM and attention FLOPs. Under expert parallelism every device runs its dense layers
+for b samples and, with balanced routing, its E/e experts receive R = k*s*b tokens (the e ranks
 together process b*e samples and send k*s*b*e token copies to E experts).
 
 **Activation memory** follows Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -47,11 +47,11 @@ activations, 1-byte dropout masks). Its terms, kept separately so they adapt:
   token copies (2Rh, input of the expert GEMMs), the expert intermediates (6Rf/t gated or
   4Rf/t) and the expert outputs kept for the weighted combine (2Rh).
 
-With t = 1, dropout, GeLU, f = 4h and a = h_kv this is exactly 34*s*b*h + 5*a*s^2*b. The
-embedding keeps the token ids (4sb, int32), its dropout mask (sbh) and, for BERT, its
-norm's input (2sbh); the head keeps the
-inputs of its norm(s) and GEMMs and the fp32 logits of the cross-entropy 4*s*b*V/t (Korthikanti
-§4.1). ``ckpt_bytes`` (recomputation) is the layer input: 2sbh (token ids for the embedding).
+With t = 1, dropout, GeLU, f = 4h and h_kv = h this is exactly 34*s*b*h + 5*a*s^2*b. The
+embedding keeps the token ids (4sb, int32), its dropout mask (sbh) and, for BERT, its norm's
+input (2sbh); the head keeps the inputs of its norm(s) and GEMMs and the fp32 logits of the
+cross-entropy 4*s*b*V/t (Korthikanti §4.1). ``ckpt_bytes`` (recomputation) is the layer
+input: 2sbh (token ids for the embedding).
 ``out_bytes`` is the layer output 2sbh (bf16); the head's output is the fp32 loss (4 bytes).
 
 **Collectives per microbatch** (volumes per device, bytes; nest_cp.model.Collective):
