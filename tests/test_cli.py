@@ -72,3 +72,26 @@ def test_instance_show_summarises():
     assert result.exit_code == 0
     assert "2 layers" in result.output and "8 devices" in result.output
     assert "tier 1 spine" in result.output
+
+
+def test_gpt3_manual_plan_at_1024_devices_fits(tmp_path):
+    """`instance new` GPT3-175B on 1,024 TPUv4 devices; the manual p=32, d=8, t=4 plan with
+    recomputation on all stages but the last evaluates to a feasible breakdown."""
+    path = tmp_path / "g.json"
+    made = _run("instance", "new", "--model", "gpt3-175b", "--devices", "1024", "--network",
+                "nest-tpuv4-fattree", "-o", path)
+    assert made.exit_code == 0, made.output
+    result = _run("evaluate", path, "--pp", "32", "--dp", "8", "--tp", "4", "--recompute",
+                  "all-but-last", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["feasible"] and len(data["stages"]) == 32
+    assert data["objective_ticks"] > 0
+
+
+def test_instance_new_unknown_model_exit_2(tmp_path):
+    """An unknown preset name is bad input: one line, exit 2, no file written."""
+    result = _run("instance", "new", "--model", "gpt5", "--devices", "8", "--network",
+                  "nest-tpuv4-fattree", "-o", tmp_path / "x.json")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "x.json").exists()
