@@ -75,13 +75,17 @@ def algorithmic_certificate(runs: list[dict]) -> tuple[str, list[str]]:
 
     ``yes``: some exact structured run proved the optimum (or infeasibility) and the DP
     agrees with every exact structured run; ``no``: some run contradicts the DP;
-    ``open``: no exact structured run finished and none contradicts; ``n/a``: no DP run.
+    ``open``: no exact structured run finished and none contradicts; ``n/a``: no DP run
+    or no usable exact structured run.
     """
     dp = next((run for run in runs if run["backend"] == "dp"), None)
     if dp is None or dp["status"] in UNUSABLE_STATUSES:
         return "n/a", []
     exact = [run for run in runs if run["backend"] in EXACT_BACKENDS
-             and run["space"] == Space.STRUCTURED.value]
+             and run["space"] == Space.STRUCTURED.value
+             and run["status"] not in UNUSABLE_STATUSES]
+    if not exact:
+        return "n/a", []
     failures, proven = [], False
     for run in exact:
         failure = _certificate_failure(dp, run)

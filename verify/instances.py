@@ -384,6 +384,9 @@ def write_instances(root: Path) -> list[Path]:
             path = directory / f"{document['name']}.json"
             _write_json(document, path)
             written.append(path)
+    for folder, text in (("small", small_readme()), ("paper", PAPER_README)):
+        _write_text(text, root / folder / "README.md")
+        written.append(root / folder / "README.md")
     worked = Path(__file__).resolve().parent.parent / "tests" / "data" / "worked_example.json"
     if worked.exists():
         document = json.loads(worked.read_text(encoding="utf-8"))
@@ -395,10 +398,124 @@ def write_instances(root: Path) -> list[Path]:
     return written
 
 
-def _write_json(document: dict, path: Path) -> None:
+SMALL_README = """# instances/small — certifiable synthetic instances
+
+Written by `python -m verify.instances` (module `verify/instances.py`); do not edit by
+hand, regenerate. Each `<name>.json` has a `<name>.ref.json` beside it, written by
+`python -m verify.reference` (see below). `nest-cp verify` (and `make verify`) runs the DP,
+CP-SAT and MILP on every file here and certifies the DP against the exact optima.
+
+## Provenance of the numbers
+
+All instances except `worked_example` are **synthetic**: hand-chosen round numbers of the
+order of one transformer block of a ~1B-parameter model on a current accelerator, scaled
+so that the exact solvers prove optimality in well under a second. They are chosen to
+be controllable, not to match any real model. Every number follows from
+`verify/instances.py`:
+
+- **Layers** (`dense_chain`, `moe_chain`): an embedding (0.2 ms forward per sample,
+  3e8 parameters, 2e8 activation bytes, 8e6 output bytes), blocks `i = 0, 1, ...`
+  ((1 + 0.25 i) ms, 2e8 parameters, 2e9 activation bytes, 8e6 output bytes; MoE blocks
+  (1.2 + 0.2 i) ms, 1e8 dense + 8e8 expert parameters, 3e9 activation bytes), and a head
+  (0.6 ms, 3e8 parameters, 1e9 activation bytes, 4e6 output bytes); a `scale` factor
+  multiplies all of them for the larger instances (0.5 for `h2-dense-l8-d16`,
+  `h3-dense-l6-d12`).
+- **Configurations** (`synthetic_layer`): forward time x microbatch / tp x (1 + 0.1 (tp - 1))
+  (10 % tensor-parallel overhead per extra rank), backward = 2 x forward (the usual 2x of
+  data + weight gradients), dense parameters and activations / tp, expert parameters / ep,
+  checkpoint bytes = output bytes = per-sample output x microbatch. tp > 1 adds two
+  all-reduces of the output in forward and two in backward (Megatron-LM, Shoeybi et al.
+  2019, Sec. 3); ep > 1 adds two all-to-alls (dispatch, combine) per direction.
+- **Optimizer**: mixed-precision Adam, 2 / 2 / 12 bytes per parameter (DESIGN §1.3).
+  Sequence length 1024 (informational only: the profiles are given per sample).
+- **Networks**: node tier 1e11 B/s, 1 us (NVLink class); rack tier 2.5e10 B/s, 3 us
+  (200 Gb/s NIC); spine tier 1.25e10 B/s, 5 us (100 Gb/s NIC), 10x slower in
+  `slowspine`; graph networks: a leaf/spine tree whose uplinks carry the per-device share
+  of a 4:1 oversubscription (rack / 4), a ring of NVLink-class links (one 10x slower link
+  in `graph-ring-dense-l4-d6`), two switched islands (5e10 B/s, 1 us) bridged by one
+  1e9 B/s, 20 us link, and a 2 x 4 torus slice (5e10 B/s along rows, 2.5e10 B/s along
+  columns, with wrap-around where a dimension exceeds 2).
+- **HBM**: 80 GB ("loose": memory never binds). Memory-tight sizes (`tight-*`,
+  `moe-l4-d8-tight`, `graph-islands-tight-*`) were chosen by bisecting the capacity with
+  the DP: each lies strictly between the smallest capacity at which any plan fits and the
+  smallest at which the loose optimum fits, so memory changes the optimum.
+  `infeasible-*` have no plan at all: a layer keeping 50 GB of activations on 40 GB
+  (recomputation still holds one layer's activations), 3e9 embedding parameters x 16 B on
+  40 GB without ZeRO or tensor parallelism, and 8e9 expert parameters (4e9 per device at
+  ep 2) with at most ZeRO-1 on 40 GB.
+- `worked_example` is DESIGN §3.1 verbatim (copied from `tests/data/worked_example.json`);
+  its optimum 27,099,000 ticks is stated there.
+
+## Reference results
+
+`<name>.ref.json` holds, per space (`full`, `structured`), the strongest claim the exact
+runs proved: status (OPTIMAL, FEASIBLE with its bound, INFEASIBLE), objective and bound in
+ticks (1 tick = 1 ns), the solvers that proved it, the date, time limit and the SHA-256 of
+the instance content (a reference for other content is reported as stale, not compared).
+They are produced by `python -m verify.reference instances/small --time-limit 60`, which
+refuses to write a reference for an instance whose runs fail any check.
+
+## Instances
+
+"""
+SMALL_TABLE_HEADER = ["instance", "family", "layers", "devices", "network", "configs (tp x ep)",
+                      "microbatches", "ZeRO", "recompute", "HBM [GB]", "purpose"]
+
+PAPER_README = """# instances/paper — the NEST evaluation grid
+
+Written by `python -m verify.instances` (module `verify/instances.py`); regenerate, do not
+edit. Fifty instances: the five models of NEST's evaluation (BERT-large, Llama2-7B,
+Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
+`nest-h100-spineleaf`) at 64, 128, 256, 512 and 1,024 devices; name
+`<model>--<cluster>--<devices>.json`.
+
+## Provenance
+
+- Grid, global batch 4,096, microbatch 1, sequence lengths (512 BERT, 2,048 GPT3, 4,096
+  the others) and Mixtral's expert width 4: NEST (arXiv 2603.06798) and its artifact
+  `scai-tech/Nest`, as restated in DESIGN.md §6.
+- The files reference presets; `nest_cp/io.py` expands them with
+  `nest_cp.presets.workload_from_preset` / `cluster_from_preset`, where every model,
+  device and network number carries its citation (model hyperparameters from the model
+  papers, device FLOP/s and efficiency from datasheets and published training runs, the
+  two networks from DESIGN §6: tiers 8 / 4 / N/32, 900 / 100 / 400 resp. 900 / 12.5 / 50
+  "GB/s" with NEST's 2^30 conversion, 64 GiB resp. 90 GiB HBM). The workload is profiled
+  on the cluster's own device (`nest-tpuv4`, `nest-h100`); tensor widths are the
+  presets' defaults; ZeRO 0 (NEST prices none), recomputation allowed.
+- `nest-cp verify` runs only the DP here (no exact solver scales to these sizes); the
+  `<name>.ref.json` beside each file is the DP's structured optimum (a regression
+  reference) and, for the full space, the best known plan without a bound.
+"""
+
+
+def small_readme() -> str:
+    """The README of instances/small: provenance text and one table row per instance."""
+    rows = []
+    for spec in small_specs():
+        network = spec.network
+        kind = f"{len(network['tiers'])} tiers" if network["kind"] == "hierarchical" else \
+            f"graph, {len(network['switches'])} switches"
+        rows.append("| " + " | ".join([
+            spec.name, spec.family, str(sum(layer.repeat for layer in spec.layers)),
+            str(spec.devices), kind, ", ".join(f"{tp}x{ep}" for tp, ep in spec.configs),
+            ", ".join(map(str, spec.microbatches)), ", ".join(map(str, spec.zero_stages)),
+            "yes" if spec.allow_recompute else "no", f"{spec.hbm_bytes / GB:g}",
+            spec.purpose]) + " |")
+    rows.append("| worked_example | worked-example | 2 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
+                "DESIGN §3.1 |")
+    head = ["| " + " | ".join(SMALL_TABLE_HEADER) + " |",
+            "|" + "---|" * len(SMALL_TABLE_HEADER)]
+    return SMALL_README + "\n".join(head + rows) + "\n"
+
+
+def _write_text(text: str, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def _write_json(document: dict, path: Path) -> None:
+    _write_text(json.dumps(document, indent=1) + "\n", path)
 
 
 def main(argv: list[str] | None = None) -> int:
