@@ -95,3 +95,30 @@ def test_instance_new_unknown_model_exit_2(tmp_path):
                   "nest-tpuv4-fattree", "-o", tmp_path / "x.json")
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "x.json").exists()
+
+
+def test_solve_dp_json_record():
+    """`solve --backend dp --json` finds DESIGN §3.1's optimum 27,099,000 with the record keys."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "dp", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert {"backend", "status", "objective_ticks", "bound_ticks", "iteration_time_s",
+            "throughput_samples_per_s", "wall_time_s", "plan"} <= set(data)
+    assert (data["backend"], data["status"], data["objective_ticks"]) == (
+        "dp", "OPTIMAL", 27_099_000)
+
+
+def test_solve_writes_plan_that_evaluates_to_objective(tmp_path):
+    """The plan written by `solve -o` evaluates, through the CLI, to the reported objective."""
+    plan = tmp_path / "plan.json"
+    solved = json.loads(_run("solve", DATA / "two_tier_tp2.json", "--json", "-o", plan).output)
+    evaluated = json.loads(_run("evaluate", DATA / "two_tier_tp2.json", plan, "--json").output)
+    assert evaluated["objective_ticks"] == solved["objective_ticks"]
+
+
+def test_solve_nothing_fits_exits_1_with_reason():
+    """An instance where nothing fits is an answer: exit 1, INFEASIBLE, reason with the excess."""
+    result = _run("solve", DATA / "nothing_fits.json", "--backend", "dp")
+    assert result.exit_code == 1
+    assert "INFEASIBLE" in result.output and "exceeds usable HBM by" in result.output
+    assert "Traceback" not in result.output
