@@ -26,22 +26,36 @@ from nest_cp.network import NetworkModel, Path
 from nest_cp.plan import Dim, RankLayout
 
 
+class PathIds:
+    """Integer ids of the bottleneck paths met so far: tier k has id k on a tiered network."""
+
+    def __init__(self, network: NetworkModel):
+        self.paths: list[Path] = [network.tier_path(tier) for tier in range(network.num_tiers)]
+        self._ids: dict[Path, int] = {path: tier for tier, path in enumerate(self.paths)}
+
+    def id_of(self, path: Path) -> int:
+        if path not in self._ids:
+            self._ids[path] = len(self.paths)
+            self.paths.append(path)
+        return self._ids[path]
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaPaths:
-    """Paths one stage replica is priced on; empty receive sets at the pipeline ends."""
+    """Path ids one stage replica is priced on (group -1: a single device); sorted id tuples."""
 
-    group: Path | None
-    recv_activation: frozenset[Path]
-    recv_gradient: frozenset[Path]
+    group: int
+    recv_activation: tuple[int, ...]
+    recv_gradient: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class StageGeometry:
-    """Distinct replica path combinations and data-parallel group paths of one stage."""
+    """Distinct replica path combinations and data-parallel group path ids of one stage."""
 
-    replicas: frozenset[ReplicaPaths]
-    replica_groups: frozenset[Path]  # d-replica group of each rank j (ZeRO-3, expert sync)
-    dense_groups: frozenset[Path]    # d*e group of each tensor rank t (dense sync)
+    replicas: tuple[ReplicaPaths, ...]
+    replica_groups: tuple[int, ...]  # d-replica group of each rank j (ZeRO-3, expert sync)
+    dense_groups: tuple[int, ...]    # d*e group of each tensor rank t (dense sync)
 
 
 def effective_order(layout: RankLayout, config: IntraConfig, num_stages: int,
@@ -67,12 +81,12 @@ def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: i
     return device_order[position]
 
 
-def stage_geometries(network: NetworkModel, devices: np.ndarray,
+def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                      config: IntraConfig) -> list[StageGeometry]:
     """One :class:`StageGeometry` per stage of the placement ``devices[stage, replica, rank]``."""
     if network.is_hierarchical:
         return _hierarchical_geometries(network, devices, config)
-    return _graph_geometries(network, devices, config)
+    return _graph_geometries(network, ids, devices, config)
 
 
 # ------------------------------------------------------------------ hierarchical
@@ -87,13 +101,16 @@ def _tiers(network: NetworkModel, lowest: np.ndarray, highest: np.ndarray) -> np
     return tiers
 
 
-def _tier_set(network: NetworkModel, tiers: np.ndarray) -> frozenset[Path]:
-    return frozenset(network.tier_path(int(tier)) for tier in np.unique(tiers))
+def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
+    """The sorted distinct values of each row of a 2-D array."""
+    ordered = np.sort(values, axis=1)
+    fresh = np.ones(ordered.shape, dtype=bool)
+    fresh[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    return [tuple(row[keep].tolist()) for row, keep in zip(ordered, fresh)]
 
 
-def _mask_paths(network: NetworkModel, mask: int) -> frozenset[Path]:
-    return frozenset(network.tier_path(tier) for tier in range(network.num_tiers)
-                     if mask >> tier & 1)
+def _mask_tiers(mask: int, num_tiers: int) -> tuple[int, ...]:
+    return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
 
 
 def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
@@ -111,56 +128,66 @@ def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
             np.left_shift(1, _tiers(network, low, high)), axis=2)
     codes = (group_tier + 1) + (num_tiers + 1) * (
         pair_mask[:num_stages] + (1 << num_tiers) * pair_mask[1:])
-    if dp > 1:
-        replica_tiers = _tiers(network, devices.min(axis=1), devices.max(axis=1))
+    no_groups = [()] * num_stages
+    replica_sets = (_row_sets(_tiers(network, devices.min(axis=1), devices.max(axis=1)))
+                    if dp > 1 else no_groups)
+    dense_sets = no_groups
     if dp * config.ep > 1:
         by_tensor_rank = devices.reshape(num_stages, dp * config.ep, config.tp)
-        dense_tiers = _tiers(network, by_tensor_rank.min(axis=1), by_tensor_rank.max(axis=1))
+        dense_sets = _row_sets(_tiers(network, by_tensor_rank.min(axis=1),
+                                      by_tensor_rank.max(axis=1)))
+    decoded: dict[int, ReplicaPaths] = {}
+    known: dict[tuple, StageGeometry] = {}
     geometries = []
-    for stage in range(num_stages):
-        replicas = []
-        for code in np.unique(codes[stage]).tolist():
-            tier, masks = code % (num_tiers + 1) - 1, code // (num_tiers + 1)
-            replicas.append(ReplicaPaths(
-                group=network.tier_path(tier) if tier >= 0 else None,
-                recv_activation=_mask_paths(network, masks % (1 << num_tiers)),
-                recv_gradient=_mask_paths(network, masks >> num_tiers)))
-        geometries.append(StageGeometry(
-            replicas=frozenset(replicas),
-            replica_groups=_tier_set(network, replica_tiers[stage]) if dp > 1 else frozenset(),
-            dense_groups=(_tier_set(network, dense_tiers[stage]) if dp * config.ep > 1
-                          else frozenset())))
+    for stage, code_set in enumerate(_row_sets(codes)):
+        for code in code_set:
+            if code not in decoded:
+                masks = code // (num_tiers + 1)
+                decoded[code] = ReplicaPaths(
+                    group=code % (num_tiers + 1) - 1,
+                    recv_activation=_mask_tiers(masks % (1 << num_tiers), num_tiers),
+                    recv_gradient=_mask_tiers(masks >> num_tiers, num_tiers))
+        key = (code_set, replica_sets[stage], dense_sets[stage])
+        if key not in known:
+            known[key] = StageGeometry(tuple(decoded[code] for code in code_set),
+                                       replica_sets[stage], dense_sets[stage])
+        geometries.append(known[key])
     return geometries
 
 
 # ------------------------------------------------------------------------ graph
 
 
-def _graph_geometries(network: NetworkModel, devices: np.ndarray,
+def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                       config: IntraConfig) -> list[StageGeometry]:
     num_stages, dp, num_ranks = devices.shape
     placement = devices.tolist()
 
-    def pairs(sender: int, receiver: int, replica: int) -> frozenset[Path]:
+    def group(members: list[int]) -> int:
+        path = network.group_path(members)
+        return -1 if path is None else ids.id_of(path)
+
+    def pairs(sender: int, receiver: int, replica: int) -> tuple[int, ...]:
         if not 0 <= sender < num_stages:
-            return frozenset()
-        return frozenset(network.pair_path(placement[sender][replica][j],
-                                           placement[receiver][replica][j])
-                         for j in range(num_ranks))
+            return ()
+        return tuple(sorted({ids.id_of(network.pair_path(placement[sender][replica][j],
+                                                         placement[receiver][replica][j]))
+                             for j in range(num_ranks)}))
 
     geometries = []
     for stage in range(num_stages):
-        replicas = frozenset(
-            ReplicaPaths(group=network.group_path(placement[stage][replica]),
-                         recv_activation=pairs(stage - 1, stage, replica),
-                         recv_gradient=pairs(stage + 1, stage, replica))
-            for replica in range(dp))
-        replica_groups = frozenset(
-            network.group_path([placement[stage][r][j] for r in range(dp)])
-            for j in range(num_ranks)) if dp > 1 else frozenset()
-        dense_groups = frozenset(
-            network.group_path([placement[stage][r][t + config.tp * e]
-                                for r in range(dp) for e in range(config.ep)])
-            for t in range(config.tp)) if dp * config.ep > 1 else frozenset()
+        replicas = tuple(sorted(
+            {ReplicaPaths(group=group(placement[stage][replica]),
+                          recv_activation=pairs(stage - 1, stage, replica),
+                          recv_gradient=pairs(stage + 1, stage, replica))
+             for replica in range(dp)},
+            key=lambda r: (r.group, r.recv_activation, r.recv_gradient)))
+        replica_groups = tuple(sorted(
+            {group([placement[stage][r][j] for r in range(dp)]) for j in range(num_ranks)}
+        )) if dp > 1 else ()
+        dense_groups = tuple(sorted(
+            {group([placement[stage][r][t + config.tp * e]
+                    for r in range(dp) for e in range(config.ep)])
+             for t in range(config.tp)})) if dp * config.ep > 1 else ()
         geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
     return geometries

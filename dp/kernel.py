@@ -47,3 +47,14 @@ def backtrack(choice: np.ndarray) -> list[tuple[int, int]]:
         stages.append((stage + first_offset, stage + last_offset))
         first_offset = last_offset
     return stages
+
+
+def window_index(num_stages: int, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first_layer, last_layer) index arrays of shape (S, W, W) for the stage windows above.
+
+    ``matrix[first, last]`` indexed with them gives ``weight[stage, first_offset, last_offset]``.
+    """
+    width = num_layers - num_stages + 1
+    stage = np.arange(num_stages)[:, None, None]
+    offsets = np.arange(width)
+    return stage + offsets[None, :, None], stage + offsets[None, None, :]

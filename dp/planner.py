@@ -58,12 +58,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from dp import pricing
-from dp.geometry import StageGeometry, effective_order, rank_devices, stage_geometries
-from dp.kernel import INF, backtrack, fill_table
+from dp.geometry import (
+    PathIds,
+    ReplicaPaths,
+    StageGeometry,
+    effective_order,
+    rank_devices,
+    stage_geometries,
+)
+from dp.kernel import INF, backtrack, fill_table, window_index
 from dp.pricing import LayerTable
 from nest_cp import cost
 from nest_cp.model import Instance, IntraConfig
-from nest_cp.network import NetworkModel, Path
+from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
 from nest_cp.result import SolveResult, Space, Status
 
@@ -141,6 +148,7 @@ class _Search:
         self.instance = instance
         self.options = options
         self.network = NetworkModel(instance.cluster)
+        self.ids = PathIds(self.network)
         self.device_order = np.array(self.network.canonical_order(), dtype=np.int64)
         self.limit = instance.cluster.usable_hbm_bytes
         self.tables: dict[int, LayerTable] = {}
@@ -187,16 +195,15 @@ class _Search:
         table = self._table(choice_index)
         per_layer = table.compute.copy()
         if table.config.devices > 1 and self.network.is_hierarchical:
-            cheapest = np.min([np.diag(table.collective_range(path))
-                               for path in self._paths_spanning(table.config.devices)], axis=0)
+            cheapest = np.min([np.diag(table.collective_range(self.ids.paths[tier]))
+                               for tier in self._tiers_spanning(table.config.devices)], axis=0)
             per_layer += cheapest
         return int(per_layer.sum()), int(per_layer.max())
 
-    def _paths_spanning(self, group_size: int) -> list[Path]:
-        """Paths a group of ``group_size`` distinct devices may have (hierarchical: big tiers)."""
+    def _tiers_spanning(self, group_size: int) -> list[int]:
+        """Tiers a group of ``group_size`` distinct devices may span (hierarchical networks)."""
         domains = self.instance.cluster.network.domain_sizes()
-        return [self.network.tier_path(tier) for tier, size in enumerate(domains)
-                if size >= group_size]
+        return [tier for tier, size in enumerate(domains) if size >= group_size]
 
     def _table(self, choice_index: int) -> LayerTable:
         if choice_index not in self.tables:
@@ -205,12 +212,15 @@ class _Search:
         return self.tables[choice_index]
 
     def _zero_stages(self, config: IntraConfig, dp: int) -> list[int]:
-        """Allowed ZeRO stages, without those identical to a smaller one (d = 1)."""
-        allowed = sorted(set(self.instance.training.zero_stages))
-        if dp > 1:
-            return allowed
-        kept = [z for z in allowed if z < 3][:1]
-        if 3 in allowed and (config.ep > 1 or not kept):
+        """The ZeRO stages worth searching: the largest allowed of 0..2, and 3 if allowed.
+
+        Stages 0, 1 and 2 price τ and sync identically and only shrink memory as z grows,
+        so the largest allowed one is at least as good as the others (it is the one
+        reported on ties).  With d = 1 and e = 1, stage 3 equals them too and is dropped.
+        """
+        allowed = set(self.instance.training.zero_stages)
+        kept = sorted(allowed - {3})[-1:]
+        if 3 in allowed and (dp > 1 or config.ep > 1 or not kept):
             kept.append(3)
         return kept
 
@@ -246,7 +256,8 @@ class _Search:
                     break
                 if layout_index not in geometries:
                     devices = rank_devices(layout, config, num_stages, dp, self.device_order)
-                    geometries[layout_index] = stage_geometries(self.network, devices, config)
+                    geometries[layout_index] = stage_geometries(self.network, self.ids,
+                                                                devices, config)
                 self.stats.layouts_searched += 1
                 feasible = self._pareto_walk(table, geometries[layout_index], fits, rounds,
                                              key, layout)
@@ -258,11 +269,14 @@ class _Search:
                      fits: _MemoryFit, rounds: int, key: tuple[int, ...],
                      layout: RankLayout) -> bool:
         """Walk the (max τ, max sync) front; False iff no split fits in memory."""
-        tau0 = self._windowed(table, [self._stage_time(table, g, fits.dp, fits.zero)
-                                      for g in geometries])
+        distinct: dict[StageGeometry, int] = {}
+        index = np.array([distinct.setdefault(g, len(distinct)) for g in geometries])
+        rows, cols = window_index(len(geometries), table.num_layers)
+        times = np.stack([self._stage_time(table, g, fits.dp, fits.zero) for g in distinct])
+        syncs = np.stack([self._stage_sync(table, g, fits.dp, fits.zero) for g in distinct])
+        tau0 = times[index[:, None, None], rows, cols]
         tau = np.where(fits.plain, tau0, np.where(fits.recompute, tau0 + fits.fwd, INF))
-        sync = self._windowed(table, [self._stage_sync(table, g, fits.dp, fits.zero)
-                                      for g in geometries])
+        sync = syncs[index[:, None, None], rows, cols]
         sync_cap, first = INF, True
         while True:
             self.stats.dp_passes += 2
@@ -307,13 +321,6 @@ class _Search:
 
     # ------------------------------------------------------------ range matrices
 
-    def _windowed(self, table: LayerTable, matrices: list[np.ndarray]) -> np.ndarray:
-        """Stack stage s's window [s, s + W) x [s, s + W) of each L x L matrix: (S, W, W)."""
-        num_stages = len(matrices)
-        width = table.num_layers - num_stages + 1
-        return np.stack([matrix[stage:stage + width, stage:stage + width]
-                         for stage, matrix in enumerate(matrices)])
-
     def _cached(self, table: LayerTable, key: tuple, build) -> np.ndarray:
         cache = table.cache
         if key not in cache:
@@ -339,20 +346,22 @@ class _Search:
         if gather_dp > 1 and geometry.replica_groups:
             gathers = [2 * self._form(("gather", gather_dp, path),
                                       lambda path=path: pricing.zero3_gather_form(
-                                          self.instance, gather_dp, path)
+                                          self.instance, gather_dp, self.ids.paths[path])
                                       ).of_array(table.params_range)
                        for path in geometry.replica_groups]
             worst = worst + np.max(gathers, axis=0)
         return worst
 
-    def _replica_time(self, table: LayerTable, replica) -> np.ndarray:
+    def _replica_time(self, table: LayerTable, replica: ReplicaPaths) -> np.ndarray:
         """Compute + collectives + receives of one replica, as an L x L matrix."""
-        time_matrix = table.compute_range + table.collective_range(replica.group)
+        paths = self.ids.paths
+        group = paths[replica.group] if replica.group >= 0 else None
+        time_matrix = table.compute_range + table.collective_range(group)
         if replica.recv_activation:
-            sent = np.max([table.transfers(path) for path in replica.recv_activation], axis=0)
+            sent = np.max([table.transfers(paths[p]) for p in replica.recv_activation], axis=0)
             time_matrix = time_matrix + np.concatenate(([0], sent[:-1]))[:, None]
         if replica.recv_gradient:
-            sent = np.max([table.transfers(path) for path in replica.recv_gradient], axis=0)
+            sent = np.max([table.transfers(paths[p]) for p in replica.recv_gradient], axis=0)
             time_matrix = time_matrix + sent[None, :]
         return time_matrix
 
@@ -374,10 +383,11 @@ class _Search:
                                         for path in paths], axis=0)
         return total
 
-    def _sync_form(self, zero: int, size: int, path: Path) -> pricing.LinearTicks:
+    def _sync_form(self, zero: int, size: int, path: int) -> pricing.LinearTicks:
+        """Sync over ``size`` ranks on the path with id ``path``."""
         kind = cost.sync_collective(zero)
-        return self._form(("sync", kind, size, path),
-                          lambda: pricing.sync_form(self.instance, zero, size, path))
+        return self._form(("sync", kind, size, path), lambda: pricing.sync_form(
+            self.instance, zero, size, self.ids.paths[path]))
 
     def _form(self, key: tuple, build) -> pricing.LinearTicks:
         if key not in self.forms:
@@ -394,8 +404,8 @@ class _Search:
                              (int(table.expert_range[0, last]), dp)):
             if size > 1 and params > 0:
                 heaviest = -(-params // num_stages)
-                bound = max(bound, min(self._sync_form(zero, size, path).of(heaviest)
-                                       for path in self._paths_spanning(size)))
+                bound = max(bound, min(self._sync_form(zero, size, tier).of(heaviest)
+                                       for tier in self._tiers_spanning(size)))
         return bound
 
 
@@ -405,17 +415,15 @@ class _MemoryFit:
     def __init__(self, search: _Search, table: LayerTable, num_stages: int, dp: int, zero: int,
                  microbatches: int):
         self.dp, self.zero = dp, zero
-        width = table.num_layers - num_stages + 1
-        state = pricing.stage_state_bytes(table.params_range, search.instance, zero, dp)
-        window = [(slice(s, s + width), slice(s, s + width)) for s in range(num_stages)]
+        rows, cols = window_index(num_stages, table.num_layers)
+        state = pricing.stage_state_bytes(table.params_range, search.instance, zero, dp)[rows, cols]
         in_flight = np.array([cost.in_flight(s, num_stages, microbatches)
                               for s in range(num_stages)], dtype=np.int64)[:, None, None]
-        state_w = np.stack([state[w] for w in window])
-        plain = state_w + in_flight * np.stack([table.act_range[w] for w in window])
-        with_recompute = state_w + in_flight * np.stack([table.ckpt_range[w] for w in window]) \
-            + np.stack([table.work_range[w] for w in window])
-        ordered = np.triu(np.ones((width, width), dtype=bool))[None, :, :]
-        self.fwd = np.stack([table.fwd_range[w] for w in window])
+        plain = state + in_flight * table.act_range[rows, cols]
+        with_recompute = state + in_flight * table.ckpt_range[rows, cols] \
+            + table.work_range[rows, cols]
+        ordered = cols >= rows
+        self.fwd = table.fwd_range[rows, cols]
         self.plain = ordered & (plain <= search.limit)
         allow = search.instance.training.allow_recompute
         self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)

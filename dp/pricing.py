@@ -28,27 +28,30 @@ INT64_SAFE = 2**62
 
 @dataclass(frozen=True, slots=True)
 class LinearTicks:
-    """ticks(v) = ceil((slope * v + offset) / denominator) for a volume v > 0; 0 for v = 0."""
+    """ticks(v) = ceil((slope * v + offset) / denominator) for a volume v > 0, else 0.
+
+    (Volumes <= 0 only occur below the diagonal of range matrices, which is never read.)
+    """
 
     slope: int
     offset: int
     denominator: int
 
     def of(self, volume: int) -> int:
-        if volume == 0:
+        if volume <= 0:
             return 0
         return -(-(self.slope * volume + self.offset) // self.denominator)
 
     def of_array(self, volumes: np.ndarray) -> np.ndarray:
-        """The same, elementwise over an int64 array (exact; falls back to Python ints)."""
+        """The same, elementwise over an int64 array (exact; Python ints if int64 may overflow)."""
         volumes = np.asarray(volumes, dtype=np.int64)
-        largest = int(volumes.max(initial=0))
-        if self.slope * largest + self.offset < INT64_SAFE:
+        largest = int(np.abs(volumes).max(initial=0))
+        if self.slope * largest + abs(self.offset) < INT64_SAFE:
             ticks = -(-(self.slope * volumes + self.offset) // self.denominator)
-        else:
-            flat = [self.of(int(v)) for v in volumes.ravel()]
-            ticks = np.array(flat, dtype=np.int64).reshape(volumes.shape)
-        return np.where(volumes == 0, 0, ticks)
+            return np.where(volumes <= 0, 0, ticks)
+        distinct, inverse = np.unique(volumes, return_inverse=True)
+        priced = np.array([self.of(int(v)) for v in distinct.tolist()], dtype=np.int64)
+        return priced[inverse].reshape(volumes.shape)
 
 
 def linear_collective(kind: CollectiveKind, bytes_per_unit: int, group_size: int, path: Path,
