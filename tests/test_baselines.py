@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 from pathlib import Path
 
 import pytest
@@ -10,17 +11,22 @@ import pytest
 from nest_cp.backends import SolveOptions, check_result, solve
 from nest_cp.baselines import flat_instance, megatron_plan, node_size, uniform_split
 from nest_cp.baselines._common import stage_memory
+from nest_cp.baselines._pricing import PlanPricer
+from nest_cp.baselines.mcmc import _propose, _random_state
+from nest_cp.evaluate import evaluate
 from nest_cp.io import load_instance
 from nest_cp.model import (
     Cluster,
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    GraphNetwork,
     HierarchicalNetwork,
     Instance,
     IntraConfig,
     Layer,
     LayerProfile,
+    Link,
     Phase,
     Tier,
     TrainingSetup,
@@ -49,6 +55,34 @@ def _layer(name: str, tp_widths: tuple[int, ...], params: int, act_bytes: int) -
     return Layer(name, profiles)
 
 
+def _moe_layer(name: str) -> Layer:
+    """A layer with expert parameters and EP all-to-alls, for tp, ep in {1, 2}."""
+    profiles = {}
+    for tp in (1, 2):
+        for ep in (1, 2):
+            collectives = tuple(
+                Collective(kind, 2_000_000, group, phase)
+                for kind, group, width in ((CollectiveKind.ALL_REDUCE, CollectiveGroup.TP, tp),
+                                           (CollectiveKind.ALL_TO_ALL, CollectiveGroup.EP, ep))
+                if width > 1 for phase in (Phase.FWD, Phase.BWD))
+            profiles[(IntraConfig(tp, ep), 1)] = LayerProfile(
+                fwd_s=0.001 / tp, bwd_s=0.002 / tp, dense_params=100_000_000 // tp,
+                expert_params=400_000_000 // (tp * ep), act_bytes=1_000_000_000 // tp,
+                ckpt_bytes=20_000_000, out_bytes=3_000_000, collectives=collectives)
+    return Layer(name, profiles)
+
+
+def _moe_graph_instance() -> Instance:
+    """8 devices on two switches (fast inside, one slow uplink), MoE layers, every ZeRO stage."""
+    links = [Link(device, "left" if device < 4 else "right", 1e11, 1e-6) for device in range(8)]
+    links += [Link("left", "right", 1e10, 5e-6), Link(3, 4, 2e10, 1e-6)]
+    layers = tuple(_moe_layer(f"moe{index}") for index in range(5))
+    return Instance(Workload("moe", layers),
+                    Cluster(8, 12_000_000_000, GraphNetwork(("left", "right"), tuple(links))),
+                    TrainingSetup(global_batch=16, seq_len=1, zero_stages=(0, 1, 2, 3)),
+                    name="moe-graph")
+
+
 def _instance(num_layers: int = 6, hbm_bytes: int = 80_000_000_000, params: int = 500_000_000,
               act_bytes: int = 2_000_000_000, tp_widths: tuple[int, ...] = (1, 2, 4),
               node: int = 2, global_batch: int = 16) -> Instance:
@@ -66,14 +100,15 @@ def _cases() -> dict[str, Instance]:
     return {"worked_example": load_instance(DATA / "worked_example.json"),
             "chain": _instance(),
             "tight": _instance(hbm_bytes=24_000_000_000),
-            "needs_tp": _instance(hbm_bytes=7_000_000_000, num_layers=2)}
+            "needs_tp": _instance(hbm_bytes=7_000_000_000, num_layers=2),
+            "moe_graph": _moe_graph_instance()}
 
 
 @pytest.mark.parametrize("backend", ["manual", "mcmc", "fixed"])
-@pytest.mark.parametrize("case", ["worked_example", "chain", "tight", "needs_tp"])
+@pytest.mark.parametrize("case", ["worked_example", "chain", "tight", "needs_tp", "moe_graph"])
 def test_baseline_plans_pass_the_referee(backend: str, case: str) -> None:
     """Every baseline returns a FEASIBLE, unbounded result that evaluates to its objective."""
-    degrees = (2, 1, 1) if case == "worked_example" else (2, 1, 2)
+    degrees = {"worked_example": (2, 1, 1), "moe_graph": (2, 1, 2, 2)}.get(case, (2, 1, 2))
     extra = {"budget": 120, "chains": 2, "degrees": degrees}
     result = solve(_cases()[case], backend, SolveOptions(seed=3, extra=extra))
     check_result(_cases()[case], result)
@@ -175,6 +210,21 @@ def test_mcmc_escapes_the_megatron_layout_on_the_worked_example() -> None:
     instance = load_instance(DATA / "worked_example.json")
     result = solve(instance, "mcmc", SolveOptions(seed=0, extra={"budget": 300}))
     assert 27_099_000 <= result.objective_ticks < 35_552_000  # 27,099,000 = DESIGN's optimum
+
+
+@pytest.mark.parametrize("case", ["worked_example", "tight", "moe_graph"])
+def test_mcmc_pricer_agrees_with_the_evaluator(case: str) -> None:
+    """The walk's memoised pricer gives the evaluator's objective and fit on random plans."""
+    instance = _cases()[case]
+    network = NetworkModel(instance.cluster)
+    pricer, rng = PlanPricer(instance, network), random.Random(7)
+    state = _random_state(instance, network, rng)
+    for _ in range(80):
+        state = _propose(instance, state, rng) or state
+        evaluation = evaluate(instance, state.plan(), network)
+        ticks, overflow = pricer.price(state.plan())
+        assert ticks == evaluation.objective_ticks
+        assert (overflow <= 0) == evaluation.feasible
 
 
 def test_flat_instance_has_one_tier_at_the_slowest_bandwidth() -> None:

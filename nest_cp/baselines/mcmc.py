@@ -31,6 +31,9 @@ the canonical device order.  Results are deterministic for a given seed and
 budget (one ``random.Random`` per chain, seeded from ``options.seed``), unless
 ``options.time_limit_s`` stops the walk first (reported in ``stats``).
 The best fitting plan of all chains is returned as FEASIBLE without a bound.
+Proposals are priced by a memoising copy of the evaluator's arithmetic
+(``_pricing.PlanPricer``, tested equal to the tick); the returned plan is
+priced by the evaluator itself.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ import time
 from dataclasses import dataclass, replace
 
 from nest_cp.baselines._common import empty_result, feasible_result, uniform_split
+from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
-from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
@@ -132,7 +135,8 @@ class _Walk:
     """The chains' shared evaluator cache and best plan; one Metropolis chain per run_chain."""
 
     def __init__(self, instance: Instance, network: NetworkModel, deadline: float):
-        self.instance, self.network, self.deadline = instance, network, deadline
+        self.instance, self.deadline = instance, deadline
+        self.pricer = PlanPricer(instance, network)
         self.cache: dict[tuple, _Scored] = {}
         self.best: _State | None = None
         self.best_ticks: int | None = None
@@ -171,13 +175,10 @@ class _Walk:
         return scored
 
     def _evaluate(self, state: _State) -> _Scored:
-        evaluation = evaluate(self.instance, state.plan(), self.network)
-        ticks = evaluation.objective_ticks
-        if evaluation.feasible:
+        ticks, overflow = self.pricer.price(state.plan())
+        if overflow <= 0:
             return _Scored(float(ticks), ticks, True)
-        limit = self.instance.cluster.usable_hbm_bytes
-        overflow = max(stage.memory_bytes - limit for stage in evaluation.stages)
-        return _Scored(ticks * (2 + overflow / limit), ticks, False)
+        return _Scored(ticks * (2 + overflow / self.pricer.limit), ticks, False)
 
     def stats(self) -> dict:
         return {"proposals": self.proposals, "evaluations": len(self.cache),
