@@ -87,6 +87,7 @@ class Outer:
     choice_index: int
     num_stages: int
     dp: int
+    stage_bound: int  # lower bound on max τ, lower_bound = (m + S - 1) * stage_bound
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -179,26 +180,43 @@ class _Search:
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
             if config.devices > num_devices:
                 continue
-            total, largest = self._compute_bound(choice_index)
+            stage_bounds = self._stage_time_bounds(choice_index)
             for num_stages in range(1, num_layers + 1):
                 max_dp = num_devices // (config.devices * num_stages)
-                tau_bound = max(-(-total // num_stages), largest)
                 for dp in range(1, max_dp + 1):
                     rounds = cost.num_microbatches(self.instance.training.global_batch,
                                                    microbatch, config, dp) + num_stages - 1
-                    outers.append(Outer(rounds * tau_bound, choice_index, num_stages, dp))
+                    outers.append(Outer(rounds * stage_bounds[num_stages], choice_index,
+                                        num_stages, dp, stage_bounds[num_stages]))
         outers.sort(key=lambda o: (o.lower_bound, o.key))
         return outers
 
-    def _compute_bound(self, choice_index: int) -> tuple[int, int]:
-        """(Σ, max) over layers of compute plus the cheapest possible intra-layer collectives."""
+    def _stage_time_bounds(self, choice_index: int) -> dict[int, int]:
+        """For every S, the least max τ over splits with every term on its cheapest path.
+
+        Compute, the cheapest possible intra-layer collectives and the cheapest possible
+        receives (memory, ZeRO-3 and the real placement ignored): a lower bound on τ_max
+        for any d, z and layout; one kernel pass per S.
+        """
         table = self._table(choice_index)
         per_layer = table.compute.copy()
-        if table.config.devices > 1 and self.network.is_hierarchical:
-            cheapest = np.min([np.diag(table.collective_range(self.ids.paths[tier]))
-                               for tier in self._tiers_spanning(table.config.devices)], axis=0)
-            per_layer += cheapest
-        return int(per_layer.sum()), int(per_layer.max())
+        received = np.zeros_like(per_layer)
+        if self.network.is_hierarchical:
+            if table.config.devices > 1:
+                per_layer += np.min([np.diag(table.collective_range(self.ids.paths[tier]))
+                                     for tier in self._tiers_spanning(table.config.devices)],
+                                    axis=0)
+            received = np.min([table.transfers(path) for path in self.ids.paths], axis=0)
+        base = pricing.range_sums(per_layer)
+        activation = np.concatenate(([0], received[:-1]))
+        bounds = {}
+        for num_stages in range(1, table.num_layers + 1):
+            rows, cols = window_index(num_stages, table.num_layers)
+            inner = (np.arange(num_stages) > 0)[:, None, None] * activation[rows] + (
+                np.arange(num_stages) < num_stages - 1)[:, None, None] * received[cols]
+            weight = np.where(cols >= rows, base[rows, cols] + inner, INF)
+            bounds[num_stages] = int(fill_table(weight)[0][0, 0])
+        return bounds
 
     def _tiers_spanning(self, group_size: int) -> list[int]:
         """Tiers a group of ``group_size`` distinct devices may span (hierarchical networks)."""
@@ -246,7 +264,8 @@ class _Search:
         layouts = self._layouts(config, num_stages, dp)
         geometries: dict[int, list[StageGeometry]] = {}
         for zero in self._zero_stages(config, dp):
-            bound = outer.lower_bound + self._sync_bound(table, num_stages, dp, zero)
+            tau_bound = max(outer.stage_bound, self._gather_bound(table, num_stages, dp, zero))
+            bound = rounds * tau_bound + self._sync_bound(table, num_stages, dp, zero)
             if not self.best.may_beat(bound, outer.key + (zero,)):
                 continue
             fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
@@ -393,6 +412,15 @@ class _Search:
         if key not in self.forms:
             self.forms[key] = build()
         return self.forms[key]
+
+    def _gather_bound(self, table: LayerTable, num_stages: int, dp: int, zero: int) -> int:
+        """ZeRO-3: the cheapest possible gathers of the stage holding the most parameters."""
+        if zero != 3 or dp == 1 or not self.network.is_hierarchical:
+            return 0
+        heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // num_stages)
+        forms = [self._form(("gather", dp, tier), lambda tier=tier: pricing.zero3_gather_form(
+            self.instance, dp, self.ids.paths[tier])) for tier in self._tiers_spanning(dp)]
+        return min(2 * form.of(heaviest) for form in forms)
 
     def _sync_bound(self, table: LayerTable, num_stages: int, dp: int, zero: int) -> int:
         """Cheapest possible sync of the stage holding the most dense (expert) parameters."""
