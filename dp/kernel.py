@@ -49,12 +49,21 @@ def backtrack(choice: np.ndarray) -> list[tuple[int, int]]:
     return stages
 
 
-def window_index(num_stages: int, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first_layer, last_layer) index arrays of shape (S, W, W) for the stage windows above.
+def windows(matrix: np.ndarray, num_stages: int) -> np.ndarray:
+    """Read-only (S, W, W) view: ``windows[stage] = matrix[stage:stage + W, stage:stage + W]``.
 
-    ``matrix[first, last]`` indexed with them gives ``weight[stage, first_offset, last_offset]``.
+    ``matrix`` is an L x L range matrix indexed [first_layer, last_layer]; no copy is made.
     """
-    width = num_layers - num_stages + 1
-    stage = np.arange(num_stages)[:, None, None]
-    offsets = np.arange(width)
-    return stage + offsets[None, :, None], stage + offsets[None, None, :]
+    matrix = np.ascontiguousarray(matrix)
+    width = matrix.shape[0] - num_stages + 1
+    row_stride, col_stride = matrix.strides
+    return np.lib.stride_tricks.as_strided(
+        matrix, shape=(num_stages, width, width),
+        strides=(row_stride + col_stride, row_stride, col_stride), writeable=False)
+
+
+def vector_windows(vector: np.ndarray, num_stages: int) -> np.ndarray:
+    """Read-only (S, W) view: ``vector_windows[stage] = vector[stage:stage + W]``."""
+    width = len(vector) - num_stages + 1
+    return np.lib.stride_tricks.sliding_window_view(np.ascontiguousarray(vector), width)[
+        :num_stages]

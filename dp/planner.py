@@ -66,7 +66,7 @@ from dp.geometry import (
     rank_devices,
     stage_geometries,
 )
-from dp.kernel import INF, backtrack, fill_table, window_index
+from dp.kernel import INF, backtrack, fill_table, vector_windows, windows
 from dp.pricing import LayerTable
 from nest_cp import cost
 from nest_cp.model import Instance, IntraConfig
@@ -211,10 +211,11 @@ class _Search:
         activation = np.concatenate(([0], received[:-1]))
         bounds = {}
         for num_stages in range(1, table.num_layers + 1):
-            rows, cols = window_index(num_stages, table.num_layers)
-            inner = (np.arange(num_stages) > 0)[:, None, None] * activation[rows] + (
-                np.arange(num_stages) < num_stages - 1)[:, None, None] * received[cols]
-            weight = np.where(cols >= rows, base[rows, cols] + inner, INF)
+            width = table.num_layers - num_stages + 1
+            weight = windows(base, num_stages).copy()
+            weight[1:] += vector_windows(activation, num_stages)[1:, :, None]
+            weight[:-1] += vector_windows(received, num_stages)[:-1, None, :]
+            weight[:, ~np.triu(np.ones((width, width), dtype=bool))] = INF
             bounds[num_stages] = int(fill_table(weight)[0][0, 0])
         return bounds
 
@@ -288,14 +289,11 @@ class _Search:
                      fits: _MemoryFit, rounds: int, key: tuple[int, ...],
                      layout: RankLayout) -> bool:
         """Walk the (max τ, max sync) front; False iff no split fits in memory."""
-        distinct: dict[StageGeometry, int] = {}
-        index = np.array([distinct.setdefault(g, len(distinct)) for g in geometries])
-        rows, cols = window_index(len(geometries), table.num_layers)
-        times = np.stack([self._stage_time(table, g, fits.dp, fits.zero) for g in distinct])
-        syncs = np.stack([self._stage_sync(table, g, fits.dp, fits.zero) for g in distinct])
-        tau0 = times[index[:, None, None], rows, cols]
+        tau0 = self._per_stage(geometries, lambda g: self._stage_time(table, g, fits.dp,
+                                                                      fits.zero))
         tau = np.where(fits.plain, tau0, np.where(fits.recompute, tau0 + fits.fwd, INF))
-        sync = syncs[index[:, None, None], rows, cols]
+        sync = self._per_stage(geometries, lambda g: self._stage_sync(table, g, fits.dp,
+                                                                      fits.zero))
         sync_cap, first = INF, True
         while True:
             self.stats.dp_passes += 2
@@ -314,6 +312,23 @@ class _Search:
             if sigma == 0:
                 return True
             sync_cap = sigma - 1
+
+    @staticmethod
+    def _per_stage(geometries: list[StageGeometry], matrix_of) -> np.ndarray:
+        """(S, W, W): stage s's window of the L x L matrix of its geometry."""
+        num_stages = len(geometries)
+        stages_of: dict[StageGeometry, list[int]] = {}
+        for stage, geometry in enumerate(geometries):
+            stages_of.setdefault(geometry, []).append(stage)
+        if len(stages_of) == 1:
+            return windows(matrix_of(geometries[0]), num_stages)
+        stacked = None
+        for geometry, stages in stages_of.items():
+            view = windows(matrix_of(geometry), num_stages)
+            if stacked is None:
+                stacked = np.empty(view.shape, dtype=np.int64)
+            stacked[stages] = view[stages]
+        return stacked
 
     def _accept(self, table: LayerTable, split: list[tuple[int, int]], fits: _MemoryFit,
                 objective: int, key: tuple[int, ...], layout: RankLayout) -> None:
@@ -443,15 +458,16 @@ class _MemoryFit:
     def __init__(self, search: _Search, table: LayerTable, num_stages: int, dp: int, zero: int,
                  microbatches: int):
         self.dp, self.zero = dp, zero
-        rows, cols = window_index(num_stages, table.num_layers)
-        state = pricing.stage_state_bytes(table.params_range, search.instance, zero, dp)[rows, cols]
+        width = table.num_layers - num_stages + 1
+        state = windows(pricing.stage_state_bytes(table.params_range, search.instance, zero, dp),
+                        num_stages)
         in_flight = np.array([cost.in_flight(s, num_stages, microbatches)
                               for s in range(num_stages)], dtype=np.int64)[:, None, None]
-        plain = state + in_flight * table.act_range[rows, cols]
-        with_recompute = state + in_flight * table.ckpt_range[rows, cols] \
-            + table.work_range[rows, cols]
-        ordered = cols >= rows
-        self.fwd = table.fwd_range[rows, cols]
+        plain = state + in_flight * windows(table.act_range, num_stages)
+        with_recompute = state + in_flight * windows(table.ckpt_range, num_stages) \
+            + windows(table.work_range, num_stages)
+        ordered = np.triu(np.ones((width, width), dtype=bool))
+        self.fwd = windows(table.fwd_range, num_stages)
         self.plain = ordered & (plain <= search.limit)
         allow = search.instance.training.allow_recompute
         self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
