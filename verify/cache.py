@@ -70,10 +70,12 @@ def code_fingerprint(backend: str) -> str:
     return f"{__version__}:{hasher.hexdigest()[:16]}"
 
 
-def result_key(instance_sha: str, backend: str, options: SolveOptions) -> str:
-    """The cache key of one solve."""
+def result_key(instance_sha: str, backend: str, options: SolveOptions,
+               code: str | None = None) -> str:
+    """The cache key of one solve; ``code`` is :func:`code_fingerprint` (computed if None)."""
     return digest({"instance": instance_sha, "backend": backend,
-                   "options": options_key(options), "code": code_fingerprint(backend)})
+                   "options": options_key(options),
+                   "code": code_fingerprint(backend) if code is None else code})
 
 
 class ResultCache:

@@ -25,7 +25,13 @@ from nest_cp.model import HierarchicalNetwork, Instance
 from nest_cp.plan import Plan
 from nest_cp.result import SolveResult, Space, Status
 from verify import certify
-from verify.cache import DEFAULT_CACHE_DIR, ResultCache, instance_digest, result_key
+from verify.cache import (
+    DEFAULT_CACHE_DIR,
+    ResultCache,
+    code_fingerprint,
+    instance_digest,
+    result_key,
+)
 
 LOGGER = logging.getLogger(__name__)
 
@@ -133,17 +139,19 @@ def _result_from_record(record: dict) -> SolveResult:
 
 
 def run_backend(instance: Instance, instance_sha: str, backend: str, options: SolveOptions,
-                cache: ResultCache) -> tuple[dict, Plan | None]:
+                cache: ResultCache, code: str | None = None) -> tuple[dict, Plan | None]:
     """Solve (or read from the cache) and referee one backend; returns its record and plan.
 
-    A missing backend gives status UNAVAILABLE, a plan the evaluator rejects INVALID,
-    any other exception ERROR; only refereed results are cached.
+    ``code`` is the backend's :func:`verify.cache.code_fingerprint` (computed if None).
+    A cache hit is refereed again without importing the backend.  A missing backend
+    gives status UNAVAILABLE, a plan the evaluator rejects INVALID, any other exception
+    ERROR; only refereed results are cached.
     """
     space = options.space
-    if not backend_available(backend):
-        return _failed_record(backend, space, "UNAVAILABLE", "backend not importable"), None
-    key = result_key(instance_sha, backend, options)
+    key = result_key(instance_sha, backend, options, code)
     cached = cache.get(key)
+    if cached is None and not backend_available(backend):
+        return _failed_record(backend, space, "UNAVAILABLE", "backend not importable"), None
     try:
         if cached is not None:
             result = _result_from_record(cached)
@@ -201,9 +209,10 @@ def _run_all(instance: Instance, sha: str, options: HarnessOptions) -> list[dict
     runs, hint = [], None
     ordered = sorted(options.backends, key=lambda name: name != "dp")  # the DP first: it hints
     for backend in ordered:
+        code = code_fingerprint(backend)
         for space in spaces_of(backend):
             run, plan = run_backend(instance, sha, backend, options.solve_options(space, hint),
-                                    cache)
+                                    cache, code)
             runs.append(run)
             if backend == "dp" and plan is not None:
                 hint = plan
