@@ -194,30 +194,39 @@ class _Search:
     def _stage_time_bounds(self, choice_index: int) -> dict[int, int]:
         """For every S, the least max τ over splits with every term on its cheapest path.
 
-        Compute, the cheapest possible intra-layer collectives and the cheapest possible
-        receives (memory, ZeRO-3 and the real placement ignored): a lower bound on τ_max
-        for any d, z and layout; one kernel pass per S.
+        A lower bound on τ_max for any d, z and layout; one kernel pass per S.
         """
         table = self._table(choice_index)
-        per_layer = table.compute.copy()
-        received = np.zeros_like(per_layer)
-        if self.network.is_hierarchical:
-            if table.config.devices > 1:
-                per_layer += np.min([np.diag(table.collective_range(self.ids.paths[tier]))
-                                     for tier in self._tiers_spanning(table.config.devices)],
-                                    axis=0)
-            received = np.min([table.transfers(path) for path in self.ids.paths], axis=0)
-        base = pricing.range_sums(per_layer)
-        activation = np.concatenate(([0], received[:-1]))
         bounds = {}
         for num_stages in range(1, table.num_layers + 1):
             width = table.num_layers - num_stages + 1
-            weight = windows(base, num_stages).copy()
-            weight[1:] += vector_windows(activation, num_stages)[1:, :, None]
-            weight[:-1] += vector_windows(received, num_stages)[:-1, None, :]
+            weight = self._cheapest_times(table, num_stages)
             weight[:, ~np.triu(np.ones((width, width), dtype=bool))] = INF
             bounds[num_stages] = int(fill_table(weight)[0][0, 0])
         return bounds
+
+    def _cheapest_times(self, table: LayerTable, num_stages: int) -> np.ndarray:
+        """(S, W, W) stage times with collectives and receives on their cheapest possible path.
+
+        Memory, ZeRO-3 gathers and the real placement are ignored, so each entry is at most
+        the real τ of that stage without recomputation, for any d, z and layout.
+        """
+        if "cheapest" not in table.cache:
+            per_layer = table.compute.copy()
+            received = np.zeros_like(per_layer)
+            if self.network.is_hierarchical:
+                if table.config.devices > 1:
+                    per_layer += np.min([np.diag(table.collective_range(self.ids.paths[tier]))
+                                         for tier in self._tiers_spanning(table.config.devices)],
+                                        axis=0)
+                received = np.min([table.transfers(path) for path in self.ids.paths], axis=0)
+            table.cache["cheapest"] = (pricing.range_sums(per_layer),
+                                       np.concatenate(([0], received[:-1])), received)
+        base, activation, received = table.cache["cheapest"]
+        weight = windows(base, num_stages).copy()
+        weight[1:] += vector_windows(activation, num_stages)[1:, :, None]
+        weight[:-1] += vector_windows(received, num_stages)[:-1, None, :]
+        return weight
 
     def _tiers_spanning(self, group_size: int) -> list[int]:
         """Tiers a group of ``group_size`` distinct devices may span (hierarchical networks)."""
@@ -270,6 +279,14 @@ class _Search:
             if not self.best.may_beat(bound, outer.key + (zero,)):
                 continue
             fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
+            cheapest = self._cheapest_times(table, num_stages)
+            self.stats.dp_passes += 1
+            fitting_bound = int(fill_table(fits.effective(cheapest))[0][0, 0])
+            if fitting_bound >= INF:  # memory does not depend on the layout
+                self._record_excess(fits, table, num_stages, dp, zero)
+                continue
+            bound = rounds * max(tau_bound, fitting_bound) \
+                + self._sync_bound(table, num_stages, dp, zero)
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
@@ -279,38 +296,31 @@ class _Search:
                     geometries[layout_index] = stage_geometries(self.network, self.ids,
                                                                 devices, config)
                 self.stats.layouts_searched += 1
-                feasible = self._pareto_walk(table, geometries[layout_index], fits, rounds,
-                                             key, layout)
-                if not feasible:  # memory does not depend on the layout
-                    self._record_excess(fits, table, num_stages, dp, zero)
-                    break
+                self._pareto_walk(table, geometries[layout_index], fits, rounds, key, layout)
 
     def _pareto_walk(self, table: LayerTable, geometries: list[StageGeometry],
                      fits: _MemoryFit, rounds: int, key: tuple[int, ...],
-                     layout: RankLayout) -> bool:
-        """Walk the (max τ, max sync) front; False iff no split fits in memory."""
+                     layout: RankLayout) -> None:
+        """Walk the (max τ, max sync) front from the least τ up, offering each point."""
         tau0 = self._per_stage(geometries, lambda g: self._stage_time(table, g, fits.dp,
                                                                       fits.zero))
-        tau = np.where(fits.plain, tau0, np.where(fits.recompute, tau0 + fits.fwd, INF))
+        tau = fits.effective(tau0)
         sync = self._per_stage(geometries, lambda g: self._stage_sync(table, g, fits.dp,
                                                                       fits.zero))
-        sync_cap, first = INF, True
+        sync_cap = INF
         while True:
             self.stats.dp_passes += 2
             tau_value, _ = fill_table(np.where(sync <= sync_cap, tau, INF))
             tau_k = int(tau_value[0, 0])
-            if tau_k >= INF:
-                return not first
-            first = False
-            if not self.best.may_beat(rounds * tau_k, key):
-                return True
+            if tau_k >= INF or not self.best.may_beat(rounds * tau_k, key):
+                return
             sync_value, choice = fill_table(np.where(tau <= tau_k, sync, INF))
             sigma = int(sync_value[0, 0])
             objective = rounds * tau_k + sigma
             if self.best.may_beat(objective, key):
                 self._accept(table, backtrack(choice), fits, objective, key, layout)
             if sigma == 0:
-                return True
+                return
             sync_cap = sigma - 1
 
     @staticmethod
@@ -471,8 +481,18 @@ class _MemoryFit:
         self.plain = ordered & (plain <= search.limit)
         allow = search.instance.training.allow_recompute
         self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
-        least = np.minimum(plain, with_recompute) if allow else plain
-        self.least_memory = np.where(ordered, least, INF)
+        self._memory = (ordered, plain, with_recompute if allow else plain)
+
+    @property
+    def least_memory(self) -> np.ndarray:
+        """(S, W, W) least bytes of each stage with or without recomputation (INF: no stage)."""
+        ordered, plain, with_recompute = self._memory
+        return np.where(ordered, np.minimum(plain, with_recompute), INF)
+
+    def effective(self, times: np.ndarray) -> np.ndarray:
+        """τ_eff: ``times`` where the stage fits as is, plus its forward where it must
+        recompute, INF where it cannot fit (or is not a stage)."""
+        return np.where(self.plain, times, np.where(self.recompute, times + self.fwd, INF))
 
 
 class _Progress:
