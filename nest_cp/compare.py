@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BACKENDS = ("dp", "manual", "phaze", "mcmc")
 INSTANCE_SUFFIXES = (".json", ".yaml", ".yml")
 MISSING = "—"
+REFERENCE_SUFFIX = ".ref.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +63,15 @@ class Row:
 
 
 def instance_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, directories expanded to their instance files (sorted)."""
+    """Files as given, directories expanded to their instance files (sorted).
+
+    Reference results stored beside instances (``*.ref.json``) are not instances.
+    """
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found += sorted(p for p in path.iterdir() if p.suffix in INSTANCE_SUFFIXES)
+            found += sorted(p for p in path.iterdir() if p.suffix in INSTANCE_SUFFIXES
+                            and not p.name.endswith(REFERENCE_SUFFIX))
         else:
             found.append(path)
     return found

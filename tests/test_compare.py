@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp.compare import Row, compare_command, normalise, read_csv, write_csv
+from nest_cp.compare import (
+    Row,
+    compare_command,
+    instance_paths,
+    normalise,
+    read_csv,
+    write_csv,
+)
 from nest_cp.io import load_instance, save_instance
 
 DATA = Path(__file__).parent / "data"
@@ -110,3 +117,10 @@ def test_csv_round_trip_keeps_every_field(tmp_path: Path) -> None:
                                 message="x, \"quoted\""), _row("b", 8, "manual", None)]
     write_csv(rows, tmp_path / "rows.csv")
     assert read_csv(tmp_path / "rows.csv") == rows
+
+
+def test_directories_expand_to_instances_without_reference_results(tmp_path: Path) -> None:
+    """A directory argument yields its instance files, not the *.ref.json results beside them."""
+    for name in ("b.json", "a.yaml", "a.ref.json", "notes.md"):
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    assert [p.name for p in instance_paths([tmp_path])] == ["a.yaml", "b.json"]
