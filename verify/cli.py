@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -50,13 +51,13 @@ def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
                 base: HarnessOptions) -> list[Task]:
     """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper set with dp."""
     if paths:
-        options = HarnessOptions(**{**base.__dict__, "backends": backends or DEFAULT_BACKENDS})
+        options = replace(base, backends=backends or DEFAULT_BACKENDS)
         return [Task(path, options) for path in discover(paths)]
     if not SMALL_DIR.is_dir():
         raise NestCpError(f"{SMALL_DIR}: expected the instance folder here (run from the "
                           f"repository root or pass PATHS)")
-    small = HarnessOptions(**{**base.__dict__, "backends": backends or DEFAULT_BACKENDS})
-    paper = HarnessOptions(**{**base.__dict__, "backends": ("dp",)})
+    small = replace(base, backends=backends or DEFAULT_BACKENDS)
+    paper = replace(base, backends=("dp",))
     tasks = [Task(path, small) for path in discover([SMALL_DIR])]
     if PAPER_DIR.is_dir():
         tasks += [Task(path, paper) for path in discover([PAPER_DIR])]

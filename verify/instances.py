@@ -269,6 +269,10 @@ def _tight_specs() -> list[SmallSpec]:
                   dense_chain(3), 8, two_tier(4, 2), 6 * GB, global_batch=16,
                   configs=[(1, 1), (2, 1)], microbatches=[1, 2], zero_stages=[0, 3],
                   allow_recompute=True),
+        SmallSpec("tight-l8-d16-h3", "tight", "8 layers, 16 devices, every choice open, tight",
+                  dense_chain(6, 0.5), 16, three_tier(2, 2, 4), 25 * GB // 10, global_batch=32,
+                  configs=[(1, 1), (2, 1)], microbatches=[1, 2], zero_stages=[0, 1, 2, 3],
+                  allow_recompute=True),
         SmallSpec("tight-l4-d8-h3", "tight", "tight memory on 3 tiers",
                   dense_chain(2), 8, three_tier(2, 2, 2), 6 * GB, global_batch=16,
                   zero_stages=[0, 2], allow_recompute=True),
@@ -296,6 +300,10 @@ def _graph_specs() -> list[SmallSpec]:
         SmallSpec("graph-torus-moe-l3-d8", "graph-torus", "MoE ep 2 on a 2 x 4 torus slice",
                   moe_chain(1), 8, torus_slice(2, 4), 80 * GB, global_batch=16,
                   configs=[(1, 1), (1, 2)]),
+        SmallSpec("graph-torus-moe-l6-d16", "graph-torus",
+                  "4 x 4 torus, MoE, tp x ep and microbatch open: exact solvers hit the limit",
+                  moe_chain(4, 0.5), 16, torus_slice(4, 4), 80 * GB, global_batch=32,
+                  configs=[(1, 1), (2, 1), (1, 2), (2, 2)], microbatches=[1, 2]),
     ]
 
 
@@ -438,7 +446,8 @@ be controllable, not to match any real model. Every number follows from
 - **HBM**: 80 GB ("loose": memory never binds). Memory-tight sizes (`tight-*`,
   `moe-l4-d8-tight`, `graph-islands-tight-*`) were chosen by bisecting the capacity with
   the DP: each lies strictly between the smallest capacity at which any plan fits and the
-  smallest at which the loose optimum fits, so memory changes the optimum.
+  smallest at which the loose optimum fits, so memory changes the optimum
+  (`tight-l8-d16-h3`: 2.5 GB).
   `infeasible-*` have no plan at all: a layer keeping 50 GB of activations on 40 GB
   (recomputation still holds one layer's activations), 3e9 embedding parameters x 16 B on
   40 GB without ZeRO or tensor parallelism, and 8e9 expert parameters (4e9 per device at
