@@ -39,7 +39,9 @@ class RawOutcome:
 
 
 class CpSatAdapter:
-    """OR-Tools CP-SAT."""
+    """OR-Tools CP-SAT: exact integer arithmetic, so its objective is exact to the tick."""
+
+    objective_tolerance_rel = 0.0
 
     def __init__(self):
         self.model = cp_model.CpModel()
@@ -95,7 +97,16 @@ class CpSatAdapter:
 
 
 class MilpAdapter:
-    """PuLP with CBC (default) or HiGHS through highspy."""
+    """PuLP with CBC (default) or HiGHS through highspy.
+
+    Both solve in floating point, and PuLP reads CBC's solution file, which prints
+    values with about 8 significant digits: the objective read back can differ
+    from the exact value of the same plan by ~1e-8 relative.  Plans are read from
+    the binaries (rounded) and re-priced exactly; ``objective_tolerance_rel`` is
+    the band within which the solver's number is compared with the evaluator's.
+    """
+
+    objective_tolerance_rel = 1e-7
 
     def __init__(self, solver_name: str = "cbc"):
         self.problem = pulp.LpProblem("nest_cp", pulp.LpMinimize)
@@ -151,7 +162,7 @@ class MilpAdapter:
             return RawOutcome(RawStatus.OPTIMAL, objective, objective)
         if sol_status == pulp.LpSolutionIntegerFeasible:
             return RawOutcome(RawStatus.FEASIBLE, objective, bound)
-        if sol_status == pulp.LpSolutionInfeasible or self.problem.status == pulp.LpStatusInfeasible:
+        if pulp.LpStatusInfeasible in (sol_status, self.problem.status):
             return RawOutcome(RawStatus.INFEASIBLE, None, None)
         return RawOutcome(RawStatus.UNKNOWN, None, bound)
 

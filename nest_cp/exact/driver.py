@@ -104,13 +104,15 @@ def _solve_subproblem(instance, options, network, sub: SubProblem, remaining: fl
         if not evaluation.feasible:
             raise ModelMismatch(f"{sub.label}: solver plan infeasible: "
                                 f"{evaluation.violations[0]}")
-        solver_ticks = round(outcome.objective)
-        if outcome.status is RawStatus.OPTIMAL and evaluation.objective_ticks != solver_ticks:
-            raise ModelMismatch(f"{sub.label}: solver proved {solver_ticks} ticks, "
+        tolerance = adapter.objective_tolerance_rel * abs(outcome.objective)
+        if outcome.status is RawStatus.OPTIMAL and \
+                abs(evaluation.objective_ticks - outcome.objective) > tolerance + 0.5:
+            raise ModelMismatch(f"{sub.label}: solver proved {outcome.objective} ticks, "
                                 f"evaluator says {evaluation.objective_ticks}")
         search.offer(plan, evaluation.objective_ticks)
     if outcome.status in (RawStatus.FEASIBLE, RawStatus.UNKNOWN):
-        proven = -math.inf if outcome.bound is None else math.ceil(outcome.bound - 1e-6)
+        proven = -math.inf if outcome.bound is None else math.ceil(
+            outcome.bound * (1 - adapter.objective_tolerance_rel) - 1e-6)
         search.open_bounds.append(max(proven, sub.lower_bound_ticks))
 
 

@@ -1,0 +1,107 @@
+"""Seeded random small instances for the exact backends' tests and benchmark.
+
+Numbers are synthetic but shaped like transformer layers (milliseconds of
+compute, GB of parameters and activations, MB of boundary tensors, TP
+all-reduces, EP all-to-alls), so every cost term of DESIGN §3 is exercised.
+"""
+
+from __future__ import annotations
+
+import random
+
+from nest_cp.model import (
+    Cluster,
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    GraphNetwork,
+    HierarchicalNetwork,
+    Instance,
+    IntraConfig,
+    Layer,
+    LayerProfile,
+    Link,
+    Optimizer,
+    Phase,
+    Tier,
+    TrainingSetup,
+    Workload,
+)
+
+_GB = 10**9
+
+
+def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] = (2, 2),
+                    configs: tuple[IntraConfig, ...] = (IntraConfig(),),
+                    microbatches: tuple[int, ...] = (1,), zero_stages: tuple[int, ...] = (0,),
+                    allow_recompute: bool = True, global_batch: int = 8,
+                    hbm_bytes: int = 80 * _GB, graph: bool = False) -> Instance:
+    """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph)."""
+    rng = random.Random(seed)
+    num_devices = 1
+    for size in tier_sizes:
+        num_devices *= size
+    layers = tuple(_layer(rng, index, configs, microbatches) for index in range(num_layers))
+    network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
+    cluster = Cluster(num_devices, hbm_bytes, network, name=f"random-{seed}")
+    training = TrainingSetup(global_batch=global_batch, seq_len=1, microbatches=microbatches,
+                             optimizer=Optimizer(2, 2, 12), zero_stages=zero_stages,
+                             allow_recompute=allow_recompute)
+    return Instance(Workload(f"random-{seed}", layers), cluster, training,
+                    name=f"random-{seed}-L{num_layers}-N{num_devices}")
+
+
+def _hierarchy(rng: random.Random, tier_sizes: tuple[int, ...]) -> HierarchicalNetwork:
+    tiers, bandwidth, latency = [], 1e11, 1e-6
+    for index, size in enumerate(tier_sizes):
+        tiers.append(Tier(f"tier{index}", size, bandwidth, latency))
+        bandwidth = bandwidth / rng.choice((2, 4, 10))
+        latency = latency * rng.choice((2, 5, 10))
+    return HierarchicalNetwork(tuple(tiers))
+
+
+def _random_graph(rng: random.Random, num_devices: int) -> GraphNetwork:
+    """Devices hang off two switches joined by a slow link, plus random direct links."""
+    links = [Link(device, "sw0" if device < num_devices // 2 else "sw1",
+                  rng.choice((5e10, 1e11)), rng.choice((1e-6, 2e-6))) for device in
+             range(num_devices)]
+    links.append(Link("sw0", "sw1", rng.choice((5e9, 1e10)), 1e-5))
+    for _ in range(num_devices // 2):
+        a, b = rng.sample(range(num_devices), 2)
+        links.append(Link(a, b, rng.choice((2e10, 2e11)), rng.choice((5e-7, 3e-6))))
+    return GraphNetwork(("sw0", "sw1"), tuple(links))
+
+
+def _layer(rng: random.Random, index: int, configs, microbatches) -> Layer:
+    fwd_ms = rng.choice((0.5, 1.0, 1.5, 2.0))
+    params = rng.choice((1, 2, 3)) * 2 * 10**8
+    act = rng.choice((2, 4, 8)) * 10**9
+    out = rng.choice((1, 2, 4)) * 10**6
+    experts = rng.random() < 0.3
+    profiles = {}
+    for config in configs:
+        for microbatch in microbatches:
+            profiles[(config, microbatch)] = _profile(fwd_ms, params, act, out, experts,
+                                                      config, microbatch)
+    return Layer(f"layer{index}", profiles)
+
+
+def _profile(fwd_ms, params, act, out, experts, config: IntraConfig, microbatch: int):
+    width = config.tp * config.ep
+    collectives = []
+    if config.tp > 1:
+        for phase in (Phase.FWD, Phase.BWD):
+            collectives.append(Collective(CollectiveKind.ALL_REDUCE, out * microbatch,
+                                          CollectiveGroup.TP, phase))
+    if config.ep > 1 and experts:
+        for phase in (Phase.FWD, Phase.BWD):
+            collectives.append(Collective(CollectiveKind.ALL_TO_ALL, out * microbatch,
+                                          CollectiveGroup.EP, phase))
+    expert_params = params // width if experts else 0
+    dense_params = (params // 4 if experts else params) // config.tp
+    return LayerProfile(
+        fwd_s=round(fwd_ms * microbatch / config.tp * 1e-3, 9),
+        bwd_s=round(2 * fwd_ms * microbatch / config.tp * 1e-3, 9),
+        dense_params=dense_params, expert_params=expert_params,
+        act_bytes=act * microbatch // config.tp, ckpt_bytes=out * microbatch,
+        out_bytes=out * microbatch, collectives=tuple(collectives))
