@@ -276,14 +276,14 @@ class _Search:
         for zero in self._zero_stages(config, dp):
             tau_bound = max(outer.stage_bound, self._gather_bound(table, num_stages, dp, zero))
             bound = rounds * tau_bound + self._sync_bound(table, num_stages, dp, zero)
-            if not self.best.may_beat(bound, outer.key + (zero,)):
+            if not self.best.may_beat(bound, outer.key + (zero,)) or \
+                    not self._fits_at_most_replicas(table, num_stages, zero):
                 continue
             fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
             cheapest = self._cheapest_times(table, num_stages)
             self.stats.dp_passes += 1
             fitting_bound = int(fill_table(fits.effective(cheapest))[0][0, 0])
             if fitting_bound >= INF:  # memory does not depend on the layout
-                self._record_excess(fits, table, num_stages, dp, zero)
                 continue
             bound = rounds * max(tau_bound, fitting_bound) \
                 + self._sync_bound(table, num_stages, dp, zero)
@@ -350,18 +350,29 @@ class _Search:
         self.best.plan = Plan(table.config, table.microbatch, fits.zero, dp, stages, placement)
         logger.debug("incumbent %d ticks at key %s", objective, key)
 
-    def _record_excess(self, fits: _MemoryFit, table: LayerTable, num_stages: int, dp: int,
-                       zero: int) -> None:
-        """Least possible max stage memory of this (c, b, S, d, z), for the INFEASIBLE reason."""
-        if self.best.plan is not None:
-            return
-        value, _ = fill_table(fits.least_memory)
-        self.stats.dp_passes += 1
-        excess = int(value[0, 0]) - self.limit
-        if self.best.excess_bytes is None or excess < self.best.excess_bytes:
-            self.best.excess_bytes = excess
-            self.best.excess_where = (f"config tp={table.config.tp}, ep={table.config.ep}, "
-                                      f"b={table.microbatch}, S={num_stages}, d={dp}, z={zero}")
+    def _fits_at_most_replicas(self, table: LayerTable, num_stages: int, zero: int) -> bool:
+        """Whether some split fits memory at the largest d = N // (a·S), cached per (c, b, S, z).
+
+        Stage memory never grows with d (ZeRO shards shrink, in-flight microbatches
+        min(S - s, m) do not grow as m falls), so if no split fits at the largest d, none
+        fits at any d; the least excess there is the INFEASIBLE reason's "at best".
+        """
+        key = ("fits", num_stages, zero)
+        if key not in table.cache:
+            dp = self.instance.cluster.num_devices // (table.config.devices * num_stages)
+            microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                                 table.microbatch, table.config, dp)
+            fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
+            self.stats.dp_passes += 1
+            least = int(fill_table(fits.least_memory)[0][0, 0])
+            table.cache[key] = least <= self.limit
+            excess = least - self.limit
+            if excess > 0 and (self.best.excess_bytes is None or excess < self.best.excess_bytes):
+                self.best.excess_bytes = excess
+                self.best.excess_where = (f"config tp={table.config.tp}, ep={table.config.ep}, "
+                                          f"b={table.microbatch}, S={num_stages}, d={dp}, "
+                                          f"z={zero}")
+        return table.cache[key]
 
     # ------------------------------------------------------------ range matrices
 
