@@ -33,14 +33,23 @@ minimised exactly by walking the Pareto front of (max τ, max sync):
     candidate T_k = (m + S - 1)·τ_k + σ_k;  Y_{k+1} = σ_k - 1,
 
 until the τ pass is infeasible or (m + S - 1)·τ_k cannot beat the incumbent.
-Every plan has max τ >= τ_k for the k with σ_k <= its max sync < σ_{k-1}, so
-min_k T_k is the optimum of the outer choice.
+A plan P with (τ_P, σ_P) and k the last step with Y_k >= σ_P has τ_P >= τ_k, and
+σ_P >= σ_k (else Y_{k+1} = σ_k - 1 >= σ_P), so T_P >= T_k: min_k T_k is the
+optimum of the outer choice, and each T_k is attained by the σ pass's split.
 
-Pruning.  Outer (c, b, S, d) are visited in increasing order of the lower bound
-(m + S - 1)·max(⌈C/S⌉, max_layer C_layer) (C: compute plus the cheapest possible
-intra-layer collectives), refined per z by the cheapest possible gradient sync
-of the stage holding the most parameters; the search stops at the first bound
-that cannot beat the incumbent.
+Bounds and pruning (all exact).  Outer (c, b, S, d) are visited in increasing
+order of (m + S - 1)·τ_lb(S), where τ_lb(S) is the kernel's min-max split of
+stage times with every collective and receive on its cheapest possible path
+(placement, memory and ZeRO ignored); the search stops at the first bound that
+cannot beat the incumbent.  Per z the bound is refined by the ZeRO-3 gathers and
+the gradient sync of the stage holding the most parameters on their cheapest
+tiers, and by the same min-max split restricted to splits that fit memory
+(placement-free, so one pass serves every layout).  Memory never grows with d, so
+a (c, b, S, z) that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO
+0, 1 and 2 price τ and sync identically and only shrink memory as z grows: only
+the largest allowed one is searched (and z = 3 only where it differs, d·e > 1).
+Layouts whose order without radix-1 dimensions coincides give equal placements:
+only the first is searched.
 
 Ties (a deterministic rule).  Least objective; then the least outer key
 (index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
@@ -105,19 +114,26 @@ class Best:
     excess_where: str = ""
 
     def may_beat(self, lower_bound: int, key: tuple[int, ...]) -> bool:
+        """Whether a plan with this bound and key could still win under the tie rule."""
         return self.objective is None or (lower_bound, key) < (self.objective, self.key)
 
 
 @dataclass
 class Stats:
+    """Counters reported in ``SolveResult.stats``."""
+
     outer_total: int = 0
     outer_searched: int = 0
     layouts_searched: int = 0
     dp_passes: int = 0
 
 
-def solve(instance: Instance, options) -> SolveResult:
-    """The optimal plan of the structured space, or INFEASIBLE with the memory reason."""
+def solve(instance: Instance, options=None) -> SolveResult:
+    """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
+
+    ``options.progress`` prints a one-line progress report on stderr for runs over a
+    second; every other option is ignored (the DP has no time limit and no randomness).
+    """
     start = time.perf_counter()
     search = _Search(instance, options)
     best = search.run()
