@@ -15,7 +15,7 @@ entries with ``first_layer <= last_layer`` are meaningful.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -82,24 +82,17 @@ def range_maxima(values: np.ndarray) -> np.ndarray:
     return maxima
 
 
-@dataclass
 class LayerTable:
-    """Per-layer and per-range quantities of one (configuration, microbatch) choice."""
+    """Per-layer and per-range quantities of one (configuration, microbatch) choice.
 
-    instance: Instance
-    config: IntraConfig
-    microbatch: int
-    fwd: np.ndarray = field(init=False)
-    compute: np.ndarray = field(init=False)
-    out_bytes: np.ndarray = field(init=False)
-    _collectives: dict = field(init=False, default_factory=dict)
-    _transfers: dict = field(init=False, default_factory=dict)
-    cache: dict = field(init=False, default_factory=dict)  # range matrices of the planner
+    Arrays are int64; ``*_range`` are L x L range matrices (sums, or maxima for
+    ``work_range``); ``cache`` holds the planner's derived range matrices.
+    """
 
-    def __post_init__(self) -> None:
-        tick_s = self.instance.training.tick_s
-        self.profiles = [layer.profile(self.config, self.microbatch)
-                         for layer in self.instance.workload.layers]
+    def __init__(self, instance: Instance, config: IntraConfig, microbatch: int):
+        self.instance, self.config, self.microbatch = instance, config, microbatch
+        tick_s = instance.training.tick_s
+        self.profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
         fwd_bwd = np.array([cost.compute_ticks(p, tick_s) for p in self.profiles],
                            dtype=np.int64)
         self.fwd = fwd_bwd[:, 0]
@@ -113,6 +106,9 @@ class LayerTable:
         self.act_range = range_sums(self._column("act_bytes"))
         self.ckpt_range = range_sums(self._column("ckpt_bytes"))
         self.work_range = range_maxima(self._column("act_bytes"))
+        self.cache: dict = {}
+        self._collectives: dict[Path | None, np.ndarray] = {}
+        self._transfers: dict[Path, np.ndarray] = {}
 
     @property
     def num_layers(self) -> int:
