@@ -103,7 +103,7 @@ def random_instance(seed: int, graph_network: bool = False) -> Instance:
     training = TrainingSetup(
         global_batch=rng.randint(1, 16), seq_len=1, microbatches=microbatches,
         optimizer=Optimizer(2, 2, 12),
-        zero_stages=tuple(sorted(rng.sample([0, 1, 3], rng.randint(1, 3)))),
+        zero_stages=tuple(sorted(rng.sample([0, 1, 2, 3], rng.randint(1, 3)))),
         allow_recompute=rng.random() < 0.7)
     return Instance(Workload("random", layers), Cluster(num_devices, hbm, network), training)
 
