@@ -67,6 +67,17 @@ def test_gap_point_and_interval():
     assert certify.structural_gap([run("dp", "structured", "INFEASIBLE")]) is None
 
 
+def test_gap_uses_a_proving_reference_but_not_a_bare_plan():
+    """A stored optimum tightens an open interval to a point; a boundless reference does not."""
+    runs = [run("dp", "structured", "OPTIMAL", 120), run("cpsat", "full", "FEASIBLE", 120, 80)]
+    proven = {"backend": "reference", "space": "full", "status": "OPTIMAL",
+              "objective_ticks": 100, "bound_ticks": 100}
+    assert certify.structural_gap(runs, proven) == {"low": 0.2, "high": 0.2, "exact": True}
+    bare = {"backend": "reference", "space": "full", "status": "FEASIBLE",
+            "objective_ticks": 110, "bound_ticks": None}
+    assert certify.structural_gap(runs, bare) == certify.structural_gap(runs)
+
+
 def test_consistency_flags_plan_below_other_solvers_optimum():
     """A full-space plan below another solver's proven full optimum is a contradiction."""
     runs = [run("cpsat", "full", "OPTIMAL", 100), run("milp", "full", "FEASIBLE", 95, 90),

@@ -122,17 +122,22 @@ def _certificate_failure(dp: dict, run: dict) -> str | None:
 # ------------------------------------------------------------------ structural gap
 
 
-def structural_gap(runs: list[dict]) -> dict | None:
+def structural_gap(runs: list[dict], reference_full: dict | None = None) -> dict | None:
     """Gap of the DP against the exact full-space optimum: a point, or an interval.
 
     Returns ``{"low": g1, "high": g2, "exact": bool}`` with g = (T_dp - T) / T, where
     T is the proven optimum (``low == high``), or when the solvers stopped at their
     limits the best known plan (``low``) and the best bound (``high``; None when no
-    positive bound is known).  None when there is no DP plan or no full-space result.
+    positive bound is known).  ``reference_full``, the full-space entry of a stored
+    reference consistent with the runs, counts as one more full-space result when it
+    proves something (an optimum or a bound): the gap to the best known, as for
+    benchmark libraries.  None when there is no DP plan or no full-space result.
     """
     dp = next((run for run in runs if run["backend"] == "dp" and has_plan(run)), None)
     full = [run for run in runs if run["backend"] in EXACT_BACKENDS
             and run["space"] == Space.FULL.value]
+    if reference_full and has_plan(reference_full) and lower_bound(reference_full):
+        full.append(reference_full)
     if dp is None or not any(has_plan(run) for run in full):
         return None
     dp_ticks = dp["objective_ticks"]

@@ -227,7 +227,7 @@ def _analyse(record: dict, reference: dict | None) -> None:
     verdict, certificate_failures = certify.algorithmic_certificate(runs)
     failures += certificate_failures
     record["certificate"] = verdict
-    record["gap"] = certify.structural_gap(runs)
+    reference_full = None
     if reference is None:
         record["reference"] = "missing"
     elif reference.get("instance_sha256") != record["sha256"]:
@@ -237,6 +237,10 @@ def _analyse(record: dict, reference: dict | None) -> None:
         reference_failures = certify.reference_failures(reference, runs)
         record["reference"] = "contradicted" if reference_failures else "consistent"
         failures += [f"reference: {failure}" for failure in reference_failures]
+        if not reference_failures and "full" in reference.get("spaces", {}):
+            reference_full = {"backend": "reference", "space": Space.FULL.value,
+                              **reference["spaces"]["full"]}
+    record["gap"] = certify.structural_gap(runs, reference_full)
     record["failures"] = list(dict.fromkeys(failures))  # keep order, drop repeats
 
 

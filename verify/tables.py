@@ -203,7 +203,8 @@ LEGEND = ("T: iteration time of the best plan found; bound: the solver's proven 
           "(full space); cert: the DP optimum equals the exact structured optimum (yes / no / "
           "open when the exact solvers stopped at their limit / n/a when none ran); gap: "
           "(T_dp - T_exact) / T_exact against the full-space optimum, an interval [best plan, "
-          "bound] when the solver stopped at its limit.")
+          "bound] when the solvers stopped at their limit (the stored reference result counts "
+          "as one more full-space result when it proves an optimum or a bound).")
 
 
 def render_markdown(document: dict) -> str:
