@@ -31,7 +31,9 @@ class PathIds:
 
     def __init__(self, network: NetworkModel):
         self.paths: list[Path] = [network.tier_path(tier) for tier in range(network.num_tiers)]
-        self._ids: dict[Path, int] = {path: tier for tier, path in enumerate(self.paths)}
+        self._ids: dict[Path, int] = {}
+        for tier, path in enumerate(self.paths):
+            self._ids.setdefault(path, tier)
 
     def id_of(self, path: Path) -> int:
         if path not in self._ids:

@@ -11,10 +11,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dp import geometry
+from dp.geometry import PathIds, effective_order, rank_devices
 from dp.kernel import INF, backtrack, fill_table
 from dp.planner import solve as dp_solve
 from dp.pricing import linear_collective
 from nest_cp.backends import SolveOptions, check_result
+from nest_cp.backends import solve as backend_solve
 from nest_cp.brute import solve as brute_solve
 from nest_cp.io import load_instance
 from nest_cp.model import (
@@ -35,7 +38,8 @@ from nest_cp.model import (
     TrainingSetup,
     Workload,
 )
-from nest_cp.network import Path, collective_ticks
+from nest_cp.network import NetworkModel, Path, collective_ticks
+from nest_cp.plan import all_layouts
 from nest_cp.result import Status
 
 OPTIONS = SolveOptions()
@@ -187,3 +191,67 @@ def test_kernel_minimises_the_largest_stage():
     assert int(value[0, 0]) == exhaustive
     assert max(sum(weights[first:last + 1]) for first, last in split) == exhaustive
     assert [first for first, _ in split] == [0] + [last + 1 for _, last in split[:-1]]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), layout_index=st.integers(0, 5))
+def test_vectorised_tier_geometry_equals_rank_by_rank(seed, layout_index):
+    """On tiered networks the vectorised stage geometry equals the rank-by-rank one."""
+    rng = random.Random(seed)
+    config = rng.choice(CONFIGS)
+    num_stages, dp = rng.randint(1, 3), rng.randint(1, 3)
+    num_devices = config.devices * num_stages * dp + rng.randint(0, 3)
+    network = NetworkModel(Cluster(num_devices, 10**9, random_hierarchical(rng, num_devices)))
+    devices = rank_devices(all_layouts()[layout_index], config, num_stages, dp,
+                           np.array(network.canonical_order()))
+    ids = PathIds(network)
+    vectorised = geometry._hierarchical_geometries(network, devices, config)
+    rank_by_rank = geometry._graph_geometries(network, ids, devices, config)
+    assert resolved(vectorised, ids) == resolved(rank_by_rank, ids)
+
+
+def resolved(geometries, ids: PathIds) -> list:
+    """Stage geometries with path ids replaced by the paths they stand for (ids may alias)."""
+    def paths(path_ids):
+        return frozenset(ids.paths[p] for p in path_ids)
+
+    return [(frozenset((ids.paths[r.group] if r.group >= 0 else None, paths(r.recv_activation),
+                        paths(r.recv_gradient)) for r in g.replicas),
+             paths(g.replica_groups), paths(g.dense_groups)) for g in geometries]
+
+
+def test_layouts_with_equal_effective_order_place_equally():
+    """Layouts deduplicated by their order without radix-1 dimensions give equal placements."""
+    order = tuple(range(16))
+    for config in CONFIGS:
+        for num_stages, dp in itertools.product((1, 2), (1, 2)):
+            placements = {}
+            for layout in all_layouts():
+                key = effective_order(layout, config, num_stages, dp)
+                placement = layout.placement(config, num_stages, dp, order)
+                assert placements.setdefault(key, placement) == placement
+
+
+def test_backend_registry_referees_the_dp(data_dir):
+    """nest_cp.backends.solve runs the dp backend and its plan passes the referee."""
+    instance = load_instance(data_dir / "worked_example.json")
+    result = backend_solve(instance, "dp")
+    assert result.status is Status.OPTIMAL and result.bound_ticks == result.objective_ticks
+
+
+def test_progress_is_silent_on_short_runs(data_dir, capsys):
+    """With progress=True a run under one second writes nothing to stderr."""
+    instance = load_instance(data_dir / "worked_example.json")
+    dp_solve(instance, SolveOptions(progress=True))
+    assert capsys.readouterr().err == ""
+
+
+def test_empty_space_is_infeasible(data_dir):
+    """When no configuration fits the device count the DP says INFEASIBLE, like brute force."""
+    instance = load_instance(data_dir / "worked_example.json")
+    wide = IntraConfig(tp=8)
+    layers = tuple(Layer(layer.name, {(wide, 1): layer.profile(IntraConfig(), 1)})
+                   for layer in instance.workload.layers)
+    instance = Instance(Workload("wide", layers), instance.cluster, instance.training)
+    assert dp_solve(instance, OPTIONS).status is Status.INFEASIBLE
+    assert brute_solve(instance, OPTIONS).status is Status.INFEASIBLE
