@@ -133,3 +133,12 @@ def test_missing_backend_reported_unavailable(tiny_dir: Path, tmp_path: Path, mo
     assert result.exit_code == 0, result.output
     runs = _results(tmp_path)["instances"][0]["runs"]
     assert {run["backend"]: run["status"] for run in runs}["ghost"] == "UNAVAILABLE"
+
+
+def test_table_rejects_a_file_that_is_not_results(tmp_path: Path):
+    """`table` on a JSON file that is not a results document exits 2 with one error line."""
+    bogus = tmp_path / "results.json"
+    bogus.write_text('{"instances": [{"instance": "x"}]}')
+    result = CliRunner().invoke(table_command, [str(bogus)])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1

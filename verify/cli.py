@@ -175,6 +175,10 @@ def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
         if not isinstance(document, dict) or "instances" not in document:
             raise NestCpError(f"{results}: expected a results.json written by nest-cp verify")
         text = tables.render(document, fmt)
+    except (KeyError, TypeError) as exc:
+        click.echo(f"error: {results}: expected a results.json written by nest-cp verify "
+                   f"(missing or malformed {exc})", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except NestCpError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -261,10 +261,25 @@ def run_tasks(tasks: list[Task], jobs: int,
             futures = {pool.submit(verify_instance, task): index
                        for index, task in enumerate(tasks)}
             for future in as_completed(futures):
-                records[futures[future]] = future.result()
+                index = futures[future]
+                records[index] = _collect(future, tasks[index])
                 if on_done:
-                    on_done(records[futures[future]])
+                    on_done(records[index])
     return [records[index] for index in range(len(tasks))]
+
+
+def _collect(future, task: Task) -> dict:
+    """A worker's record; a crashed worker becomes a failed record, bad input propagates."""
+    try:
+        return future.result()
+    except NestCpError:
+        raise
+    except Exception as exc:  # e.g. a solver killing its process: report, keep the others
+        LOGGER.error("verifying %s crashed: %s", task.path, exc)
+        return {"instance": task.path.name.removesuffix(".json"), "path": str(task.path),
+                "family": task.path.parent.name, "runs": [], "notes": [],
+                "certificate": "n/a", "gap": None, "reference": "n/a",
+                "failures": [f"harness crashed: {type(exc).__name__}: {exc}"]}
 
 
 def solve_counts(records: list[dict]) -> dict[str, int]:
