@@ -7,10 +7,12 @@ limit and MCMC budget.  Each (instance, backend) becomes one row of
 time, and the throughput *ratio* to a normaliser backend.  ``compare.md``,
 ``compare.tex`` and ``compare.png`` are then generated from that stored CSV
 alone (:func:`render_reports`), so they can be regenerated without solving
-again (``nest-cp compare --from-csv DIR/compare.csv --out DIR``).
+again (``nest-cp compare --from-csv DIR/compare.csv --out DIR``; ratios are
+recomputed from the stored throughputs, so --normalize and --scope may change).
 
 Normalisation scope:
-- ``model`` (default, NEST's Figure 5 convention): per model and cluster, the
+- ``model`` (default, NEST's Figure 5 convention): per model and cluster
+  family (the cluster's name without its "-<devices>" suffix), the
   normaliser's throughput at the smallest device count where it has a plan,
   so ratios grow with the device count (NEST's MANUAL_TPUT).
 - ``instance``: the normaliser's throughput on the same instance.
@@ -123,7 +125,13 @@ def normalise(rows: Sequence[Row], normaliser: str, scope: str = "model") -> lis
 
 
 def _scope_key(row: Row, scope: str) -> tuple:
-    return (row.model, row.cluster) if scope == "model" else (row.instance,)
+    return (row.model, cluster_family(row)) if scope == "model" else (row.instance,)
+
+
+def cluster_family(row: Row) -> str:
+    """The cluster's name without a trailing "-<devices>" (presets name clusters that way)."""
+    suffix = f"-{row.num_devices}"
+    return row.cluster[:-len(suffix)] if row.cluster.endswith(suffix) else row.cluster
 
 
 # ------------------------------------------------------------------ CSV
@@ -173,13 +181,13 @@ def _table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
         first = next(iter(cells.values()))
         ratios = [_ratio_text(cells.get(b)) for b in backends]
         times = [f"{cells[b].wall_time_s:.2f}" if b in cells else MISSING for b in backends]
-        lines.append([first.instance, first.model, first.cluster, str(first.num_devices),
+        lines.append([first.instance, first.model, cluster_family(first), str(first.num_devices),
                       *ratios, *times])
     return header, lines
 
 
 def _order(row: Row) -> tuple:
-    return (row.model, row.cluster, row.num_devices, row.instance)
+    return (row.model, cluster_family(row), row.num_devices, row.instance)
 
 
 def _ratio_text(row: Row | None) -> str:
@@ -222,14 +230,14 @@ def plot_rows(rows: Sequence[Row], png_path: Path, normaliser: str) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    panels = sorted({(row.model, row.cluster) for row in rows})
+    panels = sorted({(row.model, cluster_family(row)) for row in rows})
     backends = _backends_in(rows)
     columns = min(3, len(panels))
     lines = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(lines, columns, figsize=(4.5 * columns, 3.2 * lines),
                                 squeeze=False)
     for axis, (model, cluster) in zip(axes.flat, panels):
-        _plot_panel(axis, [r for r in rows if (r.model, r.cluster) == (model, cluster)],
+        _plot_panel(axis, [r for r in rows if (r.model, cluster_family(r)) == (model, cluster)],
                     backends)
         axis.set_title(f"{model}\n{cluster}" if len({c for _, c in panels}) > 1 else model,
                        fontsize=9)
@@ -266,9 +274,15 @@ def _plot_panel(axis, rows: Sequence[Row], backends: Sequence[str]) -> None:
     axis.set_xlabel("devices", fontsize=8)
 
 
-def render_reports(csv_path: Path, out_dir: Path, normaliser: str) -> list[Path]:
-    """compare.md, compare.tex and compare.png from a stored compare.csv."""
-    rows = read_csv(csv_path)
+def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
+                   scope: str = "model") -> list[Path]:
+    """compare.md, compare.tex and compare.png from a stored compare.csv.
+
+    Ratios are derived data: they are recomputed from the stored throughputs
+    with ``normaliser`` and ``scope`` and written back to the CSV.
+    """
+    rows = normalise(read_csv(csv_path), normaliser, scope)
+    write_csv(rows, csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "compare.md", out_dir / "compare.tex", out_dir / "compare.png"]
     written[0].write_text(render_markdown(rows, normaliser), encoding="utf-8")
@@ -313,6 +327,6 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
         out.mkdir(parents=True, exist_ok=True)
         from_csv = str(out / "compare.csv")
         write_csv(rows, Path(from_csv))
-    for path in render_reports(Path(from_csv), out, normaliser):
+    for path in render_reports(Path(from_csv), out, normaliser, scope):
         click.echo(f"wrote {path}")
     click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)

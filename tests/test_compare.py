@@ -87,13 +87,14 @@ def test_compare_without_instances_is_a_usage_error() -> None:
 
 
 def _row(instance: str, devices: int, backend: str, throughput: float | None) -> Row:
-    return Row(instance=instance, model="m", cluster="c", num_devices=devices, backend=backend,
+    return Row(instance=instance, model="m", cluster=f"c-{devices}", num_devices=devices,
+               backend=backend,
                status="FEASIBLE" if throughput else "INFEASIBLE", objective_ticks=None,
                throughput=throughput, ratio=None, wall_time_s=0.5)
 
 
 def test_model_scope_normalises_by_the_smallest_feasible_device_count() -> None:
-    """Scope "model": ratios divide by the normaliser at its smallest device count with a plan."""
+    """Scope "model": ratios divide by the family's normaliser at its smallest feasible count."""
     rows = [_row("n32", 32, "manual", None), _row("n64", 64, "manual", 10.0),
             _row("n128", 128, "manual", 18.0), _row("n128", 128, "dp", 30.0),
             _row("n32", 32, "dp", 6.0)]
