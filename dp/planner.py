@@ -282,6 +282,7 @@ class _Search:
     # ------------------------------------------------------------ one outer choice
 
     def _search_outer(self, outer: Outer) -> None:
+        """Every z and layout of one (c, b, S, d) that its bounds do not rule out."""
         table = self._table(outer.choice_index)
         config, num_stages, dp = table.config, outer.num_stages, outer.dp
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
@@ -291,7 +292,8 @@ class _Search:
         geometries: dict[int, list[StageGeometry]] = {}
         for zero in self._zero_stages(config, dp):
             tau_bound = max(outer.stage_bound, self._gather_bound(table, num_stages, dp, zero))
-            bound = rounds * tau_bound + self._sync_bound(table, num_stages, dp, zero)
+            sync_bound = self._sync_bound(table, num_stages, dp, zero)
+            bound = rounds * tau_bound + sync_bound
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(table, num_stages, zero):
                 continue
@@ -301,8 +303,7 @@ class _Search:
             fitting_bound = int(fill_table(fits.effective(cheapest))[0][0, 0])
             if fitting_bound >= INF:  # memory does not depend on the layout
                 continue
-            bound = rounds * max(tau_bound, fitting_bound) \
-                + self._sync_bound(table, num_stages, dp, zero)
+            bound = rounds * max(tau_bound, fitting_bound) + sync_bound
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
