@@ -142,3 +142,16 @@ def test_table_rejects_a_file_that_is_not_results(tmp_path: Path):
     result = CliRunner().invoke(table_command, [str(bogus)])
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_cache_entry_the_evaluator_rejects_is_solved_again(tiny_dir: Path, tmp_path: Path):
+    """A cached result whose objective no longer matches the evaluator is re-solved, not trusted."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    entries = [p for p in (tmp_path / "cache").rglob("*.json")
+               if json.loads(p.read_text())["objective_ticks"] is not None]
+    tampered = json.loads(entries[0].read_text())
+    tampered["objective_ticks"] += 1
+    entries[0].write_text(json.dumps(tampered))
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    sources = [run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]]
+    assert sources.count("solved") == 1 and sources.count("cache") == len(sources) - 1

@@ -155,7 +155,7 @@ def _report(records: list[dict], out_dir: Path) -> None:
     certified = sum(record["certificate"] == "yes" for record in records)
     click.echo(f"{len(records)} instances: {certified} certified, "
                f"{sum(bool(r['failures']) for r in records)} failed; runs solved "
-               f"{counts['solved']}, from cache {counts['cache']}, not run {counts['none']}")
+               f"{counts['solved']}, from cache {counts['cache']}, without result {counts['none']}")
     for record in records:
         for failure in record["failures"]:
             click.echo(f"FAIL {record['instance']}: {failure}")

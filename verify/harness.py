@@ -143,20 +143,21 @@ def run_backend(instance: Instance, instance_sha: str, backend: str, options: So
     """Solve (or read from the cache) and referee one backend; returns its record and plan.
 
     ``code`` is the backend's :func:`verify.cache.code_fingerprint` (computed if None).
-    A cache hit is refereed again without importing the backend.  A missing backend
-    gives status UNAVAILABLE, a plan the evaluator rejects INVALID, any other exception
-    ERROR; only refereed results are cached.
+    A cache hit is refereed again without importing the backend, and re-solved if the
+    current evaluator disagrees with it.  A missing backend gives status UNAVAILABLE, a
+    plan the evaluator rejects INVALID, any other exception ERROR; only refereed results
+    are cached.
     """
     space = options.space
     key = result_key(instance_sha, backend, options, code)
     cached = cache.get(key)
-    if cached is None and not backend_available(backend):
+    if cached is not None:
+        hit = _refereed_hit(instance, cached)
+        if hit is not None:
+            return hit
+    if not backend_available(backend):
         return _failed_record(backend, space, "UNAVAILABLE", "backend not importable"), None
     try:
-        if cached is not None:
-            result = _result_from_record(cached)
-            check_result(instance, result)
-            return {**cached, "source": "cache"}, result.plan
         result = replace(solve(instance, backend, options), space=space)
     except InvalidPlan as exc:
         return _failed_record(backend, space, "INVALID", str(exc)), None
@@ -166,6 +167,19 @@ def run_backend(instance: Instance, instance_sha: str, backend: str, options: So
     record = run_record(result, "solved", instance_sha)
     cache.put(key, record)
     return record, result.plan
+
+
+def _refereed_hit(instance: Instance, cached: dict) -> tuple[dict, Plan | None] | None:
+    """The cached record if its plan still evaluates to its objective, else None (re-solve)."""
+    try:
+        result = _result_from_record(cached)
+        check_result(instance, result)
+    except (NestCpError, KeyError, TypeError, ValueError) as exc:
+        LOGGER.warning("cached %s/%s result on %s no longer passes the evaluator (%s); "
+                       "solving again", cached.get("backend"), cached.get("space"),
+                       instance.name, exc)
+        return None
+    return {**cached, "source": "cache"}, result.plan
 
 
 # ------------------------------------------------------------------ one instance
