@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dp import geometry
+from dp import geometry, planner
 from dp.geometry import PathIds, effective_order, rank_devices
 from dp.kernel import INF, backtrack, fill_table
 from dp.planner import solve as dp_solve
@@ -255,3 +257,42 @@ def test_empty_space_is_infeasible(data_dir):
     instance = Instance(Workload("wide", layers), instance.cluster, instance.training)
     assert dp_solve(instance, OPTIONS).status is Status.INFEASIBLE
     assert brute_solve(instance, OPTIONS).status is Status.INFEASIBLE
+
+
+def medium_instance(seed: int) -> Instance:
+    """10 layers on 16 devices of three tiers: too big for brute force, small for the DP."""
+    rng = random.Random(seed)
+    configs = (IntraConfig(1, 1), IntraConfig(2, 1), IntraConfig(2, 2))
+    layers = tuple(Layer(f"layer{index}", {(config, 1): random_profile(rng, config)
+                                           for config in configs}) for index in range(10))
+    network = HierarchicalNetwork((Tier("node", 4, 1e11, 1e-6), Tier("rack", 2, 1e10, 1e-5),
+                                   Tier("spine", 2, rng.choice([1e9, 5e9]), 2e-5)))
+    first = [layer.profiles[(configs[0], 1)] for layer in layers]
+    hbm = int(sum(16 * p.params + p.act_bytes for p in first) * rng.choice([0.3, 0.6, 2.0]))
+    training = TrainingSetup(global_batch=rng.choice([16, 64]), seq_len=1,
+                             zero_stages=(0, 2, 3), allow_recompute=True)
+    return Instance(Workload("medium", layers), Cluster(16, hbm, network), training)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bounds_never_change_the_optimum(seed, monkeypatch):
+    """With every lower bound replaced by 0 the DP finds the same objective and plan."""
+    instance = medium_instance(seed)
+    pruned = dp_solve(instance, OPTIONS)
+    outer_choices = planner._Search._outer_choices
+
+    def without_bounds(search):
+        return [dataclasses.replace(o, lower_bound=0, stage_bound=0)
+                for o in outer_choices(search)]
+
+    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
+    monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
+    monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
+    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
+        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    exhaustive = dp_solve(instance, OPTIONS)
+    assert exhaustive.stats["outer_searched"] == exhaustive.stats["outer_choices"]
+    assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
+                                                       exhaustive.objective_ticks)
+    assert pruned.plan == exhaustive.plan
+    check_result(instance, pruned)
