@@ -115,10 +115,11 @@ class MilpAdapter:
         self._hinted = False
 
     def new_bool(self, name: str):
-        return pulp.LpVariable(self._unique(name), cat=pulp.LpBinary)
+        return self.problem.add_variable(self._unique(name), cat=pulp.LpBinary)
 
     def new_int(self, name: str, lower: int, upper: int):
-        return pulp.LpVariable(self._unique(name), lowBound=lower, upBound=max(lower, upper))
+        return self.problem.add_variable(self._unique(name), lowBound=lower,
+                                         upBound=max(lower, upper))
 
     def add(self, constraint) -> None:
         if isinstance(constraint, bool):

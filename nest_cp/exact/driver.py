@@ -39,7 +39,7 @@ from nest_cp.exact.skeleton import build_model, extract_plan, hint_model
 from nest_cp.exact.subproblems import SubProblem, enumerate_subproblems
 from nest_cp.model import Instance
 from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan
+from nest_cp.plan import MEGATRON_LAYOUT, Plan, all_layouts
 from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ def solve_exact(instance: Instance, options, backend: str,
     deadline = start + options.time_limit_s
     network = NetworkModel(instance.cluster)
     search = _Search()
-    _offer_hint(instance, options, network, search)
+    hint = _placed(options.hint, network)
+    _offer_hint(instance, options.space, hint, network, search)
     for sub in enumerate_subproblems(instance):
         if not sub.feasible:
             continue  # no split fits in memory: resolved (infeasible) without a model
@@ -82,16 +83,16 @@ def solve_exact(instance: Instance, options, backend: str,
         if remaining <= 0:
             search.open_bounds.append(sub.lower_bound_ticks)
             continue
-        _solve_subproblem(instance, options, network, sub, remaining, make_adapter, search)
+        _solve_subproblem(instance, options, hint, network, sub, remaining, make_adapter,
+                          search)
     return _result(backend, options.space, search, time.monotonic() - start)
 
 
-def _solve_subproblem(instance, options, network, sub: SubProblem, remaining: float,
-                      make_adapter, search: _Search) -> None:
+def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubProblem,
+                      remaining: float, make_adapter, search: _Search) -> None:
     adapter = make_adapter()
     handles = build_model(adapter, instance, sub, network, options.space, search.best_ticks)
-    hint = options.hint
-    if hint is not None and sub.matches(hint) and hint.placement is not None and (
+    if hint is not None and sub.matches(hint) and (
             options.space is Space.FULL or handles.placement.contains(hint.placement)):
         hint_model(adapter, handles, hint)
     outcome = adapter.solve(remaining, options.seed, options.workers)
@@ -116,12 +117,19 @@ def _solve_subproblem(instance, options, network, sub: SubProblem, remaining: fl
         search.open_bounds.append(max(proven, sub.lower_bound_ticks))
 
 
-def _offer_hint(instance: Instance, options, network: NetworkModel, search: _Search) -> None:
-    """A feasible hint inside the searched space starts the incumbent."""
-    hint = options.hint
-    if hint is None or hint.placement is None:
-        return
-    if options.space is Space.STRUCTURED and not _is_structured(hint, network):
+def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
+    """The hint with an explicit placement (the evaluator's default layout when it has none)."""
+    if hint is None or hint.placement is not None or \
+            hint.num_devices_used > network.num_devices:
+        return hint
+    return hint.with_placement(MEGATRON_LAYOUT.placement(hint.config, hint.num_stages, hint.dp,
+                                                         network.canonical_order()))
+
+
+def _offer_hint(instance: Instance, space: Space, hint: Plan | None, network: NetworkModel,
+                search: _Search) -> None:
+    """A feasible hint inside the searched space starts the incumbent (exact: it is a plan)."""
+    if hint is None or (space is Space.STRUCTURED and not _is_structured(hint, network)):
         return
     evaluation = evaluate(instance, hint, network)
     if evaluation.feasible:
@@ -129,8 +137,6 @@ def _offer_hint(instance: Instance, options, network: NetworkModel, search: _Sea
 
 
 def _is_structured(plan: Plan, network: NetworkModel) -> bool:
-    from nest_cp.plan import all_layouts
-
     order = network.canonical_order()
     return any(layout.placement(plan.config, plan.num_stages, plan.dp, order) == plan.placement
                for layout in all_layouts())

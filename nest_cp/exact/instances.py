@@ -35,13 +35,19 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
                     configs: tuple[IntraConfig, ...] = (IntraConfig(),),
                     microbatches: tuple[int, ...] = (1,), zero_stages: tuple[int, ...] = (0,),
                     allow_recompute: bool = True, global_batch: int = 8,
-                    hbm_bytes: int = 80 * _GB, graph: bool = False) -> Instance:
-    """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph)."""
+                    hbm_bytes: int = 80 * _GB, graph: bool = False,
+                    comm_scale: int = 1) -> Instance:
+    """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph).
+
+    ``comm_scale`` multiplies every boundary tensor and collective volume, to make
+    communication (and so placement) matter as much as compute.
+    """
     rng = random.Random(seed)
     num_devices = 1
     for size in tier_sizes:
         num_devices *= size
-    layers = tuple(_layer(rng, index, configs, microbatches) for index in range(num_layers))
+    layers = tuple(_layer(rng, index, configs, microbatches, comm_scale)
+                   for index in range(num_layers))
     network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
     cluster = Cluster(num_devices, hbm_bytes, network, name=f"random-{seed}")
     training = TrainingSetup(global_batch=global_batch, seq_len=1, microbatches=microbatches,
@@ -72,11 +78,11 @@ def _random_graph(rng: random.Random, num_devices: int) -> GraphNetwork:
     return GraphNetwork(("sw0", "sw1"), tuple(links))
 
 
-def _layer(rng: random.Random, index: int, configs, microbatches) -> Layer:
+def _layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int) -> Layer:
     fwd_ms = rng.choice((0.5, 1.0, 1.5, 2.0))
     params = rng.choice((1, 2, 3)) * 2 * 10**8
     act = rng.choice((2, 4, 8)) * 10**9
-    out = rng.choice((1, 2, 4)) * 10**6
+    out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
     experts = rng.random() < 0.3
     profiles = {}
     for config in configs:

@@ -151,9 +151,9 @@ class _CostTerms:
             expert = self._floor_over(f"expert_{s}", s, self._shards(groups, s),
                                       self.pricing.expert_sync) if sub.dp > 1 else None
             sync_terms.append([term for term in (dense, expert) if term is not None])
-        upper = sum(max((self._upper.get(id(v), 0) for v in terms), default=0)
-                    for terms in sync_terms)
-        t_sync = adapter.new_int("t_sync", 0, max(upper, 0))
+        upper = max((sum(self._upper[id(term)] for term in terms) for terms in sync_terms),
+                    default=0)
+        t_sync = adapter.new_int("t_sync", 0, upper)
         for terms in sync_terms:
             if terms:
                 adapter.add(t_sync >= adapter.total(terms))
