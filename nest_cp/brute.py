@@ -82,6 +82,7 @@ def _check_size(instance: Instance, limit: int) -> None:
 
 
 def _plans(instance: Instance, network: NetworkModel, space: Space) -> Iterator[Plan]:
+    """Every plan of the space: shape, ZeRO stage, split, recompute flags, then placement."""
     layers = instance.workload.num_layers
     flags = (False, True) if instance.training.allow_recompute else (False,)
     for config, microbatch, num_stages, dp in _shapes(instance):
