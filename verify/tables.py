@@ -77,13 +77,13 @@ def _seconds(value: float | None) -> str:
 
 
 def format_gap(gap: dict | None) -> str:
-    """``1.23%`` for a proven gap, ``[0.00%, 4.56%]`` for an interval, ``—`` for none."""
+    """``1.234%`` for a proven gap, ``[0.000%, 4.567%]`` for an interval, ``—`` for none."""
     if gap is None:
         return "—"
-    low = f"{100 * gap['low']:.2f}%"
+    low = f"{100 * gap['low']:.3f}%"
     if gap["exact"]:
         return low
-    high = "∞" if gap["high"] is None else f"{100 * gap['high']:.2f}%"
+    high = "∞" if gap["high"] is None else f"{100 * gap['high']:.3f}%"
     return f"[{low}, {high}]"
 
 
@@ -157,7 +157,7 @@ SUMMARY_HEADER = ["family", "instances", "certified", "failed", "gaps proven", "
 
 def summary_row(summary: dict) -> list[str]:
     def percent(value: float | None) -> str:
-        return "—" if value is None else f"{100 * value:.2f}%"
+        return "—" if value is None else f"{100 * value:.3f}%"
     return [summary["family"], str(summary["count"]), str(summary["certified"]),
             str(summary["failed"]), str(summary["gap_proven"]), str(summary["gap_open"]),
             percent(summary["mean_gap"]), percent(summary["max_gap"]),
