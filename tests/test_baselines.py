@@ -158,6 +158,14 @@ def test_manual_fills_the_node_with_tensor_parallelism_when_needed() -> None:
     assert node_size(network) == 2 and plan.config.tp == 2
 
 
+def test_manual_keeps_an_expert_parallel_replica_inside_one_node() -> None:
+    """MoE: the widest expert width within a node, then tensor ranks up to filling the node."""
+    instance = _cases()["moe_graph"]
+    plan = solve(instance, "manual").plan
+    assert node_size(NetworkModel(instance.cluster)) == 4
+    assert plan.config == IntraConfig(tp=2, ep=2)
+
+
 def test_recomputation_only_where_needed() -> None:
     """A stage recomputes in a rule-made plan exactly when it would not fit without."""
     instance = _instance(hbm_bytes=24_000_000_000, tp_widths=(1,))

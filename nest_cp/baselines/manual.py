@@ -9,15 +9,16 @@ the rest):
 1. Microbatch b: the smallest allowed size the workload profiles; ZeRO stage:
    the smallest allowed one (Megatron's default, no sharding, when 0 is
    allowed).
-2. Tensor width t: if the model fits on single devices of the smallest
-   profiled width (one stage, pure data parallelism), that width; otherwise
-   the model needs model parallelism and t = the largest profiled width that
-   stays inside one node (the innermost tier's size, or on a graph the
-   devices sharing device 0's widest links) — Narayanan et al.'s "tensor
+2. Expert width e: the largest profiled width that fits in one node (the
+   innermost tier's size, or on a graph the devices sharing device 0's
+   widest links), else the smallest profiled — expert parallelism is
+   configured, not searched (1 for dense models).  Tensor width t, among the
+   widths profiled with that e: if the model fits on replicas of the
+   smallest one in a single stage (pure data parallelism), that width;
+   otherwise the model needs model parallelism and t is the largest width
+   whose replica t·e still fits in one node — Narayanan et al.'s "tensor
    parallelism up to the node size, then pipeline parallelism".  If nothing
-   fits with that width, the other profiled widths are tried in ascending
-   order.  Expert width e: the largest profiled for that t (Mixtral-style
-   expert parallelism is configured, not searched).
+   fits with that width, the other widths are tried in ascending order.
 3. Pipeline depth S: the smallest depth at which every stage fits memory,
    with activation recomputation switched on for exactly the stages that
    need it.
@@ -116,25 +117,25 @@ def node_size(network: NetworkModel) -> int:
 
 
 def _tensor_candidates(instance: Instance, network: NetworkModel) -> list[IntraConfig]:
-    """Rule 2's order of configurations: the widths to try, best first."""
-    widest_expert: dict[int, IntraConfig] = {}
-    for config in instance.workload.configs:  # ordered by (tp, ep): the last one per tp wins
-        if smallest_microbatch(instance, config) is not None:
-            widest_expert[config.tp] = config
-    widths = sorted(widest_expert)
-    if not widths:
+    """Rule 2's configurations to try, best first."""
+    node = node_size(network)
+    usable = [config for config in instance.workload.configs
+              if smallest_microbatch(instance, config) is not None]
+    if not usable:
         return []
-    smallest = widest_expert[widths[0]]
-    zero = min(instance.training.zero_stages)
+    expert_widths = sorted({config.ep for config in usable})
+    inside = [width for width in expert_widths if width <= node]
+    expert = inside[-1] if inside else expert_widths[0]
+    configs = sorted((c for c in usable if c.ep == expert), key=lambda c: c.tp)
+    smallest = configs[0]
     microbatch = smallest_microbatch(instance, smallest)
     if smallest.devices <= instance.cluster.num_devices and megatron_plan(
-            instance, network, smallest, microbatch, zero, 1,
+            instance, network, smallest, microbatch, min(instance.training.zero_stages), 1,
             _data_parallel_rest(instance, smallest, microbatch, 1)) is not None:
         return [smallest]  # fits without model parallelism
-    inside_node = [width for width in widths if width <= node_size(network)]
-    order = [inside_node[-1]] if inside_node else []
-    order += [width for width in widths if width not in order]
-    return [widest_expert[width] for width in order]
+    filling = [config for config in configs if config.devices <= node]
+    order = filling[-1:]
+    return order + [config for config in configs if config not in order]
 
 
 def _shallowest_plan(instance: Instance, network: NetworkModel, config: IntraConfig,
