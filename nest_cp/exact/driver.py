@@ -3,11 +3,12 @@
 Why this stays exact.  Every plan belongs to exactly one sub-problem (c, b, S, d,
 z); each model is exact for its sub-problem (nest_cp.exact.skeleton); so the
 minimum over sub-problems is the optimum.  Sub-problems are visited in order of
-their lower bound (nest_cp.exact.subproblems); once a bound reaches the
-incumbent, that sub-problem and all later ones hold no better plan and are
-pruned.  Every model also carries the cutoff objective <= incumbent − 1, so a
-solver's INFEASIBLE there means "nothing better here", which is as good as a
-proof of optimality of the incumbent for that sub-problem.
+their compute bound (nest_cp.exact.subproblems); once that bound reaches the
+incumbent, the sub-problem and all later ones hold no better plan and are
+pruned.  Just before a model is built, the sharper bound with the cheapest
+possible communication (nest_cp.exact.bounds) may prune it too.  Every model
+carries the cutoff objective <= incumbent − 1, so a solver's INFEASIBLE there
+means "nothing better here", as good as a proof for that sub-problem.
 
 How statuses combine.  A sub-problem is *resolved* when its solver proved
 OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  The result is
@@ -15,9 +16,9 @@ OPTIMAL iff every sub-problem is resolved and a plan exists; INFEASIBLE iff ever
 sub-problem is resolved and none has a plan (then no cutoff was ever active);
 otherwise FEASIBLE with a plan, UNKNOWN without.  The bound is the minimum over
 sub-problems of what is proven about each: the incumbent for resolved ones, the
-solver's bound (at least the compute bound) for those stopped by the limit, and
-the compute bound for those never reached.  The time limit is global: each
-model gets what is left of it.
+solver's bound (at least the communication bound) for those stopped by the
+limit, and the compute bound for those never reached.  The time limit is global:
+each model gets what is left of it.
 
 Every plan a solver returns is re-evaluated with nest_cp.evaluate; the result
 carries the evaluator's objective.  When a solver proves a sub-problem optimal
@@ -35,6 +36,8 @@ from dataclasses import dataclass, field
 
 from nest_cp.evaluate import evaluate
 from nest_cp.exact.adapters import RawStatus
+from nest_cp.exact.bounds import communication_lower_bound
+from nest_cp.exact.pricing import StagePricing
 from nest_cp.exact.skeleton import build_model, extract_plan, hint_model
 from nest_cp.exact.subproblems import SubProblem, enumerate_subproblems
 from nest_cp.model import Instance
@@ -83,13 +86,17 @@ def solve_exact(instance: Instance, options, backend: str,
         if remaining <= 0:
             search.open_bounds.append(sub.lower_bound_ticks)
             continue
+        bound = communication_lower_bound(sub, StagePricing(instance, sub), network)
+        if search.best_ticks is not None and bound >= search.best_ticks:
+            search.pruned += 1
+            continue
         _solve_subproblem(instance, options, hint, network, sub, remaining, make_adapter,
-                          search)
+                          search, bound)
     return _result(backend, options.space, search, time.monotonic() - start)
 
 
 def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubProblem,
-                      remaining: float, make_adapter, search: _Search) -> None:
+                      remaining: float, make_adapter, search: _Search, bound: float) -> None:
     adapter = make_adapter()
     handles = build_model(adapter, instance, sub, network, options.space, search.best_ticks)
     if hint is not None and sub.matches(hint) and (
@@ -114,7 +121,7 @@ def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubPro
     if outcome.status in (RawStatus.FEASIBLE, RawStatus.UNKNOWN):
         proven = -math.inf if outcome.bound is None else math.ceil(
             outcome.bound * (1 - adapter.objective_tolerance_rel) - 1e-6)
-        search.open_bounds.append(max(proven, sub.lower_bound_ticks))
+        search.open_bounds.append(max(proven, bound))
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:

@@ -1,0 +1,88 @@
+"""A sub-problem lower bound with communication, for pruning before a model is built.
+
+For a group of g devices the cheapest bottleneck it can have is among the
+*candidate paths*: on a hierarchical network the tiers with a domain of at
+least g devices; on a graph every (pair bandwidth, pair latency) combination.
+Pricing every term on its cheapest candidate under-estimates it, so with
+
+    τ_lb(s, o)    = compute(o) + min coll(o) + min gather(o)
+                    + min transfer(out of layer o.first − 1)   (s > 0)
+                    + min transfer(out of layer o.last)        (s < S − 1)
+    sync_lb(s, o) = min dense(o) + min expert(o)
+
+every plan of the sub-problem has T ≥ (m + S − 1)·min_split max_s τ_lb +
+min_split max_s sync_lb (minimising the two separately can only lower the sum).
+The boundary volume into stage s is known from o.first alone, so one DP over
+(stage, first layer) computes each min-max exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nest_cp.exact.pricing import StagePricing
+from nest_cp.exact.subproblems import StageOption, SubProblem
+from nest_cp.network import NetworkModel, Path
+
+
+def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
+    """Every bottleneck a group of ``group_size`` distinct devices can have (a superset)."""
+    if group_size <= 1:
+        return []
+    num_devices = network.num_devices
+    if network.is_hierarchical:
+        sizes = network.cluster.network.domain_sizes()
+        return [network.tier_path(tier) for tier, size in enumerate(sizes)
+                if min(size, num_devices) >= group_size]
+    pairs = [network.pair_path(a, b) for a in range(num_devices)
+             for b in range(a + 1, num_devices)]
+    return [Path(bandwidth, latency) for bandwidth in {p.bandwidth_Bps for p in pairs}
+            for latency in {p.latency_s for p in pairs}]
+
+
+def communication_lower_bound(sub: SubProblem, pricing: StagePricing,
+                              network: NetworkModel) -> float:
+    """(m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists."""
+    config = sub.config
+    replica_paths = candidate_paths(network, config.devices)
+    pair_paths = candidate_paths(network, 2)
+    shard_paths = candidate_paths(network, sub.dp)
+    dense_paths = candidate_paths(network, sub.dp * config.ep)
+
+    def cheapest(price, option: StageOption, paths: list[Path]) -> int:
+        return min((price(option, path) for path in paths), default=0)
+
+    def tau(stage: int, option: StageOption) -> int:
+        total = sub.compute[option] + cheapest(pricing.collectives, option, replica_paths) \
+            + cheapest(pricing.zero_gather, option, shard_paths)
+        if stage > 0:
+            boundary = StageOption(option.first_layer - 1, option.first_layer - 1, False)
+            total += cheapest(pricing.transfer, boundary, pair_paths)
+        if stage < sub.num_stages - 1:
+            total += cheapest(pricing.transfer, option, pair_paths)
+        return total
+
+    def sync(stage: int, option: StageOption) -> int:
+        return cheapest(pricing.dense_sync, option, dense_paths) + \
+            cheapest(pricing.expert_sync, option, shard_paths)
+
+    tau_lb = _min_max(sub, tau)
+    sync_lb = _min_max(sub, sync)
+    if tau_lb is None or sync_lb is None:
+        return math.inf
+    return (sub.num_microbatches + sub.num_stages - 1) * tau_lb + sync_lb
+
+
+def _min_max(sub: SubProblem, value) -> int | None:
+    """min over contiguous splits of max over stages of value(stage, option)."""
+    num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
+    best = {(sub.num_stages, num_layers): 0}
+    for stage in reversed(range(sub.num_stages)):
+        for option in sub.options[stage]:
+            rest = best.get((stage + 1, option.last_layer + 1))
+            if rest is None:
+                continue
+            candidate = max(value(stage, option), rest)
+            key = (stage, option.first_layer)
+            best[key] = min(best.get(key, candidate), candidate)
+    return best.get((0, 0))
