@@ -47,6 +47,8 @@ from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 
+FIRST_PASS_SHARE = 0.1  # fraction of the time limit one sub-problem may take in pass 1
+
 
 class ModelMismatch(RuntimeError):
     """A solver's proven objective differs from the evaluator's: a modelling bug."""
@@ -69,40 +71,74 @@ class _Search:
 
 def solve_exact(instance: Instance, options, backend: str,
                 make_adapter: Callable[[], object]) -> SolveResult:
-    """Solve ``instance`` exactly in ``options.space`` with the adapter's solver."""
+    """Solve ``instance`` exactly in ``options.space`` with the adapter's solver.
+
+    Two passes: first every sub-problem gets at most FIRST_PASS_SHARE of the limit,
+    so one hard sub-problem cannot starve the others of an incumbent; then the
+    unresolved ones, best bound first, share what is left.
+    """
     start = time.monotonic()
-    deadline = start + options.time_limit_s
-    network = NetworkModel(instance.cluster)
-    search = _Search()
-    hint = _placed(options.hint, network)
-    _offer_hint(instance, options.space, hint, network, search)
-    for sub in enumerate_subproblems(instance):
-        if not sub.feasible:
-            continue  # no split fits in memory: resolved (infeasible) without a model
-        if search.best_ticks is not None and sub.lower_bound_ticks >= search.best_ticks:
-            search.pruned += 1
-            continue
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            search.open_bounds.append(sub.lower_bound_ticks)
-            continue
-        bound = communication_lower_bound(sub, StagePricing(instance, sub), network)
-        if search.best_ticks is not None and bound >= search.best_ticks:
-            search.pruned += 1
-            continue
-        _solve_subproblem(instance, options, hint, network, sub, remaining, make_adapter,
-                          search, bound)
-    return _result(backend, options.space, search, time.monotonic() - start)
+    run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter,
+               deadline=start + options.time_limit_s)
+    _offer_hint(instance, options.space, run.hint, run.network, run.search)
+    pending = [(sub, sub.lower_bound_ticks) for sub in enumerate_subproblems(instance)
+               if sub.feasible]  # no memory-feasible split: resolved without a model
+    pending = run.sweep(pending, options.time_limit_s * FIRST_PASS_SHARE)
+    pending = run.sweep(sorted(pending, key=lambda item: item[1]), math.inf)
+    run.search.open_bounds = [bound for _, bound in pending]
+    return _result(backend, options.space, run.search, time.monotonic() - start)
+
+
+class _Run:
+    """One exact search: the instance, options, incumbent and the global deadline."""
+
+    def __init__(self, instance: Instance, options, network: NetworkModel, make_adapter,
+                 deadline: float):
+        self.instance, self.options, self.network = instance, options, network
+        self.make_adapter, self.deadline = make_adapter, deadline
+        self.hint = _placed(options.hint, network)
+        self.search = _Search()
+        self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
+
+    def sweep(self, pending: list, cap_s: float) -> list:
+        """Solve each (sub-problem, bound) with at most ``cap_s``; return those unresolved."""
+        unresolved = []
+        for sub, known_bound in pending:
+            best = self.search.best_ticks
+            if best is not None and sub.lower_bound_ticks >= best:
+                self.search.pruned += 1
+                continue
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                unresolved.append((sub, known_bound))
+                continue
+            bound = max(known_bound, self._sharp_bound(sub))
+            if best is not None and bound >= best:
+                self.search.pruned += 1
+                continue
+            proven = _solve_subproblem(self.instance, self.options, self.hint, self.network,
+                                       sub, min(remaining, cap_s), self.make_adapter,
+                                       self.search)
+            if proven is not None:
+                unresolved.append((sub, max(proven, bound)))
+        return unresolved
+
+    def _sharp_bound(self, sub: SubProblem) -> float:
+        if sub.label not in self._sharp_bounds:
+            self._sharp_bounds[sub.label] = communication_lower_bound(
+                sub, StagePricing(self.instance, sub), self.network)
+        return self._sharp_bounds[sub.label]
 
 
 def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubProblem,
-                      remaining: float, make_adapter, search: _Search, bound: float) -> None:
+                      time_limit_s: float, make_adapter, search: _Search) -> float | None:
+    """Solve one sub-problem; None when resolved, else the bound it proved (maybe -inf)."""
     adapter = make_adapter()
     handles = build_model(adapter, instance, sub, network, options.space, search.best_ticks)
     if hint is not None and sub.matches(hint) and (
             options.space is Space.FULL or handles.placement.contains(hint.placement)):
         hint_model(adapter, handles, hint)
-    outcome = adapter.solve(remaining, options.seed, options.workers)
+    outcome = adapter.solve(time_limit_s, options.seed, options.workers)
     search.solved += 1
     logger.debug("%s: %s objective=%s bound=%s", sub.label, outcome.status.value,
                  outcome.objective, outcome.bound)
@@ -118,10 +154,11 @@ def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubPro
             raise ModelMismatch(f"{sub.label}: solver proved {outcome.objective} ticks, "
                                 f"evaluator says {evaluation.objective_ticks}")
         search.offer(plan, evaluation.objective_ticks)
-    if outcome.status in (RawStatus.FEASIBLE, RawStatus.UNKNOWN):
-        proven = -math.inf if outcome.bound is None else math.ceil(
-            outcome.bound * (1 - adapter.objective_tolerance_rel) - 1e-6)
-        search.open_bounds.append(max(proven, bound))
+    if outcome.status in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE):
+        return None
+    if outcome.bound is None:
+        return -math.inf
+    return math.ceil(outcome.bound * (1 - adapter.objective_tolerance_rel) - 1e-6)
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:

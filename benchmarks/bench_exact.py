@@ -1,0 +1,205 @@
+"""Exact-solver speed benchmark: how large an instance CP-SAT and the MILP prove optimal.
+
+Protocol (written into the results beside the numbers): seeded random instances
+from nest_cp.exact.instances (communication-heavy: comm_scale 100, TP widths 1 and
+2), full space, one worker, seed 0.
+
+1. Target suite: 8 layers and 16 devices on a 2-tier (4 x 4) and a 3-tier
+   (2 x 2 x 4) hierarchical network, two seeds each.  CP-SAT gets 60 s, the MILP
+   (HiGHS) 300 s on one instance per network (the budget keeps the whole run under
+   15 minutes).  The DP's structured optimum is reported beside the full-space
+   optimum: the structural gap, or an interval when the exact run stopped early.
+2. Scaling sweep: (layers, devices) growing along (4, 4), (6, 8), (8, 16),
+   (12, 32), (16, 64) on 2-tier networks with a 60 s limit per backend; a
+   backend's sweep stops at its first unproven size.  ``--probe`` adds 10-minute
+   runs on the first size neither proved.
+
+Run: ``python benchmarks/bench_exact.py [--probe] [--out benchmarks/results]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import pathlib
+import platform
+import time
+from importlib import metadata
+
+from nest_cp.backends import SolveOptions, solve
+from nest_cp.exact.instances import random_instance
+from nest_cp.model import IntraConfig
+from nest_cp.result import Space, Status
+
+logger = logging.getLogger(__name__)
+
+CONFIGS = (IntraConfig(), IntraConfig(2, 1))
+TARGET_NETWORKS = {"2-tier 4x4": (4, 4), "3-tier 2x2x4": (2, 2, 4)}
+SWEEP = ((4, (2, 2)), (6, (2, 4)), (8, (4, 4)), (12, (4, 8)), (16, (8, 8)))
+CPSAT_LIMIT_S, MILP_LIMIT_S, SWEEP_LIMIT_S, PROBE_LIMIT_S = 60.0, 300.0, 60.0, 600.0
+
+
+def _instance(seed: int, num_layers: int, tier_sizes: tuple[int, ...]):
+    devices = 1
+    for size in tier_sizes:
+        devices *= size
+    return random_instance(seed, num_layers=num_layers, tier_sizes=tier_sizes,
+                           global_batch=4 * devices, comm_scale=100, configs=CONFIGS)
+
+
+def _run(instance, backend: str, space: Space, limit_s: float, solver: str = "highs") -> dict:
+    options = SolveOptions(space=space, time_limit_s=limit_s, seed=0, workers=1,
+                           milp_solver=solver)
+    start = time.perf_counter()
+    result = solve(instance, backend, options)
+    return {"backend": backend if backend != "milp" else f"milp-{solver}",
+            "space": space.value, "status": result.status.value,
+            "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
+            "wall_time_s": round(time.perf_counter() - start, 2), "time_limit_s": limit_s,
+            "stats": result.stats}
+
+
+def _describe(instance, network: str, seed: int) -> dict:
+    return {"instance": instance.name, "network": network, "seed": seed,
+            "layers": instance.workload.num_layers, "devices": instance.cluster.num_devices}
+
+
+def _dp_run(instance) -> dict | None:
+    try:
+        return _run(instance, "dp", Space.STRUCTURED, 60.0)
+    except ImportError:
+        return None
+
+
+def target_suite() -> list[dict]:
+    rows = []
+    for network, tiers in TARGET_NETWORKS.items():
+        for seed in (0, 1):
+            instance = _instance(seed, 8, tiers)
+            runs = [_run(instance, "cpsat", Space.FULL, CPSAT_LIMIT_S)]
+            if seed == 0:
+                runs.append(_run(instance, "milp", Space.FULL, MILP_LIMIT_S))
+            dp = _dp_run(instance)
+            if dp is not None:
+                runs.append(dp)
+            rows.append({**_describe(instance, network, seed), "runs": runs})
+            logger.info("target %s seed %d: %s", network, seed,
+                        [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
+    return rows
+
+
+def scaling_sweep(probe: bool) -> list[dict]:
+    rows, open_backends = [], {"cpsat", "milp"}
+    for num_layers, tiers in SWEEP:
+        if not open_backends:
+            break
+        instance = _instance(0, num_layers, tiers)
+        runs = [_run(instance, backend, Space.FULL, SWEEP_LIMIT_S)
+                for backend in sorted(open_backends)]
+        for run_ in runs:
+            if run_["status"] != Status.OPTIMAL.value:
+                open_backends.discard(run_["backend"].split("-")[0])
+        if probe and all(r["status"] != Status.OPTIMAL.value for r in runs):
+            runs += [_run(instance, "cpsat", Space.FULL, PROBE_LIMIT_S)]
+        rows.append({**_describe(instance, "2-tier " + "x".join(map(str, tiers)), 0),
+                     "runs": runs})
+        logger.info("sweep L=%d N=%d: %s", num_layers, instance.cluster.num_devices,
+                    [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
+    return rows
+
+
+def _largest_proven(sweep: list[dict], backend_prefix: str) -> dict | None:
+    proven = [row for row in sweep for run_ in row["runs"]
+              if run_["backend"].startswith(backend_prefix) and run_["status"] == "OPTIMAL"
+              and run_["wall_time_s"] <= SWEEP_LIMIT_S]
+    if not proven:
+        return None
+    best = max(proven, key=lambda row: (row["devices"], row["layers"]))
+    return {"layers": best["layers"], "devices": best["devices"]}
+
+
+def _machine() -> dict:
+    versions = {}
+    for package in ("ortools", "pulp", "highspy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "platform": platform.platform(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "python": platform.python_version(), **versions,
+            "note": "machine shared with other jobs; one solver worker"}
+
+
+def run(out_dir: pathlib.Path, probe: bool = False) -> None:
+    """Run both suites and write exact_speed.json and exact_speed.md into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    target = target_suite()
+    sweep = scaling_sweep(probe)
+    report = {
+        "machine": _machine(),
+        "protocol": {"space": "full", "workers": 1, "seed": 0, "cpsat_limit_s": CPSAT_LIMIT_S,
+                     "milp_limit_s": MILP_LIMIT_S, "milp_solver": "highs",
+                     "sweep_limit_s": SWEEP_LIMIT_S, "probe": probe,
+                     "instances": "nest_cp.exact.instances.random_instance(seed, comm_scale=100, "
+                                  "configs=(tp1, tp2), global_batch=4*devices)"},
+        "target": target, "sweep": sweep,
+        "largest_proven_60s": {"cpsat": _largest_proven(sweep, "cpsat"),
+                               "milp": _largest_proven(sweep, "milp")},
+        "total_wall_time_s": round(time.perf_counter() - start, 1),
+    }
+    (out_dir / "exact_speed.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out_dir / "exact_speed.md").write_text(markdown(report))
+
+
+def markdown(report: dict) -> str:
+    """The results as Markdown tables, generated from the JSON record."""
+    machine, protocol = report["machine"], report["protocol"]
+    lines = ["# Exact solvers: speed", "",
+             f"Generated by `benchmarks/bench_exact.py` on {machine['date_utc']}, "
+             f"{machine['platform']}, {machine['cpus']} CPUs (shared), Python "
+             f"{machine['python']}, OR-Tools {machine['ortools']}, PuLP {machine['pulp']}, "
+             f"highspy {machine['highspy']}.", "",
+             f"Protocol: full space, {protocol['workers']} worker, seed {protocol['seed']}; "
+             f"CP-SAT {protocol['cpsat_limit_s']:.0f} s, MILP (HiGHS) "
+             f"{protocol['milp_limit_s']:.0f} s per instance; sweep {protocol['sweep_limit_s']:.0f}"
+             f" s per backend and size. Instances: `{protocol['instances']}`.", "",
+             "## 8 layers, 16 devices", "", _table(report["target"]), "",
+             "## Scaling sweep (2-tier)", "", _table(report["sweep"]), "",
+             "Largest size proven optimal within 60 s: "
+             + ", ".join(f"{name} {value['layers']} layers x {value['devices']} devices"
+                         if value else f"{name} none"
+                         for name, value in report["largest_proven_60s"].items()) + ".", "",
+             f"Total benchmark wall time: {report['total_wall_time_s']} s.", ""]
+    return "\n".join(lines)
+
+
+def _table(rows: list[dict]) -> str:
+    header = ("| instance | network | L | N | backend | status | objective (ticks) | "
+              "bound (ticks) | time (s) |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for run_ in row["runs"]:
+            lines.append(f"| {row['instance']} | {row['network']} | {row['layers']} | "
+                         f"{row['devices']} | {run_['backend']} ({run_['space']}) | "
+                         f"{run_['status']} | {run_['objective_ticks']} | {run_['bound_ticks']} | "
+                         f"{run_['wall_time_s']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--probe", action="store_true", help="add 10-minute probe runs")
+    parser.add_argument("--out", type=pathlib.Path,
+                        default=pathlib.Path(__file__).parent / "results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    run(args.out, probe=args.probe)
+
+
+if __name__ == "__main__":
+    main()
