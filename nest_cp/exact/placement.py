@@ -94,6 +94,8 @@ class FullPlacement:
                 for lat_literal, latency in latency_literals]
 
     def hint(self, placement: Placement) -> None:
+        """Hint the placement moved into the symmetry cuts' canonical form (same objective)."""
+        placement = canonical_placement(placement, self._network)
         devices = {(s, r, j): device for s, replicas in enumerate(placement)
                    for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
         for (slot, device), var in self.x.items():
@@ -216,6 +218,53 @@ class StructuredPlacement:
         return self.placements[chosen[0]]
 
 
+def canonical_placement(placement: Placement, network: NetworkModel) -> Placement:
+    """An equivalent placement that satisfies every symmetry cut of FullPlacement.
+
+    Devices are relabelled by a network automorphism that puts used devices first
+    (tree order on hierarchies, twin classes on graphs), then replicas are sorted
+    by the device of their rank (stage 0, rank 0); neither changes any price.
+    """
+    used = {device for replicas in placement for ranks in replicas for device in ranks}
+    if network.is_hierarchical:
+        sizes = (1, *network.cluster.network.domain_sizes())
+        order = _tree_order(0, len(sizes) - 1, sizes, used, network.num_devices)
+    else:
+        order = _twin_order(network, used)
+    relabel = {old: new for new, old in enumerate(order)}
+    moved = [[tuple(relabel[device] for device in ranks) for ranks in replicas]
+             for replicas in placement]
+    replica_order = sorted(range(len(moved[0])), key=lambda replica: moved[0][replica][0])
+    return tuple(tuple(replicas[replica] for replica in replica_order) for replicas in moved)
+
+
+def _tree_order(start: int, level: int, sizes: tuple[int, ...], used: set[int],
+                num_devices: int) -> list[int]:
+    """Old device ids of the block at ``start`` of ``sizes[level]`` devices, in canonical order."""
+    end = min(start + sizes[level], num_devices)
+    if level == 0:
+        return list(range(start, end))
+    children = [_tree_order(child, level - 1, sizes, used, num_devices)
+                for child in range(start, end, sizes[level - 1])]
+    full = [c for c in children if len(c) == sizes[level - 1]]
+    partial = [c for c in children if len(c) != sizes[level - 1]]
+    if level == 1:  # children are single devices: used ones first
+        full.sort(key=lambda child: child[0] not in used)
+    else:
+        full.sort(key=lambda child: -sum(device in used for device in child))
+    return [device for child in full + partial for device in child]
+
+
+def _twin_order(network: NetworkModel, used: set[int]) -> list[int]:
+    """Old device ids in canonical order: in every twin class, used devices take the lowest ids."""
+    order = list(range(network.num_devices))
+    for twins in _twin_classes(network):
+        ranked = sorted(twins, key=lambda device: device not in used)
+        for position, device in zip(twins, ranked, strict=True):
+            order[position] = device
+    return order
+
+
 def _placement_of(devices: dict[Slot, int], sub: SubProblem) -> Placement:
     return tuple(tuple(tuple(devices[stage, replica, rank] for rank in range(sub.config.devices))
                        for replica in range(sub.dp))
@@ -287,6 +336,12 @@ def _tree_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]
 
 
 def _twin_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]:
+    return [((a,), (b,)) for twins in _twin_classes(network)
+            for a, b in zip(twins, twins[1:], strict=False)]
+
+
+def _twin_classes(network: NetworkModel) -> list[list[int]]:
+    """Classes of devices with the same path to every other device, ids ascending."""
     num_devices = network.num_devices
     classes: list[list[int]] = []
     for device in range(num_devices):
@@ -298,4 +353,4 @@ def _twin_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]
                 break
         else:
             classes.append([device])
-    return [((a,), (b,)) for twins in classes for a, b in zip(twins, twins[1:], strict=False)]
+    return classes
