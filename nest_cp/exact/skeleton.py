@@ -130,7 +130,8 @@ class _CostTerms:
         for s in stages:
             compute = adapter.total(self.opt[s, o] * self.pricing.compute(o)
                                     for o in sub.options[s])
-            # redundant: τ_max is at least the stage's compute (tightens the LP relaxation)
+            # redundant (every other part is >= 0): lets CP-SAT bound τ_max from the split
+            # alone, before any placement literal is fixed
             adapter.add(tau_max >= compute)
             for r in replicas:
                 parts = [coll.get((s, r)), bnd.get((s - 1, r)), bnd.get((s, r)), gather.get(s)]
@@ -165,19 +166,30 @@ class _CostTerms:
     def _floor_over(self, name: str, stage: int, group_list, price):
         """A term >= price(option, path) of the stage's option, for every group and case."""
         adapter, options = self.adapter, self.sub.options[stage]
-        floors = []
+        floors, cheapest_floors = [], []
         for index, group in enumerate(group_list):
-            for literals, path in self.placement.cases(f"{name}_{index}", group):
-                coefficients = {o: price(o, path) for o in options}
-                if any(coefficients.values()):
-                    floors.append((literals, coefficients))
+            cases = [(literals, {o: price(o, path) for o in options})
+                     for literals, path in self.placement.cases(f"{name}_{index}", group)]
+            floors.extend(case for case in cases if any(case[1].values()))
+            if cases:
+                cheapest_floors.append({o: min(c[o] for _, c in cases) for o in options})
         upper = max((max(c.values()) for _, c in floors), default=0)
         term = adapter.new_int(name, 0, upper)
         self._upper[id(term)] = upper
         for literals, coefficients in floors:
-            expr = adapter.total(self.opt[stage, o] * c for o, c in coefficients.items() if c)
-            adapter.add_floor(term, expr, literals, max(coefficients.values()))
+            adapter.add_floor(term, self._priced(stage, coefficients), literals,
+                              max(coefficients.values()))
+        for coefficients in cheapest_floors:
+            # redundant: the group has one of its cases' paths, so the term is at least the
+            # cheapest case's price; unlike the enforced floors this one survives the LP
+            # relaxation (where big-M floors vanish) and needs no literal to propagate
+            if any(coefficients.values()):
+                adapter.add(term >= self._priced(stage, coefficients))
         return term
+
+    def _priced(self, stage: int, coefficients: dict):
+        """Σ_o opt[stage, o]·coefficient[o]: the price of the stage's chosen option."""
+        return self.adapter.total(self.opt[stage, o] * c for o, c in coefficients.items() if c)
 
     def _tau_upper(self, coll, bnd, gather) -> int:
         sub = self.sub
