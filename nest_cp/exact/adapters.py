@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import pulp
 from ortools.sat.python import cp_model
 
@@ -146,7 +147,7 @@ class MilpAdapter:
         # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
         if self.solver_name == "highs":
-            solver = pulp.HiGHS(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+            solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
                                 gapAbs=0.5, threads=workers, random_seed=seed)
         else:
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
@@ -181,3 +182,20 @@ class MilpAdapter:
     def _unique(self, name: str) -> str:
         self._count += 1
         return f"{name}_{self._count}"
+
+
+class _HighsWithStart(pulp.HiGHS):
+    """pulp.HiGHS that hands the variables' initial values to HiGHS as a partial start.
+
+    pulp.HiGHS ignores initial values; HiGHS completes a sparse start itself (or
+    drops it when it cannot), so a hint never changes what is proven.
+    """
+
+    def callSolver(self, lp):
+        hinted = [(var.index, var.varValue) for var in lp.variables()
+                  if var.varValue is not None]
+        if hinted:
+            index, value = zip(*hinted, strict=True)
+            lp.solverModel.setSolution(len(index), np.array(index, dtype=np.int32),
+                                       np.array(value, dtype=np.float64))
+        lp.solverModel.run()
