@@ -1,6 +1,16 @@
-"""Exact backends: one model per sub-problem, solved by CP-SAT or a MILP (DESIGN §4–§5)."""
+"""Exact backends: one model per sub-problem, solved by CP-SAT or a MILP (DESIGN §4–§5).
+
+``nest_cp.cpsat.solve`` and ``nest_cp.milp.solve`` are the registry entry points;
+this package holds what they share: sub-problem enumeration and bounds
+(subproblems, bounds), exact integer prices (pricing), rank groups (groups),
+full and structured placement (placement), the one model skeleton (skeleton),
+the two solver adapters (adapters) and the search that combines statuses (driver).
+"""
 
 from nest_cp.exact.driver import ModelMismatch, solve_exact
+from nest_cp.exact.instances import random_instance
+from nest_cp.exact.placement import canonical_placement
 from nest_cp.exact.subproblems import StageOption, SubProblem, enumerate_subproblems
 
-__all__ = ["ModelMismatch", "StageOption", "SubProblem", "enumerate_subproblems", "solve_exact"]
+__all__ = ["ModelMismatch", "StageOption", "SubProblem", "canonical_placement",
+           "enumerate_subproblems", "random_instance", "solve_exact"]
