@@ -28,15 +28,17 @@ the rest):
    ranks in Megatron's default order (t, e, replica, stage) over the
    network's canonical device order (``plan.MEGATRON_LAYOUT``).
 
-Against NEST's shipped manual configurations at 128 devices (DESIGN §6):
-BERT and Llama2 use (p, d, t) = (8, 16, 1) — NEST profiles Llama2 at t = 1
-only, and BERT fits on one device, so rule 2 also gives t = 1, but rule 3
-then picks the shallowest pipeline where NEST sized p = 8 by hand; GPT3
-(32, 1, 4) uses NEST's smallest profiled width where rule 2 fills the node
-(t = 8); Llama3 (80, 1, 1) and Mixtral (32, 1, 1) put one layer per stage,
-which rule 3 reproduces only when memory forces that depth.  Use ``fixed``
-with ``extra["degrees"] = (p, d, t[, e])`` to run a published configuration
-exactly.
+Against NEST's shipped manual configurations at 128 devices (DESIGN §6;
+measured in ``reports/paper/published_manual.md``): the rules reproduce
+none of them exactly.  BERT (8, 16, 1): BERT fits one device, so the rules
+give pure data parallelism (1, 128, 1); NEST added an 8-deep pipeline by
+hand.  Llama2 (8, 16, 1): NEST profiles Llama2 at t = 1 only; with our
+profiles (t up to 8) the 7B model does not fit one device, so rule 2 fills
+the node, (1, 16, 8).  GPT3 (32, 1, 4) uses NEST's smallest profiled width
+where rule 2 fills the node (t = 8).  Llama3 (80, 1, 1) and Mixtral
+(32, 1, 1, e = 4) put one layer per stage, deeper than memory requires under
+rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e])`` to run a
+published configuration exactly.
 """
 
 from __future__ import annotations
