@@ -99,7 +99,7 @@ def _run_one(instance: Instance, name: str, backend: str, options: SolveOptions)
     try:
         result = solve(instance, backend, options)
     except Exception as error:  # noqa: BLE001 - one broken backend must not stop the table
-        logger.warning("%s on %s failed: %s", backend, name, error)
+        logger.error("%s on %s failed: %s", backend, name, error)
         return replace(base, message=f"{type(error).__name__}: {error}")
     throughput = None
     if result.objective_ticks is not None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import time
 
+from nest_cp.backends import SolveOptions
 from nest_cp.baselines._common import (
     empty_result,
     feasible_result,
@@ -60,7 +61,7 @@ from nest_cp.result import SolveResult, Status
 logger = logging.getLogger(__name__)
 
 
-def solve_manual(instance: Instance, options) -> SolveResult:
+def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
     """Megatron rules of thumb (module docstring); INFEASIBLE if no rule-made plan fits."""
     started = time.perf_counter()
     network = NetworkModel(instance.cluster)
@@ -77,7 +78,7 @@ def solve_manual(instance: Instance, options) -> SolveResult:
                         "pipeline depth exceeds usable HBM even with recomputation")
 
 
-def solve_fixed(instance: Instance, options) -> SolveResult:
+def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     """The user's degrees extra["degrees"] = (p, d, t[, e]): uniform split, Megatron layout.
 
     Optional extra["microbatch"] and extra["zero"]; defaults are the smallest allowed.

@@ -44,6 +44,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 
+from nest_cp.backends import SolveOptions
 from nest_cp.baselines._common import empty_result, feasible_result, uniform_split
 from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
@@ -105,7 +106,7 @@ class _Scored:
     fits: bool
 
 
-def solve_mcmc(instance: Instance, options) -> SolveResult:
+def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
     """Best fitting plan of several annealed Metropolis chains (module docstring)."""
     started = time.perf_counter()
     budget = int(options.extra.get("budget", DEFAULT_BUDGET))

@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import time
 
-from nest_cp.backends import backend_function
+from nest_cp.backends import SolveOptions, backend_function
 from nest_cp.baselines._common import empty_result, feasible_result
 from nest_cp.model import HierarchicalNetwork, Instance, Tier
 from nest_cp.network import NetworkModel
@@ -38,7 +38,7 @@ from nest_cp.result import SolveResult, Status
 logger = logging.getLogger(__name__)
 
 
-def solve_phaze(instance: Instance, options) -> SolveResult:
+def solve_phaze(instance: Instance, options: SolveOptions) -> SolveResult:
     """Network-blind DP plan, re-evaluated on the real network (module docstring)."""
     started = time.perf_counter()
     try:
