@@ -33,7 +33,7 @@ from pathlib import Path
 import click
 
 from nest_cp import cost, io
-from nest_cp.backends import SolveOptions, solve
+from nest_cp.backends import BACKENDS, SolveOptions, solve
 from nest_cp.model import Instance
 
 logger = logging.getLogger(__name__)
@@ -321,6 +321,11 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
         if not instances:
             raise click.UsageError("expected at least one instance (or --from-csv)")
         names = [name.strip() for name in backends.split(",") if name.strip()]
+        unknown = [name for name in names if name not in BACKENDS]
+        if unknown or normaliser not in names:
+            raise click.BadParameter(
+                f"expected backends among {', '.join(BACKENDS)} including the normaliser "
+                f"{normaliser!r}, got {', '.join(names)}", param_hint="--backends")
         options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
                                extra={"budget": budget})
         rows = normalise(run_comparison(instances, names, options), normaliser, scope)

@@ -86,6 +86,13 @@ def test_compare_without_instances_is_a_usage_error() -> None:
     assert result.exit_code == 2
 
 
+def test_unknown_backend_or_missing_normaliser_is_a_usage_error(instances) -> None:
+    """--backends must name registered backends and include the normaliser (exit code 2)."""
+    for backends in ("manual,nope", "mcmc"):
+        result = CliRunner().invoke(compare_command, [str(instances[0]), "--backends", backends])
+        assert result.exit_code == 2 and "--backends" in result.output
+
+
 def _row(instance: str, devices: int, backend: str, throughput: float | None) -> Row:
     return Row(instance=instance, model="m", cluster=f"c-{devices}", num_devices=devices,
                backend=backend,
