@@ -7,6 +7,8 @@ result also passes nest_cp.backends.check_result (solve() referees it).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nest_cp.backends import SolveOptions, solve
 from nest_cp.exact.instances import random_instance
@@ -88,3 +90,16 @@ def test_latency_trap_structural_gap_agrees_with_oracles():
     assert full == _objective(instance, "brute", Space.FULL)
     assert structured == _objective(instance, "dp", Space.STRUCTURED)
     assert structured[1] > full[1]
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), graph=st.booleans(), zero=st.sampled_from([0, 1, 3]))
+def test_full_optimum_never_above_structured_optimum(seed, graph, zero):
+    """Full space ⊇ structured space: CP-SAT's full optimum ≤ its structured optimum."""
+    instance = random_instance(seed, tier_sizes=(2, 4), num_layers=3, graph=graph,
+                               zero_stages=(zero,), comm_scale=30)
+    full = _objective(instance, "cpsat", Space.FULL)
+    structured = _objective(instance, "cpsat", Space.STRUCTURED)
+    assert full[0] == structured[0]
+    if full[0] is Status.OPTIMAL:
+        assert full[1] <= structured[1]
