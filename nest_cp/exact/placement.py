@@ -4,8 +4,11 @@ Both classes answer one question for the shared skeleton: ``cases(group)`` is a
 list of (literals, path): "when every literal is 1, the group's bottleneck is
 ``path``".  The skeleton turns each case into an enforced floor on a cost term.
 
-Full space (any injective placement).  x[slot, device] is the placement.  The
-bottleneck of a group is read off *domain occupancy*:
+Full space (any injective placement).  x[slot, cell] places slots on *cells*
+with capacities: tier-0 domains on a hierarchical network (devices of one tier-0
+domain are interchangeable: every price depends only on which tier-0 domain
+each slot is in), single devices on a graph.  The bottleneck of a group is read
+off *domain occupancy*:
 
 - hierarchical: tier-k domains are blocks of G_k consecutive ids; the group lies
   in tier k iff all its slots sit in one tier-k domain and not in one tier-(k−1)
@@ -26,14 +29,13 @@ Symmetry cuts (each keeps at least one optimal plan of every orbit, so the
 optimum is unchanged):
 
 - replicas are interchangeable (every term is a max or a sum over replicas and
-  every group treats them alike), so replica r's rank (stage 0, rank 0) takes a
-  lower device id than replica r + 1's;
-- hierarchical: devices of one tier-0 domain are interchangeable and full sibling
-  domains (same parent, G_{k−1} devices each) are interchangeable as blocks, so
-  used devices come first in each tier-0 domain and full siblings are ordered by
-  how many devices they use (descending).  Sorting bottom-up, each level's block
-  moves keep the inner orders, and relabelling replicas afterwards moves no device,
-  so all cuts hold together;
+  every group treats them alike), so replica r's rank (stage 0, rank 0) sits in a
+  cell of index ≤ replica r + 1's;
+- hierarchical: full sibling domains (same parent, G_{k−1} devices each) are
+  interchangeable as blocks, so full siblings are ordered by how many slots they
+  hold (descending).  Sorting bottom-up, each level's block moves keep the inner
+  orders, and relabelling replicas afterwards moves no slot between cells, so all
+  cuts hold together (canonical_placement builds exactly this form for hints);
 - graph: *twins* (devices a, b with the same path to every other device) are
   interchangeable; their classes are equivalence classes and used devices come
   first in each class.
@@ -65,18 +67,28 @@ class _Level:
 
 
 class FullPlacement:
-    """Any injective map of slots to devices, with exact bottleneck literals per group."""
+    """Any injective map of slots to devices, with exact bottleneck literals per group.
+
+    Slots are placed on *cells* with a capacity: on a hierarchical network the
+    tier-0 domains (every price depends only on which tier-0 domain each slot is
+    in, since devices of one tier-0 domain are interchangeable), on a graph
+    single devices.  Within a cell, slots take its devices in slot order.
+    """
 
     def __init__(self, adapter, network: NetworkModel, groups: RankGroups):
         self._adapter, self._network, self._groups = adapter, network, groups
-        devices = range(network.num_devices)
-        # x[slot, device] == 1 iff the slot's rank runs on the device
-        self.x = {(slot, device): adapter.new_bool(f"x_{'_'.join(map(str, slot))}_{device}")
-                  for slot in groups.slots for device in devices}
+        self._cells = _cells(network)
+        self._cell_of = {device: index for index, cell in enumerate(self._cells)
+                         for device in cell}
+        cells = range(len(self._cells))
+        # x[slot, cell] == 1 iff the slot's rank runs on a device of the cell
+        self.x = {(slot, cell): adapter.new_bool(f"x_{'_'.join(map(str, slot))}_{cell}")
+                  for slot in groups.slots for cell in cells}
         for slot in groups.slots:
-            adapter.add(adapter.total(self.x[slot, device] for device in devices) == 1)
-        for device in devices:
-            adapter.add(adapter.total(self.x[slot, device] for slot in groups.slots) <= 1)
+            adapter.add(adapter.total(self.x[slot, cell] for cell in cells) == 1)
+        for cell in cells:
+            adapter.add(adapter.total(self.x[slot, cell] for slot in groups.slots)
+                        <= len(self._cells[cell]))
         self._levels = _hierarchy_levels(network) if network.is_hierarchical \
             else _bandwidth_levels(network)
         self._latencies = () if network.is_hierarchical else _latency_values(network)
@@ -96,19 +108,25 @@ class FullPlacement:
     def hint(self, placement: Placement) -> None:
         """Hint the placement moved into the symmetry cuts' canonical form (same objective)."""
         placement = canonical_placement(placement, self._network)
-        devices = {(s, r, j): device for s, replicas in enumerate(placement)
-                   for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
-        for (slot, device), var in self.x.items():
-            self._adapter.hint(var, int(devices[slot] == device))
+        cell_of_slot = {(s, r, j): self._cell_of[device] for s, replicas in enumerate(placement)
+                        for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
+        for (slot, cell), var in self.x.items():
+            self._adapter.hint(var, int(cell_of_slot[slot] == cell))
 
     def extract(self, value, sub: SubProblem) -> Placement:
-        chosen = {slot: device for (slot, device), var in self.x.items() if value(var) == 1}
-        return _placement_of(chosen, sub)
+        """Give each cell's slots (in slot order) the cell's devices (in id order)."""
+        devices = {}
+        for cell, cell_devices in enumerate(self._cells):
+            slots = sorted(slot for slot in self._groups.slots if value(self.x[slot, cell]) == 1)
+            devices.update(zip(slots, cell_devices, strict=False))
+        return _placement_of(devices, sub)
 
     # ------------------------------------------------------------ literals
 
     def _occupancy(self, slot: Slot, domain: tuple[int, ...]):
-        return self._adapter.total(self.x[slot, device] for device in domain)
+        """1 iff the slot sits in the domain (a union of cells)."""
+        cells = sorted({self._cell_of[device] for device in domain})
+        return self._adapter.total(self.x[slot, cell] for cell in cells)
 
     def _level_literals(self, name: str, group: Group) -> list[tuple[object, _Level]]:
         """level_is[group, level] == 1 iff the group's bottleneck level is that level."""
@@ -141,21 +159,22 @@ class FullPlacement:
         return literal
 
     def _latency_literals(self, name: str, group: Group) -> list[tuple[object, object]]:
-        """lat_ge[group, v] >= 1 when two slots sit on a pair with latency >= L_v."""
-        adapter = self._adapter
+        """lat_ge[group, v] >= 1 when two slots sit on a pair with latency >= L_v (graphs,
+        whose cells are single devices)."""
+        adapter, network = self._adapter, self._network
         found = [(None, self._latencies[0])]
         previous = None
         for index, latency in enumerate(self._latencies[1:], start=1):
             literal = adapter.new_bool(f"lat_{name}_{index}")
             for position, first in enumerate(group):
                 for second in group[position + 1:]:
-                    for device in range(self._network.num_devices):
-                        far = [other for other in range(self._network.num_devices)
+                    for device in range(network.num_devices):
+                        far = [other for other in range(network.num_devices)
                                if other != device
-                               and self._network.pair_path(device, other).latency_s >= latency]
+                               and network.pair_path(device, other).latency_s >= latency]
                         if far:
-                            adapter.add(literal >= self.x[first, device] + adapter.total(
-                                self.x[second, other] for other in far) - 1)
+                            adapter.add(literal >= self._at(first, device) + adapter.total(
+                                self._at(second, other) for other in far) - 1)
             if previous is not None:
                 # redundant: a higher latency threshold implies every lower one
                 adapter.add(previous >= literal)
@@ -163,23 +182,39 @@ class FullPlacement:
             found.append((literal, latency))
         return found
 
+    def _at(self, slot: Slot, device: int):
+        return self.x[slot, self._cell_of[device]]
+
     # ------------------------------------------------------------ symmetry
 
     def _symmetry_cuts(self) -> None:
         adapter, slots = self._adapter, self._groups.slots
-        devices = range(self._network.num_devices)
         first_ranks = sorted(slot for slot in slots if slot[0] == 0 and slot[2] == 0)
         for lower, upper in zip(first_ranks, first_ranks[1:], strict=False):
-            adapter.add(self._device_of(lower) + 1 <= self._device_of(upper))
-        used = {device: adapter.total(self.x[slot, device] for slot in slots)
-                for device in devices}
+            # replicas ordered by the cell of their rank (stage 0, rank 0); ties allowed
+            # since one cell may hold several replicas' ranks
+            adapter.add(self._cell_index(lower) <= self._cell_index(upper))
+        used = {cell: adapter.total(self.x[slot, cell] for slot in slots)
+                for cell in range(len(self._cells))}
         for block_a, block_b in _interchangeable_neighbours(self._network):
-            adapter.add(adapter.total(used[d] for d in block_a)
-                        >= adapter.total(used[d] for d in block_b))
+            adapter.add(adapter.total(used[c] for c in _cells_in(block_a, self._cell_of))
+                        >= adapter.total(used[c] for c in _cells_in(block_b, self._cell_of)))
 
-    def _device_of(self, slot: Slot):
-        return self._adapter.total(device * self.x[slot, device]
-                                   for device in range(self._network.num_devices))
+    def _cell_index(self, slot: Slot):
+        return self._adapter.total(cell * self.x[slot, cell] for cell in range(len(self._cells)))
+
+
+def _cells(network: NetworkModel) -> list[tuple[int, ...]]:
+    """Tier-0 domains on a hierarchical network, single devices on a graph."""
+    if not network.is_hierarchical:
+        return [(device,) for device in range(network.num_devices)]
+    size = network.cluster.network.domain_sizes()[0]
+    return [tuple(range(start, min(start + size, network.num_devices)))
+            for start in range(0, network.num_devices, size)]
+
+
+def _cells_in(block: tuple[int, ...], cell_of: dict[int, int]) -> list[int]:
+    return sorted({cell_of[device] for device in block})
 
 
 class StructuredPlacement:
@@ -323,7 +358,7 @@ def _interchangeable_neighbours(network: NetworkModel) -> list[tuple[tuple[int, 
 
 def _tree_neighbours(network: NetworkModel) -> list[tuple[tuple[int, ...], ...]]:
     num_devices = network.num_devices
-    sizes = (1, *network.cluster.network.domain_sizes())
+    sizes = network.cluster.network.domain_sizes()  # tier-0 domains are cells already
     found = []
     for child_size, parent_size in zip(sizes, sizes[1:], strict=False):
         for parent_start in range(0, num_devices, parent_size):
