@@ -11,7 +11,7 @@ from nest_cp.exact.instances (communication-heavy: comm_scale 100, TP widths 1 a
    optimum: the structural gap, or an interval when the exact run stopped early.
 2. Scaling sweeps on 2-tier networks, 60 s per backend and size, a backend's
    sweep stopping at its first unproven size: devices 16, 32, 64, 128 at 8
-   layers; layers 12, 16, 24 at 16 devices.  ``--probe`` adds a 10-minute
+   layers; layers 12, 16, 24, 32, 48 at 16 devices.  ``--probe`` adds a 10-minute
    CP-SAT run on the first size neither backend proved.
 
 Run: ``python benchmarks/bench_exact.py [--probe] [--out benchmarks/results]``.
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 CONFIGS = (IntraConfig(), IntraConfig(2, 1))
 TARGET_NETWORKS = {"2-tier 4x4": (4, 4), "3-tier 2x2x4": (2, 2, 4)}
 DEVICE_SWEEP = ((8, (4, 4)), (8, (4, 8)), (8, (8, 8)), (8, (8, 16)))
-LAYER_SWEEP = ((12, (4, 4)), (16, (4, 4)), (24, (4, 4)))
+LAYER_SWEEP = ((12, (4, 4)), (16, (4, 4)), (24, (4, 4)), (32, (4, 4)), (48, (4, 4)))
 CPSAT_LIMIT_S, MILP_LIMIT_S, SWEEP_LIMIT_S, PROBE_LIMIT_S = 60.0, 300.0, 60.0, 600.0
 
 
