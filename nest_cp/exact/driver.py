@@ -61,7 +61,7 @@ class _Search:
     best_plan: Plan | None = None
     best_ticks: int | None = None
     open_bounds: list = field(default_factory=list)  # bounds of sub-problems not resolved
-    solved: int = 0
+    solver_runs: int = 0  # models solved (a sub-problem may be solved in both passes)
     pruned: int = 0
 
     def offer(self, plan: Plan, ticks: int) -> None:
@@ -105,7 +105,7 @@ class _Run:
         unresolved = []
         for sub, known_bound in pending:
             best = self.search.best_ticks
-            if best is not None and sub.lower_bound_ticks >= best:
+            if best is not None and known_bound >= best:
                 self.search.pruned += 1
                 continue
             remaining = self.deadline - time.monotonic()
@@ -139,7 +139,7 @@ def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubPro
             options.space is Space.FULL or handles.placement.contains(hint.placement)):
         hint_model(adapter, handles, hint)
     outcome = adapter.solve(time_limit_s, options.seed, options.workers)
-    search.solved += 1
+    search.solver_runs += 1
     logger.debug("%s: %s objective=%s bound=%s", sub.label, outcome.status.value,
                  outcome.objective, outcome.bound)
     if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
@@ -187,7 +187,7 @@ def _is_structured(plan: Plan, network: NetworkModel) -> bool:
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float) -> SolveResult:
-    stats = {"subproblems_solved": search.solved, "subproblems_pruned": search.pruned,
+    stats = {"solver_runs": search.solver_runs, "subproblems_pruned": search.pruned,
              "subproblems_open": len(search.open_bounds)}
     if not search.open_bounds:
         if search.best_plan is None:
