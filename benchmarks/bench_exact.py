@@ -13,8 +13,7 @@ from nest_cp.exact.instances (communication-heavy: comm_scale 100, TP widths 1 a
 2. Scaling sweeps on 2-tier networks, 60 s per backend and size, a backend's
    sweep stopping at its first unproven size: devices 16, 32, ..., 512 at 8
    layers; layers 12, 16, 24, 32, 48, 64 at 16 devices.  ``--probe`` adds a
-   10-minute
-   CP-SAT run on the first size neither backend proved.
+   10-minute CP-SAT run on the first size neither backend proved.
 
 Run: ``python benchmarks/bench_exact.py [--probe] [--out benchmarks/results]``.
 """
