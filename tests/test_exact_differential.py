@@ -11,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact.instances import random_instance
+from nest_cp.exact.instances import latency_trap_instance, random_instance
 from nest_cp.model import IntraConfig
 from nest_cp.result import Space, Status
-from tests.test_cpsat import latency_trap_instance
 
 pytest.importorskip("nest_cp.brute", reason="the shared brute-force oracle is not available")
 

@@ -8,9 +8,9 @@ the two solver adapters (adapters) and the search that combines statuses (driver
 """
 
 from nest_cp.exact.driver import ModelMismatch, solve_exact
-from nest_cp.exact.instances import random_instance
+from nest_cp.exact.instances import latency_trap_instance, random_instance
 from nest_cp.exact.placement import canonical_placement
 from nest_cp.exact.subproblems import StageOption, SubProblem, enumerate_subproblems
 
 __all__ = ["ModelMismatch", "StageOption", "SubProblem", "canonical_placement",
-           "enumerate_subproblems", "random_instance", "solve_exact"]
+           "enumerate_subproblems", "latency_trap_instance", "random_instance", "solve_exact"]

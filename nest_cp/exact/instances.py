@@ -111,3 +111,24 @@ def _profile(fwd_ms, params, act, out, experts, config: IntraConfig, microbatch:
         dense_params=dense_params, expert_params=expert_params,
         act_bytes=act * microbatch // config.tp, ckpt_bytes=out * microbatch,
         out_bytes=out * microbatch, collectives=tuple(collectives))
+
+
+def latency_trap_instance() -> Instance:
+    """Three devices, all pairs at 100 GB/s, but the pair (0, 1) has 1 ms latency.
+
+    Links: 0–1 at 100 GB/s, 1 ms; 0–2 at 100 GB/s, 1 µs; 1–2 at 50 GB/s, 1 µs.  The
+    widest path 0–1 is the direct link (1 ms); 0–2 is direct (1 µs); 1–2 goes via 0
+    (100 GB/s, 1.001 ms).  One bandwidth level, so the canonical order is 0, 1, 2.
+    Two layers whose weights do not fit on one device force S = 2, and a·S·d ≤ 3
+    forces d = 1: every layout then puts the two stages on positions 0 and 1 of the
+    canonical order, devices 0 and 1, paying 1 ms per transfer, while the full space
+    puts them on devices 0 and 2 (1 µs).  So the structural gap is strictly positive.
+    """
+    profile = LayerProfile(fwd_s=1e-3, bwd_s=2e-3, dense_params=10**9, expert_params=0,
+                           act_bytes=10**9, ckpt_bytes=10**7, out_bytes=10**6)
+    layers = tuple(Layer(f"block{i}", {(IntraConfig(), 1): profile}) for i in range(2))
+    links = (Link(0, 1, 1e11, 1e-3), Link(0, 2, 1e11, 1e-6), Link(1, 2, 5e10, 1e-6))
+    cluster = Cluster(3, 20 * 10**9, GraphNetwork((), links), name="latency-trap")
+    training = TrainingSetup(global_batch=4, seq_len=1, microbatches=(1,), zero_stages=(0,),
+                             allow_recompute=False)
+    return Instance(Workload("two-blocks", layers), cluster, training, name="latency-trap")
