@@ -19,12 +19,14 @@ pytest.importorskip("nest_cp.brute", reason="the shared brute-force oracle is no
 
 WIDE_CONFIGS = (IntraConfig(), IntraConfig(2, 1), IntraConfig(1, 2))
 
-# name -> keyword arguments of random_instance; tiny enough for the brute-force oracle (N = 4)
+# name -> keyword arguments of random_instance; tiny enough for the brute-force oracle (N <= 5)
 FULL_KINDS = {
     "two-tier": dict(tier_sizes=(2, 2)),
     "three-tier": dict(tier_sizes=(2, 1, 2), comm_scale=30),
     "graph": dict(tier_sizes=(2, 2), graph=True, comm_scale=30),
     "memory-tight": dict(tier_sizes=(2, 2), hbm_bytes=16 * 10**9, comm_scale=10),
+    "partial-domains": dict(tier_sizes=(2, 2, 2), num_devices=5, comm_scale=50,
+                            configs=(IntraConfig(), IntraConfig(2, 1))),
     "tp-ep-zero": dict(tier_sizes=(2, 2), configs=WIDE_CONFIGS, zero_stages=(0, 3),
                        comm_scale=10),
 }

@@ -36,16 +36,18 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
                     microbatches: tuple[int, ...] = (1,), zero_stages: tuple[int, ...] = (0,),
                     allow_recompute: bool = True, global_batch: int = 8,
                     hbm_bytes: int = 80 * _GB, graph: bool = False,
-                    comm_scale: int = 1) -> Instance:
+                    comm_scale: int = 1, num_devices: int | None = None) -> Instance:
     """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph).
 
     ``comm_scale`` multiplies every boundary tensor and collective volume, to make
-    communication (and so placement) matter as much as compute.
+    communication (and so placement) matter as much as compute.  ``num_devices``
+    below the product of the tier sizes leaves the last domains partial.
     """
     rng = random.Random(seed)
-    num_devices = 1
-    for size in tier_sizes:
-        num_devices *= size
+    if num_devices is None:
+        num_devices = 1
+        for size in tier_sizes:
+            num_devices *= size
     layers = tuple(_layer(rng, index, configs, microbatches, comm_scale)
                    for index in range(num_layers))
     network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
