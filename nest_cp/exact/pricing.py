@@ -16,7 +16,7 @@ from nest_cp.network import Path
 
 
 class StagePricing:
-    """Per-(stage option, path) prices of one sub-problem, memoised in the instance."""
+    """Per-(stage option, path) prices of one sub-problem, memoised in this object."""
 
     def __init__(self, instance: Instance, sub: SubProblem):
         self._training = instance.training

@@ -4,7 +4,7 @@ Built against a small adapter (nest_cp.exact.adapters) so CP-SAT and the MILP
 read the same index sets, the same variable families and the same constraints.
 
     opt[stage, option]      1 iff the stage takes that span and recompute flag
-    placement               FullPlacement (x[slot, device]) or StructuredPlacement
+    placement               FullPlacement (x[slot, cell]) or StructuredPlacement (select)
     coll[stage, replica]    >= intra-layer collectives on the replica group's bottleneck
     bnd[stage, replica]     >= slowest transfer between stages s and s + 1 (max over j)
     gather[stage]           >= ZeRO-3 gathers, slowest rank j
@@ -15,8 +15,10 @@ read the same index sets, the same variable families and the same constraints.
     minimise (m + S − 1)·tau_max + t_sync
 
 Every cost family is a floor "term >= Σ_o opt[s, o]·price(o, path)" enforced
-when the group's case literals hold; at an optimum each term equals its largest
-enforced floor, which is the evaluator's max over ranks / t indices.
+when the group's case literals hold (CP-SAT: only_enforce_if; MILP: big-M);
+at an optimum each term equals its largest enforced floor, which is the
+evaluator's max over ranks / t indices.  A redundant unconditional floor at the
+group's cheapest possible path keeps the LP relaxation from dropping the term.
 """
 
 from __future__ import annotations
