@@ -11,7 +11,6 @@ is <= 0, which the term's lower bound 0 already implies.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -19,8 +18,6 @@ from enum import Enum
 import numpy as np
 import pulp
 from ortools.sat.python import cp_model
-
-logger = logging.getLogger(__name__)
 
 
 class RawStatus(str, Enum):
