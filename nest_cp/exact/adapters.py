@@ -11,7 +11,10 @@ is <= 0, which the term's lower bound 0 already implies.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 from dataclasses import dataclass
 from enum import Enum
 
@@ -188,6 +191,12 @@ class _HighsWithStart(pulp.HiGHS):
     drops it when it cannot), so a hint never changes what is proven.
     """
 
+    def createAndConfigureSolver(self, lp):
+        # highspy prints its banner on stdout when a Highs object is built, before
+        # output_flag can be cleared; it would land in the middle of CLI output.
+        with _c_stdout_silenced():
+            super().createAndConfigureSolver(lp)
+
     def callSolver(self, lp):
         hinted = [(var.index, var.varValue) for var in lp.variables()
                   if var.varValue is not None]
@@ -196,3 +205,17 @@ class _HighsWithStart(pulp.HiGHS):
             lp.solverModel.setSolution(len(index), np.array(index, dtype=np.int32),
                                        np.array(value, dtype=np.float64))
         lp.solverModel.run()
+
+
+@contextlib.contextmanager
+def _c_stdout_silenced():
+    """Send file descriptor 1 to /dev/null for the block (C libraries write to it directly)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
