@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Iterator
 
+from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
@@ -77,8 +78,9 @@ def _check_size(instance: Instance, limit: int) -> None:
     total = sum(math.perm(num_devices, config.devices * num_stages * dp)
                 for config, _, num_stages, dp in _shapes(instance))
     if total > limit:
-        raise ValueError(f"expected at most {limit} placements for a full-space brute force, "
-                         f"got {total}; use Space.STRUCTURED or a smaller instance")
+        raise BackendOptionError(
+            f"expected at most {limit} placements for a full-space brute force, got {total}; "
+            f"use the structured space or a smaller instance")
 
 
 def _plans(instance: Instance, network: NetworkModel, space: Space) -> Iterator[Plan]:

@@ -223,12 +223,24 @@ def _evaluation_table(evaluation: Evaluation) -> str:
               show_default=True)
 @click.option("--hint/--no-hint", default=True, show_default=True,
               help="cpsat/milp: start from the DP plan (hint / warm start).")
+@click.option("--degrees", callback=_int_list, default=None,
+              help="fixed: p,d,t[,e] (pipeline, data, tensor[, expert] degrees).")
+@click.option("--budget", type=click.IntRange(min=1), default=None,
+              help="mcmc: proposals in total (default 2000).")
+@click.option("--chains", type=click.IntRange(min=1), default=None,
+              help="mcmc: independent chains (default 4).")
+@click.option("--flat-bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="phaze: the one bandwidth (B/s) it plans with (default: the slowest tier's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
 def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
-                  seed: int, workers: int, milp_solver: str, hint: bool, as_json: bool,
-                  output: str | None) -> None:
+                  seed: int, workers: int, milp_solver: str, hint: bool,
+                  degrees: tuple[int, ...], budget: int | None, chains: int | None,
+                  flat_bandwidth: float | None, as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits."""
+    extra = {key: value for key, value in (
+        ("degrees", degrees or None), ("budget", budget), ("chains", chains),
+        ("flat_bandwidth_Bps", flat_bandwidth)) if value is not None}
     inst = io.load_instance(instance_path)
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
@@ -238,7 +250,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         hint_plan = hinted.plan
     options = SolveOptions(space=chosen, time_limit_s=time_limit, seed=seed, workers=workers,
                            milp_solver=milp_solver, hint=hint_plan,
-                           progress=sys.stderr.isatty())
+                           progress=sys.stderr.isatty(), extra=extra)
     result = solve(inst, backend, options)
     if output and result.plan is not None:
         io.save_plan(result.plan, output)

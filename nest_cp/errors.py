@@ -35,6 +35,10 @@ class InvalidPlan(NestCpError, ValueError):
     """A plan is well-formed but does not fit the instance (a solver bug if a backend made it)."""
 
 
+class BackendOptionError(NestCpError, ValueError):
+    """A backend cannot run with the options given (e.g. brute force over too many placements)."""
+
+
 class InfeasibleInstance(NestCpError):
     """No plan of the searched space fits in memory; ``reason`` says by how much at best."""
 

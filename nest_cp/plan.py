@@ -131,7 +131,8 @@ def all_layouts() -> tuple[RankLayout, ...]:
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none") -> tuple[Stage, ...]:
     """Split ``num_layers`` into ``num_stages`` contiguous stages as evenly as possible.
 
-    The first ``num_layers % num_stages`` stages get one layer more.  ``recompute`` is
+    The last ``num_layers % num_stages`` stages get one layer more: later stages hold
+    fewer microbatches in flight under 1F1B, so they have room for it.  ``recompute`` is
     "none", "all" or "all-but-last" (Megatron's usual choice: the last stage holds one
     microbatch in flight and needs no recomputation).
     """
@@ -142,7 +143,7 @@ def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none") ->
     base, extra = divmod(num_layers, num_stages)
     stages, first = [], 0
     for index in range(num_stages):
-        size = base + (1 if index < extra else 0)
+        size = base + (1 if index >= num_stages - extra else 0)
         flag = recompute == "all" or (recompute == "all-but-last" and index < num_stages - 1)
         stages.append(Stage(first, first + size - 1, flag))
         first += size

@@ -122,3 +122,22 @@ def test_solve_nothing_fits_exits_1_with_reason():
     assert result.exit_code == 1
     assert "INFEASIBLE" in result.output and "exceeds usable HBM by" in result.output
     assert "Traceback" not in result.output
+
+
+def test_solve_fixed_with_degrees_reproduces_megatron_plan():
+    """`--backend fixed --degrees 2,2,1` is DESIGN §3.1's Megatron plan: 35,552,000 ticks."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "fixed", "--degrees",
+                  "2,2,1", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["objective_ticks"] == 35_552_000
+
+
+def test_backend_option_errors_exit_2_in_one_line():
+    """A backend that cannot run with the options given (fixed without degrees, brute force
+    over too many placements) is bad input: one line, exit 2, no traceback."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "fixed")
+    assert result.exit_code == 2 and "degrees" in result.output
+    big = Path(__file__).parents[1] / "instances" / "small" / "h2-dense-l8-d16.json"
+    result = _run("solve", big, "--backend", "brute", "--space", "full")
+    assert result.exit_code == 2 and "placements" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -148,7 +148,7 @@ def test_structural_violations(worked, plan, expected):
 
 
 def test_uniform_stages_split():
-    """uniform_stages gives earlier stages the extra layers and flags recomputation as asked."""
+    """uniform_stages gives later stages the extra layers and flags recomputation as asked."""
     stages = uniform_stages(7, 3, "all-but-last")
     assert [(s.first_layer, s.last_layer, s.recompute) for s in stages] == [
-        (0, 2, True), (3, 4, True), (5, 6, False)]
+        (0, 1, True), (2, 3, True), (4, 6, False)]

@@ -13,28 +13,24 @@ from __future__ import annotations
 import time
 
 from nest_cp import cost
+from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
-from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
+from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage, uniform_stages
 from nest_cp.result import SolveResult, Space, Status
 
 
 def uniform_split(num_layers: int, num_stages: int) -> tuple[Stage, ...]:
-    """Contiguous stages whose sizes differ by at most one; the later stages take the extra layers.
+    """Contiguous stages whose sizes differ by at most one, later stages the larger ones.
 
     Later stages hold fewer microbatches in flight under 1F1B, so they are the
-    better place for a surplus layer.
+    better place for a surplus layer (:func:`nest_cp.plan.uniform_stages`).
     """
-    if not 1 <= num_stages <= num_layers:
-        raise ValueError(f"expected 1 <= num_stages <= {num_layers}, got {num_stages}")
-    base, extra = divmod(num_layers, num_stages)
-    stages, first_layer = [], 0
-    for stage in range(num_stages):
-        size = base + (1 if stage >= num_stages - extra else 0)
-        stages.append(Stage(first_layer, first_layer + size - 1))
-        first_layer += size
-    return tuple(stages)
+    try:
+        return uniform_stages(num_layers, num_stages)
+    except ValueError as exc:
+        raise BackendOptionError(str(exc)) from None
 
 
 def stage_memory(instance: Instance, config: IntraConfig, microbatch: int, zero: int, dp: int,

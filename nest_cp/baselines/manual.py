@@ -53,6 +53,7 @@ from nest_cp.baselines._common import (
     megatron_plan,
     smallest_microbatch,
 )
+from nest_cp.errors import BackendOptionError
 from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan
@@ -86,8 +87,8 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     started = time.perf_counter()
     degrees = tuple(options.extra.get("degrees", ()))
     if len(degrees) not in (3, 4) or not all(isinstance(x, int) and x >= 1 for x in degrees):
-        raise ValueError(f"expected extra['degrees'] = (p, d, t[, e]) of integers >= 1, "
-                         f"got {options.extra.get('degrees')!r}")
+        raise BackendOptionError(f"expected extra['degrees'] = (p, d, t[, e]) of integers >= 1, "
+                                 f"got {options.extra.get('degrees')!r}")
     num_stages, dp, tp = degrees[:3]
     config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
     microbatch = options.extra.get("microbatch", smallest_microbatch(instance, config))

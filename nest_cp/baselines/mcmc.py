@@ -48,6 +48,7 @@ from nest_cp.backends import SolveOptions
 from nest_cp.baselines._common import empty_result, feasible_result, uniform_split
 from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
+from nest_cp.errors import BackendOptionError
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
@@ -112,7 +113,7 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
     budget = int(options.extra.get("budget", DEFAULT_BUDGET))
     chains = int(options.extra.get("chains", DEFAULT_CHAINS))
     if budget < 1 or chains < 1:
-        raise ValueError(f"expected budget >= 1 and chains >= 1, got {budget} and {chains}")
+        raise BackendOptionError(f"expected budget >= 1 and chains >= 1, got {budget} and {chains}")
     network = NetworkModel(instance.cluster)
     walk = _Walk(instance, network, deadline=started + options.time_limit_s)
     master = random.Random(options.seed)
@@ -202,7 +203,7 @@ def _random_state(instance: Instance, network: NetworkModel, rng: random.Random)
     devices = instance.cluster.num_devices
     choices = [(c, b) for c, b in instance.choices if c.devices <= devices]
     if not choices:
-        raise ValueError(f"expected a configuration of at most {devices} devices")
+        raise BackendOptionError(f"expected a configuration of at most {devices} devices")
     config, microbatch = rng.choice(choices)
     num_stages = rng.randint(1, min(instance.workload.num_layers, devices // config.devices))
     dp = rng.randint(1, devices // (config.devices * num_stages))
