@@ -155,3 +155,75 @@ def test_cache_entry_the_evaluator_rejects_is_solved_again(tiny_dir: Path, tmp_p
     assert _verify(tiny_dir, tmp_path).exit_code == 0
     sources = [run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]]
     assert sources.count("solved") == 1 and sources.count("cache") == len(sources) - 1
+
+
+def test_cache_entry_that_is_valid_json_but_not_a_record_is_solved_again(tiny_dir: Path,
+                                                                          tmp_path: Path):
+    """Cache entries holding `[1]` are misses: verify re-solves them and exits 0, no crash."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    for entry in (tmp_path / "cache").rglob("*.json"):
+        entry.write_text("[1]")
+    result = _verify(tiny_dir, tmp_path)
+    assert result.exit_code == 0, result.output
+    sources = {run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]}
+    assert sources == {"solved"}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize(("text", "field"), [
+    ("[1, 2]", "expected a JSON object"),
+    ('{"instance_sha256": 5, "spaces": {}}', "instance_sha256"),
+    ('{"instance_sha256": "ab", "spaces": [1]}', "spaces"),
+    ('{"instance_sha256": "ab", "spaces": {"full": 3}}', "spaces.full"),
+    ('{"instance_sha256": "ab", "spaces": {"full": {"status": "GOOD"}}}', "spaces.full.status"),
+    ('{"instance_sha256": "ab", "spaces": {"full": {"status": "OPTIMAL", '
+     '"objective_ticks": "9"}}}', "spaces.full.objective_ticks"),
+    ('{"instance_sha256": "ab", "spaces": {"wide": {"status": "OPTIMAL"}}}', "spaces.wide"),
+])
+def test_malformed_reference_exits_2_naming_file_and_field(tiny_dir: Path, tmp_path: Path,
+                                                           text: str, field: str, jobs: str):
+    """A malformed .ref.json is bad input: one `error: <ref file>: <field>` line, exit 2."""
+    ref = reference_path(tiny_dir / "worked_example.json")
+    ref.write_text(text)
+    result = _verify(tiny_dir, tmp_path, "--jobs", jobs)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {ref}: ") and field in result.output
+    assert result.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_paths_without_out_is_a_usage_error(tiny_dir: Path, tmp_path: Path, monkeypatch):
+    """`verify PATHS` without --out exits 2 and writes nothing (never the default reports/)."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(verify_command, [str(tiny_dir), "--backends", "dp",
+                                                 "--no-progress"])
+    assert result.exit_code == 2
+    assert "expected --out DIR when PATHS are given" in result.output
+    assert not (tmp_path / "reports").exists()
+
+
+def test_no_paths_defaults_out_to_reports(tmp_path: Path):
+    """Without PATHS, --out defaults to reports/ (the full benchmark run)."""
+    from verify.cli import _out_dir
+
+    assert _out_dir((), None) == Path("reports")
+    assert _out_dir((tmp_path,), tmp_path / "x") == tmp_path / "x"
+
+
+def test_folder_without_instances_exits_2_and_writes_nothing(tmp_path: Path):
+    """`verify emptydir --out DIR` exits 2 with one line and writes no empty tables."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(verify_command, [str(empty), "--out", str(tmp_path / "out"),
+                                                 "--no-progress"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "nan"])
+def test_time_limit_must_be_positive(tiny_dir: Path, tmp_path: Path, limit: str):
+    """--time-limit 0, negative or NaN is bad input (exit 2, one line)."""
+    result = _verify(tiny_dir, tmp_path, "--time-limit", limit)
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1

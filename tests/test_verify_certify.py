@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from nest_cp.backends import SolveOptions
 from nest_cp.io import load_instance
 from nest_cp.result import Space
 from verify import certify
-from verify.cache import ResultCache, result_key
+from verify.cache import ResultCache, code_fingerprint, result_key, source_roots
 from verify.instances import small_specs, write_instances
 from verify.reference import space_entry
 
 ROOT = Path(__file__).resolve().parent.parent
+RECORD = {"backend": "dp", "space": "structured", "status": "INFEASIBLE", "objective_ticks": None,
+          "bound_ticks": None, "wall_time_s": 0.1, "message": "", "plan": None}
 
 
 def run(backend: str, space: str, status: str, ticks: int | None = None,
@@ -119,10 +124,56 @@ def test_cache_key_depends_on_options_and_entries_roundtrip(tmp_path: Path):
     assert key != result_key(sha, "dp", SolveOptions(space=Space.FULL))
     cache = ResultCache(tmp_path)
     assert cache.get(key) is None
-    cache.put(key, {"objective_ticks": 7})
-    assert cache.get(key) == {"objective_ticks": 7}
+    cache.put(key, RECORD)
+    assert cache.get(key) == RECORD
     assert ResultCache(tmp_path, enabled=False).get(key) is None
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("text", ["[1]", "7", '"x"', "null", '{"objective_ticks": 7}',
+                                  "{not json", "\xff"])
+def test_cache_entry_that_is_not_a_record_is_a_miss(tmp_path: Path, text: str):
+    """A cache entry that is not a JSON object with a record's keys reads as a miss."""
+    cache = ResultCache(tmp_path)
+    key = result_key("0" * 64, "dp", SolveOptions())
+    cache.put(key, RECORD)
+    next(tmp_path.rglob(f"{key}.json")).write_bytes(text.encode("latin-1"))
+    assert cache.get(key) is None
+
+
+def _source_copy(tmp_path: Path) -> tuple[Path, ...]:
+    roots = source_roots()
+    assert {root.name for root in roots} == {"nest_cp", "dp"}
+    copies = tuple(tmp_path / root.name for root in roots)
+    for root, copy in zip(roots, copies):
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copies
+
+
+@pytest.mark.parametrize("edited", ["nest_cp/exact/__init__.py", "nest_cp/cost.py",
+                                    "nest_cp/evaluate.py", "dp/kernel.py",
+                                    "nest_cp/baselines/__init__.py"])
+def test_code_fingerprint_changes_with_any_source_file(tmp_path: Path, edited: str):
+    """Editing any .py under nest_cp/ or dp/ (not only a backend's own module) changes the key."""
+    roots = _source_copy(tmp_path)
+    before = code_fingerprint(roots)
+    assert before == code_fingerprint(source_roots())  # the copy hashes like the original
+    with open(tmp_path / edited, "a", encoding="utf-8") as handle:
+        handle.write("\n# edited\n")
+    after = code_fingerprint(roots)
+    assert after != before
+    sha, options = "0" * 64, SolveOptions()
+    for backend in ("cpsat", "milp", "dp", "manual"):
+        assert result_key(sha, backend, options, before) != result_key(sha, backend, options,
+                                                                        after)
+
+
+def test_code_fingerprint_changes_when_a_source_file_is_added(tmp_path: Path):
+    """A new module under nest_cp/exact changes the fingerprint too."""
+    roots = _source_copy(tmp_path)
+    before = code_fingerprint(roots)
+    (tmp_path / "nest_cp" / "exact" / "new_model.py").write_text("X = 1\n", encoding="utf-8")
+    assert code_fingerprint(roots) != before
 
 
 def test_committed_instances_match_the_generator(tmp_path: Path):

@@ -1,14 +1,16 @@
 """A resumable on-disk cache of backend results.
 
 One JSON file per solve, keyed by the SHA-256 of (instance content, backend,
-solve options, package version and the source of the backend's code), so a rerun
-only solves what changed: a new instance, other options, or edited backend code.
-Files are written to a temporary name and renamed, so a killed run never leaves a
-half-written entry; an unreadable entry is treated as a miss.
+solve options, package version and the source of every module of ``nest_cp`` and
+``dp``), so a rerun only solves what changed: a new instance, other options, or
+edited code.  Files are written to a temporary name and renamed, so a killed run
+never leaves a half-written entry; an entry that cannot be read, or is not a
+result record, is treated as a miss.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -18,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from nest_cp import __version__
-from nest_cp.backends import BACKENDS, SolveOptions
+from nest_cp.backends import SolveOptions
 from nest_cp.io import instance_to_dict, plan_to_dict
 from nest_cp.model import Instance
 
 LOGGER = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = Path(".nest-cp-cache")
+# the keys every cached result record has (verify.harness.run_record writes them)
+RECORD_KEYS = frozenset({"backend", "space", "status", "objective_ticks", "bound_ticks",
+                         "wall_time_s", "plan"})
 
 
 def digest(data: Any) -> str:
@@ -46,28 +51,51 @@ def options_key(options: SolveOptions) -> dict:
             "hint": None if options.hint is None else digest(plan_to_dict(options.hint))}
 
 
-def code_fingerprint(backend: str) -> str:
-    """Package version plus a hash of the backend's source files.
+def source_roots() -> tuple[Path, ...]:
+    """The imported ``nest_cp`` and ``dp`` package folders (``dp`` only when importable)."""
+    roots = []
+    for package in ("nest_cp", "dp"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin is not None:
+            roots.append(Path(spec.origin).parent)
+    return tuple(roots)
 
-    A backend in ``nest_cp`` is fingerprinted by its own module; a backend in its
-    own package (``dp``) by every ``.py`` file of that package.  Unknown or missing
-    modules fingerprint as ``missing``.
+
+def tree_digest(roots: tuple[Path, ...]) -> str:
+    """SHA-256 (first 16 hex digits) of every ``.py`` file under ``roots``: paths and contents.
+
+    Paths are taken relative to each root's parent (``nest_cp/exact/model.py``) and
+    sorted, so the digest depends on the code only, not on where it is checked out.
     """
-    module_name = BACKENDS.get(backend, "").split(":")[0]
-    try:
-        spec = importlib.util.find_spec(module_name) if module_name else None
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or spec.origin is None:
-        return f"{__version__}:missing"
-    origin = Path(spec.origin)
-    files = [origin] if module_name.startswith("nest_cp.") else sorted(
-        origin.parent.rglob("*.py"))
+    files = sorted((file.relative_to(root.parent).as_posix(), file)
+                   for root in roots for file in root.rglob("*.py"))
     hasher = hashlib.sha256()
-    for file in files:
-        hasher.update(file.name.encode())
+    for name, file in files:
+        hasher.update(name.encode())
+        hasher.update(b"\0")
         hasher.update(file.read_bytes())
-    return f"{__version__}:{hasher.hexdigest()[:16]}"
+        hasher.update(b"\0")
+    return hasher.hexdigest()[:16]
+
+
+@functools.cache
+def _installed_digest() -> str:
+    return tree_digest(source_roots())
+
+
+def code_fingerprint(roots: tuple[Path, ...] | None = None) -> str:
+    """Package version plus :func:`tree_digest` of all of ``nest_cp`` and ``dp``.
+
+    The same for every backend: a backend's result depends on far more than its own
+    module (the exact models, the cost model, the evaluator, the plan), and a cached
+    OPTIMAL or INFEASIBLE claim must not survive an edit to any of them.  Computed
+    once per process for the installed packages; ``roots`` overrides them (for tests).
+    """
+    digest_text = _installed_digest() if roots is None else tree_digest(roots)
+    return f"{__version__}:{digest_text}"
 
 
 def result_key(instance_sha: str, backend: str, options: SolveOptions,
@@ -75,7 +103,7 @@ def result_key(instance_sha: str, backend: str, options: SolveOptions,
     """The cache key of one solve; ``code`` is :func:`code_fingerprint` (computed if None)."""
     return digest({"instance": instance_sha, "backend": backend,
                    "options": options_key(options),
-                   "code": code_fingerprint(backend) if code is None else code})
+                   "code": code_fingerprint() if code is None else code})
 
 
 class ResultCache:
@@ -89,17 +117,26 @@ class ResultCache:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The stored entry, or None on a miss (or when the cache is disabled)."""
+        """The stored record, or None on a miss, an unreadable or malformed entry, or disabled.
+
+        An entry is a record only when it is a JSON object with every key of
+        :data:`RECORD_KEYS`; anything else (a list, a truncated object) is a miss.
+        """
         if not self.enabled:
             return None
         path = self._path(key)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            entry = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             LOGGER.warning("ignoring unreadable cache entry %s (%s)", path, exc)
             return None
+        if not isinstance(entry, dict) or not RECORD_KEYS <= entry.keys():
+            LOGGER.warning("ignoring cache entry %s: expected a JSON object with keys %s",
+                           path, ", ".join(sorted(RECORD_KEYS)))
+            return None
+        return entry
 
     def put(self, key: str, entry: dict) -> None:
         """Store ``entry`` atomically (written even when reads are disabled, to refresh)."""

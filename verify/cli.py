@@ -2,8 +2,9 @@
 
 Exit codes of ``verify``: 0 when every plan passed the evaluator, every algorithmic
 certificate held and no result contradicted a stored reference; 1 otherwise; 2 for
-bad input (a malformed instance, an unknown backend, a missing path), reported as
-one line ``error: <message>``.
+bad input (a malformed instance or reference, an unknown backend, a missing path, no
+instance files found), reported as one line ``error: <message>``, or a usage error
+(PATHS without ``--out``: the default ``reports/`` holds the full benchmark run).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from verify.harness import (
     Task,
     backend_available,
     discover,
+    load_reference,
     run_tasks,
     solve_counts,
 )
@@ -34,6 +36,7 @@ from verify.harness import (
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_TIME_LIMIT_S = 20.0
 SMALL_DIR, PAPER_DIR = Path("instances/small"), Path("instances/paper")
+DEFAULT_OUT_DIR = Path("reports")
 
 
 def parse_backends(text: str | None) -> tuple[str, ...] | None:
@@ -52,7 +55,11 @@ def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
     """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper set with dp."""
     if paths:
         options = replace(base, backends=backends or DEFAULT_BACKENDS)
-        return [Task(path, options) for path in discover(paths)]
+        tasks = [Task(path, options) for path in discover(paths)]
+        if not tasks:
+            raise NestCpError(f"{', '.join(map(str, paths))}: expected instance files "
+                              f"(*.json), found none")
+        return tasks
     if not SMALL_DIR.is_dir():
         raise NestCpError(f"{SMALL_DIR}: expected the instance folder here (run from the "
                           f"repository root or pass PATHS)")
@@ -61,16 +68,19 @@ def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
     tasks = [Task(path, small) for path in discover([SMALL_DIR])]
     if PAPER_DIR.is_dir():
         tasks += [Task(path, paper) for path in discover([PAPER_DIR])]
+    if not tasks:
+        raise NestCpError(f"{SMALL_DIR}: expected instance files (*.json), found none")
     return tasks
 
 
 def validate_instances(tasks: list[Task]) -> None:
-    """Load every instance once so bad input fails before any solving (exit 2).
+    """Load every instance and its reference once so bad input fails before any solving.
 
     An instance whose loading needs a module that is not importable yet (a preset
     library) is left to the harness, which reports it as unavailable.
     """
     for task in tasks:
+        load_reference(task.path)
         try:
             load_instance(task.path)
         except ImportError:
@@ -109,8 +119,9 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               show_default=True, help="Seconds per exact solve.")
 @click.option("--jobs", type=int, default=os.cpu_count() or 1, show_default=True,
               help="Instances verified in parallel.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"),
-              show_default=True, help="Directory for results.json and gap_table.{md,csv,tex}.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Directory for results.json and gap_table.{md,csv,tex} (default "
+                   "reports/ without PATHS; required with PATHS).")
 @click.option("--no-cache", is_flag=True, help="Re-solve everything (the cache is refreshed).")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=DEFAULT_CACHE_DIR,
               show_default=True)
@@ -119,11 +130,12 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               show_default=True)
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
 def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float,
-                   jobs: int, out_dir: Path, no_cache: bool, cache_dir: Path, seed: int,
+                   jobs: int, out_dir: Path | None, no_cache: bool, cache_dir: Path, seed: int,
                    milp_solver: str, progress: bool) -> None:
     """Certify instances (files or folders) and write gap tables."""
+    out_dir = _out_dir(paths, out_dir)
     try:
-        if time_limit_s <= 0 or jobs < 1:
+        if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
             raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
                               f"{time_limit_s} and {jobs}")
         base = HarnessOptions(time_limit_s=time_limit_s, seed=seed, milp_solver=milp_solver,
@@ -140,6 +152,20 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
     write_outputs(document, out_dir)
     _report(records, out_dir)
     sys.exit(EXIT_FAILED if any(record["failures"] for record in records) else EXIT_OK)
+
+
+def _out_dir(paths: tuple[Path, ...], out_dir: Path | None) -> Path:
+    """``--out`` as given; without it ``reports`` for the full run, a usage error with PATHS.
+
+    The committed reports/ hold the full benchmark run, so a run on chosen files
+    must never overwrite them by default.
+    """
+    if out_dir is not None:
+        return out_dir
+    if paths:
+        raise click.UsageError("expected --out DIR when PATHS are given (the default "
+                               "reports/ holds the full benchmark run)")
+    return DEFAULT_OUT_DIR
 
 
 def _run_with_progress(tasks: list[Task], jobs: int, progress: bool) -> list[dict]:

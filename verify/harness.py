@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nest_cp.backends import SolveOptions, backend_function, check_result, solve
-from nest_cp.errors import InvalidPlan, NestCpError
+from nest_cp.errors import InstanceFormatError, InvalidPlan, NestCpError
 from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
 from nest_cp.model import HierarchicalNetwork, Instance
 from nest_cp.plan import Plan
@@ -37,6 +37,8 @@ LOGGER = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("dp", "cpsat", "milp")
 REFERENCE_SUFFIX = ".ref.json"
+SPACE_NAMES = tuple(space.value for space in Space)
+STATUS_NAMES = tuple(status.value for status in Status)
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,52 @@ def discover(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_reference(instance_path: Path) -> dict | None:
+    """The reference result beside ``instance_path`` (None if there is none), validated.
+
+    A malformed reference is bad input: :class:`InstanceFormatError` naming the
+    reference file and the field, never a crash of the harness.
+    """
     path = reference_path(instance_path)
-    return read_document(path) if path.exists() else None
+    if not path.exists():
+        return None
+    document = read_document(path)
+    _check_reference(document, str(path))
+    return document
+
+
+def _check_reference(document: object, file: str) -> None:
+    if not isinstance(document, dict):
+        raise InstanceFormatError(f"expected a JSON object, got {type(document).__name__}",
+                                  file=file)
+    if not isinstance(document.get("instance_sha256"), str):
+        raise InstanceFormatError("expected the instance's SHA-256 as a string, got "
+                                  f"{document.get('instance_sha256')!r}", file=file,
+                                  field="instance_sha256")
+    spaces = document.get("spaces")
+    if not isinstance(spaces, dict):
+        raise InstanceFormatError(f"expected an object keyed by space, got {spaces!r}",
+                                  file=file, field="spaces")
+    for space, entry in spaces.items():
+        where = f"spaces.{space}"
+        if space not in SPACE_NAMES:
+            raise InstanceFormatError(f"expected a space among {', '.join(SPACE_NAMES)}",
+                                      file=file, field=where)
+        if not isinstance(entry, dict):
+            raise InstanceFormatError(f"expected an object, got {entry!r}", file=file,
+                                      field=where)
+        if entry.get("status") not in STATUS_NAMES:
+            raise InstanceFormatError(f"expected a status among {', '.join(STATUS_NAMES)}, "
+                                      f"got {entry.get('status')!r}", file=file,
+                                      field=f"{where}.status")
+        for name in ("objective_ticks", "bound_ticks"):
+            value = entry.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InstanceFormatError(f"expected an integer or null, got {value!r}",
+                                          file=file, field=f"{where}.{name}")
+        if entry["status"] in (Status.OPTIMAL.value, Status.FEASIBLE.value) and \
+                entry.get("objective_ticks") is None:
+            raise InstanceFormatError(f"expected objective_ticks with status {entry['status']}",
+                                      file=file, field=f"{where}.objective_ticks")
 
 
 # ------------------------------------------------------------------ one run
@@ -142,7 +188,7 @@ def run_backend(instance: Instance, instance_sha: str, backend: str, options: So
                 cache: ResultCache, code: str | None = None) -> tuple[dict, Plan | None]:
     """Solve (or read from the cache) and referee one backend; returns its record and plan.
 
-    ``code`` is the backend's :func:`verify.cache.code_fingerprint` (computed if None).
+    ``code`` is :func:`verify.cache.code_fingerprint` (computed if None).
     A cache hit is refereed again without importing the backend, and re-solved if the
     current evaluator disagrees with it.  A missing backend gives status UNAVAILABLE, a
     plan the evaluator rejects INVALID, any other exception ERROR; only refereed results
@@ -174,9 +220,8 @@ def _refereed_hit(instance: Instance, cached: dict) -> tuple[dict, Plan | None] 
     try:
         result = _result_from_record(cached)
         check_result(instance, result)
-    except (NestCpError, KeyError, TypeError, ValueError) as exc:
-        LOGGER.warning("cached %s/%s result on %s no longer passes the evaluator (%s); "
-                       "solving again", cached.get("backend"), cached.get("space"),
+    except (NestCpError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        LOGGER.warning("cached result on %s no longer passes the evaluator (%s); solving again",
                        instance.name, exc)
         return None
     return {**cached, "source": "cache"}, result.plan
@@ -211,10 +256,11 @@ def verify_instance(task: Task) -> dict:
         record["notes"].append(f"instance unavailable: {exc}")
         record.update(certificate="n/a", gap=None, reference="n/a")
         return record
+    reference = load_reference(path)  # bad input fails before any solving
     sha = instance_digest(instance)
     record.update(sha256=sha, sizes=instance_sizes(instance))
     record["runs"] = _run_all(instance, sha, options)
-    _analyse(record, load_reference(path))
+    _analyse(record, reference)
     return record
 
 
@@ -222,8 +268,8 @@ def _run_all(instance: Instance, sha: str, options: HarnessOptions) -> list[dict
     cache = ResultCache(options.cache_dir, options.use_cache)
     runs, hint = [], None
     ordered = sorted(options.backends, key=lambda name: name != "dp")  # the DP first: it hints
+    code = code_fingerprint()
     for backend in ordered:
-        code = code_fingerprint(backend)
         for space in spaces_of(backend):
             run, plan = run_backend(instance, sha, backend, options.solve_options(space, hint),
                                     cache, code)
