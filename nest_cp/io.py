@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from nest_cp.errors import InstanceFormatError, PlanFormatError
+from nest_cp.limits import MAX_LAYERS
 from nest_cp.model import (
     Cluster,
     Collective,
@@ -55,16 +57,63 @@ def read_document(path: str | FsPath, error: type[InstanceFormatError] = Instanc
                     file=str(path)) from None
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader
+        except _DuplicateKey as exc:
+            raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
+                        field=exc.key) from None
         except yaml.YAMLError as exc:
             line = getattr(getattr(exc, "problem_mark", None), "line", None)
             at = f" (line {line + 1})" if line is not None else ""
             raise error(f"expected valid YAML{at}", file=str(path)) from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
+                    field=exc.key) from None
     except json.JSONDecodeError as exc:
         raise error(f"expected valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
                     file=str(path)) from None
+    except RecursionError:
+        raise error("expected JSON nested less deeply", file=str(path)) from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """JSON objects with a repeated key are rejected (json keeps the last one silently)."""
+    result: dict = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(str(key))
+        result[key] = value
+    return result
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects repeated keys and reads 80e9 or 1e-6 as floats (YAML 1.2).
+
+    PyYAML follows YAML 1.1, where a float needs a dot (8.0e9), so numbers copied from
+    JSON would otherwise arrive as strings.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _DuplicateKey(str(key))
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"""),
+    list("-+0123456789"))
 
 
 def write_document(data: Any, path: str | FsPath) -> None:
@@ -310,7 +359,7 @@ def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
         num_devices=reader.integer(value["num_devices"], _join(field, "num_devices"), 1),
         hbm_bytes=reader.integer(value["hbm_bytes"], _join(field, "hbm_bytes"), 1),
         hbm_reserve=reader.number(value.get("hbm_reserve", 0.0), _join(field, "hbm_reserve")),
-        network=network, name=str(value.get("name", "cluster")))
+        network=network, name=reader.string(value.get("name", "cluster"), _join(field, "name")))
 
 
 def _workload(reader: _Reader, value: Any, field: str) -> Workload:
@@ -322,6 +371,9 @@ def _workload(reader: _Reader, value: Any, field: str) -> Workload:
                                ("name", "profiles"))
         name = reader.string(layer["name"], _join(layer_field, "name"))
         repeat = reader.integer(layer.get("repeat", 1), _join(layer_field, "repeat"), 1)
+        if len(layers) + repeat > MAX_LAYERS:
+            reader.fail(_join(layer_field, "repeat"), f"at most {MAX_LAYERS} layers in all",
+                        len(layers) + repeat)
         profiles = {}
         for p_index, raw in enumerate(reader.seq(layer["profiles"],
                                                  _join(layer_field, "profiles"))):

@@ -16,6 +16,7 @@ from enum import Enum
 import networkx as nx
 
 from nest_cp.errors import InstanceFormatError
+from nest_cp.limits import MAX_DEVICES, MAX_LAYERS
 
 
 def _require(ok: bool, field_name: str, expected: str, got: object) -> None:
@@ -156,7 +157,8 @@ class Workload:
     layers: tuple[Layer, ...]
 
     def __post_init__(self) -> None:
-        _require(len(self.layers) >= 1, "layers", "at least one layer", len(self.layers))
+        _require(1 <= len(self.layers) <= MAX_LAYERS, "layers",
+                 f"between 1 and {MAX_LAYERS} layers", len(self.layers))
         keys = set(self.layers[0].profiles)
         for index, layer in enumerate(self.layers):
             missing = keys.symmetric_difference(layer.profiles)
@@ -282,7 +284,11 @@ class Cluster:
 
     def __post_init__(self) -> None:
         _pos_int(self.num_devices, "num_devices")
+        _require(self.num_devices <= MAX_DEVICES, "num_devices", f"at most {MAX_DEVICES} devices",
+                 self.num_devices)
         _pos_int(self.hbm_bytes, "hbm_bytes")
+        _require(isinstance(self.name, str) and self.name != "", "name", "a non-empty string",
+                 self.name)
         _require(_is_number(self.hbm_reserve) and 0 <= self.hbm_reserve < 1, "hbm_reserve",
                  "a fraction in [0, 1)", self.hbm_reserve)
         if isinstance(self.network, HierarchicalNetwork):
@@ -354,10 +360,14 @@ class TrainingSetup:
                  self.microbatches)
         for index, size in enumerate(self.microbatches):
             _pos_int(size, f"microbatches[{index}]")
+        _require(len(set(self.microbatches)) == len(self.microbatches), "microbatches",
+                 "distinct sizes", list(self.microbatches))
         _require(len(self.zero_stages) >= 1, "zero_stages", "a non-empty list", self.zero_stages)
         for index, stage in enumerate(self.zero_stages):
             _require(stage in (0, 1, 2, 3) and _is_int(stage), f"zero_stages[{index}]",
                      "a ZeRO stage in 0..3", stage)
+        _require(len(set(self.zero_stages)) == len(self.zero_stages), "zero_stages",
+                 "distinct stages", list(self.zero_stages))
         _require(isinstance(self.allow_recompute, bool), "allow_recompute", "true or false",
                  self.allow_recompute)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
@@ -379,6 +389,9 @@ class Instance:
         _require(bool(usable), "training.microbatches",
                  "at least one microbatch size the workload is profiled for",
                  list(self.training.microbatches))
+        from nest_cp.limits import check_tick_range
+
+        check_tick_range(self)
 
     @property
     def choices(self) -> tuple[tuple[IntraConfig, int], ...]:

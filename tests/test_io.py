@@ -31,6 +31,13 @@ DATA = Path(__file__).parent / "data"
     ("broken_unknown_link_node.json", "cluster.network.links[1].b", "a switch name"),
     ("broken_disconnected_graph.json", "cluster.network.links", "connecting every device"),
     ("broken_reserve_out_of_range.json", "cluster.hbm_reserve", "[0, 1)"),
+    ("broken_repeat_too_many.json", "workload.layers[0].repeat", "at most 100000 layers"),
+    ("broken_tick_overflow.json", "training.tick_s", "below 2**53 ticks"),
+    ("broken_tiny_bandwidth.json", "training.tick_s", "below 2**53 ticks"),
+    ("broken_cluster_name.json", "cluster.name", "a non-empty string"),
+    ("broken_duplicate_microbatches.json", "training.microbatches", "distinct sizes"),
+    ("broken_duplicate_key.json", "global_batch", "each key once"),
+    ("broken_duplicate_key.yaml", "workload", "each key once"),
     ("broken_not_json.json", None, "valid JSON"),
     ("broken_yaml.yaml", None, "valid YAML"),
     ("broken_missing_reference.json", None, "an existing file"),
@@ -60,9 +67,11 @@ def test_broken_plan_is_a_plan_format_error(name, expected):
 
 
 def test_yaml_and_split_files_load_the_same_instance():
-    """The YAML copy and the split-file version (workload in its own file) equal the JSON one."""
+    """The YAML copies (one with JSON-style exponents like 80e9) and the split-file version
+    (workload in its own file) equal the JSON one."""
     base = instance_to_dict(load_instance(DATA / "worked_example.json"))
-    for other in ("worked_example.yaml", "worked_example_split.json"):
+    for other in ("worked_example.yaml", "worked_example_split.json",
+                  "worked_example_exponents.yaml"):
         data = instance_to_dict(load_instance(DATA / other))
         data["name"] = base["name"]
         assert data == base
