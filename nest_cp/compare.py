@@ -17,8 +17,15 @@ Normalisation scope:
   so ratios grow with the device count (NEST's MANUAL_TPUT).
 - ``instance``: the normaliser's throughput on the same instance.
 
-A backend without a plan (infeasible, unknown, error) shows as "—" in the
-tables and as a "—" mark instead of a bar in the plot — never as zero.
+Cells, in the tables and as marks instead of bars in the plot (never as zero):
+"—" the backend has no plan (INFEASIBLE or UNKNOWN: a heuristic that found
+nothing); "n/a" the backend has a plan but the normaliser has none to divide by
+in that scope; "ERR" the backend crashed or its plan failed the referee (the
+message is in compare.csv).
+
+Exit codes: 0 every backend ran; 1 some row is ERR; 2 bad input (a malformed
+instance or CSV, no instance files, a bad option), as one line on stderr.  Every
+instance is loaded before anything is solved, so bad input fails fast.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -34,13 +42,20 @@ import click
 
 from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, SolveOptions, solve
+from nest_cp.errors import NestCpError
 from nest_cp.model import Instance
+from nest_cp.result import Status
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("dp", "manual", "phaze", "mcmc")
 INSTANCE_SUFFIXES = (".json", ".yaml", ".yml")
-MISSING = "—"
+MISSING = "—"        # no plan (INFEASIBLE, UNKNOWN) or not run
+NO_REFERENCE = "n/a"  # a plan, but no normaliser plan to divide by
+ERROR_MARK = "ERR"    # the backend crashed or its plan failed the referee
+ERROR = "ERROR"       # the status of such a row
+ROW_STATUSES = tuple(status.value for status in Status) + (ERROR,)
+EXIT_OK, EXIT_ERRORS, EXIT_BAD_INPUT = 0, 1, 2
 REFERENCE_SUFFIX = ".ref.json"
 
 
@@ -79,22 +94,36 @@ def instance_paths(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
+def load_instances(paths: Sequence[str | Path]) -> list[tuple[str, Instance]]:
+    """(name, instance) for every instance file among ``paths``, all parsed up front.
+
+    Raises :class:`NestCpError` for a malformed instance or when there is none.
+    """
+    files = instance_paths(paths)
+    if not files:
+        raise NestCpError(f"{', '.join(map(str, paths))}: expected instance files "
+                          f"({', '.join(INSTANCE_SUFFIXES)}), found none")
+    return [(path.stem, io.load_instance(path)) for path in files]
+
+
 def run_comparison(paths: Sequence[str | Path], backends: Sequence[str],
                    options: SolveOptions) -> list[Row]:
-    """Solve every instance with every backend; ratios are left None (see :func:`normalise`)."""
+    """Solve every instance with every backend; ratios are left None (see :func:`normalise`).
+
+    Every instance is parsed before the first solve, so a malformed one fails fast.
+    """
     rows = []
-    for path in instance_paths(paths):
-        instance = io.load_instance(path)
+    for name, instance in load_instances(paths):
         for backend in backends:
-            rows.append(_run_one(instance, Path(path).stem, backend, options))
-            logger.info("%s %s: %s", Path(path).stem, backend, rows[-1].status)
+            rows.append(_run_one(instance, name, backend, options))
+            logger.info("%s %s: %s", name, backend, rows[-1].status)
     return rows
 
 
 def _run_one(instance: Instance, name: str, backend: str, options: SolveOptions) -> Row:
     """One refereed solve; a backend that fails becomes an ERROR row, not a crash of the run."""
     base = Row(instance=name, model=instance.workload.name, cluster=instance.cluster.name,
-               num_devices=instance.cluster.num_devices, backend=backend, status="ERROR",
+               num_devices=instance.cluster.num_devices, backend=backend, status=ERROR,
                objective_ticks=None, throughput=None, ratio=None, wall_time_s=0.0)
     try:
         result = solve(instance, backend, options)
@@ -147,18 +176,63 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
 
 
 def read_csv(path: Path) -> list[Row]:
-    """Rows from a stored ``compare.csv``; empty cells become None."""
-    def optional(text: str, kind: type):
-        return kind(text) if text != "" else None
+    """Rows from a stored ``compare.csv``; empty optional cells become None.
 
-    with open(path, newline="", encoding="utf-8") as handle:
-        return [Row(instance=raw["instance"], model=raw["model"], cluster=raw["cluster"],
-                    num_devices=int(raw["num_devices"]), backend=raw["backend"],
-                    status=raw["status"], objective_ticks=optional(raw["objective_ticks"], int),
-                    throughput=optional(raw["throughput"], float),
-                    ratio=optional(raw["ratio"], float), wall_time_s=float(raw["wall_time_s"]),
-                    message=raw["message"])
-                for raw in csv.DictReader(handle)]
+    Raises :class:`NestCpError` naming the file, the row (the header is row 1) and
+    the column for a missing column, a malformed cell, or a file without rows.
+    """
+    columns = [f.name for f in fields(Row)]
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [name for name in columns if name not in (reader.fieldnames or ())]
+            if missing:
+                raise NestCpError(f"{path}: row 1: expected the columns {', '.join(columns)}; "
+                                  f"missing {', '.join(missing)}")
+            rows = [_row_from_csv(raw, f"{path}: row {reader.line_num}") for raw in reader]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise NestCpError(f"{path}: expected a UTF-8 CSV written by nest-cp compare "
+                          f"({type(exc).__name__})") from None
+    if not rows:
+        raise NestCpError(f"{path}: expected at least one result row, got none")
+    return rows
+
+
+def _row_from_csv(raw: dict, where: str) -> Row:
+    def cell(column: str, kind: type, optional: bool = False):
+        text = raw[column]
+        if text is None:
+            raise NestCpError(f"{where}: {column}: expected a cell, got a short row")
+        if text == "" and optional:
+            return None
+        if kind is str:
+            return text
+        try:
+            value = kind(text)
+        except ValueError:
+            raise NestCpError(f"{where}: {column}: expected {_KIND_NAMES[kind]}, "
+                              f"got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise NestCpError(f"{where}: {column}: expected a finite number, got {text!r}")
+        return value
+
+    status = cell("status", str)
+    if status not in ROW_STATUSES:
+        raise NestCpError(f"{where}: status: expected one of {', '.join(ROW_STATUSES)}, "
+                          f"got {status!r}")
+    num_devices = cell("num_devices", int)
+    if num_devices < 1:
+        raise NestCpError(f"{where}: num_devices: expected an integer >= 1, got {num_devices}")
+    return Row(instance=cell("instance", str), model=cell("model", str),
+               cluster=cell("cluster", str), num_devices=num_devices,
+               backend=cell("backend", str), status=status,
+               objective_ticks=cell("objective_ticks", int, optional=True),
+               throughput=cell("throughput", float, optional=True),
+               ratio=cell("ratio", float, optional=True),
+               wall_time_s=cell("wall_time_s", float), message=cell("message", str))
+
+
+_KIND_NAMES = {int: "an integer", float: "a number"}
 
 
 # ------------------------------------------------------------------ tables
@@ -179,7 +253,7 @@ def _table(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     lines = []
     for cells in sorted(by_instance.values(), key=lambda c: _order(next(iter(c.values())))):
         first = next(iter(cells.values()))
-        ratios = [_ratio_text(cells.get(b)) for b in backends]
+        ratios = [cell_text(cells.get(b)) for b in backends]
         times = [f"{cells[b].wall_time_s:.2f}" if b in cells else MISSING for b in backends]
         lines.append([first.instance, first.model, cluster_family(first), str(first.num_devices),
                       *ratios, *times])
@@ -190,15 +264,29 @@ def _order(row: Row) -> tuple:
     return (row.model, cluster_family(row), row.num_devices, row.instance)
 
 
-def _ratio_text(row: Row | None) -> str:
-    if row is None or row.ratio is None:
+def cell_text(row: Row | None) -> str:
+    """A ratio cell: the ratio, or ERR, — (no plan, or not run) or n/a (see the module doc)."""
+    if row is None:
         return MISSING
+    if row.status == ERROR:
+        return ERROR_MARK
+    if row.throughput is None:
+        return MISSING
+    if row.ratio is None:
+        return NO_REFERENCE
     return f"{row.ratio:.2f}"
+
+
+def legend(normaliser: str) -> str:
+    """What the cells mean, for the tables and the plot."""
+    return (f"{MISSING} = no plan; {NO_REFERENCE} = a plan, but {normaliser} has none to "
+            f"normalise by; {ERROR_MARK} = backend error (see compare.csv)")
 
 
 def render_markdown(rows: Sequence[Row], normaliser: str) -> str:
     header, lines = _table(rows)
-    out = [f"Throughput relative to `{normaliser}` (higher is better; {MISSING} = no plan).", "",
+    out = [f"Throughput relative to `{normaliser}` (higher is better; {legend(normaliser)}).",
+           "",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join(out) + "\n"
@@ -211,7 +299,7 @@ def render_latex(rows: Sequence[Row], normaliser: str) -> str:
         return text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace(
             MISSING, "---")
 
-    out = [f"% throughput relative to {normaliser}; --- = no plan",
+    out = [f"% throughput relative to {normaliser}; {escape(legend(normaliser))}",
            r"\begin{tabular}{llll" + "r" * (len(header) - 4) + "}", r"\toprule",
            " & ".join(escape(h) for h in header) + r" \\", r"\midrule"]
     out += [" & ".join(escape(cell) for cell in line) + r" \\" for line in lines]
@@ -246,7 +334,7 @@ def plot_rows(rows: Sequence[Row], png_path: Path, normaliser: str) -> None:
         axis.set_visible(False)
     handles = [Patch(color=f"C{index}", label=backend) for index, backend in enumerate(backends)]
     figure.legend(handles=handles, loc="upper center", ncol=len(backends), fontsize=8,
-                  title=f"{MISSING} = no plan", title_fontsize=8)
+                  title=legend(normaliser), title_fontsize=8)
     figure.tight_layout(rect=(0, 0, 1, 0.93))
     figure.savefig(png_path, dpi=120)
     plt.close(figure)
@@ -259,14 +347,14 @@ def _plot_panel(axis, rows: Sequence[Row], backends: Sequence[str]) -> None:
     for index, backend in enumerate(backends):
         offsets = [position + (index - (len(backends) - 1) / 2) * width
                    for position in range(len(counts))]
-        heights = [cell[(n, backend)].ratio if (n, backend) in cell and
-                   cell[(n, backend)].ratio is not None else math.nan for n in counts]
-        present = [(x, h) for x, h in zip(offsets, heights) if not math.isnan(h)]
-        axis.bar([x for x, _ in present], [h for _, h in present], width, label=backend,
+        texts = [cell_text(cell.get((n, backend))) for n in counts]
+        bars = [(x, cell[(n, backend)].ratio) for x, n, text in zip(offsets, counts, texts)
+                if text not in (MISSING, NO_REFERENCE, ERROR_MARK)]
+        axis.bar([x for x, _ in bars], [h for _, h in bars], width, label=backend,
                  color=f"C{index}")
-        for offset, height in zip(offsets, heights):
-            if math.isnan(height):  # no plan: a mark, never a zero bar
-                axis.annotate(MISSING, (offset, 0), ha="center", va="bottom", fontsize=8,
+        for offset, text in zip(offsets, texts):
+            if text in (MISSING, NO_REFERENCE, ERROR_MARK):  # a mark, never a zero bar
+                axis.annotate(text, (offset, 0), ha="center", va="bottom", fontsize=7,
                               color=f"C{index}")
     axis.set_xlim(-0.5, len(counts) - 0.5)
     axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1]))
@@ -281,7 +369,11 @@ def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
     Ratios are derived data: they are recomputed from the stored throughputs
     with ``normaliser`` and ``scope`` and written back to the CSV.
     """
-    rows = normalise(read_csv(csv_path), normaliser, scope)
+    rows = read_csv(csv_path)
+    if normaliser not in _backends_in(rows):
+        raise NestCpError(f"{csv_path}: backend: expected the normaliser {normaliser!r} among "
+                          f"the stored backends {', '.join(_backends_in(rows))}")
+    rows = normalise(rows, normaliser, scope)
     write_csv(rows, csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "compare.md", out_dir / "compare.tex", out_dir / "compare.png"]
@@ -292,6 +384,12 @@ def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
 
 
 # ------------------------------------------------------------------ command
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"expected a finite number of seconds > 0, got {value}")
+    return value
 
 
 @click.command("compare")
@@ -305,33 +403,56 @@ def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
               "instance.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="compare-out",
               show_default=True, help="Directory for compare.{csv,md,tex,png}.")
-@click.option("--budget", type=int, default=2000, show_default=True,
+@click.option("--budget", type=click.IntRange(min=1), default=2000, show_default=True,
               help="MCMC proposals per instance.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True),
+              callback=_finite, default=60.0, show_default=True,
               help="Seconds per backend and instance.")
 @click.option("--from-csv", "from_csv", type=click.Path(exists=True, dir_okay=False),
               default=None, help="Only regenerate the tables and plot from a stored CSV.")
 def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, scope: str,
                     out_dir: str, budget: int, seed: int, time_limit_s: float,
                     from_csv: str | None) -> None:
-    """Compare backends' throughput on INSTANCES (files or directories)."""
+    """Compare backends' throughput on INSTANCES (files or directories).
+
+    Exits 1 when some backend crashed or made a plan the referee rejected (ERR).
+    """
     out = Path(out_dir)
+    names = [name.strip() for name in backends.split(",") if name.strip()]
     if from_csv is None:
         if not instances:
             raise click.UsageError("expected at least one instance (or --from-csv)")
-        names = [name.strip() for name in backends.split(",") if name.strip()]
         unknown = [name for name in names if name not in BACKENDS]
         if unknown or normaliser not in names:
             raise click.BadParameter(
                 f"expected backends among {', '.join(BACKENDS)} including the normaliser "
                 f"{normaliser!r}, got {', '.join(names)}", param_hint="--backends")
-        options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
-                               extra={"budget": budget})
-        rows = normalise(run_comparison(instances, names, options), normaliser, scope)
-        out.mkdir(parents=True, exist_ok=True)
-        from_csv = str(out / "compare.csv")
-        write_csv(rows, Path(from_csv))
-    for path in render_reports(Path(from_csv), out, normaliser, scope):
+    try:
+        csv_path = Path(from_csv) if from_csv is not None else _solve_to_csv(
+            instances, names, normaliser, scope, out,
+            SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
+                         extra={"budget": budget}))
+        written = render_reports(csv_path, out, normaliser, scope)
+        errors = [row for row in read_csv(csv_path) if row.status == ERROR]
+    except NestCpError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as exc:
+        click.echo(f"error: {exc.filename or out}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    for path in written:
         click.echo(f"wrote {path}")
     click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)
+    for row in errors:
+        click.echo(f"{ERROR_MARK} {row.instance} {row.backend}: {row.message}", err=True)
+    sys.exit(EXIT_ERRORS if errors else EXIT_OK)
+
+
+def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser: str,
+                  scope: str, out: Path, options: SolveOptions) -> Path:
+    """Run the comparison and store it as ``out/compare.csv``."""
+    rows = normalise(run_comparison(instances, backends, options), normaliser, scope)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "compare.csv")
+    return out / "compare.csv"

@@ -1,4 +1,4 @@
-"""``nest-cp compare``: files written, "—" for missing plans, normalisation, CSV round trip."""
+"""``nest-cp compare``: files written, "—"/"n/a"/"ERR" cells, normalisation, CSV, bad input."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nest_cp import compare
+from nest_cp.backends import BACKENDS
 from nest_cp.compare import (
     Row,
     compare_command,
     instance_paths,
     normalise,
     read_csv,
+    render_markdown,
     write_csv,
 )
 from nest_cp.io import load_instance, save_instance
@@ -132,3 +135,106 @@ def test_directories_expand_to_instances_without_reference_results(tmp_path: Pat
     for name in ("b.json", "a.yaml", "a.ref.json", "notes.md"):
         (tmp_path / name).write_text("{}", encoding="utf-8")
     assert [p.name for p in instance_paths([tmp_path])] == ["a.yaml", "b.json"]
+
+
+def _one_error_line(result) -> bool:
+    return result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "nan", "inf"])
+def test_time_limit_must_be_a_positive_finite_number(instances, limit: str) -> None:
+    """--time-limit 0, negative, NaN or infinite is a usage error (exit 2), not a traceback."""
+    result = CliRunner().invoke(compare_command, [str(instances[0]), "--backends", "manual",
+                                                  "--time-limit", limit])
+    assert result.exit_code == 2 and "--time-limit" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def _stored_csv(tmp_path: Path) -> Path:
+    rows = [_row("a", 64, "manual", 10.0), _row("a", 64, "dp", 25.0)]
+    write_csv(rows, tmp_path / "compare.csv")
+    return tmp_path / "compare.csv"
+
+
+@pytest.mark.parametrize(("edit", "where"), [
+    (lambda text: text.replace("objective_ticks", "objective", 1), "row 1: expected the columns"),
+    (lambda text: text.replace("FEASIBLE,,", "FEASIBLE,12x,", 1), "row 2: objective_ticks: "),
+    (lambda text: text.replace(",64,", ",sixty-four,", 1), "row 2: num_devices: "),
+    (lambda text: text.replace("FEASIBLE", "GREAT", 1), "row 2: status: "),
+    (lambda text: text.replace(",0.5,", ",nan,", 1), "row 2: wall_time_s: "),
+    (lambda text: text.splitlines()[0] + "\n", "expected at least one result row"),
+    (lambda text: "", "row 1: expected the columns"),
+    (lambda text: text + "b,m\n", "row 4: "),
+])
+def test_malformed_csv_exits_2_naming_file_row_and_column(tmp_path: Path, edit, where) -> None:
+    """--from-csv with a bad header, cell or no rows: one `error: <file>: row N: <column>` line."""
+    path = _stored_csv(tmp_path)
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    result = _run(["--from-csv", str(path), "--normalize", "manual", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert _one_error_line(result) and result.output.startswith(f"error: {path}: ")
+    assert where in result.output
+
+
+def test_from_csv_without_the_normaliser_exits_2(tmp_path: Path) -> None:
+    """--from-csv with a --normalize backend absent from the CSV is bad input (exit 2)."""
+    path = _stored_csv(tmp_path)
+    result = _run(["--from-csv", str(path), "--normalize", "mcmc", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and _one_error_line(result)
+
+
+def test_folder_without_instances_exits_2(tmp_path: Path) -> None:
+    """`compare emptydir` exits 2 with one line and writes no tables."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = _run([str(empty), "--backends", "manual", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and _one_error_line(result)
+    assert not (tmp_path / "out" / "compare.md").exists()
+
+
+def test_malformed_instance_fails_before_any_solve(instances, tmp_path: Path,
+                                                   monkeypatch) -> None:
+    """A malformed instance after a good one exits 2 with one line and nothing is solved."""
+    solved = []
+    monkeypatch.setattr(compare, "solve", lambda *args: solved.append(args))
+    bad = tmp_path / "zz-bad.json"
+    bad.write_text('{"workload": {"layers": []}, "cluster": {}, "training": {}}')
+    result = _run([str(instances[0]), str(bad), "--backends", "manual",
+                   "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and _one_error_line(result)
+    assert solved == []
+
+
+def test_backend_error_renders_err_and_exits_1(instances, tmp_path: Path, monkeypatch) -> None:
+    """A backend that crashes shows "ERR" (not "—", which means no plan) and compare exits 1."""
+    monkeypatch.setitem(BACKENDS, "ghost", "nest_cp.no_such_module:solve")
+    out = tmp_path / "out"
+    result = _run([str(instances[0]), "--backends", "manual,ghost", "--scope", "instance",
+                   "--out", str(out)])
+    assert result.exit_code == 1
+    line = next(line for line in (out / "compare.md").read_text(encoding="utf-8").splitlines()
+                if line.startswith("| worked_example |"))
+    assert line.split(" | ")[4:6] == ["1.00", "ERR"]
+    assert "ERR worked_example ghost" in result.output
+    rerun = _run(["--from-csv", str(out / "compare.csv"), "--out", str(out)])
+    assert rerun.exit_code == 1  # the stored ERROR row still fails a regeneration
+
+
+def test_plans_without_a_normaliser_plan_show_na_not_no_plan() -> None:
+    """Where the normaliser has no plan, other backends' plans show "n/a", their absence "—"."""
+    rows = [_row("a", 64, "manual", None), _row("a", 64, "dp", 25.0),
+            dataclasses.replace(_row("a", 64, "mcmc", None), status="UNKNOWN")]
+    markdown = render_markdown(normalise(rows, "manual", "instance"), "manual")
+    line = next(line for line in markdown.splitlines() if line.startswith("| a |"))
+    assert line.split(" | ")[4:7] == ["—", "n/a", "—"]
+    assert "n/a = a plan, but manual has none" in markdown
+
+
+@pytest.mark.parametrize("status", ["INFEASIBLE", "UNKNOWN"])
+def test_infeasible_and_unknown_are_both_no_plan(status: str) -> None:
+    """A heuristic that finds nothing (UNKNOWN) shows "—" exactly like a proven INFEASIBLE."""
+    rows = [_row("a", 64, "manual", 10.0),
+            dataclasses.replace(_row("a", 64, "phaze", None), status=status)]
+    markdown = render_markdown(normalise(rows, "manual", "instance"), "manual")
+    line = next(line for line in markdown.splitlines() if line.startswith("| a |"))
+    assert line.split(" | ")[4:6] == ["1.00", "—"]
