@@ -10,10 +10,11 @@ lives in its own module and a missing optional solver fails only its backend.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nest_cp.errors import InvalidPlan
+from nest_cp.errors import BackendOptionError, InvalidPlan
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance
 from nest_cp.plan import Plan
@@ -47,13 +48,14 @@ class SolveOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.space, Space):
-            raise ValueError(f"expected space 'full' or 'structured', got {self.space!r}")
-        if self.time_limit_s <= 0:
-            raise ValueError(f"expected time_limit_s > 0, got {self.time_limit_s}")
+            raise BackendOptionError(f"expected space 'full' or 'structured', got {self.space!r}")
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
+            raise BackendOptionError(f"expected a finite time limit > 0 s, got {self.time_limit_s}")
         if self.workers < 1:
-            raise ValueError(f"expected workers >= 1, got {self.workers}")
+            raise BackendOptionError(f"expected workers >= 1, got {self.workers}")
         if self.milp_solver not in ("cbc", "highs"):
-            raise ValueError(f"expected milp_solver 'cbc' or 'highs', got {self.milp_solver!r}")
+            raise BackendOptionError(f"expected milp_solver 'cbc' or 'highs', "
+                                     f"got {self.milp_solver!r}")
 
 
 def backend_function(name: str) -> Callable[[Instance, SolveOptions], SolveResult]:

@@ -11,26 +11,30 @@ import importlib
 import json
 import logging
 import sys
+from pathlib import Path as FsPath
 
 import click
 
 from nest_cp import io
 from nest_cp.backends import BACKENDS, SolveOptions, solve
-from nest_cp.errors import NestCpError
+from nest_cp.errors import BackendOptionError, InvalidPlan, NestCpError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.plan import Plan, uniform_stages
 from nest_cp.result import SolveResult, Space
 
-EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class _Group(click.Group):
-    """Turns every domain error into one line on stderr and exit code 2."""
+    """Turns every domain error into one line on stderr: exit 2, or 3 for a backend bug."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except InvalidPlan as exc:  # a backend's plan failed the referee: our bug, not input
+            click.echo(f"internal error: {exc}", err=True)
+            ctx.exit(EXIT_INTERNAL)
         except NestCpError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
@@ -160,7 +164,14 @@ def _instance_summary(inst: Instance) -> str:
 def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
                      dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
                      recompute: str, as_json: bool) -> None:
-    """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE."""
+    """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
+
+    Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
+    instance at all (unknown configuration, bad split or placement).
+    """
+    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "recompute")
+    if plan_path is not None:
+        _reject_options(degree_options, "with a PLAN file")
     inst = io.load_instance(instance_path)
     if plan_path is not None:
         plan = io.load_plan(plan_path)
@@ -173,11 +184,27 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     else:
         raise click.UsageError("expected a PLAN file or both --pp and --dp")
     evaluation = evaluate(inst, plan)
+    if evaluation.malformed_fields:
+        if plan_path is None:
+            raise click.UsageError(f"the plan from the options does not fit the instance: "
+                                   f"{evaluation.violations[0]}")
+        raise PlanFormatError(f"expected a plan that fits the instance: "
+                              f"{evaluation.violations[0]}", file=plan_path,
+                              field=evaluation.malformed_fields[0])
     if as_json:
         click.echo(json.dumps(evaluation.as_dict(), indent=1))
     else:
         click.echo(_evaluation_table(evaluation))
     sys.exit(EXIT_OK if evaluation.feasible else EXIT_NO_PLAN)
+
+
+def _reject_options(names: tuple[str, ...], context: str) -> None:
+    """UsageError when any of ``names`` was given on the command line (it would be ignored)."""
+    ctx = click.get_current_context()
+    given = [f"--{name.removesuffix('_degree').replace('_', '-')}" for name in names
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
 def _evaluation_table(evaluation: Evaluation) -> str:
@@ -238,9 +265,17 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
                   degrees: tuple[int, ...], budget: int | None, chains: int | None,
                   flat_bandwidth: float | None, as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits."""
+    for names, owners in ((("degrees",), ("fixed",)), (("budget", "chains"), ("mcmc",)),
+                          (("flat_bandwidth",), ("phaze",)),
+                          (("milp_solver",), ("milp",)),
+                          (("space",), ("cpsat", "milp", "brute"))):
+        if backend not in owners:
+            _reject_options(names, f"with --backend {backend}")
     extra = {key: value for key, value in (
         ("degrees", degrees or None), ("budget", budget), ("chains", chains),
         ("flat_bandwidth_Bps", flat_bandwidth)) if value is not None}
+    if output is not None:
+        _check_writable(output)
     inst = io.load_instance(instance_path)
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
@@ -252,14 +287,22 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
                            milp_solver=milp_solver, hint=hint_plan,
                            progress=sys.stderr.isatty(), extra=extra)
     result = solve(inst, backend, options)
-    if output and result.plan is not None:
-        io.save_plan(result.plan, output)
     record = result_record(inst, result)
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
         click.echo(_result_table(record))
+    if output and result.plan is not None:
+        io.save_plan(result.plan, output)
     sys.exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+def _check_writable(output: str) -> None:
+    """Fail before a long solve, not after it, when the plan could not be written."""
+    folder = FsPath(output).resolve().parent
+    if not folder.is_dir():
+        raise BackendOptionError(f"{output}: expected an output path in an existing folder, "
+                                 f"got missing folder {folder}")
 
 
 def result_record(inst: Instance, result: SolveResult) -> dict:

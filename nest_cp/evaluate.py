@@ -49,6 +49,7 @@ class Evaluation:
     plan: Plan
     violations: tuple[str, ...]
     stages: tuple[StageReport, ...] = ()
+    malformed_fields: tuple[str, ...] = ()  # plan fields of the violations that stop pricing
     num_microbatches: int = 0
     tau_max_ticks: int = 0
     sync_ticks: int = 0
@@ -89,70 +90,76 @@ class Evaluation:
 def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None) -> Evaluation:
     """Evaluate ``plan`` on ``instance``; never raises for a plan that merely does not fit."""
     network = network or NetworkModel(instance.cluster)
-    violations = _structural_violations(instance, plan)
-    if violations:
-        return Evaluation(plan=plan, violations=tuple(violations))
+    problems = _structural_violations(instance, plan)
+    if problems:
+        return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
+                          malformed_fields=tuple(name for name, _ in problems))
     if plan.placement is None:
         plan = plan.with_placement(MEGATRON_LAYOUT.placement(
             plan.config, plan.num_stages, plan.dp, network.canonical_order()))
     return _price(instance, plan, network)
 
 
-def _structural_violations(instance: Instance, plan: Plan) -> list[str]:
-    """Everything that makes a plan meaningless (as opposed to merely over memory)."""
+def _structural_violations(instance: Instance, plan: Plan) -> list[tuple[str, str]]:
+    """(plan field, message) for everything that makes a plan meaningless, not merely too big."""
     workload, training = instance.workload, instance.training
-    found: list[str] = []
+    found: list[tuple[str, str]] = []
     if not workload.has_profile(plan.config, plan.microbatch):
-        found.append(f"unknown configuration: no profile for tp={plan.config.tp}, "
-                     f"ep={plan.config.ep}, microbatch={plan.microbatch}")
+        found.append(("config", f"unknown configuration: no profile for tp={plan.config.tp}, "
+                     f"ep={plan.config.ep}, microbatch={plan.microbatch}"))
     if plan.microbatch not in training.microbatches:
-        found.append(f"microbatch {plan.microbatch} not allowed "
-                     f"(allowed: {list(training.microbatches)})")
+        found.append(("microbatch", f"microbatch {plan.microbatch} not allowed "
+                                    f"(allowed: {list(training.microbatches)})"))
     if plan.zero not in training.zero_stages:
-        found.append(f"ZeRO stage {plan.zero} not allowed "
-                     f"(allowed: {list(training.zero_stages)})")
+        found.append(("zero", f"ZeRO stage {plan.zero} not allowed "
+                              f"(allowed: {list(training.zero_stages)})"))
     expected_first = 0
     for index, stage in enumerate(plan.stages):
         if stage.first_layer != expected_first:
-            found.append(f"stage {index} starts at layer {stage.first_layer}, expected "
-                         f"{expected_first} (stages must be contiguous)")
+            found.append((f"stages[{index}].first_layer",
+                          f"stage {index} starts at layer {stage.first_layer}, expected "
+                          f"{expected_first} (stages must be contiguous)"))
         if stage.last_layer < stage.first_layer:
-            found.append(f"stage {index} is empty (layers {stage.first_layer}.."
-                         f"{stage.last_layer})")
+            found.append((f"stages[{index}].last_layer",
+                          f"stage {index} is empty (layers {stage.first_layer}.."
+                          f"{stage.last_layer})"))
         if stage.recompute and not training.allow_recompute:
-            found.append(f"stage {index} recomputes but the instance forbids recomputation")
+            found.append((f"stages[{index}].recompute",
+                          f"stage {index} recomputes but the instance forbids recomputation"))
         expected_first = stage.last_layer + 1
     if expected_first != workload.num_layers:
-        found.append(f"stages cover layers 0..{expected_first - 1}, expected "
-                     f"0..{workload.num_layers - 1}")
+        found.append(("stages", f"stages cover layers 0..{expected_first - 1}, expected "
+                                f"0..{workload.num_layers - 1}"))
     used, available = plan.num_devices_used, instance.cluster.num_devices
     if used > available:
-        found.append(f"plan needs a*S*d = {used} devices, cluster has {available}")
+        found.append(("dp", f"plan needs a*S*d = {used} devices, cluster has {available}"))
     if plan.placement is not None:
         found.extend(_placement_violations(plan, available))
     return found
 
 
-def _placement_violations(plan: Plan, num_devices: int) -> list[str]:
-    found: list[str] = []
+def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
     placement = plan.placement
     shape_ok = len(placement) == plan.num_stages and all(
         len(replicas) == plan.dp and all(len(ranks) == plan.devices_per_replica
                                          for ranks in replicas)
         for replicas in placement)
     if not shape_ok:
-        return [f"placement shape is not [S={plan.num_stages}][d={plan.dp}]"
-                f"[a={plan.devices_per_replica}]"]
+        return [("placement", f"placement shape is not [S={plan.num_stages}][d={plan.dp}]"
+                              f"[a={plan.devices_per_replica}]")]
     seen: dict[int, tuple[int, int, int]] = {}
     for stage, replicas in enumerate(placement):
         for replica, ranks in enumerate(replicas):
             for rank, device in enumerate(ranks):
                 if not (isinstance(device, int) and 0 <= device < num_devices):
-                    found.append(f"rank (stage {stage}, replica {replica}, rank {rank}) on "
-                                 f"device {device!r}, out of range 0..{num_devices - 1}")
+                    found.append((f"placement[{stage}][{replica}][{rank}]",
+                                  f"rank (stage {stage}, replica {replica}, rank {rank}) on "
+                                  f"device {device!r}, out of range 0..{num_devices - 1}"))
                 elif device in seen:
-                    found.append(f"device {device} reused by ranks {seen[device]} and "
-                                 f"{(stage, replica, rank)}")
+                    found.append((f"placement[{stage}][{replica}][{rank}]",
+                                  f"device {device} reused by ranks {seen[device]} and "
+                                  f"{(stage, replica, rank)}"))
                 else:
                     seen[device] = (stage, replica, rank)
     return found

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from nest_cp.errors import InstanceFormatError, PlanFormatError
+from nest_cp.errors import InstanceFormatError, NestCpError, PlanFormatError
 from nest_cp.limits import MAX_LAYERS
 from nest_cp.model import (
     Cluster,
@@ -124,8 +124,12 @@ def write_document(data: Any, path: str | FsPath) -> None:
     else:
         text = json.dumps(data, indent=1) + "\n"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 # ------------------------------------------------------------------ field readers

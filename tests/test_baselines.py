@@ -121,9 +121,9 @@ def test_fixed_reproduces_design_megatron_example() -> None:
 
 
 def test_fixed_reports_configurations_that_do_not_fit() -> None:
-    """fixed returns INFEASIBLE with a message, not a plan, for degrees that exceed the cluster."""
+    """fixed returns UNKNOWN with a message, not a plan, for degrees that exceed the cluster."""
     result = solve(_instance(), "fixed", SolveOptions(extra={"degrees": (4, 2, 2)}))
-    assert result.status is Status.INFEASIBLE and result.plan is None and "(4, 2, 2" in \
+    assert result.status is Status.UNKNOWN and result.plan is None and "(4, 2, 2" in \
         result.message
 
 
@@ -185,12 +185,14 @@ def test_uniform_split_gives_surplus_layers_to_later_stages() -> None:
 
 
 def test_no_plan_fits_is_reported_without_a_plan() -> None:
-    """Over-memory instances: manual says INFEASIBLE, mcmc UNKNOWN (it proves nothing)."""
+    """Over-memory instances: manual and mcmc say UNKNOWN (heuristics prove nothing), phaze
+    INFEASIBLE (its DP proves nothing fits; memory does not depend on the network)."""
     instance = _instance(hbm_bytes=1_000_000_000)
     manual = solve(instance, "manual")
     mcmc = solve(instance, "mcmc", SolveOptions(extra={"budget": 60}))
-    assert manual.status is Status.INFEASIBLE and manual.plan is None and manual.message
+    assert manual.status is Status.UNKNOWN and manual.plan is None and manual.message
     assert mcmc.status is Status.UNKNOWN and mcmc.plan is None and mcmc.message
+    assert solve(instance, "phaze").status is Status.INFEASIBLE
 
 
 def test_mcmc_is_deterministic_for_a_seed_and_budget() -> None:
@@ -258,7 +260,8 @@ def test_phaze_is_blind_to_the_faster_tiers() -> None:
     fast_tiers = (Tier("node", 2, 5e11, 1e-6), slow.cluster.network.tiers[1])
     fast = Instance(fast.workload, Cluster(8, fast.cluster.hbm_bytes,
                                            HierarchicalNetwork(fast_tiers)), fast.training)
-    assert solve(slow, "phaze").plan == solve(fast, "phaze").plan
+    plan = solve(slow, "phaze").plan
+    assert plan is not None and plan == solve(fast, "phaze").plan
 
 
 PAPER = Path(__file__).parents[1] / "instances" / "paper"
@@ -274,9 +277,10 @@ def test_dp_is_at_least_as_fast_as_structured_baselines_at_64_devices(path: Path
     instance = load_instance(path)
     best = solve(instance, "dp").objective_ticks
     assert best is not None
-    for backend in ("manual", "phaze"):
-        result = solve(instance, backend)
-        assert result.plan is None or best <= result.objective_ticks, backend
+    phaze = solve(instance, "phaze")  # the DP on a flat copy: it finds a plan when the DP does
+    assert phaze.plan is not None and best <= phaze.objective_ticks
+    manual = solve(instance, "manual")  # its rules may find nothing: then there is no ratio
+    assert manual.plan is None or best <= manual.objective_ticks
     degrees = MANUAL_AT_64.get(path.stem.split("--")[0])
     if degrees is not None:
         fixed = solve(instance, "fixed", SolveOptions(extra={"degrees": degrees}))

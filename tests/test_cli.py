@@ -141,3 +141,58 @@ def test_backend_option_errors_exit_2_in_one_line():
     result = _run("solve", big, "--backend", "brute", "--space", "full")
     assert result.exit_code == 2 and "placements" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_plan_that_does_not_fit_the_instance_exits_2_naming_file_and_field(tmp_path):
+    """A plan file whose placement does not match the instance is bad input: exit 2, one line
+    naming the plan file and the field (exit 1 is only for plans over memory)."""
+    plan = tmp_path / "shape.json"
+    plan.write_text(json.dumps({"config": {"tp": 1}, "dp": 2, "stages": [
+        {"first_layer": 0, "last_layer": 0}, {"first_layer": 1, "last_layer": 1}],
+        "placement": [[[0, 1], [2]], [[3], [1]]]}))
+    result = _run("evaluate", DATA / "worked_example.json", plan)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "shape.json: placement:" in lines[0]
+
+
+def test_options_that_would_be_ignored_are_usage_errors():
+    """--pp with a PLAN file, or --degrees with a backend other than fixed, exit 2."""
+    assert _run("evaluate", DATA / "worked_example.json", DATA / "plan_megatron_default.json",
+                "--pp", "2").exit_code == 2
+    result = _run("solve", DATA / "worked_example.json", "--backend", "dp", "--degrees", "2,2,1")
+    assert result.exit_code == 2 and "--degrees" in result.output
+
+
+def test_time_limit_nan_is_rejected():
+    """A NaN time limit is bad input (exit 2), not a run without a limit."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "cpsat",
+                  "--time-limit", "nan")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_output_in_missing_folder_fails_before_solving(tmp_path):
+    """-o into a folder that does not exist exits 2 naming the path, before any solve."""
+    target = tmp_path / "missing" / "plan.json"
+    result = _run("solve", DATA / "worked_example.json", "-o", target)
+    assert result.exit_code == 2 and str(target) in result.output
+    assert "objective" not in result.output
+
+
+def test_backend_bug_exits_3(monkeypatch):
+    """A backend whose plan does not evaluate to its reported objective is an internal error
+    (exit 3), never reported as bad input or as a result."""
+    from dataclasses import replace
+
+    import dp.planner
+
+    real = dp.planner.solve
+
+    def lying(instance, options):
+        result = real(instance, options)
+        return replace(result, objective_ticks=result.objective_ticks - 1,
+                       bound_ticks=result.objective_ticks - 1)
+
+    monkeypatch.setattr(dp.planner, "solve", lying)
+    result = _run("solve", DATA / "worked_example.json", "--backend", "dp")
+    assert result.exit_code == 3 and "internal error" in result.output

@@ -2,8 +2,8 @@
 
 Each is a backend ``(instance, SolveOptions) -> SolveResult`` whose plan the
 registry referees with the evaluator.  They are heuristics: a plan comes back
-FEASIBLE without a bound; no plan comes back INFEASIBLE (nothing the baseline's
-rules allow fits) or UNKNOWN, with a message.
+FEASIBLE without a bound; no plan comes back UNKNOWN with a message (their rules
+failing proves nothing), or INFEASIBLE from phaze when its DP proves nothing fits.
 """
 
 from nest_cp.baselines._common import megatron_plan, recompute_where_needed, uniform_split

@@ -94,7 +94,7 @@ def feasible_result(backend: str, instance: Instance, plan: Plan, network: Netwo
 
 
 def empty_result(backend: str, status: Status, started: float, message: str,
-                 stats: dict | None = None) -> SolveResult:
-    """A record without a plan (INFEASIBLE within the baseline's rules, or UNKNOWN)."""
+                 stats: dict | None = None, space: Space = Space.STRUCTURED) -> SolveResult:
+    """A record without a plan: UNKNOWN, or INFEASIBLE only where nothing can fit (proven)."""
     return SolveResult(backend=backend, status=status, wall_time_s=time.perf_counter() - started,
-                       space=Space.FULL, message=message, stats=dict(stats or {}))
+                       space=space, message=message, stats=dict(stats or {}))

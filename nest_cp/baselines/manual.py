@@ -63,7 +63,10 @@ logger = logging.getLogger(__name__)
 
 
 def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
-    """Megatron rules of thumb (module docstring); INFEASIBLE if no rule-made plan fits."""
+    """Megatron rules of thumb (module docstring); UNKNOWN if no rule-made plan fits.
+
+    The rules failing proves nothing about other plans, so it is never INFEASIBLE.
+    """
     started = time.perf_counter()
     network = NetworkModel(instance.cluster)
     zero = min(instance.training.zero_stages)
@@ -74,7 +77,7 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
                          plan.dp)
             return feasible_result("manual", instance, plan, network, started,
                                    stats={"degrees": _degrees(plan)})
-    return empty_result("manual", Status.INFEASIBLE, started,
+    return empty_result("manual", Status.UNKNOWN, started,
                         "no Megatron rule-of-thumb plan fits: every profiled tensor width and "
                         "pipeline depth exceeds usable HBM even with recomputation")
 
@@ -90,17 +93,20 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
         raise BackendOptionError(f"expected extra['degrees'] = (p, d, t[, e]) of integers >= 1, "
                                  f"got {options.extra.get('degrees')!r}")
     num_stages, dp, tp = degrees[:3]
+    if num_stages > instance.workload.num_layers:
+        raise BackendOptionError(f"expected p <= {instance.workload.num_layers} layers, "
+                                 f"got p = {num_stages}")
     config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
     microbatch = options.extra.get("microbatch", smallest_microbatch(instance, config))
     zero = options.extra.get("zero", min(instance.training.zero_stages))
     if microbatch is None or (config, microbatch) not in instance.choices:
+        which = "any allowed microbatch" if microbatch is None else f"microbatch={microbatch}"
         return empty_result("fixed", Status.UNKNOWN, started,
-                            f"no allowed profile for tp={config.tp}, ep={config.ep}, "
-                            f"microbatch={microbatch}")
+                            f"no profile for tp={config.tp}, ep={config.ep} with {which}")
     network = NetworkModel(instance.cluster)
     plan = megatron_plan(instance, network, config, microbatch, zero, num_stages, dp)
     if plan is None:
-        return empty_result("fixed", Status.INFEASIBLE, started,
+        return empty_result("fixed", Status.UNKNOWN, started,
                             f"(p, d, t, e) = ({num_stages}, {dp}, {tp}, {config.ep}) does not "
                             f"fit: too many devices or stages, or over HBM with recomputation")
     return feasible_result("fixed", instance, plan, network, started,

@@ -128,7 +128,8 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
     stats = walk.stats()
     if walk.best is None:
         return empty_result("mcmc", Status.UNKNOWN, started,
-                            f"no fitting plan among {stats['proposals']} proposals", stats)
+                            f"no fitting plan among {stats['proposals']} proposals", stats,
+                            space=Space.FULL)
     return feasible_result("mcmc", instance, walk.best.plan(), network, started,
                            stats=stats, space=Space.FULL)
 
