@@ -54,3 +54,33 @@ def test_time_limited_run_is_never_optimal():
     result = solve(instance, "milp", _options(Space.FULL, "highs", time_limit_s=2.0, hint=hint))
     assert result.status is Status.FEASIBLE
     assert result.bound_ticks is not None and result.bound_ticks < result.objective_ticks
+
+
+def test_cbc_proves_an_optimum_that_sits_on_a_term_upper_bound():
+    """One layer, 3 devices, only d = 3 with ZeRO-2 fits: the optimum puts the sync term
+    exactly at its largest value, where CBC's preprocessing once declared the feasible model
+    infeasible (a review reproducer); the MILP must agree with the brute-force oracle."""
+    from nest_cp.model import (
+        Cluster,
+        HierarchicalNetwork,
+        Instance,
+        Layer,
+        LayerProfile,
+        Tier,
+        TrainingSetup,
+        Workload,
+    )
+
+    profile = LayerProfile(fwd_s=0.003, bwd_s=0.009, dense_params=250_000_000,
+                           expert_params=1_000_000_000, act_bytes=8_000_000_000,
+                           ckpt_bytes=100_000, out_bytes=100_000)
+    workload = Workload("one-layer", (Layer("l0", {(IntraConfig(), 1): profile}),))
+    network = HierarchicalNetwork((Tier("t0", 2, 1e11, 1e-6), Tier("t1", 1, 1e9, 1e-5),
+                                   Tier("t2", 2, 1e9, 0.0)))
+    instance = Instance(workload, Cluster(3, 17 * 10**9, network),
+                        TrainingSetup(global_batch=8, seq_len=1, zero_stages=(2,)))
+    oracle = solve(instance, "brute", SolveOptions(space=Space.FULL))
+    for space in (Space.STRUCTURED, Space.FULL):
+        result = solve(instance, "milp", SolveOptions(space=space, milp_solver="cbc"))
+        assert (result.status, result.objective_ticks) == (Status.OPTIMAL,
+                                                           oracle.objective_ticks)

@@ -108,6 +108,9 @@ class MilpAdapter:
     """
 
     objective_tolerance_rel = 1e-7
+    # binaries may sit 1e-8 off 0/1 (HiGHS' default lets 1e-6 through, which a big-M of
+    # 1e9 ticks turns into a floor hundreds of ticks low)
+    integrality_tolerance = 1e-8
 
     def __init__(self, solver_name: str = "cbc"):
         self.problem = pulp.LpProblem("nest_cp", pulp.LpMinimize)
@@ -119,8 +122,11 @@ class MilpAdapter:
         return self.problem.add_variable(self._unique(name), cat=pulp.LpBinary)
 
     def new_int(self, name: str, lower: int, upper: int):
-        return self.problem.add_variable(self._unique(name), lowBound=lower,
-                                         upBound=max(lower, upper))
+        # Cost terms are continuous and minimised onto their floors, so the upper bound is
+        # redundant; stating it made CBC's preprocessing declare feasible models infeasible
+        # when the optimum sat exactly on it (CBC 2.10).
+        del upper
+        return self.problem.add_variable(self._unique(name), lowBound=lower)
 
     def add(self, constraint) -> None:
         if isinstance(constraint, bool):
@@ -148,11 +154,13 @@ class MilpAdapter:
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
         if self.solver_name == "highs":
             solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
-                                gapAbs=0.5, threads=workers, random_seed=seed)
+                                     gapAbs=0.5, threads=workers, random_seed=seed,
+                                     mip_feasibility_tolerance=self.integrality_tolerance)
         else:
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
                                        gapAbs=0.5, threads=workers, warmStart=self._hinted,
-                                       options=[f"randomCbcSeed {seed + 1}"])
+                                       options=[f"randomCbcSeed {seed + 1}",
+                                                f"integerTolerance {self.integrality_tolerance}"])
         self.problem.solve(solver)
         return self._outcome()
 

@@ -21,9 +21,19 @@ limit, and the compute bound for those never reached.  The time limit is global:
 each model gets what is left of it.
 
 Every plan a solver returns is re-evaluated with nest_cp.evaluate; the result
-carries the evaluator's objective.  When a solver proves a sub-problem optimal
-and the evaluator disagrees with its objective, that is a modelling bug and
-raises ModelMismatch instead of being passed on.
+carries the evaluator's objective.  When CP-SAT (exact integers) proves a
+sub-problem optimal and the evaluator disagrees with its objective, that is a
+modelling bug and raises ModelMismatch instead of being passed on.
+
+The MILP solves in floating point and PuLP reads CBC's values back to about 8
+digits, so its optimality holds within ``objective_tolerance_rel`` (1e-7 relative),
+and two of its answers are not taken as proofs: an "optimal" objective further than
+that from the evaluator's keeps the plan but leaves the sub-problem open, bounded by
+the solver's number less its tolerance; and INFEASIBLE without a cutoff (every
+sub-problem model is feasible by construction, memory being settled before the model
+is built) is a numerical failure, so the sub-problem stays open too.  The time limit
+covers building models: a sub-problem whose model is built after the deadline stays
+open.
 """
 
 from __future__ import annotations
@@ -117,8 +127,8 @@ class _Run:
                 self.search.pruned += 1
                 continue
             proven = _solve_subproblem(self.instance, self.options, self.hint, self.network,
-                                       sub, min(remaining, cap_s), self.make_adapter,
-                                       self.search)
+                                       sub, time.monotonic() + min(remaining, cap_s),
+                                       self.make_adapter, self.search)
             if proven is not None:
                 unresolved.append((sub, max(proven, bound)))
         return unresolved
@@ -131,34 +141,53 @@ class _Run:
 
 
 def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubProblem,
-                      time_limit_s: float, make_adapter, search: _Search) -> float | None:
-    """Solve one sub-problem; None when resolved, else the bound it proved (maybe -inf)."""
+                      deadline: float, make_adapter, search: _Search) -> float | None:
+    """Solve one sub-problem by ``deadline``; None when resolved, else its proven bound."""
     adapter = make_adapter()
-    handles = build_model(adapter, instance, sub, network, options.space, search.best_ticks)
+    cutoff = search.best_ticks
+    handles = build_model(adapter, instance, sub, network, options.space, cutoff)
     if hint is not None and sub.matches(hint) and (
             options.space is Space.FULL or handles.placement.contains(hint.placement)):
         hint_model(adapter, handles, hint)
-    outcome = adapter.solve(time_limit_s, options.seed, options.workers)
+    time_left = deadline - time.monotonic()
+    if time_left <= 0:  # building the model used up the time
+        return -math.inf
+    outcome = adapter.solve(time_left, options.seed, options.workers)
     search.solver_runs += 1
     logger.debug("%s: %s objective=%s bound=%s", sub.label, outcome.status.value,
                  outcome.objective, outcome.bound)
+    floating = adapter.objective_tolerance_rel > 0
     if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
         plan = extract_plan(handles, adapter.value)
         evaluation = evaluate(instance, plan, network)
         if not evaluation.feasible:
             raise ModelMismatch(f"{sub.label}: solver plan infeasible: "
                                 f"{evaluation.violations[0]}")
-        tolerance = adapter.objective_tolerance_rel * abs(outcome.objective)
-        if outcome.status is RawStatus.OPTIMAL and \
-                abs(evaluation.objective_ticks - outcome.objective) > tolerance + 0.5:
-            raise ModelMismatch(f"{sub.label}: solver proved {outcome.objective} ticks, "
-                                f"evaluator says {evaluation.objective_ticks}")
         search.offer(plan, evaluation.objective_ticks)
+        band = adapter.objective_tolerance_rel * abs(outcome.objective) + 0.5
+        if outcome.status is RawStatus.OPTIMAL and \
+                abs(evaluation.objective_ticks - outcome.objective) > band:
+            if not floating:
+                raise ModelMismatch(f"{sub.label}: solver proved {outcome.objective} ticks, "
+                                    f"evaluator says {evaluation.objective_ticks}")
+            logger.warning("%s: MILP objective %s differs from the plan's %d ticks; the "
+                           "sub-problem stays open", sub.label, outcome.objective,
+                           evaluation.objective_ticks)
+            return min(evaluation.objective_ticks, _floating_bound(adapter, outcome.objective))
+    if outcome.status is RawStatus.INFEASIBLE and floating and cutoff is None:
+        logger.warning("%s: MILP reports a feasible-by-construction model infeasible; the "
+                       "sub-problem stays open", sub.label)
+        return -math.inf
     if outcome.status in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE):
         return None
     if outcome.bound is None:
         return -math.inf
-    return math.ceil(outcome.bound * (1 - adapter.objective_tolerance_rel) - 1e-6)
+    return _floating_bound(adapter, outcome.bound)
+
+
+def _floating_bound(adapter, value: float) -> int:
+    """The integer bound a solver's number proves, less the adapter's tolerance."""
+    return math.ceil(value * (1 - adapter.objective_tolerance_rel) - 1e-6)
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
