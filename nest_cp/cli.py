@@ -367,9 +367,5 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 
-def run() -> None:  # pragma: no cover - console entry point alias
-    main()
-
-
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -20,9 +20,14 @@ from nest_cp.model import (
 from nest_cp.network import Path, collective_ticks, exact, p2p_ticks, to_ticks
 
 
+def ceil_div(numerator: int, denominator: int) -> int:
+    """ceil(numerator / denominator) for non-negative integers, without floats."""
+    return -(-numerator // denominator)
+
+
 def num_microbatches(global_batch: int, microbatch: int, config: IntraConfig, dp: int) -> int:
     """m = ceil(B / (b * e * d)): microbatches each replica runs per iteration."""
-    return -(-global_batch // (microbatch * config.ep * dp))
+    return ceil_div(global_batch, microbatch * config.ep * dp)
 
 
 def in_flight(stage: int, num_stages: int, microbatches: int) -> int:
@@ -86,7 +91,7 @@ def gradient_sync_ticks(params: int, optimizer: Optimizer, zero: int, group_size
 
 
 def _shard(params: int, bytes_per_param: int, ways: int) -> int:
-    return -(-(params * bytes_per_param) // ways)
+    return ceil_div(params * bytes_per_param, ways)
 
 
 def state_bytes(params: int, optimizer: Optimizer, zero: int, dp: int) -> int:
@@ -114,10 +119,6 @@ def stage_memory_bytes(profiles: Sequence[LayerProfile], recompute: bool, in_fli
     params = sum(p.params for p in profiles)
     return state_bytes(params, optimizer, zero, dp) + activation_bytes(profiles, recompute,
                                                                         in_flight_)
-
-
-def ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
 
 
 def throughput(global_batch: int, total_ticks: int, tick_s: float) -> float:

@@ -77,6 +77,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from nest_cp.cost import ceil_div
 from nest_cp.errors import InstanceFormatError
 from nest_cp.model import (
     Collective,
@@ -212,13 +213,6 @@ class DeviceSpec:
                 f"{self.mem_bandwidth_Bps / 1e12:g} TB/s, {capacity} HBM")
 
 
-# ------------------------------------------------------------------ arithmetic
-
-
-def _ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
-
-
 @dataclass(frozen=True, slots=True)
 class _OpGroup:
     """Forward FLOPs and bytes moved of a group of ops timed together by the roofline."""
@@ -229,9 +223,9 @@ class _OpGroup:
 
 def _gemm(tokens: int, rows: int, cols: int, tp: int) -> _OpGroup:
     """A (tokens x rows) @ (rows x cols/t) GEMM split by t (column- or row-parallel alike)."""
-    weights = _ceil_div(rows * cols, tp)
+    weights = ceil_div(rows * cols, tp)
     flops = 2 * tokens * weights
-    moved = BF16_BYTES * (weights + tokens * rows + _ceil_div(tokens * cols, tp))
+    moved = BF16_BYTES * (weights + tokens * rows + ceil_div(tokens * cols, tp))
     return _OpGroup(flops, moved)
 
 
@@ -279,15 +273,15 @@ class _Shape:
 
 def _mlp_params(spec: TransformerSpec, tp: int) -> int:
     """One MLP (or one expert) per device: matrices and first biases split by t."""
-    matrices = _ceil_div(spec.mlp_matrices * spec.hidden * spec.ffn_hidden, tp)
-    biases = _ceil_div((spec.mlp_matrices - 1) * spec.ffn_hidden, tp) + spec.hidden
+    matrices = ceil_div(spec.mlp_matrices * spec.hidden * spec.ffn_hidden, tp)
+    biases = ceil_div((spec.mlp_matrices - 1) * spec.ffn_hidden, tp) + spec.hidden
     return matrices + (biases if spec.bias else 0)
 
 
 def _attention_params(spec: TransformerSpec, tp: int) -> int:
     qkv_width = spec.hidden + 2 * spec.kv_hidden
-    matrices = _ceil_div(spec.hidden * (qkv_width + spec.hidden), tp)
-    biases = _ceil_div(qkv_width, tp) + spec.hidden
+    matrices = ceil_div(spec.hidden * (qkv_width + spec.hidden), tp)
+    biases = ceil_div(qkv_width, tp) + spec.hidden
     return matrices + (biases if spec.bias else 0)
 
 
@@ -328,7 +322,7 @@ def _attention_act_bytes(shape: _Shape) -> int:
     qkv_out = BF16_BYTES * tokens * (2 * spec.hidden + 2 * spec.kv_hidden)  # Q, K, V, proj in
     score_bytes_per_entry = 5 if spec.dropout else 2
     scores = score_bytes_per_entry * spec.num_heads * shape.seq_len * tokens
-    return replicated + _ceil_div(qkv_out + scores, tp)
+    return replicated + ceil_div(qkv_out + scores, tp)
 
 
 def _mlp_act_bytes(shape: _Shape) -> int:
@@ -337,11 +331,11 @@ def _mlp_act_bytes(shape: _Shape) -> int:
     replicated = shape.activation + (tokens * spec.hidden if spec.dropout else 0)
     per_token_inner = (6 if spec.gated_mlp else 4) * spec.ffn_hidden
     if not spec.is_moe:
-        return replicated + _ceil_div(per_token_inner * tokens, tp)
+        return replicated + ceil_div(per_token_inner * tokens, tp)
     routed = shape.routed_tokens
     router = 2 * FP32_BYTES * tokens * spec.num_experts
     copies = 2 * BF16_BYTES * routed * spec.hidden  # expert inputs and outputs
-    return replicated + router + copies + _ceil_div(per_token_inner * routed, tp)
+    return replicated + router + copies + ceil_div(per_token_inner * routed, tp)
 
 
 def _block_act_bytes(shape: _Shape) -> int:
@@ -370,9 +364,9 @@ def _attention_ops(shape: _Shape) -> list[_OpGroup]:
     spec, tokens, tp = shape.spec, shape.tokens, shape.tp
     qkv = _gemm(tokens, spec.hidden, spec.hidden + 2 * spec.kv_hidden, tp)
     proj = _gemm(tokens, spec.hidden, spec.hidden, tp)
-    core_flops = 4 * shape.seq_len * tokens * _ceil_div(spec.hidden, tp)
-    scores = BF16_BYTES * _ceil_div(spec.num_heads, tp) * shape.seq_len * tokens
-    qkv_io = BF16_BYTES * tokens * _ceil_div(2 * spec.hidden + 2 * spec.kv_hidden, tp)
+    core_flops = 4 * shape.seq_len * tokens * ceil_div(spec.hidden, tp)
+    scores = BF16_BYTES * ceil_div(spec.num_heads, tp) * shape.seq_len * tokens
+    qkv_io = BF16_BYTES * tokens * ceil_div(2 * spec.hidden + 2 * spec.kv_hidden, tp)
     return [qkv, _OpGroup(core_flops, 4 * scores + qkv_io), proj]
 
 
@@ -382,9 +376,9 @@ def _mlp_ops(shape: _Shape, tokens: int, experts: int) -> list[_OpGroup]:
     first = _gemm(tokens, spec.hidden, (spec.mlp_matrices - 1) * spec.ffn_hidden, tp)
     second = _gemm(tokens, spec.ffn_hidden, spec.hidden, tp)
     extra_weights = BF16_BYTES * (experts - 1) * (
-        _ceil_div((spec.mlp_matrices - 1) * spec.hidden * spec.ffn_hidden, tp)
-        + _ceil_div(spec.ffn_hidden * spec.hidden, tp))
-    act = (6 if spec.gated_mlp else 4) * _ceil_div(tokens * spec.ffn_hidden, tp)
+        ceil_div((spec.mlp_matrices - 1) * spec.hidden * spec.ffn_hidden, tp)
+        + ceil_div(spec.ffn_hidden * spec.hidden, tp))
+    act = (6 if spec.gated_mlp else 4) * ceil_div(tokens * spec.ffn_hidden, tp)
     return [first, second, _memory_op(extra_weights + act)]
 
 
