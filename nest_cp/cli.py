@@ -15,7 +15,7 @@ from pathlib import Path as FsPath
 
 import click
 
-from nest_cp import io
+from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, SolveOptions, solve
 from nest_cp.errors import BackendOptionError, InvalidPlan, NestCpError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
@@ -310,7 +310,8 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
     seconds = throughput = None
     if result.objective_ticks is not None:
         seconds = result.objective_ticks * inst.training.tick_s
-        throughput = inst.training.global_batch / seconds if seconds else None
+        throughput = cost.throughput(inst.training.global_batch, result.objective_ticks,
+                                     inst.training.tick_s) if seconds else None
     return {
         "backend": result.backend, "status": result.status.value, "space": result.space.value,
         "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
