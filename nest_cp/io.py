@@ -389,7 +389,7 @@ def _workload(reader: _Reader, value: Any, field: str) -> Workload:
                             f"microbatch={key[1]}")
             profiles[key] = profile
         built = reader.build(layer_field, Layer, name=name, profiles=profiles)
-        layers.extend([built] * repeat if repeat == 1 else
+        layers.extend([built] if repeat == 1 else
                       [Layer(f"{name}[{i}]", profiles) for i in range(repeat)])
     return reader.build(field, Workload,
                         name=reader.string(value.get("name", "workload"), _join(field, "name")),
