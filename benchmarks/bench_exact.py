@@ -1,7 +1,7 @@
 """Exact-solver speed benchmark: how large an instance CP-SAT and the MILP prove optimal.
 
 Protocol (written into the results beside the numbers): seeded random instances
-from nest_cp.exact.instances (communication-heavy: comm_scale 100, TP widths 1 and
+from nest_cp.generators (communication-heavy: comm_scale 100, TP widths 1 and
 2), full space, one worker, seed 0.
 
 1. Target suite: 8 layers and 16 devices on a 2-tier (4 x 4) and a 3-tier
@@ -31,7 +31,7 @@ import time
 from importlib import metadata
 
 from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact.instances import random_instance
+from nest_cp.generators import random_instance
 from nest_cp.model import IntraConfig
 from nest_cp.result import Space, Status
 
@@ -154,7 +154,7 @@ def run(out_dir: pathlib.Path, probe: bool = False) -> None:
                      "milp_limit_s": MILP_LIMIT_S, "milp_solver": "highs",
                      "cbc_limit_s": CBC_LIMIT_S,
                      "sweep_limit_s": SWEEP_LIMIT_S, "probe": probe,
-                     "instances": "nest_cp.exact.instances.random_instance(seed, comm_scale=100, "
+                     "instances": "nest_cp.generators.random_instance(seed, comm_scale=100, "
                                   "configs=(tp1, tp2), global_batch=4*devices)"},
         "target": target, "sweep": sweep,
         "largest_proven_60s": {"cpsat": _largest_proven(sweep, "cpsat"),

@@ -16,7 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from verify.harness import DEFAULT_BACKENDS, HarnessOptions, Task, discover, run_tasks, solve_counts
+from nest_cp.verify.harness import (
+    DEFAULT_BACKENDS,
+    HarnessOptions,
+    Task,
+    discover,
+    run_tasks,
+    solve_counts,
+)
 
 LOGGER = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Outer choices.  For every (configuration c, microbatch b) of ``instance.choices`
 pipeline depth S in 1..L, data-parallel degree d with a·S·d <= N, allowed ZeRO stage
 z and rank layout λ (layouts with equal placements deduplicated), the placement is
 fixed, and with it m = ceil(B / (b·e·d)) and the path of every group and pair
-(:mod:`dp.geometry`).  Stage s (0 = first) with layers f..l then costs, exactly as
+(:mod:`nest_cp.dp.geometry`).  Stage s (0 = first) with layers f..l then costs, exactly as
 :func:`nest_cp.evaluate.evaluate` prices it,
 
     τ(s, f, l) = Σ_{f..l}(fwd + bwd) + [ρ] Σ_{f..l} fwd + [z = 3]·gather_s(f, l)
@@ -17,7 +17,7 @@ and must fit: mem(s, f, l, ρ) with k_s = min(S - s, m) in-flight microbatches
 each stage takes ρ = 0 when that fits, else ρ = 1 when allowed and it fits, else
 the stage is not allowed: τ_eff(s, f, l).
 
-State and recurrence (:mod:`dp.kernel`): for a stage cost w(s, f, l),
+State and recurrence (:mod:`nest_cp.dp.kernel`): for a stage cost w(s, f, l),
 
     V_w(s, f) = min_{l >= f} max( w(s, f, l), V_w(s + 1, l + 1) ),
     V_w(S, L) = 0,  V_w(S, f < L) = ∞,
@@ -54,7 +54,7 @@ only the first is searched.
 Ties (a deterministic rule).  Least objective; then the least outer key
 (index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
 outer choice the Pareto point with the least τ; within a split the shortest
-stage first (``dp.kernel``); recomputation only where needed to fit.
+stage first (``nest_cp.dp.kernel``); recomputation only where needed to fit.
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dp import pricing
-from dp.geometry import (
+from nest_cp import cost
+from nest_cp.dp import pricing
+from nest_cp.dp.geometry import (
     PathIds,
     ReplicaPaths,
     StageGeometry,
@@ -75,9 +76,8 @@ from dp.geometry import (
     rank_devices,
     stage_geometries,
 )
-from dp.kernel import INF, backtrack, fill_table, vector_windows, windows
-from dp.pricing import LayerTable
-from nest_cp import cost
+from nest_cp.dp.kernel import INF, backtrack, fill_table, vector_windows, windows
+from nest_cp.dp.pricing import LayerTable
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts

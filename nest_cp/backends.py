@@ -10,19 +10,16 @@ lives in its own module and a missing optional solver fails only its backend.
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from nest_cp.errors import BackendOptionError, InvalidPlan
+from nest_cp.errors import InvalidPlan
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance
-from nest_cp.plan import Plan
-from nest_cp.result import SolveResult, Space, Status
+from nest_cp.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
 BACKENDS: dict[str, str] = {
-    "dp": "dp.planner:solve",
+    "dp": "nest_cp.dp.planner:solve",
     "brute": "nest_cp.brute:solve",
     "cpsat": "nest_cp.cpsat:solve",
     "milp": "nest_cp.milp:solve",
@@ -31,31 +28,6 @@ BACKENDS: dict[str, str] = {
     "mcmc": "nest_cp.baselines:solve_mcmc",
     "fixed": "nest_cp.baselines:solve_fixed",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SolveOptions:
-    """Options every backend accepts; a backend ignores those that do not apply to it."""
-
-    space: Space = Space.STRUCTURED
-    time_limit_s: float = 60.0
-    seed: int = 0
-    workers: int = 1
-    milp_solver: str = "cbc"          # milp: "cbc" or "highs"
-    hint: Plan | None = None          # cpsat hint / milp warm start
-    progress: bool = False            # progress bar on stderr for long runs
-    extra: dict = field(default_factory=dict)  # backend-specific (budget, flat bandwidth, degrees)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.space, Space):
-            raise BackendOptionError(f"expected space 'full' or 'structured', got {self.space!r}")
-        if not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
-            raise BackendOptionError(f"expected a finite time limit > 0 s, got {self.time_limit_s}")
-        if self.workers < 1:
-            raise BackendOptionError(f"expected workers >= 1, got {self.workers}")
-        if self.milp_solver not in ("cbc", "highs"):
-            raise BackendOptionError(f"expected milp_solver 'cbc' or 'highs', "
-                                     f"got {self.milp_solver!r}")
 
 
 def backend_function(name: str) -> Callable[[Instance, SolveOptions], SolveResult]:

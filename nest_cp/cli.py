@@ -1,13 +1,11 @@
 """The ``nest-cp`` command line: a thin click group over the public API.
 
-Exit codes: 0 success (a plan was found / a feasible evaluation), 1 an answer that
-is not a plan (no plan fits, a plan that violates memory, a failed certificate),
-2 bad input (malformed instance or plan file, bad option) with one line on stderr.
+The only place that wires the harness commands (``verify``, ``table``,
+``compare``) in.  Exit codes follow the one contract of :mod:`nest_cp.exits`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -16,34 +14,18 @@ from pathlib import Path as FsPath
 import click
 
 from nest_cp import cost, io
-from nest_cp.backends import BACKENDS, SolveOptions, solve
-from nest_cp.errors import BackendOptionError, InvalidPlan, NestCpError, PlanFormatError
+from nest_cp.backends import BACKENDS, solve
+from nest_cp.compare import compare_command
+from nest_cp.errors import BackendOptionError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
+from nest_cp.exits import ExitCode, GuardedGroup
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.plan import Plan, uniform_stages
-from nest_cp.result import SolveResult, Space
-
-EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-class _Group(click.Group):
-    """Turns every domain error into one line on stderr: exit 2, or 3 for a backend bug."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except InvalidPlan as exc:  # a backend's plan failed the referee: our bug, not input
-            click.echo(f"internal error: {exc}", err=True)
-            ctx.exit(EXIT_INTERNAL)
-        except NestCpError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
-        except OSError as exc:
-            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+from nest_cp.result import SolveOptions, SolveResult, Space
+from nest_cp.verify.cli import table_command, verify_command
 
 
-@click.group(cls=_Group)
+@click.group(cls=GuardedGroup)
 @click.version_option(package_name="nest-cp")
 @click.option("-v", "--verbose", count=True, help="Log progress (-v) or details (-vv).")
 def main(verbose: int) -> None:
@@ -55,7 +37,7 @@ def main(verbose: int) -> None:
 # ------------------------------------------------------------------ instance
 
 
-@main.group(cls=_Group)
+@main.group()
 def instance() -> None:
     """Create, list and inspect instances."""
 
@@ -195,7 +177,7 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
         click.echo(json.dumps(evaluation.as_dict(), indent=1))
     else:
         click.echo(_evaluation_table(evaluation))
-    sys.exit(EXIT_OK if evaluation.feasible else EXIT_NO_PLAN)
+    sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
 def _reject_options(names: tuple[str, ...], context: str) -> None:
@@ -210,7 +192,7 @@ def _reject_options(names: tuple[str, ...], context: str) -> None:
 def _evaluation_table(evaluation: Evaluation) -> str:
     plan = evaluation.plan
     head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
-            f"zero={plan.zero} stages={plan.num_stages} dp={plan.dp} "
+            f"zero={plan.zero} stages={plan.num_stages} dp={plan.num_replicas} "
             f"({plan.num_devices_used} devices)")
     if evaluation.objective_ticks is None:
         return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
@@ -294,7 +276,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         click.echo(_result_table(record))
     if output and result.plan is not None:
         io.save_plan(result.plan, output)
-    sys.exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+    sys.exit(ExitCode.OK if result.plan is not None else ExitCode.NO_PLAN)
 
 
 def _check_writable(output: str) -> None:
@@ -346,26 +328,11 @@ def _result_table(record: dict) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ optional commands
+# ------------------------------------------------------------------ harness commands
 
-
-def _register_optional_commands() -> None:
-    """Commands that live beside their packages (verify harness, comparisons)."""
-    for module_name, attribute in (("verify.cli", "verify_command"),
-                                   ("verify.cli", "table_command"),
-                                   ("nest_cp.compare", "compare_command")):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        command = getattr(module, attribute, None)
-        if command is not None:
-            main.add_command(command)
-
-
-_register_optional_commands()
+main.add_command(verify_command)
+main.add_command(table_command)
+main.add_command(compare_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,6 +43,7 @@ import click
 from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, SolveOptions, solve
 from nest_cp.errors import NestCpError
+from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.model import Instance
 from nest_cp.result import Status
 
@@ -55,7 +56,6 @@ NO_REFERENCE = "n/a"  # a plan, but no normaliser plan to divide by
 ERROR_MARK = "ERR"    # the backend crashed or its plan failed the referee
 ERROR = "ERROR"       # the status of such a row
 ROW_STATUSES = tuple(status.value for status in Status) + (ERROR,)
-EXIT_OK, EXIT_ERRORS, EXIT_BAD_INPUT = 0, 1, 2
 REFERENCE_SUFFIX = ".ref.json"
 
 
@@ -392,7 +392,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     return value
 
 
-@click.command("compare")
+@click.command("compare", cls=GuardedCommand)
 @click.argument("instances", nargs=-1, type=click.Path(exists=True))
 @click.option("--backends", default=",".join(DEFAULT_BACKENDS), show_default=True,
               help="Comma-separated backends to run.")
@@ -428,25 +428,18 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
             raise click.BadParameter(
                 f"expected backends among {', '.join(BACKENDS)} including the normaliser "
                 f"{normaliser!r}, got {', '.join(names)}", param_hint="--backends")
-    try:
-        csv_path = Path(from_csv) if from_csv is not None else _solve_to_csv(
-            instances, names, normaliser, scope, out,
-            SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
-                         extra={"budget": budget}))
-        written = render_reports(csv_path, out, normaliser, scope)
-        errors = [row for row in read_csv(csv_path) if row.status == ERROR]
-    except NestCpError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except OSError as exc:
-        click.echo(f"error: {exc.filename or out}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    csv_path = Path(from_csv) if from_csv is not None else _solve_to_csv(
+        instances, names, normaliser, scope, out,
+        SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
+                     extra={"budget": budget}))
+    written = render_reports(csv_path, out, normaliser, scope)
+    errors = [row for row in read_csv(csv_path) if row.status == ERROR]
     for path in written:
         click.echo(f"wrote {path}")
     click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)
     for row in errors:
         click.echo(f"{ERROR_MARK} {row.instance} {row.backend}: {row.message}", err=True)
-    sys.exit(EXIT_ERRORS if errors else EXIT_OK)
+    sys.exit(ExitCode.NO_PLAN if errors else ExitCode.OK)
 
 
 def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser: str,

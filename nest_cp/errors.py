@@ -1,8 +1,10 @@
 """Domain errors of nest-cp.
 
-Every failure a user can cause (a malformed file, an inconsistent plan) is one
-of these, so the CLI can print a single line and exit with code 2 instead of a
-traceback.
+Every failure a user can cause (a malformed file, an inconsistent plan, an
+option a backend cannot honour) is a :class:`NestCpError`, so the command line
+prints a single line and exits with code 2 instead of a traceback.  An
+:class:`InternalError` is nest-cp's own fault (a backend's answer the evaluator
+rejects) and exits with code 3; :mod:`nest_cp.exits` decides every exit code.
 """
 
 from __future__ import annotations
@@ -31,8 +33,16 @@ class PlanFormatError(InstanceFormatError):
     """A plan file is malformed (wrong JSON shape, wrong types)."""
 
 
-class InvalidPlan(NestCpError, ValueError):
-    """A plan is well-formed but does not fit the instance (a solver bug if a backend made it)."""
+class InternalError(NestCpError):
+    """A bug of nest-cp, never the user's input: a backend's answer the evaluator rejects."""
+
+
+class InvalidPlan(InternalError, ValueError):
+    """A backend returned a plan that does not fit, or does not evaluate to its objective."""
+
+
+class ModelMismatch(InternalError):
+    """An exact solver's proven objective or bound differs from the evaluator's: a model bug."""
 
 
 class BackendOptionError(NestCpError, ValueError):

@@ -96,7 +96,7 @@ def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None
                           malformed_fields=tuple(name for name, _ in problems))
     if plan.placement is None:
         plan = plan.with_placement(MEGATRON_LAYOUT.placement(
-            plan.config, plan.num_stages, plan.dp, network.canonical_order()))
+            plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
     return _price(instance, plan, network)
 
 
@@ -142,11 +142,11 @@ def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]
     found: list[tuple[str, str]] = []
     placement = plan.placement
     shape_ok = len(placement) == plan.num_stages and all(
-        len(replicas) == plan.dp and all(len(ranks) == plan.devices_per_replica
+        len(replicas) == plan.num_replicas and all(len(ranks) == plan.devices_per_replica
                                          for ranks in replicas)
         for replicas in placement)
     if not shape_ok:
-        return [("placement", f"placement shape is not [S={plan.num_stages}][d={plan.dp}]"
+        return [("placement", f"placement shape is not [S={plan.num_stages}][d={plan.num_replicas}]"
                               f"[a={plan.devices_per_replica}]")]
     seen: dict[int, tuple[int, int, int]] = {}
     for stage, replicas in enumerate(placement):
@@ -169,7 +169,7 @@ def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
     workload, training, tick_s = instance.workload, instance.training, instance.training.tick_s
     optimizer, config = training.optimizer, plan.config
     placement = plan.placement
-    num_stages, dp = plan.num_stages, plan.dp
+    num_stages, dp = plan.num_stages, plan.num_replicas
     microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, config, dp)
     limit = instance.cluster.usable_hbm_bytes
     profiles = [[workload.layers[layer].profile(config, plan.microbatch) for layer in stage.layers]
@@ -242,7 +242,7 @@ def _recv_ticks(network: NetworkModel, placement, sender: int, receiver: int, re
 def _sync_ticks(network: NetworkModel, plan: Plan, stage: int, layers: list[LayerProfile],
                 optimizer, tick_s: float) -> int:
     """Data-parallel gradient sync of one stage: dense over d*e ranks, expert over d ranks."""
-    config, dp, placement = plan.config, plan.dp, plan.placement[stage]
+    config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
     dense_ticks = max(

@@ -504,7 +504,7 @@ def plan_to_dict(plan: Plan) -> dict:
             "microbatch": plan.microbatch, "zero": plan.zero,
             "stages": [{"first_layer": s.first_layer, "last_layer": s.last_layer,
                         "recompute": s.recompute} for s in plan.stages],
-            "dp": plan.dp}
+            "dp": plan.num_replicas}
     if plan.placement is not None:
         data["placement"] = [[list(ranks) for ranks in replicas] for replicas in plan.placement]
     return data
@@ -547,5 +547,5 @@ def plan_from_dict(data: Any, file: str | None = None) -> Plan:
         "", Plan, config=config,
         microbatch=reader.integer(data.get("microbatch", 1), "microbatch", 1),
         zero=reader.integer(data.get("zero", 0), "zero"),
-        dp=reader.integer(data.get("dp", 1), "dp", 1), stages=tuple(stages),
+        num_replicas=reader.integer(data.get("dp", 1), "dp", 1), stages=tuple(stages),
         placement=placement)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from nest_cp.backends import SolveOptions
 from nest_cp.exact.adapters import MilpAdapter
 from nest_cp.exact.driver import solve_exact
 from nest_cp.model import Instance
-from nest_cp.result import SolveResult
+from nest_cp.result import SolveOptions, SolveResult
 
 
 def solve(instance: Instance, options: SolveOptions) -> SolveResult:

@@ -12,11 +12,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 
 import networkx as nx
 
 from nest_cp.errors import InstanceFormatError
-from nest_cp.limits import MAX_DEVICES, MAX_LAYERS
+from nest_cp.limits import MAX_DEVICES, MAX_LAYERS, MAX_TICKS
+from nest_cp.ticks import exact
 
 
 def _require(ok: bool, field_name: str, expected: str, got: object) -> None:
@@ -314,8 +316,6 @@ class Cluster:
     @property
     def usable_hbm_bytes(self) -> int:
         """hbm_bytes * (1 - reserve), rounded down to whole bytes."""
-        from fractions import Fraction
-
         return math.floor(self.hbm_bytes * (1 - Fraction(str(self.hbm_reserve))))
 
 
@@ -389,9 +389,7 @@ class Instance:
         _require(bool(usable), "training.microbatches",
                  "at least one microbatch size the workload is profiled for",
                  list(self.training.microbatches))
-        from nest_cp.limits import check_tick_range
-
-        check_tick_range(self)
+        _check_tick_range(self)
 
     @property
     def choices(self) -> tuple[tuple[IntraConfig, int], ...]:
@@ -399,3 +397,58 @@ class Instance:
         return tuple((config, size) for config in self.workload.configs
                      for size in sorted(set(self.training.microbatches))
                      if self.workload.has_profile(config, size))
+
+
+def _iteration_ticks_upper_bound(instance: Instance) -> int:
+    """A bound on the iteration time of every plan, in ticks.
+
+    Every transfer and collective is priced at the slowest bandwidth and the largest
+    latency of the network (a graph path's latency at most the sum of all links'),
+    a group of g ranks as 2 v / bandwidth + 2 g latency, and recomputation adds one more
+    forward.  With m <= B / (b e d) + 1 microbatches and S <= L stages, the bound is
+    convex in d (terms in 1/d and in d), so its maximum over d is at d = 1 or d = N / a.
+    """
+    network, devices = instance.cluster.network, instance.cluster.num_devices
+    if isinstance(network, GraphNetwork):
+        bandwidth = min(exact(link.bandwidth_Bps) for link in network.links)
+        latency = sum(exact(link.latency_s) for link in network.links)
+    else:
+        bandwidth = min(exact(tier.bandwidth_Bps) for tier in network.tiers)
+        latency = max(exact(tier.latency_s) for tier in network.tiers)
+    training = instance.training
+    optimizer, layers = training.optimizer, instance.workload.num_layers
+
+    def transfer(volume_bytes: int, group: int) -> Fraction:  # >= any collective of g ranks
+        return 2 * Fraction(volume_bytes) / bandwidth + 2 * group * latency
+
+    tick = exact(training.tick_s)
+    worst = 0
+    for config, microbatch in instance.choices:
+        profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
+        params = sum(p.params for p in profiles)
+        stage = sum(
+            2 * exact(p.fwd_s) + exact(p.bwd_s)
+            + sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
+                           else config.ep) for c in p.collectives)
+            for p in profiles)
+        stage += 2 * transfer(max(p.out_bytes for p in profiles), 1)
+        sync = 2 * transfer(params * optimizer.grad_bytes, devices)
+        # each primitive term is rounded up once: at most one tick more per term
+        terms = sum(3 + len(p.collectives) for p in profiles) + 4
+        for dp in {1, max(1, devices // config.devices)}:
+            gather = 2 * transfer(params * optimizer.weight_bytes, dp) \
+                if 3 in training.zero_stages else 0
+            steps = Fraction(training.global_batch, microbatch * config.ep * dp) + 1 + layers
+            ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms + 2
+            worst = max(worst, ticks)
+    return worst
+
+
+def _check_tick_range(instance: Instance) -> None:
+    """Raise InstanceFormatError when an iteration could exceed MAX_TICKS."""
+    bound = _iteration_ticks_upper_bound(instance)
+    if bound >= MAX_TICKS:
+        raise InstanceFormatError(
+            f"expected iteration times below 2**53 ticks (exact in every backend), but one "
+            f"could reach about 10**{len(str(bound)) - 1} ticks; use a coarser tick or check "
+            f"the profile times and bandwidths", field="training.tick_s")

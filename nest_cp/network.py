@@ -13,7 +13,6 @@ latency is the least latency among its widest paths).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -22,18 +21,7 @@ from functools import cached_property
 import networkx as nx
 
 from nest_cp.model import Cluster, CollectiveKind, GraphNetwork, HierarchicalNetwork
-
-
-def exact(value: float | int) -> Fraction:
-    """The exact decimal value of an instance number (``Fraction(str(x))``)."""
-    if isinstance(value, int):
-        return Fraction(value)
-    return Fraction(str(value))
-
-
-def to_ticks(seconds: Fraction, tick_s: float) -> int:
-    """Seconds to integer ticks, rounded up: the one conversion every backend uses."""
-    return math.ceil(Fraction(seconds) / exact(tick_s))
+from nest_cp.ticks import exact, to_ticks
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ class Plan:
     config: IntraConfig
     microbatch: int
     zero: int
-    dp: int
+    num_replicas: int  # d, the data-parallel degree ("dp" in plan files)
     stages: tuple[Stage, ...]
     placement: Placement | None = None
 
@@ -48,8 +48,9 @@ class Plan:
         if self.zero not in (0, 1, 2, 3):
             raise InstanceFormatError(f"expected a ZeRO stage in 0..3, got {self.zero!r}",
                                       field="zero")
-        if not (isinstance(self.dp, int) and self.dp >= 1):
-            raise InstanceFormatError(f"expected an integer >= 1, got {self.dp!r}", field="dp")
+        if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.num_replicas!r}",
+                                      field="dp")
         if not self.stages:
             raise InstanceFormatError("expected at least one stage, got []", field="stages")
 
@@ -63,10 +64,11 @@ class Plan:
 
     @property
     def num_devices_used(self) -> int:
-        return self.config.devices * self.num_stages * self.dp
+        return self.config.devices * self.num_stages * self.num_replicas
 
     def with_placement(self, placement: Placement) -> Plan:
-        return Plan(self.config, self.microbatch, self.zero, self.dp, self.stages, placement)
+        return Plan(self.config, self.microbatch, self.zero, self.num_replicas, self.stages,
+                    placement)
 
 
 class Dim(str, Enum):

@@ -1,10 +1,12 @@
-"""The one result record every backend returns (DESIGN §5)."""
+"""The options every backend takes and the one result record it returns (DESIGN §5)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from nest_cp.errors import BackendOptionError
 from nest_cp.plan import Plan
 
 
@@ -43,3 +45,28 @@ class SolveResult:
                              f"{self.bound_ticks} and objective {self.objective_ticks}")
         if self.status in (Status.OPTIMAL, Status.FEASIBLE) and self.plan is None:
             raise ValueError(f"expected a plan with status {self.status.value}")
+
+
+@dataclass(frozen=True, slots=True)
+class SolveOptions:
+    """Options every backend accepts; a backend ignores those that do not apply to it."""
+
+    space: Space = Space.STRUCTURED
+    time_limit_s: float = 60.0
+    seed: int = 0
+    workers: int = 1
+    milp_solver: str = "cbc"          # milp: "cbc" or "highs"
+    hint: Plan | None = None          # cpsat hint / milp warm start
+    progress: bool = False            # progress bar on stderr for long runs
+    extra: dict = field(default_factory=dict)  # backend-specific (budget, flat bandwidth, degrees)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.space, Space):
+            raise BackendOptionError(f"expected space 'full' or 'structured', got {self.space!r}")
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
+            raise BackendOptionError(f"expected a finite time limit > 0 s, got {self.time_limit_s}")
+        if self.workers < 1:
+            raise BackendOptionError(f"expected workers >= 1, got {self.workers}")
+        if self.milp_solver not in ("cbc", "highs"):
+            raise BackendOptionError(f"expected milp_solver 'cbc' or 'highs', "
+                                     f"got {self.milp_solver!r}")

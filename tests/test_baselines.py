@@ -136,13 +136,13 @@ def test_manual_uses_the_smallest_depth_that_fits() -> None:
     for shallower in range(1, plan.num_stages):
         dp = 8 // (plan.config.tp * shallower)
         assert megatron_plan(instance, network, plan.config, 1, 0, shallower, dp) is None
-    assert plan.dp == 8 // (plan.config.tp * plan.num_stages)  # data parallelism: the rest
+    assert plan.num_replicas == 8 // (plan.config.tp * plan.num_stages)  # dp: the rest
 
 
 def test_manual_is_pure_data_parallel_when_the_model_fits_one_device() -> None:
     """A model that fits one device gets t = 1, one stage and d = N."""
     plan = solve(_instance(), "manual").plan
-    assert (plan.config.tp, plan.num_stages, plan.dp) == (1, 1, 8)
+    assert (plan.config.tp, plan.num_stages, plan.num_replicas) == (1, 1, 8)
 
 
 def test_manual_fills_the_node_with_tensor_parallelism_when_needed() -> None:
@@ -171,7 +171,7 @@ def test_recomputation_only_where_needed() -> None:
     assert any(stage.recompute for stage in plan.stages)
     assert not all(stage.recompute for stage in plan.stages)
     for index, stage in enumerate(plan.stages):
-        plain = stage_memory(instance, plan.config, plan.microbatch, plan.zero, plan.dp,
+        plain = stage_memory(instance, plan.config, plan.microbatch, plan.zero, plan.num_replicas,
                              plan.stages, index, False)
         assert stage.recompute == (plain > limit)
 

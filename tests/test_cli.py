@@ -184,15 +184,15 @@ def test_backend_bug_exits_3(monkeypatch):
     (exit 3), never reported as bad input or as a result."""
     from dataclasses import replace
 
-    import dp.planner
+    import nest_cp.dp.planner
 
-    real = dp.planner.solve
+    real = nest_cp.dp.planner.solve
 
     def lying(instance, options):
         result = real(instance, options)
         return replace(result, objective_ticks=result.objective_ticks - 1,
                        bound_ticks=result.objective_ticks - 1)
 
-    monkeypatch.setattr(dp.planner, "solve", lying)
+    monkeypatch.setattr(nest_cp.dp.planner, "solve", lying)
     result = _run("solve", DATA / "worked_example.json", "--backend", "dp")
     assert result.exit_code == 3 and "internal error" in result.output

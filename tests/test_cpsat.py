@@ -9,9 +9,9 @@ from nest_cp.backends import SolveOptions, solve
 from nest_cp.evaluate import evaluate
 from nest_cp.exact import enumerate_subproblems
 from nest_cp.exact.adapters import CpSatAdapter
-from nest_cp.exact.instances import latency_trap_instance, random_instance
 from nest_cp.exact.placement import canonical_placement
 from nest_cp.exact.skeleton import build_model, hint_model
+from nest_cp.generators import latency_trap_instance, random_instance
 from nest_cp.io import load_instance
 from nest_cp.model import (
     IntraConfig,

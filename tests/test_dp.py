@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dp import geometry, planner
-from dp.geometry import PathIds, effective_order, rank_devices
-from dp.kernel import INF, backtrack, fill_table
-from dp.planner import solve as dp_solve
-from dp.pricing import linear_collective
 from nest_cp.backends import SolveOptions, check_result
 from nest_cp.backends import solve as backend_solve
 from nest_cp.brute import solve as brute_solve
+from nest_cp.dp import geometry, planner
+from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
+from nest_cp.dp.kernel import INF, backtrack, fill_table
+from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.dp.pricing import linear_collective
 from nest_cp.io import load_instance
 from nest_cp.model import (
     Cluster,

@@ -67,7 +67,7 @@ def instances_and_plans(draw):
 def test_replica_order_does_not_matter(case, rng):
     """Permuting replicas (the same permutation in every stage) leaves the objective unchanged."""
     instance, plan = case
-    order = list(range(plan.dp))
+    order = list(range(plan.num_replicas))
     rng.shuffle(order)
     shuffled = tuple(tuple(replicas[r] for r in order) for replicas in plan.placement)
     assert evaluate(instance, plan).objective_ticks == \

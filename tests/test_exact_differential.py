@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact.instances import latency_trap_instance, random_instance
+from nest_cp.generators import latency_trap_instance, random_instance
 from nest_cp.model import IntraConfig
 from nest_cp.result import Space, Status
 
@@ -64,7 +64,7 @@ def test_full_space_cpsat_milp_brute_agree(kind, seed):
 @pytest.mark.parametrize("kind", sorted(STRUCTURED_KINDS))
 def test_structured_space_cpsat_milp_dp_agree(kind, seed):
     """CP-SAT, MILP (HiGHS) and the DP find the same structured-space optimum."""
-    pytest.importorskip("dp.planner", reason="the DP planner is not available")
+    pytest.importorskip("nest_cp.dp.planner", reason="the DP planner is not available")
     instance = random_instance(seed, **STRUCTURED_KINDS[kind])
     dp = _objective(instance, "dp", Space.STRUCTURED)
     assert _objective(instance, "cpsat", Space.STRUCTURED) == dp
@@ -84,7 +84,7 @@ def test_infeasible_agrees(seed):
 
 def test_latency_trap_structural_gap_agrees_with_oracles():
     """On the latency trap the DP equals structured CP-SAT, brute equals full CP-SAT, gap > 0."""
-    pytest.importorskip("dp.planner", reason="the DP planner is not available")
+    pytest.importorskip("nest_cp.dp.planner", reason="the DP planner is not available")
     instance = latency_trap_instance()
     full = _objective(instance, "cpsat", Space.FULL)
     structured = _objective(instance, "cpsat", Space.STRUCTURED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact.instances import random_instance
+from nest_cp.generators import random_instance
 from nest_cp.io import load_instance
 from nest_cp.model import IntraConfig
 from nest_cp.plan import Plan, uniform_stages

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from nest_cp.backends import BACKENDS
-from verify.cli import table_command, verify_command
-from verify.harness import reference_path
+from nest_cp.verify.cli import table_command, verify_command
+from nest_cp.verify.harness import reference_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ROOT / "instances" / "small"
@@ -204,7 +204,7 @@ def test_paths_without_out_is_a_usage_error(tiny_dir: Path, tmp_path: Path, monk
 
 def test_no_paths_defaults_out_to_reports(tmp_path: Path):
     """Without PATHS, --out defaults to reports/ (the full benchmark run)."""
-    from verify.cli import _out_dir
+    from nest_cp.verify.cli import _out_dir
 
     assert _out_dir((), None) == Path("reports")
     assert _out_dir((tmp_path,), tmp_path / "x") == tmp_path / "x"

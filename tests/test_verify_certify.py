@@ -11,10 +11,10 @@ import pytest
 from nest_cp.backends import SolveOptions
 from nest_cp.io import load_instance
 from nest_cp.result import Space
-from verify import certify
-from verify.cache import ResultCache, code_fingerprint, result_key, source_roots
-from verify.instances import small_specs, write_instances
-from verify.reference import space_entry
+from nest_cp.verify import certify
+from nest_cp.verify.cache import ResultCache, code_fingerprint, result_key, source_roots
+from nest_cp.verify.reference import space_entry
+from nest_cp.verify.suite import small_specs, write_instances
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = {"backend": "dp", "space": "structured", "status": "INFEASIBLE", "objective_ticks": None,
@@ -143,7 +143,7 @@ def test_cache_entry_that_is_not_a_record_is_a_miss(tmp_path: Path, text: str):
 
 def _source_copy(tmp_path: Path) -> tuple[Path, ...]:
     roots = source_roots()
-    assert {root.name for root in roots} == {"nest_cp", "dp"}
+    assert {root.name for root in roots} == {"nest_cp", "dp", "verify"}
     copies = tuple(tmp_path / root.name for root in roots)
     for root, copy in zip(roots, copies):
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -152,9 +152,9 @@ def _source_copy(tmp_path: Path) -> tuple[Path, ...]:
 
 @pytest.mark.parametrize("edited", ["nest_cp/exact/__init__.py", "nest_cp/cost.py",
                                     "nest_cp/evaluate.py", "dp/kernel.py",
-                                    "nest_cp/baselines/__init__.py"])
+                                    "nest_cp/baselines/__init__.py", "verify/certify.py"])
 def test_code_fingerprint_changes_with_any_source_file(tmp_path: Path, edited: str):
-    """Editing any .py under nest_cp/ or dp/ (not only a backend's own module) changes the key."""
+    """Editing any .py under nest_cp/, dp/ or verify/ (not only a backend's module) changes keys."""
     roots = _source_copy(tmp_path)
     before = code_fingerprint(roots)
     assert before == code_fingerprint(source_roots())  # the copy hashes like the original
@@ -168,6 +168,15 @@ def test_code_fingerprint_changes_with_any_source_file(tmp_path: Path, edited: s
                                                                         after)
 
 
+def test_code_fingerprint_names_the_solver_versions():
+    """The fingerprint carries the installed OR-Tools, PuLP and HiGHS versions."""
+    from importlib import metadata
+
+    fingerprint = code_fingerprint()
+    for name in ("ortools", "PuLP", "highspy"):
+        assert f"{name}={metadata.version(name)}" in fingerprint
+
+
 def test_code_fingerprint_changes_when_a_source_file_is_added(tmp_path: Path):
     """A new module under nest_cp/exact changes the fingerprint too."""
     roots = _source_copy(tmp_path)
@@ -177,7 +186,7 @@ def test_code_fingerprint_changes_when_a_source_file_is_added(tmp_path: Path):
 
 
 def test_committed_instances_match_the_generator(tmp_path: Path):
-    """instances/ holds exactly what verify/instances.py writes, byte for byte."""
+    """instances/ holds exactly what verify/suite.py writes, byte for byte."""
     for path in write_instances(tmp_path):
         committed = ROOT / "instances" / path.relative_to(tmp_path)
         assert committed.read_bytes() == path.read_bytes(), committed

@@ -1,11 +1,12 @@
 """A resumable on-disk cache of backend results.
 
 One JSON file per solve, keyed by the SHA-256 of (instance content, backend,
-solve options, package version and the source of every module of ``nest_cp`` and
-``dp``), so a rerun only solves what changed: a new instance, other options, or
-edited code.  Files are written to a temporary name and renamed, so a killed run
-never leaves a half-written entry; an entry that cannot be read, or is not a
-result record, is treated as a miss.
+solve options, package version, the versions of the solver libraries and the
+source of every module of ``nest_cp`` with its ``dp`` and ``verify``
+subpackages), so a rerun only solves what changed: a new instance, other
+options, or edited code.  Files are written to a temporary name and renamed, so
+a killed run never leaves a half-written entry; an entry that cannot be read,
+or is not a result record, is treated as a miss.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import logging
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,27 +53,49 @@ def options_key(options: SolveOptions) -> dict:
             "hint": None if options.hint is None else digest(plan_to_dict(options.hint))}
 
 
+SOURCE_PACKAGES = ("nest_cp", "nest_cp.dp", "nest_cp.verify")
+SOLVER_DISTRIBUTIONS = ("ortools", "PuLP", "highspy", "numpy", "networkx")
+
+
 def source_roots() -> tuple[Path, ...]:
-    """The imported ``nest_cp`` and ``dp`` package folders (``dp`` only when importable)."""
+    """The folders of ``nest_cp`` and its ``dp`` and ``verify`` subpackages, all required.
+
+    ``dp/`` and ``verify/`` live beside ``nest_cp/`` in the source tree, so the walk of
+    ``nest_cp/`` alone would miss them; a package that cannot be found is an error
+    rather than a silently smaller fingerprint.
+    """
     roots = []
-    for package in ("nest_cp", "dp"):
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.origin is not None:
-            roots.append(Path(spec.origin).parent)
+    for package in SOURCE_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise ImportError(f"cannot fingerprint {package}: package not found")
+        roots.append(Path(spec.origin).parent)
     return tuple(roots)
+
+
+def solver_versions() -> dict[str, str]:
+    """Installed versions of the libraries a result depends on ("missing" when absent)."""
+    found = {}
+    for name in SOLVER_DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "missing"
+    return found
 
 
 def tree_digest(roots: tuple[Path, ...]) -> str:
     """SHA-256 (first 16 hex digits) of every ``.py`` file under ``roots``: paths and contents.
 
-    Paths are taken relative to each root's parent (``nest_cp/exact/model.py``) and
-    sorted, so the digest depends on the code only, not on where it is checked out.
+    Paths are taken relative to each root's parent (``nest_cp/exact/model.py``,
+    ``dp/planner.py``) and sorted, so the digest depends on the code only, not on
+    where it is checked out.
     """
-    files = sorted((file.relative_to(root.parent).as_posix(), file)
-                   for root in roots for file in root.rglob("*.py"))
+    named: dict[Path, str] = {}
+    for root in sorted(roots, key=lambda r: len(r.resolve().parts), reverse=True):
+        for file in root.rglob("*.py"):  # an installed nest_cp/ holds dp/: count files once
+            named.setdefault(file.resolve(), file.relative_to(root.parent).as_posix())
+    files = sorted((name, file) for file, name in named.items())
     hasher = hashlib.sha256()
     for name, file in files:
         hasher.update(name.encode())
@@ -87,7 +111,7 @@ def _installed_digest() -> str:
 
 
 def code_fingerprint(roots: tuple[Path, ...] | None = None) -> str:
-    """Package version plus :func:`tree_digest` of all of ``nest_cp`` and ``dp``.
+    """Package and solver versions plus :func:`tree_digest` of ``nest_cp``, ``dp``, ``verify``.
 
     The same for every backend: a backend's result depends on far more than its own
     module (the exact models, the cost model, the evaluator, the plan), and a cached
@@ -95,7 +119,8 @@ def code_fingerprint(roots: tuple[Path, ...] | None = None) -> str:
     once per process for the installed packages; ``roots`` overrides them (for tests).
     """
     digest_text = _installed_digest() if roots is None else tree_digest(roots)
-    return f"{__version__}:{digest_text}"
+    solvers = ",".join(f"{name}={version}" for name, version in solver_versions().items())
+    return f"{__version__}:{solvers}:{digest_text}"
 
 
 def result_key(instance_sha: str, backend: str, options: SolveOptions,

@@ -1,10 +1,10 @@
 """``nest-cp verify`` and ``nest-cp table``: certify instances, write and regenerate gap tables.
 
-Exit codes of ``verify``: 0 when every plan passed the evaluator, every algorithmic
-certificate held and no result contradicted a stored reference; 1 otherwise; 2 for
-bad input (a malformed instance or reference, an unknown backend, a missing path, no
-instance files found), reported as one line ``error: <message>``, or a usage error
-(PATHS without ``--out``: the default ``reports/`` holds the full benchmark run).
+Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every plan passed the
+evaluator, every algorithmic certificate held and no result contradicted a stored
+reference; 1 otherwise; 2 for bad input (a malformed instance or reference, an
+unknown backend, a missing path, no instance files found, PATHS without ``--out``:
+the default ``reports/`` holds the full benchmark run), as one line on stderr.
 """
 
 from __future__ import annotations
@@ -12,65 +12,28 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from nest_cp.backends import BACKENDS
 from nest_cp.errors import NestCpError
+from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.io import load_instance, read_document
-from verify import tables
-from verify.cache import DEFAULT_CACHE_DIR
-from verify.harness import (
-    DEFAULT_BACKENDS,
+from nest_cp.verify import tables
+from nest_cp.verify.cache import DEFAULT_CACHE_DIR
+from nest_cp.verify.harness import (
     HarnessOptions,
     Task,
     backend_available,
-    discover,
+    build_tasks,
     load_reference,
+    parse_backends,
     run_tasks,
     solve_counts,
 )
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_TIME_LIMIT_S = 20.0
-SMALL_DIR, PAPER_DIR = Path("instances/small"), Path("instances/paper")
 DEFAULT_OUT_DIR = Path("reports")
-
-
-def parse_backends(text: str | None) -> tuple[str, ...] | None:
-    """``"dp,cpsat"`` -> ("dp", "cpsat"); raises NestCpError for an unknown name."""
-    if text is None:
-        return None
-    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-    unknown = [name for name in names if name not in BACKENDS]
-    if unknown or not names:
-        raise NestCpError(f"expected backends among {', '.join(BACKENDS)}, got {text!r}")
-    return names
-
-
-def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
-                base: HarnessOptions) -> list[Task]:
-    """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper set with dp."""
-    if paths:
-        options = replace(base, backends=backends or DEFAULT_BACKENDS)
-        tasks = [Task(path, options) for path in discover(paths)]
-        if not tasks:
-            raise NestCpError(f"{', '.join(map(str, paths))}: expected instance files "
-                              f"(*.json), found none")
-        return tasks
-    if not SMALL_DIR.is_dir():
-        raise NestCpError(f"{SMALL_DIR}: expected the instance folder here (run from the "
-                          f"repository root or pass PATHS)")
-    small = replace(base, backends=backends or DEFAULT_BACKENDS)
-    paper = replace(base, backends=("dp",))
-    tasks = [Task(path, small) for path in discover([SMALL_DIR])]
-    if PAPER_DIR.is_dir():
-        tasks += [Task(path, paper) for path in discover([PAPER_DIR])]
-    if not tasks:
-        raise NestCpError(f"{SMALL_DIR}: expected instance files (*.json), found none")
-    return tasks
 
 
 def validate_instances(tasks: list[Task]) -> None:
@@ -110,7 +73,7 @@ def write_outputs(document: dict, out_dir: Path) -> None:
         tmp.replace(out_dir / name)
 
 
-@click.command("verify")
+@click.command("verify", cls=GuardedCommand)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--backends", default=None,
               help="Comma-separated backends (default dp,cpsat,milp; dp only on instances/paper "
@@ -134,24 +97,20 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
                    milp_solver: str, progress: bool) -> None:
     """Certify instances (files or folders) and write gap tables."""
     out_dir = _out_dir(paths, out_dir)
-    try:
-        if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
-            raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
-                              f"{time_limit_s} and {jobs}")
-        base = HarnessOptions(time_limit_s=time_limit_s, seed=seed, milp_solver=milp_solver,
-                              cache_dir=cache_dir, use_cache=not no_cache)
-        tasks = build_tasks(paths, parse_backends(backends), base)
-        validate_instances(tasks)
-        records = _run_with_progress(tasks, jobs, progress)
-    except NestCpError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
+        raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
+                          f"{time_limit_s} and {jobs}")
+    base = HarnessOptions(time_limit_s=time_limit_s, seed=seed, milp_solver=milp_solver,
+                          cache_dir=cache_dir, use_cache=not no_cache)
+    tasks = build_tasks(paths, parse_backends(backends), base)
+    validate_instances(tasks)
+    records = _run_with_progress(tasks, jobs, progress)
     names = sorted({name for task in tasks for name in task.options.backends})
     document = tables.results_document(records, tables.protocol(
         _options_summary(tasks), {name: backend_available(name) for name in names}))
     write_outputs(document, out_dir)
     _report(records, out_dir)
-    sys.exit(EXIT_FAILED if any(record["failures"] for record in records) else EXIT_OK)
+    sys.exit(ExitCode.NO_PLAN if any(record["failures"] for record in records) else ExitCode.OK)
 
 
 def _out_dir(paths: tuple[Path, ...], out_dir: Path | None) -> Path:
@@ -188,7 +147,7 @@ def _report(records: list[dict], out_dir: Path) -> None:
     click.echo(f"wrote {out_dir}/results.json and gap_table.{{md,csv,tex}}")
 
 
-@click.command("table")
+@click.command("table", cls=GuardedCommand)
 @click.argument("results", type=click.Path(path_type=Path))
 @click.option("-f", "--format", "fmt", type=click.Choice(tables.FORMATS), default="md",
               show_default=True)
@@ -196,18 +155,14 @@ def _report(records: list[dict], out_dir: Path) -> None:
               help="Write to this file instead of stdout.")
 def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
     """Regenerate a gap table from a stored results.json."""
+    document = read_document(results)
+    if not isinstance(document, dict) or "instances" not in document:
+        raise NestCpError(f"{results}: expected a results.json written by nest-cp verify")
     try:
-        document = read_document(results)
-        if not isinstance(document, dict) or "instances" not in document:
-            raise NestCpError(f"{results}: expected a results.json written by nest-cp verify")
         text = tables.render(document, fmt)
     except (KeyError, TypeError) as exc:
-        click.echo(f"error: {results}: expected a results.json written by nest-cp verify "
-                   f"(missing or malformed {exc})", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except NestCpError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise NestCpError(f"{results}: expected a results.json written by nest-cp verify "
+                          f"(missing or malformed {exc})") from None
     if out_file is None:
         click.echo(text, nl=False)
     else:

@@ -5,8 +5,8 @@ exact backend in the structured space (the algorithmic certificate) and the full
 space (the structural gap), hinting them with the DP plan.  Every result goes
 through :func:`nest_cp.backends.solve`, which referees the plan with the
 evaluator; cached results are refereed again when read.  The analysis lives in
-:mod:`verify.certify`.  Instances run in parallel on a local process pool; each
-solve is cached by :mod:`verify.cache`, so an interrupted run resumes.
+:mod:`nest_cp.verify.certify`.  Instances run in parallel on a local process pool; each
+solve is cached by :mod:`nest_cp.verify.cache`, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nest_cp.backends import SolveOptions, backend_function, check_result, solve
+from nest_cp.backends import BACKENDS, backend_function, check_result, solve
 from nest_cp.errors import InstanceFormatError, InvalidPlan, NestCpError
 from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
 from nest_cp.model import HierarchicalNetwork, Instance
 from nest_cp.plan import Plan
-from nest_cp.result import SolveResult, Space, Status
-from verify import certify
-from verify.cache import (
+from nest_cp.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.verify import certify
+from nest_cp.verify.cache import (
     DEFAULT_CACHE_DIR,
     ResultCache,
     code_fingerprint,
@@ -36,6 +36,7 @@ from verify.cache import (
 LOGGER = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("dp", "cpsat", "milp")
+SMALL_DIR, PAPER_DIR = Path("instances/small"), Path("instances/paper")
 REFERENCE_SUFFIX = ".ref.json"
 SPACE_NAMES = tuple(space.value for space in Space)
 STATUS_NAMES = tuple(status.value for status in Status)
@@ -63,6 +64,40 @@ class Task:
 
     path: Path
     options: HarnessOptions = field(default_factory=HarnessOptions)
+
+
+def parse_backends(text: str | None) -> tuple[str, ...] | None:
+    """``"dp,cpsat"`` -> ("dp", "cpsat"); raises NestCpError for an unknown name."""
+    if text is None:
+        return None
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        raise NestCpError(f"expected backends among {', '.join(BACKENDS)}, got {text!r}")
+    return names
+
+
+def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
+                base: HarnessOptions) -> list[Task]:
+    """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper set with dp."""
+    if paths:
+        options = replace(base, backends=backends or DEFAULT_BACKENDS)
+        tasks = [Task(path, options) for path in discover(paths)]
+        if not tasks:
+            raise NestCpError(f"{', '.join(map(str, paths))}: expected instance files "
+                              f"(*.json), found none")
+        return tasks
+    if not SMALL_DIR.is_dir():
+        raise NestCpError(f"{SMALL_DIR}: expected the instance folder here (run from the "
+                          f"repository root or pass PATHS)")
+    small = replace(base, backends=backends or DEFAULT_BACKENDS)
+    paper = replace(base, backends=("dp",))
+    tasks = [Task(path, small) for path in discover([SMALL_DIR])]
+    if PAPER_DIR.is_dir():
+        tasks += [Task(path, paper) for path in discover([PAPER_DIR])]
+    if not tasks:
+        raise NestCpError(f"{SMALL_DIR}: expected instance files (*.json), found none")
+    return tasks
 
 
 def spaces_of(backend: str) -> tuple[Space, ...]:
@@ -188,7 +223,7 @@ def run_backend(instance: Instance, instance_sha: str, backend: str, options: So
                 cache: ResultCache, code: str | None = None) -> tuple[dict, Plan | None]:
     """Solve (or read from the cache) and referee one backend; returns its record and plan.
 
-    ``code`` is :func:`verify.cache.code_fingerprint` (computed if None).
+    ``code`` is :func:`nest_cp.verify.cache.code_fingerprint` (computed if None).
     A cache hit is refereed again without importing the backend, and re-solved if the
     current evaluator disagrees with it.  A missing backend gives status UNAVAILABLE, a
     plan the evaluator rejects INVALID, any other exception ERROR; only refereed results

@@ -1,6 +1,6 @@
 """Write the reference result beside each instance (``<name>.ref.json``).
 
-``python -m verify.reference [PATHS...] [--backends ...] [--time-limit S]`` runs the
+``python -m nest_cp.verify.reference [PATHS...] [--backends ...] [--time-limit S]`` runs the
 harness (through its cache) and stores, per space, the strongest claim the runs
 prove: OPTIMAL when a run proved the optimum, INFEASIBLE when a run proved no plan
 fits, otherwise FEASIBLE with the best plan found and the best bound proven.  An
@@ -21,9 +21,14 @@ import click
 from nest_cp import __version__
 from nest_cp.io import write_document
 from nest_cp.result import Space, Status
-from verify import certify
-from verify.cli import build_tasks, parse_backends
-from verify.harness import HarnessOptions, reference_path, run_tasks
+from nest_cp.verify import certify
+from nest_cp.verify.harness import (
+    HarnessOptions,
+    build_tasks,
+    parse_backends,
+    reference_path,
+    run_tasks,
+)
 
 LOGGER = logging.getLogger(__name__)
 
@@ -64,7 +69,7 @@ def reference_document(record: dict, time_limit_s: float) -> dict:
               for space in (Space.FULL, Space.STRUCTURED)}
     return {"instance": record["instance"], "instance_sha256": record["sha256"],
             "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
-            "time_limit_s": time_limit_s, "generated_by": "python -m verify.reference",
+            "time_limit_s": time_limit_s, "generated_by": "python -m nest_cp.verify.reference",
             "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from nest_cp import cost
-from nest_cp.errors import BackendOptionError
+from nest_cp.errors import BackendOptionError, InvalidPlan
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
@@ -86,7 +86,7 @@ def feasible_result(backend: str, instance: Instance, plan: Plan, network: Netwo
     """A FEASIBLE record for a heuristic's plan: objective from the evaluator, no bound."""
     evaluation = evaluate(instance, plan, network)
     if not evaluation.feasible:
-        raise ValueError(f"{backend}: built an infeasible plan: {evaluation.violations[0]}")
+        raise InvalidPlan(f"{backend}: built an infeasible plan: {evaluation.violations[0]}")
     return SolveResult(backend=backend, status=Status.FEASIBLE, plan=plan,
                        objective_ticks=evaluation.objective_ticks, bound_ticks=None,
                        wall_time_s=time.perf_counter() - started, space=space,

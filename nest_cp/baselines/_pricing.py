@@ -40,7 +40,7 @@ class PlanPricer:
 
         ``plan`` must be well-formed and carry a placement.
         """
-        config, dp = plan.config, plan.dp
+        config, dp = plan.config, plan.num_replicas
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              plan.microbatch, config, dp)
         tau_max = sync = 0
@@ -59,7 +59,7 @@ class PlanPricer:
 
     def _stage_ticks(self, plan: Plan, s: int, profiles: list) -> int:
         """τ of stage s: the slowest replica (compute, collectives, receives, ZeRO-3 gathers)."""
-        config, dp, placement = plan.config, plan.dp, plan.placement
+        config, dp, placement = plan.config, plan.num_replicas, plan.placement
         stage = plan.stages[s]
         fwd_bwd = [cost.compute_ticks(p, self.tick_s) for p in profiles]
         fixed = sum(f + b for f, b in fwd_bwd) + (sum(f for f, _ in fwd_bwd)
@@ -90,7 +90,7 @@ class PlanPricer:
 
     def _stage_sync(self, plan: Plan, s: int, profiles: list) -> int:
         """Gradient sync of stage s: dense over d·e ranks, expert over d ranks (slowest rank)."""
-        config, dp, placement = plan.config, plan.dp, plan.placement[s]
+        config, dp, placement = plan.config, plan.num_replicas, plan.placement[s]
         dense = sum(p.dense_params for p in profiles)
         expert = sum(p.expert_params for p in profiles)
         dense_ticks = max(self._sync(dense, plan.zero, dp * config.ep, self.network.group_path(

@@ -46,7 +46,6 @@ from __future__ import annotations
 import logging
 import time
 
-from nest_cp.backends import SolveOptions
 from nest_cp.baselines._common import (
     empty_result,
     feasible_result,
@@ -57,7 +56,7 @@ from nest_cp.errors import BackendOptionError
 from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan
-from nest_cp.result import SolveResult, Status
+from nest_cp.result import SolveOptions, SolveResult, Status
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
         plan = _shallowest_plan(instance, network, config, zero)
         if plan is not None:
             logger.debug("manual: t=%d e=%d S=%d d=%d", config.tp, config.ep, plan.num_stages,
-                         plan.dp)
+                         plan.num_replicas)
             return feasible_result("manual", instance, plan, network, started,
                                    stats={"degrees": _degrees(plan)})
     return empty_result("manual", Status.UNKNOWN, started,
@@ -169,6 +168,6 @@ def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int
 
 
 def _degrees(plan: Plan) -> dict:
-    return {"p": plan.num_stages, "d": plan.dp, "t": plan.config.tp, "e": plan.config.ep,
+    return {"p": plan.num_stages, "d": plan.num_replicas, "t": plan.config.tp, "e": plan.config.ep,
             "b": plan.microbatch, "z": plan.zero,
             "recompute": sum(stage.recompute for stage in plan.stages)}

@@ -44,7 +44,6 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-from nest_cp.backends import SolveOptions
 from nest_cp.baselines._common import empty_result, feasible_result, uniform_split
 from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
@@ -52,7 +51,7 @@ from nest_cp.errors import BackendOptionError
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
-from nest_cp.result import SolveResult, Space, Status
+from nest_cp.result import SolveOptions, SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 
@@ -221,10 +220,10 @@ def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
         for replica, ranks in enumerate(replicas):
             for rank, device in enumerate(ranks):
                 order[MEGATRON_LAYOUT.position(stage, replica, rank, plan.config,
-                                               plan.num_stages, plan.dp)] = device
+                                               plan.num_stages, plan.num_replicas)] = device
     used = [order[position] for position in range(len(order))]
     rest = [device for device in network.canonical_order() if device not in set(used)]
-    return _State(plan.config, plan.microbatch, plan.zero, plan.dp,
+    return _State(plan.config, plan.microbatch, plan.zero, plan.num_replicas,
                   tuple(stage.last_layer for stage in plan.stages),
                   tuple(stage.recompute for stage in plan.stages), tuple(used + rest))
 

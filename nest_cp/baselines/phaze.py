@@ -4,7 +4,7 @@ Phaze (Wang et al., ICML'24) and Piper (Tarnawski et al., NeurIPS'21) search
 tensor, pipeline and data parallelism with a dynamic program but price every
 transfer with one bandwidth: they do not see the network's tiers and emit no
 placement.  This baseline reproduces that blindness with our own structured
-DP (``dp.planner:solve``):
+DP (``nest_cp.dp.planner:solve``):
 
 1. Plan on a copy of the instance whose network is one flat tier spanning all
    devices, with the slowest tier's bandwidth and latency (on a graph: the
@@ -28,12 +28,12 @@ import dataclasses
 import logging
 import time
 
-from nest_cp.backends import SolveOptions, backend_function
 from nest_cp.baselines._common import empty_result, feasible_result
+from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.model import HierarchicalNetwork, Instance, Tier
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT
-from nest_cp.result import SolveResult, Status
+from nest_cp.result import SolveOptions, SolveResult, Status
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,6 @@ logger = logging.getLogger(__name__)
 def solve_phaze(instance: Instance, options: SolveOptions) -> SolveResult:
     """Network-blind DP plan, re-evaluated on the real network (module docstring)."""
     started = time.perf_counter()
-    try:
-        dp_solve = backend_function("dp")
-    except (ImportError, AttributeError) as error:
-        return empty_result("phaze", Status.UNKNOWN, started,
-                            f"the structured DP (dp.planner:solve) is not available: {error}")
     network = NetworkModel(instance.cluster)
     flat = flat_instance(instance, network, options.extra)
     blind = dp_solve(flat, options)
@@ -55,7 +50,7 @@ def solve_phaze(instance: Instance, options: SolveOptions) -> SolveResult:
                             f"network-blind DP found no plan: {blind.message}")
     plan = blind.plan
     plan = plan.with_placement(MEGATRON_LAYOUT.placement(
-        plan.config, plan.num_stages, plan.dp, network.canonical_order()))
+        plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
     logger.debug("phaze: flat objective %s ticks", blind.objective_ticks)
     return feasible_result("phaze", instance, plan, network, started, stats={
         "flat_objective_ticks": blind.objective_ticks,

@@ -7,10 +7,9 @@ full and structured placement (placement), the one model skeleton (skeleton),
 the two solver adapters (adapters) and the search that combines statuses (driver).
 """
 
-from nest_cp.exact.driver import ModelMismatch, solve_exact
-from nest_cp.exact.instances import latency_trap_instance, random_instance
+from nest_cp.exact.driver import solve_exact
 from nest_cp.exact.placement import canonical_placement
 from nest_cp.exact.subproblems import StageOption, SubProblem, enumerate_subproblems
 
-__all__ = ["ModelMismatch", "StageOption", "SubProblem", "canonical_placement",
-           "enumerate_subproblems", "latency_trap_instance", "random_instance", "solve_exact"]
+__all__ = ["StageOption", "SubProblem", "canonical_placement", "enumerate_subproblems",
+           "solve_exact"]

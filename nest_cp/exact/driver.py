@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nest_cp.errors import ModelMismatch
 from nest_cp.evaluate import evaluate
 from nest_cp.exact.adapters import RawStatus
 from nest_cp.exact.bounds import communication_lower_bound
@@ -58,10 +59,6 @@ from nest_cp.result import SolveResult, Space, Status
 logger = logging.getLogger(__name__)
 
 FIRST_PASS_SHARE = 0.1  # fraction of the time limit one sub-problem may take in pass 1
-
-
-class ModelMismatch(RuntimeError):
-    """A solver's proven objective differs from the evaluator's: a modelling bug."""
 
 
 @dataclass(slots=True)
@@ -195,8 +192,8 @@ def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
     if hint is None or hint.placement is not None or \
             hint.num_devices_used > network.num_devices:
         return hint
-    return hint.with_placement(MEGATRON_LAYOUT.placement(hint.config, hint.num_stages, hint.dp,
-                                                         network.canonical_order()))
+    return hint.with_placement(MEGATRON_LAYOUT.placement(
+        hint.config, hint.num_stages, hint.num_replicas, network.canonical_order()))
 
 
 def _offer_hint(instance: Instance, space: Space, hint: Plan | None, network: NetworkModel,
@@ -211,8 +208,8 @@ def _offer_hint(instance: Instance, space: Space, hint: Plan | None, network: Ne
 
 def _is_structured(plan: Plan, network: NetworkModel) -> bool:
     order = network.canonical_order()
-    return any(layout.placement(plan.config, plan.num_stages, plan.dp, order) == plan.placement
-               for layout in all_layouts())
+    return any(layout.placement(plan.config, plan.num_stages, plan.num_replicas, order)
+               == plan.placement for layout in all_layouts())
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float) -> SolveResult:

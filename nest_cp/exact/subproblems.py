@@ -77,7 +77,7 @@ class SubProblem:
     def matches(self, plan) -> bool:
         """Whether ``plan`` makes this sub-problem's five enumerated choices."""
         return (plan.config == self.config and plan.microbatch == self.microbatch
-                and plan.num_stages == self.num_stages and plan.dp == self.dp
+                and plan.num_stages == self.num_stages and plan.num_replicas == self.dp
                 and plan.zero == self.zero)
 
 

@@ -35,7 +35,7 @@ def _throughput(result, global_batch: int, tick_s: float) -> str:
 def _degrees(plan) -> str:
     if plan is None:
         return MISSING
-    text = f"({plan.num_stages}, {plan.dp}, {plan.config.tp}"
+    text = f"({plan.num_stages}, {plan.num_replicas}, {plan.config.tp}"
     return text + (f", {plan.config.ep})" if plan.config.ep > 1 else ")")
 
 

@@ -1,6 +1,6 @@
 """Deterministic generator of the benchmark instances in ``instances/``.
 
-``python -m verify.instances [ROOT]`` (re)writes ``ROOT/small/*.json`` (hand-made
+``python -m nest_cp.verify.suite [ROOT]`` (re)writes ``ROOT/small/*.json`` (hand-made
 synthetic instances small enough for the exact solvers to certify) and
 ``ROOT/paper/*.json`` (the NEST grid: five preset models x two clusters x five
 sizes, written as preset references).  Every number of a small instance comes
@@ -408,7 +408,7 @@ def write_instances(root: Path) -> list[Path]:
 
 SMALL_README = """# instances/small — certifiable synthetic instances
 
-Written by `python -m verify.instances` (module `verify/instances.py`); do not edit by
+Written by `python -m nest_cp.verify.suite` (module `verify/instances.py`); do not edit by
 hand, regenerate. Each `<name>.json` has a `<name>.ref.json` beside it, written by
 `python -m verify.reference` (see below). `nest-cp verify` (and `make verify`) runs the DP,
 CP-SAT and MILP on every file here and certifies the DP against the exact optima.
@@ -472,7 +472,7 @@ SMALL_TABLE_HEADER = ["instance", "family", "layers", "devices", "network", "con
 
 PAPER_README = """# instances/paper — the NEST evaluation grid
 
-Written by `python -m verify.instances` (module `verify/instances.py`); regenerate, do not
+Written by `python -m nest_cp.verify.suite` (module `verify/instances.py`); regenerate, do not
 edit. Fifty instances: the five models of NEST's evaluation (BERT-large, Llama2-7B,
 Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
 `nest-h100-spineleaf`) at 64, 128, 256, 512 and 1,024 devices; name
