@@ -178,6 +178,9 @@ class _Reader:
             self.fail(field, "a finite number > 0" if positive else "a finite number >= 0", value)
         return value
 
+    def positive(self, value: Any, field: str) -> float:
+        return self.number(value, field, positive=True)
+
     def boolean(self, value: Any, field: str) -> bool:
         if not isinstance(value, bool):
             self.fail(field, "true or false", value)
@@ -220,7 +223,9 @@ def _show(value: Any) -> str:
 
 
 _PROFILE_FIELDS = {"tp", "ep", "microbatch", "fwd_s", "bwd_s", "dense_params", "expert_params",
-                   "act_bytes", "ckpt_bytes", "out_bytes", "collectives", "flops"}
+                   "act_bytes", "ckpt_bytes", "out_bytes", "collectives", "flops", "wgrad_s",
+                   "sel_fwd_s", "sel_act_bytes", "sel_flops", "sdp_units", "sdp_fraction"}
+_OPTIONAL_SECONDS = ("flops", "wgrad_s", "sel_fwd_s", "sel_flops")  # numbers or null
 
 
 def load_instance(path: str | FsPath) -> Instance:
@@ -313,7 +318,7 @@ def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
 
 def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
     value = reader.mapping(value, field, {"name", "num_devices", "hbm_bytes", "hbm_reserve",
-                                          "network", "provenance"},
+                                          "network", "provenance", "peak_flops_per_s"},
                            ("num_devices", "hbm_bytes", "network"))
     net_field = _join(field, "network")
     net = reader.mapping(value["network"], net_field, None, ("kind",))
@@ -363,7 +368,8 @@ def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
         num_devices=reader.integer(value["num_devices"], _join(field, "num_devices"), 1),
         hbm_bytes=reader.integer(value["hbm_bytes"], _join(field, "hbm_bytes"), 1),
         hbm_reserve=reader.number(value.get("hbm_reserve", 0.0), _join(field, "hbm_reserve")),
-        network=network, name=reader.string(value.get("name", "cluster"), _join(field, "name")))
+        network=network, name=reader.string(value.get("name", "cluster"), _join(field, "name")),
+        peak_flops_per_s=_optional(value, "peak_flops_per_s", field, reader.positive))
 
 
 def _workload(reader: _Reader, value: Any, field: str) -> Workload:
@@ -424,8 +430,17 @@ def _profile(reader: _Reader, raw: Any, field: str) -> tuple[tuple[IntraConfig, 
         ckpt_bytes=reader.integer(raw["ckpt_bytes"], _join(field, "ckpt_bytes")),
         out_bytes=reader.integer(raw["out_bytes"], _join(field, "out_bytes")),
         collectives=tuple(collectives),
-        flops=reader.number(raw.get("flops", 0.0), _join(field, "flops")))
+        sel_act_bytes=_optional(raw, "sel_act_bytes", field, reader.integer),
+        sdp_units=reader.integer(raw.get("sdp_units", 0), _join(field, "sdp_units")),
+        sdp_fraction=reader.number(raw.get("sdp_fraction", 0.0), _join(field, "sdp_fraction")),
+        **{name: _optional(raw, name, field, reader.number) for name in _OPTIONAL_SECONDS})
     return (config, microbatch), profile
+
+
+def _optional(raw: dict, name: str, field: str, read: Callable[[Any, str], Any]) -> Any:
+    """An optional profile field: absent or null is None, else read and checked."""
+    value = raw.get(name)
+    return None if value is None else read(value, _join(field, name))
 
 
 # ------------------------------------------------------------------ writing instances
@@ -467,8 +482,11 @@ def cluster_to_dict(cluster: Cluster) -> dict:
         net = {"kind": "graph", "switches": list(network.switches), "links": [
             {"a": link.a, "b": link.b, "bandwidth_Bps": link.bandwidth_Bps,
              "latency_s": link.latency_s} for link in network.links]}
-    return {"name": cluster.name, "num_devices": cluster.num_devices,
+    data = {"name": cluster.name, "num_devices": cluster.num_devices,
             "hbm_bytes": cluster.hbm_bytes, "hbm_reserve": cluster.hbm_reserve, "network": net}
+    if cluster.peak_flops_per_s is not None:
+        data["peak_flops_per_s"] = cluster.peak_flops_per_s
+    return data
 
 
 def workload_to_dict(workload: Workload) -> dict:
@@ -487,13 +505,18 @@ def workload_to_dict(workload: Workload) -> dict:
 
 
 def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> dict:
-    return {"tp": config.tp, "ep": config.ep, "microbatch": microbatch, "fwd_s": p.fwd_s,
+    data = {"tp": config.tp, "ep": config.ep, "microbatch": microbatch, "fwd_s": p.fwd_s,
             "bwd_s": p.bwd_s, "dense_params": p.dense_params, "expert_params": p.expert_params,
             "act_bytes": p.act_bytes, "ckpt_bytes": p.ckpt_bytes, "out_bytes": p.out_bytes,
-            "flops": p.flops,
             "collectives": [{"kind": c.kind.value, "volume_bytes": c.volume_bytes,
                              "group": c.group.value, "phase": c.phase.value}
                             for c in p.collectives]}
+    optional = {"flops": p.flops, "wgrad_s": p.wgrad_s, "sel_fwd_s": p.sel_fwd_s,
+                "sel_act_bytes": p.sel_act_bytes, "sel_flops": p.sel_flops}
+    data.update({name: value for name, value in optional.items() if value is not None})
+    if p.sdp_units:
+        data.update(sdp_units=p.sdp_units, sdp_fraction=p.sdp_fraction)
+    return data
 
 
 # ------------------------------------------------------------------ plans

@@ -110,7 +110,16 @@ class IntraConfig:
 
 @dataclass(frozen=True, slots=True)
 class LayerProfile:
-    """Per-device cost of one layer under one configuration and microbatch size (DESIGN §1.1)."""
+    """Per-device cost of one layer under one configuration and microbatch size (DESIGN §1.1).
+
+    The optional fields are ``None`` when unknown: ``wgrad_s`` (the weight-gradient part
+    of ``bwd_s``; SDP backward masking and overlap), ``sel_fwd_s`` / ``sel_act_bytes``
+    (selective recomputation of the attention core: forward time recomputed and the
+    activation bytes kept), ``flops`` (model FLOPs of one microbatch's forward on this
+    device; MFU) and ``sel_flops`` (forward FLOPs recomputed by selective recomputation;
+    HFU).  ``sdp_units`` > 0 marks a layer maskable by SDP (DESIGN §7) with
+    ``sdp_fraction`` of its params, compute and activations in those units.
+    """
 
     fwd_s: float
     bwd_s: float
@@ -120,19 +129,50 @@ class LayerProfile:
     ckpt_bytes: int
     out_bytes: int
     collectives: tuple[Collective, ...] = ()
-    flops: float = 0.0  # model FLOPs of fwd + bwd of one microbatch on this device (for MFU)
+    flops: float | None = None
+    wgrad_s: float | None = None
+    sel_fwd_s: float | None = None
+    sel_act_bytes: int | None = None
+    sel_flops: float | None = None
+    sdp_units: int = 0
+    sdp_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         _nonneg_number(self.fwd_s, "fwd_s")
         _nonneg_number(self.bwd_s, "bwd_s")
         for name in ("dense_params", "expert_params", "act_bytes", "ckpt_bytes", "out_bytes"):
             _nonneg_int(getattr(self, name), name)
-        _nonneg_number(self.flops, "flops")
         _require(isinstance(self.collectives, tuple), "collectives", "a tuple", self.collectives)
+        for name in ("flops", "sel_flops"):
+            if getattr(self, name) is not None:
+                _nonneg_number(getattr(self, name), name)
+        if self.wgrad_s is not None:
+            _nonneg_number(self.wgrad_s, "wgrad_s")
+            _require(self.wgrad_s <= self.bwd_s, "wgrad_s", f"at most bwd_s = {self.bwd_s}",
+                     self.wgrad_s)
+        _require((self.sel_fwd_s is None) == (self.sel_act_bytes is None), "sel_act_bytes",
+                 "sel_fwd_s and sel_act_bytes given together",
+                 "only one of them" if (self.sel_fwd_s is None) != (self.sel_act_bytes is None)
+                 else None)
+        if self.sel_fwd_s is not None:
+            _nonneg_number(self.sel_fwd_s, "sel_fwd_s")
+            _require(self.sel_fwd_s <= self.fwd_s, "sel_fwd_s", f"at most fwd_s = {self.fwd_s}",
+                     self.sel_fwd_s)
+            _nonneg_int(self.sel_act_bytes, "sel_act_bytes")
+            _require(self.sel_act_bytes <= self.act_bytes, "sel_act_bytes",
+                     f"at most act_bytes = {self.act_bytes}", self.sel_act_bytes)
+        _nonneg_int(self.sdp_units, "sdp_units")
+        _require(_is_number(self.sdp_fraction) and 0 <= self.sdp_fraction <= 1, "sdp_fraction",
+                 "a fraction in [0, 1]", self.sdp_fraction)
 
     @property
     def params(self) -> int:
         return self.dense_params + self.expert_params
+
+    @property
+    def has_selective(self) -> bool:
+        """Whether the profile allows selective recomputation (sel_fwd_s and sel_act_bytes)."""
+        return self.sel_fwd_s is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,13 +316,18 @@ Network = HierarchicalNetwork | GraphNetwork
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """N identical devices with ``hbm_bytes`` each, of which ``hbm_reserve`` is kept back."""
+    """N identical devices with ``hbm_bytes`` each, of which ``hbm_reserve`` is kept back.
+
+    ``peak_flops_per_s`` is one device's dense peak for the profiles' datatype (MFU and
+    HFU need it; ``None`` when unknown).
+    """
 
     num_devices: int
     hbm_bytes: int
     network: Network
     hbm_reserve: float = 0.0
     name: str = "cluster"
+    peak_flops_per_s: float | None = None
 
     def __post_init__(self) -> None:
         _pos_int(self.num_devices, "num_devices")
@@ -293,6 +338,8 @@ class Cluster:
                  self.name)
         _require(_is_number(self.hbm_reserve) and 0 <= self.hbm_reserve < 1, "hbm_reserve",
                  "a fraction in [0, 1)", self.hbm_reserve)
+        if self.peak_flops_per_s is not None:
+            _pos_number(self.peak_flops_per_s, "peak_flops_per_s")
         if isinstance(self.network, HierarchicalNetwork):
             covered = self.network.domain_sizes()[-1]
             _require(covered >= self.num_devices, "network.tiers",

@@ -219,7 +219,8 @@ def network_cluster(network: str, devices: int, device: str | None = None,
                                   field="num_devices")
     spec = _device_for(preset, device)
     return Cluster(num_devices=devices, hbm_bytes=spec.hbm_bytes, network=preset.build(devices),
-                   hbm_reserve=hbm_reserve, name=f"{network}-{devices}")
+                   hbm_reserve=hbm_reserve, name=f"{network}-{devices}",
+                   peak_flops_per_s=spec.peak_flops)
 
 
 def default_tp_widths(model: TransformerSpec, devices: int) -> tuple[int, ...]:

@@ -25,10 +25,11 @@ FLOPs, full s^2 even for causal models as in the usual model-FLOPs count; the s^
 memory about four times: written, read and written by softmax, read by AV — no flash
 attention), and the memory-bound element-wise ops (norms, residual adds, activation, embedding
 gather, cross-entropy). Backward (data + weight gradients) is twice the forward for every
-group, both in FLOPs and in bytes moved. ``flops`` is the model FLOPs of fwd + bwd = 3x the
-forward GEMM and attention FLOPs. Under expert parallelism every device runs its dense layers
-for b samples and, with balanced routing, its E/e experts receive R = k*s*b tokens (the e ranks
-together process b*e samples and send k*s*b*e token copies to E experts).
+group, both in FLOPs and in bytes moved. ``flops`` is the model FLOPs of one microbatch's
+forward on the device (GEMM and attention FLOPs; DESIGN §1.1). Under expert parallelism every
+device runs its dense layers for b samples and, with balanced routing, its E/e experts
+receive R = k*s*b tokens (the e ranks together process b*e samples and send k*s*b*e token
+copies to E experts).
 
 **Activation memory** follows Korthikanti et al. 2022, "Reducing Activation Recomputation in
 Large Transformer Models" (arXiv 2205.05198), §4.1 and Table 2, the *tensor parallelism
@@ -414,8 +415,8 @@ def _head_ops(shape: _Shape) -> list[_OpGroup]:
 
 
 def _model_flops(groups: Sequence[_OpGroup]) -> float:
-    """Model FLOPs of forward + backward: three times the forward FLOPs."""
-    return float(3 * sum(g.flops for g in groups))
+    """Model FLOPs of the forward pass on one device."""
+    return float(sum(g.flops for g in groups))
 
 
 # ------------------------------------------------------------------ collectives

@@ -38,6 +38,11 @@ DATA = Path(__file__).parent / "data"
     ("broken_duplicate_microbatches.json", "training.microbatches", "distinct sizes"),
     ("broken_duplicate_key.json", "global_batch", "each key once"),
     ("broken_duplicate_key.yaml", "workload", "each key once"),
+    ("broken_wgrad_above_bwd.json", "workload.layers[0].profiles[0].wgrad_s", "at most bwd_s"),
+    ("broken_selective_half.json", "workload.layers[0].profiles[0].sel_act_bytes",
+     "sel_fwd_s and sel_act_bytes given together"),
+    ("broken_sdp_fraction.json", "workload.layers[0].profiles[0].sdp_fraction", "[0, 1]"),
+    ("broken_peak_flops.json", "cluster.peak_flops_per_s", "a finite number > 0"),
     ("broken_not_json.json", None, "valid JSON"),
     ("broken_yaml.yaml", None, "valid YAML"),
     ("broken_missing_reference.json", None, "an existing file"),
@@ -88,3 +93,24 @@ def test_instance_round_trip_preserves_evaluation(tmp_path):
     assert again.workload.num_layers == 2
     assert evaluate(again, load_plan(tmp_path / "plan.yaml")).objective_ticks == \
         evaluate(instance, plan).objective_ticks
+
+
+def test_optional_profile_fields_round_trip(tmp_path: Path):
+    """wgrad, selective, FLOPs, SDP fields and the device peak survive save and load."""
+    instance = load_instance(DATA / "profile_optional_fields.json")
+    profile = instance.workload.layers[0].profiles[next(iter(instance.workload.layers[0].profiles))]
+    assert (profile.wgrad_s, profile.sel_fwd_s, profile.sel_act_bytes) == (0.001, 0.0002, 3 * 10**9)
+    assert (profile.flops, profile.sel_flops, profile.sdp_units, profile.sdp_fraction) == \
+        (1e12, 1e11, 4, 0.8)
+    assert instance.cluster.peak_flops_per_s == 1e15
+    save_instance(instance, tmp_path / "copy.json")
+    assert instance_to_dict(load_instance(tmp_path / "copy.json")) == instance_to_dict(instance)
+
+
+def test_optional_profile_fields_default_to_unknown():
+    """Without the optional fields a profile has no wgrad, selective or FLOP data, no SDP units."""
+    profile = next(iter(load_instance(DATA / "worked_example.json").workload.layers[0]
+                        .profiles.values()))
+    assert (profile.wgrad_s, profile.sel_fwd_s, profile.sel_act_bytes, profile.flops) == \
+        (None, None, None, None)
+    assert (profile.sdp_units, profile.has_selective) == (0, False)
