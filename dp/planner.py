@@ -497,8 +497,8 @@ class _MemoryFit:
                  microbatches: int):
         self.dp, self.zero = dp, zero
         width = table.num_layers - num_stages + 1
-        state = windows(pricing.stage_state_bytes(table.params_range, search.instance, zero, dp),
-                        num_stages)
+        state = windows(cost.state_bytes(table.params_range, search.instance.training.optimizer,
+                                          zero, dp), num_stages)
         in_flight = np.array([cost.in_flight(s, num_stages, microbatches)
                               for s in range(num_stages)], dtype=np.int64)[:, None, None]
         plain = state + in_flight * windows(table.act_range, num_stages)

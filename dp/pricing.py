@@ -136,18 +136,6 @@ class LayerTable:
         return self._transfers[path]
 
 
-def stage_state_bytes(params: np.ndarray, instance: Instance, zero: int, dp: int) -> np.ndarray:
-    """W * (w/δ3 + g/δ2 + o/δ1) per range, each term rounded up (as ``cost.state_bytes``)."""
-    optimizer = instance.training.optimizer
-
-    def shard(bytes_per_param: int, ways: int) -> np.ndarray:
-        return -(-(params * bytes_per_param) // ways)
-
-    return (shard(optimizer.weight_bytes, dp if zero >= 3 else 1)
-            + shard(optimizer.grad_bytes, dp if zero >= 2 else 1)
-            + shard(optimizer.state_bytes, dp if zero >= 1 else 1))
-
-
 def zero3_gather_form(instance: Instance, dp: int, path: Path) -> LinearTicks:
     """One ZeRO-3 all-gather of a stage's weights as a linear form in its parameter count."""
     training = instance.training

@@ -17,12 +17,8 @@ from nest_cp.model import (
     LayerProfile,
     Optimizer,
 )
-from nest_cp.network import Path, collective_ticks, exact, p2p_ticks, to_ticks
-
-
-def ceil_div(numerator: int, denominator: int) -> int:
-    """ceil(numerator / denominator) for non-negative integers, without floats."""
-    return -(-numerator // denominator)
+from nest_cp.network import Path, collective_ticks, p2p_ticks
+from nest_cp.ticks import ceil_div, exact, to_ticks
 
 
 def num_microbatches(global_batch: int, microbatch: int, config: IntraConfig, dp: int) -> int:
@@ -90,18 +86,15 @@ def gradient_sync_ticks(params: int, optimizer: Optimizer, zero: int, group_size
                             path, tick_s)
 
 
-def _shard(params: int, bytes_per_param: int, ways: int) -> int:
-    return ceil_div(params * bytes_per_param, ways)
-
-
-def state_bytes(params: int, optimizer: Optimizer, zero: int, dp: int) -> int:
+def state_bytes(params, optimizer: Optimizer, zero: int, dp: int):
     """W * (w/δ3 + g/δ2 + o/δ1), each of the three terms rounded up to whole bytes.
 
-    δi = d when ZeRO stage z >= i, else 1.
+    δi = d when ZeRO stage z >= i, else 1.  ``params`` may be an int or an int64 array
+    (the DP prices whole range matrices with this same function).
     """
-    return (_shard(params, optimizer.weight_bytes, dp if zero >= 3 else 1)
-            + _shard(params, optimizer.grad_bytes, dp if zero >= 2 else 1)
-            + _shard(params, optimizer.state_bytes, dp if zero >= 1 else 1))
+    return (ceil_div(params * optimizer.weight_bytes, dp if zero >= 3 else 1)
+            + ceil_div(params * optimizer.grad_bytes, dp if zero >= 2 else 1)
+            + ceil_div(params * optimizer.state_bytes, dp if zero >= 1 else 1))
 
 
 def activation_bytes(profiles: Sequence[LayerProfile], recompute: bool, in_flight_: int) -> int:

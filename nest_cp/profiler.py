@@ -78,7 +78,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from nest_cp.cost import ceil_div
 from nest_cp.errors import InstanceFormatError
 from nest_cp.model import (
     Collective,
@@ -90,6 +89,7 @@ from nest_cp.model import (
     Phase,
     Workload,
 )
+from nest_cp.ticks import ceil_div
 
 BF16_BYTES = 2
 FP32_BYTES = 4

@@ -22,3 +22,8 @@ def exact(value: float | int) -> Fraction:
 def to_ticks(seconds: Fraction, tick_s: float) -> int:
     """Seconds to integer ticks, rounded up: the one conversion every backend uses."""
     return math.ceil(Fraction(seconds) / exact(tick_s))
+
+
+def ceil_div(numerator, denominator):
+    """ceil(numerator / denominator) for non-negative integers (or int64 arrays), no floats."""
+    return -(-numerator // denominator)
