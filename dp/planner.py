@@ -78,7 +78,7 @@ from nest_cp.dp.geometry import (
 )
 from nest_cp.dp.kernel import INF, backtrack, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
 from nest_cp.result import SolveResult, Space, Status
@@ -360,7 +360,8 @@ class _Search:
     def _accept(self, table: LayerTable, split: list[tuple[int, int]], fits: _MemoryFit,
                 objective: int, key: tuple[int, ...], layout: RankLayout) -> None:
         num_stages, dp = len(split), fits.dp
-        stages = tuple(Stage(first, last, bool(~fits.plain[stage, first - stage, last - stage]))
+        stages = tuple(Stage(first, last, RecomputeMode.NONE if fits.plain[
+            stage, first - stage, last - stage] else RecomputeMode.FULL)
                        for stage, (first, last) in enumerate(split))
         placement = layout.placement(table.config, num_stages, dp, self.device_order.tolist())
         self.best.objective, self.best.key = objective, key
@@ -507,7 +508,7 @@ class _MemoryFit:
         ordered = np.triu(np.ones((width, width), dtype=bool))
         self.fwd = windows(table.fwd_range, num_stages)
         self.plain = ordered & (plain <= search.limit)
-        allow = search.instance.training.allow_recompute
+        allow = RecomputeMode.FULL in search.instance.training.recompute_modes
         self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
         self._memory = (ordered, plain, with_recompute if allow else plain)
 
