@@ -51,6 +51,13 @@ the largest allowed one is searched (and z = 3 only where it differs, d·e > 1).
 Layouts whose order without radix-1 dimensions coincides give equal placements:
 only the first is searched.
 
+Scope (not yet DESIGN §3.2, issue 13).  Plans with v = 1 and recompute none or full,
+priced as DESIGN §3: collectives on the span of the replica's t·e group (not each TP /
+EP group, §3.2 f), full recomputation without its rerun forward collectives (§3.2 a),
+memory without ZeRO-3 gather buffers (§3.2 d).  Where these differ (t·e > 1, z = 3)
+the evaluator, the referee, prices the DP's plan differently; the backend registry
+refuses instances allowing selective recomputation, v > 1 or overlapped reduction.
+
 Ties (a deterministic rule).  Least objective; then the least outer key
 (index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
 outer choice the Pareto point with the least τ; within a split the shortest

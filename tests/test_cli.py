@@ -279,3 +279,11 @@ def test_vp_too_deep_for_the_layers_is_a_usage_error():
     result = _run("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1",
                   "--vp", "4")
     assert result.exit_code == 2 and "--pp x --vp" in result.output
+
+
+def test_v1_backends_refuse_v2_choices():
+    """dp (and the exact backends) do not search selective recomputation yet: on an instance
+    allowing it they exit 2 naming the choice instead of calling a v1 optimum OPTIMAL."""
+    result = _run("solve", DATA / "selective_example.json", "--backend", "dp")
+    assert result.exit_code == 2 and "recompute none/selective/full" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,5 +1,11 @@
 """The one model behind both exact backends (DESIGN §3 for a fixed sub-problem).
 
+Not yet DESIGN §3.2 (issue 13): collectives are priced on the replica group's span,
+not on each TP / EP group (§3.2 f), and full recomputation does not rerun the forward
+collectives (§3.2 a), so plans with t·e > 1 may price differently from the evaluator;
+the backend registry refuses instances allowing selective recomputation, v > 1 or
+overlapped gradient reduction.  Memory (ZeRO-3 buffers included) is the evaluator's.
+
 Built against a small adapter (nest_cp.exact.adapters) so CP-SAT and the MILP
 read the same index sets, the same variable families and the same constraints.
 
