@@ -36,6 +36,20 @@ BACKENDS: dict[str, str] = {
 V1_ONLY_BACKENDS = ("dp", "cpsat", "milp")
 
 
+# The options each backend honours: SolveOptions fields and ``extra`` keys.  Anything else
+# given to it would be silently ignored, so the command line refuses it (exit 2).
+HONOURED_OPTIONS: dict[str, frozenset[str]] = {
+    "dp": frozenset(),
+    "brute": frozenset({"space", "max_placements"}),
+    "cpsat": frozenset({"space", "time_limit_s", "seed", "workers", "hint"}),
+    "milp": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "milp_solver"}),
+    "manual": frozenset(),
+    "phaze": frozenset({"flat_bandwidth_Bps", "flat_latency_s"}),
+    "mcmc": frozenset({"time_limit_s", "seed", "budget", "chains"}),
+    "fixed": frozenset({"degrees", "microbatch", "zero"}),
+}
+
+
 def backend_function(name: str) -> Callable[[Instance, SolveOptions], SolveResult]:
     if name not in BACKENDS:
         raise ValueError(f"expected a backend among {', '.join(BACKENDS)}, got {name!r}")

@@ -83,7 +83,7 @@ def _check_size(instance: Instance, limit: int) -> None:
     if total > limit:
         raise BackendOptionError(
             f"expected at most {limit} placements for a full-space brute force, got {total}; "
-            f"use the structured space or a smaller instance")
+            f"use the structured space or a smaller instance", option="space")
 
 
 def _plans(instance: Instance, network: NetworkModel, space: Space) -> Iterator[Plan]:

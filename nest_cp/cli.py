@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
+import time
 from pathlib import Path as FsPath
 
 import click
 
 from nest_cp import cost, io
-from nest_cp.backends import BACKENDS, solve
+from nest_cp.backends import BACKENDS, HONOURED_OPTIONS, solve
 from nest_cp.compare import compare_command
 from nest_cp.errors import BackendOptionError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
 from nest_cp.exits import ExitCode, GuardedGroup
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.plan import Plan, uniform_stages
-from nest_cp.result import SolveOptions, SolveResult, Space
+from nest_cp.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
 from nest_cp.verify.cli import table_command, verify_command
 
 
@@ -186,10 +188,10 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
-def _reject_options(names: tuple[str, ...], context: str) -> None:
+def _reject_options(names: tuple[str, ...], context: str, flag: str | None = None) -> None:
     """UsageError when any of ``names`` was given on the command line (it would be ignored)."""
     ctx = click.get_current_context()
-    given = [f"--{name.removesuffix('_degree').replace('_', '-')}" for name in names
+    given = [flag or f"--{name.removesuffix('_degree').replace('_', '-')}" for name in names
              if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
     if given:
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
@@ -229,6 +231,17 @@ def _evaluation_table(evaluation: Evaluation) -> str:
 
 # ------------------------------------------------------------------ solve
 
+MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used the limit up
+
+
+# solve's options that map to a SolveOptions field or extra key a backend may not honour
+_SOLVE_OPTIONS = {"space": "space", "time_limit": "time_limit_s", "seed": "seed",
+                  "workers": "workers", "hint": "hint", "milp_solver": "milp_solver",
+                  "degrees": "degrees", "budget": "budget", "chains": "chains",
+                  "flat_bandwidth": "flat_bandwidth_Bps"}
+_FLAGS = {field: f"--{name.replace('_', '-')}" for name, field in _SOLVE_OPTIONS.items()}
+_FLAGS["hint"] = "--hint/--no-hint"
+
 
 @main.command("solve")
 @click.argument("instance_path", metavar="INSTANCE", type=click.Path(dir_okay=False))
@@ -236,9 +249,11 @@ def _evaluation_table(evaluation: Evaluation) -> str:
 @click.option("--space", type=click.Choice([s.value for s in Space]), default=None,
               help="Search space (default: structured for dp, full for exact backends).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
-              show_default=True, help="Seconds, for exact solvers.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+              show_default=True, help="cpsat/milp/mcmc: seconds for the whole solve (the "
+              "DP hint included).")
+@click.option("--seed", type=int, default=0, show_default=True, help="cpsat/milp/mcmc.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
+              help="cpsat/milp: solver threads.")
 @click.option("--milp-solver", type=click.Choice(["cbc", "highs"]), default="cbc",
               show_default=True)
 @click.option("--hint/--no-hint", default=True, show_default=True,
@@ -257,30 +272,44 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
                   seed: int, workers: int, milp_solver: str, hint: bool,
                   degrees: tuple[int, ...], budget: int | None, chains: int | None,
                   flat_bandwidth: float | None, as_json: bool, output: str | None) -> None:
-    """Plan INSTANCE with one backend; exit 1 when no plan fits."""
-    for names, owners in ((("degrees",), ("fixed",)), (("budget", "chains"), ("mcmc",)),
-                          (("flat_bandwidth",), ("phaze",)),
-                          (("milp_solver",), ("milp",)),
-                          (("space",), ("cpsat", "milp", "brute"))):
-        if backend not in owners:
-            _reject_options(names, f"with --backend {backend}")
+    """Plan INSTANCE with one backend; exit 1 when no plan fits.
+
+    --time-limit bounds the whole solve of cpsat and milp: the DP plan they start
+    from (--hint) is computed first and its time counts against the limit.
+    """
+    honoured = HONOURED_OPTIONS[backend]
+    for name, field in _SOLVE_OPTIONS.items():
+        if field not in honoured:
+            _reject_options((name,), f"with --backend {backend}", flag=_FLAGS[field])
+    if not math.isfinite(time_limit):
+        raise click.BadParameter(f"expected a finite number of seconds, got {time_limit}",
+                                 param_hint="--time-limit")
     extra = {key: value for key, value in (
         ("degrees", degrees or None), ("budget", budget), ("chains", chains),
         ("flat_bandwidth_Bps", flat_bandwidth)) if value is not None}
     if output is not None:
         _check_writable(output)
     inst = io.load_instance(instance_path)
+    started = time.monotonic()
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
-    hint_plan = None
-    if hint and backend in ("cpsat", "milp"):
+    hint_plan, hint_s = None, None
+    if hint and "hint" in honoured:
         hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
-        hint_plan = hinted.plan
-    options = SolveOptions(space=chosen, time_limit_s=time_limit, seed=seed, workers=workers,
-                           milp_solver=milp_solver, hint=hint_plan,
-                           progress=sys.stderr.isatty(), extra=extra)
-    result = solve(inst, backend, options)
+        hint_plan, hint_s = hinted.plan, time.monotonic() - started
+    time_left = time_limit - (time.monotonic() - started)
+    try:
+        options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),
+                               seed=seed, workers=workers, milp_solver=milp_solver,
+                               hint=hint_plan, progress=sys.stderr.isatty(), extra=extra)
+        result = solve(inst, backend, options)
+    except BackendOptionError as exc:
+        if exc.option in _FLAGS:
+            raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
+        raise
     record = result_record(inst, result)
+    if hint_s is not None:
+        record["hint_wall_time_s"] = hint_s
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
@@ -307,6 +336,7 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
                                      inst.training.tick_s) if seconds else None
     return {
         "backend": result.backend, "status": result.status.value, "space": result.space.value,
+        "tolerance_rel": result.tolerance_rel,
         "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
         "iteration_time_s": seconds, "throughput_samples_per_s": throughput,
         "wall_time_s": result.wall_time_s, "message": result.message,
@@ -325,8 +355,12 @@ def _rate(value: float | None, digits: int) -> str:
 
 
 def _result_table(record: dict) -> str:
+    status = status_text(record["status"], record["tolerance_rel"])
+    if record["tolerance_rel"] and record["status"] == Status.OPTIMAL.value:
+        status += (f" (proven within the solver's relative tolerance "
+                   f"{record['tolerance_rel']:g}; the bound is what it proved)")
     lines = [f"backend    {record['backend']} ({record['space']} space)",
-             f"status     {record['status']}"]
+             f"status     {status}"]
     if record["message"]:
         lines.append(f"message    {record['message']}")
     if record["objective_ticks"] is not None:
@@ -343,7 +377,10 @@ def _result_table(record: dict) -> str:
                      f"microbatch={plan['microbatch']} zero={plan['zero']} "
                      f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
                      f"[{split}] (* full, + selective recompute)")
-    lines.append(f"wall time  {record['wall_time_s']:.3f} s")
+    wall = f"wall time  {record['wall_time_s']:.3f} s"
+    if record.get("hint_wall_time_s") is not None:
+        wall += f" (after the DP hint: {record['hint_wall_time_s']:.3f} s)"
+    lines.append(wall)
     return "\n".join(lines)
 
 

@@ -424,10 +424,14 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
         if not instances:
             raise click.UsageError("expected at least one instance (or --from-csv)")
         unknown = [name for name in names if name not in BACKENDS]
-        if unknown or normaliser not in names:
+        if unknown or not names:
             raise click.BadParameter(
-                f"expected backends among {', '.join(BACKENDS)} including the normaliser "
-                f"{normaliser!r}, got {', '.join(names)}", param_hint="--backends")
+                f"expected backends among {', '.join(BACKENDS)}, got {backends!r}",
+                param_hint="--backends")
+        if normaliser not in names:
+            raise click.BadParameter(
+                f"expected one of the backends run ({', '.join(names)}), got {normaliser!r}",
+                param_hint="--normalize")
     csv_path = Path(from_csv) if from_csv is not None else _solve_to_csv(
         instances, names, normaliser, scope, out,
         SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,

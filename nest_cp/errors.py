@@ -46,7 +46,15 @@ class ModelMismatch(InternalError):
 
 
 class BackendOptionError(NestCpError, ValueError):
-    """A backend cannot run with the options given (e.g. brute force over too many placements)."""
+    """A backend cannot run with the options given (e.g. brute force over too many placements).
+
+    ``option`` names the option at fault as a :class:`nest_cp.result.SolveOptions` field
+    or ``extra`` key (``"degrees"``), so the command line can blame the user's flag.
+    """
+
+    def __init__(self, message: str, *, option: str | None = None):
+        self.option = option
+        super().__init__(message)
 
 
 class InfeasibleInstance(NestCpError):

@@ -19,7 +19,14 @@ from typing import Any
 import yaml
 
 from nest_cp.errors import InstanceFormatError, NestCpError, PlanFormatError
-from nest_cp.limits import MAX_LAYERS
+from nest_cp.limits import (
+    MAX_INPUT_BYTES,
+    MAX_INT,
+    MAX_INT_DIGITS,
+    MAX_LAYERS,
+    MAX_PROVENANCE_ENTRIES,
+    MAX_YAML_NODES,
+)
 from nest_cp.model import (
     Cluster,
     Collective,
@@ -47,10 +54,21 @@ from nest_cp.plan import Plan, Stage
 
 def read_document(path: str | FsPath, error: type[InstanceFormatError] = InstanceFormatError
                   ) -> Any:
-    """Parse a JSON or YAML file (by extension; JSON is tried first otherwise)."""
+    """Parse a JSON or YAML file (by extension; JSON otherwise), within the input limits.
+
+    Files over MAX_INPUT_BYTES (``/dev/zero`` included), integers of more than
+    MAX_INT_DIGITS digits and YAML documents whose aliases expand to more than
+    MAX_YAML_NODES values are refused with a message saying so; an over-long
+    integer is reported at its field by the reader (it parses to a :class:`LongInteger`).
+    """
     path = FsPath(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise error(f"expected a file of at most {MAX_INPUT_BYTES // 2**20} MiB, got a "
+                        f"larger one", file=str(path))
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise error("expected an existing file, got none", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -62,12 +80,16 @@ def read_document(path: str | FsPath, error: type[InstanceFormatError] = Instanc
         except _DuplicateKey as exc:
             raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
                         field=exc.key) from None
+        except _TooLarge as exc:
+            raise error(str(exc), file=str(path)) from None
         except yaml.YAMLError as exc:
             line = getattr(getattr(exc, "problem_mark", None), "line", None)
             at = f" (line {line + 1})" if line is not None else ""
             raise error(f"expected valid YAML{at}", file=str(path)) from None
+        except RecursionError:
+            raise error("expected YAML nested less deeply", file=str(path)) from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_integer)
     except _DuplicateKey as exc:
         raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
                     field=exc.key) from None
@@ -76,6 +98,29 @@ def read_document(path: str | FsPath, error: type[InstanceFormatError] = Instanc
                     file=str(path)) from None
     except RecursionError:
         raise error("expected JSON nested less deeply", file=str(path)) from None
+
+
+class LongInteger:
+    """An integer literal too long to read (more than MAX_INT_DIGITS digits).
+
+    Kept as a placeholder so the field reading it reports the error with its path
+    (``training.global_batch: expected an integer ..., got a 4000-digit integer``).
+    """
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def _integer(text: str) -> int | LongInteger:
+    digits = len(text.lstrip("+-"))
+    return LongInteger(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+class _TooLarge(ValueError):
+    """A YAML document whose aliases expand past MAX_YAML_NODES values."""
 
 
 class _DuplicateKey(ValueError):
@@ -98,8 +143,17 @@ class _StrictYamlLoader(yaml.SafeLoader):
     """A SafeLoader that rejects repeated keys and reads 80e9 or 1e-6 as floats (YAML 1.2).
 
     PyYAML follows YAML 1.1, where a float needs a dot (8.0e9), so numbers copied from
-    JSON would otherwise arrive as strings.
+    JSON would otherwise arrive as strings.  It also refuses alias "bombs": anchors
+    referenced so often that the document expands to more than MAX_YAML_NODES values
+    (aliases are resolved by reference, but every reader of the result walks the
+    expansion), and reads over-long integers as :class:`LongInteger`.
     """
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -110,11 +164,41 @@ class _StrictYamlLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        digits = len(self.construct_scalar(node).replace("_", "").lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            return LongInteger(digits)
+        return super().construct_yaml_int(node)
 
+
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_yaml_int)
 _StrictYamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"""^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"""),
     list("-+0123456789"))
+
+
+def _expanded_size(node, sizes: dict[int, int], active: set[int]) -> int:
+    """Values ``node`` stands for with every alias expanded; _TooLarge past MAX_YAML_NODES."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in active:
+        raise _TooLarge("expected YAML without recursive aliases, got an anchor inside itself")
+    active.add(key)
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = []
+    size = 1 + sum(_expanded_size(child, sizes, active) for child in children)
+    active.discard(key)
+    if size > MAX_YAML_NODES:
+        raise _TooLarge(f"expected at most {MAX_YAML_NODES} values with YAML aliases expanded, "
+                        f"got more (an alias bomb?)")
+    sizes[key] = size
+    return size
 
 
 def write_document(data: Any, path: str | FsPath) -> None:
@@ -166,17 +250,24 @@ class _Reader:
         return value
 
     def integer(self, value: Any, field: str, minimum: int = 0) -> int:
+        if isinstance(value, LongInteger):
+            self.fail(field, f"an integer >= {minimum} of at most {MAX_INT_DIGITS} digits", value)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             self.fail(field, f"an integer >= {minimum}", value)
+        if value > MAX_INT:
+            self.fail(field, f"an integer >= {minimum} and below 2**63 (at most "
+                             f"{MAX_INT_DIGITS} digits)", value)
         return value
 
     def number(self, value: Any, field: str, positive: bool = False) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(
-            value) and (value > 0 if positive else value >= 0)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and \
+            abs(value) <= MAX_INT and math.isfinite(value) and (value > 0 if positive else
+                                                               value >= 0)
         if not ok:
-            self.fail(field, "a finite number > 0" if positive else "a finite number >= 0", value)
+            self.fail(field, ("a finite number > 0" if positive else "a finite number >= 0")
+                      + " below 2**63", value)
         return value
 
     def positive(self, value: Any, field: str) -> float:
@@ -186,6 +277,23 @@ class _Reader:
         if not isinstance(value, bool):
             self.fail(field, "true or false", value)
         return value
+
+    def provenance(self, value: Any, field: str) -> None:
+        """Where the numbers come from: a text, or a mapping of names to texts, numbers or
+        lists of texts (nothing deeper, so it stays small whatever the file holds)."""
+        expected = (f"a string or a mapping of at most {MAX_PROVENANCE_ENTRIES} names to "
+                    f"strings, numbers or lists of strings")
+        if isinstance(value, str):
+            return
+        if not isinstance(value, dict) or len(value) > MAX_PROVENANCE_ENTRIES:
+            self.fail(field, expected, value)
+        for key, entry in value.items():
+            texts = entry if isinstance(entry, list) else [entry]
+            if not isinstance(key, str) or len(texts) > MAX_PROVENANCE_ENTRIES or not all(
+                    isinstance(text, str | int | float | bool) or text is None
+                    for text in texts) or (isinstance(entry, list) and not all(
+                        isinstance(text, str) for text in texts)):
+                self.fail(_join(field, str(key)), expected, entry)
 
     def string(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or not value:
@@ -216,8 +324,18 @@ def _join(prefix: str, name: str) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_INT:
+        return f"a {len(str(value))}-digit integer"
+    text = repr(value) if not isinstance(value, dict | list) else _summary(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _summary(value: dict | list) -> str:
+    """A short description of a container: never walks it (it may be an expanded alias web)."""
+    count = len(value)
+    if isinstance(value, dict):
+        return f"a mapping of {count} {'entry' if count == 1 else 'entries'}"
+    return f"a list of {count} {'item' if count == 1 else 'items'}"
 
 
 # ------------------------------------------------------------------ instance
@@ -241,6 +359,8 @@ def instance_from_dict(data: Any, file: str | None = None,
     reader = _Reader(file, InstanceFormatError)
     reader.mapping(data, "", {"name", "workload", "cluster", "training", "provenance"},
                    ("workload", "cluster", "training"))
+    if "provenance" in data:
+        reader.provenance(data["provenance"], "provenance")
     training = _training(reader, data["training"], "training")
     cluster = _section(reader, data["cluster"], "cluster", base_dir,
                        lambda r, v, f: _cluster(r, v, f), lambda name, opts: _cluster_preset(
@@ -340,6 +460,8 @@ def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
     value = reader.mapping(value, field, {"name", "num_devices", "hbm_bytes", "hbm_reserve",
                                           "network", "provenance", "peak_flops_per_s"},
                            ("num_devices", "hbm_bytes", "network"))
+    if "provenance" in value:
+        reader.provenance(value["provenance"], _join(field, "provenance"))
     net_field = _join(field, "network")
     net = reader.mapping(value["network"], net_field, None, ("kind",))
     kind = net["kind"]
@@ -394,6 +516,8 @@ def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
 
 def _workload(reader: _Reader, value: Any, field: str) -> Workload:
     value = reader.mapping(value, field, {"name", "layers", "provenance"}, ("layers",))
+    if "provenance" in value:
+        reader.provenance(value["provenance"], _join(field, "provenance"))
     layers: list[Layer] = []
     for index, layer in enumerate(reader.seq(value["layers"], _join(field, "layers"))):
         layer_field = _join(field, f"layers[{index}]")

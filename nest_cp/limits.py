@@ -13,3 +13,10 @@ from __future__ import annotations
 MAX_TICKS = 2**53        # integers exact in every backend (doubles in the MILP)
 MAX_DEVICES = 2**20      # devices in a cluster
 MAX_LAYERS = 100_000     # layers in a workload chain
+
+# Input limits: what the readers accept before parsing a value (io.read_document).
+MAX_INPUT_BYTES = 64 * 2**20   # one instance or plan file (the NEST grid's largest: 9 KiB)
+MAX_INT = 2**63 - 1            # every integer field (bytes, parameters, batch sizes, ids)
+MAX_INT_DIGITS = 19            # longer integer literals are refused at their field
+MAX_YAML_NODES = 10_000_000    # values of a YAML document with its aliases expanded
+MAX_PROVENANCE_ENTRIES = 64    # names in a provenance mapping, texts in one of its lists

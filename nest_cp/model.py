@@ -286,7 +286,10 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class GraphNetwork:
-    """Devices 0..N-1 and named switches joined by links (DESIGN §1.2, arbitrary)."""
+    """Devices 0..N-1 and named switches joined by links (DESIGN §1.2, arbitrary).
+
+    A multigraph: two nodes may be joined by several links, each a path of its own.
+    """
 
     switches: tuple[str, ...]
     links: tuple[Link, ...]
@@ -298,7 +301,11 @@ class GraphNetwork:
             _require(isinstance(name, str), "switches", "string switch names", name)
 
     def graph(self, num_devices: int) -> nx.Graph:
-        """The networkx graph; parallel links keep the widest (then fastest) one."""
+        """The networkx graph of which nodes are linked, for connectivity questions.
+
+        Parallel links collapse here to the widest (then fastest) one; prices never use
+        this graph: nest_cp.network treats every parallel link as a path of its own.
+        """
         graph = nx.Graph()
         graph.add_nodes_from(range(num_devices))
         graph.add_nodes_from(self.switches)
@@ -495,7 +502,7 @@ def _check_selective_profiles(instance: Instance) -> None:
                     f"ep={config.ep}, microbatch={microbatch}", field="training.recompute")
 
 
-def _iteration_ticks_upper_bound(instance: Instance) -> int:
+def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = None) -> int:
     """A bound on the iteration time of every plan, in ticks.
 
     Every transfer and collective is priced at the slowest bandwidth and the largest
@@ -536,18 +543,35 @@ def _iteration_ticks_upper_bound(instance: Instance) -> int:
         for dp in {1, max(1, devices // config.devices)}:
             gather = 2 * transfer(params * optimizer.weight_bytes, dp) \
                 if 3 in training.zero_stages else 0
+            batch = training.global_batch if global_batch is None else global_batch
             steps = max(training.virtual_stages) * (
-                Fraction(training.global_batch, microbatch * config.ep * dp) + 1) + layers
+                Fraction(batch, microbatch * config.ep * dp) + 1) + layers
             ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms + 2
             worst = max(worst, ticks)
     return worst
 
 
 def _check_tick_range(instance: Instance) -> None:
-    """Raise InstanceFormatError when an iteration could exceed MAX_TICKS."""
+    """Raise InstanceFormatError when an iteration could exceed MAX_TICKS.
+
+    The field blamed is the one at fault: ``training.global_batch`` when the bound
+    would hold with a batch of one sample (the microbatch count alone overflows),
+    ``training.tick_s`` (a tick too fine for the times and bandwidths) otherwise.
+    """
     bound = _iteration_ticks_upper_bound(instance)
-    if bound >= MAX_TICKS:
+    if bound < MAX_TICKS:
+        return
+    if _iteration_ticks_upper_bound(instance, global_batch=1) < MAX_TICKS:
         raise InstanceFormatError(
-            f"expected iteration times below 2**53 ticks (exact in every backend), but one "
-            f"could reach about 10**{len(str(bound)) - 1} ticks; use a coarser tick or check "
-            f"the profile times and bandwidths", field="training.tick_s")
+            f"expected a global batch whose iteration stays below 2**53 ticks (exact in every "
+            f"backend), got {_magnitude(instance.training.global_batch)} samples",
+            field="training.global_batch")
+    raise InstanceFormatError(
+        f"expected iteration times below 2**53 ticks (exact in every backend), but one "
+        f"could reach about {_magnitude(bound)} ticks; use a coarser tick or check "
+        f"the profile times and bandwidths", field="training.tick_s")
+
+
+def _magnitude(value: int) -> str:
+    """``10**17`` style, without converting a huge integer to decimal digits."""
+    return f"10**{int(value.bit_length() * math.log10(2))}" if value >= 10**6 else str(value)

@@ -8,7 +8,8 @@ exactly 1e-4 s, and each primitive term is rounded *up* to whole ticks once by
 Group prices: a group of devices is priced on its *bottleneck* ``Path``: on a
 hierarchical network the tier that spans it; on a graph, the smallest widest-path
 bandwidth over its pairs and the largest latency over its pairs (each pair's
-latency is the least latency among its widest paths).
+latency is the least latency among its widest paths).  A graph may hold parallel
+links between two nodes: each is a path of its own.
 """
 
 from __future__ import annotations
@@ -150,21 +151,28 @@ class NetworkModel:
 
     @cached_property
     def _graph_pairs(self) -> dict[tuple[int, int], Path]:
-        """Widest-path bandwidth and least latency among widest paths, for every device pair."""
+        """Widest-path bandwidth and least latency among widest paths, for every device pair.
+
+        The network is a multigraph: parallel links between two nodes are separate paths
+        (their bandwidths are not added).  For each bandwidth threshold B (from the widest
+        down) the links of at least B form a graph in which a node pair is joined by its
+        fastest such link; a device pair first connected at B has widest bottleneck B,
+        and its least latency among those paths is the shortest path there.
+        """
         network = self.cluster.network
         if not isinstance(network, GraphNetwork):
             return {}
-        graph = network.graph(self.num_devices)
-        for _, _, data in graph.edges(data=True):
-            data["bw"] = exact(data["bandwidth_Bps"])
-            data["lat"] = exact(data["latency_s"])
+        links = [(link.a, link.b, exact(link.bandwidth_Bps), exact(link.latency_s))
+                 for link in network.links]
         pairs: dict[tuple[int, int], Path] = {}
         devices = range(self.num_devices)
-        for bandwidth in sorted({d["bw"] for _, _, d in graph.edges(data=True)}, reverse=True):
+        for bandwidth in sorted({bw for _, _, bw, _ in links}, reverse=True):
             wide = nx.Graph()
-            wide.add_nodes_from(graph.nodes)
-            wide.add_edges_from((u, v, d) for u, v, d in graph.edges(data=True)
-                                if d["bw"] >= bandwidth)
+            wide.add_nodes_from(devices)
+            for a, b, link_bandwidth, latency in links:
+                if link_bandwidth >= bandwidth and (
+                        not wide.has_edge(a, b) or latency < wide[a][b]["lat"]):
+                    wide.add_edge(a, b, lat=latency)
             for source in devices:
                 lengths = nx.single_source_dijkstra_path_length(wide, source, weight="lat")
                 for target in devices:

@@ -26,7 +26,14 @@ class Space(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class SolveResult:
-    """Plan, objective and bound in ticks, status, wall time and which backend produced it."""
+    """Plan, objective and bound in ticks, status, wall time and which backend produced it.
+
+    ``tolerance_rel`` says how far the claims hold: 0 means exactly, to the tick (the
+    DP, CP-SAT, brute force); a MILP solving in floating point proves OPTIMAL and its
+    bounds only up to its relative tolerance (1e-7), and then ``bound_ticks`` is the
+    bound it actually proved, which may lie a few tolerances below ``objective_ticks``
+    (the solver's own reading of the objective carries one, its bound another).
+    """
 
     backend: str
     status: Status
@@ -37,14 +44,40 @@ class SolveResult:
     space: Space = Space.STRUCTURED
     message: str = ""
     stats: dict = field(default_factory=dict)
+    tolerance_rel: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.tolerance_rel) and 0 <= self.tolerance_rel < 1):
+            raise ValueError(f"expected a relative tolerance in [0, 1), got {self.tolerance_rel}")
         if self.status is Status.OPTIMAL and self.plan is not None and \
-                self.bound_ticks is not None and self.bound_ticks != self.objective_ticks:
-            raise ValueError(f"expected bound == objective for OPTIMAL, got bound "
-                             f"{self.bound_ticks} and objective {self.objective_ticks}")
+                self.bound_ticks is not None and not self._bound_proves_optimum():
+            raise ValueError(f"expected bound == objective for OPTIMAL (within "
+                             f"{self.tolerance_rel:g} relative), got bound {self.bound_ticks} "
+                             f"and objective {self.objective_ticks}")
         if self.status in (Status.OPTIMAL, Status.FEASIBLE) and self.plan is None:
             raise ValueError(f"expected a plan with status {self.status.value}")
+
+    def _bound_proves_optimum(self) -> bool:
+        objective, bound = self.objective_ticks, self.bound_ticks
+        if self.tolerance_rel == 0:
+            return bound == objective
+        return objective * (1 - 3 * self.tolerance_rel) - 1 <= bound <= objective
+
+    @property
+    def status_text(self) -> str:
+        """The status as shown to people: OPTIMAL within a tolerance says so."""
+        return status_text(self.status.value, self.tolerance_rel)
+
+
+def status_text(status: str, tolerance_rel: float | None) -> str:
+    """``OPTIMAL``, or ``OPTIMAL~1e-07`` for an optimum proven only within that relative
+    tolerance (the tables' legends explain the mark)."""
+    if status == Status.OPTIMAL.value and tolerance_rel:
+        return f"{status}~{tolerance_rel:g}"
+    return status
+
+
+MAX_WORKERS = 64  # solver threads per solve; more only oversubscribes any machine we run on
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +95,14 @@ class SolveOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.space, Space):
-            raise BackendOptionError(f"expected space 'full' or 'structured', got {self.space!r}")
+            raise BackendOptionError(f"expected space 'full' or 'structured', got {self.space!r}",
+                                     option="space")
         if not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
-            raise BackendOptionError(f"expected a finite time limit > 0 s, got {self.time_limit_s}")
-        if self.workers < 1:
-            raise BackendOptionError(f"expected workers >= 1, got {self.workers}")
+            raise BackendOptionError(f"expected a finite time limit > 0 s, got {self.time_limit_s}",
+                                     option="time_limit_s")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise BackendOptionError(f"expected between 1 and {MAX_WORKERS} workers, got "
+                                     f"{self.workers}", option="workers")
         if self.milp_solver not in ("cbc", "highs"):
             raise BackendOptionError(f"expected milp_solver 'cbc' or 'highs', "
-                                     f"got {self.milp_solver!r}")
+                                     f"got {self.milp_solver!r}", option="milp_solver")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from nest_cp.baselines import flat_instance, megatron_plan, node_size, uniform_s
 from nest_cp.baselines._common import stage_memory
 from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.mcmc import _propose, _random_state
+from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
 from nest_cp.io import load_instance
 from nest_cp.model import (
@@ -121,11 +123,25 @@ def test_fixed_reproduces_design_megatron_example() -> None:
     assert result.objective_ticks == 35_552_000
 
 
-def test_fixed_reports_configurations_that_do_not_fit() -> None:
-    """fixed returns UNKNOWN with a message, not a plan, for degrees that exceed the cluster."""
-    result = solve(_instance(), "fixed", SolveOptions(extra={"degrees": (4, 2, 2)}))
-    assert result.status is Status.UNKNOWN and result.plan is None and "(4, 2, 2" in \
-        result.message
+@pytest.mark.parametrize("degrees, expected", [
+    ((4, 2, 2), "p*d*t*e <= 8 devices"),      # more devices than the cluster has
+    ((1, 1, 3), "no profile for t=3, e=1"),   # a width the workload is not profiled for
+    ((7, 1, 1), "p <= 6 layers"),             # more stages than layers
+])
+def test_fixed_degrees_the_instance_cannot_take_are_bad_options(degrees, expected) -> None:
+    """Degrees that do not fit the instance's shape are an option error blaming "degrees"
+    (the CLI's --degrees, exit 2), as `evaluate` treats the same plan, not an answer."""
+    with pytest.raises(BackendOptionError, match=re.escape(expected)) as info:
+        solve(_instance(), "fixed", SolveOptions(extra={"degrees": degrees}))
+    assert info.value.option == "degrees" and "extra[" not in str(info.value)
+
+
+def test_fixed_over_memory_is_an_answer_without_plan() -> None:
+    """Degrees whose plan exceeds HBM even with recomputation give UNKNOWN with the reason."""
+    result = solve(_instance(hbm_bytes=7_000_000_000), "fixed",
+                   SolveOptions(extra={"degrees": (1, 8, 1)}))
+    assert result.status is Status.UNKNOWN and result.plan is None
+    assert "(1, 8, 1, 1) exceeds usable HBM" in result.message
 
 
 def test_manual_uses_the_smallest_depth_that_fits() -> None:

@@ -287,3 +287,115 @@ def test_v1_backends_refuse_v2_choices():
     result = _run("solve", DATA / "selective_example.json", "--backend", "dp")
     assert result.exit_code == 2 and "recompute none/selective/full" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("backend, option", [
+    ("dp", ["--time-limit", "5"]), ("dp", ["--seed", "1"]), ("dp", ["--workers", "2"]),
+    ("dp", ["--hint"]), ("manual", ["--time-limit", "5"]), ("phaze", ["--seed", "3"]),
+    ("fixed", ["--workers", "2"]), ("fixed", ["--no-hint"]), ("mcmc", ["--workers", "2"]),
+    ("brute", ["--time-limit", "5"]), ("cpsat", ["--milp-solver", "highs"]),
+])
+def test_options_a_backend_cannot_honour_exit_2_naming_the_option(backend, option):
+    """--time-limit, --seed, --workers and --hint given to a backend that would ignore them
+    are usage errors: exit 2, one line naming the option as the user typed it."""
+    args = ["solve", DATA / "worked_example.json", "--backend", backend, *option]
+    if backend == "fixed":
+        args += ["--degrees", "2,2,1"]
+    result = _run(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and option[0].split("/")[0].replace("no-", "") in lines[0]
+    assert f"--backend {backend}" in lines[0]
+
+
+def test_workers_are_capped():
+    """--workers 1000000 is refused (exit 2, one line) instead of asking for a million threads."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "cpsat", "--workers",
+                  "1000000")
+    assert result.exit_code == 2 and "--workers" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("degrees, expected", [
+    ("1,1,2", "no profile for t=2"), ("3,1,1", "p <= 2 layers"), ("2,4,1", "<= 4 devices"),
+    ("2,2", "p,d,t[,e]"),
+])
+def test_fixed_degrees_that_do_not_fit_the_instance_exit_2_naming_degrees(degrees, expected):
+    """fixed with an unprofiled width, too many stages or devices, or too few degrees is bad
+    input like `evaluate` with the same plan: exit 2, one line blaming --degrees (never an
+    internal name such as extra['degrees'])."""
+    result = _run("solve", DATA / "worked_example.json", "--backend", "fixed", "--degrees",
+                  degrees)
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "--degrees" in line and expected in line
+    assert "extra[" not in line
+
+
+def test_dp_hint_counts_against_the_time_limit(monkeypatch):
+    """cpsat's --time-limit bounds the whole solve: the exact search gets the limit less the
+    time the DP hint took, and the record reports that time."""
+    import nest_cp.cpsat
+
+    seen = {}
+    real = nest_cp.cpsat.solve
+
+    def spy(instance, options):
+        seen["limit"] = options.time_limit_s
+        return real(instance, options)
+
+    monkeypatch.setattr(nest_cp.cpsat, "solve", spy)
+    result = _run("solve", DATA / "worked_example.json", "--backend", "cpsat", "--time-limit",
+                  "30", "--json")
+    record = json.loads(result.output)
+    assert record["hint_wall_time_s"] > 0
+    assert seen["limit"] <= 30 - record["hint_wall_time_s"]
+
+
+def test_milp_optimum_within_tolerance_is_shown_as_such():
+    """The MILP's optimum holds within its 1e-7 relative tolerance: the table says so and the
+    JSON record carries the tolerance and the bound the solver proved."""
+    table = _run("solve", DATA / "worked_example.json", "--backend", "milp", "--no-hint")
+    assert table.exit_code == 0 and "OPTIMAL~1e-07 (proven within" in table.output
+    record = json.loads(_run("solve", DATA / "worked_example.json", "--backend", "milp",
+                             "--no-hint", "--json").output)
+    assert record["tolerance_rel"] == 1e-7
+    assert record["bound_ticks"] < record["objective_ticks"] == 27_099_000
+
+
+def test_exact_backend_model_bug_exits_3(monkeypatch):
+    """A CP-SAT answer the evaluator contradicts (its objective below the plan's price) is an
+    internal error: exit 3 with one line, not exit 1 like 'no plan fits'."""
+    from nest_cp.exact.adapters import CpSatAdapter, RawOutcome, RawStatus
+
+    real = CpSatAdapter.solve
+
+    def lying(self, time_limit_s, seed, workers):
+        outcome = real(self, time_limit_s, seed, workers)
+        if outcome.objective is None:
+            return outcome
+        return RawOutcome(RawStatus.FEASIBLE, outcome.objective - 1, outcome.objective - 1)
+
+    monkeypatch.setattr(CpSatAdapter, "solve", lying)
+    result = _run("solve", DATA / "worked_example.json", "--backend", "cpsat", "--no-hint")
+    assert result.exit_code == 3
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("internal error:")
+
+
+@pytest.mark.parametrize("name", [
+    "broken_huge_global_batch.json", "broken_long_integer.json", "broken_alias_bomb.yaml",
+    "broken_recursive_alias.yaml", "broken_provenance.json", "broken_batch_overflow.json",
+])
+def test_hostile_input_exits_2_with_one_line(name):
+    """Over-long integers, alias bombs and bad provenance: one line on stderr, exit 2."""
+    result = _run("instance", "show", DATA / name)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0]
+
+
+def test_dev_zero_as_instance_exits_2():
+    """/dev/zero is refused at the input size cap: exit 2, one line, no endless read."""
+    result = _run("instance", "show", "/dev/zero")
+    assert result.exit_code == 2 and "at most 64 MiB" in result.output

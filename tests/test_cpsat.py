@@ -6,9 +6,10 @@ import pytest
 from ortools.sat.python import cp_model
 
 from nest_cp.backends import SolveOptions, solve
+from nest_cp.errors import InternalError, ModelMismatch
 from nest_cp.evaluate import evaluate
 from nest_cp.exact import enumerate_subproblems
-from nest_cp.exact.adapters import CpSatAdapter
+from nest_cp.exact.adapters import CpSatAdapter, MilpAdapter, RawOutcome, RawStatus
 from nest_cp.exact.placement import canonical_placement
 from nest_cp.exact.skeleton import build_model, hint_model
 from nest_cp.generators import latency_trap_instance, random_instance
@@ -105,3 +106,42 @@ def test_canonical_hint_satisfies_symmetry_cuts_and_keeps_objective(graph):
     canonical = plan.with_placement(canonical_placement(shuffled, NetworkModel(instance.cluster)))
     assert evaluate(instance, canonical).objective_ticks == evaluate(instance, plan).objective_ticks
     assert _fixed_to_hint_is_feasible(instance, plan)
+
+
+def _lying(monkeypatch, adapter_class, status: RawStatus, objective_shift: int,
+           bound_shift: int) -> None:
+    """Make ``adapter_class`` report ``status`` with its objective and bound shifted."""
+    real = adapter_class.solve
+
+    def solve_and_lie(self, time_limit_s, seed, workers):
+        outcome = real(self, time_limit_s, seed, workers)
+        if outcome.objective is None:
+            return outcome
+        return RawOutcome(status, outcome.objective + objective_shift,
+                          outcome.objective + bound_shift)
+
+    monkeypatch.setattr(adapter_class, "solve", solve_and_lie)
+
+
+@pytest.mark.parametrize("status, objective_shift, bound_shift, expected", [
+    (RawStatus.FEASIBLE, -1, -5, "below the evaluator's"),
+    (RawStatus.FEASIBLE, 0, 1, "bound [0-9]+ is above"),
+    (RawStatus.OPTIMAL, 1, 1, "proved [0-9]+ ticks optimal"),
+])
+def test_solver_numbers_that_disagree_with_the_evaluator_are_internal_errors(
+        monkeypatch, data_dir, status, objective_shift, bound_shift, expected):
+    """The solver's own objective and bound are refereed against the evaluator's price of its
+    plan, FEASIBLE included: one tick off is a ModelMismatch (an InternalError, exit 3)."""
+    _lying(monkeypatch, CpSatAdapter, status, objective_shift, bound_shift)
+    with pytest.raises(ModelMismatch, match=expected) as info:
+        solve(load_instance(data_dir / "worked_example.json"), "cpsat", _options(Space.FULL))
+    assert isinstance(info.value, InternalError)
+
+
+def test_milp_objective_outside_its_tolerance_is_an_internal_error(monkeypatch, data_dir):
+    """The MILP's objective may differ from the evaluator's by its 1e-7 relative tolerance,
+    not by more (27,099,000 ticks allow 3.2 ticks): 100 ticks off is a ModelMismatch."""
+    _lying(monkeypatch, MilpAdapter, RawStatus.OPTIMAL, 100, 100)
+    with pytest.raises(ModelMismatch):
+        solve(load_instance(data_dir / "worked_example.json"), "milp",
+              _options(Space.FULL, milp_solver="highs"))

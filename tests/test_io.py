@@ -55,6 +55,12 @@ DATA = Path(__file__).parent / "data"
     ("broken_not_json.json", None, "valid JSON"),
     ("broken_yaml.yaml", None, "valid YAML"),
     ("broken_missing_reference.json", None, "an existing file"),
+    ("broken_huge_global_batch.json", "training.global_batch", "at most 19 digits"),
+    ("broken_long_integer.json", "cluster.hbm_bytes", "at most 19 digits"),
+    ("broken_batch_overflow.json", "training.global_batch", "below 2**53 ticks"),
+    ("broken_provenance.json", "provenance.nested", "a string or a mapping"),
+    ("broken_alias_bomb.yaml", None, "at most 10000000 values with YAML aliases expanded"),
+    ("broken_recursive_alias.yaml", None, "without recursive aliases"),
 ])
 def test_broken_instance_names_file_field_and_expectation(name, field, expected):
     """Every malformed instance raises one InstanceFormatError naming file, field, expectation."""
@@ -170,3 +176,19 @@ def test_recompute_mode_has_no_truth_value():
     """bool(mode) raises, so code written for the old boolean field fails loudly."""
     with pytest.raises(TypeError, match="no truth value"):
         bool(RecomputeMode.NONE)
+
+
+def test_endless_input_is_refused_at_the_size_cap():
+    """/dev/zero as an instance (an endless stream) stops at the 64 MiB cap with one error."""
+    with pytest.raises(InstanceFormatError, match="at most 64 MiB") as info:
+        load_instance("/dev/zero")
+    assert info.value.file == "/dev/zero"
+
+
+def test_provenance_may_be_a_text_or_a_flat_mapping(tmp_path):
+    """Provenance stays free-form within its type: a string, or names to texts and lists."""
+    document = instance_to_dict(load_instance(DATA / "worked_example.json"))
+    document["provenance"] = {"source": "DESIGN.md 3.1", "year": 2026, "authors": ["a", "b"]}
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(document))
+    assert load_instance(path).name == "worked_example"

@@ -42,6 +42,17 @@ def test_graph_canonical_order_keeps_wide_pairs_adjacent():
     assert _graph_network().canonical_order() == (0, 2, 1)
 
 
+def test_parallel_links_are_separate_paths():
+    """graph_parallel_links.json joins device 0 to switch s twice: 100 GB/s at 10 us and
+    50 GB/s at 1 us.  Pair (0, 1) is bottlenecked at 50 GB/s by 1-s, so both parallel links
+    are widest paths and the faster one wins: 1 + 1 = 2 us (keeping only the widest parallel
+    link, as before, gave 11 us).  Pair (0, 2) needs 100 GB/s: only the slow link, 11 us."""
+    net = NetworkModel(load_instance(DATA / "graph_parallel_links.json").cluster)
+    assert net.pair_path(0, 1) == NetPath(Fraction(5 * 10**10), Fraction(2, 10**6))
+    assert net.pair_path(0, 2) == NetPath(Fraction(10**11), Fraction(11, 10**6))
+    assert net.pair_path(1, 2) == NetPath(Fraction(5 * 10**10), Fraction(2, 10**6))
+
+
 def test_hierarchical_tier_of_pairs_and_groups():
     """Tier domains are blocks of consecutive ids: 2 per node, 4 nodes per spine."""
     net = NetworkModel(load_instance(DATA / "two_tier_tp2.json").cluster)

@@ -37,7 +37,7 @@ profiles (t up to 8) the 7B model does not fit one device, so rule 2 fills
 the node, (1, 16, 8).  GPT3 (32, 1, 4) uses NEST's smallest profiled width
 where rule 2 fills the node (t = 8).  Llama3 (80, 1, 1) and Mixtral
 (32, 1, 1, e = 4) put one layer per stage, deeper than memory requires under
-rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e])`` to run a
+rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e])`` (``--degrees``) to run a
 published configuration exactly.
 """
 
@@ -85,29 +85,37 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     """The user's degrees extra["degrees"] = (p, d, t[, e]): uniform split, Megatron layout.
 
     Optional extra["microbatch"] and extra["zero"]; defaults are the smallest allowed.
+    Degrees the instance cannot take (no profile for the width, more stages than
+    layers, more devices than the cluster has) are bad options; degrees whose plan
+    exceeds memory even with recomputation are an answer (UNKNOWN: no plan).
     """
     started = time.perf_counter()
     degrees = tuple(options.extra.get("degrees", ()))
     if len(degrees) not in (3, 4) or not all(isinstance(x, int) and x >= 1 for x in degrees):
-        raise BackendOptionError(f"expected extra['degrees'] = (p, d, t[, e]) of integers >= 1, "
-                                 f"got {options.extra.get('degrees')!r}")
+        raise BackendOptionError(f"expected degrees p,d,t[,e] of integers >= 1, got "
+                                 f"{options.extra.get('degrees')!r}", option="degrees")
     num_stages, dp, tp = degrees[:3]
+    config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
     if num_stages > instance.workload.num_layers:
         raise BackendOptionError(f"expected p <= {instance.workload.num_layers} layers, "
-                                 f"got p = {num_stages}")
-    config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
+                                 f"got p = {num_stages}", option="degrees")
+    if config.devices * num_stages * dp > instance.cluster.num_devices:
+        raise BackendOptionError(
+            f"expected p*d*t*e <= {instance.cluster.num_devices} devices, got "
+            f"{config.devices * num_stages * dp}", option="degrees")
     microbatch = options.extra.get("microbatch", smallest_microbatch(instance, config))
     zero = options.extra.get("zero", min(instance.training.zero_stages))
     if microbatch is None or (config, microbatch) not in instance.choices:
         which = "any allowed microbatch" if microbatch is None else f"microbatch={microbatch}"
-        return empty_result("fixed", Status.UNKNOWN, started,
-                            f"no profile for tp={config.tp}, ep={config.ep} with {which}")
+        profiled = ", ".join(f"t={c.tp},e={c.ep}" for c in instance.workload.configs)
+        raise BackendOptionError(f"expected a profiled width ({profiled}), got no profile for "
+                                 f"t={config.tp}, e={config.ep} with {which}", option="degrees")
     network = NetworkModel(instance.cluster)
     plan = megatron_plan(instance, network, config, microbatch, zero, num_stages, dp)
     if plan is None:
         return empty_result("fixed", Status.UNKNOWN, started,
-                            f"(p, d, t, e) = ({num_stages}, {dp}, {tp}, {config.ep}) does not "
-                            f"fit: too many devices or stages, or over HBM with recomputation")
+                            f"(p, d, t, e) = ({num_stages}, {dp}, {tp}, {config.ep}) exceeds "
+                            f"usable HBM even with recomputation")
     return feasible_result("fixed", instance, plan, network, started,
                            stats={"degrees": _degrees(plan)})
 

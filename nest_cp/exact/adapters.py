@@ -7,6 +7,11 @@ floor, a sum of integer prices times binaries, so it is integral at an optimum.
 Enforcement in the MILP is a big-M with M = the floor's largest coefficient:
 the stage picks exactly one option, so Σ_o opt·price <= M and the relaxed floor
 is <= 0, which the term's lower bound 0 already implies.
+
+Both adapters count the terms they are handed (``terms``) and check their
+``deadline`` while the model is built, so building a model that cannot be
+finished in time stops with :class:`~nest_cp.exact.budget.OutOfTime`.  A solver
+failure that is nest-cp's fault (an invalid model) is an :class:`InternalError`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from enum import Enum
 import numpy as np
 import pulp
 from ortools.sat.python import cp_model
+
+from nest_cp.errors import InternalError
+from nest_cp.exact.budget import Deadline
 
 
 class RawStatus(str, Enum):
@@ -39,22 +47,38 @@ class RawOutcome:
     bound: float | None
 
 
-class CpSatAdapter:
+class _Building:
+    """Term counting and deadline checks shared by both adapters while a model is built."""
+
+    def __init__(self):
+        self.terms = 0
+        self.deadline = Deadline()
+
+    def _count(self, terms: int) -> None:
+        self.terms += terms
+        self.deadline.tick()
+
+
+class CpSatAdapter(_Building):
     """OR-Tools CP-SAT: exact integer arithmetic, so its objective is exact to the tick."""
 
     objective_tolerance_rel = 0.0
 
     def __init__(self):
+        super().__init__()
         self.model = cp_model.CpModel()
         self._solver: cp_model.CpSolver | None = None
 
     def new_bool(self, name: str):
+        self._count(1)
         return self.model.new_bool_var(name)
 
     def new_int(self, name: str, lower: int, upper: int):
+        self._count(1)
         return self.model.new_int_var(lower, max(lower, upper), name)
 
     def add(self, constraint) -> None:
+        self._count(1)
         if isinstance(constraint, bool):  # a constant comparison, e.g. 0 == 0
             if not constraint:
                 self.model.add_bool_or([])
@@ -62,12 +86,15 @@ class CpSatAdapter:
         self.model.add(constraint)
 
     def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        self._count(1 + len(literals))
         constraint = self.model.add(term >= expr)
         if literals:
             constraint.only_enforce_if(literals)
 
     def total(self, terms):
-        return cp_model.LinearExpr.sum(list(terms))
+        terms = list(terms)
+        self._count(len(terms))
+        return cp_model.LinearExpr.sum(terms)
 
     def minimize(self, expr) -> None:
         self.model.minimize(expr)
@@ -82,22 +109,26 @@ class CpSatAdapter:
         solver.parameters.num_workers = workers
         status = solver.solve(self.model)
         self._solver = solver
-        if status == cp_model.OPTIMAL:
-            return RawOutcome(RawStatus.OPTIMAL, solver.objective_value, solver.objective_value)
-        if status == cp_model.FEASIBLE:
-            return RawOutcome(RawStatus.FEASIBLE, solver.objective_value,
-                              solver.best_objective_bound)
+        # the objective has integer coefficients, so its value and bound are integers that
+        # CP-SAT reports as doubles (428400000.00000006): read them back as integers
+        raw_bound = solver.best_objective_bound
+        bound = math.ceil(raw_bound - 1e-6) if math.isfinite(raw_bound) else None
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            objective = round(solver.objective_value)
+            if status == cp_model.OPTIMAL:
+                return RawOutcome(RawStatus.OPTIMAL, objective, objective)
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound)
         if status == cp_model.INFEASIBLE:
             return RawOutcome(RawStatus.INFEASIBLE, None, None)
         if status == cp_model.MODEL_INVALID:
-            raise RuntimeError(f"CP-SAT model invalid: {self.model.validate()}")
-        return RawOutcome(RawStatus.UNKNOWN, None, solver.best_objective_bound)
+            raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
+        return RawOutcome(RawStatus.UNKNOWN, None, bound)
 
     def value(self, var) -> int:
         return int(self._solver.value(var))
 
 
-class MilpAdapter:
+class MilpAdapter(_Building):
     """PuLP with CBC (default) or HiGHS through highspy.
 
     Both solve in floating point, and PuLP reads CBC's solution file, which prints
@@ -108,17 +139,20 @@ class MilpAdapter:
     """
 
     objective_tolerance_rel = 1e-7
+    proof_gap_abs = 0.5  # the solver stops as "optimal" once objective - bound < this
     # binaries may sit 1e-8 off 0/1 (HiGHS' default lets 1e-6 through, which a big-M of
     # 1e9 ticks turns into a floor hundreds of ticks low)
     integrality_tolerance = 1e-8
 
     def __init__(self, solver_name: str = "cbc"):
+        super().__init__()
         self.problem = pulp.LpProblem("nest_cp", pulp.LpMinimize)
         self.solver_name = solver_name
-        self._count = 0
+        self._names = 0
         self._hinted = False
 
     def new_bool(self, name: str):
+        self._count(1)
         return self.problem.add_variable(self._unique(name), cat=pulp.LpBinary)
 
     def new_int(self, name: str, lower: int, upper: int):
@@ -126,21 +160,26 @@ class MilpAdapter:
         # redundant; stating it made CBC's preprocessing declare feasible models infeasible
         # when the optimum sat exactly on it (CBC 2.10).
         del upper
+        self._count(1)
         return self.problem.add_variable(self._unique(name), lowBound=lower)
 
     def add(self, constraint) -> None:
+        self._count(1)
         if isinstance(constraint, bool):
             if not constraint:
-                raise ValueError("constant constraint is false")
+                raise InternalError("the MILP model holds a constant constraint that is false")
             return
         self.problem += constraint
 
     def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        self._count(1 + len(literals))
         slack = big_m * (len(literals) - pulp.lpSum(literals)) if literals else 0
         self.problem += term >= expr - slack
 
     def total(self, terms):
-        return pulp.lpSum(list(terms))
+        terms = list(terms)
+        self._count(len(terms))
+        return pulp.lpSum(terms)
 
     def minimize(self, expr) -> None:
         self.problem += expr
@@ -154,11 +193,12 @@ class MilpAdapter:
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
         if self.solver_name == "highs":
             solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
-                                     gapAbs=0.5, threads=workers, random_seed=seed,
+                                     gapAbs=self.proof_gap_abs, threads=workers, random_seed=seed,
                                      mip_feasibility_tolerance=self.integrality_tolerance)
         else:
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
-                                       gapAbs=0.5, threads=workers, warmStart=self._hinted,
+                                       gapAbs=self.proof_gap_abs, threads=workers,
+                                       warmStart=self._hinted,
                                        options=[f"randomCbcSeed {seed + 1}",
                                                 f"integerTolerance {self.integrality_tolerance}"])
         self.problem.solve(solver)
@@ -169,7 +209,10 @@ class MilpAdapter:
         objective = pulp.value(self.problem.objective)
         bound = self._highs_bound()
         if sol_status == pulp.LpSolutionOptimal:
-            return RawOutcome(RawStatus.OPTIMAL, objective, objective)
+            # what the solver proved: its dual bound (HiGHS), or at least the objective less
+            # the absolute gap at which it stops (CBC reports no bound through PuLP)
+            proven = objective - self.proof_gap_abs if bound is None else min(bound, objective)
+            return RawOutcome(RawStatus.OPTIMAL, objective, proven)
         if sol_status == pulp.LpSolutionIntegerFeasible:
             return RawOutcome(RawStatus.FEASIBLE, objective, bound)
         if pulp.LpStatusInfeasible in (sol_status, self.problem.status):
@@ -188,8 +231,8 @@ class MilpAdapter:
         return int(round(var.varValue or 0))
 
     def _unique(self, name: str) -> str:
-        self._count += 1
-        return f"{name}_{self._count}"
+        self._names += 1
+        return f"{name}_{self._names}"
 
 
 class _HighsWithStart(pulp.HiGHS):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from nest_cp.exact.budget import Deadline
 from nest_cp.exact.pricing import StagePricing
 from nest_cp.exact.subproblems import StageOption, SubProblem
 from nest_cp.network import NetworkModel, Path
@@ -41,8 +42,12 @@ def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
 
 
 def communication_lower_bound(sub: SubProblem, pricing: StagePricing,
-                              network: NetworkModel) -> float:
-    """(m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists."""
+                              network: NetworkModel, deadline: Deadline | None = None) -> float:
+    """(m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists.
+
+    Raises :class:`~nest_cp.exact.budget.OutOfTime` when ``deadline`` passes first.
+    """
+    deadline = deadline or Deadline()
     config = sub.config
     replica_paths = candidate_paths(network, config.devices)
     pair_paths = candidate_paths(network, 2)
@@ -66,19 +71,20 @@ def communication_lower_bound(sub: SubProblem, pricing: StagePricing,
         return cheapest(pricing.dense_sync, option, dense_paths) + \
             cheapest(pricing.expert_sync, option, shard_paths)
 
-    tau_lb = _min_max(sub, tau)
-    sync_lb = _min_max(sub, sync)
+    tau_lb = _min_max(sub, tau, deadline)
+    sync_lb = _min_max(sub, sync, deadline)
     if tau_lb is None or sync_lb is None:
         return math.inf
     return (sub.num_microbatches + sub.num_stages - 1) * tau_lb + sync_lb
 
 
-def _min_max(sub: SubProblem, value) -> int | None:
+def _min_max(sub: SubProblem, value, deadline: Deadline) -> int | None:
     """min over contiguous splits of max over stages of value(stage, option)."""
     num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
     best = {(sub.num_stages, num_layers): 0}
     for stage in reversed(range(sub.num_stages)):
         for option in sub.options[stage]:
+            deadline.tick()
             rest = best.get((stage + 1, option.last_layer + 1))
             if rest is None:
                 continue

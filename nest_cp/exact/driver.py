@@ -2,13 +2,14 @@
 
 Why this stays exact.  Every plan belongs to exactly one sub-problem (c, b, S, d,
 z); each model is exact for its sub-problem (nest_cp.exact.skeleton); so the
-minimum over sub-problems is the optimum.  Sub-problems are visited in order of
-their compute bound (nest_cp.exact.subproblems); once that bound reaches the
-incumbent, the sub-problem and all later ones hold no better plan and are
-pruned.  Just before a model is built, the sharper bound with the cheapest
-possible communication (nest_cp.exact.bounds) may prune it too.  Every model
-carries the cutoff objective <= incumbent − 1, so a solver's INFEASIBLE there
-means "nothing better here", as good as a proof for that sub-problem.
+minimum over sub-problems is the optimum.  Shapes (c, b, S, d) come out of
+nest_cp.exact.subproblems.shapes_by_bound lazily, in order of their compute
+bound; once that bound reaches the incumbent, the shape and all later ones hold
+no better plan and are pruned without ever being built.  A shape's sub-problems
+(one per ZeRO stage) are built only when reached; their memory-aware bound and
+the sharper bound with the cheapest possible communication (nest_cp.exact.bounds)
+may prune them too.  Every model carries the cutoff objective <= incumbent − 1,
+so a solver's INFEASIBLE there means "nothing better here".
 
 How statuses combine.  A sub-problem is *resolved* when its solver proved
 OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  The result is
@@ -17,23 +18,34 @@ sub-problem is resolved and none has a plan (then no cutoff was ever active);
 otherwise FEASIBLE with a plan, UNKNOWN without.  The bound is the minimum over
 sub-problems of what is proven about each: the incumbent for resolved ones, the
 solver's bound (at least the communication bound) for those stopped by the
-limit, and the compute bound for those never reached.  The time limit is global:
-each model gets what is left of it.
+limit, the compute bound for those built but never solved, and for the shapes
+never reached the bound the lazy enumeration would have yielded next (a bound on
+all of them, as it yields in non-decreasing order).
 
-Every plan a solver returns is re-evaluated with nest_cp.evaluate; the result
-carries the evaluator's objective.  When CP-SAT (exact integers) proves a
-sub-problem optimal and the evaluator disagrees with its objective, that is a
-modelling bug and raises ModelMismatch instead of being passed on.
+The time limit bounds the whole search.  One Deadline (nest_cp.exact.budget) is
+checked while shapes are enumerated, sub-problems built, bounds computed and
+models built, and every solver gets only the time left; a step the deadline
+interrupts leaves its sub-problem open with the bound known for it.  A model
+whose estimated size (skeleton.estimate_terms) cannot be built in the time left
+at the rate measured so far is not started.  Two passes: first every sub-problem
+gets at most FIRST_PASS_SHARE of the limit, so one hard sub-problem cannot starve
+the others of an incumbent; then the unresolved ones, best bound first, share
+what is left.
 
-The MILP solves in floating point and PuLP reads CBC's values back to about 8
-digits, so its optimality holds within ``objective_tolerance_rel`` (1e-7 relative),
-and two of its answers are not taken as proofs: an "optimal" objective further than
-that from the evaluator's keeps the plan but leaves the sub-problem open, bounded by
-the solver's number less its tolerance; and INFEASIBLE without a cutoff (every
-sub-problem model is feasible by construction, memory being settled before the model
-is built) is a numerical failure, so the sub-problem stays open too.  The time limit
-covers building models: a sub-problem whose model is built after the deadline stays
-open.
+The referee.  Every plan a solver returns is re-evaluated with nest_cp.evaluate,
+and the solver's own numbers are checked against the evaluator's: its objective
+may not be below the plan's price (the model would under-price), an OPTIMAL
+objective must equal it, and its bound may not be above it (the bound would cut
+off a plan that exists).  Any violation is a model bug and raises ModelMismatch
+(an InternalError: exit 3).  CP-SAT is exact, so its comparisons are exact.  The
+MILP solves in floating point (and PuLP reads CBC's values back to about 8
+digits), so its comparisons allow ``objective_tolerance_rel`` (1e-7 relative);
+for the same reason its proofs hold only within that tolerance: a sub-problem it
+resolves contributes the bound it proved (less the tolerance), not the
+incumbent, and an OPTIMAL result says so in ``SolveResult.tolerance_rel``.  An
+INFEASIBLE from the MILP without a cutoff (every model is feasible by
+construction, memory being settled before the model is built) is a numerical
+failure: the sub-problem stays open and the result's message says so.
 """
 
 from __future__ import annotations
@@ -41,16 +53,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nest_cp.errors import ModelMismatch
 from nest_cp.evaluate import evaluate
-from nest_cp.exact.adapters import RawStatus
+from nest_cp.exact.adapters import RawOutcome, RawStatus
 from nest_cp.exact.bounds import communication_lower_bound
+from nest_cp.exact.budget import Deadline, OutOfTime
 from nest_cp.exact.pricing import StagePricing
-from nest_cp.exact.skeleton import build_model, extract_plan, hint_model
-from nest_cp.exact.subproblems import SubProblem, enumerate_subproblems
+from nest_cp.exact.skeleton import build_model, estimate_terms, extract_plan, hint_model
+from nest_cp.exact.subproblems import Shape, SubProblem, build_subproblem, shapes_by_bound
 from nest_cp.model import Instance
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, all_layouts
@@ -59,6 +71,18 @@ from nest_cp.result import SolveResult, Space, Status
 logger = logging.getLogger(__name__)
 
 FIRST_PASS_SHARE = 0.1  # fraction of the time limit one sub-problem may take in pass 1
+ASSUMED_TERMS_PER_S = 50_000  # model-building rate assumed before any model is measured
+
+
+@dataclass(slots=True)
+class _Open:
+    """A sub-problem not resolved: its shape, ZeRO stage, what is proven, and the built model
+    input (None when building it was interrupted)."""
+
+    bound: float
+    shape: Shape
+    zero: int
+    sub: SubProblem | None = None
 
 
 @dataclass(slots=True)
@@ -67,124 +91,216 @@ class _Search:
 
     best_plan: Plan | None = None
     best_ticks: int | None = None
-    open_bounds: list = field(default_factory=list)  # bounds of sub-problems not resolved
+    open: list[_Open] = field(default_factory=list)  # sub-problems not resolved
+    unreached_bound: float = math.inf  # bound on every shape the enumeration never yielded
+    tolerance_bounds: list[int] = field(default_factory=list)  # floating proofs' bounds
     solver_runs: int = 0  # models solved (a sub-problem may be solved in both passes)
     pruned: int = 0
+    skipped_models: int = 0  # models not started: too big for the time left
+    notes: list[str] = field(default_factory=list)
 
     def offer(self, plan: Plan, ticks: int) -> None:
         if self.best_ticks is None or ticks < self.best_ticks:
             self.best_plan, self.best_ticks = plan, ticks
+            logger.info("incumbent %d ticks (%s)", ticks, _label_of(plan))
 
 
-def solve_exact(instance: Instance, options, backend: str,
-                make_adapter: Callable[[], object]) -> SolveResult:
-    """Solve ``instance`` exactly in ``options.space`` with the adapter's solver.
-
-    Two passes: first every sub-problem gets at most FIRST_PASS_SHARE of the limit,
-    so one hard sub-problem cannot starve the others of an incumbent; then the
-    unresolved ones, best bound first, share what is left.
-    """
+def solve_exact(instance: Instance, options, backend: str, make_adapter) -> SolveResult:
+    """Solve ``instance`` exactly in ``options.space`` with the adapter's solver, within
+    ``options.time_limit_s`` for the whole search (module docstring)."""
     start = time.monotonic()
-    run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter,
-               deadline=start + options.time_limit_s)
+    deadline = Deadline(start + options.time_limit_s)
+    run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter, deadline)
     _offer_hint(instance, options.space, run.hint, run.network, run.search)
-    pending = [(sub, sub.lower_bound_ticks) for sub in enumerate_subproblems(instance)
-               if sub.feasible]  # no memory-feasible split: resolved without a model
-    pending = run.sweep(pending, options.time_limit_s * FIRST_PASS_SHARE)
-    pending = run.sweep(sorted(pending, key=lambda item: item[1]), math.inf)
-    run.search.open_bounds = [bound for _, bound in pending]
-    return _result(backend, options.space, run.search, time.monotonic() - start)
+    pending = run.first_pass()
+    run.second_pass(pending)
+    return _result(backend, options.space, run.search, time.monotonic() - start,
+                   run.tolerance_rel)
 
 
 class _Run:
     """One exact search: the instance, options, incumbent and the global deadline."""
 
     def __init__(self, instance: Instance, options, network: NetworkModel, make_adapter,
-                 deadline: float):
+                 deadline: Deadline):
         self.instance, self.options, self.network = instance, options, network
         self.make_adapter, self.deadline = make_adapter, deadline
         self.hint = _placed(options.hint, network)
         self.search = _Search()
+        self.tolerance_rel = make_adapter().objective_tolerance_rel
+        self._zeros = sorted(set(instance.training.zero_stages))
         self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
+        self._built_terms, self._built_s = 0, 0.0  # measured model-building rate
 
-    def sweep(self, pending: list, cap_s: float) -> list:
-        """Solve each (sub-problem, bound) with at most ``cap_s``; return those unresolved."""
-        unresolved = []
-        for sub, known_bound in pending:
-            best = self.search.best_ticks
-            if best is not None and known_bound >= best:
-                self.search.pruned += 1
-                continue
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                unresolved.append((sub, known_bound))
-                continue
-            bound = max(known_bound, self._sharp_bound(sub))
-            if best is not None and bound >= best:
-                self.search.pruned += 1
-                continue
-            proven = _solve_subproblem(self.instance, self.options, self.hint, self.network,
-                                       sub, time.monotonic() + min(remaining, cap_s),
-                                       self.make_adapter, self.search)
-            if proven is not None:
-                unresolved.append((sub, max(proven, bound)))
-        return unresolved
+    # ------------------------------------------------------------ passes
 
-    def _sharp_bound(self, sub: SubProblem) -> float:
+    def first_pass(self) -> list[_Open]:
+        """Walk the shapes in bound order; each sub-problem gets at most FIRST_PASS_SHARE."""
+        cap_s = self.options.time_limit_s * FIRST_PASS_SHARE
+        pending: list[_Open] = []
+        shapes = shapes_by_bound(self.instance, self.deadline)
+        reached = 0
+        for bound, shape in shapes:
+            if self._prunable(bound):
+                break  # every later shape has a bound at least as large
+            if shape is None or self.deadline.expired():
+                self.search.unreached_bound = bound
+                break
+            reached += 1
+            for zero in self._zeros:
+                self._visit(_Open(bound, shape, zero), self.deadline.sooner(cap_s), pending)
+        return self._sorted(pending, reached)
+
+    def _sorted(self, pending: list[_Open], reached: int) -> list[_Open]:
+        logger.info("pass 1: %d shapes reached, %d sub-problems open, %.1f s left", reached,
+                    len(pending), self.deadline.remaining())
+        return sorted(pending, key=lambda entry: entry.bound)
+
+    def second_pass(self, pending: list[_Open]) -> None:
+        """The unresolved sub-problems, best bound first, share what is left of the limit."""
+        still_open: list[_Open] = []
+        for item in pending:
+            self._visit(item, self.deadline, still_open)
+        self.search.open = still_open
+
+    # ------------------------------------------------------------ one sub-problem
+
+    def _visit(self, item: _Open, deadline: Deadline, still_open: list[_Open]) -> None:
+        """Resolve ``item`` by ``deadline`` if possible, else append it (tightened) to
+        ``still_open``."""
+        if self._prunable(item.bound):
+            self.search.pruned += 1
+            return
+        if deadline.expired():
+            still_open.append(item)
+            return
+        try:
+            if item.sub is None:
+                item.sub = build_subproblem(self.instance, item.shape, item.zero, deadline)
+                if not item.sub.feasible:
+                    return  # no memory-feasible split: resolved without a model
+                item.bound = max(item.bound, item.sub.lower_bound_ticks)
+                if self._prunable(item.bound):
+                    self.search.pruned += 1
+                    return
+            item.bound = max(item.bound, self._sharp_bound(item.sub, deadline))
+            if self._prunable(item.bound):
+                self.search.pruned += 1
+                return
+            proven = self._solve(item.sub, deadline)
+        except OutOfTime:
+            still_open.append(item)
+            return
+        if proven is not None:
+            item.bound = max(item.bound, proven)
+            still_open.append(item)
+
+    def _prunable(self, bound: float) -> bool:
+        best = self.search.best_ticks
+        return best is not None and bound >= best
+
+    def _sharp_bound(self, sub: SubProblem, deadline: Deadline) -> float:
         if sub.label not in self._sharp_bounds:
             self._sharp_bounds[sub.label] = communication_lower_bound(
-                sub, StagePricing(self.instance, sub), self.network)
+                sub, StagePricing(self.instance, sub), self.network, deadline)
         return self._sharp_bounds[sub.label]
 
+    def _solve(self, sub: SubProblem, deadline: Deadline) -> float | None:
+        """Build and solve one model by ``deadline``; None when resolved, else its bound."""
+        estimate = estimate_terms(sub, self.network, self.options.space)
+        if estimate / self._rate() > deadline.remaining():
+            self.search.skipped_models += 1
+            logger.info("%s: model of about %d terms cannot be built in %.1f s; left open",
+                        sub.label, estimate, deadline.remaining())
+            raise OutOfTime
+        adapter = self.make_adapter()
+        adapter.deadline = deadline
+        cutoff = self.search.best_ticks
+        began = time.monotonic()
+        handles = build_model(adapter, self.instance, sub, self.network, self.options.space,
+                              cutoff)
+        hint = self.hint
+        if hint is not None and sub.matches(hint) and (
+                self.options.space is Space.FULL or handles.placement.contains(hint.placement)):
+            hint_model(adapter, handles, hint)
+        building_s = time.monotonic() - began
+        self._built_terms += adapter.terms
+        self._built_s += building_s
+        # the solver's own overhead (PuLP writing the model out) grows like building it
+        time_left = deadline.remaining() - (building_s if self.tolerance_rel > 0 else 0.0)
+        if time_left <= 0:
+            raise OutOfTime
+        outcome = adapter.solve(time_left, self.options.seed, self.options.workers)
+        self.search.solver_runs += 1
+        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", sub.label,
+                    outcome.status.value, outcome.objective, outcome.bound, adapter.terms,
+                    building_s)
+        return self._judge(sub, handles, adapter, outcome, cutoff)
 
-def _solve_subproblem(instance, options, hint: Plan | None, network, sub: SubProblem,
-                      deadline: float, make_adapter, search: _Search) -> float | None:
-    """Solve one sub-problem by ``deadline``; None when resolved, else its proven bound."""
-    adapter = make_adapter()
-    cutoff = search.best_ticks
-    handles = build_model(adapter, instance, sub, network, options.space, cutoff)
-    if hint is not None and sub.matches(hint) and (
-            options.space is Space.FULL or handles.placement.contains(hint.placement)):
-        hint_model(adapter, handles, hint)
-    time_left = deadline - time.monotonic()
-    if time_left <= 0:  # building the model used up the time
-        return -math.inf
-    outcome = adapter.solve(time_left, options.seed, options.workers)
-    search.solver_runs += 1
-    logger.debug("%s: %s objective=%s bound=%s", sub.label, outcome.status.value,
-                 outcome.objective, outcome.bound)
-    floating = adapter.objective_tolerance_rel > 0
-    if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
-        plan = extract_plan(handles, adapter.value)
-        evaluation = evaluate(instance, plan, network)
-        if not evaluation.feasible:
-            raise ModelMismatch(f"{sub.label}: solver plan infeasible: "
-                                f"{evaluation.violations[0]}")
-        search.offer(plan, evaluation.objective_ticks)
-        band = adapter.objective_tolerance_rel * abs(outcome.objective) + 0.5
-        if outcome.status is RawStatus.OPTIMAL and \
-                abs(evaluation.objective_ticks - outcome.objective) > band:
-            if not floating:
-                raise ModelMismatch(f"{sub.label}: solver proved {outcome.objective} ticks, "
-                                    f"evaluator says {evaluation.objective_ticks}")
-            logger.warning("%s: MILP objective %s differs from the plan's %d ticks; the "
-                           "sub-problem stays open", sub.label, outcome.objective,
-                           evaluation.objective_ticks)
-            return min(evaluation.objective_ticks, _floating_bound(adapter, outcome.objective))
-    if outcome.status is RawStatus.INFEASIBLE and floating and cutoff is None:
-        logger.warning("%s: MILP reports a feasible-by-construction model infeasible; the "
-                       "sub-problem stays open", sub.label)
-        return -math.inf
-    if outcome.status in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE):
-        return None
-    if outcome.bound is None:
-        return -math.inf
-    return _floating_bound(adapter, outcome.bound)
+    def _rate(self) -> float:
+        """Terms per second this run has built models at (an assumption before the first)."""
+        if self._built_s < 0.05:
+            return ASSUMED_TERMS_PER_S
+        return self._built_terms / self._built_s
+
+    def _judge(self, sub: SubProblem, handles, adapter, outcome: RawOutcome,
+               cutoff: int | None) -> float | None:
+        """Referee the solver's answer; None when the sub-problem is resolved, else its bound."""
+        tolerance = adapter.objective_tolerance_rel
+        if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
+            plan = extract_plan(handles, adapter.value)
+            evaluation = evaluate(self.instance, plan, self.network)
+            if not evaluation.feasible:
+                raise ModelMismatch(f"{sub.label}: the solver's plan is infeasible: "
+                                    f"{evaluation.violations[0]}")
+            _check_numbers(sub, outcome, evaluation.objective_ticks, tolerance)
+            self.search.offer(plan, evaluation.objective_ticks)
+        if outcome.status is RawStatus.INFEASIBLE and tolerance > 0 and cutoff is None:
+            note = (f"{sub.label}: the MILP reported a feasible-by-construction model "
+                    f"infeasible (a numerical failure); the sub-problem stays open")
+            logger.warning(note)
+            self.search.notes.append(note)
+            return -math.inf
+        if outcome.status is RawStatus.OPTIMAL:
+            if tolerance > 0:
+                self.search.tolerance_bounds.append(_floating_bound(tolerance, outcome.bound))
+            return None
+        if outcome.status is RawStatus.INFEASIBLE:
+            if tolerance > 0:  # nothing below the cutoff, within the tolerance
+                self.search.tolerance_bounds.append(_floating_bound(tolerance, cutoff))
+            return None
+        if outcome.bound is None:
+            return -math.inf
+        return _floating_bound(tolerance, outcome.bound)
 
 
-def _floating_bound(adapter, value: float) -> int:
+def _check_numbers(sub: SubProblem, outcome: RawOutcome, evaluated: int, tolerance: float
+                   ) -> None:
+    """ModelMismatch unless the solver's objective and bound agree with the evaluator's price
+    of its own plan (within the adapter's tolerance; exactly for CP-SAT)."""
+    band = tolerance * abs(evaluated) + (0.5 if tolerance > 0 else 0)
+    objective = outcome.objective
+    if objective is None or objective < evaluated - band:
+        raise ModelMismatch(f"{sub.label}: the solver's objective {objective} is below the "
+                            f"evaluator's {evaluated} ticks for the same plan")
+    if outcome.status is RawStatus.OPTIMAL and objective > evaluated + band:
+        raise ModelMismatch(f"{sub.label}: the solver proved {objective} ticks optimal, the "
+                            f"evaluator prices its plan at {evaluated}")
+    if outcome.bound is not None and outcome.bound > evaluated + band:
+        raise ModelMismatch(f"{sub.label}: the solver's bound {outcome.bound} is above the "
+                            f"evaluator's {evaluated} ticks for a plan it found")
+
+
+def _floating_bound(tolerance: float, value: float) -> int:
     """The integer bound a solver's number proves, less the adapter's tolerance."""
-    return math.ceil(value * (1 - adapter.objective_tolerance_rel) - 1e-6)
+    if tolerance == 0:
+        return math.ceil(value - 1e-9)
+    return math.ceil(value * (1 - tolerance) - 1e-6)
+
+
+def _label_of(plan: Plan) -> str:
+    return (f"tp={plan.config.tp},ep={plan.config.ep},b={plan.microbatch},"
+            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero}")
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
@@ -212,24 +328,32 @@ def _is_structured(plan: Plan, network: NetworkModel) -> bool:
                == plan.placement for layout in all_layouts())
 
 
-def _result(backend: str, space: Space, search: _Search, wall_time_s: float) -> SolveResult:
+def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
+            tolerance_rel: float) -> SolveResult:
+    open_bounds = [item.bound for item in search.open]
+    if search.unreached_bound < math.inf:
+        open_bounds.append(search.unreached_bound)
     stats = {"solver_runs": search.solver_runs, "subproblems_pruned": search.pruned,
-             "subproblems_open": len(search.open_bounds)}
-    if not search.open_bounds:
+             "subproblems_open": len(search.open), "models_skipped": search.skipped_models,
+             "shapes_unreached": search.unreached_bound < math.inf}
+    if not open_bounds:
         if search.best_plan is None:
             return SolveResult(backend, Status.INFEASIBLE, wall_time_s=wall_time_s, space=space,
                                message="no plan fits in memory", stats=stats)
-        return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks,
-                           search.best_ticks, wall_time_s, space, stats=stats)
-    bound = min(search.open_bounds)
+        bound = min([search.best_ticks, *search.tolerance_bounds])
+        return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks, bound,
+                           wall_time_s, space, stats=stats,
+                           tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
+    bound = min(open_bounds + search.tolerance_bounds, default=-math.inf)
+    message = "; ".join(["time limit", *search.notes])
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, bound_ticks=_int_or_none(bound),
-                           wall_time_s=wall_time_s, space=space, message="time limit",
-                           stats=stats)
+                           wall_time_s=wall_time_s, space=space, message=message, stats=stats,
+                           tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
     bound = min(bound, search.best_ticks)
     return SolveResult(backend, Status.FEASIBLE, search.best_plan, search.best_ticks,
-                       _int_or_none(bound), wall_time_s, space, message="time limit",
-                       stats=stats)
+                       _int_or_none(bound), wall_time_s, space, message=message, stats=stats,
+                       tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
 
 
 def _int_or_none(value) -> int | None:

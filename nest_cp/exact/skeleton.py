@@ -37,7 +37,7 @@ from nest_cp.exact.pricing import StagePricing
 from nest_cp.exact.subproblems import SubProblem
 from nest_cp.model import Instance, RecomputeMode
 from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan, Stage
+from nest_cp.plan import Plan, Stage, all_layouts
 from nest_cp.result import Space
 
 
@@ -66,6 +66,45 @@ def build_model(adapter, instance: Instance, sub: SubProblem, network: NetworkMo
     if cutoff_ticks is not None:
         adapter.add(objective <= cutoff_ticks - 1)
     return ModelHandles(sub, opt, placement, objective)
+
+
+def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
+    """About how many terms ``build_model`` hands the adapter (within a small factor).
+
+    The driver compares it with the rate it has measured to skip a model it could not
+    build in the time left.  Counted: option variables and their flow, placement
+    variables, each communicating group's occupancy literals (full space) and its
+    floors over the stage's options, one per bottleneck case.
+    """
+    config, stages, dp = sub.config, sub.num_stages, sub.dp
+    ranks = config.devices
+    per_stage = [len(options) for options in sub.options]
+    groups = []  # (stage, group size) of every group a cost term is floored over
+    groups += [(s, ranks) for s in range(stages) for _ in range(dp)] if ranks > 1 else []
+    groups += [(s, 2) for s in range(stages - 1) for _ in range(dp * ranks)]
+    groups += [(s, dp) for s in range(stages) for _ in range(ranks)] if dp > 1 else []
+    groups += [(s, dp * config.ep) for s in range(stages) for _ in range(config.tp)] \
+        if dp * config.ep > 1 else []
+    terms = 3 * sum(per_stage)
+    if space is Space.STRUCTURED:
+        cases = len(all_layouts())
+        return terms + sum(cases * (per_stage[s] + size) for s, size in groups)
+    if network.is_hierarchical:
+        cells = -(-network.num_devices // network.cluster.network.domain_sizes()[0])
+        levels, latencies = network.num_tiers, 1
+    else:
+        pairs = [network.pair_path(a, b) for a in range(network.num_devices)
+                 for b in range(a + 1, network.num_devices)]
+        cells = network.num_devices
+        levels = len({path.bandwidth_Bps for path in pairs}) + 1
+        latencies = len({path.latency_s for path in pairs}) or 1
+    slots = ranks * stages * dp
+    terms += 4 * slots * cells
+    for s, size in groups:
+        terms += size * cells * levels + levels * latencies * (per_stage[s] + 1)
+        if not network.is_hierarchical:  # latency literals: every pair of slots, every device
+            terms += latencies * size * size * cells * cells
+    return terms
 
 
 def hint_model(adapter, handles: ModelHandles, plan: Plan) -> None:

@@ -20,10 +20,15 @@ whose bound is ≥ the incumbent holds no better plan, so pruning it is exact.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nest_cp import cost
+from nest_cp.exact.budget import Deadline
 from nest_cp.model import Instance, IntraConfig, RecomputeMode
 
 
@@ -87,20 +92,133 @@ class SubProblem:
 
 
 def enumerate_subproblems(instance: Instance) -> list[SubProblem]:
-    """Every (c, b, S, d, z) with a·S·d ≤ N, sorted by lower bound (then by label)."""
-    num_layers = instance.workload.num_layers
-    num_devices = instance.cluster.num_devices
-    found = []
-    for config, microbatch in instance.choices:
-        for num_stages in range(1, num_layers + 1):
-            for dp in range(1, num_devices // (config.devices * num_stages) + 1):
-                for zero in sorted(set(instance.training.zero_stages)):
-                    found.append(_subproblem(instance, config, microbatch, num_stages, dp, zero))
+    """Every (c, b, S, d, z) with a·S·d ≤ N, built and sorted by lower bound (then label).
+
+    Eager and O(#sub-problems · L²): for tests and small instances.  The exact driver
+    walks :func:`shapes_by_bound` instead and builds a sub-problem only when it gets there.
+    """
+    found = [build_subproblem(instance, shape, zero)
+             for _, shape in shapes_by_bound(instance) if shape is not None
+             for zero in sorted(set(instance.training.zero_stages))]
     return sorted(found, key=lambda sub: (sub.lower_bound_ticks, sub.label))
 
 
-def _subproblem(instance: Instance, config: IntraConfig, microbatch: int, num_stages: int,
-                dp: int, zero: int) -> SubProblem:
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The choices (c, b, S, d) of a sub-problem other than its ZeRO stage."""
+
+    config: IntraConfig
+    microbatch: int
+    num_stages: int
+    dp: int
+
+
+def shapes_by_bound(instance: Instance, deadline: Deadline | None = None
+                    ) -> Iterator[tuple[int, Shape | None]]:
+    """Every (c, b, S, d) with a·S·d ≤ N as (compute bound, shape), bound non-decreasing.
+
+    Lazy, so the cost is paid only for the shapes a search reaches: the bound of
+    (c, b, S, d) is (m + S − 1)·τ_c(S) with τ_c(S) the least possible slowest stage's
+    fwd + bwd over contiguous S-splits (memory and communication ignored, so it is at
+    most the sub-problem's lower bound for every ZeRO stage).  It shrinks as d grows,
+    so a heap holds one entry per (c, b, S), starting at the largest d; each entry
+    first carries the O(1) bound max(largest layer, ⌈total / S⌉) and is refined to
+    the exact τ_c(S) when it reaches the top (a lazy A*-style refinement: every
+    bound in the heap stays valid, so shapes come out in order of valid bounds).
+    When the generator stops early, the next bound it would yield bounds every
+    shape not yet yielded; once ``deadline`` has passed it yields that bound with
+    shape None and stops.
+    """
+    deadline = deadline or Deadline()
+    num_devices = instance.cluster.num_devices
+    training = instance.training
+    heap: list = []
+    splits: dict[int, _ComputeSplits] = {}
+    for index, (config, microbatch) in enumerate(instance.choices):
+        if config.devices > num_devices:
+            continue
+        profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
+        splits[index] = _ComputeSplits([sum(cost.compute_ticks(p, training.tick_s))
+                                        for p in profiles])
+        for num_stages in range(1, len(profiles) + 1):
+            dp = num_devices // (config.devices * num_stages)
+            if dp >= 1:
+                tau = splits[index].quick_bound(num_stages)
+                heapq.heappush(heap, (_rounds(instance, config, microbatch, num_stages, dp) * tau,
+                                      index, num_stages, -dp, False))
+    while heap:
+        if deadline.expired():
+            yield heap[0][0], None
+            return
+        bound, index, num_stages, negative_dp, refined = heapq.heappop(heap)
+        config, microbatch = instance.choices[index]
+        dp = -negative_dp
+        tau = splits[index].exact_bound(num_stages)
+        if not refined:
+            heapq.heappush(heap, (_rounds(instance, config, microbatch, num_stages, dp) * tau,
+                                  index, num_stages, negative_dp, True))
+            continue
+        yield bound, Shape(config, microbatch, num_stages, dp)
+        if dp > 1:
+            heapq.heappush(heap, (_rounds(instance, config, microbatch, num_stages, dp - 1) * tau,
+                                  index, num_stages, negative_dp + 1, True))
+
+
+def _rounds(instance: Instance, config: IntraConfig, microbatch: int, num_stages: int,
+            dp: int) -> int:
+    """m + S − 1: the number of τ_max a 1F1B iteration lasts."""
+    return cost.num_microbatches(instance.training.global_batch, microbatch, config,
+                                 dp) + num_stages - 1
+
+
+class _ComputeSplits:
+    """Least slowest-stage compute over contiguous splits of a chain of per-layer ticks."""
+
+    def __init__(self, ticks: list[int]):
+        self.prefix = [0, *itertools.accumulate(ticks)]
+        self.largest = max(ticks)
+        self._exact: dict[int, int] = {}
+
+    def quick_bound(self, parts: int) -> int:
+        """max(largest layer, ⌈total / parts⌉) ≤ the exact min-max."""
+        return max(self.largest, -(-self.prefix[-1] // parts))
+
+    def exact_bound(self, parts: int) -> int:
+        """min over splits into ``parts`` non-empty contiguous stages of the largest sum.
+
+        Splitting a stage never raises the maximum (ticks are >= 0), so "exactly
+        ``parts``" equals "at most ``parts``", which a greedy fill decides for a cap;
+        binary search on the cap between the quick bound and the quick bound plus the
+        largest layer (where greedy always succeeds).
+        """
+        if parts not in self._exact:
+            low = self.quick_bound(parts)
+            high = low + self.largest
+            while low < high:
+                middle = (low + high) // 2
+                if self._fits(middle, parts):
+                    high = middle
+                else:
+                    low = middle + 1
+            self._exact[parts] = low
+        return self._exact[parts]
+
+    def _fits(self, cap: int, parts: int) -> bool:
+        prefix, position, used = self.prefix, 0, 0
+        while position < len(prefix) - 1:
+            position = bisect.bisect_right(prefix, prefix[position] + cap) - 1
+            used += 1
+            if used > parts:
+                return False
+        return True
+
+
+def build_subproblem(instance: Instance, shape: Shape, zero: int,
+                     deadline: Deadline | None = None) -> SubProblem:
+    """The sub-problem (shape, z) with its memory-feasible options; checks ``deadline``."""
+    deadline = deadline or Deadline()
+    config, microbatch, num_stages, dp = shape.config, shape.microbatch, shape.num_stages, \
+        shape.dp
     training = instance.training
     microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dp)
     profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
@@ -113,6 +231,7 @@ def _subproblem(instance: Instance, config: IntraConfig, microbatch: int, num_st
         fitting = []
         for option in _spans(stage, num_stages, num_layers,
                              RecomputeMode.FULL in training.recompute_modes):
+            deadline.tick()
             span = profiles[option.first_layer:option.last_layer + 1]
             memory = cost.stage_memory_bytes([span], option.mode, k, training.optimizer,
                                              zero, dp)
