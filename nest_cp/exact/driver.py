@@ -54,6 +54,7 @@ from nest_cp.exact.subproblems import SubProblem, enumerate_subproblems
 from nest_cp.model import Instance
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, all_layouts
+from nest_cp.progress import Progress, ticks_text
 from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,12 @@ def solve_exact(instance: Instance, options, backend: str,
     _offer_hint(instance, options.space, run.hint, run.network, run.search)
     pending = [(sub, sub.lower_bound_ticks) for sub in enumerate_subproblems(instance)
                if sub.feasible]  # no memory-feasible split: resolved without a model
-    pending = run.sweep(pending, options.time_limit_s * FIRST_PASS_SHARE)
-    pending = run.sweep(sorted(pending, key=lambda item: item[1]), math.inf)
+    for label, cap_s in ((f"{backend} pass 1", options.time_limit_s * FIRST_PASS_SHARE),
+                         (f"{backend} pass 2", math.inf)):
+        with Progress(label, len(pending), show_bar=options.progress,
+                      logger=logger) as progress:
+            pending = run.sweep(sorted(pending, key=lambda item: item[1]) if cap_s == math.inf
+                                else pending, cap_s, progress)
     run.search.open_bounds = [bound for _, bound in pending]
     return _result(backend, options.space, run.search, time.monotonic() - start)
 
@@ -107,28 +112,43 @@ class _Run:
         self.search = _Search()
         self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
 
-    def sweep(self, pending: list, cap_s: float) -> list:
-        """Solve each (sub-problem, bound) with at most ``cap_s``; return those unresolved."""
+    def sweep(self, pending: list, cap_s: float, progress: Progress) -> list:
+        """Solve each (sub-problem, bound) with at most ``cap_s``; return those unresolved.
+
+        ``progress`` advances once per sub-problem with the incumbent and the bound
+        proven so far: the least of the incumbent, the bounds of sub-problems left
+        open and those of sub-problems not reached yet.
+        """
         unresolved = []
-        for sub, known_bound in pending:
-            best = self.search.best_ticks
-            if best is not None and known_bound >= best:
-                self.search.pruned += 1
-                continue
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                unresolved.append((sub, known_bound))
-                continue
-            bound = max(known_bound, self._sharp_bound(sub))
-            if best is not None and bound >= best:
-                self.search.pruned += 1
-                continue
-            proven = _solve_subproblem(self.instance, self.options, self.hint, self.network,
-                                       sub, time.monotonic() + min(remaining, cap_s),
-                                       self.make_adapter, self.search)
-            if proven is not None:
-                unresolved.append((sub, max(proven, bound)))
+        for index, (sub, known_bound) in enumerate(pending):
+            still_open = self._visit(sub, known_bound, cap_s)
+            if still_open is not None:
+                unresolved.append((sub, still_open))
+            if progress.active:
+                best = self.search.best_ticks
+                bound = min([b for _, b in pending[index + 1:]] + [b for _, b in unresolved]
+                            + ([best] if best is not None else []), default=None)
+                progress.advance(status=f"best {ticks_text(best)}, "
+                                        f"bound {ticks_text(bound)} ticks")
         return unresolved
+
+    def _visit(self, sub: SubProblem, known_bound: float, cap_s: float) -> float | None:
+        """Prune or solve one sub-problem; None when resolved, else the bound it keeps."""
+        best = self.search.best_ticks
+        if best is not None and known_bound >= best:
+            self.search.pruned += 1
+            return None
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return known_bound
+        bound = max(known_bound, self._sharp_bound(sub))
+        if best is not None and bound >= best:
+            self.search.pruned += 1
+            return None
+        proven = _solve_subproblem(self.instance, self.options, self.hint, self.network,
+                                   sub, time.monotonic() + min(remaining, cap_s),
+                                   self.make_adapter, self.search)
+        return None if proven is None else max(proven, bound)
 
     def _sharp_bound(self, sub: SubProblem) -> float:
         if sub.label not in self._sharp_bounds:
