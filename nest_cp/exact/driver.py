@@ -93,6 +93,8 @@ def solve_exact(instance: Instance, options, backend: str,
                if sub.feasible]  # no memory-feasible split: resolved without a model
     for label, cap_s in ((f"{backend} pass 1", options.time_limit_s * FIRST_PASS_SHARE),
                          (f"{backend} pass 2", math.inf)):
+        if not pending:
+            break
         with Progress(label, len(pending), show_bar=options.progress,
                       logger=logger) as progress:
             pending = run.sweep(sorted(pending, key=lambda item: item[1]) if cap_s == math.inf
