@@ -126,7 +126,9 @@ def _instance_summary(inst: Instance) -> str:
     opt = training.optimizer
     lines.append(f"training   batch {training.global_batch}, seq {training.seq_len}, microbatches "
                  f"{list(training.microbatches)}, ZeRO {list(training.zero_stages)}, recompute "
-                 f"{'allowed' if training.allow_recompute else 'off'}, optimizer "
+                 f"{'/'.join(m.value for m in training.recompute_modes)}, virtual stages "
+                 f"{list(training.virtual_stages)}, overlap grad reduce "
+                 f"{'on' if training.overlap_grad_reduce else 'off'}, optimizer "
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
     return "\n".join(lines)
@@ -144,29 +146,33 @@ def _instance_summary(inst: Instance) -> str:
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--microbatch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "all", "all-but-last"]), default="none",
-              show_default=True)
+@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Without PLAN: virtual stages v (interleaved 1F1B; S*v chunks).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
+              default="none", show_default=True,
+              help="Without PLAN: every stage's mode, or full on all stages but the last.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
                      dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
-                     recompute: str, as_json: bool) -> None:
+                     vp: int, recompute: str, as_json: bool) -> None:
     """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
 
     Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
     instance at all (unknown configuration, bad split or placement).
     """
-    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "recompute")
+    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute")
     if plan_path is not None:
         _reject_options(degree_options, "with a PLAN file")
     inst = io.load_instance(instance_path)
     if plan_path is not None:
         plan = io.load_plan(plan_path)
     elif pp is not None and dp_degree is not None:
-        if pp > inst.workload.num_layers:
-            raise click.BadParameter(f"expected --pp <= {inst.workload.num_layers} layers, "
-                                     f"got {pp}", param_hint="--pp")
+        if pp * vp > inst.workload.num_layers:
+            raise click.BadParameter(f"expected --pp x --vp <= {inst.workload.num_layers} "
+                                     f"layers, got {pp} x {vp}", param_hint="--pp")
         plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
-                    uniform_stages(inst.workload.num_layers, pp, recompute))
+                    uniform_stages(inst.workload.num_layers, pp, recompute, vp),
+                    virtual_stages=vp)
     else:
         raise click.UsageError("expected a PLAN file or both --pp and --dp")
     evaluation = evaluate(inst, plan)
@@ -196,19 +202,22 @@ def _reject_options(names: tuple[str, ...], context: str) -> None:
 def _evaluation_table(inst: Instance, evaluation: Evaluation) -> str:
     plan = evaluation.plan
     head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
-            f"zero={plan.zero} stages={plan.num_stages} dp={plan.num_replicas} "
-            f"({plan.num_devices_used} devices)")
+            f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
+            f"dp={plan.num_replicas} ({plan.num_devices_used} devices)")
     if evaluation.objective_ticks is None:
         return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
     tick_ms = inst.training.tick_s * 1e3
+    tau = "tau_chunk" if plan.virtual_stages > 1 else "tau_max"
     rows = [head, plan_report(inst, evaluation),
             f"microbatches per replica m = {evaluation.num_microbatches}, "
-            f"tau_max = {evaluation.tau_max_ticks} ticks ({evaluation.tau_max_ticks * tick_ms:.3f}"
-            f" ms), T_sync = {evaluation.sync_ticks} ticks "
-            f"({evaluation.sync_ticks * tick_ms:.3f} ms)",
+            f"{tau} = {evaluation.tau_max_ticks} ticks ({evaluation.tau_max_ticks * tick_ms:.3f}"
+            f" ms), T_sync = {evaluation.exposed_sync_ticks} ticks exposed of "
+            f"{evaluation.sync_ticks} ({evaluation.exposed_sync_ticks * tick_ms:.3f} ms of "
+            f"{evaluation.sync_ticks * tick_ms:.3f} ms)",
             f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
             f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
-            f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s",
+            f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
+            f"MFU {_percent(evaluation.mfu)}, HFU {_percent(evaluation.hfu)}",
             "feasible" if evaluation.feasible else "INFEASIBLE:"]
     rows += [f"  - {v}" for v in evaluation.violations]
     return "\n".join(rows)
@@ -303,6 +312,11 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
     }
 
 
+def _percent(value: float | None) -> str:
+    """A utilisation as a percentage, or n/a where FLOPs or the device peak are unknown."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def _rate(value: float | None, digits: int) -> str:
     """A throughput, or n/a for a zero-time iteration (a profile with no costs)."""
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -330,11 +344,14 @@ def _result_table(record: dict) -> str:
                   f"{_rate(record['throughput_samples_per_s'], 2)} samples/s)",
                   _bound_line(record)]
         plan = record["plan"]
-        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{'*' if s['recompute'] else ''}"
+        marks = {"none": "", "selective": "+", "full": "*"}
+        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
                            for s in plan["stages"])
+        virtual = plan["virtual_stages"]
         lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
                      f"microbatch={plan['microbatch']} zero={plan['zero']} "
-                     f"stages={len(plan['stages'])} dp={plan['dp']}  [{split}] (* recompute)")
+                     f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
+                     f"[{split}] (* full, + selective recompute)")
     lines.append(f"wall time  {record['wall_time_s']:.3f} s")
     return "\n".join(lines)
 

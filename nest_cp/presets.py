@@ -46,6 +46,7 @@ from nest_cp.model import (
     HierarchicalNetwork,
     Instance,
     IntraConfig,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -252,7 +253,9 @@ def build_instance(model: str, devices: int, network: str, device: str | None = 
                    global_batch: int = 4096, seq_len: int | None = None,
                    microbatches: tuple[int, ...] = (1,), tp_widths: tuple[int, ...] | None = None,
                    ep_widths: tuple[int, ...] | None = None,
-                   zero_stages: tuple[int, ...] = (0, 1, 2, 3), allow_recompute: bool = True,
+                   zero_stages: tuple[int, ...] = (0, 1, 2, 3),
+                   recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
+                                                                 RecomputeMode.FULL),
                    name: str | None = None) -> Instance:
     """An instance of a preset model on a preset network of ``devices`` devices.
 
@@ -265,7 +268,7 @@ def build_instance(model: str, devices: int, network: str, device: str | None = 
     training = TrainingSetup(global_batch=global_batch,
                              seq_len=spec.default_seq_len if seq_len is None else seq_len,
                              microbatches=tuple(microbatches), zero_stages=tuple(zero_stages),
-                             allow_recompute=allow_recompute)
+                             recompute_modes=tuple(recompute_modes))
     tp = default_tp_widths(spec, devices) if tp_widths is None else tuple(tp_widths)
     ep = default_ep_widths(spec, devices) if ep_widths is None else tuple(ep_widths)
     workload = profile_workload(spec, device_spec, training.seq_len, training.microbatches,

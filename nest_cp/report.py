@@ -165,22 +165,30 @@ def _ms(ticks: int, tick_s: float) -> str:
 
 
 def stage_lines(instance: Instance, evaluation: Evaluation) -> list[str]:
-    """Per-stage time per microbatch (ms, by term), sync (ms) and memory (GiB) per device."""
+    """Per stage: its chunks' layers, recompute mode, microbatches in flight, time per
+    microbatch (ms, by term, the slowest chunk's), sync and exposed sync (ms), memory (GiB)."""
     tick_s = instance.training.tick_s
-    rows = [f"  {'stage':>5} {'layers':>9} {'rc':>2} {'k':>3} {'time ms':>10} "
-            f"{'compute':>9} {'coll':>8} {'p2p':>8} {'zero3':>8} {'sync ms':>10} "
-            f"{'memory GiB':>10} {'of GiB':>7} {'fits':>4}"]
+    width = max([6] + [len(_layers(s)) for s in evaluation.stages])
+    rows = [f"  {'stage':>5} {'layers':>{width}} {'recompute':>9} {'k':>3} {'time ms':>10} "
+            f"{'compute':>9} {'coll':>8} {'p2p':>8} {'zero3':>8} {'sync ms':>9} "
+            f"{'exposed':>9} {'memory GiB':>10} {'of GiB':>7} {'fits':>4}"]
     for s in evaluation.stages:
         rows.append(
-            f"  {s.index:>5} {f'{s.first_layer}-{s.last_layer}':>9} "
-            f"{'y' if s.recompute else '-':>2} {s.in_flight:>3} {_ms(s.time_ticks, tick_s):>10} "
+            f"  {s.index:>5} {_layers(s):>{width}} {s.recompute.value:>9} {s.in_flight:>3} "
+            f"{_ms(s.time_ticks, tick_s):>10} "
             f"{_ms(s.compute_ticks + s.recompute_ticks, tick_s):>9} "
             f"{_ms(s.collective_ticks, tick_s):>8} "
             f"{_ms(s.recv_activation_ticks + s.recv_gradient_ticks, tick_s):>8} "
-            f"{_ms(s.zero_gather_ticks, tick_s):>8} {_ms(s.sync_ticks, tick_s):>10} "
+            f"{_ms(s.zero_gather_ticks, tick_s):>8} {_ms(s.sync_ticks, tick_s):>9} "
+            f"{_ms(s.exposed_sync_ticks, tick_s):>9} "
             f"{s.memory_bytes / GIB:>10.2f} {s.memory_limit_bytes / GIB:>7.2f} "
             f"{'yes' if s.fits else 'NO':>4}")
     return rows
+
+
+def _layers(stage) -> str:
+    """A stage's layers: its chunks' ranges ('0-0,2-2' with two virtual stages)."""
+    return ",".join(f"{chunk.first_layer}-{chunk.last_layer}" for chunk in stage.chunks)
 
 
 def plan_report(instance: Instance, evaluation: Evaluation,
@@ -193,6 +201,6 @@ def plan_report(instance: Instance, evaluation: Evaluation,
              f"of {plan.devices_per_replica}, listed only when a stage replica is split):"]
     lines += placement_lines(instance, evaluation, max_lines=max_lines)
     lines.append("stages (time per microbatch and sync in ms, memory per device in GiB; "
-                 "rc = recompute, k = microbatches in flight):")
+                 "k = microbatches in flight):")
     lines += stage_lines(instance, evaluation)
     return "\n".join(lines)

@@ -5,6 +5,7 @@ rewrite them with ``NEST_CP_UPDATE_GOLDENS=1 pytest tests/test_export.py`` and
 review the diff.
 """
 
+import dataclasses
 import json
 import os
 import tomllib
@@ -27,7 +28,7 @@ from nest_cp.export.megatron import (
 from nest_cp.export.ranks import rank_roles
 from nest_cp.export.torchtitan import TORCHTITAN_KEYS
 from nest_cp.export.view import LayerKind
-from nest_cp.model import IntraConfig
+from nest_cp.model import IntraConfig, RecomputeMode
 from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
 
 DATA = Path(__file__).parent / "data"
@@ -39,6 +40,8 @@ GOLDEN_CASES = {
     "worked_example_nest": (DATA / "worked_example.json",
                             EXPORT / "worked_example_nest.plan.json"),
     "gpt3-175b-tpuv4-1024": (GPT3, EXPORT / "gpt3-175b-tpuv4-1024.plan.json"),
+    "interleaved_selective": (EXPORT / "interleaved_selective.json",
+                              EXPORT / "interleaved_selective.plan.json"),
 }
 SUFFIX = {ExportFormat.MEGATRON: "megatron.sh", ExportFormat.TORCHTITAN: "torchtitan.toml",
           ExportFormat.DEEPSPEED: "deepspeed.json"}
@@ -109,6 +112,7 @@ def test_gpt3_layout_reproduces_the_split():
     chunks = _parse_layout(parsed["pipeline_model_parallel_layout"])
     assert len(chunks) == plan.num_stages
     assert chunks[0].startswith("E") and chunks[-1].endswith("L")
+    assert parsed["num_virtual_stages_per_pipeline_rank"] is None
     assert [len(c) for c in chunks] == [s.last_layer - s.first_layer + 1 for s in plan.stages]
     assert sum(c.count("t") for c in chunks) == parsed["num_layers"] == 96
 
@@ -211,7 +215,7 @@ def test_mixed_recompute_is_exported_as_the_strongest_mode_with_a_warning():
     """A per-stage recompute mix becomes full recompute everywhere, named in a warning."""
     instance = io.load_instance(SMALL / "tight-l8-d16-h3.json")
     plan = _placed(instance, IntraConfig(), 1, 0, 1,
-                   [Stage(0, 3, recompute=True), Stage(4, 7, recompute=False)])
+                   [Stage(0, 3, RecomputeMode.FULL), Stage(4, 7, RecomputeMode.NONE)])
     megatron = export_plan(instance, plan, "megatron")
     parsed = _args(megatron)
     assert (parsed["recompute_granularity"], parsed["recompute_method"],
@@ -341,3 +345,50 @@ def test_cli_export_needs_host_size_on_a_graph_network(tmp_path):
     result = _cli("export", plan_path, "--instance", instance_path, "--format", "megatron",
                   "--gpus-per-node", "2")
     assert result.exit_code == 0, result.output
+
+
+def test_interleaving_selective_recompute_and_overlap_flags():
+    """v = 2, selective recompute, ZeRO-1 and overlap map to Megatron's own flags."""
+    instance, plan = _load("interleaved_selective")
+    parsed = _args(export_plan(instance, plan, "megatron"))
+    assert parsed["num_virtual_stages_per_pipeline_rank"] == 2
+    assert parsed["pipeline_model_parallel_layout"] is None
+    assert parsed["recompute_granularity"] == "selective" and parsed["recompute_method"] is None
+    assert parsed["use_distributed_optimizer"] and parsed["overlap_grad_reduce"]
+    assert parsed["overlap_param_gather"]
+    titan = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+    assert titan["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert len(titan["parallelism"]["module_fqns_per_model_part"]) == 4
+    deepspeed = export_plan(instance, plan, "deepspeed")
+    assert json.loads(deepspeed.text)["zero_optimization"]["overlap_comm"] is True
+    assert any("interleaved 1F1B (2 virtual stages)" in w for w in deepspeed.warnings)
+    assert any("selective recomputation has no DeepSpeed config key" in w
+               for w in deepspeed.warnings)
+
+
+def test_uneven_interleaved_split_uses_the_layout_in_chunk_order():
+    """An uneven interleaved split is a layout of S·v chunks in chunk order (k on k mod S)."""
+    base = io.load_instance(SMALL / "tight-l8-d16-h3.json")  # embed, 6 blocks, head
+    instance = dataclasses.replace(base, training=dataclasses.replace(
+        base.training, virtual_stages=(1, 2)))
+    plan = _placed(instance, IntraConfig(), 1, 0, 1,
+                   [Stage(0, 1), Stage(2, 3), Stage(4, 5), Stage(6, 7)])
+    plan = dataclasses.replace(plan, virtual_stages=2,
+                               placement=plan.placement[:2])  # S = 2 stages of 2 chunks
+    view = plan_view(instance, plan)
+    assert [c.stage for c in view.chunks] == [0, 1, 0, 1]
+    parsed = _args(export_plan(instance, plan, "megatron"))
+    assert parsed["pipeline_model_parallel_layout"] == "Et|tt|tt|tL"
+    assert parsed["num_virtual_stages_per_pipeline_rank"] is None  # the layout implies v
+
+
+def test_selective_recompute_mix_names_each_mode():
+    """A none/selective/full mix is exported as full with every stage's mode in the warning."""
+    instance = io.load_instance(EXPORT / "interleaved_selective.json")
+    plan = Plan(IntraConfig(), 1, 0, 1, (Stage(0, 0, RecomputeMode.SELECTIVE),
+                                         Stage(1, 1, RecomputeMode.FULL),
+                                         Stage(2, 3, RecomputeMode.NONE)))
+    result = export_plan(instance, plan.with_placement((((0,),), ((1,),), ((2,),))),
+                         "megatron")
+    assert _args(result)["recompute_granularity"] == "full"
+    assert any("stages 2 none; stages 0 selective; stages 1 full" in w for w in result.warnings)

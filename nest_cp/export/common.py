@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from nest_cp.export.ranks import RankMap, host_name
-from nest_cp.export.view import RECOMPUTE_STRENGTH, LayerKind, PlanView, Recompute
+from nest_cp.export.view import RECOMPUTE_STRENGTH, LayerKind, PlanView
+from nest_cp.model import RecomputeMode
 
 
 class ExportFormat(str, Enum):
@@ -65,7 +66,7 @@ def common_warnings(view: PlanView) -> list[str]:
     return found
 
 
-def one_recompute_mode(view: PlanView, target: str) -> tuple[Recompute, list[str]]:
+def one_recompute_mode(view: PlanView, target: str) -> tuple[RecomputeMode, list[str]]:
     """The single recompute mode a launcher applies to every stage, and a warning if mixed.
 
     Launchers take one setting for all stages; with a per-stage mix the export

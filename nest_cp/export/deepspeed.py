@@ -42,7 +42,8 @@ from nest_cp.export.common import (
     split_text,
 )
 from nest_cp.export.ranks import RankOrder, rank_map
-from nest_cp.export.view import PlanView, Recompute
+from nest_cp.export.view import PlanView
+from nest_cp.model import RecomputeMode
 from nest_cp.plan import Dim
 
 DEEPSPEED_SOURCE = ("deepspeedai/DeepSpeed deepspeed/runtime/constants.py at commit "
@@ -75,10 +76,10 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
     warnings += recompute_warnings
     if view.num_stages > 1:
         config["pipeline"] = _pipeline(view, mode, warnings)
-    elif mode is not Recompute.NONE:
+    elif mode is not RecomputeMode.NONE:
         warnings.append(f"{mode.value} recomputation without pipeline stages has no DeepSpeed "
                         f"config key: enable activation checkpointing in the model code")
-    if mode is Recompute.SELECTIVE and view.num_stages > 1:
+    if mode is RecomputeMode.SELECTIVE and view.num_stages > 1:
         warnings.append("selective recomputation has no DeepSpeed config key: exported no "
                         "recomputation; checkpoint the attention core in the model code")
     if view.tp > 1:
@@ -95,19 +96,22 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
     return ExportResult(ExportFormat.DEEPSPEED, text, tuple(warnings), ranks, config=config)
 
 
-def _pipeline(view: PlanView, mode: Recompute, warnings: list[str]) -> dict:
+def _pipeline(view: PlanView, mode: RecomputeMode, warnings: list[str]) -> dict:
     sizes = [len(chunk.layers) for chunk in view.chunks]
     uniform = len(set(sizes)) == 1
     warnings.append(f"DeepSpeed takes the pipeline from PipelineModule(num_stages="
                     f"{view.num_stages}, partition_method=...) in the training script; the "
                     f"config's pipeline section must match it")
     if view.virtual_stages > 1:
+        layers = len(view.layer_kinds)
+        uniform = layers % view.num_stages == 0
         warnings.append(f"interleaved 1F1B ({view.virtual_stages} virtual stages) has no "
-                        f"DeepSpeed pipeline schedule: exported {view.num_stages} plain stages")
-    if not uniform:
+                        f"DeepSpeed pipeline schedule: exported {view.num_stages} plain stages "
+                        f"of contiguous layers, not the plan's chunks ({split_text(view)})")
+    elif not uniform:
         warnings.append(f"the plan's uneven split ({split_text(view)}) cannot be expressed: "
                         f"DeepSpeed's partition methods (uniform, parameters, type:REGEX) take "
                         f"no explicit stage boundaries; exported 'parameters' (balanced by "
                         f"parameter count)")
     return {"stages": view.num_stages, "partition": "uniform" if uniform else "parameters",
-            "activation_checkpoint_interval": 1 if mode is Recompute.FULL else 0}
+            "activation_checkpoint_interval": 1 if mode is RecomputeMode.FULL else 0}

@@ -62,7 +62,8 @@ from nest_cp.export.common import (
     split_text,
 )
 from nest_cp.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
-from nest_cp.export.view import LayerKind, PlanView, Recompute
+from nest_cp.export.view import LayerKind, PlanView
+from nest_cp.model import RecomputeMode
 from nest_cp.plan import Dim
 
 MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at commit "
@@ -202,11 +203,11 @@ def _split_args(view: PlanView, args: _Args) -> None:
 
 def _recompute_args(view: PlanView, args: _Args) -> list[str]:
     mode, warnings = one_recompute_mode(view, "Megatron-LM")
-    if mode is Recompute.FULL:
+    if mode is RecomputeMode.FULL:
         args.add("--recompute-granularity", "full")
         args.add("--recompute-method", "uniform")
         args.add("--recompute-num-layers", 1)
-    elif mode is Recompute.SELECTIVE:
+    elif mode is RecomputeMode.SELECTIVE:
         args.add("--recompute-granularity", "selective")
     return warnings
 

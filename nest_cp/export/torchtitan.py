@@ -43,7 +43,8 @@ from nest_cp.export.common import (
     split_text,
 )
 from nest_cp.export.ranks import RankOrder, launch_table, rank_map
-from nest_cp.export.view import LayerKind, PlanView, Recompute
+from nest_cp.export.view import LayerKind, PlanView
+from nest_cp.model import RecomputeMode
 from nest_cp.plan import Dim
 
 TORCHTITAN_SOURCE = ("pytorch/torchtitan torchtitan/config/job_config.py at commit "
@@ -83,7 +84,7 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
     mode, recompute_warnings = one_recompute_mode(view, "torchtitan")
     warnings += recompute_warnings
     checkpoint = {"mode": mode.value}
-    if mode is Recompute.SELECTIVE:
+    if mode is RecomputeMode.SELECTIVE:
         checkpoint["selective_ac_option"] = "op"
         warnings.append("selective recomputation exported as torchtitan's op-level selective "
                         "checkpointing, a different policy from the plan's (attention core "

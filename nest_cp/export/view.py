@@ -19,19 +19,10 @@ from enum import Enum
 from nest_cp import cost
 from nest_cp.errors import PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
-from nest_cp.model import CollectiveGroup, CollectiveKind, Instance
+from nest_cp.model import CollectiveGroup, CollectiveKind, Instance, RecomputeMode
 from nest_cp.plan import Placement, Plan
 
-
-class Recompute(str, Enum):
-    """Activation recomputation of a stage (DESIGN §3.2 a); today's plans: none or full."""
-
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-RECOMPUTE_STRENGTH = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+RECOMPUTE_STRENGTH = {RecomputeMode.NONE: 0, RecomputeMode.SELECTIVE: 1, RecomputeMode.FULL: 2}
 
 
 class LayerKind(str, Enum):
@@ -77,7 +68,7 @@ class PlanView:
     num_stages: int
     virtual_stages: int
     chunks: tuple[Chunk, ...]
-    stage_recompute: tuple[Recompute, ...]
+    stage_recompute: tuple[RecomputeMode, ...]
     overlap_grad_reduce: bool
     placement: Placement
     num_microbatches: int
@@ -146,17 +137,17 @@ def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanVi
     placed = evaluation.plan  # the evaluator fills in the default layout
     config, training = plan.config, instance.training
     num_stages = placed.num_stages
-    chunks = tuple(Chunk(index, index % num_stages, stage.first_layer, stage.last_layer)
-                   for index, stage in enumerate(placed.stages))
-    modes = tuple(Recompute.FULL if stage.recompute else Recompute.NONE
-                  for stage in placed.stages)
+    chunks = tuple(Chunk(index, placed.stage_of_chunk(index), chunk.first_layer,
+                         chunk.last_layer) for index, chunk in enumerate(placed.stages))
+    modes = tuple(placed.stage_recompute(stage) for stage in range(num_stages))
     layers = instance.workload.layers
     names = tuple(layer.name for layer in layers)
     over = [v for v in evaluation.violations if "exceeds usable HBM" in v]
     return PlanView(
         tp=config.tp, ep=config.ep, microbatch=plan.microbatch, zero=plan.zero,
-        replicas=plan.num_replicas, num_stages=num_stages, virtual_stages=1, chunks=chunks,
-        stage_recompute=modes, overlap_grad_reduce=False, placement=placed.placement,
+        replicas=plan.num_replicas, num_stages=num_stages,
+        virtual_stages=placed.virtual_stages, chunks=chunks, stage_recompute=modes,
+        overlap_grad_reduce=training.overlap_grad_reduce, placement=placed.placement,
         num_microbatches=cost.num_microbatches(training.global_batch, plan.microbatch, config,
                                                plan.num_replicas),
         global_batch=training.global_batch, seq_len=training.seq_len, layer_names=names,
