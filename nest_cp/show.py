@@ -118,9 +118,10 @@ def draw_plan(instance: Instance, evaluation: Evaluation, png: str | Path,
 def _title(instance: Instance, evaluation: Evaluation) -> str:
     plan = evaluation.plan
     used, total = plan.num_devices_used, instance.cluster.num_devices
-    text = (f"{instance.name}: tp={plan.config.tp} ep={plan.config.ep} pp={plan.num_stages} "
-            f"dp={plan.num_replicas} b={plan.microbatch} zero={plan.zero} on {used} of "
-            f"{total} devices")
+    interleave = f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else ""
+    text = (f"{instance.name}: tp={plan.config.tp} ep={plan.config.ep} pp={plan.num_stages}"
+            f"{interleave} dp={plan.num_replicas} b={plan.microbatch} zero={plan.zero} on "
+            f"{used} of {total} devices")
     if evaluation.objective_ticks is not None:
         text += f" — iteration {evaluation.iteration_time_s * 1e3:.3f} ms"
     return text
@@ -220,7 +221,7 @@ def _blocks_text(instance: Instance, blocks: list[_Block]) -> str:
     node = f"each row a {tiers[0].name} of {tiers[0].size} devices"
     if len(tiers) == 1:
         return node
-    return f"{len(blocks)} {tiers[1].name} blocks, {node}"
+    return f"{len(blocks)} {tiers[1].name} block{'s' if len(blocks) != 1 else ''}, {node}"
 
 
 def _node_size(instance: Instance) -> int:
@@ -280,10 +281,14 @@ def _draw_times(axis, instance: Instance, evaluation: Evaluation, colours) -> No
     _integer_ticks(axis)
     axis.legend(handles=handles, fontsize=7, frameon=True, framealpha=0.85, loc="lower right")
     tick = instance.training.tick_s
+    exposed = ""
+    if evaluation.exposed_sync_ticks != evaluation.sync_ticks:
+        exposed = f" ({evaluation.exposed_sync_ticks * tick * 1e3:.3f} ms exposed)"
     axis.set_title(f"stage time: max {evaluation.tau_max_ticks * tick * 1e3:.3f} ms per "
-                   f"microbatch, m = {evaluation.num_microbatches}\n"
-                   f"gradient sync {evaluation.sync_ticks * tick * 1e3:.3f} ms per iteration",
-                   fontsize=9)
+                   f"{'chunk and ' if evaluation.plan.virtual_stages > 1 else ''}microbatch, "
+                   f"m = {evaluation.num_microbatches}\n"
+                   f"gradient sync {evaluation.sync_ticks * tick * 1e3:.3f} ms per iteration"
+                   f"{exposed}", fontsize=9)
 
 
 def _draw_memory(axis, evaluation: Evaluation, colours) -> None:
