@@ -392,3 +392,24 @@ def test_selective_recompute_mix_names_each_mode():
                          "megatron")
     assert _args(result)["recompute_granularity"] == "full"
     assert any("stages 2 none; stages 0 selective; stages 1 full" in w for w in result.warnings)
+
+
+def test_export_report_and_tooling_import_only_lower_layers():
+    """export/, report, show sit above the evaluator; progress and executors import no backend."""
+    import ast
+
+    root = Path(__file__).parent.parent / "nest_cp"
+    above = ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines",
+             "nest_cp.cpsat", "nest_cp.milp", "nest_cp.brute", "nest_cp.verify",
+             "nest_cp.compare", "nest_cp.cli")
+    files = [*sorted((root / "export").glob("*.py")), root / "report.py", root / "show.py",
+             root / "progress.py", root / "executors.py"]
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [node.module for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module] + \
+            [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names]
+        assert not [n for n in names if n.startswith(above)], path
+        if path.name in ("progress.py", "executors.py"):
+            assert {n for n in names if n.startswith("nest_cp")} <= {"nest_cp.errors"}, path

@@ -4,7 +4,8 @@ Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every plan passed the
 evaluator, every algorithmic certificate held and no result contradicted a stored
 reference; 1 otherwise; 2 for bad input (a malformed instance or reference, an
 unknown backend, a missing path, no instance files found, PATHS without ``--out``:
-the default ``reports/`` holds the full benchmark run), as one line on stderr.
+the default ``reports/`` holds the full benchmark run, ``--executor ray`` without Ray
+installed or ``--address`` without it), as one line on stderr.
 """
 
 from __future__ import annotations
