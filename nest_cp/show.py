@@ -38,6 +38,7 @@ class _Block:
 
     label: str
     rows: tuple[tuple[int, ...], ...]
+    row_labels: tuple[str, ...]  # the node each row starts ("" for a wrapped continuation)
 
 
 def _blocks(instance: Instance) -> list[_Block]:
@@ -48,8 +49,11 @@ def _blocks(instance: Instance) -> list[_Block]:
     count = instance.cluster.num_devices
     network = instance.cluster.network
     if not isinstance(network, HierarchicalNetwork):
-        return [_Block(group.label, tuple(_wrap([group.devices])))
-                for group in device_groups(instance)]
+        blocks = []
+        for group in device_groups(instance):
+            rows, labels = _wrap([(group.devices, "")])
+            blocks.append(_Block(group.label, rows, labels))
+        return blocks
     tiers = network.tiers
     node = tiers[0].size
     per_block = node * tiers[1].size if len(tiers) > 1 else node
@@ -57,20 +61,25 @@ def _blocks(instance: Instance) -> list[_Block]:
     blocks = []
     for index in range(math.ceil(count / per_block)):
         devices = range(index * per_block, min(count, (index + 1) * per_block))
-        rows = _wrap([tuple(devices[start:start + node])
-                      for start in range(0, len(devices), node)])
-        parts = [rows[i:i + BLOCK_ROW_LIMIT] for i in range(0, len(rows), BLOCK_ROW_LIMIT)]
-        for part, part_rows in enumerate(parts):
+        rows, labels = _wrap([(tuple(devices[start:start + node]),
+                               f"{tiers[0].name} {(devices[start]) // node}")
+                              for start in range(0, len(devices), node)])
+        parts = range(0, len(rows), BLOCK_ROW_LIMIT)
+        for part, start in enumerate(parts):
             label = f"{name} {index}" + (f".{part}" if len(parts) > 1 else "")
-            blocks.append(_Block(label, tuple(part_rows)))
+            blocks.append(_Block(label, rows[start:start + BLOCK_ROW_LIMIT],
+                                 labels[start:start + BLOCK_ROW_LIMIT]))
     return blocks
 
 
-def _wrap(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    wrapped = []
-    for row in rows:
-        wrapped += [row[i:i + ROW_WIDTH_LIMIT] for i in range(0, len(row), ROW_WIDTH_LIMIT)]
-    return wrapped
+def _wrap(rows: list[tuple[tuple[int, ...], str]]) -> tuple[tuple, tuple[str, ...]]:
+    """Rows wider than ROW_WIDTH_LIMIT wrapped; the label stays with a row's first part."""
+    wrapped, labels = [], []
+    for row, label in rows:
+        for start in range(0, len(row), ROW_WIDTH_LIMIT):
+            wrapped.append(row[start:start + ROW_WIDTH_LIMIT])
+            labels.append(label if start == 0 else "")
+    return tuple(wrapped), tuple(labels)
 
 
 def _layout(blocks: list[_Block]) -> tuple[dict[int, tuple[float, float]], list, float, float]:
@@ -141,71 +150,84 @@ def _stage_colours(num_stages: int) -> list:
 
 
 def _draw_placement(axis, instance: Instance, evaluation: Evaluation, colours, figure) -> None:
-    from matplotlib.patches import Patch, Rectangle
-
     plan = evaluation.plan
-    where = {device: (s, r, j) for s, replicas in enumerate(plan.placement)
-             for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
     blocks = _blocks(instance)
     origin, frames, width, height = _layout(blocks)
-    count = instance.cluster.num_devices
-    labelled = count <= LABEL_LIMIT
-    for device, (x, y) in origin.items():
-        if device in where:
-            stage, replica, rank = where[device]
-            axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92,
-                                     facecolor=colours[stage], edgecolor="white", lw=0.4))
-            if labelled:
-                text = f"dev {device}\ns{stage} r{replica}" + (
-                    f" j{rank}" if plan.devices_per_replica > 1 else "")
-                axis.text(x + 0.5, y + 0.38, text, ha="center", va="center",
-                          fontsize=7 if count <= 32 else 4.5, color=_ink(colours[stage]))
-        else:
-            axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92, facecolor="#eeeeee",
-                                     edgecolor="#bbbbbb", hatch="///", lw=0.4))
-            if labelled:
-                axis.text(x + 0.5, y + 0.38, f"dev {device}\nidle", ha="center", va="center",
-                          fontsize=7 if count <= 32 else 4.5, color="#555555")
-    rows = sum(len(block.rows) for block in blocks)
-    for block in blocks if rows <= 48 else ():
-        for row in block.rows:
-            first = row[0]
-            if first % _node_size(instance) == 0:
-                x, y = origin[first]
-                axis.text(x - 0.15, y + 0.5, f"{_node_name(instance)} "
-                          f"{first // _node_size(instance)}", ha="right", va="center",
-                          fontsize=7, color="#333333")
-    for x0, y0, w, h, label in frames:
-        axis.add_patch(Rectangle((x0 - 0.08, y0 - 0.08), w + 0.16, h + 0.16, fill=False,
-                                 edgecolor="#555555", lw=0.8))
-        if len(frames) <= 64:
-            axis.text(x0, y0 - 0.2, label, fontsize=7 if len(frames) <= 32 else 5,
-                      va="bottom", ha="left", color="#333333")
+    _draw_devices(axis, plan, origin, colours, instance.cluster.num_devices)
+    _draw_frames(axis, blocks, origin, frames)
     _draw_pipeline(axis, plan, origin)
     _draw_dp_group(axis, plan, origin)
     axis.set_xlim(-0.5, width + 0.5)
     axis.set_ylim(height + 0.2, -1.0)
     axis.set_aspect("equal")
     axis.axis("off")
+    _legend(axis, plan, colours, figure)
+    axis.set_title(f"placement: {_blocks_text(instance, blocks)}; colour = pipeline stage",
+                   fontsize=9)
+
+
+def _draw_devices(axis, plan, origin, colours, count: int) -> None:
+    """One square per device, coloured by stage (hatched grey when idle), labelled if few."""
+    from matplotlib.patches import Rectangle
+
+    where = {device: (s, r, j) for s, replicas in enumerate(plan.placement)
+             for r, ranks in enumerate(replicas) for j, device in enumerate(ranks)}
+    size = 7 if count <= 32 else 4.5
+    for device, (x, y) in origin.items():
+        if device in where:
+            stage, replica, rank = where[device]
+            axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92,
+                                     facecolor=colours[stage], edgecolor="white", lw=0.4))
+            text = f"dev {device}\ns{stage} r{replica}" + (
+                f" j{rank}" if plan.devices_per_replica > 1 else "")
+            ink = _ink(colours[stage])
+        else:
+            axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92, facecolor="#eeeeee",
+                                     edgecolor="#bbbbbb", hatch="///", lw=0.4))
+            text, ink = f"dev {device}\nidle", "#555555"
+        if count <= LABEL_LIMIT:
+            axis.text(x + 0.5, y + 0.38, text, ha="center", va="center", fontsize=size,
+                      color=ink)
+
+
+def _draw_frames(axis, blocks: list[_Block], origin, frames) -> None:
+    """A frame and a label per block; node names beside the rows when there are few rows."""
+    from matplotlib.patches import Rectangle
+
+    if sum(len(block.rows) for block in blocks) <= 48:
+        for block in blocks:
+            for row, label in zip(block.rows, block.row_labels):
+                if label:
+                    x, y = origin[row[0]]
+                    axis.text(x - 0.15, y + 0.5, label, ha="right", va="center", fontsize=7,
+                              color="#333333")
+    for x0, y0, w, h, label in frames:
+        axis.add_patch(Rectangle((x0 - 0.08, y0 - 0.08), w + 0.16, h + 0.16, fill=False,
+                                 edgecolor="#555555", lw=0.8))
+        if len(frames) <= 64:
+            axis.text(x0, y0 - 0.2, label, fontsize=7 if len(frames) <= 32 else 5,
+                      va="bottom", ha="left", color="#333333")
+
+
+def _legend(axis, plan, colours, figure) -> None:
+    """Stage colours (or a colour bar beyond DISCRETE_STAGES), idle, and the two overlays."""
+    import matplotlib as mpl
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles = [Patch(facecolor=colours[s], label=f"stage {s}")
                for s in range(plan.num_stages)] if plan.num_stages <= DISCRETE_STAGES else []
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", hatch="///", label="idle"))
-    from matplotlib.lines import Line2D
-
     handles += [Line2D([], [], color="black", lw=1.5, marker=">", label="pipeline, replica 0"),
                 Line2D([], [], color="black", lw=0, marker="o", markerfacecolor="none",
                        markersize=9, label="data-parallel group, stage 0")]
     axis.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.01),
                 ncol=min(8, len(handles)), fontsize=7, frameon=False)
     if plan.num_stages > DISCRETE_STAGES:
-        import matplotlib as mpl
-
         scalar = mpl.cm.ScalarMappable(cmap="turbo",
                                        norm=mpl.colors.Normalize(0, plan.num_stages - 1))
         bar = figure.colorbar(scalar, ax=axis, fraction=0.025, pad=0.01)
         bar.set_label("pipeline stage", fontsize=8)
-    axis.set_title(f"placement: {_blocks_text(instance, blocks)}; colour = pipeline stage",
-                   fontsize=9)
 
 
 def _ink(colour) -> str:
@@ -222,16 +244,6 @@ def _blocks_text(instance: Instance, blocks: list[_Block]) -> str:
     if len(tiers) == 1:
         return node
     return f"{len(blocks)} {tiers[1].name} block{'s' if len(blocks) != 1 else ''}, {node}"
-
-
-def _node_size(instance: Instance) -> int:
-    network = instance.cluster.network
-    return network.tiers[0].size if isinstance(network, HierarchicalNetwork) else 10**9
-
-
-def _node_name(instance: Instance) -> str:
-    network = instance.cluster.network
-    return network.tiers[0].name if isinstance(network, HierarchicalNetwork) else "cluster"
 
 
 def _centre(origin, device) -> tuple[float, float]:
