@@ -67,7 +67,6 @@ stage first (``nest_cp.dp.kernel``); recomputation only where needed to fit.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass
 
@@ -88,6 +87,7 @@ from nest_cp.dp.pricing import LayerTable
 from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
+from nest_cp.progress import Progress, ticks_text
 from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -138,8 +138,9 @@ class Stats:
 def solve(instance: Instance, options=None) -> SolveResult:
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
-    ``options.progress`` prints a one-line progress report on stderr for runs over a
-    second; every other option is ignored (the DP has no time limit and no randomness).
+    ``options.progress`` draws a progress bar over the outer choices on a terminal
+    (:mod:`nest_cp.progress`; ``-v`` logs its lines instead); every other option is
+    ignored (the DP has no time limit and no randomness).
     """
     start = time.perf_counter()
     search = _Search(instance, options)
@@ -185,14 +186,14 @@ class _Search:
     def run(self) -> Best:
         outers = self._outer_choices()
         self.stats.outer_total = len(outers)
-        progress = _Progress(self.options, len(outers))
-        for done, outer in enumerate(outers):
-            if not self.best.may_beat(outer.lower_bound, outer.key):
-                break
-            self.stats.outer_searched += 1
-            self._search_outer(outer)
-            progress.update(done + 1, self.best.objective)
-        progress.close()
+        show = bool(getattr(self.options, "progress", False))
+        with Progress("dp", len(outers), show_bar=show, logger=logger) as progress:
+            for outer in outers:
+                if not self.best.may_beat(outer.lower_bound, outer.key):
+                    break
+                self.stats.outer_searched += 1
+                self._search_outer(outer)
+                progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
         return self.best
 
     def _outer_choices(self) -> list[Outer]:
@@ -529,23 +530,3 @@ class _MemoryFit:
         """τ_eff: ``times`` where the stage fits as is, plus its forward where it must
         recompute, INF where it cannot fit (or is not a stage)."""
         return np.where(self.plain, times, np.where(self.recompute, times + self.fwd, INF))
-
-
-class _Progress:
-    """A one-line progress report on stderr, only when asked for and after one second."""
-
-    def __init__(self, options, total: int):
-        self.enabled = bool(getattr(options, "progress", False))
-        self.total, self.start, self.last, self.shown = total, time.perf_counter(), 0.0, False
-
-    def update(self, done: int, objective: int | None) -> None:
-        now = time.perf_counter()
-        if not self.enabled or now - self.start < 1.0 or now - self.last < 0.2:
-            return
-        self.last, self.shown = now, True
-        sys.stderr.write(f"\rdp: {done}/{self.total} outer choices, best {objective} ticks")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")

@@ -1,7 +1,8 @@
 """The ``nest-cp`` command line: a thin click group over the public API.
 
 The only place that wires the harness commands (``verify``, ``table``,
-``compare``) in.  Exit codes follow the one contract of :mod:`nest_cp.exits`.
+``compare``) and the launcher export (``export``) and drawing (``show``) in.
+Exit codes follow the one contract of :mod:`nest_cp.exits`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from nest_cp.compare import compare_command
 from nest_cp.errors import BackendOptionError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
 from nest_cp.exits import ExitCode, GuardedGroup
+from nest_cp.export import ExportFormat, export_plan, launch_table
+from nest_cp.export.view import checked_evaluation
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.plan import Plan, uniform_stages
+from nest_cp.report import plan_report
 from nest_cp.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
 from nest_cp.verify.cli import table_command, verify_command
 
@@ -184,7 +188,7 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     if as_json:
         click.echo(json.dumps(evaluation.as_dict(), indent=1))
     else:
-        click.echo(_evaluation_table(evaluation))
+        click.echo(_evaluation_table(inst, evaluation))
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
@@ -197,34 +201,26 @@ def _reject_options(names: tuple[str, ...], context: str, flag: str | None = Non
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
-def _evaluation_table(evaluation: Evaluation) -> str:
+def _evaluation_table(inst: Instance, evaluation: Evaluation) -> str:
     plan = evaluation.plan
     head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
             f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
             f"dp={plan.num_replicas} ({plan.num_devices_used} devices)")
     if evaluation.objective_ticks is None:
         return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
-    rows = [head,
-            f"{'stage':>5} {'layers':>9} {'recompute':>9} {'k':>3} {'time':>12} {'compute':>12} "
-            f"{'coll':>10} {'recv':>10} {'zero3':>10} {'sync':>12} {'exposed':>12} "
-            f"{'mem GiB':>8} {'fits':>4}"]
-    for s in evaluation.stages:
-        layers = ",".join(f"{c.first_layer}-{c.last_layer}" for c in s.chunks)
-        rows.append(
-            f"{s.index:>5} {layers:>9} {s.recompute.value:>9} {s.in_flight:>3} "
-            f"{s.time_ticks:>12} {s.compute_ticks + s.recompute_ticks:>12} "
-            f"{s.collective_ticks:>10} {s.recv_activation_ticks + s.recv_gradient_ticks:>10} "
-            f"{s.zero_gather_ticks:>10} {s.sync_ticks:>12} {s.exposed_sync_ticks:>12} "
-            f"{s.memory_bytes / 2**30:>8.2f} {'yes' if s.fits else 'NO':>4}")
+    tick_ms = inst.training.tick_s * 1e3
     tau = "tau_chunk" if plan.virtual_stages > 1 else "tau_max"
-    rows += [f"microbatches per replica m = {evaluation.num_microbatches}, "
-             f"{tau} = {evaluation.tau_max_ticks} ticks, T_sync = "
-             f"{evaluation.exposed_sync_ticks} ticks exposed of {evaluation.sync_ticks}",
-             f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
-             f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
-             f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
-             f"MFU {_percent(evaluation.mfu)}, HFU {_percent(evaluation.hfu)}",
-             "feasible" if evaluation.feasible else "INFEASIBLE:"]
+    rows = [head, plan_report(inst, evaluation),
+            f"microbatches per replica m = {evaluation.num_microbatches}, "
+            f"{tau} = {evaluation.tau_max_ticks} ticks ({evaluation.tau_max_ticks * tick_ms:.3f}"
+            f" ms), T_sync = {evaluation.exposed_sync_ticks} ticks exposed of "
+            f"{evaluation.sync_ticks} ({evaluation.exposed_sync_ticks * tick_ms:.3f} ms of "
+            f"{evaluation.sync_ticks * tick_ms:.3f} ms)",
+            f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
+            f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
+            f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
+            f"MFU {_percent(evaluation.mfu)}, HFU {_percent(evaluation.hfu)}",
+            "feasible" if evaluation.feasible else "INFEASIBLE:"]
     rows += [f"  - {v}" for v in evaluation.violations]
     return "\n".join(rows)
 
@@ -314,6 +310,8 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         click.echo(json.dumps(record, indent=1))
     else:
         click.echo(_result_table(record))
+        if result.plan is not None:
+            click.echo(plan_report(inst, evaluate(inst, result.plan)))
     if output and result.plan is not None:
         io.save_plan(result.plan, output)
     sys.exit(ExitCode.OK if result.plan is not None else ExitCode.NO_PLAN)
@@ -354,6 +352,17 @@ def _rate(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _bound_line(record: dict) -> str:
+    """The proven lower bound, or 'none' for a backend that proves nothing (heuristics)."""
+    bound = record["bound_ticks"]
+    if bound is None:
+        return "bound      none (this backend proves no lower bound)"
+    gap = ""
+    if record["objective_ticks"] and bound != record["objective_ticks"]:
+        gap = f", gap at most {(record['objective_ticks'] - bound) / bound:.2%}" if bound else ""
+    return f"bound      {bound} ticks{gap}"
+
+
 def _result_table(record: dict) -> str:
     status = status_text(record["status"], record["tolerance_rel"])
     if record["tolerance_rel"] and record["status"] == Status.OPTIMAL.value:
@@ -367,7 +376,7 @@ def _result_table(record: dict) -> str:
         lines += [f"objective  {record['objective_ticks']} ticks "
                   f"({record['iteration_time_s']:.6f} s/iteration, "
                   f"{_rate(record['throughput_samples_per_s'], 2)} samples/s)",
-                  f"bound      {record['bound_ticks']} ticks"]
+                  _bound_line(record)]
         plan = record["plan"]
         marks = {"none": "", "selective": "+", "full": "*"}
         split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
@@ -382,6 +391,77 @@ def _result_table(record: dict) -> str:
         wall += f" (after the DP hint: {record['hint_wall_time_s']:.3f} s)"
     lines.append(wall)
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ export and show
+
+
+@main.command("export")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--instance", "instance_path", required=True, type=click.Path(dir_okay=False),
+              help="The instance the plan was made for.")
+@click.option("--format", "fmt", required=True,
+              type=click.Choice([f.value for f in ExportFormat]),
+              help="Target launcher.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the launcher file here instead of stdout.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs of one host (default: the innermost tier's size; required on a "
+                   "graph network).")
+@click.option("--rank-map", "rank_map_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the launch table (node rank, host, CUDA_VISIBLE_DEVICES, "
+                   "global ranks) here.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print everything as JSON: arguments or config, warnings, rank map.")
+def export_command(plan_path: str, instance_path: str, fmt: str, output: str | None,
+                   gpus_per_node: int | None, rank_map_path: str | None,
+                   as_json: bool) -> None:
+    """Export PLAN as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed JSON.
+
+    Whatever the target cannot express is a warning on stderr (and in --json's
+    "warnings"), never dropped.
+    """
+    for path in (output, rank_map_path):
+        if path is not None:
+            _check_writable(path)
+    inst = io.load_instance(instance_path)
+    result = export_plan(inst, io.load_plan(plan_path), fmt, gpus_per_node, plan_path)
+    if output is not None:
+        FsPath(output).write_text(result.text, encoding="utf-8")
+    if rank_map_path is not None:
+        FsPath(rank_map_path).write_text(
+            "\n".join(launch_table(result.rank_map, comment="#")) + "\n", encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=1))
+    elif output is None:
+        click.echo(result.text, nl=False)
+    else:
+        click.echo(f"wrote {output}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@main.command("show")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--instance", "instance_path", required=True, type=click.Path(dir_okay=False),
+              help="The instance the plan was made for.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Draw the placement and the per-stage time and memory to this PNG.")
+def show_command(plan_path: str, instance_path: str, png: str | None) -> None:
+    """Print PLAN's placement map and stage table; draw them with --png."""
+    if png is not None:
+        _check_writable(png)
+    inst = io.load_instance(instance_path)
+    evaluation = checked_evaluation(inst, io.load_plan(plan_path), plan_path)
+    click.echo(plan_report(inst, evaluation))
+    if png is not None:
+        from nest_cp.show import draw_plan
+
+        draw_plan(inst, evaluation, png)
+        click.echo(f"wrote {png}")
+    if not evaluation.feasible:
+        click.echo(f"INFEASIBLE: {evaluation.violations[0]}", err=True)
+    sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
 # ------------------------------------------------------------------ harness commands

@@ -43,8 +43,17 @@ import click
 from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, SolveOptions, solve
 from nest_cp.errors import NestCpError
+from nest_cp.executors import (
+    Done,
+    Executor,
+    ExecutorKind,
+    LocalExecutor,
+    make_executor,
+    run_ordered,
+)
 from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.model import Instance
+from nest_cp.progress import Progress
 from nest_cp.result import Status
 
 logger = logging.getLogger(__name__)
@@ -106,18 +115,56 @@ def load_instances(paths: Sequence[str | Path]) -> list[tuple[str, Instance]]:
     return [(path.stem, io.load_instance(path)) for path in files]
 
 
+@dataclass(frozen=True, slots=True)
+class CompareTask:
+    """One backend on one parsed instance: the unit an executor runs."""
+
+    instance: Instance
+    name: str
+    backend: str
+    options: SolveOptions
+
+
 def run_comparison(paths: Sequence[str | Path], backends: Sequence[str],
-                   options: SolveOptions) -> list[Row]:
+                   options: SolveOptions, executor: Executor | None = None,
+                   progress: bool = False) -> list[Row]:
     """Solve every instance with every backend; ratios are left None (see :func:`normalise`).
 
     Every instance is parsed before the first solve, so a malformed one fails fast.
+    The solves run on ``executor`` (default: one after another in this process);
+    rows come back in (instance, backend) order whatever the executor.
     """
-    rows = []
-    for name, instance in load_instances(paths):
-        for backend in backends:
-            rows.append(_run_one(instance, name, backend, options))
-            logger.info("%s %s: %s", name, backend, rows[-1].status)
-    return rows
+    tasks = [CompareTask(instance, name, backend, options)
+             for name, instance in load_instances(paths) for backend in backends]
+    with Progress("compare", len(tasks), show_bar=progress, logger=logger) as bar:
+        def finished(done: Done) -> None:
+            task = tasks[done.index]
+            bar.advance(status=f"{task.name} {task.backend}")
+            logger.info("%s %s: %s", task.name, task.backend,
+                        done.value.status if done.error is None else ERROR)
+
+        if executor is None:
+            with LocalExecutor(1) as local:
+                results = run_ordered(local, run_task, tasks, finished)
+        else:
+            results = run_ordered(executor, run_task, tasks, finished)
+    return [_row(done, tasks[done.index]) for done in results]
+
+
+def run_task(task: CompareTask) -> Row:
+    """One task's row (a module-level function, so any executor can ship it)."""
+    return _run_one(task.instance, task.name, task.backend, task.options)
+
+
+def _row(done: Done, task: CompareTask) -> Row:
+    """The task's row; a worker that died under it becomes an ERROR row."""
+    if done.error is None:
+        return done.value
+    instance = task.instance
+    return Row(instance=task.name, model=instance.workload.name, cluster=instance.cluster.name,
+               num_devices=instance.cluster.num_devices, backend=task.backend, status=ERROR,
+               objective_ticks=None, throughput=None, ratio=None, wall_time_s=0.0,
+               message=f"{type(done.error).__name__}: {done.error}")
 
 
 def _run_one(instance: Instance, name: str, backend: str, options: SolveOptions) -> Row:
@@ -411,15 +458,29 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="Seconds per backend and instance.")
 @click.option("--from-csv", "from_csv", type=click.Path(exists=True, dir_okay=False),
               default=None, help="Only regenerate the tables and plot from a stored CSV.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Solves at once (local processes, or local Ray CPUs); 1 keeps solve "
+                   "times free of interference.")
+@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
+              default=ExecutorKind.LOCAL.value, show_default=True,
+              help="Run solves in local processes or as Ray tasks (pip install 'nest-cp[ray]').")
+@click.option("--address", default=None,
+              help="Ray cluster address for --executor ray (default: a local Ray instance "
+                   "of --jobs CPUs).")
+@click.option("--progress/--no-progress", default=True,
+              help="Progress bar on stderr (drawn only on a terminal).")
 def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, scope: str,
                     out_dir: str, budget: int, seed: int, time_limit_s: float,
-                    from_csv: str | None) -> None:
+                    from_csv: str | None, jobs: int, executor_kind: str, address: str | None,
+                    progress: bool) -> None:
     """Compare backends' throughput on INSTANCES (files or directories).
 
     Exits 1 when some backend crashed or made a plan the referee rejected (ERR).
     """
     out = Path(out_dir)
     names = [name.strip() for name in backends.split(",") if name.strip()]
+    if address is not None and executor_kind != ExecutorKind.RAY.value:
+        raise click.UsageError("--address needs --executor ray")
     if from_csv is None:
         if not instances:
             raise click.UsageError("expected at least one instance (or --from-csv)")
@@ -432,10 +493,13 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
             raise click.BadParameter(
                 f"expected one of the backends run ({', '.join(names)}), got {normaliser!r}",
                 param_hint="--normalize")
-    csv_path = Path(from_csv) if from_csv is not None else _solve_to_csv(
-        instances, names, normaliser, scope, out,
-        SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
-                     extra={"budget": budget}))
+        options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
+                               extra={"budget": budget})
+        with make_executor(executor_kind, jobs, address) as executor:
+            csv_path = _solve_to_csv(instances, names, normaliser, scope, out, options,
+                                     executor, progress)
+    else:
+        csv_path = Path(from_csv)
     written = render_reports(csv_path, out, normaliser, scope)
     errors = [row for row in read_csv(csv_path) if row.status == ERROR]
     for path in written:
@@ -447,9 +511,11 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
 
 
 def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser: str,
-                  scope: str, out: Path, options: SolveOptions) -> Path:
+                  scope: str, out: Path, options: SolveOptions, executor: Executor,
+                  progress: bool) -> Path:
     """Run the comparison and store it as ``out/compare.csv``."""
-    rows = normalise(run_comparison(instances, backends, options), normaliser, scope)
+    rows = normalise(run_comparison(instances, backends, options, executor, progress),
+                     normaliser, scope)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "compare.csv")
     return out / "compare.csv"

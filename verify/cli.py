@@ -4,12 +4,14 @@ Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every plan passed the
 evaluator, every algorithmic certificate held and no result contradicted a stored
 reference; 1 otherwise; 2 for bad input (a malformed instance or reference, an
 unknown backend, a missing path, no instance files found, PATHS without ``--out``:
-the default ``reports/`` holds the full benchmark run), as one line on stderr.
+the default ``reports/`` holds the full benchmark run, ``--executor ray`` without Ray
+installed or ``--address`` without it), as one line on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -17,8 +19,10 @@ from pathlib import Path
 import click
 
 from nest_cp.errors import NestCpError
+from nest_cp.executors import Executor, ExecutorKind, make_executor
 from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.io import load_instance, read_document
+from nest_cp.progress import Progress
 from nest_cp.verify import tables
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
 from nest_cp.verify.harness import (
@@ -31,6 +35,8 @@ from nest_cp.verify.harness import (
     run_tasks,
     solve_counts,
 )
+
+LOGGER = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 20.0
 DEFAULT_OUT_DIR = Path("reports")
@@ -91,20 +97,31 @@ def write_outputs(document: dict, out_dir: Path) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--milp-solver", type=click.Choice(["cbc", "highs"]), default="highs",
               show_default=True)
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option("--progress/--no-progress", default=True,
+              help="Progress bar on stderr (drawn only on a terminal).")
+@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
+              default=ExecutorKind.LOCAL.value, show_default=True,
+              help="Run solves in local processes or as Ray tasks (pip install 'nest-cp[ray]').")
+@click.option("--address", default=None,
+              help="Ray cluster address for --executor ray (default: a local Ray instance "
+                   "of --jobs CPUs).")
 def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float,
                    jobs: int, out_dir: Path | None, no_cache: bool, cache_dir: Path, seed: int,
-                   milp_solver: str, progress: bool) -> None:
+                   milp_solver: str, progress: bool, executor_kind: str,
+                   address: str | None) -> None:
     """Certify instances (files or folders) and write gap tables."""
     out_dir = _out_dir(paths, out_dir)
     if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
         raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
                           f"{time_limit_s} and {jobs}")
+    if address is not None and executor_kind != ExecutorKind.RAY.value:
+        raise click.UsageError("--address needs --executor ray")
     base = HarnessOptions(time_limit_s=time_limit_s, seed=seed, milp_solver=milp_solver,
                           cache_dir=cache_dir, use_cache=not no_cache)
     tasks = build_tasks(paths, parse_backends(backends), base)
     validate_instances(tasks)
-    records = _run_with_progress(tasks, jobs, progress)
+    with make_executor(executor_kind, jobs, address) as executor:
+        records = _run_with_progress(tasks, executor, progress)
     names = sorted({name for task in tasks for name in task.options.backends})
     document = tables.results_document(records, tables.protocol(
         _options_summary(tasks), {name: backend_available(name) for name in names}))
@@ -127,12 +144,10 @@ def _out_dir(paths: tuple[Path, ...], out_dir: Path | None) -> Path:
     return DEFAULT_OUT_DIR
 
 
-def _run_with_progress(tasks: list[Task], jobs: int, progress: bool) -> list[dict]:
-    if not progress:
-        return run_tasks(tasks, jobs)
-    with click.progressbar(length=len(tasks), label="verify", file=sys.stderr,
-                           item_show_func=lambda name: name) as bar:
-        return run_tasks(tasks, jobs, on_done=lambda record: bar.update(1, record["instance"]))
+def _run_with_progress(tasks: list[Task], executor: Executor, progress: bool) -> list[dict]:
+    with Progress("verify", len(tasks), show_bar=progress, logger=LOGGER) as bar:
+        return run_tasks(tasks, executor=executor,
+                         on_done=lambda record: bar.advance(status=record["instance"]))
 
 
 def _report(records: list[dict], out_dir: Path) -> None:

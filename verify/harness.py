@@ -5,8 +5,9 @@ exact backend in the structured space (the algorithmic certificate) and the full
 space (the structural gap), hinting them with the DP plan.  Every result goes
 through :func:`nest_cp.backends.solve`, which referees the plan with the
 evaluator; cached results are refereed again when read.  The analysis lives in
-:mod:`nest_cp.verify.certify`.  Instances run in parallel on a local process pool; each
-solve is cached by :mod:`nest_cp.verify.cache`, so an interrupted run resumes.
+:mod:`nest_cp.verify.certify`.  Instances run in parallel on an executor
+(:mod:`nest_cp.executors`: a local process pool or Ray tasks); each solve is cached
+by :mod:`nest_cp.verify.cache`, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nest_cp.backends import BACKENDS, backend_function, check_result, solve
 from nest_cp.errors import InstanceFormatError, InvalidPlan, NestCpError
+from nest_cp.executors import Done, Executor, LocalExecutor, run_ordered
 from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
 from nest_cp.model import HierarchicalNetwork, Instance
 from nest_cp.plan import Plan
@@ -342,39 +343,40 @@ def _analyse(record: dict, reference: dict | None) -> None:
 # ------------------------------------------------------------------ many instances
 
 
-def run_tasks(tasks: list[Task], jobs: int,
-              on_done: Callable[[dict], None] | None = None) -> list[dict]:
-    """Verify every task, ``jobs`` at a time on a process pool; records in task order."""
+def run_tasks(tasks: list[Task], jobs: int = 1,
+              on_done: Callable[[dict], None] | None = None,
+              executor: Executor | None = None) -> list[dict]:
+    """Verify every task on ``executor`` (default: ``jobs`` local processes); task order.
+
+    Any executor gives the same records (:mod:`nest_cp.executors`): a task's bad
+    input stops the run, a worker that crashed becomes a failed record.
+    """
+    def collect(done: Done) -> None:
+        records[done.index] = _collect(done, tasks[done.index])
+        if on_done:
+            on_done(records[done.index])
+
     records: dict[int, dict] = {}
-    if jobs <= 1 or len(tasks) <= 1:
-        for index, task in enumerate(tasks):
-            records[index] = verify_instance(task)
-            if on_done:
-                on_done(records[index])
+    if executor is None:
+        with LocalExecutor(jobs) as local:
+            run_ordered(local, verify_instance, tasks, collect)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(verify_instance, task): index
-                       for index, task in enumerate(tasks)}
-            for future in as_completed(futures):
-                index = futures[future]
-                records[index] = _collect(future, tasks[index])
-                if on_done:
-                    on_done(records[index])
+        run_ordered(executor, verify_instance, tasks, collect)
     return [records[index] for index in range(len(tasks))]
 
 
-def _collect(future, task: Task) -> dict:
+def _collect(done: Done, task: Task) -> dict:
     """A worker's record; a crashed worker becomes a failed record, bad input propagates."""
-    try:
-        return future.result()
-    except NestCpError:
-        raise
-    except Exception as exc:  # e.g. a solver killing its process: report, keep the others
-        LOGGER.error("verifying %s crashed: %s", task.path, exc)
-        return {"instance": task.path.name.removesuffix(".json"), "path": str(task.path),
-                "family": task.path.parent.name, "runs": [], "notes": [],
-                "certificate": "n/a", "gap": None, "reference": "n/a",
-                "failures": [f"harness crashed: {type(exc).__name__}: {exc}"]}
+    if done.error is None:
+        return done.value
+    if isinstance(done.error, NestCpError):
+        raise done.error
+    exc = done.error  # e.g. a solver killing its process: report, keep the others
+    LOGGER.error("verifying %s crashed: %s", task.path, exc)
+    return {"instance": task.path.name.removesuffix(".json"), "path": str(task.path),
+            "family": task.path.parent.name, "runs": [], "notes": [],
+            "certificate": "n/a", "gap": None, "reference": "n/a",
+            "failures": [f"harness crashed: {type(exc).__name__}: {exc}"]}
 
 
 def solve_counts(records: list[dict]) -> dict[str, int]:

@@ -51,6 +51,7 @@ from nest_cp.errors import BackendOptionError
 from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
+from nest_cp.progress import Progress, ticks_text
 from nest_cp.result import SolveOptions, SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -118,12 +119,13 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
     master = random.Random(options.seed)
     chain_seeds = [master.getrandbits(64) for _ in range(chains)]
     manual = solve_manual(instance, options).plan
-    for chain, seed in enumerate(chain_seeds):
-        rng = random.Random(seed)
-        start = _state_from_plan(manual, network) if chain == 0 and manual else \
-            _random_state(instance, network, rng)
-        steps = budget // chains + (1 if chain < budget % chains else 0)
-        walk.run_chain(start, steps, rng)
+    with Progress("mcmc", budget, show_bar=options.progress, logger=logger) as progress:
+        for chain, seed in enumerate(chain_seeds):
+            rng = random.Random(seed)
+            start = _state_from_plan(manual, network) if chain == 0 and manual else \
+                _random_state(instance, network, rng)
+            steps = budget // chains + (1 if chain < budget % chains else 0)
+            walk.run_chain(start, steps, rng, progress)
     stats = walk.stats()
     if walk.best is None:
         return empty_result("mcmc", Status.UNKNOWN, started,
@@ -146,13 +148,15 @@ class _Walk:
         self.chain_best: list[int | None] = []
         self.stopped_by_time = False
 
-    def run_chain(self, state: _State, steps: int, rng: random.Random) -> None:
+    def run_chain(self, state: _State, steps: int, rng: random.Random,
+                  progress: Progress) -> None:
         scored = self.score(state)
         chain_best = scored.objective_ticks if scored.fits else None
         for step in range(steps):
             if time.perf_counter() > self.deadline:
                 self.stopped_by_time = True
                 break
+            progress.advance(status=f"best {ticks_text(self.best_ticks)} ticks")
             temperature = START_TEMPERATURE * (END_TEMPERATURE / START_TEMPERATURE) ** (
                 step / max(1, steps - 1))
             proposal = _propose(self.instance, state, rng)

@@ -62,10 +62,17 @@ from nest_cp.exact.bounds import communication_lower_bound
 from nest_cp.exact.budget import Deadline, OutOfTime
 from nest_cp.exact.pricing import StagePricing
 from nest_cp.exact.skeleton import build_model, estimate_terms, extract_plan, hint_model
-from nest_cp.exact.subproblems import Shape, SubProblem, build_subproblem, shapes_by_bound
+from nest_cp.exact.subproblems import (
+    Shape,
+    SubProblem,
+    build_subproblem,
+    count_shapes,
+    shapes_by_bound,
+)
 from nest_cp.model import Instance
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, all_layouts
+from nest_cp.progress import Progress, ticks_text
 from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -110,7 +117,8 @@ def solve_exact(instance: Instance, options, backend: str, make_adapter) -> Solv
     ``options.time_limit_s`` for the whole search (module docstring)."""
     start = time.monotonic()
     deadline = Deadline(start + options.time_limit_s)
-    run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter, deadline)
+    run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter, deadline,
+               backend)
     _offer_hint(instance, options.space, run.hint, run.network, run.search)
     pending = run.first_pass()
     run.second_pass(pending)
@@ -122,8 +130,9 @@ class _Run:
     """One exact search: the instance, options, incumbent and the global deadline."""
 
     def __init__(self, instance: Instance, options, network: NetworkModel, make_adapter,
-                 deadline: Deadline):
+                 deadline: Deadline, backend: str):
         self.instance, self.options, self.network = instance, options, network
+        self.backend = backend
         self.make_adapter, self.deadline = make_adapter, deadline
         self.hint = _placed(options.hint, network)
         self.search = _Search()
@@ -140,15 +149,18 @@ class _Run:
         pending: list[_Open] = []
         shapes = shapes_by_bound(self.instance, self.deadline)
         reached = 0
-        for bound, shape in shapes:
-            if self._prunable(bound):
-                break  # every later shape has a bound at least as large
-            if shape is None or self.deadline.expired():
-                self.search.unreached_bound = bound
-                break
-            reached += 1
-            for zero in self._zeros:
-                self._visit(_Open(bound, shape, zero), self.deadline.sooner(cap_s), pending)
+        with self._progress("pass 1", count_shapes(self.instance)) as progress:
+            for bound, shape in shapes:
+                if self._prunable(bound):
+                    break  # every later shape has a bound at least as large
+                if shape is None or self.deadline.expired():
+                    self.search.unreached_bound = bound
+                    break
+                reached += 1
+                for zero in self._zeros:
+                    self._visit(_Open(bound, shape, zero), self.deadline.sooner(cap_s), pending)
+                self._report(progress, [bound] + [item.bound for item in pending])
+            self._report(progress, [item.bound for item in pending], steps=0)  # final status
         return self._sorted(pending, reached)
 
     def _sorted(self, pending: list[_Open], reached: int) -> list[_Open]:
@@ -159,9 +171,27 @@ class _Run:
     def second_pass(self, pending: list[_Open]) -> None:
         """The unresolved sub-problems, best bound first, share what is left of the limit."""
         still_open: list[_Open] = []
-        for item in pending:
-            self._visit(item, self.deadline, still_open)
+        with self._progress("pass 2", len(pending)) as progress:
+            for index, item in enumerate(pending):
+                self._visit(item, self.deadline, still_open)
+                self._report(progress, [entry.bound for entry in pending[index + 1:]]
+                             + [entry.bound for entry in still_open])
         self.search.open = still_open
+
+    def _progress(self, name: str, total: int) -> Progress:
+        return Progress(f"{self.backend} {name}", total, show_bar=self.options.progress,
+                        logger=logger)
+
+    def _report(self, progress: Progress, open_bounds: list[float], steps: int = 1) -> None:
+        """One step done; the status is the incumbent and the bound proven so far (the least
+        of the incumbent and every bound still open, the unreached shapes' included)."""
+        if not progress.active:
+            return
+        best = self.search.best_ticks
+        bound = min(open_bounds + [self.search.unreached_bound]
+                    + ([best] if best is not None else []), default=math.inf)
+        progress.advance(steps, status=f"best {ticks_text(best)}, bound "
+                                f"{ticks_text(bound if math.isfinite(bound) else None)} ticks")
 
     # ------------------------------------------------------------ one sub-problem
 

@@ -113,6 +113,14 @@ class Shape:
     dp: int
 
 
+def count_shapes(instance: Instance) -> int:
+    """How many (c, b, S, d) with a·S·d ≤ N the space has (what shapes_by_bound walks)."""
+    num_devices, num_layers = instance.cluster.num_devices, instance.workload.num_layers
+    return sum(num_devices // (config.devices * num_stages)
+               for config, _ in instance.choices if config.devices <= num_devices
+               for num_stages in range(1, num_layers + 1))
+
+
 def shapes_by_bound(instance: Instance, deadline: Deadline | None = None
                     ) -> Iterator[tuple[int, Shape | None]]:
     """Every (c, b, S, d) with a·S·d ≤ N as (compute bound, shape), bound non-decreasing.
