@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test verify bench lint clean
+.PHONY: test verify soak bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ test: $(STAMP)
 
 verify: $(STAMP)
 	$(BIN)/nest-cp verify --out reports
+
+# >= 10,000 seeded random tiny instances, every backend cross-checked (about an hour on two
+# cores); resumable: run it again after an interruption and it continues
+soak: $(STAMP)
+	$(BIN)/nest-cp soak --count 10000 --out reports/soak.md
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run

@@ -12,7 +12,8 @@ import logging
 import time
 from pathlib import Path
 
-MODULES = ("benchmarks.bench_dp", "benchmarks.bench_exact", "benchmarks.bench_verify")
+MODULES = ("benchmarks.bench_dp", "benchmarks.bench_exact", "benchmarks.bench_verify",
+           "benchmarks.bench_time_limit")
 
 
 def main() -> None:

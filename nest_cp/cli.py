@@ -28,7 +28,7 @@ from nest_cp.model import Instance, IntraConfig
 from nest_cp.plan import Plan, uniform_stages
 from nest_cp.report import plan_report
 from nest_cp.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
-from nest_cp.verify.cli import table_command, verify_command
+from nest_cp.verify.cli import soak_command, table_command, verify_command
 
 
 @click.group(cls=GuardedGroup)
@@ -469,6 +469,7 @@ def show_command(plan_path: str, instance_path: str, png: str | None) -> None:
 main.add_command(verify_command)
 main.add_command(table_command)
 main.add_command(compare_command)
+main.add_command(soak_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -340,17 +340,41 @@ def render_markdown(rows: Sequence[Row], normaliser: str) -> str:
 
 
 def render_latex(rows: Sequence[Row], normaliser: str) -> str:
-    header, lines = _table(rows)
+    """A compact booktabs tabular that fits ``\\textwidth``: model (and cluster when the
+    rows hold several), devices, then the ratio and the time of each backend under two
+    group headings; the instance names are left to the Markdown and CSV tables."""
+    backends = _backends_in(rows)
+    by_instance: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        by_instance.setdefault(row.instance, {})[row.backend] = row
+    clusters = sorted({cluster_family(row) for row in rows})
+    keys = ["model"] + (["cluster"] if len(clusters) > 1 else []) + ["N"]
 
     def escape(text: str) -> str:
         return text.replace("_", r"\_").replace("&", r"\&").replace("%", r"\%").replace(
             MISSING, "---")
 
-    out = [f"% throughput relative to {normaliser}; {escape(legend(normaliser))}",
-           r"\begin{tabular}{llll" + "r" * (len(header) - 4) + "}", r"\toprule",
-           " & ".join(escape(h) for h in header) + r" \\", r"\midrule"]
-    out += [" & ".join(escape(cell) for cell in line) + r" \\" for line in lines]
-    out += [r"\bottomrule", r"\end{tabular}"]
+    width = len(backends)
+    out = [f"% throughput relative to {normaliser} on {', '.join(clusters)}; "
+           f"{escape(legend(normaliser))}",
+           r"% requires \usepackage{booktabs} and \usepackage{adjustbox}",
+           r"{\small\setlength{\tabcolsep}{3pt}%",
+           r"\begin{adjustbox}{max width=\textwidth}",
+           r"\begin{tabular}{" + "l" * (len(keys) - 1) + "r" * (1 + 2 * width) + "}",
+           r"\toprule",
+           " & " * (len(keys) - 1) + rf" & \multicolumn{{{width}}}{{c}}{{throughput / "
+           rf"{escape(normaliser)}}} & \multicolumn{{{width}}}{{c}}{{solve time [s]}} \\",
+           rf"\cmidrule(lr){{{len(keys) + 1}-{len(keys) + width}}}"
+           rf"\cmidrule(lr){{{len(keys) + width + 1}-{len(keys) + 2 * width}}}",
+           " & ".join(keys + [escape(b) for b in backends] * 2) + r" \\", r"\midrule"]
+    for cells in sorted(by_instance.values(), key=lambda c: _order(next(iter(c.values())))):
+        first = next(iter(cells.values()))
+        head = [first.model] + ([cluster_family(first)] if len(clusters) > 1 else []) + \
+            [str(first.num_devices)]
+        ratios = [cell_text(cells.get(b)) for b in backends]
+        times = [f"{cells[b].wall_time_s:.2f}" if b in cells else MISSING for b in backends]
+        out.append(" & ".join(escape(cell) for cell in head + ratios + times) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", r"\end{adjustbox}}"]
     return "\n".join(out) + "\n"
 
 

@@ -82,7 +82,9 @@ MAX_WORKERS = 64  # solver threads per solve; more only oversubscribes any machi
 
 @dataclass(frozen=True, slots=True)
 class SolveOptions:
-    """Options every backend accepts; a backend ignores those that do not apply to it."""
+    """Options every backend accepts; a backend ignores those that do not apply to it, so
+    the command line refuses them (``nest_cp.backends.HONOURED_OPTIONS`` lists what each
+    backend honours)."""
 
     space: Space = Space.STRUCTURED
     time_limit_s: float = 60.0

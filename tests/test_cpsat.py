@@ -145,3 +145,11 @@ def test_milp_objective_outside_its_tolerance_is_an_internal_error(monkeypatch, 
     with pytest.raises(ModelMismatch):
         solve(load_instance(data_dir / "worked_example.json"), "milp",
               _options(Space.FULL, milp_solver="highs"))
+
+
+def test_model_invalid_is_an_internal_error(monkeypatch, data_dir):
+    """CP-SAT rejecting a model as invalid is nest-cp's bug: an InternalError (exit 3), not a
+    RuntimeError and never an answer."""
+    monkeypatch.setattr(cp_model.CpSolver, "solve", lambda self, model: cp_model.MODEL_INVALID)
+    with pytest.raises(InternalError, match="invalid"):
+        solve(load_instance(data_dir / "worked_example.json"), "cpsat", _options(Space.FULL))

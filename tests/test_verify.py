@@ -123,16 +123,57 @@ def test_unknown_backend_exits_2(tiny_dir: Path, tmp_path: Path):
     assert "error:" in result.output
 
 
-def test_missing_backend_reported_unavailable(tiny_dir: Path, tmp_path: Path, monkeypatch):
-    """A registered backend whose module does not exist is reported UNAVAILABLE, exit 0."""
+def test_missing_backend_reported_unavailable_exits_1(tiny_dir: Path, tmp_path: Path,
+                                                     monkeypatch):
+    """A requested backend whose module does not exist is reported UNAVAILABLE and the run
+    exits 1 saying so (what was asked for was not checked), even where the rest certified."""
     monkeypatch.setitem(BACKENDS, "ghost", "nest_cp.no_such_module:solve")
-    args = [str(tiny_dir / "worked_example.json"), "--backends", "dp,ghost", "--jobs", "1",
-            "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+    args = [str(tiny_dir / "worked_example.json"), "--backends", "dp,cpsat,ghost", "--jobs",
+            "1", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
             "--no-progress"]
     result = CliRunner().invoke(verify_command, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
+    assert "FAIL backend ghost was requested but is not available" in result.output
     runs = _results(tmp_path)["instances"][0]["runs"]
     assert {run["backend"]: run["status"] for run in runs}["ghost"] == "UNAVAILABLE"
+    assert _results(tmp_path)["instances"][0]["certificate"] == "yes"
+
+
+def test_nothing_certified_exits_1(tiny_dir: Path, tmp_path: Path):
+    """A run in which no instance was certified (here: only the DP ran) exits 1, not 0."""
+    result = _verify(tiny_dir, tmp_path, "--backends", "dp")
+    assert result.exit_code == 1 and "nothing was certified" in result.output
+
+
+def test_runs_keep_the_space_their_backend_reports(tiny_dir: Path, tmp_path: Path):
+    """mcmc searches the full space: its run is recorded as full, never relabelled as the
+    structured space the harness asked for."""
+    result = _verify(tiny_dir / "worked_example.json", tmp_path, "--backends", "dp,cpsat,mcmc")
+    assert result.exit_code == 0, result.output
+    runs = _results(tmp_path)["instances"][0]["runs"]
+    assert [run["space"] for run in runs if run["backend"] == "mcmc"] == ["full"]
+
+
+def test_regression_snapshot_is_not_a_proof(tiny_dir: Path, tmp_path: Path):
+    """A stored reference written from the DP alone is a regression snapshot: a DP answer that
+    differs from it is reported as a change, never as a contradicted optimum, and the
+    snapshot takes no part in the gap."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    record = _record(_results(tmp_path), "h2-dense-l3-d4")
+    dp = next(run for run in record["runs"] if run["backend"] == "dp")
+    snapshot = {"instance": record["instance"], "instance_sha256": record["sha256"],
+                "spaces": {"structured": {"status": "OPTIMAL",
+                                          "objective_ticks": dp["objective_ticks"] + 5,
+                                          "bound_ticks": dp["objective_ticks"] + 5,
+                                          "solver": "dp/structured"}}}
+    reference_path(tiny_dir / "h2-dense-l3-d4.json").write_text(json.dumps(snapshot))
+    result = _verify(tiny_dir, tmp_path)
+    assert result.exit_code == 1
+    record = _record(_results(tmp_path), "h2-dense-l3-d4")
+    assert record["reference"] == "snapshot changed"
+    assert record["failures"] == [f"regression snapshot: dp now answers OPTIMAL "
+                                  f"{dp['objective_ticks']} ticks, the snapshot recorded "
+                                  f"OPTIMAL {dp['objective_ticks'] + 5} ticks"]
 
 
 def test_table_rejects_a_file_that_is_not_results(tmp_path: Path):

@@ -207,3 +207,31 @@ def test_small_set_covers_the_required_variety():
     kinds = {c["kind"] for layer in moe["workload"]["layers"] for p in layer["profiles"]
              for c in p["collectives"]}
     assert "all_to_all" in kinds
+
+
+def test_tolerance_optimum_certifies_only_within_tolerance():
+    """A MILP optimum proven within 1e-7 (bound below its objective) agrees with a DP between
+    its bound and objective: verdict "tol", not "yes", and no failure; the gap against it is
+    an interval, not a point."""
+    milp = {**run("milp", "structured", "OPTIMAL", 100_000_000, 99_999_980), "tolerance_rel": 1e-7}
+    runs = [run("dp", "structured", "OPTIMAL", 99_999_990), milp]
+    assert certify.algorithmic_certificate(runs) == ("tol", [])
+    with_cpsat = runs[:1] + [run("cpsat", "structured", "OPTIMAL", 99_999_990), milp]
+    assert certify.algorithmic_certificate(with_cpsat) == ("yes", [])
+    full = {**milp, "space": "full"}
+    gap = certify.structural_gap([runs[0], full])
+    assert gap["exact"] is False and gap["low"] == 0 < gap["high"]
+
+
+def test_reference_of_dp_only_runs_is_a_regression_snapshot():
+    """python -m nest_cp.verify.reference labels a reference made from the DP alone as a
+    regression snapshot holding only its structured answer; with an exact solver it is
+    independent."""
+    from nest_cp.verify.reference import reference_document
+
+    dp_run = run("dp", "structured", "OPTIMAL", 100)
+    record = {"instance": "x", "sha256": "s", "runs": [dp_run]}
+    snapshot = reference_document(record, 20.0)
+    assert snapshot["kind"] == "regression-snapshot" and list(snapshot["spaces"]) == ["structured"]
+    record["runs"].append(run("cpsat", "full", "OPTIMAL", 90))
+    assert reference_document(record, 20.0)["kind"] == "independent"

@@ -3,8 +3,11 @@
 Every function here reads *run records*: plain dicts with ``backend``, ``space``
 (``"full"``/``"structured"``), ``status`` (a :class:`nest_cp.result.Status` value,
 or ``UNAVAILABLE``/``ERROR``/``INVALID`` for runs that produced nothing usable),
-``objective_ticks`` and ``bound_ticks``.  Each check returns the list of failures
-it found, as sentences naming the backends and numbers involved.
+``objective_ticks``, ``bound_ticks`` and optionally ``tolerance_rel``: an OPTIMAL
+with a tolerance (the MILP's floating-point proofs) proves only its bound, so it
+certifies "within tolerance" (verdict ``tol``), never to the tick.  Each check
+returns the list of failures it found, as sentences naming the backends and
+numbers involved.
 
 Facts the checks rest on:
 - the structured space is a subset of the full space, so a full-space lower bound
@@ -29,11 +32,16 @@ def has_plan(run: dict) -> bool:
 
 def lower_bound(run: dict) -> int | None:
     """What a run proves about every plan of its space: the optimum, or its bound."""
-    if run["status"] == Status.OPTIMAL.value:
+    if exact_optimum(run):
         return run["objective_ticks"]
-    if run["status"] == Status.FEASIBLE.value:
+    if run["status"] in PLAN_STATUSES:
         return run["bound_ticks"]
     return None
+
+
+def exact_optimum(run: dict) -> bool:
+    """Whether the run proved its objective optimal to the tick (not within a tolerance)."""
+    return run["status"] == Status.OPTIMAL.value and not run.get("tolerance_rel")
 
 
 def contains(outer_space: str, inner_space: str) -> bool:
@@ -61,7 +69,7 @@ def consistency_failures(runs: list[dict]) -> list[str]:
                                 f"returned one of {other['objective_ticks']} ticks")
             elif bound is not None and contains(prover["space"], other["space"]) and \
                     other["objective_ticks"] < bound:
-                kind = "optimum" if prover["status"] == Status.OPTIMAL.value else "bound"
+                kind = "optimum" if exact_optimum(prover) else "bound"
                 failures.append(f"{_label(other)} found {other['objective_ticks']} ticks, below "
                                 f"the proven {kind} {bound} of {_label(prover)}")
     return failures
@@ -73,10 +81,12 @@ def consistency_failures(runs: list[dict]) -> list[str]:
 def algorithmic_certificate(runs: list[dict]) -> tuple[str, list[str]]:
     """Verdict ``yes``/``no``/``open``/``n/a`` on DP == exact structured optimum, and failures.
 
-    ``yes``: some exact structured run proved the optimum (or infeasibility) and the DP
-    agrees with every exact structured run; ``no``: some run contradicts the DP;
-    ``open``: no exact structured run finished and none contradicts; ``n/a``: no DP run
-    or no usable exact structured run.
+    ``yes``: some exact structured run proved the optimum to the tick (or infeasibility)
+    and the DP agrees with every exact structured run; ``tol``: the only proofs are
+    within a solver's floating-point tolerance (the MILP) and the DP lies between their
+    bound and objective; ``no``: some run contradicts the DP; ``open``: no exact
+    structured run finished and none contradicts; ``n/a``: no DP run or no usable exact
+    structured run.
     """
     dp = next((run for run in runs if run["backend"] == "dp"), None)
     if dp is None or dp["status"] in UNUSABLE_STATUSES:
@@ -86,16 +96,18 @@ def algorithmic_certificate(runs: list[dict]) -> tuple[str, list[str]]:
              and run["status"] not in UNUSABLE_STATUSES]
     if not exact:
         return "n/a", []
-    failures, proven = [], False
+    failures, proven, within_tolerance = [], False, False
     for run in exact:
         failure = _certificate_failure(dp, run)
         if failure:
             failures.append(failure)
-        elif run["status"] in (Status.OPTIMAL.value, Status.INFEASIBLE.value):
+        elif exact_optimum(run) or run["status"] == Status.INFEASIBLE.value:
             proven = True
+        elif run["status"] == Status.OPTIMAL.value:
+            within_tolerance = True
     if failures:
         return "no", failures
-    return ("yes" if proven else "open"), []
+    return ("yes" if proven else "tol" if within_tolerance else "open"), []
 
 
 def _certificate_failure(dp: dict, run: dict) -> str | None:
@@ -109,7 +121,7 @@ def _certificate_failure(dp: dict, run: dict) -> str | None:
         return None
     if dp_ticks is None:
         return f"dp found no plan ({dp['status']}), {label} found {run['objective_ticks']} ticks"
-    if status == Status.OPTIMAL.value and run["objective_ticks"] != dp_ticks:
+    if exact_optimum(run) and run["objective_ticks"] != dp_ticks:
         return (f"dp optimum {dp_ticks} ticks differs from the {label} optimum "
                 f"{run['objective_ticks']} ticks")
     if run["objective_ticks"] < dp_ticks:
@@ -141,12 +153,13 @@ def structural_gap(runs: list[dict], reference_full: dict | None = None) -> dict
     if dp is None or not any(has_plan(run) for run in full):
         return None
     dp_ticks = dp["objective_ticks"]
-    optima = [run["objective_ticks"] for run in full if run["status"] == Status.OPTIMAL.value]
+    optima = [run["objective_ticks"] for run in full if exact_optimum(run)]
     if optima:
         gap = _relative(dp_ticks, min(optima))
         return {"low": gap, "high": gap, "exact": True}
     best = min([run["objective_ticks"] for run in full if has_plan(run)] + [dp_ticks])
-    bounds = [run["bound_ticks"] for run in full if run["bound_ticks"] is not None]
+    bounds = [run["bound_ticks"] for run in full
+              if run["status"] in PLAN_STATUSES and run["bound_ticks"] is not None]
     bound = max(bounds) if bounds else None
     return {"low": _relative(dp_ticks, best),
             "high": _relative(dp_ticks, bound) if bound else None, "exact": False}
@@ -164,7 +177,7 @@ def reference_failures(reference: dict, runs: list[dict]) -> list[str]:
     failures = []
     for space, entry in reference.get("spaces", {}).items():
         status, ticks = entry["status"], entry.get("objective_ticks")
-        bound = ticks if status == Status.OPTIMAL.value else entry.get("bound_ticks")
+        bound = lower_bound(entry) if status in PLAN_STATUSES else None
         for run in runs:
             failure = _reference_failure(space, status, ticks, bound, run)
             if failure:
@@ -179,14 +192,14 @@ def _reference_failure(space: str, status: str, ticks: int | None, bound: int | 
         if status == Status.INFEASIBLE.value:
             return f"{label} found {run['objective_ticks']} ticks but {where} proves no plan fits"
         if bound is not None and contains(space, run["space"]) and run["objective_ticks"] < bound:
-            kind = "optimum" if status == Status.OPTIMAL.value else "bound"
+            kind = "optimum" if bound == ticks else "bound"
             return (f"{label} found {run['objective_ticks']} ticks, below the proven {kind} "
                     f"{bound} of {where}")
     if ticks is not None and status in PLAN_STATUSES:
         if run["status"] == Status.INFEASIBLE.value:
             return f"{label} declares infeasible, but {where} has a plan of {ticks} ticks"
         if run["status"] == Status.OPTIMAL.value and contains(run["space"], space) and \
-                run["objective_ticks"] > ticks:
-            return (f"{label} claims the optimum {run['objective_ticks']} ticks, but {where} "
-                    f"has a plan of {ticks} ticks")
+                lower_bound(run) > ticks:
+            return (f"{label} claims the optimum {run['objective_ticks']} ticks (bound "
+                    f"{lower_bound(run)}), but {where} has a plan of {ticks} ticks")
     return None

@@ -1,17 +1,21 @@
-"""``nest-cp verify`` and ``nest-cp table``: certify instances, write and regenerate gap tables.
+"""``nest-cp verify``, ``table`` and ``soak``: certify instances, write and regenerate gap
+tables, cross-check every backend on thousands of random tiny instances.
 
-Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every plan passed the
-evaluator, every algorithmic certificate held and no result contradicted a stored
-reference; 1 otherwise; 2 for bad input (a malformed instance or reference, an
-unknown backend, a missing path, no instance files found, PATHS without ``--out``:
-the default ``reports/`` holds the full benchmark run, ``--executor ray`` without Ray
-installed or ``--address`` without it), as one line on stderr.
+Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every requested backend
+was available, every plan passed the evaluator, every algorithmic certificate held,
+no result contradicted a stored reference (or changed from a regression snapshot)
+and at least one instance was certified; 1 otherwise; 2 for bad input (a malformed
+instance or reference, an unknown backend, a missing path, no instance files found,
+PATHS without ``--out``: the default ``reports/`` holds the full benchmark run,
+``--executor ray`` without Ray installed or ``--address`` without it), as one line
+on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -23,7 +27,7 @@ from nest_cp.executors import Executor, ExecutorKind, make_executor
 from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.io import load_instance, read_document
 from nest_cp.progress import Progress
-from nest_cp.verify import tables
+from nest_cp.verify import soak, tables
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
 from nest_cp.verify.harness import (
     HarnessOptions,
@@ -126,8 +130,9 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
     document = tables.results_document(records, tables.protocol(
         _options_summary(tasks), {name: backend_available(name) for name in names}))
     write_outputs(document, out_dir)
-    _report(records, out_dir)
-    sys.exit(ExitCode.NO_PLAN if any(record["failures"] for record in records) else ExitCode.OK)
+    available = document["protocol"]["backends_available"]
+    problems = _report(records, out_dir, [name for name in names if not available[name]])
+    sys.exit(ExitCode.NO_PLAN if problems else ExitCode.OK)
 
 
 def _out_dir(paths: tuple[Path, ...], out_dir: Path | None) -> Path:
@@ -150,16 +155,25 @@ def _run_with_progress(tasks: list[Task], executor: Executor, progress: bool) ->
                          on_done=lambda record: bar.advance(status=record["instance"]))
 
 
-def _report(records: list[dict], out_dir: Path) -> None:
+def _report(records: list[dict], out_dir: Path, unavailable: list[str]) -> bool:
+    """Print the summary and every failure; True when the run is not a success (exit 1)."""
     counts = solve_counts(records)
     certified = sum(record["certificate"] == "yes" for record in records)
-    click.echo(f"{len(records)} instances: {certified} certified, "
-               f"{sum(bool(r['failures']) for r in records)} failed; runs solved "
-               f"{counts['solved']}, from cache {counts['cache']}, without result {counts['none']}")
+    within = sum(record["certificate"] == "tol" for record in records)
+    failed = sum(bool(r["failures"]) for r in records)
+    click.echo(f"{len(records)} instances: {certified} certified"
+               + (f", {within} certified within a solver tolerance" if within else "")
+               + f", {failed} failed; runs solved {counts['solved']}, from cache "
+               f"{counts['cache']}, without result {counts['none']}")
     for record in records:
         for failure in record["failures"]:
             click.echo(f"FAIL {record['instance']}: {failure}")
+    for name in unavailable:
+        click.echo(f"FAIL backend {name} was requested but is not available")
+    if certified + within == 0:
+        click.echo("FAIL nothing was certified (no exact structured run agreed with the DP)")
     click.echo(f"wrote {out_dir}/results.json and gap_table.{{md,csv,tex}}")
+    return bool(failed or unavailable or certified + within == 0)
 
 
 @click.command("table", cls=GuardedCommand)
@@ -182,3 +196,66 @@ def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         out_file.write_text(text, encoding="utf-8")
+
+
+@click.command("soak", cls=GuardedCommand)
+@click.option("--count", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Seeds (instances) to run.")
+@click.option("--first-seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--sample-rate", type=click.FloatRange(0, 1), default=0.1, show_default=True,
+              help="Fraction of seeds on which CP-SAT and the MILP also run.")
+@click.option("--exact-time-limit", type=click.FloatRange(min=0, min_open=True),
+              default=10.0, show_default=True, help="Seconds per exact solve.")
+@click.option("--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1,
+              show_default=True, help="Seeds run in parallel.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("reports/soak.md"), show_default=True, help="The report.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_CACHE_DIR / "soak", show_default=True,
+              help="Where finished seeds are kept, so an interrupted run continues.")
+@click.option("--reproducers", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("tests/data/soak"), show_default=True,
+              help="Where each disagreeing instance is saved.")
+@click.option("--progress/--no-progress", default=True,
+              help="Progress bar on stderr (only ever drawn on a terminal).")
+@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
+              default=ExecutorKind.LOCAL.value, show_default=True,
+              help="Run the seeds as local processes or as Ray tasks.")
+@click.option("--address", default=None,
+              help="Ray cluster address for --executor ray (default: a local Ray instance).")
+def soak_command(count: int, first_seed: int, sample_rate: float, exact_time_limit: float,
+                 jobs: int, out_file: Path, state_dir: Path, reproducers: Path,
+                 progress: bool, executor_kind: str, address: str | None) -> None:
+    """Cross-check every backend on COUNT seeded random tiny instances; write a report.
+
+    Exit 0 when every instance agreed, 1 when some disagreed (each saved as a
+    reproducer), 2 for bad options.
+    """
+    if not math.isfinite(exact_time_limit):
+        raise click.BadParameter(f"expected a finite number of seconds, got {exact_time_limit}",
+                                 param_hint="--exact-time-limit")
+    _check_folder(out_file.parent, "--out")
+    options = soak.SoakOptions(count=count, first_seed=first_seed, sample_rate=sample_rate,
+                               exact_time_limit_s=exact_time_limit)
+    done_before = len(soak.SoakState(state_dir, options).done())
+    with make_executor(executor_kind, jobs, address) as executor, \
+            Progress("soak", count, show_bar=progress, logger=LOGGER) as bar:
+        bar.advance(done_before)
+        records, wall = soak.run_soak(options, state_dir, executor,
+                                      on_record=lambda record: bar.advance())
+    written = soak.save_reproducers(records, options, reproducers)
+    text = soak.render_report(records, options, wall, jobs, written)
+    tmp = out_file.with_name(out_file.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out_file)
+    counts = soak.summary(records)
+    click.echo(f"{counts['instances']} instances: {counts['agreements']} agree, "
+               f"{counts['disagreements']} disagree; wrote {out_file}")
+    for path in written:
+        click.echo(f"FAIL reproducer {path}")
+    sys.exit(ExitCode.NO_PLAN if counts["disagreements"] else ExitCode.OK)
+
+
+def _check_folder(folder: Path, option: str) -> None:
+    if not folder.resolve().is_dir():
+        raise click.BadParameter(f"expected an existing folder, got {folder}", param_hint=option)

@@ -2,7 +2,11 @@
 
 For each instance file the harness runs the DP in its structured space, then each
 exact backend in the structured space (the algorithmic certificate) and the full
-space (the structural gap), hinting them with the DP plan.  Every result goes
+space (the structural gap), hinting them with the DP plan.  Each run is recorded
+in the space the backend itself reports (mcmc searches the full space whatever it
+is asked).  A stored reference is either *independent* (an exact solver proved
+it) and checked as a proof, or a *regression snapshot* (the DP's own earlier
+output) that only says whether the DP's answer changed.  Every result goes
 through :func:`nest_cp.backends.solve`, which referees the plan with the
 evaluator; cached results are refereed again when read.  The analysis lives in
 :mod:`nest_cp.verify.certify`.  Instances run in parallel on an executor
@@ -39,6 +43,7 @@ LOGGER = logging.getLogger(__name__)
 DEFAULT_BACKENDS = ("dp", "cpsat", "milp")
 SMALL_DIR, PAPER_DIR = Path("instances/small"), Path("instances/paper")
 REFERENCE_SUFFIX = ".ref.json"
+INDEPENDENT, SNAPSHOT = "independent", "regression-snapshot"  # kinds of stored reference
 SPACE_NAMES = tuple(space.value for space in Space)
 STATUS_NAMES = tuple(status.value for status in Status)
 
@@ -149,14 +154,24 @@ def load_reference(instance_path: Path) -> dict | None:
     """The reference result beside ``instance_path`` (None if there is none), validated.
 
     A malformed reference is bad input: :class:`InstanceFormatError` naming the
-    reference file and the field, never a crash of the harness.
+    reference file and the field, never a crash of the harness.  Its ``kind`` is
+    filled in when the file predates it: a reference whose every claim comes from the
+    DP alone is a regression snapshot, not an independent proof.
     """
     path = reference_path(instance_path)
     if not path.exists():
         return None
     document = read_document(path)
     _check_reference(document, str(path))
+    if "kind" not in document:
+        document["kind"] = reference_kind(document["spaces"].values())
     return document
+
+
+def reference_kind(entries) -> str:
+    """``independent`` when some claim names a solver other than the DP, else a snapshot."""
+    solvers = {solver for entry in entries for solver in str(entry.get("solver", "")).split(",")}
+    return SNAPSHOT if solvers <= {"dp/structured", ""} else INDEPENDENT
 
 
 def _check_reference(document: object, file: str) -> None:
@@ -167,6 +182,9 @@ def _check_reference(document: object, file: str) -> None:
         raise InstanceFormatError("expected the instance's SHA-256 as a string, got "
                                   f"{document.get('instance_sha256')!r}", file=file,
                                   field="instance_sha256")
+    if document.get("kind", INDEPENDENT) not in (INDEPENDENT, SNAPSHOT):
+        raise InstanceFormatError(f"expected {INDEPENDENT!r} or {SNAPSHOT!r}, got "
+                                  f"{document.get('kind')!r}", file=file, field="kind")
     spaces = document.get("spaces")
     if not isinstance(spaces, dict):
         raise InstanceFormatError(f"expected an object keyed by space, got {spaces!r}",
@@ -188,6 +206,11 @@ def _check_reference(document: object, file: str) -> None:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InstanceFormatError(f"expected an integer or null, got {value!r}",
                                           file=file, field=f"{where}.{name}")
+        tolerance = entry.get("tolerance_rel", 0)
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or \
+                not 0 <= tolerance < 1:
+            raise InstanceFormatError(f"expected a relative tolerance in [0, 1), got "
+                                      f"{tolerance!r}", file=file, field=f"{where}.tolerance_rel")
         if entry["status"] in (Status.OPTIMAL.value, Status.FEASIBLE.value) and \
                 entry.get("objective_ticks") is None:
             raise InstanceFormatError(f"expected objective_ticks with status {entry['status']}",
@@ -200,6 +223,7 @@ def _check_reference(document: object, file: str) -> None:
 def run_record(result: SolveResult, source: str, instance_sha: str) -> dict:
     """The JSON record of one refereed backend result."""
     return {"backend": result.backend, "space": result.space.value, "status": result.status.value,
+            "tolerance_rel": result.tolerance_rel,
             "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
             "wall_time_s": round(result.wall_time_s, 4), "message": result.message,
             "plan": None if result.plan is None else plan_to_dict(result.plan),
@@ -217,7 +241,8 @@ def _result_from_record(record: dict) -> SolveResult:
     return SolveResult(backend=record["backend"], status=Status(record["status"]), plan=plan,
                        objective_ticks=record["objective_ticks"],
                        bound_ticks=record["bound_ticks"], wall_time_s=record["wall_time_s"],
-                       space=Space(record["space"]), message=record.get("message", ""))
+                       space=Space(record["space"]), message=record.get("message", ""),
+                       tolerance_rel=record.get("tolerance_rel", 0.0))
 
 
 def run_backend(instance: Instance, instance_sha: str, backend: str, options: SolveOptions,
@@ -240,7 +265,7 @@ def run_backend(instance: Instance, instance_sha: str, backend: str, options: So
     if not backend_available(backend):
         return _failed_record(backend, space, "UNAVAILABLE", "backend not importable"), None
     try:
-        result = replace(solve(instance, backend, options), space=space)
+        result = solve(instance, backend, options)  # recorded in the space it reports
     except InvalidPlan as exc:
         return _failed_record(backend, space, "INVALID", str(exc)), None
     except Exception as exc:  # a backend crash is reported per run, never aborts the harness
@@ -274,7 +299,7 @@ def instance_sizes(instance: Instance) -> dict:
     else:
         topology = f"graph ({len(network.switches)} sw)"
     return {"layers": instance.workload.num_layers, "devices": instance.cluster.num_devices,
-            "network": topology}
+            "network": topology, "tick_s": instance.training.tick_s}
 
 
 def verify_instance(task: Task) -> dict:
@@ -329,6 +354,10 @@ def _analyse(record: dict, reference: dict | None) -> None:
     elif reference.get("instance_sha256") != record["sha256"]:
         record["reference"] = "stale"
         record["notes"].append("reference was computed for other instance content; not compared")
+    elif reference["kind"] == SNAPSHOT:
+        changes = snapshot_changes(reference, runs)
+        record["reference"] = "snapshot changed" if changes else "snapshot same"
+        failures += [f"regression snapshot: {change}" for change in changes]
     else:
         reference_failures = certify.reference_failures(reference, runs)
         record["reference"] = "contradicted" if reference_failures else "consistent"
@@ -338,6 +367,24 @@ def _analyse(record: dict, reference: dict | None) -> None:
                               **reference["spaces"]["full"]}
     record["gap"] = certify.structural_gap(runs, reference_full)
     record["failures"] = list(dict.fromkeys(failures))  # keep order, drop repeats
+
+
+def snapshot_changes(reference: dict, runs: list[dict]) -> list[str]:
+    """How the DP's answer differs from a regression snapshot of it (empty: unchanged).
+
+    A snapshot proves nothing about the instance; it records what the DP said before,
+    so any change (better or worse) is reported for a person to confirm.
+    """
+    entry = reference["spaces"].get(Space.STRUCTURED.value)
+    dp = next((run for run in runs if run["backend"] == "dp"), None)
+    if entry is None or dp is None:
+        return []
+    before = (entry["status"], entry.get("objective_ticks"))
+    now = (dp["status"], dp["objective_ticks"])
+    if before == now:
+        return []
+    return [f"dp now answers {now[0]} {now[1]} ticks, the snapshot recorded {before[0]} "
+            f"{before[1]} ticks"]
 
 
 # ------------------------------------------------------------------ many instances

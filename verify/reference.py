@@ -2,11 +2,17 @@
 
 ``python -m nest_cp.verify.reference [PATHS...] [--backends ...] [--time-limit S]`` runs the
 harness (through its cache) and stores, per space, the strongest claim the runs
-prove: OPTIMAL when a run proved the optimum, INFEASIBLE when a run proved no plan
-fits, otherwise FEASIBLE with the best plan found and the best bound proven.  An
+prove: OPTIMAL when a run proved the optimum (with ``tolerance_rel`` and the bound
+proven when only a floating-point MILP proved it), INFEASIBLE when a run proved no
+plan fits, otherwise FEASIBLE with the best plan found and the best bound proven.  An
 instance whose runs fail any check gets no reference (a bug must not become a
 reference).  Without PATHS: instances/small with the exact solvers, instances/paper
 with the DP.
+
+A reference is ``"kind": "independent"`` when an exact solver (CP-SAT, MILP, brute
+force) took part, and ``"kind": "regression-snapshot"`` when only the DP ran: then
+it holds just the DP's own structured answer, which certifies nothing and is used
+only to notice when that answer changes.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from nest_cp.io import write_document
 from nest_cp.result import Space, Status
 from nest_cp.verify import certify
 from nest_cp.verify.harness import (
+    INDEPENDENT,
+    SNAPSHOT,
     HarnessOptions,
     build_tasks,
     parse_backends,
@@ -49,10 +57,16 @@ def space_entry(runs: list[dict], space: str) -> dict | None:
     if not planned:
         return None
     best = min(run["objective_ticks"] for run in planned)
-    optimal = [run for run in provers if run["status"] == Status.OPTIMAL.value]
+    optimal = [run for run in provers if certify.exact_optimum(run)]
     if optimal:
         return {"status": Status.OPTIMAL.value, "objective_ticks": best, "bound_ticks": best,
                 "solver": _solvers(optimal)}
+    within = [run for run in provers if run["status"] == Status.OPTIMAL.value]
+    if within:
+        return {"status": Status.OPTIMAL.value, "objective_ticks": best,
+                "bound_ticks": max(run["bound_ticks"] for run in within),
+                "tolerance_rel": max(run["tolerance_rel"] for run in within),
+                "solver": _solvers(within)}
     bounds = [run["bound_ticks"] for run in provers if run["bound_ticks"] is not None]
     return {"status": Status.FEASIBLE.value, "objective_ticks": best,
             "bound_ticks": max(bounds) if bounds else None,
@@ -64,10 +78,17 @@ def _solvers(runs) -> str:
 
 
 def reference_document(record: dict, time_limit_s: float) -> dict:
-    """The ``.ref.json`` content of one verified instance."""
-    spaces = {space.value: space_entry(record["runs"], space.value)
-              for space in (Space.FULL, Space.STRUCTURED)}
+    """The ``.ref.json`` content of one verified instance (module docstring for ``kind``)."""
+    usable = [run for run in record["runs"] if run["status"] not in certify.UNUSABLE_STATUSES]
+    independent = any(run["backend"] in certify.EXACT_BACKENDS for run in usable)
+    if independent:
+        spaces = {space.value: space_entry(usable, space.value)
+                  for space in (Space.FULL, Space.STRUCTURED)}
+    else:  # the DP's own answer: a snapshot of it, in its own space only
+        spaces = {Space.STRUCTURED.value: space_entry(
+            [run for run in usable if run["backend"] == "dp"], Space.STRUCTURED.value)}
     return {"instance": record["instance"], "instance_sha256": record["sha256"],
+            "kind": INDEPENDENT if independent else SNAPSHOT,
             "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
             "time_limit_s": time_limit_s, "generated_by": "python -m nest_cp.verify.reference",
             "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}

@@ -458,11 +458,15 @@ be controllable, not to match any real model. Every number follows from
 ## Reference results
 
 `<name>.ref.json` holds, per space (`full`, `structured`), the strongest claim the exact
-runs proved: status (OPTIMAL, FEASIBLE with its bound, INFEASIBLE), objective and bound in
-ticks (1 tick = 1 ns), the solvers that proved it, the date, time limit and the SHA-256 of
-the instance content (a reference for other content is reported as stale, not compared).
-They are produced by `python -m verify.reference instances/small --time-limit 60`, which
-refuses to write a reference for an instance whose runs fail any check.
+runs proved: status (OPTIMAL, FEASIBLE with its bound, INFEASIBLE; an optimum the MILP
+proved only within its floating-point tolerance carries `tolerance_rel` and the bound it
+proved), objective and bound in ticks (1 tick = 1 ns), the solvers that proved it, the
+date, time limit and the SHA-256 of the instance content (a reference for other content is
+reported as stale, not compared). These references are independent (`"kind":
+"independent"`, inferred for files that predate the field): CP-SAT and the MILP proved
+them, not the DP they check. They are produced by
+`python -m nest_cp.verify.reference instances/small --time-limit 60`, which refuses to
+write a reference for an instance whose runs fail any check.
 
 ## Instances
 
@@ -491,9 +495,13 @@ Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
   "GB/s" with NEST's 2^30 conversion, 64 GiB resp. 90 GiB HBM). The workload is profiled
   on the cluster's own device (`nest-tpuv4`, `nest-h100`); tensor widths are the
   presets' defaults; ZeRO 0 (NEST prices none), recomputation allowed.
-- `nest-cp verify` runs only the DP here (no exact solver scales to these sizes); the
-  `<name>.ref.json` beside each file is the DP's structured optimum (a regression
-  reference) and, for the full space, the best known plan without a bound.
+- `nest-cp verify` runs only the DP here (no exact solver scales to these sizes). The
+  `<name>.ref.json` beside each file is a **regression snapshot** (`"kind":
+  "regression-snapshot"`): the DP's own structured answer, written by
+  `python -m nest_cp.verify.reference instances/paper --backends dp`. It is not an
+  independent reference and certifies nothing; `nest-cp verify` only reports whether the
+  DP's answer changed ("snapshot same" / "snapshot changed"), and a change fails the run
+  until a person confirms it and regenerates the snapshots.
 """
 
 

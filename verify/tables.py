@@ -2,7 +2,13 @@
 
 Tables are pure functions of a ``results.json`` document (see :func:`results_document`),
 so ``nest-cp table RESULTS.json`` regenerates byte-identical tables.  Objectives are
-shown in milliseconds in Markdown and LaTeX and as exact integer ticks in CSV.
+shown in milliseconds in Markdown and LaTeX, converted with each instance's own tick
+(``tick_s``; instances may use coarser ticks than 1 ns), and as exact integer ticks
+with the tick beside them in CSV.  An optimum proven only within a solver's
+tolerance shows as ``OPTIMAL~1e-07``; the reference column says whether a stored
+result is an independent proof or a regression snapshot of the DP.  The LaTeX
+tables are compact (one best full-space result per instance; the per-solver detail
+is in Markdown and CSV) and wrapped to at most ``\textwidth``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from nest_cp.result import Space
+from nest_cp.result import Space, status_text
 
 FORMATS = ("md", "csv", "tex")
 EXACT_ORDER = ("cpsat", "milp", "brute")
@@ -68,8 +74,20 @@ def _run(record: dict, backend: str, space: str) -> dict | None:
                  if run["backend"] == backend and run["space"] == space), None)
 
 
-def _ms(ticks: int | None) -> str:
-    return "—" if ticks is None else f"{ticks / 1e6:.3f}"
+DEFAULT_TICK_S = 1e-9  # results.json written before instances recorded their tick
+
+
+def tick_of(record: dict) -> float:
+    """The instance's tick in seconds."""
+    return record.get("sizes", {}).get("tick_s", DEFAULT_TICK_S)
+
+
+def _ms(ticks: int | None, tick_s: float) -> str:
+    return "—" if ticks is None else f"{ticks * tick_s * 1e3:.3f}"
+
+
+def _status(run: dict) -> str:
+    return status_text(run["status"], run.get("tolerance_rel"))
 
 
 def _seconds(value: float | None) -> str:
@@ -88,19 +106,27 @@ def format_gap(gap: dict | None) -> str:
 
 
 def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
-    """One table row: sizes, DP, each exact solver's full-space result, certificate, gap."""
-    show = (lambda value: "—" if value is None else str(value)) if ticks else _ms
+    """One table row: sizes, DP, each exact solver's full-space result, certificate, gap,
+    reference; times in ms with the instance's tick (``ticks``: integer ticks, and the
+    tick as a column)."""
+    tick_s = tick_of(record)
+
+    def show(value: int | None) -> str:
+        if ticks:
+            return "—" if value is None else str(value)
+        return _ms(value, tick_s)
+
     sizes = record.get("sizes", {})
     dp = _run(record, "dp", Space.STRUCTURED.value)
     row = [record["instance"], record["family"], str(sizes.get("layers", "—")),
-           str(sizes.get("devices", "—")), sizes.get("network", "—"),
-           show(dp["objective_ticks"]) if dp else "—", _dp_status(dp),
-           _run_seconds(dp)]
+           str(sizes.get("devices", "—")), sizes.get("network", "—")]
+    row += [f"{tick_s:g}"] if ticks else []
+    row += [show(dp["objective_ticks"]) if dp else "—", _dp_status(dp), _run_seconds(dp)]
     for backend in exact:
         run = _run(record, backend, Space.FULL.value)
-        row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), run["status"],
+        row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), _status(run),
                  _run_seconds(run)] if run else ["—"] * 4)
-    row += [record["certificate"], format_gap(record["gap"]),
+    row += [record["certificate"], format_gap(record["gap"]), record.get("reference", "—"),
             "FAIL" if record["failures"] else "ok"]
     return row
 
@@ -110,17 +136,17 @@ def _run_seconds(run: dict | None) -> str:
 
 
 def _dp_status(dp: dict | None) -> str:
-    return "—" if dp is None else dp["status"]
+    return "—" if dp is None else _status(dp)
 
 
 def header(exact: list[str], ticks: bool) -> list[str]:
     unit = "ticks" if ticks else "ms"
-    columns = ["instance", "family", "L", "N", "network", f"dp T [{unit}]", "dp status",
-               "dp [s]"]
+    columns = ["instance", "family", "L", "N", "network"] + (["tick [s]"] if ticks else [])
+    columns += [f"dp T [{unit}]", "dp status", "dp [s]"]
     for backend in exact:
         columns += [f"{backend} T [{unit}]", f"{backend} bound [{unit}]", f"{backend} status",
                     f"{backend} [s]"]
-    return columns + ["cert", "gap", "check"]
+    return columns + ["cert", "gap", "reference", "check"]
 
 
 # ------------------------------------------------------------------ summary
@@ -199,12 +225,17 @@ def instance_sets(records: list[dict]) -> list[tuple[str, list[dict]]]:
     return list(groups.items())
 
 
-LEGEND = ("T: iteration time of the best plan found; bound: the solver's proven lower bound "
-          "(full space); cert: the DP optimum equals the exact structured optimum (yes / no / "
-          "open when the exact solvers stopped at their limit / n/a when none ran); gap: "
-          "(T_dp - T_exact) / T_exact against the full-space optimum, an interval [best plan, "
-          "bound] when the solvers stopped at their limit (the stored reference result counts "
-          "as one more full-space result when it proves an optimum or a bound).")
+LEGEND = ("T: iteration time of the best plan found, in ms with each instance's tick; bound: "
+          "the solver's proven lower bound (full space); OPTIMAL~1e-07: optimal only within "
+          "the solver's floating-point tolerance (the MILP), the bound is what it proved; "
+          "cert: the DP optimum equals the exact structured optimum (yes / tol when only "
+          "proven within a solver tolerance / no / open when the exact solvers stopped at "
+          "their limit / n/a when none ran); gap: (T_dp - T_exact) / T_exact against the "
+          "full-space optimum, an interval [best plan, bound] when the solvers stopped at "
+          "their limit (an independent stored reference counts as one more full-space result "
+          "when it proves an optimum or a bound); reference: consistent / contradicted for an "
+          "independent stored result, snapshot same / snapshot changed for a regression "
+          "snapshot of the DP's own earlier answer (which proves nothing), missing, stale.")
 
 
 def render_markdown(document: dict) -> str:
@@ -235,7 +266,7 @@ def render_csv(document: dict) -> str:
 
 
 _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"$\sim$",
                    "^": r"\textasciicircum{}", "—": "--", "∞": r"$\infty$"}
 
 
@@ -243,25 +274,89 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIALS.get(char, char) for char in text)
 
 
-def _latex_table(columns: list[str], rows: list[list[str]], caption: str) -> list[str]:
-    spec = "l" * 2 + "r" * (len(columns) - 2)
-    lines = [r"\begin{table}", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}",
+def _latex_table(columns: list[str], rows: list[list[str]], caption: str,
+                 left: int = 1) -> list[str]:
+    """A booktabs table in scriptsize with narrow column gaps, shrunk to the text width
+    only if it is still wider (adjustbox's max width)."""
+    spec = "l" * left + "r" * (len(columns) - left)
+    lines = [r"\begin{table}", r"\centering", r"\scriptsize", r"\setlength{\tabcolsep}{3pt}",
+             r"\begin{adjustbox}{max width=\textwidth}", rf"\begin{{tabular}}{{{spec}}}",
              r"\toprule", " & ".join(latex_escape(c) for c in columns) + r" \\", r"\midrule"]
     lines += [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in rows]
-    return lines + [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}",
-                    r"\end{table}"]
+    return lines + [r"\bottomrule", r"\end{tabular}", r"\end{adjustbox}",
+                    rf"\caption{{{latex_escape(caption)}}}", r"\end{table}"]
+
+
+LATEX_HEADER = ["instance", "L", "N", "DP T [ms]", "exact T [ms]", "status", "by", "cert", "gap",
+                "ref."]
+LATEX_DP_HEADER = ["instance", "L", "N", "DP T [ms]", "DP status", "DP [s]", "ref."]
+LATEX_SUMMARY_HEADER = ["family", "n", "cert.", "failed", "proven", "open", "mean gap",
+                        "max gap", "DP [s]", "exact [s]"]
+_REFERENCE_SHORT = {"consistent": "ok", "contradicted": "FAIL", "snapshot same": "snap.",
+                    "snapshot changed": "snap. FAIL", "missing": "--", "stale": "stale"}
+
+
+def latex_row(record: dict, exact: list[str]) -> list[str]:
+    """The compact row: DP, the best full-space result of the exact solvers and who got it."""
+    tick_s = tick_of(record)
+    sizes = record.get("sizes", {})
+    dp = _run(record, "dp", Space.STRUCTURED.value)
+    runs = [run for backend in exact
+            if (run := _run(record, backend, Space.FULL.value)) is not None]
+    planned = [run for run in runs if run["objective_ticks"] is not None]
+    best = min(planned, key=lambda run: run["objective_ticks"], default=None) or \
+        (runs[0] if runs else None)
+    by = ",".join(run["backend"] for run in runs
+                  if best is not None and run["objective_ticks"] == best["objective_ticks"]
+                  and run["status"] == best["status"])
+    return [record["instance"], str(sizes.get("layers", "—")), str(sizes.get("devices", "—")),
+            _ms(dp["objective_ticks"], tick_s) if dp else "—",
+            _ms(best["objective_ticks"], tick_s) if best else "—",
+            _short_status(best) if best else "—",
+            by or "—", record["certificate"], format_gap(record["gap"]),
+            _REFERENCE_SHORT.get(record.get("reference", "missing"), "--")]
+
+
+def latex_dp_row(record: dict) -> list[str]:
+    """The row of an instance only the DP ran on."""
+    sizes = record.get("sizes", {})
+    dp = _run(record, "dp", Space.STRUCTURED.value)
+    return [record["instance"], str(sizes.get("layers", "—")), str(sizes.get("devices", "—")),
+            _ms(dp["objective_ticks"], tick_of(record)) if dp else "—",
+            _short_status(dp) if dp else "—", _run_seconds(dp),
+            _REFERENCE_SHORT.get(record.get("reference", "missing"), "--")]
+
+
+_SHORT_STATUS = {"OPTIMAL": "OPT", "FEASIBLE": "FEAS", "INFEASIBLE": "INF", "UNKNOWN": "UNK"}
+
+
+def _short_status(run: dict) -> str:
+    short = _SHORT_STATUS.get(run["status"], run["status"])
+    return f"{short}~" if run["status"] == "OPTIMAL" and run.get("tolerance_rel") else short
 
 
 def render_latex(document: dict) -> str:
     """Booktabs tables (one per instance folder, one per family) and the protocol as comments."""
-    lines = ["% Generated by nest-cp verify; requires \\usepackage{booktabs}."]
+    lines = ["% Generated by nest-cp verify; requires \\usepackage{booktabs} and "
+             "\\usepackage{adjustbox}."]
     lines += ["% " + line for line in _protocol_lines(document)]
     for folder, records in instance_sets(document["instances"]):
         exact = exact_backends(records)
-        lines += _latex_table(header(exact, False),
-                              [instance_row(r, exact, False) for r in records],
-                              f"{folder}: certification of the DP and its gap to the exact "
-                              f"full-space optimum.") + [""]
-    lines += _latex_table(SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
-                          "Per-family summary.")
+        if not exact:
+            lines += _latex_table(LATEX_DP_HEADER, [latex_dp_row(r) for r in records],
+                                  f"{folder}: the DP's optimum (structured space; no exact "
+                                  f"solver ran); ref.: snap. when it matches the regression "
+                                  f"snapshot of the DP's earlier answer. Times in ms.") + [""]
+            continue
+        caption = (f"{folder}: the DP's optimum (structured space) against the best "
+                   f"full-space result of {', '.join(exact) or 'no exact solver'} (status "
+                   f"OPT, FEAS at the time limit, INF; OPT~ within the solver's tolerance), "
+                   f"the certificate (DP = exact structured optimum) and the structural gap; "
+                   f"ref.: stored reference ok, or snap. for a regression snapshot of the DP. "
+                   f"Times in ms.")
+        lines += _latex_table(LATEX_HEADER, [latex_row(r, exact) for r in records],
+                              caption) + [""]
+    lines += _latex_table(LATEX_SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
+                          "Per family: instances (n), certified, failed, gaps proven and "
+                          "open, mean and max proven gap, median DP and exact wall times.")
     return "\n".join(lines) + "\n"

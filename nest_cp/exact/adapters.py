@@ -109,6 +109,10 @@ class CpSatAdapter(_Building):
         solver.parameters.num_workers = workers
         status = solver.solve(self.model)
         self._solver = solver
+        if status == cp_model.MODEL_INVALID:
+            raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
+        if status == cp_model.INFEASIBLE:
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
         # the objective has integer coefficients, so its value and bound are integers that
         # CP-SAT reports as doubles (428400000.00000006): read them back as integers
         raw_bound = solver.best_objective_bound
@@ -118,10 +122,6 @@ class CpSatAdapter(_Building):
             if status == cp_model.OPTIMAL:
                 return RawOutcome(RawStatus.OPTIMAL, objective, objective)
             return RawOutcome(RawStatus.FEASIBLE, objective, bound)
-        if status == cp_model.INFEASIBLE:
-            return RawOutcome(RawStatus.INFEASIBLE, None, None)
-        if status == cp_model.MODEL_INVALID:
-            raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
         return RawOutcome(RawStatus.UNKNOWN, None, bound)
 
     def value(self, var) -> int:

@@ -79,6 +79,7 @@ logger = logging.getLogger(__name__)
 
 FIRST_PASS_SHARE = 0.1  # fraction of the time limit one sub-problem may take in pass 1
 ASSUMED_TERMS_PER_S = 50_000  # model-building rate assumed before any model is measured
+SLOW_STEP_S = 0.5  # steps longer than this are logged at INFO (-v), so long runs show progress
 
 
 @dataclass(slots=True)
@@ -206,7 +207,11 @@ class _Run:
             return
         try:
             if item.sub is None:
+                began = time.monotonic()
                 item.sub = build_subproblem(self.instance, item.shape, item.zero, deadline)
+                if time.monotonic() - began > SLOW_STEP_S:
+                    logger.info("%s: %d stage options built in %.1f s", item.sub.label,
+                                sum(map(len, item.sub.options)), time.monotonic() - began)
                 if not item.sub.feasible:
                     return  # no memory-feasible split: resolved without a model
                 item.bound = max(item.bound, item.sub.lower_bound_ticks)

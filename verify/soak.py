@@ -1,0 +1,313 @@
+"""The soak: thousands of seeded random tiny instances, every backend against every other.
+
+Protocol.  Seed s (s = first_seed, first_seed + 1, ...) draws one tiny instance
+(:func:`nest_cp.generators.draw_tiny_recipe`: 1-6 layers, 2-16 devices, hierarchies
+and graphs with parallel links, dense and MoE, memory from tight to loose, every
+training choice the cost model has; choices are dropped until the structured space
+holds at most ``max_structured_plans`` plans).  On every instance the DP and brute
+force run in the structured space; on a seeded sample (``sample_rate``, 10%) CP-SAT
+and the MILP (HiGHS and CBC alternately) also run in both spaces, hinted with the
+DP plan on even seeds, and brute force in the full space where it has at most
+``max_full_placements`` placements.  Every run goes through
+:func:`nest_cp.backends.solve`, so the evaluator re-checks every plan and objective;
+the runs are then compared by :mod:`nest_cp.verify.certify` (no plan below another
+run's proven bound or optimum, no plan where infeasibility is proven, the DP equal
+to every structured optimum).  A run that raises (an internal error, a crash) is a
+disagreement too.  An exact run stopped by its time limit is counted as open, not as
+a disagreement, unless it contradicts another run.
+
+Every disagreement is saved as a reproducer instance under ``tests/data/soak/``
+(``tests/test_soak.py`` replays them).  Results are appended, one JSON line per seed,
+to a state file keyed by the protocol and the code fingerprint, so an interrupted
+run continues where it stopped and a run with other code starts afresh.
+
+The work items run on a :class:`nest_cp.executors.Executor` (local processes or
+Ray tasks, ``--executor``), like verify's and compare's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nest_cp import __version__
+from nest_cp.backends import solve
+from nest_cp.executors import Executor, LocalExecutor
+from nest_cp.generators import draw_tiny_recipe, tiny_instance
+from nest_cp.io import instance_to_dict, write_document
+from nest_cp.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.verify import certify
+from nest_cp.verify.cache import DEFAULT_CACHE_DIR, code_fingerprint, digest, solver_versions
+
+LOGGER = logging.getLogger(__name__)
+
+REPRODUCER_DIR = Path("tests/data/soak")
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    """The soak protocol: which seeds, what runs on them and with which limits."""
+
+    count: int = 10_000
+    first_seed: int = 0
+    sample_rate: float = 0.1
+    sample_seed: int = 0
+    exact_time_limit_s: float = 10.0
+    max_structured_plans: int = 1_000
+    max_full_placements: int = 5_000
+
+    def protocol_key(self) -> str:
+        """What makes two runs the same soak: the protocol (not the count) and the code."""
+        fields = {name: value for name, value in asdict(self).items() if name != "count"}
+        return digest({"protocol": fields, "code": code_fingerprint()})[:16]
+
+
+@dataclass(frozen=True)
+class SoakTask:
+    """One seed of one soak."""
+
+    seed: int
+    options: SoakOptions
+
+
+# ------------------------------------------------------------------ one seed
+
+
+def in_sample(seed: int, options: SoakOptions) -> bool:
+    """Whether the exact solvers run on this seed (a seeded draw, independent per seed)."""
+    return random.Random(f"sample-{options.sample_seed}-{seed}").random() < options.sample_rate
+
+
+def soak_item(task: SoakTask) -> dict:
+    """Draw, solve and cross-check one seed; a JSON-ready record (never raises)."""
+    started = time.perf_counter()
+    options, seed = task.options, task.seed
+    recipe = draw_tiny_recipe(seed, max_structured_plans=options.max_structured_plans)
+    record = {"seed": seed, "kind": recipe.describe(), "sampled": in_sample(seed, options),
+              "runs": [], "failures": []}
+    try:
+        instance = tiny_instance(recipe)
+    except Exception as exc:  # noqa: BLE001 - a generator bug is a finding, not a crash
+        record["failures"].append(f"generator: {type(exc).__name__}: {exc}")
+        return _finish(record, started)
+    record["runs"], record["failures"] = check_instance(instance, seed, options,
+                                                        record["sampled"])
+    return _finish(record, started)
+
+
+def _finish(record: dict, started: float) -> dict:
+    record["verdict"] = "disagree" if record["failures"] else "agree"
+    record["wall_time_s"] = round(time.perf_counter() - started, 4)
+    return record
+
+
+def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
+                   ) -> tuple[list[dict], list[str]]:
+    """Run the soak's backends on ``instance``; (run records, disagreements)."""
+    runs, failures = [], []
+    dp_plan = _run(instance, "dp", SolveOptions(), runs, failures)
+    _run(instance, "brute", SolveOptions(space=Space.STRUCTURED), runs, failures)
+    if sampled:
+        milp_solver = "highs" if seed % 2 == 0 else "cbc"
+        hint = dp_plan if seed % 2 == 0 else None
+        for backend in ("cpsat", "milp"):
+            for space in (Space.STRUCTURED, Space.FULL):
+                _run(instance, backend, SolveOptions(
+                    space=space, time_limit_s=options.exact_time_limit_s, seed=seed % 1000,
+                    workers=1, milp_solver=milp_solver, hint=hint), runs, failures)
+        if full_placements(instance) <= options.max_full_placements:
+            _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
+    usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
+    failures += certify.consistency_failures(usable)
+    failures += certify.algorithmic_certificate(usable)[1]
+    return runs, list(dict.fromkeys(failures))
+
+
+def _run(instance, backend: str, options: SolveOptions, runs: list[dict],
+         failures: list[str]):
+    """Solve, referee (backends.solve), record; returns the plan (None without one)."""
+    label = f"{backend}/{options.space.value}"
+    try:
+        result = solve(instance, backend, options)
+    except Exception as exc:  # noqa: BLE001 - internal errors and crashes are disagreements
+        runs.append({"backend": backend, "space": options.space.value, "status": "ERROR",
+                     "objective_ticks": None, "bound_ticks": None, "tolerance_rel": 0.0,
+                     "wall_time_s": 0.0, "message": f"{type(exc).__name__}: {exc}"})
+        failures.append(f"{label}: {type(exc).__name__}: {exc}")
+        return None
+    runs.append(_run_record(result))
+    return result.plan
+
+
+def _run_record(result: SolveResult) -> dict:
+    return {"backend": result.backend, "space": result.space.value,
+            "status": result.status.value, "objective_ticks": result.objective_ticks,
+            "bound_ticks": result.bound_ticks, "tolerance_rel": result.tolerance_rel,
+            "wall_time_s": round(result.wall_time_s, 4), "message": result.message}
+
+
+def full_placements(instance) -> int:
+    """Injective placements a full-space brute force would enumerate."""
+    devices = instance.cluster.num_devices
+    total = 0
+    for config, _ in instance.choices:
+        for stages in range(1, instance.workload.num_layers + 1):
+            for replicas in range(1, devices // (config.devices * stages) + 1):
+                total += math.perm(devices, config.devices * stages * replicas)
+    return total
+
+
+# ------------------------------------------------------------------ many seeds
+
+
+class SoakState:
+    """The append-only JSON-lines file of one soak protocol: what is done so far."""
+
+    def __init__(self, directory: Path, options: SoakOptions):
+        self.path = Path(directory) / f"soak-{options.protocol_key()}.jsonl"
+
+    def done(self) -> dict[int, dict]:
+        """Records of the seeds already run (a torn last line is ignored)."""
+        records: dict[int, dict] = {}
+        if not self.path.exists():
+            return records
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                records[record["seed"]] = record
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        return records
+
+    def append(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+
+
+def run_soak(options: SoakOptions, state_dir: Path = DEFAULT_CACHE_DIR / "soak",
+             executor: Executor | None = None,
+             on_record: Callable[[dict], None] | None = None) -> tuple[list[dict], float]:
+    """Run (or continue) the soak on ``executor`` (default: one local process); returns
+    every seed's record in seed order and the wall time spent in this call."""
+    started = time.perf_counter()
+    state = SoakState(state_dir, options)
+    done = state.done()
+    seeds = range(options.first_seed, options.first_seed + options.count)
+    todo = [SoakTask(seed, options) for seed in seeds if seed not in done]
+    LOGGER.info("soak %s: %d seeds done before, %d to run", state.path.name, len(seeds) -
+                len(todo), len(todo))
+    executor = executor or LocalExecutor(1)
+    for done_task in executor.run(soak_item, todo):
+        if done_task.error is not None:
+            raise done_task.error  # soak_item records a run's own failure; this is the harness
+        record = done_task.value
+        state.append(record)
+        done[record["seed"]] = record
+        if on_record:
+            on_record(record)
+    return [done[seed] for seed in seeds], time.perf_counter() - started
+
+
+def save_reproducers(records: list[dict], options: SoakOptions,
+                     directory: Path = REPRODUCER_DIR) -> list[Path]:
+    """Write the instance of every disagreeing seed under ``directory``; returns the files."""
+    written = []
+    for record in records:
+        if record["verdict"] != "disagree":
+            continue
+        recipe = draw_tiny_recipe(record["seed"],
+                                  max_structured_plans=options.max_structured_plans)
+        try:
+            document = instance_to_dict(tiny_instance(recipe))
+        except Exception:  # noqa: BLE001 - the generator itself failed: keep the recipe
+            document = {"name": f"soak-{record['seed']}", "recipe": recipe.describe()}
+        document["provenance"] = {
+            "source": "nest-cp soak (verify/soak.py)", "seed": record["seed"],
+            "sampled": record["sampled"], "disagreements": record["failures"][:8]}
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"soak-{record['seed']}.json"
+        write_document(document, path)
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------ report
+
+
+def summary(records: list[dict]) -> dict:
+    """Counts for the report."""
+    statuses: Counter = Counter()
+    open_runs = 0
+    for record in records:
+        for run in record["runs"]:
+            statuses[f"{run['backend']}/{run['space']} {run['status']}"] += 1
+            if run["backend"] in ("cpsat", "milp") and run["status"] in (
+                    Status.FEASIBLE.value, Status.UNKNOWN.value):
+                open_runs += 1
+    kinds = Counter()
+    for record in records:
+        kind = record["kind"]
+        kinds["graph" if kind["network"].startswith("graph") else "hierarchy"] += 1
+        kinds["MoE" if kind["moe"] else "dense"] += 1
+        dp = next((run for run in record["runs"] if run["backend"] == "dp"), None)
+        kinds["no plan fits" if dp and dp["status"] == Status.INFEASIBLE.value else
+              "has a plan"] += 1
+    return {"instances": len(records),
+            "agreements": sum(r["verdict"] == "agree" for r in records),
+            "disagreements": sum(r["verdict"] == "disagree" for r in records),
+            "sampled": sum(r["sampled"] for r in records), "exact_runs_open": open_runs,
+            "statuses": dict(sorted(statuses.items())), "kinds": dict(sorted(kinds.items()))}
+
+
+def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
+                  jobs: int, reproducers: list[Path]) -> str:
+    """reports/soak.md: counts, disagreements with their reproducers, and the protocol."""
+    counts = summary(records)
+    lines = ["# Soak: DP, brute force, CP-SAT and MILP on seeded random tiny instances", "",
+             f"- instances: {counts['instances']} (seeds {options.first_seed}.."
+             f"{options.first_seed + options.count - 1})",
+             f"- agreements: {counts['agreements']}",
+             f"- disagreements: {counts['disagreements']}",
+             f"- exact solvers ran on {counts['sampled']} sampled instances; runs stopped "
+             f"at the time limit (open, not contradicting): {counts['exact_runs_open']}",
+             f"- wall time: {wall_time_s:.0f} s in the last invocation with {jobs} "
+             f"process(es); sum over seeds {sum(r['wall_time_s'] for r in records):.0f} s",
+             "", "## Instances", ""]
+    lines += [f"- {name}: {count}" for name, count in counts["kinds"].items()]
+    lines += ["", "## Runs by backend, space and status", "", "| run | count |", "|---|---|"]
+    lines += [f"| {name} | {count} |" for name, count in counts["statuses"].items()]
+    lines += ["", "## Disagreements", ""]
+    failing = [record for record in records if record["verdict"] == "disagree"]
+    if not failing:
+        lines.append("None.")
+    for record in failing:
+        lines.append(f"- seed {record['seed']} ({record['kind']['network']}, "
+                     f"{record['kind']['layers']} layers, {record['kind']['devices']} devices):")
+        lines += [f"  - {failure}" for failure in record["failures"]]
+    if reproducers:
+        lines += ["", "Reproducers: " + ", ".join(f"`{path}`" for path in reproducers)]
+    versions = ", ".join(f"{name} {version}" for name, version in solver_versions().items())
+    lines += ["", "## Protocol", "",
+              "Written by `nest-cp soak` (`verify/soak.py`; its docstring states the checks). "
+              "Each seed draws one instance with `nest_cp.generators.draw_tiny_recipe`; the DP "
+              "and structured brute force run on all, CP-SAT and the MILP (HiGHS on even "
+              "seeds, CBC on odd; the DP plan as hint on even seeds) in both spaces on the "
+              "seeded sample, with brute force in the full space where it is small enough. "
+              "Every plan is re-evaluated by the plan evaluator.", "",
+              f"- options: {json.dumps(asdict(options), sort_keys=True)}",
+              f"- protocol key (with the code fingerprint): {options.protocol_key()}",
+              f"- nest-cp {__version__}; {versions}; Python {platform.python_version()}",
+              f"- machine: {platform.platform()}, {platform.machine()}",
+              f"- date (UTC): {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"]
+    return "\n".join(lines) + "\n"
