@@ -93,10 +93,18 @@ class GroupPaths:
     def of_replica(cls, network: NetworkModel, devices: Sequence[int],
                    config: IntraConfig) -> GroupPaths:
         """The groups of a stage replica whose rank j sits on ``devices[j]``."""
-        return cls(tp=tuple(network.group_path([devices[j] for j in group])
-                            for group in tensor_groups(config)),
-                   ep=tuple(network.group_path([devices[j] for j in group])
-                            for group in expert_groups(config)))
+        return cls.of_replicas(network, [devices], config)[0]
+
+    @classmethod
+    def of_replicas(cls, network: NetworkModel, replicas: Sequence[Sequence[int]],
+                    config: IntraConfig) -> list[GroupPaths]:
+        """:meth:`of_replica` of each replica of a stage (``replicas[r][j]``: rank j's device)."""
+        def path(devices: Sequence[int], group: tuple[int, ...]) -> Path | None:
+            return None if len(group) == 1 else network.group_path([devices[j] for j in group])
+
+        tp, ep = tensor_groups(config), expert_groups(config)
+        return [cls(tp=tuple(path(devices, group) for group in tp),
+                    ep=tuple(path(devices, group) for group in ep)) for devices in replicas]
 
     @classmethod
     def replica_span(cls, path: Path | None) -> GroupPaths:

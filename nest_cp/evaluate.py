@@ -1,11 +1,25 @@
 """The plan evaluator: the referee every backend's plan is checked against (DESIGN §3, §3.2).
 
-Written for clarity, not speed.  ``evaluate(instance, plan)`` walks every chunk,
-stage, replica and rank of the plan, prices each term with :mod:`nest_cp.cost` on
-the devices the plan actually uses, and returns an :class:`Evaluation` with the
-per-stage and per-chunk breakdown, the iteration time in ticks, MFU / HFU and the
-list of violations.  Plans without a placement get the default Megatron layout
-(t, e, replica, stage).
+This module owns the *composition* of the cost model: how a plan's iteration time,
+per-stage memory and utilisation are put together from the primitive terms of
+:mod:`nest_cp.cost` (which price one collective, one transfer, one stage's state
+bytes ...).  Nothing else in the tree composes a whole plan's price the same way;
+a search that prices many plans (brute force, the MCMC baseline) keeps one
+:class:`Evaluator` and calls it, and the DP and the exact models restate the
+composition only as different algorithms (tables, constraints) checked against it.
+
+``evaluate(instance, plan)`` walks every chunk, stage, replica and rank of the plan,
+prices each term on the devices the plan actually uses, and returns an
+:class:`Evaluation` with the per-stage and per-chunk breakdown, the iteration time in
+ticks, MFU / HFU and the list of violations.  Plans without a placement get the
+default Megatron layout (t, e, replica, stage).
+
+Written for clarity; it scales only by never pricing the same thing twice.  Identical
+layers on identical groups price identically, so each primitive term is priced once
+per distinct value of its arguments (:class:`_Terms`: a layer's collectives on its
+groups' paths, a transfer on a pair's path, a gradient sync on a group's path) and
+reused by every replica, chunk and later plan that repeats it.  That is
+memoisation by value, not a second algorithm: the walk below is the composition.
 
 The composition.  The layers are split into S·v chunks (v = 1: a chunk is a stage);
 chunk k runs on stage s = k mod S with that stage's recompute mode.  Per microbatch,
@@ -29,11 +43,19 @@ and the recompute working set (:func:`nest_cp.cost.stage_memory_bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nest_cp import cost
-from nest_cp.model import Instance, LayerProfile, Phase, RecomputeMode
-from nest_cp.network import NetworkModel, exact
+from nest_cp.model import (
+    Instance,
+    IntraConfig,
+    LayerProfile,
+    Phase,
+    RecomputeMode,
+    TrainingSetup,
+)
+from nest_cp.network import NetworkModel, Path, exact
 from nest_cp.plan import MEGATRON_LAYOUT, Plan
 
 
@@ -204,15 +226,99 @@ class Evaluation:
 
 def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None) -> Evaluation:
     """Evaluate ``plan`` on ``instance``; never raises for a plan that merely does not fit."""
-    network = network or NetworkModel(instance.cluster)
-    problems = _structural_violations(instance, plan)
-    if problems:
-        return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
-                          malformed_fields=tuple(name for name, _ in problems))
-    if plan.placement is None:
-        plan = plan.with_placement(MEGATRON_LAYOUT.placement(
-            plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
-    return _price(instance, plan, network)
+    return Evaluator(instance, network).evaluate(plan)
+
+
+class Evaluator:
+    """The referee for one instance; a search keeps one to evaluate many of its plans.
+
+    ``evaluate(plan)`` is the module's :func:`evaluate`.  Identical terms price
+    identically, so the evaluator prices each primitive term once per distinct value of
+    its arguments (:class:`_Terms`: a layer's collectives on a group's path, a transfer
+    on a pair's path, a sync on a group's path) and every replica, chunk and later plan
+    that repeats it reuses the integer.  Nothing else is kept between plans.
+    """
+
+    def __init__(self, instance: Instance, network: NetworkModel | None = None):
+        self.instance = instance
+        self.network = network or NetworkModel(instance.cluster)
+        self._terms = _Terms(instance.training, self.network)
+
+    def evaluate(self, plan: Plan) -> Evaluation:
+        problems = _structural_violations(self.instance, plan)
+        if problems:
+            return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
+                              malformed_fields=tuple(name for name, _ in problems))
+        if plan.placement is None:
+            plan = plan.with_placement(MEGATRON_LAYOUT.placement(
+                plan.config, plan.num_stages, plan.num_replicas, self.network.canonical_order()))
+        return _price(self.instance, plan, self._terms)
+
+    def stage_memory_bytes(self, plan: Plan, stage: int) -> int:
+        """Bytes per device of pipeline stage ``stage``: the memory :meth:`evaluate` checks.
+
+        Memory does not depend on the placement, so ``plan`` may have none; its chunks
+        must be well-formed (contiguous, profiled; the caller builds them).
+        """
+        return _stage_memory(self.instance, plan, _chunk_profiles(self.instance, plan), stage)
+
+
+class _Terms:
+    """The primitive terms of :mod:`nest_cp.cost` on one instance, memoised by value.
+
+    Each method returns what the :mod:`nest_cp.cost` function it names returns for the
+    same arguments (the first time, it is that call); the instance's tick length and
+    optimizer are fixed.  No second algorithm: only the repeats are skipped.
+    """
+
+    def __init__(self, training: TrainingSetup, network: NetworkModel):
+        self.network, self.tick_s, self.optimizer = network, training.tick_s, training.optimizer
+        self._memo: dict[tuple, object] = {}
+
+    def _once(self, key: tuple, price: Callable[[], object]):
+        """The memoised value of ``key``, computed by ``price()`` the first time (never None)."""
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = price()
+        return value
+
+    def compute(self, profile: LayerProfile) -> tuple[int, int]:
+        """:func:`cost.compute_ticks`: (fwd, bwd) of one layer and microbatch."""
+        return self._once(("compute", profile), lambda: cost.compute_ticks(profile, self.tick_s))
+
+    def rerun(self, profile: LayerProfile, mode: RecomputeMode) -> int:
+        """:func:`cost.recompute_compute_ticks`: the forward compute ``mode`` reruns."""
+        return self._once(("rerun", profile, mode),
+                          lambda: cost.recompute_compute_ticks(profile, mode, self.tick_s))
+
+    def collectives(self, layers: tuple[LayerProfile, ...], config: IntraConfig,
+                    paths: cost.GroupPaths, phase: Phase | None = None) -> int:
+        """Σ over ``layers`` (one chunk) of :meth:`layer_collectives`."""
+        return self._once(("collectives", layers, config, paths, phase), lambda: sum(
+            self.layer_collectives(profile, config, paths, phase) for profile in layers))
+
+    def layer_collectives(self, profile: LayerProfile, config: IntraConfig,
+                          paths: cost.GroupPaths, phase: Phase | None = None) -> int:
+        """:func:`cost.layer_collective_ticks`: one layer's collectives on the groups ``paths``."""
+        return self._once(("layer collectives", profile, config, paths, phase),
+                          lambda: cost.layer_collective_ticks(profile, config, paths, self.tick_s,
+                                                              phase))
+
+    def transfer(self, volume_bytes: int, path: Path) -> int:
+        """:func:`cost.transfer_ticks`: one point-to-point transfer."""
+        return self._once(("transfer", volume_bytes, path),
+                          lambda: cost.transfer_ticks(volume_bytes, path, self.tick_s))
+
+    def gradient_sync(self, params: int, zero: int, group_size: int, path: Path | None) -> int:
+        """:func:`cost.gradient_sync_ticks`: one gradient synchronisation."""
+        return self._once(("sync", params, zero, group_size, path), lambda: (
+            cost.gradient_sync_ticks(params, self.optimizer, zero, group_size, path,
+                                     self.tick_s)))
+
+    def zero3_gather(self, params: int, dp: int, path: Path | None) -> int:
+        """:func:`cost.zero3_gather_ticks`: a chunk's ZeRO-3 all-gathers per microbatch."""
+        return self._once(("gather", params, dp, path), lambda: cost.zero3_gather_ticks(
+            params, self.optimizer, dp, path, self.tick_s))
 
 
 # ------------------------------------------------------------------ structure
@@ -313,6 +419,10 @@ def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]
     if not shape_ok:
         return [("placement", f"placement shape is not [S={plan.num_stages}][d={plan.num_replicas}]"
                               f"[a={plan.devices_per_replica}]")]
+    devices = [device for replicas in placement for ranks in replicas for device in ranks]
+    if all(isinstance(device, int) for device in devices) and len(set(devices)) == len(devices) \
+            and 0 <= min(devices) and max(devices) < num_devices:
+        return []  # injective into the cluster; otherwise find every offending rank below
     seen: dict[int, tuple[int, int, int]] = {}
     for stage, replicas in enumerate(placement):
         for replica, ranks in enumerate(replicas):
@@ -333,35 +443,36 @@ def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]
 # ------------------------------------------------------------------ pricing
 
 
-def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
+def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     training = instance.training
-    tick_s, optimizer = training.tick_s, training.optimizer
-    num_stages, dp, virtual = plan.num_stages, plan.num_replicas, plan.virtual_stages
-    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config, dp)
+    tick_s, num_stages, virtual = training.tick_s, plan.num_stages, plan.virtual_stages
+    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config,
+                                         plan.num_replicas)
     limit = instance.cluster.usable_hbm_bytes
-    profiles = [[instance.workload.layers[layer].profile(plan.config, plan.microbatch)
-                 for layer in chunk.layers] for chunk in plan.stages]
-    chunks = [_price_chunk(instance, plan, network, profiles, k) for k in range(plan.num_chunks)]
+    profiles = _chunk_profiles(instance, plan)
+    groups = [cost.GroupPaths.of_replicas(terms.network, plan.placement[s], plan.config)
+              for s in range(num_stages)]
+    crossings = _crossings(terms.network, plan)
+    chunks = [_price_chunk(plan, terms, profiles, groups, crossings, k)
+              for k in range(plan.num_chunks)]
 
     reports, violations = [], []
     for s in range(num_stages):
         own = plan.chunks_of_stage(s)
         layers = [p for k in own for p in profiles[k]]
-        mode = plan.stage_recompute(s)
-        sync = _sync_ticks(network, plan, s, layers, optimizer, tick_s)
-        backward = sum(cost.compute_ticks(p, tick_s)[1] for p in layers)
-        in_flight = cost.in_flight(s, num_stages, microbatches, virtual)
-        memory = cost.stage_memory_bytes([profiles[k] for k in own], mode, in_flight, optimizer,
-                                         plan.zero, dp)
+        sync = _sync_ticks(terms, plan, s, layers)
+        backward = sum(terms.compute(p)[1] for p in layers)
+        memory = _stage_memory(instance, plan, profiles, s)
         if memory > limit:
             violations.append(f"stage {s} needs {memory} bytes per device, exceeds usable HBM "
                               f"{limit} by {memory - limit}")
         reports.append(StageReport(
-            index=s, recompute=mode, chunks=tuple(chunks[k] for k in own), sync_ticks=sync,
-            backward_ticks=backward,
+            index=s, recompute=plan.stage_recompute(s), chunks=tuple(chunks[k] for k in own),
+            sync_ticks=sync, backward_ticks=backward,
             exposed_sync_ticks=cost.exposed_sync_ticks(sync, backward,
                                                        training.overlap_grad_reduce),
-            in_flight=in_flight, memory_bytes=memory, memory_limit_bytes=limit))
+            in_flight=cost.in_flight(s, num_stages, microbatches, virtual),
+            memory_bytes=memory, memory_limit_bytes=limit))
 
     tau_max = max(chunk.time_ticks for chunk in chunks)
     exposed = max(report.exposed_sync_ticks for report in reports)
@@ -379,32 +490,55 @@ def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
         mfu=mfu, hfu=hfu)
 
 
-def _price_chunk(instance: Instance, plan: Plan, network: NetworkModel,
-                 profiles: list[list[LayerProfile]], chunk: int) -> ChunkReport:
-    """τ_c of one chunk: its terms on the slowest replica."""
-    tick_s, config, dp = instance.training.tick_s, plan.config, plan.num_replicas
+def _chunk_profiles(instance: Instance, plan: Plan) -> list[tuple[LayerProfile, ...]]:
+    """The profiles of each chunk's layers under the plan's configuration and microbatch."""
+    return [tuple(instance.workload.layers[layer].profile(plan.config, plan.microbatch)
+                  for layer in chunk.layers) for chunk in plan.stages]
+
+
+def _stage_memory(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
+                  stage: int) -> int:
+    """Bytes per device of pipeline stage ``stage`` (all its chunks; DESIGN §3, §3.2 b, d)."""
+    training = instance.training
+    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config,
+                                         plan.num_replicas)
+    in_flight = cost.in_flight(stage, plan.num_stages, microbatches, plan.virtual_stages)
+    return cost.stage_memory_bytes([profiles[k] for k in plan.chunks_of_stage(stage)],
+                                   plan.stage_recompute(stage), in_flight, training.optimizer,
+                                   plan.zero, plan.num_replicas)
+
+
+def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, ...]],
+                 groups: list[list[cost.GroupPaths]],
+                 crossings: dict[tuple[int, int], list[set[Path]]], chunk: int) -> ChunkReport:
+    """τ_c of one chunk: its terms on the slowest replica.
+
+    ``groups[s][r]`` are the paths of the TP and EP groups of stage s's replica r;
+    ``crossings`` the paths of the chunk boundaries (:func:`_crossings`).
+    """
+    config, dp = plan.config, plan.num_replicas
     stage = plan.stage_of_chunk(chunk)
     mode = plan.stage_recompute(stage)
     layers = profiles[chunk]
-    compute = sum(sum(cost.compute_ticks(p, tick_s)) for p in layers)
-    rerun = sum(cost.recompute_compute_ticks(p, mode, tick_s) for p in layers)
+    compute = sum(sum(terms.compute(p)) for p in layers)
+    rerun = sum(terms.rerun(p, mode) for p in layers)
     zero_gather = 0
     if plan.zero == 3:
         params = sum(p.params for p in layers)
-        zero_gather = max(cost.zero3_gather_ticks(
-            params, instance.training.optimizer, dp,
-            network.group_path([plan.placement[stage][r][j] for r in range(dp)]), tick_s)
-            for j in range(config.devices))
+        zero_gather = max(terms.zero3_gather(params, dp, terms.network.group_path(
+            [plan.placement[stage][r][j] for r in range(dp)])) for j in range(config.devices))
+    # Replicas whose TP / EP groups lie on the same paths pay the same collectives.
+    distinct = set(groups[stage])
+    collectives_on = {paths: terms.collectives(layers, config, paths) for paths in distinct}
+    rerun_on = {paths: rerun + (terms.collectives(layers, config, paths, Phase.FWD)
+                                if mode is RecomputeMode.FULL else 0)  # the rerun forward
+                for paths in distinct}                                 # repeats its collectives
     worst = (-1, 0, 0, 0, 0)  # (time, recompute, collectives, recv activation, recv gradient)
     for r in range(dp):
-        paths = cost.GroupPaths.of_replica(network, plan.placement[stage][r], config)
-        collectives = sum(cost.layer_collective_ticks(p, config, paths, tick_s) for p in layers)
-        recompute = rerun
-        if mode is RecomputeMode.FULL:  # the rerun forward repeats its collectives
-            recompute += sum(cost.layer_collective_ticks(p, config, paths, tick_s, Phase.FWD)
-                             for p in layers)
-        recv_act = _recv_ticks(network, plan, profiles, chunk - 1, chunk, r, tick_s)
-        recv_grad = _recv_ticks(network, plan, profiles, chunk + 1, chunk, r, tick_s)
+        paths = groups[stage][r]
+        collectives, recompute = collectives_on[paths], rerun_on[paths]
+        recv_act = _recv_ticks(terms, plan, profiles, crossings, chunk - 1, chunk, r)
+        recv_grad = _recv_ticks(terms, plan, profiles, crossings, chunk + 1, chunk, r)
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
         worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
     chunk_stage = plan.stages[chunk]
@@ -415,44 +549,59 @@ def _price_chunk(instance: Instance, plan: Plan, network: NetworkModel,
         recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather)
 
 
-def _recv_ticks(network: NetworkModel, plan: Plan, profiles: list[list[LayerProfile]],
-                sender: int, receiver: int, replica: int, tick_s: float) -> int:
+def _crossings(network: NetworkModel, plan: Plan) -> dict[tuple[int, int], list[set[Path]]]:
+    """The paths the tensors of each chunk boundary cross, per replica.
+
+    Keyed by (stage of chunk k − 1, stage of chunk k) for every boundary k: for each
+    replica, the distinct paths between the ranks j of the two stages (rank j talks to
+    rank j).  A pair's path does not depend on the direction, so a boundary's activation
+    and gradient, and with v > 1 every boundary between the same two stages, share them.
+    """
+    found: dict[tuple[int, int], list[set[Path]]] = {}
+    for chunk in range(1, plan.num_chunks):
+        ends = (plan.stage_of_chunk(chunk - 1), plan.stage_of_chunk(chunk))
+        if ends not in found:
+            found[ends] = [{network.pair_path(a, b) for a, b in zip(one, other, strict=True)}
+                           for one, other in zip(plan.placement[ends[0]],
+                                                 plan.placement[ends[1]], strict=True)]
+    return found
+
+
+def _recv_ticks(terms: _Terms, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
+                crossings: dict[tuple[int, int], list[set[Path]]], sender: int, receiver: int,
+                replica: int) -> int:
     """Receive the boundary tensor from chunk ``sender``: the slowest intra-stage rank pays.
 
     From the previous chunk it is that chunk's last layer's output (activation); from
     the next chunk it is the gradient of the receiver's own last layer output.  Each
-    rank j receives from the rank j of the sender's pipeline stage.
+    rank j receives from the rank j of the sender's pipeline stage (:func:`_crossings`).
     """
     if sender < 0 or sender >= plan.num_chunks:
         return 0
     boundary = min(sender, receiver)  # the chunk whose last layer produces the tensor
     volume = profiles[boundary][-1].out_bytes
-    sources = plan.placement[plan.stage_of_chunk(sender)][replica]
-    targets = plan.placement[plan.stage_of_chunk(receiver)][replica]
-    return max(cost.transfer_ticks(volume, network.pair_path(src, dst), tick_s)
-               for src, dst in zip(sources, targets, strict=True))
+    ends = (plan.stage_of_chunk(boundary), plan.stage_of_chunk(boundary + 1))
+    return max(terms.transfer(volume, path) for path in crossings[ends][replica])
 
 
-def _sync_ticks(network: NetworkModel, plan: Plan, stage: int, layers: list[LayerProfile],
-                optimizer, tick_s: float) -> int:
+def _sync_ticks(terms: _Terms, plan: Plan, stage: int, layers: list[LayerProfile]) -> int:
     """Data-parallel gradient sync of one stage: dense over d*e ranks, expert over d ranks."""
     config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
+    group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
     dense_ticks = max(
-        cost.gradient_sync_ticks(
-            dense, optimizer, plan.zero, dp * config.ep,
-            network.group_path([placement[r][t + config.tp * e]
-                                for r in range(dp) for e in range(config.ep)]), tick_s)
+        terms.gradient_sync(dense, plan.zero, dp * config.ep,
+                            group_path([placement[r][t + config.tp * e]
+                                        for r in range(dp) for e in range(config.ep)]))
         for t in range(config.tp))
     expert_ticks = max(
-        cost.gradient_sync_ticks(expert, optimizer, plan.zero, dp,
-                                 network.group_path([placement[r][j] for r in range(dp)]), tick_s)
+        terms.gradient_sync(expert, plan.zero, dp, group_path([placement[r][j] for r in range(dp)]))
         for j in range(config.devices))
     return dense_ticks + expert_ticks
 
 
-def _utilisation(instance: Instance, plan: Plan, profiles: list[list[LayerProfile]],
+def _utilisation(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
                  total_ticks: int) -> tuple[float | None, float | None]:
     """(MFU, HFU) of DESIGN §3.2 e; None where FLOPs or the device peak are unknown."""
     peak = instance.cluster.peak_flops_per_s
