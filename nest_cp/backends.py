@@ -46,7 +46,7 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
     "manual": frozenset(),
     "phaze": frozenset({"flat_bandwidth_Bps", "flat_latency_s"}),
     "mcmc": frozenset({"time_limit_s", "seed", "budget", "chains"}),
-    "fixed": frozenset({"degrees", "microbatch", "zero"}),
+    "fixed": frozenset({"degrees", "microbatch", "zero", "virtual_stages", "recompute"}),
 }
 
 
