@@ -452,8 +452,8 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     profiles = _chunk_profiles(instance, plan)
     groups = [cost.GroupPaths.of_replicas(terms.network, plan.placement[s], plan.config)
               for s in range(num_stages)]
-    crossings = _crossings(terms.network, plan)
-    chunks = [_price_chunk(plan, terms, profiles, groups, crossings, k)
+    boundaries = _boundary_ticks(terms, plan, profiles)
+    chunks = [_price_chunk(plan, terms, profiles, groups, boundaries, k)
               for k in range(plan.num_chunks)]
 
     reports, violations = [], []
@@ -509,12 +509,14 @@ def _stage_memory(instance: Instance, plan: Plan, profiles: list[tuple[LayerProf
 
 
 def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, ...]],
-                 groups: list[list[cost.GroupPaths]],
-                 crossings: dict[tuple[int, int], list[set[Path]]], chunk: int) -> ChunkReport:
+                 groups: list[list[cost.GroupPaths]], boundaries: list[list[int]],
+                 chunk: int) -> ChunkReport:
     """τ_c of one chunk: its terms on the slowest replica.
 
     ``groups[s][r]`` are the paths of the TP and EP groups of stage s's replica r;
-    ``crossings`` the paths of the chunk boundaries (:func:`_crossings`).
+    ``boundaries[k][r]`` the transfer across the boundary after chunk k
+    (:func:`_boundary_ticks`): the chunk receives its activation over the boundary
+    before it and its gradient over the one after it.
     """
     config, dp = plan.config, plan.num_replicas
     stage = plan.stage_of_chunk(chunk)
@@ -537,8 +539,8 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
     for r in range(dp):
         paths = groups[stage][r]
         collectives, recompute = collectives_on[paths], rerun_on[paths]
-        recv_act = _recv_ticks(terms, plan, profiles, crossings, chunk - 1, chunk, r)
-        recv_grad = _recv_ticks(terms, plan, profiles, crossings, chunk + 1, chunk, r)
+        recv_act = boundaries[chunk - 1][r] if chunk > 0 else 0
+        recv_grad = boundaries[chunk][r] if chunk + 1 < plan.num_chunks else 0
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
         worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
     chunk_stage = plan.stages[chunk]
@@ -549,39 +551,28 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
         recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather)
 
 
-def _crossings(network: NetworkModel, plan: Plan) -> dict[tuple[int, int], list[set[Path]]]:
-    """The paths the tensors of each chunk boundary cross, per replica.
+def _boundary_ticks(terms: _Terms, plan: Plan,
+                    profiles: list[tuple[LayerProfile, ...]]) -> list[list[int]]:
+    """Ticks of the point-to-point transfer across each chunk boundary, per replica.
 
-    Keyed by (stage of chunk k − 1, stage of chunk k) for every boundary k: for each
-    replica, the distinct paths between the ranks j of the two stages (rank j talks to
-    rank j).  A pair's path does not depend on the direction, so a boundary's activation
-    and gradient, and with v > 1 every boundary between the same two stages, share them.
+    ``[k][r]``: chunk k's last layer output between chunk k and chunk k + 1 of replica r —
+    forward the activation k → k + 1, backward its gradient k + 1 → k, the same volume
+    on the same pairs, so both receives cost this.  Rank j of one stage talks to rank j
+    of the other, and the slowest j pays.  A pair's path does not depend on the
+    direction, so with v > 1 every boundary between the same two stages shares the paths.
     """
-    found: dict[tuple[int, int], list[set[Path]]] = {}
-    for chunk in range(1, plan.num_chunks):
-        ends = (plan.stage_of_chunk(chunk - 1), plan.stage_of_chunk(chunk))
-        if ends not in found:
-            found[ends] = [{network.pair_path(a, b) for a, b in zip(one, other, strict=True)}
+    paths: dict[tuple[int, int], list[set[Path]]] = {}  # (stage, stage) -> per replica
+    ticks = []
+    for chunk in range(plan.num_chunks - 1):
+        ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
+        if ends not in paths:
+            paths[ends] = [{terms.network.pair_path(a, b) for a, b in zip(one, other, strict=True)}
                            for one, other in zip(plan.placement[ends[0]],
                                                  plan.placement[ends[1]], strict=True)]
-    return found
-
-
-def _recv_ticks(terms: _Terms, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
-                crossings: dict[tuple[int, int], list[set[Path]]], sender: int, receiver: int,
-                replica: int) -> int:
-    """Receive the boundary tensor from chunk ``sender``: the slowest intra-stage rank pays.
-
-    From the previous chunk it is that chunk's last layer's output (activation); from
-    the next chunk it is the gradient of the receiver's own last layer output.  Each
-    rank j receives from the rank j of the sender's pipeline stage (:func:`_crossings`).
-    """
-    if sender < 0 or sender >= plan.num_chunks:
-        return 0
-    boundary = min(sender, receiver)  # the chunk whose last layer produces the tensor
-    volume = profiles[boundary][-1].out_bytes
-    ends = (plan.stage_of_chunk(boundary), plan.stage_of_chunk(boundary + 1))
-    return max(terms.transfer(volume, path) for path in crossings[ends][replica])
+        volume = profiles[chunk][-1].out_bytes
+        ticks.append([max(terms.transfer(volume, path) for path in replica_paths)
+                      for replica_paths in paths[ends]])
+    return ticks
 
 
 def _sync_ticks(terms: _Terms, plan: Plan, stage: int, layers: list[LayerProfile]) -> int:
