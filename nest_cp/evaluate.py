@@ -82,12 +82,22 @@ class ChunkReport:
 
     def as_dict(self) -> dict:
         return {"chunk": self.index, "stage": self.stage, "first_layer": self.first_layer,
-                "last_layer": self.last_layer, "time_ticks": self.time_ticks,
-                "compute_ticks": self.compute_ticks, "recompute_ticks": self.recompute_ticks,
-                "collective_ticks": self.collective_ticks,
-                "recv_activation_ticks": self.recv_activation_ticks,
-                "recv_gradient_ticks": self.recv_gradient_ticks,
-                "zero_gather_ticks": self.zero_gather_ticks}
+                "last_layer": self.last_layer, **_terms_of(self)}
+
+
+# The time terms a chunk reports, and a stage reports of its slowest chunk.
+_TIME_TERMS = ("time_ticks", "compute_ticks", "recompute_ticks", "collective_ticks",
+               "recv_activation_ticks", "recv_gradient_ticks", "zero_gather_ticks")
+
+
+def _terms_of(report: ChunkReport | StageReport) -> dict[str, int]:
+    return {term: getattr(report, term) for term in _TIME_TERMS}
+
+
+def _of_slowest_chunk(term: str) -> property:
+    """A :class:`StageReport` attribute: ``term`` of the stage's slowest chunk."""
+    return property(lambda stage: getattr(stage.slowest_chunk, term),
+                    doc=f"``{term}`` of the stage's slowest chunk.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,33 +125,13 @@ class StageReport:
         """The chunk with the largest time (the first of them on a tie)."""
         return max(self.chunks, key=lambda chunk: chunk.time_ticks)
 
-    @property
-    def time_ticks(self) -> int:
-        return self.slowest_chunk.time_ticks
-
-    @property
-    def compute_ticks(self) -> int:
-        return self.slowest_chunk.compute_ticks
-
-    @property
-    def recompute_ticks(self) -> int:
-        return self.slowest_chunk.recompute_ticks
-
-    @property
-    def collective_ticks(self) -> int:
-        return self.slowest_chunk.collective_ticks
-
-    @property
-    def recv_activation_ticks(self) -> int:
-        return self.slowest_chunk.recv_activation_ticks
-
-    @property
-    def recv_gradient_ticks(self) -> int:
-        return self.slowest_chunk.recv_gradient_ticks
-
-    @property
-    def zero_gather_ticks(self) -> int:
-        return self.slowest_chunk.zero_gather_ticks
+    time_ticks = _of_slowest_chunk("time_ticks")
+    compute_ticks = _of_slowest_chunk("compute_ticks")
+    recompute_ticks = _of_slowest_chunk("recompute_ticks")
+    collective_ticks = _of_slowest_chunk("collective_ticks")
+    recv_activation_ticks = _of_slowest_chunk("recv_activation_ticks")
+    recv_gradient_ticks = _of_slowest_chunk("recv_gradient_ticks")
+    zero_gather_ticks = _of_slowest_chunk("zero_gather_ticks")
 
     @property
     def first_layer(self) -> int:
@@ -210,12 +200,7 @@ class Evaluation:
             "exposed_sync_ticks": self.exposed_sync_ticks,
             "stages": [{
                 "stage": s.index, "first_layer": s.first_layer, "last_layer": s.last_layer,
-                "recompute": s.recompute.value, "time_ticks": s.time_ticks,
-                "compute_ticks": s.compute_ticks, "recompute_ticks": s.recompute_ticks,
-                "collective_ticks": s.collective_ticks,
-                "recv_activation_ticks": s.recv_activation_ticks,
-                "recv_gradient_ticks": s.recv_gradient_ticks,
-                "zero_gather_ticks": s.zero_gather_ticks, "sync_ticks": s.sync_ticks,
+                "recompute": s.recompute.value, **_terms_of(s), "sync_ticks": s.sync_ticks,
                 "backward_ticks": s.backward_ticks, "exposed_sync_ticks": s.exposed_sync_ticks,
                 "in_flight": s.in_flight, "memory_bytes": s.memory_bytes,
                 "memory_limit_bytes": s.memory_limit_bytes,

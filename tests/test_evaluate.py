@@ -23,11 +23,6 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
-def worked():
-    return load_instance(DATA / "worked_example.json")
-
-
-@pytest.fixture(scope="module")
 def tp2():
     return load_instance(DATA / "two_tier_tp2.json")
 
