@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from nest_cp import cost
 from nest_cp.model import (
@@ -300,6 +301,13 @@ class _Terms:
             cost.gradient_sync_ticks(params, self.optimizer, zero, group_size, path,
                                      self.tick_s)))
 
+    def iteration_flops(self, layer_flops: tuple[float, ...], config: IntraConfig,
+                        microbatch: int, global_batch: int) -> Fraction:
+        """:func:`cost.flops_per_iteration`: B samples' worth of the given forward FLOPs."""
+        return self._once(("flops", layer_flops, config, microbatch, global_batch),
+                          lambda: cost.flops_per_iteration(layer_flops, config, microbatch,
+                                                           global_batch))
+
     def zero3_gather(self, params: int, dp: int, path: Path | None) -> int:
         """:func:`cost.zero3_gather_ticks`: a chunk's ZeRO-3 all-gathers per microbatch."""
         return self._once(("gather", params, dp, path), lambda: cost.zero3_gather_ticks(
@@ -464,7 +472,7 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     total = cost.iteration_ticks(microbatches, num_stages, tau_max, exposed, virtual)
     seconds = total * exact(tick_s)
     samples = float(training.global_batch / seconds) if seconds else None  # None: zero-cost profile
-    mfu, hfu = _utilisation(instance, plan, profiles, total)
+    mfu, hfu = _utilisation(instance, plan, terms, profiles, total)
     return Evaluation(
         plan=plan, violations=tuple(violations), stages=tuple(reports),
         num_microbatches=microbatches, tau_max_ticks=tau_max,
@@ -577,7 +585,8 @@ def _sync_ticks(terms: _Terms, plan: Plan, stage: int, layers: list[LayerProfile
     return dense_ticks + expert_ticks
 
 
-def _utilisation(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
+def _utilisation(instance: Instance, plan: Plan, terms: _Terms,
+                 profiles: list[tuple[LayerProfile, ...]],
                  total_ticks: int) -> tuple[float | None, float | None]:
     """(MFU, HFU) of DESIGN §3.2 e; None where FLOPs or the device peak are unknown."""
     peak = instance.cluster.peak_flops_per_s
@@ -586,7 +595,7 @@ def _utilisation(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfi
         return None, None
     config, microbatch, batch = plan.config, plan.microbatch, instance.training.global_batch
     tick_s, devices = instance.training.tick_s, plan.num_devices_used
-    model = 3 * cost.flops_per_iteration([p.flops for p in layers], config, microbatch, batch)
+    model = 3 * terms.iteration_flops(tuple(p.flops for p in layers), config, microbatch, batch)
     mfu = cost.utilisation(model, total_ticks, tick_s, devices, peak)
     rerun: list[float] = []
     for chunk, chunk_layers in enumerate(profiles):
@@ -597,5 +606,5 @@ def _utilisation(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfi
             if any(p.sel_flops is None for p in chunk_layers):
                 return mfu, None
             rerun += [p.sel_flops for p in chunk_layers]
-    hardware = model + cost.flops_per_iteration(rerun, config, microbatch, batch)
+    hardware = model + terms.iteration_flops(tuple(rerun), config, microbatch, batch)
     return mfu, cost.utilisation(hardware, total_ticks, tick_s, devices, peak)
