@@ -7,7 +7,7 @@ from nest_cp.errors import (
     NestCpError,
     PlanFormatError,
 )
-from nest_cp.evaluate import ChunkReport, Evaluation, StageReport, evaluate
+from nest_cp.evaluate import ChunkReport, Evaluation, Evaluator, StageReport, evaluate
 from nest_cp.io import (
     instance_from_dict,
     instance_to_dict,
@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MEGATRON_LAYOUT", "NEST_LAYOUT", "ChunkReport", "Cluster", "Collective", "CollectiveGroup",
-    "CollectiveKind", "Dim", "Evaluation", "GraphNetwork", "HierarchicalNetwork",
+    "CollectiveKind", "Dim", "Evaluation", "Evaluator", "GraphNetwork", "HierarchicalNetwork",
     "InfeasibleInstance", "Instance", "InstanceFormatError", "IntraConfig", "InvalidPlan",
     "Layer", "LayerProfile", "Link", "NestCpError", "NetworkModel", "Optimizer", "Path",
     "Phase", "Plan", "PlanFormatError", "RankLayout", "RecomputeMode", "SolveResult", "Space",

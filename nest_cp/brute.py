@@ -3,9 +3,10 @@
 No DP, no pruning, no cost reasoning of its own: every (configuration, microbatch,
 S, d, ZeRO stage, virtual stages v) of the space, every contiguous split into S·v
 chunks, every vector of allowed recompute modes (one per stage) and every placement
-is built as a :class:`~nest_cp.plan.Plan` and scored by
-:func:`nest_cp.evaluate.evaluate`.  Interleavings the evaluator rejects outright
-(v > 1 with S < 2 or m not a multiple of S, DESIGN §3.2 b) are skipped.
+is built as a :class:`~nest_cp.plan.Plan` and scored by the plan evaluator (one
+:class:`nest_cp.evaluate.Evaluator` for the whole enumeration).  Interleavings the
+evaluator rejects outright (v > 1 with S < 2 or m not a multiple of S, DESIGN §3.2 b)
+are skipped.
 
 Placements: ``Space.STRUCTURED`` uses the placements of ``all_layouts()`` on the
 canonical device order (identical placements are evaluated once — an exact
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 
 from nest_cp import cost
 from nest_cp.errors import BackendOptionError
-from nest_cp.evaluate import evaluate
+from nest_cp.evaluate import Evaluator
 from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Placement, Plan, Stage, all_layouts
@@ -39,13 +40,14 @@ def solve(instance: Instance, options) -> SolveResult:
     start = time.perf_counter()
     space = options.space
     network = NetworkModel(instance.cluster)
+    referee = Evaluator(instance, network)  # one referee: terms repeated across plans priced once
     if space is Space.FULL:
         _check_size(instance, options.extra.get("max_placements", MAX_PLACEMENTS))
     best: tuple[int, Plan] | None = None
     least_excess: int | None = None
     evaluated = 0
     for plan in _plans(instance, network, space):
-        evaluation = evaluate(instance, plan, network)
+        evaluation = referee.evaluate(plan)
         evaluated += 1
         if evaluation.feasible:
             if best is None or evaluation.objective_ticks < best[0]:

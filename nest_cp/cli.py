@@ -233,8 +233,8 @@ MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used
 # solve's options that map to a SolveOptions field or extra key a backend may not honour
 _SOLVE_OPTIONS = {"space": "space", "time_limit": "time_limit_s", "seed": "seed",
                   "workers": "workers", "hint": "hint", "milp_solver": "milp_solver",
-                  "degrees": "degrees", "budget": "budget", "chains": "chains",
-                  "flat_bandwidth": "flat_bandwidth_Bps"}
+                  "degrees": "degrees", "vp": "virtual_stages", "recompute": "recompute",
+                  "budget": "budget", "chains": "chains", "flat_bandwidth": "flat_bandwidth_Bps"}
 _FLAGS = {field: f"--{name.replace('_', '-')}" for name, field in _SOLVE_OPTIONS.items()}
 _FLAGS["hint"] = "--hint/--no-hint"
 
@@ -256,6 +256,11 @@ _FLAGS["hint"] = "--hint/--no-hint"
               help="cpsat/milp: start from the DP plan (hint / warm start).")
 @click.option("--degrees", callback=_int_list, default=None,
               help="fixed: p,d,t[,e] (pipeline, data, tensor[, expert] degrees).")
+@click.option("--vp", type=click.IntRange(min=1), default=None,
+              help="fixed: virtual stages v (interleaved 1F1B; default 1).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
+              default=None, help="fixed: every stage's recompute mode, or full on all but the "
+              "last (default: Megatron's rule, none / selective / full where needed).")
 @click.option("--budget", type=click.IntRange(min=1), default=None,
               help="mcmc: proposals in total (default 2000).")
 @click.option("--chains", type=click.IntRange(min=1), default=None,
@@ -266,8 +271,9 @@ _FLAGS["hint"] = "--hint/--no-hint"
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
 def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
                   seed: int, workers: int, milp_solver: str, hint: bool,
-                  degrees: tuple[int, ...], budget: int | None, chains: int | None,
-                  flat_bandwidth: float | None, as_json: bool, output: str | None) -> None:
+                  degrees: tuple[int, ...], vp: int | None, recompute: str | None,
+                  budget: int | None, chains: int | None, flat_bandwidth: float | None,
+                  as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
     --time-limit bounds the whole solve of cpsat and milp: the DP plan they start
@@ -281,8 +287,9 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         raise click.BadParameter(f"expected a finite number of seconds, got {time_limit}",
                                  param_hint="--time-limit")
     extra = {key: value for key, value in (
-        ("degrees", degrees or None), ("budget", budget), ("chains", chains),
-        ("flat_bandwidth_Bps", flat_bandwidth)) if value is not None}
+        ("degrees", degrees or None), ("virtual_stages", vp), ("recompute", recompute),
+        ("budget", budget), ("chains", chains), ("flat_bandwidth_Bps", flat_bandwidth))
+        if value is not None}
     if output is not None:
         _check_writable(output)
     inst = io.load_instance(instance_path)

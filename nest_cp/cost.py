@@ -1,10 +1,14 @@
 """Integer cost terms of DESIGN §3 and §3.2, shared by the evaluator and every backend.
 
-Each function prices one term of the model from already-chosen quantities, so a
-backend that enumerates tiers (the DP) or builds a solver model (CP-SAT, MILP)
-gets exactly the integers the plan evaluator computes.  The evaluator
-(:mod:`nest_cp.evaluate`) is where the terms are composed into a plan's time and
-memory.
+This module owns the *primitive* terms: each function prices one term of the model
+(a layer's compute and recompute, one intra-layer collective on its groups' paths,
+one point-to-point transfer, one gradient sync, a ZeRO-3 gather, a stage's state
+bytes, kept activations and working set, in-flight counts, T from τ and sync) from
+already-chosen quantities, so a backend that enumerates tiers (the DP) or builds a
+solver model (CP-SAT, MILP) gets exactly the integers the plan evaluator computes.
+Group and pair bottlenecks come from :mod:`nest_cp.network`, tick rounding from
+:mod:`nest_cp.ticks`.  The composition of these terms into a plan's time and memory
+lives once, in the evaluator (:mod:`nest_cp.evaluate`).
 """
 
 from __future__ import annotations
@@ -93,10 +97,18 @@ class GroupPaths:
     def of_replica(cls, network: NetworkModel, devices: Sequence[int],
                    config: IntraConfig) -> GroupPaths:
         """The groups of a stage replica whose rank j sits on ``devices[j]``."""
-        return cls(tp=tuple(network.group_path([devices[j] for j in group])
-                            for group in tensor_groups(config)),
-                   ep=tuple(network.group_path([devices[j] for j in group])
-                            for group in expert_groups(config)))
+        return cls.of_replicas(network, [devices], config)[0]
+
+    @classmethod
+    def of_replicas(cls, network: NetworkModel, replicas: Sequence[Sequence[int]],
+                    config: IntraConfig) -> list[GroupPaths]:
+        """:meth:`of_replica` of each replica of a stage (``replicas[r][j]``: rank j's device)."""
+        def path(devices: Sequence[int], group: tuple[int, ...]) -> Path | None:
+            return None if len(group) == 1 else network.group_path([devices[j] for j in group])
+
+        tp, ep = tensor_groups(config), expert_groups(config)
+        return [cls(tp=tuple(path(devices, group) for group in tp),
+                    ep=tuple(path(devices, group) for group in ep)) for devices in replicas]
 
     @classmethod
     def replica_span(cls, path: Path | None) -> GroupPaths:

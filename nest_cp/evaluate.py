@@ -1,11 +1,25 @@
 """The plan evaluator: the referee every backend's plan is checked against (DESIGN §3, §3.2).
 
-Written for clarity, not speed.  ``evaluate(instance, plan)`` walks every chunk,
-stage, replica and rank of the plan, prices each term with :mod:`nest_cp.cost` on
-the devices the plan actually uses, and returns an :class:`Evaluation` with the
-per-stage and per-chunk breakdown, the iteration time in ticks, MFU / HFU and the
-list of violations.  Plans without a placement get the default Megatron layout
-(t, e, replica, stage).
+This module owns the *composition* of the cost model: how a plan's iteration time,
+per-stage memory and utilisation are put together from the primitive terms of
+:mod:`nest_cp.cost` (which price one collective, one transfer, one stage's state
+bytes ...).  Nothing else in the tree composes a whole plan's price the same way;
+a search that prices many plans (brute force, the MCMC baseline) keeps one
+:class:`Evaluator` and calls it, and the DP and the exact models restate the
+composition only as different algorithms (tables, constraints) checked against it.
+
+``evaluate(instance, plan)`` walks every chunk, stage, replica and rank of the plan,
+prices each term on the devices the plan actually uses, and returns an
+:class:`Evaluation` with the per-stage and per-chunk breakdown, the iteration time in
+ticks, MFU / HFU and the list of violations.  Plans without a placement get the
+default Megatron layout (t, e, replica, stage).
+
+Written for clarity; it scales only by never pricing the same thing twice.  Identical
+layers on identical groups price identically, so each primitive term is priced once
+per distinct value of its arguments (:class:`_Terms`: a layer's collectives on its
+groups' paths, a transfer on a pair's path, a gradient sync on a group's path) and
+reused by every replica, chunk and later plan that repeats it.  That is
+memoisation by value, not a second algorithm: the walk below is the composition.
 
 The composition.  The layers are split into S·v chunks (v = 1: a chunk is a stage);
 chunk k runs on stage s = k mod S with that stage's recompute mode.  Per microbatch,
@@ -29,11 +43,20 @@ and the recompute working set (:func:`nest_cp.cost.stage_memory_bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from nest_cp import cost
-from nest_cp.model import Instance, LayerProfile, Phase, RecomputeMode
-from nest_cp.network import NetworkModel, exact
+from nest_cp.model import (
+    Instance,
+    IntraConfig,
+    LayerProfile,
+    Phase,
+    RecomputeMode,
+    TrainingSetup,
+)
+from nest_cp.network import NetworkModel, Path, exact
 from nest_cp.plan import MEGATRON_LAYOUT, Plan
 
 
@@ -60,12 +83,22 @@ class ChunkReport:
 
     def as_dict(self) -> dict:
         return {"chunk": self.index, "stage": self.stage, "first_layer": self.first_layer,
-                "last_layer": self.last_layer, "time_ticks": self.time_ticks,
-                "compute_ticks": self.compute_ticks, "recompute_ticks": self.recompute_ticks,
-                "collective_ticks": self.collective_ticks,
-                "recv_activation_ticks": self.recv_activation_ticks,
-                "recv_gradient_ticks": self.recv_gradient_ticks,
-                "zero_gather_ticks": self.zero_gather_ticks}
+                "last_layer": self.last_layer, **_terms_of(self)}
+
+
+# The time terms a chunk reports, and a stage reports of its slowest chunk.
+_TIME_TERMS = ("time_ticks", "compute_ticks", "recompute_ticks", "collective_ticks",
+               "recv_activation_ticks", "recv_gradient_ticks", "zero_gather_ticks")
+
+
+def _terms_of(report: ChunkReport | StageReport) -> dict[str, int]:
+    return {term: getattr(report, term) for term in _TIME_TERMS}
+
+
+def _of_slowest_chunk(term: str) -> property:
+    """A :class:`StageReport` attribute: ``term`` of the stage's slowest chunk."""
+    return property(lambda stage: getattr(stage.slowest_chunk, term),
+                    doc=f"``{term}`` of the stage's slowest chunk.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,33 +126,13 @@ class StageReport:
         """The chunk with the largest time (the first of them on a tie)."""
         return max(self.chunks, key=lambda chunk: chunk.time_ticks)
 
-    @property
-    def time_ticks(self) -> int:
-        return self.slowest_chunk.time_ticks
-
-    @property
-    def compute_ticks(self) -> int:
-        return self.slowest_chunk.compute_ticks
-
-    @property
-    def recompute_ticks(self) -> int:
-        return self.slowest_chunk.recompute_ticks
-
-    @property
-    def collective_ticks(self) -> int:
-        return self.slowest_chunk.collective_ticks
-
-    @property
-    def recv_activation_ticks(self) -> int:
-        return self.slowest_chunk.recv_activation_ticks
-
-    @property
-    def recv_gradient_ticks(self) -> int:
-        return self.slowest_chunk.recv_gradient_ticks
-
-    @property
-    def zero_gather_ticks(self) -> int:
-        return self.slowest_chunk.zero_gather_ticks
+    time_ticks = _of_slowest_chunk("time_ticks")
+    compute_ticks = _of_slowest_chunk("compute_ticks")
+    recompute_ticks = _of_slowest_chunk("recompute_ticks")
+    collective_ticks = _of_slowest_chunk("collective_ticks")
+    recv_activation_ticks = _of_slowest_chunk("recv_activation_ticks")
+    recv_gradient_ticks = _of_slowest_chunk("recv_gradient_ticks")
+    zero_gather_ticks = _of_slowest_chunk("zero_gather_ticks")
 
     @property
     def first_layer(self) -> int:
@@ -188,12 +201,7 @@ class Evaluation:
             "exposed_sync_ticks": self.exposed_sync_ticks,
             "stages": [{
                 "stage": s.index, "first_layer": s.first_layer, "last_layer": s.last_layer,
-                "recompute": s.recompute.value, "time_ticks": s.time_ticks,
-                "compute_ticks": s.compute_ticks, "recompute_ticks": s.recompute_ticks,
-                "collective_ticks": s.collective_ticks,
-                "recv_activation_ticks": s.recv_activation_ticks,
-                "recv_gradient_ticks": s.recv_gradient_ticks,
-                "zero_gather_ticks": s.zero_gather_ticks, "sync_ticks": s.sync_ticks,
+                "recompute": s.recompute.value, **_terms_of(s), "sync_ticks": s.sync_ticks,
                 "backward_ticks": s.backward_ticks, "exposed_sync_ticks": s.exposed_sync_ticks,
                 "in_flight": s.in_flight, "memory_bytes": s.memory_bytes,
                 "memory_limit_bytes": s.memory_limit_bytes,
@@ -204,15 +212,106 @@ class Evaluation:
 
 def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None) -> Evaluation:
     """Evaluate ``plan`` on ``instance``; never raises for a plan that merely does not fit."""
-    network = network or NetworkModel(instance.cluster)
-    problems = _structural_violations(instance, plan)
-    if problems:
-        return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
-                          malformed_fields=tuple(name for name, _ in problems))
-    if plan.placement is None:
-        plan = plan.with_placement(MEGATRON_LAYOUT.placement(
-            plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
-    return _price(instance, plan, network)
+    return Evaluator(instance, network).evaluate(plan)
+
+
+class Evaluator:
+    """The referee for one instance; a search keeps one to evaluate many of its plans.
+
+    ``evaluate(plan)`` is the module's :func:`evaluate`.  Identical terms price
+    identically, so the evaluator prices each primitive term once per distinct value of
+    its arguments (:class:`_Terms`: a layer's collectives on a group's path, a transfer
+    on a pair's path, a sync on a group's path) and every replica, chunk and later plan
+    that repeats it reuses the integer.  Nothing else is kept between plans.
+    """
+
+    def __init__(self, instance: Instance, network: NetworkModel | None = None):
+        self.instance = instance
+        self.network = network or NetworkModel(instance.cluster)
+        self._terms = _Terms(instance.training, self.network)
+
+    def evaluate(self, plan: Plan) -> Evaluation:
+        problems = _structural_violations(self.instance, plan)
+        if problems:
+            return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
+                              malformed_fields=tuple(name for name, _ in problems))
+        if plan.placement is None:
+            plan = plan.with_placement(MEGATRON_LAYOUT.placement(
+                plan.config, plan.num_stages, plan.num_replicas, self.network.canonical_order()))
+        return _price(self.instance, plan, self._terms)
+
+    def stage_memory_bytes(self, plan: Plan, stage: int) -> int:
+        """Bytes per device of pipeline stage ``stage``: the memory :meth:`evaluate` checks.
+
+        Memory does not depend on the placement, so ``plan`` may have none; its chunks
+        must be well-formed (contiguous, profiled; the caller builds them).
+        """
+        return _stage_memory(self.instance, plan, _chunk_profiles(self.instance, plan), stage)
+
+
+class _Terms:
+    """The primitive terms of :mod:`nest_cp.cost` on one instance, memoised by value.
+
+    Each method returns what the :mod:`nest_cp.cost` function it names returns for the
+    same arguments (the first time, it is that call); the instance's tick length and
+    optimizer are fixed.  No second algorithm: only the repeats are skipped.
+    """
+
+    def __init__(self, training: TrainingSetup, network: NetworkModel):
+        self.network, self.tick_s, self.optimizer = network, training.tick_s, training.optimizer
+        self._memo: dict[tuple, object] = {}
+
+    def _once(self, key: tuple, price: Callable[[], object]):
+        """The memoised value of ``key``, computed by ``price()`` the first time (never None)."""
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = price()
+        return value
+
+    def compute(self, profile: LayerProfile) -> tuple[int, int]:
+        """:func:`cost.compute_ticks`: (fwd, bwd) of one layer and microbatch."""
+        return self._once(("compute", profile), lambda: cost.compute_ticks(profile, self.tick_s))
+
+    def rerun(self, profile: LayerProfile, mode: RecomputeMode) -> int:
+        """:func:`cost.recompute_compute_ticks`: the forward compute ``mode`` reruns."""
+        return self._once(("rerun", profile, mode),
+                          lambda: cost.recompute_compute_ticks(profile, mode, self.tick_s))
+
+    def collectives(self, layers: tuple[LayerProfile, ...], config: IntraConfig,
+                    paths: cost.GroupPaths, phase: Phase | None = None) -> int:
+        """Σ over ``layers`` (one chunk) of :meth:`layer_collectives`."""
+        return self._once(("collectives", layers, config, paths, phase), lambda: sum(
+            self.layer_collectives(profile, config, paths, phase) for profile in layers))
+
+    def layer_collectives(self, profile: LayerProfile, config: IntraConfig,
+                          paths: cost.GroupPaths, phase: Phase | None = None) -> int:
+        """:func:`cost.layer_collective_ticks`: one layer's collectives on the groups ``paths``."""
+        return self._once(("layer collectives", profile, config, paths, phase),
+                          lambda: cost.layer_collective_ticks(profile, config, paths, self.tick_s,
+                                                              phase))
+
+    def transfer(self, volume_bytes: int, path: Path) -> int:
+        """:func:`cost.transfer_ticks`: one point-to-point transfer."""
+        return self._once(("transfer", volume_bytes, path),
+                          lambda: cost.transfer_ticks(volume_bytes, path, self.tick_s))
+
+    def gradient_sync(self, params: int, zero: int, group_size: int, path: Path | None) -> int:
+        """:func:`cost.gradient_sync_ticks`: one gradient synchronisation."""
+        return self._once(("sync", params, zero, group_size, path), lambda: (
+            cost.gradient_sync_ticks(params, self.optimizer, zero, group_size, path,
+                                     self.tick_s)))
+
+    def iteration_flops(self, layer_flops: tuple[float, ...], config: IntraConfig,
+                        microbatch: int, global_batch: int) -> Fraction:
+        """:func:`cost.flops_per_iteration`: B samples' worth of the given forward FLOPs."""
+        return self._once(("flops", layer_flops, config, microbatch, global_batch),
+                          lambda: cost.flops_per_iteration(layer_flops, config, microbatch,
+                                                           global_batch))
+
+    def zero3_gather(self, params: int, dp: int, path: Path | None) -> int:
+        """:func:`cost.zero3_gather_ticks`: a chunk's ZeRO-3 all-gathers per microbatch."""
+        return self._once(("gather", params, dp, path), lambda: cost.zero3_gather_ticks(
+            params, self.optimizer, dp, path, self.tick_s))
 
 
 # ------------------------------------------------------------------ structure
@@ -313,6 +412,10 @@ def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]
     if not shape_ok:
         return [("placement", f"placement shape is not [S={plan.num_stages}][d={plan.num_replicas}]"
                               f"[a={plan.devices_per_replica}]")]
+    devices = [device for replicas in placement for ranks in replicas for device in ranks]
+    if all(isinstance(device, int) for device in devices) and len(set(devices)) == len(devices) \
+            and 0 <= min(devices) and max(devices) < num_devices:
+        return []  # injective into the cluster; otherwise find every offending rank below
     seen: dict[int, tuple[int, int, int]] = {}
     for stage, replicas in enumerate(placement):
         for replica, ranks in enumerate(replicas):
@@ -333,42 +436,43 @@ def _placement_violations(plan: Plan, num_devices: int) -> list[tuple[str, str]]
 # ------------------------------------------------------------------ pricing
 
 
-def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
+def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     training = instance.training
-    tick_s, optimizer = training.tick_s, training.optimizer
-    num_stages, dp, virtual = plan.num_stages, plan.num_replicas, plan.virtual_stages
-    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config, dp)
+    tick_s, num_stages, virtual = training.tick_s, plan.num_stages, plan.virtual_stages
+    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config,
+                                         plan.num_replicas)
     limit = instance.cluster.usable_hbm_bytes
-    profiles = [[instance.workload.layers[layer].profile(plan.config, plan.microbatch)
-                 for layer in chunk.layers] for chunk in plan.stages]
-    chunks = [_price_chunk(instance, plan, network, profiles, k) for k in range(plan.num_chunks)]
+    profiles = _chunk_profiles(instance, plan)
+    groups = [cost.GroupPaths.of_replicas(terms.network, plan.placement[s], plan.config)
+              for s in range(num_stages)]
+    boundaries = _boundary_ticks(terms, plan, profiles)
+    chunks = [_price_chunk(plan, terms, profiles, groups, boundaries, k)
+              for k in range(plan.num_chunks)]
 
     reports, violations = [], []
     for s in range(num_stages):
         own = plan.chunks_of_stage(s)
         layers = [p for k in own for p in profiles[k]]
-        mode = plan.stage_recompute(s)
-        sync = _sync_ticks(network, plan, s, layers, optimizer, tick_s)
-        backward = sum(cost.compute_ticks(p, tick_s)[1] for p in layers)
-        in_flight = cost.in_flight(s, num_stages, microbatches, virtual)
-        memory = cost.stage_memory_bytes([profiles[k] for k in own], mode, in_flight, optimizer,
-                                         plan.zero, dp)
+        sync = _sync_ticks(terms, plan, s, layers)
+        backward = sum(terms.compute(p)[1] for p in layers)
+        memory = _stage_memory(instance, plan, profiles, s)
         if memory > limit:
             violations.append(f"stage {s} needs {memory} bytes per device, exceeds usable HBM "
                               f"{limit} by {memory - limit}")
         reports.append(StageReport(
-            index=s, recompute=mode, chunks=tuple(chunks[k] for k in own), sync_ticks=sync,
-            backward_ticks=backward,
+            index=s, recompute=plan.stage_recompute(s), chunks=tuple(chunks[k] for k in own),
+            sync_ticks=sync, backward_ticks=backward,
             exposed_sync_ticks=cost.exposed_sync_ticks(sync, backward,
                                                        training.overlap_grad_reduce),
-            in_flight=in_flight, memory_bytes=memory, memory_limit_bytes=limit))
+            in_flight=cost.in_flight(s, num_stages, microbatches, virtual),
+            memory_bytes=memory, memory_limit_bytes=limit))
 
     tau_max = max(chunk.time_ticks for chunk in chunks)
     exposed = max(report.exposed_sync_ticks for report in reports)
     total = cost.iteration_ticks(microbatches, num_stages, tau_max, exposed, virtual)
     seconds = total * exact(tick_s)
     samples = float(training.global_batch / seconds) if seconds else None  # None: zero-cost profile
-    mfu, hfu = _utilisation(instance, plan, profiles, total)
+    mfu, hfu = _utilisation(instance, plan, terms, profiles, total)
     return Evaluation(
         plan=plan, violations=tuple(violations), stages=tuple(reports),
         num_microbatches=microbatches, tau_max_ticks=tau_max,
@@ -379,32 +483,57 @@ def _price(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
         mfu=mfu, hfu=hfu)
 
 
-def _price_chunk(instance: Instance, plan: Plan, network: NetworkModel,
-                 profiles: list[list[LayerProfile]], chunk: int) -> ChunkReport:
-    """τ_c of one chunk: its terms on the slowest replica."""
-    tick_s, config, dp = instance.training.tick_s, plan.config, plan.num_replicas
+def _chunk_profiles(instance: Instance, plan: Plan) -> list[tuple[LayerProfile, ...]]:
+    """The profiles of each chunk's layers under the plan's configuration and microbatch."""
+    return [tuple(instance.workload.layers[layer].profile(plan.config, plan.microbatch)
+                  for layer in chunk.layers) for chunk in plan.stages]
+
+
+def _stage_memory(instance: Instance, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
+                  stage: int) -> int:
+    """Bytes per device of pipeline stage ``stage`` (all its chunks; DESIGN §3, §3.2 b, d)."""
+    training = instance.training
+    microbatches = cost.num_microbatches(training.global_batch, plan.microbatch, plan.config,
+                                         plan.num_replicas)
+    in_flight = cost.in_flight(stage, plan.num_stages, microbatches, plan.virtual_stages)
+    return cost.stage_memory_bytes([profiles[k] for k in plan.chunks_of_stage(stage)],
+                                   plan.stage_recompute(stage), in_flight, training.optimizer,
+                                   plan.zero, plan.num_replicas)
+
+
+def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, ...]],
+                 groups: list[list[cost.GroupPaths]], boundaries: list[list[int]],
+                 chunk: int) -> ChunkReport:
+    """τ_c of one chunk: its terms on the slowest replica.
+
+    ``groups[s][r]`` are the paths of the TP and EP groups of stage s's replica r;
+    ``boundaries[k][r]`` the transfer across the boundary after chunk k
+    (:func:`_boundary_ticks`): the chunk receives its activation over the boundary
+    before it and its gradient over the one after it.
+    """
+    config, dp = plan.config, plan.num_replicas
     stage = plan.stage_of_chunk(chunk)
     mode = plan.stage_recompute(stage)
     layers = profiles[chunk]
-    compute = sum(sum(cost.compute_ticks(p, tick_s)) for p in layers)
-    rerun = sum(cost.recompute_compute_ticks(p, mode, tick_s) for p in layers)
+    compute = sum(sum(terms.compute(p)) for p in layers)
+    rerun = sum(terms.rerun(p, mode) for p in layers)
     zero_gather = 0
     if plan.zero == 3:
         params = sum(p.params for p in layers)
-        zero_gather = max(cost.zero3_gather_ticks(
-            params, instance.training.optimizer, dp,
-            network.group_path([plan.placement[stage][r][j] for r in range(dp)]), tick_s)
-            for j in range(config.devices))
+        zero_gather = max(terms.zero3_gather(params, dp, terms.network.group_path(
+            [plan.placement[stage][r][j] for r in range(dp)])) for j in range(config.devices))
+    # Replicas whose TP / EP groups lie on the same paths pay the same collectives.
+    distinct = set(groups[stage])
+    collectives_on = {paths: terms.collectives(layers, config, paths) for paths in distinct}
+    rerun_on = {paths: rerun + (terms.collectives(layers, config, paths, Phase.FWD)
+                                if mode is RecomputeMode.FULL else 0)  # the rerun forward
+                for paths in distinct}                                 # repeats its collectives
     worst = (-1, 0, 0, 0, 0)  # (time, recompute, collectives, recv activation, recv gradient)
     for r in range(dp):
-        paths = cost.GroupPaths.of_replica(network, plan.placement[stage][r], config)
-        collectives = sum(cost.layer_collective_ticks(p, config, paths, tick_s) for p in layers)
-        recompute = rerun
-        if mode is RecomputeMode.FULL:  # the rerun forward repeats its collectives
-            recompute += sum(cost.layer_collective_ticks(p, config, paths, tick_s, Phase.FWD)
-                             for p in layers)
-        recv_act = _recv_ticks(network, plan, profiles, chunk - 1, chunk, r, tick_s)
-        recv_grad = _recv_ticks(network, plan, profiles, chunk + 1, chunk, r, tick_s)
+        paths = groups[stage][r]
+        collectives, recompute = collectives_on[paths], rerun_on[paths]
+        recv_act = boundaries[chunk - 1][r] if chunk > 0 else 0
+        recv_grad = boundaries[chunk][r] if chunk + 1 < plan.num_chunks else 0
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
         worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
     chunk_stage = plan.stages[chunk]
@@ -415,44 +544,49 @@ def _price_chunk(instance: Instance, plan: Plan, network: NetworkModel,
         recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather)
 
 
-def _recv_ticks(network: NetworkModel, plan: Plan, profiles: list[list[LayerProfile]],
-                sender: int, receiver: int, replica: int, tick_s: float) -> int:
-    """Receive the boundary tensor from chunk ``sender``: the slowest intra-stage rank pays.
+def _boundary_ticks(terms: _Terms, plan: Plan,
+                    profiles: list[tuple[LayerProfile, ...]]) -> list[list[int]]:
+    """Ticks of the point-to-point transfer across each chunk boundary, per replica.
 
-    From the previous chunk it is that chunk's last layer's output (activation); from
-    the next chunk it is the gradient of the receiver's own last layer output.  Each
-    rank j receives from the rank j of the sender's pipeline stage.
+    ``[k][r]``: chunk k's last layer output between chunk k and chunk k + 1 of replica r —
+    forward the activation k → k + 1, backward its gradient k + 1 → k, the same volume
+    on the same pairs, so both receives cost this.  Rank j of one stage talks to rank j
+    of the other, and the slowest j pays.  A pair's path does not depend on the
+    direction, so with v > 1 every boundary between the same two stages shares the paths.
     """
-    if sender < 0 or sender >= plan.num_chunks:
-        return 0
-    boundary = min(sender, receiver)  # the chunk whose last layer produces the tensor
-    volume = profiles[boundary][-1].out_bytes
-    sources = plan.placement[plan.stage_of_chunk(sender)][replica]
-    targets = plan.placement[plan.stage_of_chunk(receiver)][replica]
-    return max(cost.transfer_ticks(volume, network.pair_path(src, dst), tick_s)
-               for src, dst in zip(sources, targets, strict=True))
+    paths: dict[tuple[int, int], list[set[Path]]] = {}  # (stage, stage) -> per replica
+    ticks = []
+    for chunk in range(plan.num_chunks - 1):
+        ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
+        if ends not in paths:
+            paths[ends] = [{terms.network.pair_path(a, b) for a, b in zip(one, other, strict=True)}
+                           for one, other in zip(plan.placement[ends[0]],
+                                                 plan.placement[ends[1]], strict=True)]
+        volume = profiles[chunk][-1].out_bytes
+        ticks.append([max(terms.transfer(volume, path) for path in replica_paths)
+                      for replica_paths in paths[ends]])
+    return ticks
 
 
-def _sync_ticks(network: NetworkModel, plan: Plan, stage: int, layers: list[LayerProfile],
-                optimizer, tick_s: float) -> int:
+def _sync_ticks(terms: _Terms, plan: Plan, stage: int, layers: list[LayerProfile]) -> int:
     """Data-parallel gradient sync of one stage: dense over d*e ranks, expert over d ranks."""
     config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
+    group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
     dense_ticks = max(
-        cost.gradient_sync_ticks(
-            dense, optimizer, plan.zero, dp * config.ep,
-            network.group_path([placement[r][t + config.tp * e]
-                                for r in range(dp) for e in range(config.ep)]), tick_s)
+        terms.gradient_sync(dense, plan.zero, dp * config.ep,
+                            group_path([placement[r][t + config.tp * e]
+                                        for r in range(dp) for e in range(config.ep)]))
         for t in range(config.tp))
     expert_ticks = max(
-        cost.gradient_sync_ticks(expert, optimizer, plan.zero, dp,
-                                 network.group_path([placement[r][j] for r in range(dp)]), tick_s)
+        terms.gradient_sync(expert, plan.zero, dp, group_path([placement[r][j] for r in range(dp)]))
         for j in range(config.devices))
     return dense_ticks + expert_ticks
 
 
-def _utilisation(instance: Instance, plan: Plan, profiles: list[list[LayerProfile]],
+def _utilisation(instance: Instance, plan: Plan, terms: _Terms,
+                 profiles: list[tuple[LayerProfile, ...]],
                  total_ticks: int) -> tuple[float | None, float | None]:
     """(MFU, HFU) of DESIGN §3.2 e; None where FLOPs or the device peak are unknown."""
     peak = instance.cluster.peak_flops_per_s
@@ -461,7 +595,7 @@ def _utilisation(instance: Instance, plan: Plan, profiles: list[list[LayerProfil
         return None, None
     config, microbatch, batch = plan.config, plan.microbatch, instance.training.global_batch
     tick_s, devices = instance.training.tick_s, plan.num_devices_used
-    model = 3 * cost.flops_per_iteration([p.flops for p in layers], config, microbatch, batch)
+    model = 3 * terms.iteration_flops(tuple(p.flops for p in layers), config, microbatch, batch)
     mfu = cost.utilisation(model, total_ticks, tick_s, devices, peak)
     rerun: list[float] = []
     for chunk, chunk_layers in enumerate(profiles):
@@ -472,5 +606,5 @@ def _utilisation(instance: Instance, plan: Plan, profiles: list[list[LayerProfil
             if any(p.sel_flops is None for p in chunk_layers):
                 return mfu, None
             rerun += [p.sel_flops for p in chunk_layers]
-    hardware = model + cost.flops_per_iteration(rerun, config, microbatch, batch)
+    hardware = model + terms.iteration_flops(tuple(rerun), config, microbatch, batch)
     return mfu, cost.utilisation(hardware, total_ticks, tick_s, devices, peak)

@@ -9,7 +9,7 @@ Units live in the field names.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
@@ -40,6 +40,16 @@ def _nonneg_int(value: object, name: str) -> None:
 
 def _pos_int(value: object, name: str) -> None:
     _require(_is_int(value) and value >= 1, name, "an integer >= 1", value)
+
+
+def _choices(values: tuple, name: str, check: Callable[[object, str], None],
+             distinct: str) -> None:
+    """A non-empty list of distinct allowed values (``name``), each passing ``check``."""
+    _require(len(values) >= 1, name, "a non-empty list", values)
+    for index, value in enumerate(values):
+        check(value, f"{name}[{index}]")
+    _require(len(set(values)) == len(values), name, distinct,
+             [getattr(value, "value", value) for value in values])
 
 
 def _nonneg_number(value: object, name: str) -> None:
@@ -433,31 +443,14 @@ class TrainingSetup:
     def __post_init__(self) -> None:
         _pos_int(self.global_batch, "global_batch")
         _pos_int(self.seq_len, "seq_len")
-        _require(len(self.microbatches) >= 1, "microbatches", "a non-empty list",
-                 self.microbatches)
-        for index, size in enumerate(self.microbatches):
-            _pos_int(size, f"microbatches[{index}]")
-        _require(len(set(self.microbatches)) == len(self.microbatches), "microbatches",
-                 "distinct sizes", list(self.microbatches))
-        _require(len(self.zero_stages) >= 1, "zero_stages", "a non-empty list", self.zero_stages)
-        for index, stage in enumerate(self.zero_stages):
-            _require(stage in (0, 1, 2, 3) and _is_int(stage), f"zero_stages[{index}]",
-                     "a ZeRO stage in 0..3", stage)
-        _require(len(set(self.zero_stages)) == len(self.zero_stages), "zero_stages",
-                 "distinct stages", list(self.zero_stages))
-        _require(len(self.recompute_modes) >= 1, "recompute", "a non-empty list",
-                 self.recompute_modes)
-        for index, mode in enumerate(self.recompute_modes):
-            _require(isinstance(mode, RecomputeMode), f"recompute[{index}]",
-                     "one of " + ", ".join(repr(m.value) for m in RecomputeMode), mode)
-        _require(len(set(self.recompute_modes)) == len(self.recompute_modes), "recompute",
-                 "distinct modes", [m.value for m in self.recompute_modes])
-        _require(len(self.virtual_stages) >= 1, "virtual_stages", "a non-empty list",
-                 self.virtual_stages)
-        for index, count in enumerate(self.virtual_stages):
-            _pos_int(count, f"virtual_stages[{index}]")
-        _require(len(set(self.virtual_stages)) == len(self.virtual_stages), "virtual_stages",
-                 "distinct counts", list(self.virtual_stages))
+        _choices(self.microbatches, "microbatches", _pos_int, "distinct sizes")
+        _choices(self.zero_stages, "zero_stages", lambda stage, name: _require(
+            stage in (0, 1, 2, 3) and _is_int(stage), name, "a ZeRO stage in 0..3", stage),
+            "distinct stages")
+        _choices(self.recompute_modes, "recompute", lambda mode, name: _require(
+            isinstance(mode, RecomputeMode), name,
+            "one of " + ", ".join(repr(m.value) for m in RecomputeMode), mode), "distinct modes")
+        _choices(self.virtual_stages, "virtual_stages", _pos_int, "distinct counts")
         _require(isinstance(self.overlap_grad_reduce, bool), "overlap_grad_reduce",
                  "true or false", self.overlap_grad_reduce)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)

@@ -15,7 +15,7 @@ links between two nodes: each is a path of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
@@ -27,10 +27,21 @@ from nest_cp.ticks import exact, to_ticks
 
 @dataclass(frozen=True, slots=True)
 class Path:
-    """Bottleneck bandwidth (B/s) and latency (s) of a device pair or group, as exact fractions."""
+    """Bottleneck bandwidth (B/s) and latency (s) of a device pair or group, as exact fractions.
+
+    Hashed once at construction: the evaluator memoises prices by path, and hashing two
+    fractions on every lookup would cost more than the lookup saves.
+    """
 
     bandwidth_Bps: Fraction
     latency_s: Fraction
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.bandwidth_Bps, self.latency_s)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def collective_seconds(kind: CollectiveKind | str, volume_bytes: int, group_size: int,
@@ -103,12 +114,17 @@ class NetworkModel:
 
     def pair_path(self, a: int, b: int) -> Path:
         """Bottleneck of the device pair (a, b); a != b."""
-        if self.is_hierarchical:
-            return self._tier_paths[self.tier_of((a, b))]
+        if self._tier_paths:  # hierarchical: the innermost domain (block of ids) holding both
+            for tier, size in enumerate(self._domains):
+                if a // size == b // size:
+                    return self._tier_paths[tier]
+            raise ValueError(f"devices {a} and {b} lie in no common tier domain")
         return self._graph_pairs[(min(a, b), max(a, b))]
 
     def group_path(self, devices: Sequence[int]) -> Path | None:
         """Bottleneck of a group (None for a single device, which never communicates)."""
+        if len(devices) <= 1:
+            return None
         devices = sorted(set(devices))
         if len(devices) <= 1:
             return None

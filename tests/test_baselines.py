@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nest_cp.backends import SolveOptions, check_result, solve
 from nest_cp.baselines import flat_instance, megatron_plan, node_size, uniform_split
-from nest_cp.baselines._common import stage_memory
-from nest_cp.baselines._pricing import PlanPricer
+from nest_cp.baselines._common import with_modes
 from nest_cp.baselines.mcmc import _propose, _random_state
 from nest_cp.errors import BackendOptionError
-from nest_cp.evaluate import evaluate
+from nest_cp.evaluate import Evaluator, evaluate
 from nest_cp.io import load_instance
 from nest_cp.model import (
     Cluster,
@@ -42,7 +42,8 @@ HEURISTICS = ("manual", "mcmc", "phaze")
 
 
 def _layer(name: str, tp_widths: tuple[int, ...], params: int, act_bytes: int) -> Layer:
-    """A layer whose time, parameters and activations shrink with the tensor width."""
+    """A layer whose time, parameters and activations shrink with the tensor width; selective
+    recomputation reruns a quarter of the forward and keeps half the activations."""
     profiles = {}
     for tp in tp_widths:
         collectives = () if tp == 1 else tuple(
@@ -51,7 +52,7 @@ def _layer(name: str, tp_widths: tuple[int, ...], params: int, act_bytes: int) -
         profiles[(IntraConfig(tp, 1), 1)] = LayerProfile(
             fwd_s=0.001 / tp, bwd_s=0.002 / tp, dense_params=params // tp, expert_params=0,
             act_bytes=act_bytes // tp, ckpt_bytes=act_bytes // (40 * tp), out_bytes=1_000_000,
-            collectives=collectives)
+            collectives=collectives, sel_fwd_s=0.00025 / tp, sel_act_bytes=act_bytes // (2 * tp))
     return Layer(name, profiles)
 
 
@@ -85,15 +86,22 @@ def _moe_graph_instance() -> Instance:
 
 def _instance(num_layers: int = 6, hbm_bytes: int = 80_000_000_000, params: int = 500_000_000,
               act_bytes: int = 2_000_000_000, tp_widths: tuple[int, ...] = (1, 2, 4),
-              node: int = 2, global_batch: int = 16) -> Instance:
-    """8 devices in nodes of ``node`` (fast) under a slow spine; a chain of equal layers."""
+              node: int = 2, global_batch: int = 16, v2: bool = False) -> Instance:
+    """8 devices in nodes of ``node`` (fast) under a slow spine; a chain of equal layers.
+
+    ``v2``: the training setup allows DESIGN §3.2's choices (v in {1, 2, 4}, every
+    recompute mode) and overlaps gradient reduction.
+    """
     layers = tuple(_layer(f"block{index}", tp_widths, params, act_bytes)
                    for index in range(num_layers))
     tiers = (Tier("node", node, 1e11, 1e-6), Tier("spine", 8 // node, 1e10, 1e-5))
+    training = TrainingSetup(global_batch=global_batch, seq_len=1)
+    if v2:
+        training = replace(training, virtual_stages=(1, 2, 4),
+                           recompute_modes=tuple(RecomputeMode), overlap_grad_reduce=True)
     return Instance(Workload("chain", layers),
-                    Cluster(8, hbm_bytes, HierarchicalNetwork(tiers)),
-                    TrainingSetup(global_batch=global_batch, seq_len=1),
-                    name="chain")
+                    Cluster(8, hbm_bytes, HierarchicalNetwork(tiers)), training,
+                    name="chain-v2" if v2 else "chain")
 
 
 def _cases() -> dict[str, Instance]:
@@ -101,11 +109,13 @@ def _cases() -> dict[str, Instance]:
             "chain": _instance(),
             "tight": _instance(hbm_bytes=24_000_000_000),
             "needs_tp": _instance(hbm_bytes=7_000_000_000, num_layers=2),
-            "moe_graph": _moe_graph_instance()}
+            "moe_graph": _moe_graph_instance(),
+            "v2": _instance(num_layers=12, hbm_bytes=30_000_000_000, tp_widths=(1, 2), v2=True)}
 
 
 @pytest.mark.parametrize("backend", ["manual", "mcmc", "fixed"])
-@pytest.mark.parametrize("case", ["worked_example", "chain", "tight", "needs_tp", "moe_graph"])
+@pytest.mark.parametrize("case", ["worked_example", "chain", "tight", "needs_tp", "moe_graph",
+                                  "v2"])
 def test_baseline_plans_pass_the_referee(backend: str, case: str) -> None:
     """Every baseline returns a FEASIBLE, unbounded result that evaluates to its objective."""
     degrees = {"worked_example": (2, 1, 1), "moe_graph": (2, 1, 2, 2)}.get(case, (2, 1, 2))
@@ -148,11 +158,11 @@ def test_manual_uses_the_smallest_depth_that_fits() -> None:
     """manual's pipeline depth is minimal: no shallower uniform Megatron plan fits memory."""
     instance = _instance(hbm_bytes=24_000_000_000)
     plan = solve(instance, "manual").plan
-    network = NetworkModel(instance.cluster)
+    referee = Evaluator(instance)
     assert plan.config.tp == 2 and plan.num_stages > 1  # 2 = the node's width
     for shallower in range(1, plan.num_stages):
         dp = 8 // (plan.config.tp * shallower)
-        assert megatron_plan(instance, network, plan.config, 1, 0, shallower, dp) is None
+        assert megatron_plan(referee, plan.config, 1, 0, shallower, dp) is None
     assert plan.num_replicas == 8 // (plan.config.tp * plan.num_stages)  # dp: the rest
 
 
@@ -165,11 +175,11 @@ def test_manual_is_pure_data_parallel_when_the_model_fits_one_device() -> None:
 def test_manual_fills_the_node_with_tensor_parallelism_when_needed() -> None:
     """A model that needs model parallelism gets the node's width (2), not the next power (4)."""
     instance = _cases()["needs_tp"]
-    network = NetworkModel(instance.cluster)
-    assert all(megatron_plan(instance, network, IntraConfig(1, 1), 1, 0, stages, 1) is None
+    referee = Evaluator(instance)
+    assert all(megatron_plan(referee, IntraConfig(1, 1), 1, 0, stages, 1) is None
                for stages in (1, 2))
     plan = solve(instance, "manual").plan
-    assert node_size(network) == 2 and plan.config.tp == 2
+    assert node_size(referee.network) == 2 and plan.config.tp == 2
 
 
 def test_manual_keeps_an_expert_parallel_replica_inside_one_node() -> None:
@@ -184,13 +194,102 @@ def test_recomputation_only_where_needed() -> None:
     """A stage recomputes in a rule-made plan exactly when it would not fit without."""
     instance = _instance(hbm_bytes=24_000_000_000, tp_widths=(1,))
     plan = solve(instance, "manual").plan
-    limit = instance.cluster.usable_hbm_bytes
+    limit, referee = instance.cluster.usable_hbm_bytes, Evaluator(instance)
     modes = [stage.recompute for stage in plan.stages]
     assert RecomputeMode.FULL in modes and RecomputeMode.NONE in modes
+    plain = with_modes(plan, (RecomputeMode.NONE,) * plan.num_stages)
     for index, stage in enumerate(plan.stages):
-        plain = stage_memory(instance, plan.config, plan.microbatch, plan.zero, plan.num_replicas,
-                             plan.stages, index, RecomputeMode.NONE)
-        assert (stage.recompute is RecomputeMode.FULL) == (plain > limit)
+        assert (stage.recompute is RecomputeMode.FULL) == (
+            referee.stage_memory_bytes(plain, index) > limit)
+
+
+@pytest.mark.parametrize("hbm_bytes", [24_000_000_000, 14_000_000_000, 12_000_000_000])
+def test_manual_recomputes_by_megatron_practice(hbm_bytes: int) -> None:
+    """Each stage of manual's plan takes the first of none, selective, full that fits."""
+    instance = _instance(hbm_bytes=hbm_bytes, tp_widths=(1,), v2=True)
+    plan = solve(instance, "manual").plan
+    referee, limit = Evaluator(instance), instance.cluster.usable_hbm_bytes
+    preference = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
+    for stage in range(plan.num_stages):
+        fits = [mode for mode in preference if referee.stage_memory_bytes(
+            with_modes(plan, (mode,) * plan.num_stages), stage) <= limit]
+        assert plan.stage_recompute(stage) is fits[0]
+    assert RecomputeMode.SELECTIVE in {plan.stage_recompute(s) for s in range(plan.num_stages)}
+
+
+@pytest.mark.parametrize("num_layers, expected_v", [(12, 2), (16, 4)])
+def test_manual_interleaves_as_deep_as_two_layers_per_chunk(num_layers: int,
+                                                            expected_v: int) -> None:
+    """With v in {1, 2, 4} allowed, manual takes the largest v leaving >= 2 layers per chunk
+    (S = 2, m = 4: 12 layers allow v = 2, 16 layers v = 4); with v = 1 alone it stays v = 1."""
+    instance = _instance(num_layers=num_layers, tp_widths=(1,), v2=True)
+    plan = solve(instance, "manual").plan
+    assert (plan.num_stages, plan.num_replicas, plan.virtual_stages) == (2, 4, expected_v)
+    assert all(len(chunk.layers) >= 2 for chunk in plan.stages)
+    plain = replace(instance, training=replace(instance.training, virtual_stages=(1,)))
+    assert solve(plain, "manual").plan.virtual_stages == 1
+
+
+def test_manual_does_not_interleave_when_microbatches_do_not_divide() -> None:
+    """Megatron's interleaved schedule needs m to be a multiple of S: with m = 3, v stays 1."""
+    instance = _instance(num_layers=12, tp_widths=(1,), v2=True, global_batch=12)
+    plan = solve(instance, "manual").plan
+    microbatches = -(-12 // plan.num_replicas)
+    assert plan.num_stages == 2 and microbatches % 2 == 1 and plan.virtual_stages == 1
+
+
+def test_fixed_takes_virtual_stages_and_a_recompute_mode() -> None:
+    """fixed with v = 2 and recompute selective builds exactly that plan, refereed."""
+    instance = _instance(num_layers=12, tp_widths=(1,), v2=True)
+    options = SolveOptions(extra={"degrees": (2, 4, 1), "virtual_stages": 2,
+                                  "recompute": "selective"})
+    result = solve(instance, "fixed", options)
+    plan = result.plan
+    assert (plan.num_stages, plan.num_replicas, plan.virtual_stages) == (2, 4, 2)
+    assert {chunk.recompute for chunk in plan.stages} == {RecomputeMode.SELECTIVE}
+    assert result.objective_ticks == evaluate(instance, plan).objective_ticks
+
+
+@pytest.mark.parametrize("extra, option", [
+    ({"virtual_stages": 3}, "virtual_stages"),               # not among the allowed (1, 2, 4)
+    ({"virtual_stages": 2, "degrees": (1, 8, 1)}, "virtual_stages"),  # v > 1 needs S >= 2
+    ({"recompute": "partial"}, "recompute"),                 # not a mode
+])
+def test_fixed_refuses_what_the_instance_does_not_allow(extra: dict, option: str) -> None:
+    """A v or recompute mode the instance or DESIGN §3.2 b rules out is a bad option."""
+    with pytest.raises(BackendOptionError) as info:
+        solve(_instance(num_layers=12, tp_widths=(1,), v2=True), "fixed",
+              SolveOptions(extra={"degrees": (2, 4, 1), **extra}))
+    assert info.value.option == option
+
+
+def test_fixed_refuses_selective_where_the_instance_does_not_allow_it() -> None:
+    """Selective recomputation on an instance allowing none/full only is a bad option."""
+    with pytest.raises(BackendOptionError) as info:
+        solve(_instance(), "fixed", SolveOptions(extra={"degrees": (2, 4, 1),
+                                                        "recompute": "selective"}))
+    assert info.value.option == "recompute"
+
+
+def test_mcmc_moves_reach_interleaving_and_every_recompute_mode() -> None:
+    """From a random start the walk's proposals reach v = 2 and 4 and every recompute mode,
+    and the evaluator accepts the shape of most of them."""
+    instance = _instance(num_layers=16, tp_widths=(1, 2), v2=True)
+    network, rng = NetworkModel(instance.cluster), random.Random(1)
+    state = _random_state(instance, network, rng)
+    virtuals, modes, accepted = set(), set(), 0
+    for _ in range(400):
+        proposal = _propose(instance, state, rng)
+        if proposal is None:
+            continue
+        evaluation = evaluate(instance, proposal.plan())
+        if evaluation.objective_ticks is None:
+            continue
+        accepted += 1
+        state = proposal
+        virtuals.add(proposal.virtual)
+        modes.update(proposal.recompute)
+    assert virtuals == {1, 2, 4} and modes == set(RecomputeMode) and accepted > 200
 
 
 def test_uniform_split_gives_surplus_layers_to_later_stages() -> None:
@@ -234,21 +333,6 @@ def test_mcmc_escapes_the_megatron_layout_on_the_worked_example() -> None:
     instance = load_instance(DATA / "worked_example.json")
     result = solve(instance, "mcmc", SolveOptions(seed=0, extra={"budget": 300}))
     assert 27_099_000 <= result.objective_ticks < 35_552_000  # 27,099,000 = DESIGN's optimum
-
-
-@pytest.mark.parametrize("case", ["worked_example", "tight", "moe_graph"])
-def test_mcmc_pricer_agrees_with_the_evaluator(case: str) -> None:
-    """The walk's memoised pricer gives the evaluator's objective and fit on random plans."""
-    instance = _cases()[case]
-    network = NetworkModel(instance.cluster)
-    pricer, rng = PlanPricer(instance, network), random.Random(7)
-    state = _random_state(instance, network, rng)
-    for _ in range(80):
-        state = _propose(instance, state, rng) or state
-        evaluation = evaluate(instance, state.plan(), network)
-        ticks, overflow = pricer.price(state.plan())
-        assert ticks == evaluation.objective_ticks
-        assert (overflow <= 0) == evaluation.feasible
 
 
 def test_flat_instance_has_one_tier_at_the_slowest_bandwidth() -> None:

@@ -133,6 +133,18 @@ def test_solve_fixed_with_degrees_reproduces_megatron_plan():
     assert json.loads(result.output)["objective_ticks"] == 35_552_000
 
 
+def test_solve_fixed_with_vp_reproduces_the_interleaved_example():
+    """`fixed --degrees 2,1,1 --vp 2 --recompute none` is DESIGN §3.2 b's v = 2 plan:
+    51,374,000 ticks; --vp with a backend that does not take it exits 2."""
+    result = _run("solve", DATA / "interleaved_example.json", "--backend", "fixed", "--degrees",
+                  "2,1,1", "--vp", "2", "--recompute", "none", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["objective_ticks"] == 51_374_000 and record["plan"]["virtual_stages"] == 2
+    refused = _run("solve", DATA / "interleaved_example.json", "--backend", "manual", "--vp", "2")
+    assert refused.exit_code == 2 and "--vp" in refused.output
+
+
 def test_backend_option_errors_exit_2_in_one_line():
     """A backend that cannot run with the options given (fixed without degrees, brute force
     over too many placements) is bad input: one line, exit 2, no traceback."""

@@ -38,11 +38,6 @@ def interleaved():
 
 
 @pytest.fixture(scope="module")
-def worked():
-    return load_instance(DATA / "worked_example.json")
-
-
-@pytest.fixture(scope="module")
 def selective():
     return load_instance(DATA / "selective_example.json")
 

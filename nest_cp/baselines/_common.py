@@ -1,78 +1,87 @@
-"""Shared pieces of the baselines: uniform splits, recompute-where-needed, result records.
+"""Shared pieces of the baselines: Megatron-style plans from chosen degrees, result records.
 
-Every baseline builds plans the same way once it has chosen the degrees:
-layers split as evenly as possible into contiguous stages, recomputation
-switched on exactly for the stages that do not fit without it, and ranks
-placed in Megatron's default order (t, e, replica, stage) over the network's
-canonical device order.  Memory does not depend on the placement, so the fit
-is checked before any rank is placed.
+Every baseline builds plans the same way once it has chosen the degrees (t, e, S,
+d, ZeRO stage, v): the layers split as evenly as possible into S·v contiguous
+chunks, each stage's recomputation chosen by Megatron practice (:func:`fit_recompute`),
+and ranks placed in Megatron's default order (t, e, replica, stage) over the
+network's canonical device order.  Memory is the evaluator's own
+(:meth:`nest_cp.evaluate.Evaluator.stage_memory_bytes`); it does not depend on the
+placement, so the fit is settled before any rank is placed.  The plans are priced
+only by the evaluator: the baselines hold no cost composition of their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from nest_cp import cost
 from nest_cp.errors import BackendOptionError, InvalidPlan
-from nest_cp.evaluate import evaluate
+from nest_cp.evaluate import Evaluator
 from nest_cp.model import Instance, IntraConfig, RecomputeMode
-from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage, uniform_stages
 from nest_cp.result import SolveResult, Space, Status
 
+# Megatron practice (Korthikanti et al., "Reducing Activation Recomputation in Large
+# Transformer Models", MLSys 2023, §4-5): keep every activation where it fits; else
+# recompute selectively (the attention core: most of the activation memory for a few
+# per cent of the forward); else recompute whole layers (full), the costliest.
+RECOMPUTE_PREFERENCE = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
 
-def uniform_split(num_layers: int, num_stages: int) -> tuple[Stage, ...]:
-    """Contiguous stages whose sizes differ by at most one, later stages the larger ones.
+
+def uniform_split(num_layers: int, num_stages: int, virtual_stages: int = 1) -> tuple[Stage, ...]:
+    """S·v contiguous chunks whose sizes differ by at most one, later chunks the larger ones.
 
     Later stages hold fewer microbatches in flight under 1F1B, so they are the
     better place for a surplus layer (:func:`nest_cp.plan.uniform_stages`).
     """
     try:
-        return uniform_stages(num_layers, num_stages)
+        return uniform_stages(num_layers, num_stages, virtual_stages=virtual_stages)
     except ValueError as exc:
         raise BackendOptionError(str(exc)) from None
 
 
-def stage_memory(instance: Instance, config: IntraConfig, microbatch: int, zero: int, dp: int,
-                 stages: tuple[Stage, ...], stage: int, recompute: RecomputeMode) -> int:
-    """Bytes per device of ``stages[stage]`` with or without recomputation (DESIGN §3)."""
-    training = instance.training
-    profiles = [instance.workload.layers[layer].profile(config, microbatch)
-                for layer in stages[stage].layers]
-    microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dp)
-    in_flight = cost.in_flight(stage, len(stages), microbatches)
-    return cost.stage_memory_bytes([profiles], recompute, in_flight, training.optimizer, zero,
-                                   dp)
+def with_modes(plan: Plan, modes: tuple[RecomputeMode, ...]) -> Plan:
+    """``plan`` with stage s (all its chunks) recomputing ``modes[s]``."""
+    stages = tuple(dataclasses.replace(chunk, recompute=modes[plan.stage_of_chunk(index)])
+                   for index, chunk in enumerate(plan.stages))
+    return dataclasses.replace(plan, stages=stages)
 
 
-def recompute_where_needed(instance: Instance, config: IntraConfig, microbatch: int, zero: int,
-                           dp: int, stages: tuple[Stage, ...]) -> tuple[Stage, ...] | None:
-    """The stages, recomputing exactly where needed to fit; None if one stage never fits."""
-    limit = instance.cluster.usable_hbm_bytes
-    fitted = []
-    for index, stage in enumerate(stages):
-        for mode in (RecomputeMode.NONE, RecomputeMode.FULL):
-            if mode in instance.training.recompute_modes and stage_memory(
-                    instance, config, microbatch, zero, dp, stages, index, mode) <= limit:
-                fitted.append(Stage(stage.first_layer, stage.last_layer, mode))
-                break
-        else:
+def fit_recompute(referee: Evaluator, plan: Plan) -> Plan | None:
+    """``plan`` with each stage's mode the first of :data:`RECOMPUTE_PREFERENCE` that the
+    instance allows and that fits usable HBM; None if some stage fits in no allowed mode.
+
+    A stage's memory depends only on its own mode, so each stage is settled alone.
+    """
+    limit = referee.instance.cluster.usable_hbm_bytes
+    allowed = [mode for mode in RECOMPUTE_PREFERENCE
+               if mode in referee.instance.training.recompute_modes]
+    trials = {mode: with_modes(plan, (mode,) * plan.num_stages) for mode in allowed}
+    modes = []
+    for stage in range(plan.num_stages):
+        fitting = [mode for mode in allowed
+                   if referee.stage_memory_bytes(trials[mode], stage) <= limit]
+        if not fitting:
             return None
-    return tuple(fitted)
+        modes.append(fitting[0])
+    return with_modes(plan, tuple(modes))
 
 
-def megatron_plan(instance: Instance, network: NetworkModel, config: IntraConfig,
-                  microbatch: int, zero: int, num_stages: int, dp: int) -> Plan | None:
-    """Uniform split, recompute where needed, Megatron rank order; None if it does not fit."""
-    if num_stages > instance.workload.num_layers or \
+def megatron_plan(referee: Evaluator, config: IntraConfig, microbatch: int, zero: int,
+                  num_stages: int, dp: int, virtual_stages: int = 1) -> Plan | None:
+    """Uniform split into S·v chunks, Megatron's recompute rule, Megatron rank order;
+    None if the shape does not fit the cluster or some stage fits in no allowed mode."""
+    instance = referee.instance
+    if num_stages * virtual_stages > instance.workload.num_layers or \
             config.devices * num_stages * dp > instance.cluster.num_devices:
         return None
-    stages = recompute_where_needed(instance, config, microbatch, zero, dp,
-                                    uniform_split(instance.workload.num_layers, num_stages))
-    if stages is None:
+    split = uniform_split(instance.workload.num_layers, num_stages, virtual_stages)
+    plan = fit_recompute(referee, Plan(config, microbatch, zero, dp, split,
+                                       virtual_stages=virtual_stages))
+    if plan is None:
         return None
-    placement = MEGATRON_LAYOUT.placement(config, num_stages, dp, network.canonical_order())
-    return Plan(config, microbatch, zero, dp, stages, placement)
+    return plan.with_placement(MEGATRON_LAYOUT.placement(
+        config, num_stages, dp, referee.network.canonical_order()))
 
 
 def smallest_microbatch(instance: Instance, config: IntraConfig) -> int | None:
@@ -81,11 +90,11 @@ def smallest_microbatch(instance: Instance, config: IntraConfig) -> int | None:
     return min(sizes) if sizes else None
 
 
-def feasible_result(backend: str, instance: Instance, plan: Plan, network: NetworkModel,
-                    started: float, message: str = "", stats: dict | None = None,
+def feasible_result(backend: str, referee: Evaluator, plan: Plan, started: float,
+                    message: str = "", stats: dict | None = None,
                     space: Space = Space.STRUCTURED) -> SolveResult:
     """A FEASIBLE record for a heuristic's plan: objective from the evaluator, no bound."""
-    evaluation = evaluate(instance, plan, network)
+    evaluation = referee.evaluate(plan)
     if not evaluation.feasible:
         raise InvalidPlan(f"{backend}: built an infeasible plan: {evaluation.violations[0]}")
     return SolveResult(backend=backend, status=Status.FEASIBLE, plan=plan,

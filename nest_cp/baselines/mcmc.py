@@ -3,19 +3,23 @@
 FlexFlow (Jia et al., SysML'19, "Beyond data and model parallelism for deep
 neural networks", §5) searches parallelisation strategies by Markov chain
 Monte Carlo: propose a random local change, simulate it, accept it with the
-Metropolis rule.  Here a state is every choice of DESIGN §2 — configuration,
-microbatch b, ZeRO stage z, data parallelism d, stage boundaries, one
-recompute flag per stage — plus a permutation of all device ids; rank
-(stage, replica, j) runs on the device at its Megatron-layout position of that
-permutation, so every injective placement is reachable.
+Metropolis rule.  Here a state is every choice of DESIGN §2 and §3.2 —
+configuration, microbatch b, ZeRO stage z, data parallelism d, virtual stages v,
+the boundaries of the S·v chunks, one recompute mode per stage — plus a
+permutation of all device ids; rank (stage, replica, j) runs on the device at
+its Megatron-layout position of that permutation, so every injective placement
+is reachable.  Overlapped gradient reduction is a fact of the instance.
 
 Moves (weight in brackets, drawn with ``random.Random``): another
 (configuration, b) pair [1]; another b for the same configuration [1];
-another ZeRO stage [1]; another d [2]; split one stage in two or merge two
-neighbours [2]; shift one stage boundary by a layer [3]; flip one stage's
-recompute flag [1]; swap a used device with any device [4].  A move that
-would need more devices than the cluster has first shrinks d; if even d = 1
-does not fit, the move is void.
+another ZeRO stage [1]; another d [2]; another pipeline depth [2] (with v = 1:
+split one stage in two or merge two neighbours; with v > 1: one stage more or
+fewer, chunks re-split evenly); shift one chunk boundary by a layer [3];
+another allowed v, chunks re-split evenly [1]; another allowed recompute mode
+for one stage [1]; swap a used device with any device [4].  A move that would
+need more devices than the cluster has first shrinks d; if even d = 1 does not
+fit, or the evaluator rejects the plan's shape (v > 1 needs S >= 2 and m a
+multiple of S, DESIGN §3.2 b), the move is void.
 
 Energy: the evaluator's objective T (ticks) for a plan that fits; a plan over
 HBM gets T·(2 + worst overflow / usable HBM), so it is always worse than any
@@ -31,9 +35,9 @@ the canonical device order.  Results are deterministic for a given seed and
 budget (one ``random.Random`` per chain, seeded from ``options.seed``), unless
 ``options.time_limit_s`` stops the walk first (reported in ``stats``).
 The best fitting plan of all chains is returned as FEASIBLE without a bound.
-Proposals are priced by a memoising copy of the evaluator's arithmetic
-(``_pricing.PlanPricer``, tested equal to the tick); the returned plan is
-priced by the evaluator itself.
+Every proposal is priced by the plan evaluator itself: the walk keeps one
+:class:`nest_cp.evaluate.Evaluator`, whose memoised terms make a proposal that
+changes one choice cost little more than the terms it changes.
 """
 
 from __future__ import annotations
@@ -45,9 +49,9 @@ import time
 from dataclasses import dataclass, replace
 
 from nest_cp.baselines._common import empty_result, feasible_result, uniform_split
-from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
-from nest_cp.errors import BackendOptionError
+from nest_cp.errors import BackendOptionError, InvalidPlan
+from nest_cp.evaluate import Evaluator
 from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
@@ -61,24 +65,25 @@ DEFAULT_CHAINS = 4
 START_TEMPERATURE = 0.05
 END_TEMPERATURE = 0.0005
 MOVE_WEIGHTS = {"choice": 1, "microbatch": 1, "zero": 1, "dp": 2, "stages": 2, "boundary": 3,
-                "recompute": 1, "placement": 4}
+                "virtual": 1, "recompute": 1, "placement": 4}
 
 
 @dataclass(frozen=True, slots=True)
 class _State:
-    """One point of the walk; ``boundaries[s]`` is the last layer of stage s."""
+    """One point of the walk; ``boundaries[k]`` is the last layer of chunk k (S·v chunks)."""
 
     config: IntraConfig
     microbatch: int
     zero: int
     dp: int
+    virtual: int  # v; chunk k runs on stage k mod S
     boundaries: tuple[int, ...]
-    recompute: tuple[bool, ...]  # full recomputation per stage (selective is not searched yet)
+    recompute: tuple[RecomputeMode, ...]  # one mode per pipeline stage
     device_order: tuple[int, ...]  # a permutation of every device id
 
     @property
     def num_stages(self) -> int:
-        return len(self.boundaries)
+        return len(self.boundaries) // self.virtual
 
     @property
     def devices_used(self) -> int:
@@ -86,17 +91,18 @@ class _State:
 
     def stages(self) -> tuple[Stage, ...]:
         firsts = (0, *(last + 1 for last in self.boundaries[:-1]))
-        return tuple(Stage(first, last, RecomputeMode.FULL if flag else RecomputeMode.NONE)
-                     for first, last, flag in zip(firsts, self.boundaries, self.recompute))
+        return tuple(Stage(first, last, self.recompute[chunk % self.num_stages])
+                     for chunk, (first, last) in enumerate(zip(firsts, self.boundaries)))
 
     def plan(self) -> Plan:
         placement = MEGATRON_LAYOUT.placement(self.config, self.num_stages, self.dp,
                                               self.device_order)
-        return Plan(self.config, self.microbatch, self.zero, self.dp, self.stages(), placement)
+        return Plan(self.config, self.microbatch, self.zero, self.dp, self.stages(), placement,
+                    self.virtual)
 
     def key(self) -> tuple:
         """Identifies the plan: unused devices at the end of the order do not matter."""
-        return (self.config, self.microbatch, self.zero, self.dp, self.boundaries,
+        return (self.config, self.microbatch, self.zero, self.dp, self.virtual, self.boundaries,
                 self.recompute, self.device_order[:self.devices_used])
 
 
@@ -114,16 +120,16 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
     chains = int(options.extra.get("chains", DEFAULT_CHAINS))
     if budget < 1 or chains < 1:
         raise BackendOptionError(f"expected budget >= 1 and chains >= 1, got {budget} and {chains}")
-    network = NetworkModel(instance.cluster)
-    walk = _Walk(instance, network, deadline=started + options.time_limit_s)
+    referee = Evaluator(instance)
+    walk = _Walk(referee, deadline=started + options.time_limit_s)
     master = random.Random(options.seed)
     chain_seeds = [master.getrandbits(64) for _ in range(chains)]
     manual = solve_manual(instance, options).plan
     with Progress("mcmc", budget, show_bar=options.progress, logger=logger) as progress:
         for chain, seed in enumerate(chain_seeds):
             rng = random.Random(seed)
-            start = _state_from_plan(manual, network) if chain == 0 and manual else \
-                _random_state(instance, network, rng)
+            start = _state_from_plan(manual, referee.network) if chain == 0 and manual else \
+                _random_state(instance, referee.network, rng)
             steps = budget // chains + (1 if chain < budget % chains else 0)
             walk.run_chain(start, steps, rng, progress)
     stats = walk.stats()
@@ -131,17 +137,17 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
         return empty_result("mcmc", Status.UNKNOWN, started,
                             f"no fitting plan among {stats['proposals']} proposals", stats,
                             space=Space.FULL)
-    return feasible_result("mcmc", instance, walk.best.plan(), network, started,
-                           stats=stats, space=Space.FULL)
+    return feasible_result("mcmc", referee, walk.best.plan(), started, stats=stats,
+                           space=Space.FULL)
 
 
 class _Walk:
-    """The chains' shared evaluator cache and best plan; one Metropolis chain per run_chain."""
+    """The chains' evaluator, scores and best plan; one Metropolis chain per run_chain."""
 
-    def __init__(self, instance: Instance, network: NetworkModel, deadline: float):
-        self.instance, self.deadline = instance, deadline
-        self.pricer = PlanPricer(instance, network)
-        self.cache: dict[tuple, _Scored] = {}
+    def __init__(self, referee: Evaluator, deadline: float):
+        self.referee, self.instance, self.deadline = referee, referee.instance, deadline
+        self.limit = self.instance.cluster.usable_hbm_bytes
+        self.cache: dict[tuple, _Scored | None] = {}
         self.best: _State | None = None
         self.best_ticks: int | None = None
         self.proposals = self.accepted = 0
@@ -151,6 +157,8 @@ class _Walk:
     def run_chain(self, state: _State, steps: int, rng: random.Random,
                   progress: Progress) -> None:
         scored = self.score(state)
+        if scored is None:
+            raise InvalidPlan("mcmc: the evaluator rejects the start state's shape")
         chain_best = scored.objective_ticks if scored.fits else None
         for step in range(steps):
             if time.perf_counter() > self.deadline:
@@ -161,9 +169,9 @@ class _Walk:
                 step / max(1, steps - 1))
             proposal = _propose(self.instance, state, rng)
             self.proposals += 1
-            if proposal is None:
+            candidate = None if proposal is None else self.score(proposal)
+            if candidate is None:  # a void move
                 continue
-            candidate = self.score(proposal)
             if candidate.fits and (chain_best is None or candidate.objective_ticks < chain_best):
                 chain_best = candidate.objective_ticks
             if _accept(scored.energy, candidate.energy, temperature, rng):
@@ -171,20 +179,27 @@ class _Walk:
                 self.accepted += 1
         self.chain_best.append(chain_best)
 
-    def score(self, state: _State) -> _Scored:
+    def score(self, state: _State) -> _Scored | None:
+        """The state's energy by the evaluator; None if the evaluator rejects its shape."""
         key = state.key()
         if key not in self.cache:
             self.cache[key] = self._evaluate(state)
         scored = self.cache[key]
-        if scored.fits and (self.best_ticks is None or scored.objective_ticks < self.best_ticks):
+        if scored is not None and scored.fits and (
+                self.best_ticks is None or scored.objective_ticks < self.best_ticks):
             self.best, self.best_ticks = state, scored.objective_ticks
         return scored
 
-    def _evaluate(self, state: _State) -> _Scored:
-        ticks, overflow = self.pricer.price(state.plan())
-        if overflow <= 0:
+    def _evaluate(self, state: _State) -> _Scored | None:
+        evaluation = self.referee.evaluate(state.plan())
+        ticks = evaluation.objective_ticks
+        if ticks is None:
+            return None
+        if evaluation.feasible:
             return _Scored(float(ticks), ticks, True)
-        return _Scored(ticks * (2 + overflow / self.pricer.limit), ticks, False)
+        overflow = max(stage.memory_bytes - stage.memory_limit_bytes
+                       for stage in evaluation.stages)
+        return _Scored(ticks * (2 + overflow / self.limit), ticks, False)
 
     def stats(self) -> dict:
         return {"proposals": self.proposals, "evaluations": len(self.cache),
@@ -203,7 +218,8 @@ def _accept(energy: float, new_energy: float, temperature: float, rng: random.Ra
 
 
 def _random_state(instance: Instance, network: NetworkModel, rng: random.Random) -> _State:
-    """A random structured start: any choice, depth and d that fit the device count."""
+    """A random structured start (v = 1): any choice, depth and d that fit the device count,
+    every stage in the most memory-saving allowed recompute mode."""
     devices = instance.cluster.num_devices
     choices = [(c, b) for c, b in instance.choices if c.devices <= devices]
     if not choices:
@@ -212,9 +228,14 @@ def _random_state(instance: Instance, network: NetworkModel, rng: random.Random)
     num_stages = rng.randint(1, min(instance.workload.num_layers, devices // config.devices))
     dp = rng.randint(1, devices // (config.devices * num_stages))
     stages = uniform_split(instance.workload.num_layers, num_stages)
-    return _State(config, microbatch, rng.choice(instance.training.zero_stages), dp,
-                  tuple(stage.last_layer for stage in stages),
-                  (_full_allowed(instance),) * num_stages, network.canonical_order())
+    saving = max(instance.training.recompute_modes, key=_SAVING.index)
+    return _State(config, microbatch, rng.choice(instance.training.zero_stages), dp, 1,
+                  tuple(stage.last_layer for stage in stages), (saving,) * num_stages,
+                  network.canonical_order())
+
+
+# recompute modes from the least to the most activation memory saved
+_SAVING = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
 
 
 def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
@@ -228,8 +249,8 @@ def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
     used = [order[position] for position in range(len(order))]
     rest = [device for device in network.canonical_order() if device not in set(used)]
     return _State(plan.config, plan.microbatch, plan.zero, plan.num_replicas,
-                  tuple(stage.last_layer for stage in plan.stages),
-                  tuple(stage.recompute is RecomputeMode.FULL for stage in plan.stages),
+                  plan.virtual_stages, tuple(chunk.last_layer for chunk in plan.stages),
+                  tuple(plan.stage_recompute(stage) for stage in range(plan.num_stages)),
                   tuple(used + rest))
 
 
@@ -246,6 +267,16 @@ def _fit_devices(instance: Instance, state: _State) -> _State | None:
     if most < 1:
         return None
     return replace(state, dp=min(state.dp, most))
+
+
+def _resplit(instance: Instance, state: _State, num_stages: int, virtual: int) -> _State | None:
+    """``state`` with S·v evenly split chunks; stage modes kept (new stages copy the last)."""
+    if num_stages * virtual > instance.workload.num_layers:
+        return None
+    chunks = uniform_split(instance.workload.num_layers, num_stages, virtual)
+    modes = (state.recompute + (state.recompute[-1],) * num_stages)[:num_stages]
+    return _fit_devices(instance, replace(state, virtual=virtual, recompute=modes,
+                                          boundaries=tuple(c.last_layer for c in chunks)))
 
 
 def _move_choice(instance: Instance, state: _State, rng: random.Random) -> _State | None:
@@ -273,8 +304,13 @@ def _move_dp(instance: Instance, state: _State, rng: random.Random) -> _State | 
 
 
 def _move_stages(instance: Instance, state: _State, rng: random.Random) -> _State | None:
-    """Split a stage of two or more layers at a random cut, or merge two neighbours."""
-    bounds, flags = list(state.boundaries), list(state.recompute)
+    """v = 1: split a stage of two or more layers at a random cut, or merge two neighbours
+    (the merged stage recomputes in the more saving of their modes).  v > 1: one stage more
+    or fewer, the chunks split evenly again."""
+    if state.virtual > 1:
+        num_stages = state.num_stages + rng.choice((-1, 1))
+        return _resplit(instance, state, num_stages, state.virtual) if num_stages >= 2 else None
+    bounds, modes = list(state.boundaries), list(state.recompute)
     firsts = [0, *(last + 1 for last in bounds[:-1])]
     if rng.random() < 0.5:
         splittable = [s for s in range(len(bounds)) if bounds[s] > firsts[s]]
@@ -282,42 +318,47 @@ def _move_stages(instance: Instance, state: _State, rng: random.Random) -> _Stat
             return None
         stage = rng.choice(splittable)
         bounds.insert(stage, rng.randint(firsts[stage], bounds[stage] - 1))
-        flags.insert(stage, flags[stage])
+        modes.insert(stage, modes[stage])
     else:
         if len(bounds) < 2:
             return None
         stage = rng.randrange(len(bounds) - 1)
         del bounds[stage]
-        flags[stage + 1] = flags[stage] or flags[stage + 1]
-        del flags[stage]
-    return _fit_devices(instance, replace(state, boundaries=tuple(bounds), recompute=tuple(flags)))
+        modes[stage + 1] = max(modes[stage], modes[stage + 1], key=_SAVING.index)
+        del modes[stage]
+    return _fit_devices(instance, replace(state, boundaries=tuple(bounds), recompute=tuple(modes)))
 
 
 def _move_boundary(instance: Instance, state: _State, rng: random.Random) -> _State | None:
-    """Shift the end of one stage (not the last) by one layer, keeping every stage non-empty."""
-    if state.num_stages < 2:
+    """Shift the end of one chunk (not the last) by one layer, keeping every chunk non-empty."""
+    if len(state.boundaries) < 2:
         return None
-    stage = rng.randrange(state.num_stages - 1)
-    first = state.boundaries[stage - 1] + 1 if stage > 0 else 0
-    shifted = state.boundaries[stage] + rng.choice((-1, 1))
-    if not first <= shifted < state.boundaries[stage + 1]:
+    chunk = rng.randrange(len(state.boundaries) - 1)
+    first = state.boundaries[chunk - 1] + 1 if chunk > 0 else 0
+    shifted = state.boundaries[chunk] + rng.choice((-1, 1))
+    if not first <= shifted < state.boundaries[chunk + 1]:
         return None
     bounds = list(state.boundaries)
-    bounds[stage] = shifted
+    bounds[chunk] = shifted
     return replace(state, boundaries=tuple(bounds))
 
 
-def _full_allowed(instance: Instance) -> bool:
-    return RecomputeMode.FULL in instance.training.recompute_modes
+def _move_virtual(instance: Instance, state: _State, rng: random.Random) -> _State | None:
+    """Another allowed number of virtual stages (S >= 2 for v > 1), chunks split evenly."""
+    others = [v for v in instance.training.virtual_stages
+              if v != state.virtual and (v == 1 or state.num_stages >= 2)]
+    return _resplit(instance, state, state.num_stages, rng.choice(others)) if others else None
 
 
 def _move_recompute(instance: Instance, state: _State, rng: random.Random) -> _State | None:
-    if not _full_allowed(instance):
-        return None
+    """Another allowed recompute mode for one stage (all its chunks)."""
     stage = rng.randrange(state.num_stages)
-    flags = list(state.recompute)
-    flags[stage] = not flags[stage]
-    return replace(state, recompute=tuple(flags))
+    others = [m for m in instance.training.recompute_modes if m is not state.recompute[stage]]
+    if not others:
+        return None
+    modes = list(state.recompute)
+    modes[stage] = rng.choice(others)
+    return replace(state, recompute=tuple(modes))
 
 
 def _move_placement(instance: Instance, state: _State, rng: random.Random) -> _State | None:
@@ -335,4 +376,4 @@ def _move_placement(instance: Instance, state: _State, rng: random.Random) -> _S
 
 _MOVES = {"choice": _move_choice, "microbatch": _move_microbatch, "zero": _move_zero,
           "dp": _move_dp, "stages": _move_stages, "boundary": _move_boundary,
-          "recompute": _move_recompute, "placement": _move_placement}
+          "virtual": _move_virtual, "recompute": _move_recompute, "placement": _move_placement}

@@ -30,6 +30,7 @@ import time
 
 from nest_cp.baselines._common import empty_result, feasible_result
 from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.evaluate import Evaluator
 from nest_cp.model import HierarchicalNetwork, Instance, Tier
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT
@@ -41,7 +42,8 @@ logger = logging.getLogger(__name__)
 def solve_phaze(instance: Instance, options: SolveOptions) -> SolveResult:
     """Network-blind DP plan, re-evaluated on the real network (module docstring)."""
     started = time.perf_counter()
-    network = NetworkModel(instance.cluster)
+    referee = Evaluator(instance)
+    network = referee.network
     flat = flat_instance(instance, network, options.extra)
     blind = dp_solve(flat, options)
     if blind.plan is None:
@@ -52,7 +54,7 @@ def solve_phaze(instance: Instance, options: SolveOptions) -> SolveResult:
     plan = plan.with_placement(MEGATRON_LAYOUT.placement(
         plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
     logger.debug("phaze: flat objective %s ticks", blind.objective_ticks)
-    return feasible_result("phaze", instance, plan, network, started, stats={
+    return feasible_result("phaze", referee, plan, started, stats={
         "flat_objective_ticks": blind.objective_ticks,
         "flat_bandwidth_Bps": flat.cluster.network.tiers[0].bandwidth_Bps,
         "flat_latency_s": flat.cluster.network.tiers[0].latency_s,
