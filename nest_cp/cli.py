@@ -16,7 +16,7 @@ import click
 from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, solve
 from nest_cp.compare import compare_command
-from nest_cp.errors import BackendOptionError, PlanFormatError
+from nest_cp.errors import BackendOptionError, InstanceFormatError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
 from nest_cp.exits import ExitCode, GuardedGroup
 from nest_cp.model import Instance, IntraConfig
@@ -72,25 +72,49 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 @instance.command("new")
-@click.option("--model", required=True, help="Preset model (see `instance list`).")
+@click.option("--model", default=None, help="Preset model (see `instance list`).")
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="A Hugging Face config.json to profile instead of a preset model.")
 @click.option("--devices", required=True, type=click.IntRange(min=1), help="Device count N.")
 @click.option("--network", required=True, help="Preset network (see `instance list`).")
-@click.option("--device", default=None, help="Preset device; default: the network's.")
+@click.option("--device", default=None,
+              help="Preset device or device file (.json); default: the network's.")
 @click.option("--global-batch", default=4096, show_default=True, type=click.IntRange(min=1))
 @click.option("--seq-len", default=None, type=click.IntRange(min=1),
               help="Sequence length; default: the model's.")
 @click.option("--microbatches", default="1", show_default=True, callback=_int_list,
               help="Allowed microbatch sizes, e.g. 1,2,4.")
+@click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
+              show_default=True, help="Attention kernel the profile assumes.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+              help="Megatron sequence parallelism with tensor parallelism.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
-def instance_new(model: str, devices: int, network: str, device: str | None, global_batch: int,
-                 seq_len: int | None, microbatches: tuple[int, ...], output: str) -> None:
-    """Write an instance built from presets with the analytic profiler."""
+def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
+                 device: str | None, global_batch: int, seq_len: int | None,
+                 microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
+                 output: str) -> None:
+    """Write an instance built with the analytic profiler from a preset or an HF config."""
     from nest_cp import presets
+    from nest_cp.hfconfig import spec_from_hf_config
+    from nest_cp.profiler import AttentionKind, ProfileOptions
 
-    built = presets.build_instance(model=model, devices=devices, network=network, device=device,
-                                   global_batch=global_batch, seq_len=seq_len,
-                                   microbatches=microbatches)
+    if (model is None) == (hf_config is None):
+        raise click.UsageError("expected exactly one of --model and --hf-config")
+    chosen: object = model
+    if hf_config is not None:
+        try:
+            chosen = spec_from_hf_config(io.read_document(hf_config),
+                                         name=FsPath(hf_config).stem)
+        except InstanceFormatError as exc:
+            if exc.file is not None:
+                raise
+            raise InstanceFormatError(exc.detail, file=hf_config, field=exc.field) from None
+    options = ProfileOptions(attention=AttentionKind(attention),
+                             sequence_parallel=sequence_parallel)
+    built = presets.build_instance(model=chosen, devices=devices, network=network,
+                                   device=device, global_batch=global_batch, seq_len=seq_len,
+                                   microbatches=microbatches, options=options)
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
                f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
