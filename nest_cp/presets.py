@@ -261,6 +261,18 @@ NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
         default_device="h100-sxm",
         tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("leaf", 32, 50e9, 2e-6),
                TierSpec("spine", None, 50e9, 3e-6))),
+    # Meta's Llama 3 training cluster (Dubey et al. 2024, arXiv 2407.21783, §3.3.1): H100 SXM
+    # servers of 8 GPUs on NVLink (450 GB/s per direction, as the SuperPOD), one 400 Gb/s
+    # RoCE NIC per GPU (50e9 B/s), a three-layer Clos: 16 GPUs (2 servers) per rack switch,
+    # 192 racks (3,072 GPUs) per pod at full bisection, pods joined by an aggregation layer
+    # oversubscribed 1:7 (50e9 / 7 B/s per GPU). Latencies 1 / 2 / 3 / 5 us: assumptions.
+    "meta-h100-roce": NetworkPreset(
+        name="meta-h100-roce",
+        description="Llama 3's RoCE cluster: NVLink 8 GPUs at 450 GB/s, 400 Gb/s per GPU to "
+                    "racks of 16 and pods of 3,072 at full bisection, 1:7 above the pod",
+        default_device="h100-sxm",
+        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("rack", 2, 50e9, 2e-6),
+               TierSpec("pod", 192, 50e9, 3e-6), TierSpec("aggregation", None, 50e9 / 7, 5e-6))),
 })
 
 # ------------------------------------------------------------------ builders

@@ -1,0 +1,205 @@
+"""nest-cp's predictions against published measured training runs, from stored inputs only.
+
+Usage (from the repository root)::
+
+    .venv/bin/python reports/fidelity/generate.py [--no-calibrated]
+
+Reads ``reports/fidelity/inputs.json`` (every row of ``../shared/fidelity/README.md`` with the
+assumptions where the sources are silent) and writes ``reports/fidelity/fidelity.csv`` and
+``reports/fidelity/README.md``: per row the predicted iteration time, TF/s per GPU and MFU
+against the measurement, the error, the predicted first-stage memory against Megatron-LM's
+theoretical formula, and the summary (mean and max absolute error, Spearman rank correlation
+of predicted and measured TF/s). Predictions use the uncalibrated ``h100-sxm`` preset (its
+kernel efficiencies come from datasheets and kernel microbenchmarks, never from these rows).
+The optional second column fits the efficiencies on half the rows (``nest-cp calibrate``'s
+least squares) and predicts the other half.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from nest_cp import megatron
+from nest_cp.calibrate import Measurement, calibrate
+from nest_cp.hfconfig import spec_from_description
+from nest_cp.presets import DEVICES, MEGATRON_ADAM
+from nest_cp.profiler import AttentionKind
+from nest_cp.runs import Prediction, RecomputeMode, Run, predict
+
+HERE = Path(__file__).parent
+DEVICE = "h100-sxm"
+
+
+@dataclass(frozen=True)
+class Row:
+    run: Run
+    source: str
+    measured_tflops: float
+    measured_mfu: float
+
+
+def load_rows(path: Path) -> tuple[dict, list[Row]]:
+    doc = json.loads(path.read_text())
+    rows = []
+    for raw in doc["rows"]:
+        run = Run(name=raw["name"], model=spec_from_description(raw["model"], prefix="model"),
+                  network=raw["network"], devices=raw["devices"], tp=raw["tp"], pp=raw["pp"],
+                  dp=raw["dp"], ep=raw["ep"], vp=raw["vp"], microbatch=raw["mbs"],
+                  global_batch=raw["global_batch"], seq_len=raw["seq_len"],
+                  recompute=RecomputeMode(raw["recompute"]), zero=raw["zero"],
+                  attention=AttentionKind(raw["attention"]),
+                  sequence_parallel=raw["sequence_parallel"],
+                  overlap_grad_reduce=raw["overlap_grad_reduce"])
+        rows.append(Row(run, raw["source"], raw["measured_tflops_per_gpu"], raw["measured_mfu"]))
+    return doc, rows
+
+
+def megatron_memory(run: Run) -> float:
+    """Megatron's theoretical first-stage memory for the run (distributed optimizer)."""
+    spec = run.model
+    return megatron.memory_bytes(megatron.MegatronRun(
+        layers=spec.num_layers, hidden=spec.hidden, heads=spec.num_heads,
+        ffn_hidden=spec.ffn_hidden, vocab=spec.vocab_shard(run.tp) * run.tp, seq=run.seq_len,
+        microbatch=run.microbatch, tp=run.tp, pp=run.pp, dp=run.dp,
+        num_microbatches=run.global_batch // (run.microbatch * run.dp), vp=run.vp,
+        sequence_parallel=run.sequence_parallel, recompute=megatron.Recompute.SELECTIVE,
+        distributed_optimizer=True, untied=not spec.tied_embeddings,
+        kv_heads=spec.kv_heads, gated=spec.gated_mlp))
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    def ranks(values):
+        order = np.argsort(values, kind="stable")
+        result = np.empty(len(values))
+        result[order] = np.arange(len(values), dtype=float)
+        for value in set(values):  # average ties
+            tied = [i for i, v in enumerate(values) if v == value]
+            result[tied] = float(np.mean(result[tied]))
+        return result
+    rx, ry = ranks(x), ranks(y)
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _measurement(row: Row) -> Measurement:
+    return Measurement(run=row.run, measured_iteration_s=None,
+                       measured_tflops_per_gpu=row.measured_tflops, row=0, device=DEVICE)
+
+
+def calibrated_on_half(rows: list[Row]) -> dict[str, float]:
+    """Fit on the even-indexed rows, predict the odd ones (and the other way round)."""
+    base = DEVICES[DEVICE]
+    predicted: dict[str, float] = {}
+    for train, test in ((rows[0::2], rows[1::2]), (rows[1::2], rows[0::2])):
+        device = calibrate([_measurement(r) for r in train], base, MEGATRON_ADAM).device
+        for row in test:
+            predicted[row.run.name] = predict(row.run, device, MEGATRON_ADAM).tflops_per_gpu
+    return predicted
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-calibrated", action="store_true",
+                        help="skip the calibrated-on-half column")
+    args = parser.parse_args()
+    doc, rows = load_rows(HERE / "inputs.json")
+    device = DEVICES[DEVICE]
+    results: list[tuple[Row, Prediction, float, float]] = []
+    for row in rows:
+        prediction = predict(row.run, device, MEGATRON_ADAM)
+        memory_run = replace(row.run, zero=1)  # the formula's convention
+        ours = predict(memory_run, device, MEGATRON_ADAM).first_stage_memory_bytes
+        results.append((row, prediction, float(ours), megatron_memory(row.run)))
+    half = {} if args.no_calibrated else calibrated_on_half(rows)
+    write_csv(results, half)
+    write_readme(doc, results, half)
+
+
+def _errors(results) -> list[float]:
+    return [p.tflops_per_gpu / r.measured_tflops - 1 for r, p, _, _ in results]
+
+
+def write_csv(results, half: dict[str, float]) -> None:
+    with (HERE / "fidelity.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["row", "gpus", "tp", "pp", "dp", "measured_tflops_per_gpu",
+                         "predicted_tflops_per_gpu", "error", "measured_mfu", "predicted_mfu",
+                         "predicted_iteration_s", "measured_iteration_s",
+                         "calibrated_half_tflops_per_gpu", "predicted_memory_gib",
+                         "megatron_formula_memory_gib", "memory_error"])
+        for row, p, ours, formula in results:
+            measured_s = p.model_flops_per_iteration / (row.measured_tflops * 1e12
+                                                        * row.run.devices_used)
+            writer.writerow([row.run.name, row.run.devices_used, row.run.tp, row.run.pp,
+                             row.run.dp, row.measured_tflops, f"{p.tflops_per_gpu:.1f}",
+                             f"{p.tflops_per_gpu / row.measured_tflops - 1:.4f}",
+                             row.measured_mfu, f"{p.mfu:.3f}", f"{p.iteration_s:.3f}",
+                             f"{measured_s:.3f}",
+                             f"{half[row.run.name]:.1f}" if row.run.name in half else "",
+                             _gib(ours), _gib(formula), f"{ours / formula - 1:.4f}"])
+
+
+def write_readme(doc: dict, results, half: dict[str, float]) -> None:
+    errors = _errors(results)
+    rho = spearman([p.tflops_per_gpu for _, p, _, _ in results],
+                   [r.measured_tflops for r, _, _, _ in results])
+    memory_errors = [ours / formula - 1 for _, _, ours, formula in results]
+    lines = ["# Fidelity: predictions against measured training runs", "",
+             "Generated by `reports/fidelity/generate.py` from `inputs.json`; do not edit. "
+             "Device: the uncalibrated `h100-sxm` preset (kernel figures from datasheets and "
+             "kernel microbenchmarks, `docs/device-model.md`); optimizer Megatron-LM's 18 B per "
+             "parameter; the plan of each row as its source ran it (assumptions below).", "",
+             "## Summary", "",
+             f"- TF/s per GPU: mean absolute error {100 * np.mean(np.abs(errors)):.1f}%, "
+             f"max {100 * max(abs(e) for e in errors):.1f}%; {sum(abs(e) <= 0.10 for e in errors)}"
+             f" of {len(errors)} rows within 10% (goal: all).",
+             f"- Trend: Spearman rank correlation of predicted and measured TF/s {rho:.2f} "
+             "(goal >= 0.7).",
+             f"- Memory: first-stage memory within {100 * max(abs(e) for e in memory_errors):.1f}%"
+             f" of Megatron's theoretical formula on every row (goal 5%).", ""]
+    if half:
+        half_errors = [half[r.run.name] / r.measured_tflops - 1 for r, _, _, _ in results]
+        lines.insert(-1, f"- Calibrated on half the rows, tested on the other half: mean "
+                         f"absolute error {100 * np.mean(np.abs(half_errors)):.1f}%, max "
+                         f"{100 * max(abs(e) for e in half_errors):.1f}%.")
+    lines += ["## Rows", "",
+              "| row | GPUs | TP/PP/DP | measured TF/s | predicted TF/s | error | measured MFU "
+              "| predicted MFU | iteration s | calibrated-on-half TF/s | memory GiB (ours / "
+              "Megatron) | memory error |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row, p, ours, formula in results:
+        run = row.run
+        cal = f"{half[run.name]:.1f}" if run.name in half else "—"
+        lines.append(f"| {run.name} | {run.devices_used} | {run.tp}/{run.pp}/{run.dp} | "
+                     f"{row.measured_tflops:.1f} | {p.tflops_per_gpu:.1f} | "
+                     f"{100 * (p.tflops_per_gpu / row.measured_tflops - 1):+.1f}% | "
+                     f"{100 * row.measured_mfu:.0f}% | {100 * p.mfu:.1f}% | {p.iteration_s:.2f} | "
+                     f"{cal} | {_gib(ours)} / {_gib(formula)} | "
+                     f"{100 * (ours / formula - 1):+.1f}% |")
+    lines += ["", "## Sources", ""]
+    lines += [f"- `{key}`: {text}" for key, text in doc["sources"].items()]
+    lines += ["", "## Assumptions where the sources are silent", ""]
+    lines += [f"- {text}" for text in doc["assumptions"]]
+    lines += ["", "## What explains the rest", "", *EXPLANATION, ""]
+    (HERE / "README.md").write_text("\n".join(lines))
+    print("\n".join(lines[:12]))
+
+
+EXPLANATION = [
+    "(Written by hand from the table above; see the issue's report for the full discussion.)",
+]
+
+
+if __name__ == "__main__":
+    main()
+
