@@ -265,3 +265,12 @@ def test_instance_new_from_hf_config(tmp_path):
     optimizer = instance.training.optimizer
     assert (optimizer.weight_bytes, optimizer.grad_bytes, optimizer.state_bytes) == (2, 4, 12)
     assert instance.workload.num_layers == 82
+
+
+def test_every_instance_file_still_loads():
+    """Old instance files (the small set and the NEST grid) load under the v2 profiler."""
+    files = [path for path in (ROOT / "instances").glob("*/*.json")
+             if not path.name.endswith(".ref.json") and path.parent.name != "models"]
+    assert len(files) >= 80
+    for path in files:
+        assert load_instance(path).workload.num_layers >= 1
