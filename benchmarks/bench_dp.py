@@ -106,7 +106,7 @@ def _degrees(plan) -> dict | None:
         return None
     return {"p": plan.num_stages, "d": plan.num_replicas, "t": plan.config.tp, "e": plan.config.ep,
             "b": plan.microbatch, "zero": plan.zero,
-            "recompute_stages": sum(stage.recompute for stage in plan.stages)}
+            "recompute_stages": sum(stage.recompute.value != "none" for stage in plan.stages)}
 
 
 # ------------------------------------------------------------------ DP vs manual

@@ -51,6 +51,13 @@ the largest allowed one is searched (and z = 3 only where it differs, d·e > 1).
 Layouts whose order without radix-1 dimensions coincides give equal placements:
 only the first is searched.
 
+Scope (not yet DESIGN §3.2, issue 13).  Plans with v = 1 and recompute none or full,
+priced as DESIGN §3: collectives on the span of the replica's t·e group (not each TP /
+EP group, §3.2 f), full recomputation without its rerun forward collectives (§3.2 a),
+memory without ZeRO-3 gather buffers (§3.2 d).  Where these differ (t·e > 1, z = 3)
+the evaluator, the referee, prices the DP's plan differently; the backend registry
+refuses instances allowing selective recomputation, v > 1 or overlapped reduction.
+
 Ties (a deterministic rule).  Least objective; then the least outer key
 (index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
 outer choice the Pareto point with the least τ; within a split the shortest
@@ -78,7 +85,7 @@ from nest_cp.dp.geometry import (
 )
 from nest_cp.dp.kernel import INF, backtrack, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
 from nest_cp.result import SolveResult, Space, Status
@@ -360,7 +367,8 @@ class _Search:
     def _accept(self, table: LayerTable, split: list[tuple[int, int]], fits: _MemoryFit,
                 objective: int, key: tuple[int, ...], layout: RankLayout) -> None:
         num_stages, dp = len(split), fits.dp
-        stages = tuple(Stage(first, last, bool(~fits.plain[stage, first - stage, last - stage]))
+        stages = tuple(Stage(first, last, RecomputeMode.NONE if fits.plain[
+            stage, first - stage, last - stage] else RecomputeMode.FULL)
                        for stage, (first, last) in enumerate(split))
         placement = layout.placement(table.config, num_stages, dp, self.device_order.tolist())
         self.best.objective, self.best.key = objective, key
@@ -507,7 +515,7 @@ class _MemoryFit:
         ordered = np.triu(np.ones((width, width), dtype=bool))
         self.fwd = windows(table.fwd_range, num_stages)
         self.plain = ordered & (plain <= search.limit)
-        allow = search.instance.training.allow_recompute
+        allow = RecomputeMode.FULL in search.instance.training.recompute_modes
         self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
         self._memory = (ordered, plain, with_recompute if allow else plain)
 

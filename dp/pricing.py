@@ -121,7 +121,9 @@ class LayerTable:
         """Intra-layer collective ticks of every layer range on a replica group's bottleneck."""
         if path not in self._collectives:
             tick_s = self.instance.training.tick_s
-            per_layer = np.array([cost.layer_collective_ticks(p, self.config, path, tick_s)
+            # DESIGN §3's replica span, not yet §3.2 f's per-group pricing (issue 13)
+            paths = cost.GroupPaths.replica_span(path)
+            per_layer = np.array([cost.layer_collective_ticks(p, self.config, paths, tick_s)
                                   for p in self.profiles], dtype=np.int64)
             self._collectives[path] = range_sums(per_layer)
         return self._collectives[path]

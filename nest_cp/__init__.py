@@ -7,7 +7,7 @@ from nest_cp.errors import (
     NestCpError,
     PlanFormatError,
 )
-from nest_cp.evaluate import Evaluation, StageReport, evaluate
+from nest_cp.evaluate import ChunkReport, Evaluation, StageReport, evaluate
 from nest_cp.io import (
     instance_from_dict,
     instance_to_dict,
@@ -32,6 +32,7 @@ from nest_cp.model import (
     Link,
     Optimizer,
     Phase,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -43,12 +44,12 @@ from nest_cp.result import SolveResult, Space, Status
 __version__ = "0.1.0"
 
 __all__ = [
-    "MEGATRON_LAYOUT", "NEST_LAYOUT", "Cluster", "Collective", "CollectiveGroup",
+    "MEGATRON_LAYOUT", "NEST_LAYOUT", "ChunkReport", "Cluster", "Collective", "CollectiveGroup",
     "CollectiveKind", "Dim", "Evaluation", "GraphNetwork", "HierarchicalNetwork",
     "InfeasibleInstance", "Instance", "InstanceFormatError", "IntraConfig", "InvalidPlan",
     "Layer", "LayerProfile", "Link", "NestCpError", "NetworkModel", "Optimizer", "Path",
-    "Phase", "Plan", "PlanFormatError", "RankLayout", "SolveResult", "Space", "Stage",
-    "StageReport", "Status", "Tier", "TrainingSetup", "Workload", "all_layouts", "evaluate",
-    "instance_from_dict", "instance_to_dict", "load_instance", "load_plan", "plan_from_dict",
-    "plan_to_dict", "save_instance", "save_plan", "to_ticks",
+    "Phase", "Plan", "PlanFormatError", "RankLayout", "RecomputeMode", "SolveResult", "Space",
+    "Stage", "StageReport", "Status", "Tier", "TrainingSetup", "Workload", "all_layouts",
+    "evaluate", "instance_from_dict", "instance_to_dict", "load_instance", "load_plan",
+    "plan_from_dict", "plan_to_dict", "save_instance", "save_plan", "to_ticks",
 ]

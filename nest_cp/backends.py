@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from nest_cp.errors import InvalidPlan
+from nest_cp.errors import BackendOptionError, InvalidPlan
 from nest_cp.evaluate import evaluate
-from nest_cp.model import Instance
+from nest_cp.model import Instance, RecomputeMode
 from nest_cp.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -30,6 +30,12 @@ BACKENDS: dict[str, str] = {
 }
 
 
+# Backends that search DESIGN §3's choices only (v = 1, recompute none or full, no
+# overlapped gradient reduction) until they move to §3.2 (issue 13): on an instance that
+# allows more they would call a v1 optimum OPTIMAL, so they refuse it.
+V1_ONLY_BACKENDS = ("dp", "cpsat", "milp")
+
+
 def backend_function(name: str) -> Callable[[Instance, SolveOptions], SolveResult]:
     if name not in BACKENDS:
         raise ValueError(f"expected a backend among {', '.join(BACKENDS)}, got {name!r}")
@@ -40,9 +46,29 @@ def backend_function(name: str) -> Callable[[Instance, SolveOptions], SolveResul
 def solve(instance: Instance, backend: str, options: SolveOptions | None = None) -> SolveResult:
     """Run ``backend`` on ``instance`` and certify its plan with the evaluator."""
     options = options or SolveOptions()
+    if backend in V1_ONLY_BACKENDS:
+        _require_v1_choices(instance, backend)
     result = backend_function(backend)(instance, options)
     check_result(instance, result)
     return result
+
+
+def _require_v1_choices(instance: Instance, backend: str) -> None:
+    """BackendOptionError naming the DESIGN §3.2 choices ``backend`` cannot search yet."""
+    training = instance.training
+    beyond = []
+    if set(training.recompute_modes) != {RecomputeMode.NONE, RecomputeMode.FULL} and \
+            set(training.recompute_modes) != {RecomputeMode.NONE}:
+        beyond.append("recompute " + "/".join(m.value for m in training.recompute_modes))
+    if training.virtual_stages != (1,):
+        beyond.append(f"virtual_stages {list(training.virtual_stages)}")
+    if training.overlap_grad_reduce:
+        beyond.append("overlap_grad_reduce")
+    if beyond:
+        raise BackendOptionError(
+            f"expected an instance with recompute none/full, virtual_stages [1] and no "
+            f"overlap_grad_reduce for --backend {backend} (it does not search DESIGN §3.2's "
+            f"choices yet), got {', '.join(beyond)}; use --backend brute or a baseline")
 
 
 def check_result(instance: Instance, result: SolveResult) -> None:

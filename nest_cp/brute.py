@@ -1,9 +1,11 @@
 """Brute force: evaluate every plan of a tiny instance with the plan evaluator (the test oracle).
 
 No DP, no pruning, no cost reasoning of its own: every (configuration, microbatch,
-S, d, ZeRO stage) of the space, every contiguous split into S stages, every
-recomputation flag vector (only when allowed) and every placement is built as a
-:class:`~nest_cp.plan.Plan` and scored by :func:`nest_cp.evaluate.evaluate`.
+S, d, ZeRO stage, virtual stages v) of the space, every contiguous split into S·v
+chunks, every vector of allowed recompute modes (one per stage) and every placement
+is built as a :class:`~nest_cp.plan.Plan` and scored by
+:func:`nest_cp.evaluate.evaluate`.  Interleavings the evaluator rejects outright
+(v > 1 with S < 2 or m not a multiple of S, DESIGN §3.2 b) are skipped.
 
 Placements: ``Space.STRUCTURED`` uses the placements of ``all_layouts()`` on the
 canonical device order (identical placements are evaluated once — an exact
@@ -21,6 +23,7 @@ import math
 import time
 from collections.abc import Iterator
 
+from nest_cp import cost
 from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
 from nest_cp.model import Instance, IntraConfig
@@ -84,19 +87,26 @@ def _check_size(instance: Instance, limit: int) -> None:
 
 
 def _plans(instance: Instance, network: NetworkModel, space: Space) -> Iterator[Plan]:
-    """Every plan of the space: shape, ZeRO stage, split, recompute flags, then placement."""
+    """Every plan of the space: shape, ZeRO stage, v, split, recompute modes, placement."""
+    training = instance.training
     layers = instance.workload.num_layers
-    flags = (False, True) if instance.training.allow_recompute else (False,)
     for config, microbatch, num_stages, dp in _shapes(instance):
         placements = list(_placements(network, config, num_stages, dp, space))
-        for zero in sorted(set(instance.training.zero_stages)):
-            for cuts in itertools.combinations(range(1, layers), num_stages - 1):
-                bounds = list(zip((0, *cuts), (*cuts, layers)))
-                for recompute in itertools.product(flags, repeat=num_stages):
-                    stages = tuple(Stage(first, end - 1, flag)
-                                   for (first, end), flag in zip(bounds, recompute))
-                    for placement in placements:
-                        yield Plan(config, microbatch, zero, dp, stages, placement)
+        microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dp)
+        for zero in sorted(set(training.zero_stages)):
+            for virtual in sorted(set(training.virtual_stages)):
+                chunks = num_stages * virtual
+                if chunks > layers or (virtual > 1 and (
+                        num_stages < 2 or microbatches % num_stages)):
+                    continue
+                for cuts in itertools.combinations(range(1, layers), chunks - 1):
+                    bounds = list(zip((0, *cuts), (*cuts, layers)))
+                    for modes in itertools.product(training.recompute_modes, repeat=num_stages):
+                        stages = tuple(Stage(first, end - 1, modes[chunk % num_stages])
+                                       for chunk, (first, end) in enumerate(bounds))
+                        for placement in placements:
+                            yield Plan(config, microbatch, zero, dp, stages, placement,
+                                       virtual)
 
 
 def _placements(network: NetworkModel, config: IntraConfig, num_stages: int, dp: int,

@@ -88,15 +88,29 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               show_default=True, help="Attention kernel the profile assumes.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
               help="Megatron sequence parallelism with tensor parallelism.")
+@click.option("--recompute-modes", default="none,full", show_default=True,
+              help="Allowed recomputation modes (none, selective, full).")
+@click.option("--virtual-stages", default="1", show_default=True, callback=_int_list,
+              help="Allowed virtual-stage counts v of interleaved 1F1B, e.g. 1,2,4.")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False,
+              show_default=True, help="Gradient reduction overlaps the backward pass.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
                  device: str | None, global_batch: int, seq_len: int | None,
                  microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
-                 output: str) -> None:
-    """Write an instance built with the analytic profiler from a preset or an HF config."""
+                 recompute_modes: str, virtual_stages: tuple[int, ...],
+                 overlap_grad_reduce: bool, output: str) -> None:
+    """Write an instance built with the analytic profiler from a preset or an HF config.
+
+    The DP and exact backends search only the defaults of --recompute-modes,
+    --virtual-stages and --overlap-grad-reduce; `evaluate` and `brute` take any.
+    """
+    from dataclasses import replace
+
     from nest_cp import presets
     from nest_cp.hfconfig import spec_from_hf_config
+    from nest_cp.model import RecomputeMode
     from nest_cp.profiler import AttentionKind, ProfileOptions
 
     if (model is None) == (hf_config is None):
@@ -112,9 +126,18 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
             raise InstanceFormatError(exc.detail, file=hf_config, field=exc.field) from None
     options = ProfileOptions(attention=AttentionKind(attention),
                              sequence_parallel=sequence_parallel)
+    try:
+        modes = tuple(RecomputeMode(part.strip()) for part in recompute_modes.split(",")
+                      if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected modes among none, selective, full, got "
+                                 f"{recompute_modes!r}", param_hint="--recompute-modes") from None
     built = presets.build_instance(model=chosen, devices=devices, network=network,
                                    device=device, global_batch=global_batch, seq_len=seq_len,
-                                   microbatches=microbatches, options=options)
+                                   microbatches=microbatches, options=options,
+                                   recompute_modes=modes)
+    built = replace(built, training=replace(built.training, virtual_stages=virtual_stages,
+                                            overlap_grad_reduce=overlap_grad_reduce))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
                f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
@@ -146,7 +169,9 @@ def _instance_summary(inst: Instance) -> str:
     opt = training.optimizer
     lines.append(f"training   batch {training.global_batch}, seq {training.seq_len}, microbatches "
                  f"{list(training.microbatches)}, ZeRO {list(training.zero_stages)}, recompute "
-                 f"{'allowed' if training.allow_recompute else 'off'}, optimizer "
+                 f"{'/'.join(m.value for m in training.recompute_modes)}, virtual stages "
+                 f"{list(training.virtual_stages)}, overlap grad reduce "
+                 f"{'on' if training.overlap_grad_reduce else 'off'}, optimizer "
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
     return "\n".join(lines)
@@ -162,31 +187,36 @@ def _instance_summary(inst: Instance) -> str:
 @click.option("--dp", "dp_degree", type=click.IntRange(min=1), help="Without PLAN: replicas d.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--microbatch", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "all", "all-but-last"]), default="none",
+@click.option("--microbatch", "--mbs", "microbatch", type=click.IntRange(min=1), default=1,
               show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
+@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Without PLAN: virtual stages v (interleaved 1F1B; S*v chunks).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
+              default="none", show_default=True,
+              help="Without PLAN: every stage's mode, or full on all stages but the last.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
                      dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
-                     recompute: str, as_json: bool) -> None:
+                     vp: int, recompute: str, as_json: bool) -> None:
     """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
 
     Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
     instance at all (unknown configuration, bad split or placement).
     """
-    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "recompute")
+    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute")
     if plan_path is not None:
         _reject_options(degree_options, "with a PLAN file")
     inst = io.load_instance(instance_path)
     if plan_path is not None:
         plan = io.load_plan(plan_path)
     elif pp is not None and dp_degree is not None:
-        if pp > inst.workload.num_layers:
-            raise click.BadParameter(f"expected --pp <= {inst.workload.num_layers} layers, "
-                                     f"got {pp}", param_hint="--pp")
+        if pp * vp > inst.workload.num_layers:
+            raise click.BadParameter(f"expected --pp x --vp <= {inst.workload.num_layers} "
+                                     f"layers, got {pp} x {vp}", param_hint="--pp")
         plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
-                    uniform_stages(inst.workload.num_layers, pp, recompute))
+                    uniform_stages(inst.workload.num_layers, pp, recompute, vp),
+                    virtual_stages=vp)
     else:
         raise click.UsageError("expected a PLAN file or both --pp and --dp")
     evaluation = evaluate(inst, plan)
@@ -197,10 +227,14 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
         raise PlanFormatError(f"expected a plan that fits the instance: "
                               f"{evaluation.violations[0]}", file=plan_path,
                               field=evaluation.malformed_fields[0])
+    peak = inst.cluster.peak_flops_per_s
     if as_json:
-        click.echo(json.dumps(evaluation.as_dict(), indent=1))
+        data = evaluation.as_dict()
+        data["tflops_per_gpu"] = (None if evaluation.mfu is None or peak is None
+                                  else evaluation.mfu * peak / 1e12)
+        click.echo(json.dumps(data, indent=1))
     else:
-        click.echo(_evaluation_table(evaluation))
+        click.echo(_evaluation_table(evaluation, peak))
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
@@ -213,28 +247,34 @@ def _reject_options(names: tuple[str, ...], context: str) -> None:
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
-def _evaluation_table(evaluation: Evaluation) -> str:
+def _evaluation_table(evaluation: Evaluation, peak_flops_per_s: float | None = None) -> str:
     plan = evaluation.plan
     head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
-            f"zero={plan.zero} stages={plan.num_stages} dp={plan.num_replicas} "
-            f"({plan.num_devices_used} devices)")
+            f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
+            f"dp={plan.num_replicas} ({plan.num_devices_used} devices)")
     if evaluation.objective_ticks is None:
         return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
     rows = [head,
-            f"{'stage':>5} {'layers':>9} {'rc':>2} {'k':>3} {'time':>12} {'compute':>12} "
-            f"{'coll':>10} {'recv':>10} {'zero3':>10} {'sync':>12} {'mem GiB':>8} {'fits':>4}"]
+            f"{'stage':>5} {'layers':>9} {'recompute':>9} {'k':>3} {'time':>12} {'compute':>12} "
+            f"{'coll':>10} {'recv':>10} {'zero3':>10} {'sync':>12} {'exposed':>12} "
+            f"{'mem GiB':>8} {'fits':>4}"]
     for s in evaluation.stages:
+        layers = ",".join(f"{c.first_layer}-{c.last_layer}" for c in s.chunks)
         rows.append(
-            f"{s.index:>5} {f'{s.first_layer}-{s.last_layer}':>9} {'y' if s.recompute else '-':>2}"
-            f" {s.in_flight:>3} {s.time_ticks:>12} {s.compute_ticks + s.recompute_ticks:>12} "
+            f"{s.index:>5} {layers:>9} {s.recompute.value:>9} {s.in_flight:>3} "
+            f"{s.time_ticks:>12} {s.compute_ticks + s.recompute_ticks:>12} "
             f"{s.collective_ticks:>10} {s.recv_activation_ticks + s.recv_gradient_ticks:>10} "
-            f"{s.zero_gather_ticks:>10} {s.sync_ticks:>12} {s.memory_bytes / 2**30:>8.2f} "
-            f"{'yes' if s.fits else 'NO':>4}")
+            f"{s.zero_gather_ticks:>10} {s.sync_ticks:>12} {s.exposed_sync_ticks:>12} "
+            f"{s.memory_bytes / 2**30:>8.2f} {'yes' if s.fits else 'NO':>4}")
+    tau = "tau_chunk" if plan.virtual_stages > 1 else "tau_max"
     rows += [f"microbatches per replica m = {evaluation.num_microbatches}, "
-             f"tau_max = {evaluation.tau_max_ticks} ticks, T_sync = {evaluation.sync_ticks} ticks",
+             f"{tau} = {evaluation.tau_max_ticks} ticks, T_sync = "
+             f"{evaluation.exposed_sync_ticks} ticks exposed of {evaluation.sync_ticks}",
              f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
              f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
-             f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s",
+             f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
+             f"{_tflops(evaluation.mfu, peak_flops_per_s)} TF/s per GPU (model FLOPs), "
+             f"MFU {_percent(evaluation.mfu)}, HFU {_percent(evaluation.hfu)}",
              "feasible" if evaluation.feasible else "INFEASIBLE:"]
     rows += [f"  - {v}" for v in evaluation.violations]
     return "\n".join(rows)
@@ -327,6 +367,18 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
     }
 
 
+def _tflops(mfu: float | None, peak_flops_per_s: float | None) -> str:
+    """Model TF/s per GPU (MFU x peak), or n/a where either is unknown."""
+    if mfu is None or peak_flops_per_s is None:
+        return "n/a"
+    return f"{mfu * peak_flops_per_s / 1e12:.1f}"
+
+
+def _percent(value: float | None) -> str:
+    """A utilisation as a percentage, or n/a where FLOPs or the device peak are unknown."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def _rate(value: float | None, digits: int) -> str:
     """A throughput, or n/a for a zero-time iteration (a profile with no costs)."""
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -343,11 +395,14 @@ def _result_table(record: dict) -> str:
                   f"{_rate(record['throughput_samples_per_s'], 2)} samples/s)",
                   f"bound      {record['bound_ticks']} ticks"]
         plan = record["plan"]
-        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{'*' if s['recompute'] else ''}"
+        marks = {"none": "", "selective": "+", "full": "*"}
+        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
                            for s in plan["stages"])
+        virtual = plan["virtual_stages"]
         lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
                      f"microbatch={plan['microbatch']} zero={plan['zero']} "
-                     f"stages={len(plan['stages'])} dp={plan['dp']}  [{split}] (* recompute)")
+                     f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
+                     f"[{split}] (* full, + selective recompute)")
     lines.append(f"wall time  {record['wall_time_s']:.3f} s")
     return "\n".join(lines)
 

@@ -23,6 +23,7 @@ from nest_cp.model import (
     Link,
     Optimizer,
     Phase,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -34,14 +35,18 @@ _GB = 10**9
 def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] = (2, 2),
                     configs: tuple[IntraConfig, ...] = (IntraConfig(),),
                     microbatches: tuple[int, ...] = (1,), zero_stages: tuple[int, ...] = (0,),
-                    allow_recompute: bool = True, global_batch: int = 8,
-                    hbm_bytes: int = 80 * _GB, graph: bool = False,
+                    recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
+                                                                  RecomputeMode.FULL),
+                    virtual_stages: tuple[int, ...] = (1,), overlap_grad_reduce: bool = False,
+                    global_batch: int = 8, hbm_bytes: int = 80 * _GB, graph: bool = False,
                     comm_scale: int = 1, num_devices: int | None = None) -> Instance:
     """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph).
 
     ``comm_scale`` multiplies every boundary tensor and collective volume, to make
     communication (and so placement) matter as much as compute.  ``num_devices``
-    below the product of the tier sizes leaves the last domains partial.
+    below the product of the tier sizes leaves the last domains partial.  Every
+    profile carries selective-recomputation data (a quarter of the forward rerun,
+    half the activations kept), so any ``recompute_modes`` may be allowed.
     """
     rng = random.Random(seed)
     if num_devices is None:
@@ -54,7 +59,8 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
     cluster = Cluster(num_devices, hbm_bytes, network, name=f"random-{seed}")
     training = TrainingSetup(global_batch=global_batch, seq_len=1, microbatches=microbatches,
                              optimizer=Optimizer(2, 2, 12), zero_stages=zero_stages,
-                             allow_recompute=allow_recompute)
+                             recompute_modes=recompute_modes, virtual_stages=virtual_stages,
+                             overlap_grad_reduce=overlap_grad_reduce)
     return Instance(Workload(f"random-{seed}", layers), cluster, training,
                     name=f"random-{seed}-L{num_layers}-N{num_devices}")
 
@@ -107,12 +113,14 @@ def _profile(fwd_ms, params, act, out, experts, config: IntraConfig, microbatch:
                                           CollectiveGroup.EP, phase))
     expert_params = params // width if experts else 0
     dense_params = (params // 4 if experts else params) // config.tp
+    fwd_s = round(fwd_ms * microbatch / config.tp * 1e-3, 9)
+    act_bytes = act * microbatch // config.tp
     return LayerProfile(
-        fwd_s=round(fwd_ms * microbatch / config.tp * 1e-3, 9),
-        bwd_s=round(2 * fwd_ms * microbatch / config.tp * 1e-3, 9),
+        fwd_s=fwd_s, bwd_s=round(2 * fwd_ms * microbatch / config.tp * 1e-3, 9),
         dense_params=dense_params, expert_params=expert_params,
-        act_bytes=act * microbatch // config.tp, ckpt_bytes=out * microbatch,
-        out_bytes=out * microbatch, collectives=tuple(collectives))
+        act_bytes=act_bytes, ckpt_bytes=out * microbatch,
+        out_bytes=out * microbatch, collectives=tuple(collectives),
+        sel_fwd_s=round(fwd_s / 4, 9), sel_act_bytes=act_bytes // 2)
 
 
 def latency_trap_instance() -> Instance:
@@ -132,5 +140,5 @@ def latency_trap_instance() -> Instance:
     links = (Link(0, 1, 1e11, 1e-3), Link(0, 2, 1e11, 1e-6), Link(1, 2, 5e10, 1e-6))
     cluster = Cluster(3, 20 * 10**9, GraphNetwork((), links), name="latency-trap")
     training = TrainingSetup(global_batch=4, seq_len=1, microbatches=(1,), zero_stages=(0,),
-                             allow_recompute=False)
+                             recompute_modes=(RecomputeMode.NONE,))
     return Instance(Workload("two-blocks", layers), cluster, training, name="latency-trap")

@@ -34,6 +34,7 @@ from nest_cp.model import (
     Link,
     Optimizer,
     Phase,
+    RecomputeMode,
     Schedule,
     Tier,
     TrainingSetup,
@@ -310,7 +311,8 @@ def _cluster_preset(name: str, options: dict, base_dir: FsPath | None) -> Cluste
 
 def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
     allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
-               "allow_recompute", "schedule", "tick_s"}
+               "recompute", "allow_recompute", "virtual_stages", "overlap_grad_reduce",
+               "schedule", "tick_s"}
     value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
     kwargs: dict[str, Any] = {
         "global_batch": reader.integer(value["global_batch"], _join(field, "global_batch"), 1),
@@ -332,9 +334,27 @@ def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
             key: (reader.string(v, _join(opt_field, key)) if key == "name"
                   else reader.integer(v, _join(opt_field, key)))
             for key, v in opt.items()})
-    if "allow_recompute" in value:
-        kwargs["allow_recompute"] = reader.boolean(value["allow_recompute"],
-                                                   _join(field, "allow_recompute"))
+    if "recompute" in value and "allow_recompute" in value:
+        reader.fail(_join(field, "allow_recompute"),
+                    "either recompute (the allowed modes) or the older allow_recompute, not both",
+                    "both")
+    if "recompute" in value:
+        modes = reader.seq(value["recompute"], _join(field, "recompute"))
+        kwargs["recompute_modes"] = tuple(
+            reader.choice(v, _join(field, f"recompute[{i}]"), RecomputeMode)
+            for i, v in enumerate(modes))
+    if "allow_recompute" in value:  # the v1 boolean: true = none or full, false = none
+        allow = reader.boolean(value["allow_recompute"], _join(field, "allow_recompute"))
+        kwargs["recompute_modes"] = (RecomputeMode.NONE, RecomputeMode.FULL) if allow \
+            else (RecomputeMode.NONE,)
+    if "virtual_stages" in value:
+        counts = reader.seq(value["virtual_stages"], _join(field, "virtual_stages"))
+        kwargs["virtual_stages"] = tuple(
+            reader.integer(v, _join(field, f"virtual_stages[{i}]"), 1)
+            for i, v in enumerate(counts))
+    if "overlap_grad_reduce" in value:
+        kwargs["overlap_grad_reduce"] = reader.boolean(value["overlap_grad_reduce"],
+                                                       _join(field, "overlap_grad_reduce"))
     if "schedule" in value:
         kwargs["schedule"] = reader.choice(value["schedule"], _join(field, "schedule"), Schedule)
     if "tick_s" in value:
@@ -493,7 +513,10 @@ def training_to_dict(training: TrainingSetup) -> dict:
         "microbatches": list(training.microbatches),
         "optimizer": {"name": opt.name, "weight_bytes": opt.weight_bytes,
                       "grad_bytes": opt.grad_bytes, "state_bytes": opt.state_bytes},
-        "zero_stages": list(training.zero_stages), "allow_recompute": training.allow_recompute,
+        "zero_stages": list(training.zero_stages),
+        "recompute": [mode.value for mode in training.recompute_modes],
+        "virtual_stages": list(training.virtual_stages),
+        "overlap_grad_reduce": training.overlap_grad_reduce,
         "schedule": training.schedule.value, "tick_s": training.tick_s,
     }
 
@@ -551,8 +574,9 @@ def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> d
 def plan_to_dict(plan: Plan) -> dict:
     data = {"config": {"tp": plan.config.tp, "ep": plan.config.ep},
             "microbatch": plan.microbatch, "zero": plan.zero,
+            "virtual_stages": plan.virtual_stages,
             "stages": [{"first_layer": s.first_layer, "last_layer": s.last_layer,
-                        "recompute": s.recompute} for s in plan.stages],
+                        "recompute": s.recompute.value} for s in plan.stages],
             "dp": plan.num_replicas}
     if plan.placement is not None:
         data["placement"] = [[list(ranks) for ranks in replicas] for replicas in plan.placement]
@@ -570,8 +594,8 @@ def load_plan(path: str | FsPath) -> Plan:
 
 def plan_from_dict(data: Any, file: str | None = None) -> Plan:
     reader = _Reader(file, PlanFormatError)
-    reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement"},
-                   ("stages",))
+    reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement",
+                              "virtual_stages"}, ("stages",))
     config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep"})
     config = reader.build("config", IntraConfig,
                           tp=reader.integer(config_raw.get("tp", 1), "config.tp", 1),
@@ -584,7 +608,8 @@ def plan_from_dict(data: Any, file: str | None = None) -> Plan:
         stages.append(Stage(
             first_layer=reader.integer(stage["first_layer"], _join(s_field, "first_layer")),
             last_layer=reader.integer(stage["last_layer"], _join(s_field, "last_layer")),
-            recompute=reader.boolean(stage.get("recompute", False), _join(s_field, "recompute"))))
+            recompute=_recompute_mode(reader, stage.get("recompute", "none"),
+                                      _join(s_field, "recompute"))))
     placement = None
     if data.get("placement") is not None:
         placement = tuple(
@@ -597,4 +622,12 @@ def plan_from_dict(data: Any, file: str | None = None) -> Plan:
         microbatch=reader.integer(data.get("microbatch", 1), "microbatch", 1),
         zero=reader.integer(data.get("zero", 0), "zero"),
         num_replicas=reader.integer(data.get("dp", 1), "dp", 1), stages=tuple(stages),
-        placement=placement)
+        placement=placement,
+        virtual_stages=reader.integer(data.get("virtual_stages", 1), "virtual_stages", 1))
+
+
+def _recompute_mode(reader: _Reader, value: Any, field: str) -> RecomputeMode:
+    """A stage's mode "none", "selective" or "full"; the v1 booleans true / false: full / none."""
+    if isinstance(value, bool):
+        return RecomputeMode.FULL if value else RecomputeMode.NONE
+    return reader.choice(value, field, RecomputeMode)

@@ -387,6 +387,27 @@ class Schedule(str, Enum):
     ONE_F_ONE_B = "1f1b"
 
 
+class RecomputeMode(str, Enum):
+    """Activation recomputation of a pipeline stage (DESIGN §3.2 a).
+
+    ``NONE`` keeps every activation; ``SELECTIVE`` recomputes the attention core
+    (profile fields ``sel_fwd_s`` / ``sel_act_bytes``); ``FULL`` keeps only each layer's
+    input and reruns the whole forward, intra-layer collectives included.
+
+    A mode has no truth value (``bool(mode)`` raises TypeError): the field it replaces was
+    a boolean, and a str enum would otherwise be truthy even for ``NONE``.  Compare with
+    ``is`` instead.
+    """
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"a recompute mode has no truth value (got {self.value!r}); compare "
+                        f"it with RecomputeMode.NONE / SELECTIVE / FULL")
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSetup:
     """Global batch, sequence length and the choices a plan may make (DESIGN §1.3)."""
@@ -396,7 +417,9 @@ class TrainingSetup:
     microbatches: tuple[int, ...] = (1,)
     optimizer: Optimizer = field(default_factory=Optimizer)
     zero_stages: tuple[int, ...] = (0,)
-    allow_recompute: bool = True
+    recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE, RecomputeMode.FULL)
+    virtual_stages: tuple[int, ...] = (1,)  # allowed v of interleaved 1F1B; (1,) = plain 1F1B
+    overlap_grad_reduce: bool = False
     schedule: Schedule = Schedule.ONE_F_ONE_B
     tick_s: float = 1e-9
 
@@ -415,8 +438,21 @@ class TrainingSetup:
                      "a ZeRO stage in 0..3", stage)
         _require(len(set(self.zero_stages)) == len(self.zero_stages), "zero_stages",
                  "distinct stages", list(self.zero_stages))
-        _require(isinstance(self.allow_recompute, bool), "allow_recompute", "true or false",
-                 self.allow_recompute)
+        _require(len(self.recompute_modes) >= 1, "recompute", "a non-empty list",
+                 self.recompute_modes)
+        for index, mode in enumerate(self.recompute_modes):
+            _require(isinstance(mode, RecomputeMode), f"recompute[{index}]",
+                     "one of " + ", ".join(repr(m.value) for m in RecomputeMode), mode)
+        _require(len(set(self.recompute_modes)) == len(self.recompute_modes), "recompute",
+                 "distinct modes", [m.value for m in self.recompute_modes])
+        _require(len(self.virtual_stages) >= 1, "virtual_stages", "a non-empty list",
+                 self.virtual_stages)
+        for index, count in enumerate(self.virtual_stages):
+            _pos_int(count, f"virtual_stages[{index}]")
+        _require(len(set(self.virtual_stages)) == len(self.virtual_stages), "virtual_stages",
+                 "distinct counts", list(self.virtual_stages))
+        _require(isinstance(self.overlap_grad_reduce, bool), "overlap_grad_reduce",
+                 "true or false", self.overlap_grad_reduce)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
         _pos_number(self.tick_s, "tick_s")
 
@@ -436,6 +472,8 @@ class Instance:
         _require(bool(usable), "training.microbatches",
                  "at least one microbatch size the workload is profiled for",
                  list(self.training.microbatches))
+        if RecomputeMode.SELECTIVE in self.training.recompute_modes:
+            _check_selective_profiles(self)
         _check_tick_range(self)
 
     @property
@@ -446,14 +484,27 @@ class Instance:
                      if self.workload.has_profile(config, size))
 
 
+def _check_selective_profiles(instance: Instance) -> None:
+    """Selective recomputation allowed: every profile a plan may use must say what it costs."""
+    for config, microbatch in instance.choices:
+        for index, layer in enumerate(instance.workload.layers):
+            if not layer.profile(config, microbatch).has_selective:
+                raise InstanceFormatError(
+                    f"expected sel_fwd_s and sel_act_bytes in every profile when 'selective' "
+                    f"is allowed, got none in layer {index} ({layer.name!r}) for tp={config.tp}, "
+                    f"ep={config.ep}, microbatch={microbatch}", field="training.recompute")
+
+
 def _iteration_ticks_upper_bound(instance: Instance) -> int:
     """A bound on the iteration time of every plan, in ticks.
 
     Every transfer and collective is priced at the slowest bandwidth and the largest
     latency of the network (a graph path's latency at most the sum of all links'),
     a group of g ranks as 2 v / bandwidth + 2 g latency, and recomputation adds one more
-    forward.  With m <= B / (b e d) + 1 microbatches and S <= L stages, the bound is
-    convex in d (terms in 1/d and in d), so its maximum over d is at d = 1 or d = N / a.
+    forward with its collectives.  With m <= B / (b e d) + 1 microbatches, S <= L stages and
+    v virtual stages (T = (v m + S - 1) tau + sync, a chunk costing at most a whole stage),
+    the bound is convex in d (terms in 1/d and in d), so its maximum over d is at d = 1 or
+    d = N / a.
     """
     network, devices = instance.cluster.network, instance.cluster.num_devices
     if isinstance(network, GraphNetwork):
@@ -475,17 +526,18 @@ def _iteration_ticks_upper_bound(instance: Instance) -> int:
         params = sum(p.params for p in profiles)
         stage = sum(
             2 * exact(p.fwd_s) + exact(p.bwd_s)
-            + sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
-                           else config.ep) for c in p.collectives)
+            + 2 * sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
+                               else config.ep) for c in p.collectives)
             for p in profiles)
         stage += 2 * transfer(max(p.out_bytes for p in profiles), 1)
         sync = 2 * transfer(params * optimizer.grad_bytes, devices)
         # each primitive term is rounded up once: at most one tick more per term
-        terms = sum(3 + len(p.collectives) for p in profiles) + 4
+        terms = sum(3 + 2 * len(p.collectives) for p in profiles) + 4
         for dp in {1, max(1, devices // config.devices)}:
             gather = 2 * transfer(params * optimizer.weight_bytes, dp) \
                 if 3 in training.zero_stages else 0
-            steps = Fraction(training.global_batch, microbatch * config.ep * dp) + 1 + layers
+            steps = max(training.virtual_stages) * (
+                Fraction(training.global_batch, microbatch * config.ep * dp) + 1) + layers
             ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms + 2
             worst = max(worst, ticks)
     return worst

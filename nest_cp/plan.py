@@ -1,26 +1,38 @@
-"""The plan (DESIGN §2) and the rank layouts of the structured space (DESIGN §4).
+"""The plan (DESIGN §2, §3.2 b) and the rank layouts of the structured space (DESIGN §4).
 
 A rank is (stage s, replica r, intra-stage rank j) with j = t_index + tp * e_index
 (tensor ranks innermost).  ``Plan.placement[s][r][j]`` is its device id.
+
+With v virtual stages (interleaved 1F1B) the layers are split into S·v chunks;
+``Plan.stages`` lists the chunks in layer order and chunk k runs on pipeline stage
+k mod S.  With v = 1 (the default) a chunk is a stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from enum import Enum
 
 from nest_cp.errors import InstanceFormatError
-from nest_cp.model import IntraConfig
+from nest_cp.model import IntraConfig, RecomputeMode
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """A contiguous run of layers ``first_layer..last_layer`` (inclusive)."""
+    """A contiguous run of layers ``first_layer..last_layer`` (inclusive): one pipeline
+    stage, or with v > 1 one chunk of a stage, and that stage's recomputation mode."""
 
     first_layer: int
     last_layer: int
-    recompute: bool = False
+    recompute: RecomputeMode = RecomputeMode.NONE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.recompute, RecomputeMode):
+            raise InstanceFormatError(
+                "expected one of " + ", ".join(repr(m.value) for m in RecomputeMode)
+                + f", got {self.recompute!r}", field="recompute")
 
     @property
     def layers(self) -> range:
@@ -32,7 +44,12 @@ Placement = tuple[tuple[tuple[int, ...], ...], ...]
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Every choice of DESIGN §2; ``placement`` None means the default Megatron layout."""
+    """Every choice of DESIGN §2; ``placement`` None means the default Megatron layout.
+
+    ``stages`` are the S·v chunks in layer order (the S stages when v = 1): chunk k runs
+    on stage k mod S, and all chunks of a stage carry the stage's recompute mode.
+    ``placement[s]`` indexes the S pipeline stages.
+    """
 
     config: IntraConfig
     microbatch: int
@@ -40,6 +57,7 @@ class Plan:
     num_replicas: int  # d, the data-parallel degree ("dp" in plan files)
     stages: tuple[Stage, ...]
     placement: Placement | None = None
+    virtual_stages: int = 1  # v of interleaved 1F1B; 1 = plain 1F1B
 
     def __post_init__(self) -> None:
         if not (isinstance(self.microbatch, int) and self.microbatch >= 1):
@@ -51,12 +69,39 @@ class Plan:
         if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
             raise InstanceFormatError(f"expected an integer >= 1, got {self.num_replicas!r}",
                                       field="dp")
+        if not (isinstance(self.virtual_stages, int) and not isinstance(self.virtual_stages, bool)
+                and self.virtual_stages >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.virtual_stages!r}",
+                                      field="virtual_stages")
         if not self.stages:
             raise InstanceFormatError("expected at least one stage, got []", field="stages")
 
     @property
     def num_stages(self) -> int:
+        """S, the pipeline depth: len(stages) // v (the evaluator rejects a remainder)."""
+        return len(self.stages) // self.virtual_stages
+
+    @property
+    def num_chunks(self) -> int:
+        """S·v, the number of entries of ``stages``."""
         return len(self.stages)
+
+    def stage_of_chunk(self, chunk: int) -> int:
+        """The pipeline stage chunk ``chunk`` runs on: chunk mod S."""
+        return chunk % self.num_stages
+
+    def chunks_of_stage(self, stage: int) -> tuple[int, ...]:
+        """Indices into ``stages`` of the chunks stage ``stage`` runs, in layer order."""
+        return tuple(range(stage, self.num_chunks, self.num_stages))
+
+    def stage_layers(self, stage: int) -> tuple[int, ...]:
+        """Every layer pipeline stage ``stage`` holds (all its chunks), in layer order."""
+        return tuple(layer for chunk in self.chunks_of_stage(stage)
+                     for layer in self.stages[chunk].layers)
+
+    def stage_recompute(self, stage: int) -> RecomputeMode:
+        """The recompute mode of pipeline stage ``stage`` (that of its first chunk)."""
+        return self.stages[stage].recompute
 
     @property
     def devices_per_replica(self) -> int:
@@ -67,8 +112,17 @@ class Plan:
         return self.config.devices * self.num_stages * self.num_replicas
 
     def with_placement(self, placement: Placement) -> Plan:
-        return Plan(self.config, self.microbatch, self.zero, self.num_replicas, self.stages,
-                    placement)
+        return dataclasses.replace(self, placement=placement)
+
+
+def tensor_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
+    """Intra-stage ranks j of each TP group: the t ranks sharing an expert index (DESIGN §3.2 f)."""
+    return tuple(tuple(t + config.tp * e for t in range(config.tp)) for e in range(config.ep))
+
+
+def expert_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
+    """Intra-stage ranks j of each EP group: the e ranks sharing a tensor index (DESIGN §3.2 f)."""
+    return tuple(tuple(t + config.tp * e for e in range(config.ep)) for t in range(config.tp))
 
 
 class Dim(str, Enum):
@@ -130,23 +184,31 @@ def all_layouts() -> tuple[RankLayout, ...]:
     return (MEGATRON_LAYOUT, *others)
 
 
-def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none") -> tuple[Stage, ...]:
-    """Split ``num_layers`` into ``num_stages`` contiguous stages as evenly as possible.
+def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",
+                   virtual_stages: int = 1) -> tuple[Stage, ...]:
+    """Split ``num_layers`` into S·v contiguous chunks as evenly as possible.
 
-    The last ``num_layers % num_stages`` stages get one layer more: later stages hold
-    fewer microbatches in flight under 1F1B, so they have room for it.  ``recompute`` is
-    "none", "all" or "all-but-last" (Megatron's usual choice: the last stage holds one
-    microbatch in flight and needs no recomputation).
+    The last ``num_layers % (S·v)`` chunks get one layer more: they run on the later
+    stages, which hold fewer microbatches in flight under 1F1B, so they have room for
+    it.  ``recompute`` is a mode ("none", "selective", "full") for every stage, or
+    "all-but-last" (Megatron's usual choice: full recomputation except on the last
+    stage, which holds one microbatch in flight).  Chunk k runs on stage k mod S.
     """
-    if not 1 <= num_stages <= num_layers:
-        raise ValueError(f"expected 1 <= stages <= {num_layers} layers, got {num_stages}")
-    if recompute not in ("none", "all", "all-but-last"):
-        raise ValueError(f"expected recompute none, all or all-but-last, got {recompute!r}")
-    base, extra = divmod(num_layers, num_stages)
+    chunks = num_stages * virtual_stages
+    if virtual_stages < 1 or not 1 <= chunks <= num_layers:
+        raise ValueError(f"expected 1 <= stages x virtual stages <= {num_layers} layers, "
+                         f"got {num_stages} x {virtual_stages}")
+    if recompute == "all-but-last":
+        modes = [RecomputeMode.FULL] * (num_stages - 1) + [RecomputeMode.NONE]
+    elif recompute in {m.value for m in RecomputeMode}:
+        modes = [RecomputeMode(recompute)] * num_stages
+    else:
+        raise ValueError(f"expected recompute none, selective, full or all-but-last, "
+                         f"got {recompute!r}")
+    base, extra = divmod(num_layers, chunks)
     stages, first = [], 0
-    for index in range(num_stages):
-        size = base + (1 if index >= num_stages - extra else 0)
-        flag = recompute == "all" or (recompute == "all-but-last" and index < num_stages - 1)
-        stages.append(Stage(first, first + size - 1, flag))
+    for chunk in range(chunks):
+        size = base + (1 if chunk >= chunks - extra else 0)
+        stages.append(Stage(first, first + size - 1, modes[chunk % num_stages]))
         first += size
     return tuple(stages)

@@ -49,6 +49,7 @@ from nest_cp.model import (
     Instance,
     IntraConfig,
     Optimizer,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -354,7 +355,9 @@ def build_instance(model: str | TransformerSpec, devices: int, network: str,
                    seq_len: int | None = None, microbatches: tuple[int, ...] = (1,),
                    tp_widths: tuple[int, ...] | None = None,
                    ep_widths: tuple[int, ...] | None = None,
-                   zero_stages: tuple[int, ...] = (0, 1, 2, 3), allow_recompute: bool = True,
+                   zero_stages: tuple[int, ...] = (0, 1, 2, 3),
+                   recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
+                                                                 RecomputeMode.FULL),
                    name: str | None = None, optimizer: Optimizer = MEGATRON_ADAM,
                    options: ProfileOptions | None = None) -> Instance:
     """An instance of a model (preset name or spec) on a preset network of ``devices`` devices.
@@ -370,7 +373,7 @@ def build_instance(model: str | TransformerSpec, devices: int, network: str,
     training = TrainingSetup(global_batch=global_batch,
                              seq_len=spec.default_seq_len if seq_len is None else seq_len,
                              microbatches=tuple(microbatches), zero_stages=tuple(zero_stages),
-                             allow_recompute=allow_recompute, optimizer=optimizer)
+                             recompute_modes=tuple(recompute_modes), optimizer=optimizer)
     tp = default_tp_widths(spec, devices) if tp_widths is None else tuple(tp_widths)
     ep = default_ep_widths(spec, devices) if ep_widths is None else tuple(ep_widths)
     workload = profile_model(spec, device_spec, training, _configs(tp, ep, devices), options)

@@ -45,7 +45,7 @@ split by t too (s*b*h*(34 + 5*a*s/h)/t). Flash attention replaces the 5*a*s^2*b 
 by the 4*a*s*b log-sum-exp. ``ckpt_bytes`` (full recomputation) is the layer input.
 Selective recomputation (``sel_fwd_s``, ``sel_act_bytes``, ``sel_flops``) reruns the
 attention core alone and keeps everything but the core's own stored tensors (the scores, or
-the log-sum-exp).
+the log-sum-exp); the embedding and the head have no core: nothing rerun, everything kept.
 
 **Collectives per microbatch** (nest_cp.model.Collective; volumes per device in bytes, the
 full tensor for all-gather and reduce-scatter, as DESIGN §3 prices them): without sequence
@@ -600,7 +600,7 @@ def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, o
 def _embedding_profile(shape: _Shape) -> LayerProfile:
     return _profile(_embedding_ops(shape), (_embedding_params(shape.spec, shape.tp), 0),
                     _embedding_act_bytes(shape), TOKEN_ID_BYTES * shape.tokens,
-                    shape.shard_activation, _embedding_collectives(shape))
+                    shape.shard_activation, _embedding_collectives(shape), selective=0)
 
 
 def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
@@ -616,7 +616,7 @@ def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
 def _head_profile(shape: _Shape) -> LayerProfile:
     return _profile(_head_ops(shape), (_head_params(shape.spec, shape.tp), 0),
                     _head_act_bytes(shape), shape.shard_activation, FP32_BYTES,
-                    _head_collectives(shape))
+                    _head_collectives(shape), selective=0)
 
 
 def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:

@@ -12,23 +12,27 @@ model TF/s per GPU, MFU and the first stage's memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nest_cp import cost
 from nest_cp.errors import InstanceFormatError
 from nest_cp.evaluate import evaluate
 from nest_cp.kernels import DeviceSpec
-from nest_cp.model import Instance, IntraConfig, Optimizer, TrainingSetup
+from nest_cp.model import (
+    Cluster,
+    Instance,
+    IntraConfig,
+    Optimizer,
+    RecomputeMode,
+    TrainingSetup,
+)
 from nest_cp.plan import Plan, Stage
 from nest_cp.profiler import AttentionKind, ProfileOptions
 from nest_cp.transformer import TransformerSpec
 
-
-class RecomputeMode(str, Enum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
+__all__ = ["Prediction", "RecomputeMode", "Run", "build", "load_model", "megatron_chunks",
+           "model_flops_per_iteration", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,19 +74,23 @@ class Prediction:
     model_flops_per_iteration: float
 
 
-def megatron_stages(num_blocks: int, pp: int, recompute: bool) -> tuple[Stage, ...]:
-    """Stages over [embedding, blocks..., head]: blocks evenly, extras to middle stages first."""
-    if not 1 <= pp <= num_blocks:
-        raise InstanceFormatError(f"expected 1 <= pp <= {num_blocks} blocks, got {pp}",
-                                  field="pp")
-    base, extra = divmod(num_blocks, pp)
-    sizes = [base] * pp
-    order = list(range(1, pp - 1)) + [0, pp - 1] if pp > 2 else list(range(pp))
+def megatron_chunks(num_blocks: int, pp: int, vp: int,
+                    recompute: RecomputeMode) -> tuple[Stage, ...]:
+    """Chunks over [embedding, blocks..., head]: blocks evenly over the pp*vp chunks (extras
+    to the middle chunks first), the embedding in the first chunk, the head in the last.
+    Chunk k runs on stage k mod pp (Megatron's virtual pipeline)."""
+    chunks = pp * vp
+    if not 1 <= chunks <= num_blocks:
+        raise InstanceFormatError(f"expected 1 <= pp x vp <= {num_blocks} blocks, got "
+                                  f"{pp} x {vp}", field="pp")
+    base, extra = divmod(num_blocks, chunks)
+    sizes = [base] * chunks
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
     for index in order[:extra]:
         sizes[index] += 1
     stages, first = [], 0
     for index, size in enumerate(sizes):
-        last = first + size + (1 if index == 0 else 0) + (1 if index == pp - 1 else 0) - 1
+        last = first + size + (index == 0) + (index == chunks - 1) - 1
         stages.append(Stage(first, last, recompute))
         first = last + 1
     return tuple(stages)
@@ -92,31 +100,24 @@ def build(run: Run, device: DeviceSpec, optimizer: Optimizer) -> tuple[Instance,
     """The instance (profiled for the run's configuration only) and the run's plan."""
     from nest_cp.presets import network_cluster, profile_model
 
-    if run.vp != 1:
-        raise InstanceFormatError("expected vp 1: interleaved schedules need the v2 evaluator",
-                                  field="vp")
-    if run.recompute is RecomputeMode.SELECTIVE:
-        raise InstanceFormatError("expected recompute none or full: selective recomputation "
-                                  "needs the v2 evaluator", field="recompute")
     config = IntraConfig(run.tp, run.ep)
     training = TrainingSetup(global_batch=run.global_batch, seq_len=run.seq_len,
                              microbatches=(run.microbatch,), optimizer=optimizer,
-                             zero_stages=(run.zero,), allow_recompute=True)
+                             zero_stages=(run.zero,), recompute_modes=(run.recompute,),
+                             virtual_stages=(run.vp,),
+                             overlap_grad_reduce=run.overlap_grad_reduce)
     options = ProfileOptions(attention=run.attention,
                              sequence_parallel=run.sequence_parallel and run.tp > 1)
     workload = profile_model(run.model, device, training, (config,), options)
-    cluster = network_cluster(run.network, run.devices)
-    cluster = _with_device(cluster, device)
+    cluster = _with_device(network_cluster(run.network, run.devices), device)
     instance = Instance(workload=workload, cluster=cluster, training=training, name=run.name)
     plan = Plan(config, run.microbatch, run.zero, run.dp,
-                megatron_stages(run.model.num_layers, run.pp,
-                                run.recompute is RecomputeMode.FULL))
+                megatron_chunks(run.model.num_layers, run.pp, run.vp, run.recompute),
+                virtual_stages=run.vp)
     return instance, plan
 
 
-def _with_device(cluster, device: DeviceSpec):
-    from dataclasses import replace
-
+def _with_device(cluster: Cluster, device: DeviceSpec) -> Cluster:
     return replace(cluster, hbm_bytes=device.hbm_bytes, peak_flops_per_s=device.peak_flops)
 
 
@@ -129,19 +130,21 @@ def predict(run: Run, device: DeviceSpec, optimizer: Optimizer) -> Prediction:
                                   f"{evaluation.violations[0]}", field=run.name)
     seconds = evaluation.iteration_time_s
     flops = model_flops_per_iteration(instance, plan)
-    per_gpu = 3 * flops / (seconds * run.devices_used)
-    return Prediction(iteration_s=seconds, tflops_per_gpu=per_gpu / 1e12,
-                      mfu=per_gpu / device.peak_flops,
-                      first_stage_memory_bytes=evaluation.stages[0].memory_bytes,
+    mfu = evaluation.mfu  # the evaluator's 3F / (T * devices * peak), DESIGN §3.2 e
+    if mfu is None:
+        raise InstanceFormatError("expected profiles with FLOPs and a device peak",
+                                  field=run.name)
+    return Prediction(iteration_s=seconds, tflops_per_gpu=mfu * device.peak_flops / 1e12,
+                      mfu=mfu, first_stage_memory_bytes=evaluation.stages[0].memory_bytes,
                       feasible=evaluation.feasible, model_flops_per_iteration=3 * flops)
 
 
 def model_flops_per_iteration(instance: Instance, plan: Plan) -> float:
     """F = B x forward model FLOPs per sample (DESIGN §3.2 e), without the factor 3."""
     config, microbatch = plan.config, plan.microbatch
-    per_step = sum(layer.profile(config, microbatch).flops or 0.0
-                   for layer in instance.workload.layers) * config.devices
-    return instance.training.global_batch * per_step / (microbatch * config.ep)
+    flops = [layer.profile(config, microbatch).flops or 0.0 for layer in instance.workload.layers]
+    return float(cost.flops_per_iteration(flops, config, microbatch,
+                                          instance.training.global_batch))
 
 
 def load_model(value: str, base_dir: Path) -> TransformerSpec:

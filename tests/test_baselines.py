@@ -27,6 +27,7 @@ from nest_cp.model import (
     LayerProfile,
     Link,
     Phase,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -89,7 +90,7 @@ def _instance(num_layers: int = 6, hbm_bytes: int = 80_000_000_000, params: int 
     tiers = (Tier("node", node, 1e11, 1e-6), Tier("spine", 8 // node, 1e10, 1e-5))
     return Instance(Workload("chain", layers),
                     Cluster(8, hbm_bytes, HierarchicalNetwork(tiers)),
-                    TrainingSetup(global_batch=global_batch, seq_len=1, allow_recompute=True),
+                    TrainingSetup(global_batch=global_batch, seq_len=1),
                     name="chain")
 
 
@@ -168,12 +169,12 @@ def test_recomputation_only_where_needed() -> None:
     instance = _instance(hbm_bytes=24_000_000_000, tp_widths=(1,))
     plan = solve(instance, "manual").plan
     limit = instance.cluster.usable_hbm_bytes
-    assert any(stage.recompute for stage in plan.stages)
-    assert not all(stage.recompute for stage in plan.stages)
+    modes = [stage.recompute for stage in plan.stages]
+    assert RecomputeMode.FULL in modes and RecomputeMode.NONE in modes
     for index, stage in enumerate(plan.stages):
         plain = stage_memory(instance, plan.config, plan.microbatch, plan.zero, plan.num_replicas,
-                             plan.stages, index, False)
-        assert stage.recompute == (plain > limit)
+                             plan.stages, index, RecomputeMode.NONE)
+        assert (stage.recompute is RecomputeMode.FULL) == (plain > limit)
 
 
 def test_uniform_split_gives_surplus_layers_to_later_stages() -> None:

@@ -20,6 +20,7 @@ from nest_cp.model import (
     IntraConfig,
     Layer,
     LayerProfile,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -32,21 +33,29 @@ FULL = SolveOptions(space=Space.FULL)
 
 
 def tiny_instance(seed: int) -> Instance:
-    """2-3 layers on 3-4 devices of a two-tier network, one configuration, loose-ish memory."""
+    """2-4 layers on 3-4 devices (3 with 4 layers) of a two-tier network, one configuration,
+    loose-ish memory, recompute none or none and one of selective / full (selective data in
+    every profile), v in {1} or {1, 2}, overlapped gradient reduction on or off."""
     rng = random.Random(seed)
     config = IntraConfig(1, 1)
-    layers = tuple(Layer(f"layer{index}", {(config, 1): LayerProfile(
-        fwd_s=rng.choice([0.001, 0.002]), bwd_s=rng.choice([0.002, 0.003]),
-        dense_params=rng.randint(10**7, 10**9), expert_params=0,
-        act_bytes=rng.randint(10**8, 4 * 10**9), ckpt_bytes=10**7,
-        out_bytes=rng.randint(10**5, 10**7))}) for index in range(rng.randint(2, 3)))
-    num_devices = rng.choice([3, 4])
+    layers = []
+    for index in range(rng.randint(2, 4)):
+        act = rng.randint(10**8, 4 * 10**9)
+        layers.append(Layer(f"layer{index}", {(config, 1): LayerProfile(
+            fwd_s=rng.choice([0.001, 0.002]), bwd_s=rng.choice([0.002, 0.003]),
+            dense_params=rng.randint(10**7, 10**9), expert_params=0,
+            act_bytes=act, ckpt_bytes=10**7, out_bytes=rng.randint(10**5, 10**7),
+            sel_fwd_s=0.0003, sel_act_bytes=act // 3)}))
+    num_devices = 3 if len(layers) == 4 else rng.choice([3, 4])
     network = HierarchicalNetwork((Tier("node", 2, rng.choice([1e10, 1e11]), 1e-6),
                                    Tier("spine", 2, rng.choice([1e9, 1e10]), 1e-5)))
     cluster = Cluster(num_devices, rng.choice([2 * 10**10, 8 * 10**10]), network)
-    training = TrainingSetup(global_batch=rng.randint(1, 8), seq_len=1,
-                             allow_recompute=rng.random() < 0.5)
-    return Instance(Workload("tiny", layers), cluster, training)
+    modes = (RecomputeMode.NONE, *rng.sample([RecomputeMode.SELECTIVE, RecomputeMode.FULL],
+                                             rng.randint(0, 1)))
+    training = TrainingSetup(global_batch=rng.randint(1, 8), seq_len=1, recompute_modes=modes,
+                             virtual_stages=rng.choice([(1,), (1, 2)]),
+                             overlap_grad_reduce=rng.random() < 0.5)
+    return Instance(Workload("tiny", tuple(layers)), cluster, training)
 
 
 def test_worked_example_both_spaces(data_dir):
@@ -103,3 +112,30 @@ def test_full_space_refuses_large_instances(data_dir):
     instance = load_instance(data_dir / "worked_example.json")
     with pytest.raises(ValueError, match="placements"):
         solve(instance, SolveOptions(space=Space.FULL, extra={"max_placements": 10}))
+
+
+def test_brute_chooses_interleaving_when_it_pays(data_dir):
+    """On DESIGN §3.2 b's instance cut to two devices (one node), the optimum is the v = 2
+    plan, 51,374,000 ticks, in both spaces; with v = 1 only it is 54,099,000 (S = 1 costs
+    96,000,000 at d = 1 and 4 * 12,000,000 + 40,002,000 at d = 2)."""
+    instance = load_instance(data_dir / "interleaved_example.json")
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(instance.cluster,
+                                                                          num_devices=2))
+    for options in (STRUCTURED, FULL):
+        result = solve(instance, options)
+        check_result(instance, result)
+        assert result.objective_ticks == 51_374_000
+    plain = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, virtual_stages=(1,)))
+    assert solve(plain, STRUCTURED).objective_ticks == 54_099_000
+
+
+def test_brute_chooses_selective_recompute_when_it_pays(data_dir):
+    """On selective_example (HBM 22e9) stage 0 does not fit without recomputation; selective
+    on it gives 29,799,000 ticks, full only 36,099,000 (S = 2, d = 1 on a tier-0 pair)."""
+    instance = load_instance(data_dir / "selective_example.json")
+    for options in (STRUCTURED, FULL):
+        assert solve(instance, options).objective_ticks == 29_799_000
+    no_selective = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL)))
+    assert solve(no_selective, FULL).objective_ticks == 36_099_000

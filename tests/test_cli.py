@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from nest_cp.cli import main
@@ -196,3 +197,93 @@ def test_backend_bug_exits_3(monkeypatch):
     monkeypatch.setattr(nest_cp.dp.planner, "solve", lying)
     result = _run("solve", DATA / "worked_example.json", "--backend", "dp")
     assert result.exit_code == 3 and "internal error" in result.output
+
+
+def test_evaluate_interleaved_plan_file_reproduces_design_3_2():
+    """`evaluate` on DESIGN §3.2 b's v = 2 plan prints 51,374,000 ticks, v = 2 and the modes."""
+    result = _run("evaluate", DATA / "interleaved_example.json", DATA / "plan_interleaved_v2.json")
+    assert result.exit_code == 0, result.output
+    assert "iteration 51374000 ticks" in result.output and "v=2" in result.output
+    assert "0-0,2-2" in result.output and "none" in result.output
+    assert "MFU n/a, HFU n/a" in result.output
+
+
+def test_evaluate_vp_and_recompute_flags():
+    """--pp 2 --vp 2 on the interleaved example is the v = 2 plan of DESIGN §3.2 b on the
+    Megatron layout (devices 0 and 1 at d = 1): 51,374,000 ticks; --vp 1 gives 54,099,000."""
+    base = ("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1", "--json")
+    v2 = json.loads(_run(*base, "--vp", "2").output)
+    assert v2["objective_ticks"] == 51_374_000 and v2["virtual_stages"] == 2
+    assert [len(stage["chunks"]) for stage in v2["stages"]] == [2, 2]
+    assert json.loads(_run(*base, "--vp", "1").output)["objective_ticks"] == 54_099_000
+    full = json.loads(_run(*base, "--recompute", "all-but-last").output)
+    assert [stage["recompute"] for stage in full["stages"]] == ["full", "none"]
+
+
+def test_evaluate_json_has_v2_keys():
+    """`evaluate --json` carries virtual_stages, exposed_sync_ticks, mfu, hfu and per-stage
+    recompute modes, with MFU known where FLOPs and the peak are."""
+    data = json.loads(_run("evaluate", DATA / "utilisation_example.json", "--pp", "2", "--dp",
+                           "2", "--recompute", "selective", "--json").output)
+    assert {"virtual_stages", "exposed_sync_ticks", "mfu", "hfu"} <= set(data)
+    assert data["mfu"] > 0 and data["hfu"] is None
+    assert [stage["recompute"] for stage in data["stages"]] == ["selective", "selective"]
+    assert data["exposed_sync_ticks"] == data["sync_ticks"] == 20_002_000
+
+
+def test_selective_instance_evaluates_with_table():
+    """The table shows per-stage modes, exposed sync and MFU/HFU: full recomputation on both
+    stages, T = 5 * 4,110,000 + 20,002,000 = 40,552,000 ticks, MFU = 4.8e13 / (0.040552 s *
+    4e15) = 29.6 %, HFU = (4.8e13 + 1.6e13 recomputed) / the same = 39.5 %."""
+    result = _run("evaluate", DATA / "utilisation_example.json", "--pp", "2", "--dp", "2",
+                  "--recompute", "full")
+    assert result.exit_code == 0, result.output
+    assert "full" in result.output and "exposed" in result.output
+    assert "MFU 29.6%, HFU 39.5%" in result.output
+
+
+@pytest.mark.parametrize("instance, plan, field", [
+    ("worked_example.json", "broken_plan_vp_not_allowed.json", "virtual_stages"),
+    ("interleaved_example.json", "broken_plan_vp_chunks.json", "stages"),
+    ("interleaved_example.json", "broken_plan_vp_one_stage.json", "virtual_stages"),
+    ("interleaved_odd_batch.json", "broken_plan_vp_microbatches.json", "virtual_stages"),
+    ("interleaved_example.json", "broken_plan_chunk_modes.json", "stages[2].recompute"),
+    ("worked_example.json", "broken_plan_mode_not_allowed.json", "stages[0].recompute"),
+    ("worked_example.json", "broken_plan_recompute_mode.json", "stages[0].recompute"),
+    ("worked_example.json", "broken_plan_virtual_zero.json", "virtual_stages"),
+])
+def test_broken_v2_plans_exit_2_naming_the_field(instance, plan, field):
+    """Every malformed interleaved or recompute plan exits 2 with one line naming the plan
+    file and the field."""
+    result = _run("evaluate", DATA / instance, DATA / plan)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"{plan}: {field}:" in lines[0], lines
+
+
+@pytest.mark.parametrize("name, field", [
+    ("broken_recompute_both.json", "training.allow_recompute"),
+    ("broken_selective_without_profile.json", "training.recompute"),
+])
+def test_broken_v2_instances_exit_2_naming_the_field(name, field):
+    """An instance allowing selective recomputation without its profile data, or giving both
+    recompute fields, exits 2 with one line naming the file and the field."""
+    result = _run("evaluate", DATA / name, "--pp", "1", "--dp", "1")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"{name}: {field}:" in lines[0], lines
+
+
+def test_vp_too_deep_for_the_layers_is_a_usage_error():
+    """--pp 2 --vp 4 on four layers needs eight chunks: exit 2 naming --pp."""
+    result = _run("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1",
+                  "--vp", "4")
+    assert result.exit_code == 2 and "--pp x --vp" in result.output
+
+
+def test_v1_backends_refuse_v2_choices():
+    """dp (and the exact backends) do not search selective recomputation yet: on an instance
+    allowing it they exit 2 naming the choice instead of calling a v1 optimum OPTIMAL."""
+    result = _run("solve", DATA / "selective_example.json", "--backend", "dp")
+    assert result.exit_code == 2 and "recompute none/selective/full" in result.output
+    assert len(result.output.strip().splitlines()) == 1

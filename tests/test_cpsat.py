@@ -66,7 +66,7 @@ def test_time_limited_run_is_feasible_not_optimal():
     """On 12 layers and 64 devices, 2 s yield FEASIBLE with bound < objective, never OPTIMAL."""
     instance = random_instance(1, num_layers=12, tier_sizes=(8, 8), global_batch=128,
                                comm_scale=100, configs=(IntraConfig(), IntraConfig(2, 1)))
-    hint = Plan(IntraConfig(), 1, 0, 16, uniform_stages(12, 4, "all"))
+    hint = Plan(IntraConfig(), 1, 0, 16, uniform_stages(12, 4, "full"))
     result = solve(instance, "cpsat", _options(Space.FULL, time_limit_s=2.0, hint=hint))
     assert result.status is Status.FEASIBLE
     assert result.bound_ticks is not None and result.bound_ticks < result.objective_ticks

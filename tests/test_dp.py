@@ -36,6 +36,7 @@ from nest_cp.model import (
     Link,
     Optimizer,
     Phase,
+    RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
@@ -110,7 +111,8 @@ def random_instance(seed: int, graph_network: bool = False) -> Instance:
         global_batch=rng.randint(1, 16), seq_len=1, microbatches=microbatches,
         optimizer=Optimizer(2, 2, 12),
         zero_stages=tuple(sorted(rng.sample([0, 1, 2, 3], rng.randint(1, 3)))),
-        allow_recompute=rng.random() < 0.7)
+        recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL) if rng.random() < 0.7
+        else (RecomputeMode.NONE,))
     return Instance(Workload("random", layers), Cluster(num_devices, hbm, network), training)
 
 
@@ -270,7 +272,7 @@ def medium_instance(seed: int) -> Instance:
     first = [layer.profiles[(configs[0], 1)] for layer in layers]
     hbm = int(sum(16 * p.params + p.act_bytes for p in first) * rng.choice([0.3, 0.6, 2.0]))
     training = TrainingSetup(global_batch=rng.choice([16, 64]), seq_len=1,
-                             zero_stages=(0, 2, 3), allow_recompute=True)
+                             zero_stages=(0, 2, 3))
     return Instance(Workload("medium", layers), Cluster(16, hbm, network), training)
 
 

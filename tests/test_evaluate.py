@@ -12,6 +12,7 @@ from nest_cp import (
     evaluate,
     load_instance,
 )
+from nest_cp.model import RecomputeMode
 from nest_cp.plan import uniform_stages
 
 DATA = Path(__file__).parent / "data"
@@ -86,25 +87,26 @@ def test_two_stage_two_replica_tp_terms(tp2):
 
 
 def test_zero3_and_recompute_terms(tp2):
-    """ZeRO-3 with recomputation of stage 0, by hand (same placement as above).
+    """ZeRO-3 with full recomputation of stage 0, by hand (same placement as above).
 
     - ZeRO-3 all-gather of 5e8 params * 2 B = 1e9 B over d=2, group {0, 2} in tier 1:
       (1/2)*1e9/1e10 s + 10 us = 50,010,000 ticks, in fwd and bwd: 100,020,000.
-    - stage 0 recomputes its forward: +1,000,000; tau_0 = 3,314,000 + 1,000,000 +
-      100,020,000 = 104,334,000; tau_1 = 103,334,000.
+    - stage 0 recomputes its forward, 1,000,000, and reruns the forward TP all-reduce
+      (DESIGN §3.2 a), 102,000: recompute 1,102,000; tau_0 = 3,314,000 + 1,102,000 +
+      100,020,000 = 104,436,000; tau_1 = 3,314,000 + 100,020,000 = 103,334,000.
     - sync is a reduce-scatter: (1/2)*1e9/1e10 s + 10 us = 50,010,000.
-    - T = 5 * 104,334,000 + 50,010,000 = 571,680,000.
-    - memory stage 0: state 5e8*(2+2+12)/2 = 4e9; activations 2 * ckpt 1e8 + working
-      act 2e9 = 2.2e9; total 6.2e9.
+    - T = 5 * 104,436,000 + 50,010,000 = 572,190,000.
+    - memory stage 0: state 5e8*(2+2+12)/2 = 4e9; ZeRO-3 buffers (DESIGN §3.2 d)
+      2 * 5e8 * 2 B = 2e9; activations 2 * ckpt 1e8 + working act 2e9 = 2.2e9; total 8.2e9.
     """
-    stages = (Stage(0, 0, recompute=True), Stage(1, 1))
+    stages = (Stage(0, 0, RecomputeMode.FULL), Stage(1, 1))
     result = evaluate(tp2, Plan(IntraConfig(tp=2), 1, 3, 2, stages))
     assert result.stages[0].zero_gather_ticks == 100_020_000
-    assert result.stages[0].recompute_ticks == 1_000_000
-    assert [s.time_ticks for s in result.stages] == [104_334_000, 103_334_000]
+    assert result.stages[0].recompute_ticks == 1_102_000
+    assert [s.time_ticks for s in result.stages] == [104_436_000, 103_334_000]
     assert result.sync_ticks == 50_010_000
-    assert result.objective_ticks == 571_680_000
-    assert result.stages[0].memory_bytes == 6_200_000_000
+    assert result.objective_ticks == 572_190_000
+    assert result.stages[0].memory_bytes == 8_200_000_000
 
 
 def test_memory_violation_names_stage_and_excess(tp2):
@@ -138,7 +140,8 @@ def test_hbm_reserve_reduces_usable_memory(tp2):
     (Plan(IntraConfig(), 1, 0, 1, TWO_STAGES, (((0, 1),), ((2,),))), "placement shape"),
     (Plan(IntraConfig(), 1, 2, 1, TWO_STAGES), "ZeRO stage 2 not allowed"),
     (Plan(IntraConfig(), 2, 0, 1, TWO_STAGES), "microbatch 2 not allowed"),
-    (Plan(IntraConfig(), 1, 0, 1, (Stage(0, 0, True), Stage(1, 1))), "forbids recomputation"),
+    (Plan(IntraConfig(), 1, 0, 1, (Stage(0, 0, RecomputeMode.FULL), Stage(1, 1))),
+     "recomputes 'full', not allowed"),
 ])
 def test_structural_violations(worked, plan, expected):
     """Each malformed plan is reported with a violation naming the problem, and no objective."""
@@ -148,7 +151,8 @@ def test_structural_violations(worked, plan, expected):
 
 
 def test_uniform_stages_split():
-    """uniform_stages gives later stages the extra layers and flags recomputation as asked."""
+    """uniform_stages gives later stages the extra layers and sets recompute modes as asked."""
     stages = uniform_stages(7, 3, "all-but-last")
+    full, none = RecomputeMode.FULL, RecomputeMode.NONE
     assert [(s.first_layer, s.last_layer, s.recompute) for s in stages] == [
-        (0, 1, True), (2, 3, True), (4, 6, False)]
+        (0, 1, full), (2, 3, full), (4, 6, none)]

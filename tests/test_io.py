@@ -1,5 +1,6 @@
 """Loading and saving instances and plans, and one clear error for every malformed input."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,12 +9,14 @@ from nest_cp import (
     InstanceFormatError,
     PlanFormatError,
     evaluate,
+    instance_from_dict,
     instance_to_dict,
     load_instance,
     load_plan,
     save_instance,
     save_plan,
 )
+from nest_cp.model import RecomputeMode
 
 DATA = Path(__file__).parent / "data"
 
@@ -43,6 +46,12 @@ DATA = Path(__file__).parent / "data"
      "sel_fwd_s and sel_act_bytes given together"),
     ("broken_sdp_fraction.json", "workload.layers[0].profiles[0].sdp_fraction", "[0, 1]"),
     ("broken_peak_flops.json", "cluster.peak_flops_per_s", "a finite number > 0"),
+    ("broken_recompute_both.json", "training.allow_recompute", "not both"),
+    ("broken_recompute_mode.json", "training.recompute[1]", "one of 'none', 'selective'"),
+    ("broken_selective_without_profile.json", "training.recompute",
+     "sel_fwd_s and sel_act_bytes in every profile when 'selective' is allowed"),
+    ("broken_virtual_stages.json", "training.virtual_stages[1]", "an integer >= 1"),
+    ("broken_overlap_type.json", "training.overlap_grad_reduce", "true or false"),
     ("broken_not_json.json", None, "valid JSON"),
     ("broken_yaml.yaml", None, "valid YAML"),
     ("broken_missing_reference.json", None, "an existing file"),
@@ -64,6 +73,8 @@ def test_broken_instance_names_file_field_and_expectation(name, field, expected)
     ("broken_plan_wrong_type.json", "dp: expected an integer >= 1"),
     ("broken_plan_zero.json", "zero: expected a ZeRO stage in 0..3"),
     ("broken_plan_not_mapping.json", "expected a mapping"),
+    ("broken_plan_recompute_mode.json", "stages[0].recompute: expected one of 'none'"),
+    ("broken_plan_virtual_zero.json", "virtual_stages: expected an integer >= 1"),
 ])
 def test_broken_plan_is_a_plan_format_error(name, expected):
     """Malformed plan files raise PlanFormatError with the field and what was expected."""
@@ -114,3 +125,48 @@ def test_optional_profile_fields_default_to_unknown():
     assert (profile.wgrad_s, profile.sel_fwd_s, profile.sel_act_bytes, profile.flops) == \
         (None, None, None, None)
     assert (profile.sdp_units, profile.has_selective) == (0, False)
+
+
+def test_training_choices_read_and_written():
+    """training.recompute, virtual_stages and overlap_grad_reduce are read, written and read
+    back; the old allow_recompute true / false means (none, full) / (none,)."""
+    instance = load_instance(DATA / "selective_example.json")
+    assert [m.value for m in instance.training.recompute_modes] == ["none", "selective", "full"]
+    interleaved = load_instance(DATA / "interleaved_example.json")
+    assert interleaved.training.virtual_stages == (1, 2)
+    data = instance_to_dict(interleaved)["training"]
+    assert (data["recompute"], data["virtual_stages"], data["overlap_grad_reduce"]) == (
+        ["none", "full"], [1, 2], False)
+    assert "allow_recompute" not in data
+    assert load_instance(DATA / "worked_example.json").training.recompute_modes == (
+        RecomputeMode.NONE,)
+    assert load_instance(DATA / "two_tier_tp2.json").training.recompute_modes == (
+        RecomputeMode.NONE, RecomputeMode.FULL)
+
+
+def test_default_training_choices_are_plain_1f1b():
+    """Without the new fields: recompute none or full, v = 1 only, no overlap (DESIGN §3.2)."""
+    data = json.loads((DATA / "worked_example.json").read_text())
+    del data["training"]["allow_recompute"]
+    training = instance_from_dict(data).training
+    assert training.recompute_modes == (RecomputeMode.NONE, RecomputeMode.FULL)
+    assert (training.virtual_stages, training.overlap_grad_reduce) == ((1,), False)
+
+
+def test_plan_modes_and_virtual_stages_round_trip(tmp_path: Path):
+    """A plan's recompute modes (v1 booleans read as full / none) and v survive save and load."""
+    plan = load_plan(DATA / "plan_v1_booleans.json")
+    assert [s.recompute for s in plan.stages] == [RecomputeMode.FULL, RecomputeMode.NONE]
+    interleaved = load_plan(DATA / "plan_interleaved_v2.json")
+    assert (interleaved.virtual_stages, interleaved.num_stages) == (2, 2)
+    for original in (plan, interleaved):
+        save_plan(original, tmp_path / "plan.json")
+        assert load_plan(tmp_path / "plan.json") == original
+    written = json.loads((tmp_path / "plan.json").read_text())
+    assert written["virtual_stages"] == 2 and written["stages"][0]["recompute"] == "none"
+
+
+def test_recompute_mode_has_no_truth_value():
+    """bool(mode) raises, so code written for the old boolean field fails loudly."""
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(RecomputeMode.NONE)

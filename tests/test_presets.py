@@ -7,7 +7,7 @@ import pytest
 from nest_cp.errors import InstanceFormatError
 from nest_cp.evaluate import evaluate
 from nest_cp.io import instance_from_dict
-from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig, TrainingSetup
+from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig, RecomputeMode, TrainingSetup
 from nest_cp.plan import Plan, Stage
 from nest_cp.presets import (
     DEVICES,
@@ -29,8 +29,9 @@ def _manual_plan(instance: Instance, stages: int, dp: int, config: IntraConfig) 
     per_stage = blocks // stages
     bounds = [(0 if s == 0 else 1 + s * per_stage,
                (s + 1) * per_stage if s < stages - 1 else blocks + 1) for s in range(stages)]
-    return Plan(config, 1, 0, dp, tuple(Stage(first, last, recompute=s < stages - 1)
-                                        for s, (first, last) in enumerate(bounds)))
+    return Plan(config, 1, 0, dp, tuple(
+        Stage(first, last, RecomputeMode.FULL if s < stages - 1 else RecomputeMode.NONE)
+        for s, (first, last) in enumerate(bounds)))
 
 
 def test_registries_are_read_only():

@@ -15,7 +15,7 @@ from nest_cp.errors import InstanceFormatError
 from nest_cp.hfconfig import spec_from_description, spec_from_hf_config
 from nest_cp.io import load_instance
 from nest_cp.kernels import attention_seconds, gemm_seconds, quantisation
-from nest_cp.model import IntraConfig
+from nest_cp.model import IntraConfig, RecomputeMode
 from nest_cp.presets import DEVICES, MEGATRON_ADAM, MODELS
 from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
 from nest_cp.transformer import ModelKind, TransformerSpec
@@ -177,7 +177,8 @@ def test_first_stage_memory_matches_megatron_formula(pp, tp, dp, recompute):
     first = [layer.profile(config, 1) for layer in layers[:1 + per_stage]]
     if pp == 1:
         first = [layer.profile(config, 1) for layer in layers]
-    ours = stage_memory_bytes(first, False, min(pp, microbatches), MEGATRON_ADAM, 1, dp)
+    ours = stage_memory_bytes([first], RecomputeMode.NONE, min(pp, microbatches),
+                              MEGATRON_ADAM, 1, dp)
     run = megatron.MegatronRun(
         layers=spec.num_layers, hidden=spec.hidden, heads=spec.num_heads,
         ffn_hidden=spec.ffn_hidden, vocab=spec.vocab_shard(tp) * tp, seq=seq, microbatch=1,
@@ -274,3 +275,22 @@ def test_every_instance_file_still_loads():
     assert len(files) >= 80
     for path in files:
         assert load_instance(path).workload.num_layers >= 1
+
+
+def test_evaluate_prints_tflops_and_mfu_for_an_hf_instance(tmp_path):
+    """`instance new --hf-config` with v2 choices, then `evaluate --pp --dp --tp --mbs --vp
+    --recompute`, prints the iteration time, TF/s per GPU and MFU consistently."""
+    out = tmp_path / "x.json"
+    made = CliRunner().invoke(main, [
+        "instance", "new", "--hf-config", str(DATA / "hf_tiny_llama.json"), "--devices", "8",
+        "--network", "dgx-h100-superpod", "--seq-len", "1024", "--global-batch", "16",
+        "--recompute-modes", "none,selective,full", "--virtual-stages", "1,2",
+        "--overlap-grad-reduce", "--sequence-parallel", "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    result = CliRunner().invoke(main, ["evaluate", str(out), "--pp", "2", "--dp", "2", "--tp",
+                                       "2", "--mbs", "1", "--vp", "2", "--recompute",
+                                       "selective", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["iteration_time_s"] > 0 and 0 < data["mfu"] < 1
+    assert data["tflops_per_gpu"] == pytest.approx(data["mfu"] * H100.peak_flops / 1e12)

@@ -15,7 +15,7 @@ import time
 from nest_cp import cost
 from nest_cp.errors import BackendOptionError, InvalidPlan
 from nest_cp.evaluate import evaluate
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage, uniform_stages
 from nest_cp.result import SolveResult, Space, Status
@@ -34,14 +34,15 @@ def uniform_split(num_layers: int, num_stages: int) -> tuple[Stage, ...]:
 
 
 def stage_memory(instance: Instance, config: IntraConfig, microbatch: int, zero: int, dp: int,
-                 stages: tuple[Stage, ...], stage: int, recompute: bool) -> int:
+                 stages: tuple[Stage, ...], stage: int, recompute: RecomputeMode) -> int:
     """Bytes per device of ``stages[stage]`` with or without recomputation (DESIGN §3)."""
     training = instance.training
     profiles = [instance.workload.layers[layer].profile(config, microbatch)
                 for layer in stages[stage].layers]
     microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dp)
     in_flight = cost.in_flight(stage, len(stages), microbatches)
-    return cost.stage_memory_bytes(profiles, recompute, in_flight, training.optimizer, zero, dp)
+    return cost.stage_memory_bytes([profiles], recompute, in_flight, training.optimizer, zero,
+                                   dp)
 
 
 def recompute_where_needed(instance: Instance, config: IntraConfig, microbatch: int, zero: int,
@@ -50,11 +51,11 @@ def recompute_where_needed(instance: Instance, config: IntraConfig, microbatch: 
     limit = instance.cluster.usable_hbm_bytes
     fitted = []
     for index, stage in enumerate(stages):
-        if stage_memory(instance, config, microbatch, zero, dp, stages, index, False) <= limit:
-            fitted.append(Stage(stage.first_layer, stage.last_layer, False))
-        elif instance.training.allow_recompute and stage_memory(
-                instance, config, microbatch, zero, dp, stages, index, True) <= limit:
-            fitted.append(Stage(stage.first_layer, stage.last_layer, True))
+        for mode in (RecomputeMode.NONE, RecomputeMode.FULL):
+            if mode in instance.training.recompute_modes and stage_memory(
+                    instance, config, microbatch, zero, dp, stages, index, mode) <= limit:
+                fitted.append(Stage(stage.first_layer, stage.last_layer, mode))
+                break
         else:
             return None
     return tuple(fitted)

@@ -5,10 +5,11 @@ for every replica; at 1,024 devices one call takes most of a second, too slow
 for thousands of proposals.  :class:`PlanPricer` walks the plan exactly as
 ``nest_cp.evaluate._price`` does (DESIGN §3) with the same :mod:`nest_cp.cost`
 functions, but memoises each primitive term by its arguments (a layer range's
-collectives by the group's bottleneck ``Path``, a transfer by volume and path,
-a sync by volume, group size and path).  It is only a search aid: the plan a
-baseline returns is always priced again by the real evaluator, and a test
-checks that both agree to the tick.
+collectives by its groups' bottleneck ``Path``s, a transfer by volume and path,
+a sync by volume, group size and path).  It prices plans with v = 1 (the MCMC
+walk does not interleave yet), recompute none or full.  It is only a search aid:
+the plan a baseline returns is always priced again by the real evaluator, and a
+test checks that both agree to the tick.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from functools import cache
 
 from nest_cp import cost
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, Phase, RecomputeMode
 from nest_cp.network import NetworkModel, Path
 from nest_cp.plan import Plan
 
@@ -38,8 +39,10 @@ class PlanPricer:
     def price(self, plan: Plan) -> tuple[int, int]:
         """(objective ticks, largest memory excess in bytes; <= 0 when every stage fits).
 
-        ``plan`` must be well-formed and carry a placement.
+        ``plan`` must be well-formed, carry a placement and have v = 1.
         """
+        if plan.virtual_stages != 1:
+            raise ValueError(f"expected a plan with v = 1, got v = {plan.virtual_stages}")
         config, dp = plan.config, plan.num_replicas
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              plan.microbatch, config, dp)
@@ -49,9 +52,12 @@ class PlanPricer:
             profiles = [self.instance.workload.layers[layer].profile(config, plan.microbatch)
                         for layer in stage.layers]
             tau_max = max(tau_max, self._stage_ticks(plan, s, profiles))
-            sync = max(sync, self._stage_sync(plan, s, profiles))
+            backward = sum(cost.compute_ticks(p, self.tick_s)[1] for p in profiles)
+            sync = max(sync, cost.exposed_sync_ticks(
+                self._stage_sync(plan, s, profiles), backward,
+                self.instance.training.overlap_grad_reduce))
             in_flight = cost.in_flight(s, plan.num_stages, microbatches)
-            memory = cost.stage_memory_bytes(profiles, stage.recompute, in_flight,
+            memory = cost.stage_memory_bytes([profiles], stage.recompute, in_flight,
                                              self.optimizer, plan.zero, dp)
             overflow = memory - self.limit if overflow is None else max(
                 overflow, memory - self.limit)
@@ -61,18 +67,20 @@ class PlanPricer:
         """τ of stage s: the slowest replica (compute, collectives, receives, ZeRO-3 gathers)."""
         config, dp, placement = plan.config, plan.num_replicas, plan.placement
         stage = plan.stages[s]
-        fwd_bwd = [cost.compute_ticks(p, self.tick_s) for p in profiles]
-        fixed = sum(f + b for f, b in fwd_bwd) + (sum(f for f, _ in fwd_bwd)
-                                                  if stage.recompute else 0)
+        fixed = sum(sum(cost.compute_ticks(p, self.tick_s)) + cost.recompute_compute_ticks(
+            p, stage.recompute, self.tick_s) for p in profiles)
         if plan.zero == 3:
             params = sum(p.params for p in profiles)
             fixed += max(self._gather(params, dp, self.network.group_path(
                 [placement[s][r][j] for r in range(dp)])) for j in range(config.devices))
         slowest = 0
         for r in range(dp):
-            group = self.network.group_path(placement[s][r])
+            paths = cost.GroupPaths.of_replica(self.network, placement[s][r], config)
             time = self._collectives(config, plan.microbatch, stage.first_layer,
-                                     stage.last_layer, group)
+                                     stage.last_layer, paths, None)
+            if stage.recompute is RecomputeMode.FULL:  # the rerun forward repeats its collectives
+                time += self._collectives(config, plan.microbatch, stage.first_layer,
+                                          stage.last_layer, paths, Phase.FWD)
             if s > 0:
                 time += self._receive(plan, s - 1, s, r)
             if s + 1 < plan.num_stages:
@@ -103,10 +111,11 @@ class PlanPricer:
     # memoised primitive terms -------------------------------------------------
 
     def _range_collective_ticks(self, config: IntraConfig, microbatch: int, first_layer: int,
-                                last_layer: int, group: Path | None) -> int:
+                                last_layer: int, paths: cost.GroupPaths,
+                                phase: Phase | None) -> int:
         layers = self.instance.workload.layers[first_layer:last_layer + 1]
-        return sum(cost.layer_collective_ticks(layer.profile(config, microbatch), config, group,
-                                               self.tick_s) for layer in layers)
+        return sum(cost.layer_collective_ticks(layer.profile(config, microbatch), config, paths,
+                                               self.tick_s, phase) for layer in layers)
 
     def _transfer_ticks(self, volume_bytes: int, path: Path) -> int:
         return cost.transfer_ticks(volume_bytes, path, self.tick_s)

@@ -53,7 +53,7 @@ from nest_cp.baselines._common import (
     smallest_microbatch,
 )
 from nest_cp.errors import BackendOptionError
-from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig
+from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan
 from nest_cp.result import SolveOptions, SolveResult, Status
@@ -170,4 +170,4 @@ def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int
 def _degrees(plan: Plan) -> dict:
     return {"p": plan.num_stages, "d": plan.num_replicas, "t": plan.config.tp, "e": plan.config.ep,
             "b": plan.microbatch, "z": plan.zero,
-            "recompute": sum(stage.recompute for stage in plan.stages)}
+            "recompute": sum(stage.recompute is not RecomputeMode.NONE for stage in plan.stages)}

@@ -48,7 +48,7 @@ from nest_cp.baselines._common import empty_result, feasible_result, uniform_spl
 from nest_cp.baselines._pricing import PlanPricer
 from nest_cp.baselines.manual import solve_manual
 from nest_cp.errors import BackendOptionError
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import MEGATRON_LAYOUT, Plan, Stage
 from nest_cp.result import SolveOptions, SolveResult, Space, Status
@@ -72,7 +72,7 @@ class _State:
     zero: int
     dp: int
     boundaries: tuple[int, ...]
-    recompute: tuple[bool, ...]
+    recompute: tuple[bool, ...]  # full recomputation per stage (selective is not searched yet)
     device_order: tuple[int, ...]  # a permutation of every device id
 
     @property
@@ -85,7 +85,7 @@ class _State:
 
     def stages(self) -> tuple[Stage, ...]:
         firsts = (0, *(last + 1 for last in self.boundaries[:-1]))
-        return tuple(Stage(first, last, flag)
+        return tuple(Stage(first, last, RecomputeMode.FULL if flag else RecomputeMode.NONE)
                      for first, last, flag in zip(firsts, self.boundaries, self.recompute))
 
     def plan(self) -> Plan:
@@ -210,7 +210,7 @@ def _random_state(instance: Instance, network: NetworkModel, rng: random.Random)
     stages = uniform_split(instance.workload.num_layers, num_stages)
     return _State(config, microbatch, rng.choice(instance.training.zero_stages), dp,
                   tuple(stage.last_layer for stage in stages),
-                  (instance.training.allow_recompute,) * num_stages, network.canonical_order())
+                  (_full_allowed(instance),) * num_stages, network.canonical_order())
 
 
 def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
@@ -225,7 +225,8 @@ def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
     rest = [device for device in network.canonical_order() if device not in set(used)]
     return _State(plan.config, plan.microbatch, plan.zero, plan.num_replicas,
                   tuple(stage.last_layer for stage in plan.stages),
-                  tuple(stage.recompute for stage in plan.stages), tuple(used + rest))
+                  tuple(stage.recompute is RecomputeMode.FULL for stage in plan.stages),
+                  tuple(used + rest))
 
 
 def _propose(instance: Instance, state: _State, rng: random.Random) -> _State | None:
@@ -302,8 +303,12 @@ def _move_boundary(instance: Instance, state: _State, rng: random.Random) -> _St
     return replace(state, boundaries=tuple(bounds))
 
 
+def _full_allowed(instance: Instance) -> bool:
+    return RecomputeMode.FULL in instance.training.recompute_modes
+
+
 def _move_recompute(instance: Instance, state: _State, rng: random.Random) -> _State | None:
-    if not instance.training.allow_recompute:
+    if not _full_allowed(instance):
         return None
     stage = rng.randrange(state.num_stages)
     flags = list(state.recompute)

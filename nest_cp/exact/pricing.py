@@ -40,8 +40,10 @@ class StagePricing:
 
     def collectives(self, option: StageOption, path: Path | None) -> int:
         """Intra-layer collectives of the span (fwd and bwd) on a replica group's bottleneck."""
+        # DESIGN §3's replica span, not yet §3.2 f's per-group pricing (issue 13)
         return self._cached("coll", option, path, lambda: sum(
-            cost.layer_collective_ticks(self._profiles[layer], self._sub.config, path,
+            cost.layer_collective_ticks(self._profiles[layer], self._sub.config,
+                                        cost.GroupPaths.replica_span(path),
                                         self._training.tick_s) for layer in option.layers))
 
     def transfer(self, option: StageOption, path: Path | None) -> int:

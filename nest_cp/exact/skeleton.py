@@ -1,5 +1,11 @@
 """The one model behind both exact backends (DESIGN §3 for a fixed sub-problem).
 
+Not yet DESIGN §3.2 (issue 13): collectives are priced on the replica group's span,
+not on each TP / EP group (§3.2 f), and full recomputation does not rerun the forward
+collectives (§3.2 a), so plans with t·e > 1 may price differently from the evaluator;
+the backend registry refuses instances allowing selective recomputation, v > 1 or
+overlapped gradient reduction.  Memory (ZeRO-3 buffers included) is the evaluator's.
+
 Built against a small adapter (nest_cp.exact.adapters) so CP-SAT and the MILP
 read the same index sets, the same variable families and the same constraints.
 
@@ -29,7 +35,7 @@ from nest_cp.exact.groups import RankGroups, rank_groups
 from nest_cp.exact.placement import FullPlacement, StructuredPlacement
 from nest_cp.exact.pricing import StagePricing
 from nest_cp.exact.subproblems import SubProblem
-from nest_cp.model import Instance
+from nest_cp.model import Instance, RecomputeMode
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, Stage
 from nest_cp.result import Space
@@ -64,7 +70,7 @@ def build_model(adapter, instance: Instance, sub: SubProblem, network: NetworkMo
 
 def hint_model(adapter, handles: ModelHandles, plan: Plan) -> None:
     """Hint (CP-SAT) / warm-start (MILP) the model with ``plan`` of the same sub-problem."""
-    chosen = {(s, (stage.first_layer, stage.last_layer, stage.recompute))
+    chosen = {(s, (stage.first_layer, stage.last_layer, stage.recompute is RecomputeMode.FULL))
               for s, stage in enumerate(plan.stages)}
     for (stage, option), var in handles.opt.items():
         key = (stage, (option.first_layer, option.last_layer, option.recompute))
@@ -78,7 +84,7 @@ def extract_plan(handles: ModelHandles, value) -> Plan:
     stages = []
     for stage in range(sub.num_stages):
         option = next(o for o in sub.options[stage] if value(handles.opt[stage, o]) == 1)
-        stages.append(Stage(option.first_layer, option.last_layer, option.recompute))
+        stages.append(Stage(option.first_layer, option.last_layer, option.mode))
     return Plan(sub.config, sub.microbatch, sub.zero, sub.dp, tuple(stages),
                 handles.placement.extract(value, sub))
 

@@ -24,12 +24,13 @@ import math
 from dataclasses import dataclass
 
 from nest_cp import cost
-from nest_cp.model import Instance, IntraConfig
+from nest_cp.model import Instance, IntraConfig, RecomputeMode
 
 
 @dataclass(frozen=True, slots=True)
 class StageOption:
-    """A stage's layer span ``first_layer..last_layer`` and whether it recomputes."""
+    """A stage's layer span ``first_layer..last_layer`` and whether it recomputes (full;
+    the exact models do not search selective recomputation yet)."""
 
     first_layer: int
     last_layer: int
@@ -38,6 +39,10 @@ class StageOption:
     @property
     def layers(self) -> range:
         return range(self.first_layer, self.last_layer + 1)
+
+    @property
+    def mode(self) -> RecomputeMode:
+        return RecomputeMode.FULL if self.recompute else RecomputeMode.NONE
 
     @property
     def key(self) -> str:
@@ -106,9 +111,10 @@ def _subproblem(instance: Instance, config: IntraConfig, microbatch: int, num_st
     for stage in range(num_stages):
         k = cost.in_flight(stage, num_stages, microbatches)
         fitting = []
-        for option in _spans(stage, num_stages, num_layers, training.allow_recompute):
+        for option in _spans(stage, num_stages, num_layers,
+                             RecomputeMode.FULL in training.recompute_modes):
             span = profiles[option.first_layer:option.last_layer + 1]
-            memory = cost.stage_memory_bytes(span, option.recompute, k, training.optimizer,
+            memory = cost.stage_memory_bytes([span], option.mode, k, training.optimizer,
                                              zero, dp)
             if memory <= limit:
                 fitting.append(option)
