@@ -14,6 +14,7 @@ Input: a CSV of measured runs, one per row, columns (header names; [optional, de
     [recompute]      none | full | selective                             [none]
     [attention]      flash | materialized                                [flash]
     [sequence_parallel]  true | false                                    [true when tp > 1]
+    [overlap_grad_reduce]  true | false                                  [false]
     [name]           a label for the row
     measured_iteration_s  or  measured_tflops_per_gpu   (model TF/s per GPU, Megatron's count)
 
@@ -54,7 +55,8 @@ MIN_SENSITIVITY = 0.02  # |d log T / d log efficiency| on at least one row
 MAX_CONDITION = 1e3
 _REQUIRED = ("model", "network", "devices", "tp", "pp", "dp", "mbs", "global_batch", "seq_len")
 _OPTIONAL = ("name", "device", "ep", "vp", "zero", "recompute", "attention",
-             "sequence_parallel", "measured_iteration_s", "measured_tflops_per_gpu")
+             "sequence_parallel", "overlap_grad_reduce", "measured_iteration_s",
+             "measured_tflops_per_gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +186,8 @@ def _measurement(path: Path, row: int, record: dict) -> Measurement:
             raise
         _fail(path, row, "model", exc.detail)
     tp = _int(path, row, record, "tp")
-    sp_raw = (record.get("sequence_parallel") or "").strip().lower()
-    if sp_raw not in ("", "true", "false"):
-        _fail(path, row, "sequence_parallel", f"expected true or false, got {sp_raw!r}")
+    sp_raw = _flag(path, row, record, "sequence_parallel")
+    overlap = _flag(path, row, record, "overlap_grad_reduce") == "true"
     run = Run(name=(record.get("name") or "").strip() or f"row {row}", model=model,
               network=(record.get("network") or "").strip(),
               devices=_int(path, row, record, "devices"), tp=tp,
@@ -199,7 +200,8 @@ def _measurement(path: Path, row: int, record: dict) -> Measurement:
                                 RecomputeMode.NONE),
               attention=_choice(path, row, record, "attention", AttentionKind,
                                 AttentionKind.FLASH),
-              sequence_parallel=(sp_raw == "true") if sp_raw else tp > 1)
+              sequence_parallel=(sp_raw == "true") if sp_raw else tp > 1,
+              overlap_grad_reduce=overlap)
     if run.devices_used > run.devices:
         _fail(path, row, "devices", f"expected at least tp*ep*pp*dp = {run.devices_used}, "
                                     f"got {run.devices}")
@@ -211,6 +213,13 @@ def _measurement(path: Path, row: int, record: dict) -> Measurement:
     device = (record.get("device") or "").strip() or None
     return Measurement(run=run, measured_iteration_s=seconds, measured_tflops_per_gpu=tflops,
                        row=row, device=device)
+
+
+def _flag(path: Path, row: int, record: dict, column: str) -> str:
+    raw = (record.get(column) or "").strip().lower()
+    if raw not in ("", "true", "false"):
+        _fail(path, row, column, f"expected true or false, got {raw!r}")
+    return raw
 
 
 def _measured(path: Path, row: int, record: dict, column: str) -> float | None:
@@ -303,7 +312,7 @@ def calibrate(measurements: Sequence[Measurement], base: DeviceSpec, optimizer: 
         residual = np.log(current / measured)
         if not free:
             break
-        jac = _jacobian(times, x, current)[:, free]
+        jac = (jacobian if iterations == 1 else _jacobian(times, x, current))[:, free]
         normal = jac.T @ jac
         gradient = jac.T @ residual
         improved = False
