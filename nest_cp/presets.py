@@ -1,8 +1,11 @@
 """Named models, devices and networks, and instances built from them.
 
 Every number carries its source in a comment. Models are the five of NEST's evaluation
-(DESIGN §6); devices are vendor datasheet values with an achievable-FLOP/s fraction taken from
-published training runs; networks are NEST's two setups and an NVIDIA DGX H100 SuperPOD.
+(DESIGN §6; more as Hugging Face configs in ``instances/models/``); devices are datasheet
+peaks with kernel efficiencies from published kernel microbenchmarks (DESIGN §1.1 v2, never
+end-to-end training utilisation; ``docs/device-model.md``); networks are NEST's two setups,
+an NVIDIA DGX H100 SuperPOD and Meta's Llama 3 cluster. Instances built here default to
+Megatron-LM's 18 B per parameter (:data:`MEGATRON_ADAM`).
 
 Decisions (documented here because they change numbers):
 
