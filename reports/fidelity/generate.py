@@ -156,7 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-calibrated", action="store_true",
                         help="skip the calibrated-on-half column")
-    parser.add_argument("--max-iterations", type=int, default=8,
+    parser.add_argument("--max-iterations", type=int, default=4,
                         help="Levenberg-Marquardt iterations of each half's fit")
     args = parser.parse_args()
     doc, rows = load_rows(HERE / "inputs.json")
