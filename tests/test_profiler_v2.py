@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp import megatron
+from nest_cp import reference_formulas as megatron
 from nest_cp.cli import main
 from nest_cp.cost import stage_memory_bytes
 from nest_cp.errors import InstanceFormatError

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nest_cp import megatron
+from nest_cp import reference_formulas as megatron
 from nest_cp.calibrate import Measurement, calibrate
 from nest_cp.evaluate import evaluate
 from nest_cp.hfconfig import spec_from_description
