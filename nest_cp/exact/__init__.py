@@ -3,13 +3,14 @@
 ``nest_cp.cpsat.solve`` and ``nest_cp.milp.solve`` are the registry entry points;
 this package holds what they share: sub-problem enumeration and bounds
 (subproblems, bounds), exact integer prices (pricing), rank groups (groups),
-full and structured placement (placement), the one model skeleton (skeleton),
-the two solver adapters (adapters) and the search that combines statuses (driver).
+full and structured placement (placement), the one model skeleton (skeleton) and
+its cost and memory families (terms), the two solver adapters (adapters), the
+clock (budget) and the search that combines statuses (driver).
 """
 
 from nest_cp.exact.driver import solve_exact
 from nest_cp.exact.placement import canonical_placement
-from nest_cp.exact.subproblems import StageOption, SubProblem, enumerate_subproblems
+from nest_cp.exact.subproblems import ChunkOption, SubProblem, enumerate_subproblems
 
-__all__ = ["StageOption", "SubProblem", "canonical_placement", "enumerate_subproblems",
+__all__ = ["ChunkOption", "SubProblem", "canonical_placement", "enumerate_subproblems",
            "solve_exact"]
