@@ -15,7 +15,11 @@ every plan of the sub-problem has T ≥ (v·m + S − 1)·min_split max_k τ_lb 
 min_split max_s sync_lb (minimising the two separately can only lower the sum).
 The boundary volume into chunk k is known from o.first alone, so one DP over
 (chunk, first layer) computes each min-max exactly.  With v > 1 a stage's sync
-depends on all its chunks, which that DP does not see: sync_lb is then 0.
+depends on all its chunks, which that DP does not see; instead, of P parameters of
+a kind some stage holds at least ⌈P / S⌉ and a sync's price grows with its
+parameters, so T_sync ≥ that sync on the cheapest path; with overlapped reduction
+the largest exposed sync is at least the average, ≥ (Σ_kind slope·P − R) / S with
+R the backward of all layers (a sync of P parameters costs at least slope·P).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import math
 from nest_cp.exact.budget import Deadline
 from nest_cp.exact.pricing import ChunkPricing
 from nest_cp.exact.subproblems import ChunkOption, SubProblem
+from nest_cp.model import RecomputeMode
 from nest_cp.network import NetworkModel, Path
 
 
@@ -71,7 +76,7 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
 
     def sync(chunk: int, option: ChunkOption) -> int:
         if sub.virtual_stages > 1:
-            return 0
+            return 0  # bounded below for the whole split by _interleaved_sync_bound
         total = cheapest(pricing.dense_sync, option, dense_paths) + \
             cheapest(pricing.expert_sync, option, shard_paths)
         return max(0, total - pricing.backward(option)) if overlap else total
@@ -80,7 +85,28 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
     sync_lb = _min_max(sub, sync, deadline)
     if tau_lb is None or sync_lb is None:
         return math.inf
+    if sub.virtual_stages > 1:
+        sync_lb = _interleaved_sync_bound(sub, pricing, {
+            "dense": (sub.dp * config.ep, dense_paths),
+            "expert": (sub.dp, shard_paths)}, overlap)
     return sub.rounds * tau_lb + sync_lb
+
+
+def _interleaved_sync_bound(sub: SubProblem, pricing: ChunkPricing, groups: dict,
+                            overlap: bool) -> int:
+    """T_sync's lower bound for v > 1 (module docstring); groups[kind] = (size, paths)."""
+    whole = ChunkOption(0, pricing.num_layers - 1, RecomputeMode.NONE)
+    params = {"dense": pricing.dense_params(whole), "expert": pricing.expert_params(whole)}
+    if not overlap:
+        return max((min(pricing.sync_of(-(-params[kind] // sub.num_stages), size, path)
+                        for path in paths)
+                    for kind, (size, paths) in groups.items() if paths), default=0)
+    slopes = 0
+    for kind, (size, paths) in groups.items():
+        forms = [pricing.sync_ticks(size, path) for path in paths]
+        if params[kind] and forms and all(form is not None for form in forms):
+            slopes += min(form.slope for form in forms) * params[kind]
+    return max(0, math.ceil((slopes - pricing.backward(whole)) / sub.num_stages))
 
 
 def _min_max(sub: SubProblem, value, deadline: Deadline) -> int | None:

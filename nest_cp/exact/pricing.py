@@ -83,6 +83,10 @@ class ChunkPricing:
     def tick_s(self) -> float:
         return self._training.tick_s
 
+    @property
+    def num_layers(self) -> int:
+        return len(self._profiles)
+
     # ------------------------------------------------------------ compute
 
     def compute(self, option: ChunkOption) -> int:
@@ -203,6 +207,11 @@ class ChunkPricing:
         return self._cached("expert", option, path, lambda: cost.gradient_sync_ticks(
             self.expert_params(option), self._training.optimizer, self._sub.zero,
             self._sub.dp, path, self.tick_s))
+
+    def sync_of(self, params: int, group_size: int, path: Path | None) -> int:
+        """One gradient sync of ``params`` parameters over ``group_size`` ranks on ``path``."""
+        return cost.gradient_sync_ticks(params, self._training.optimizer, self._sub.zero,
+                                        group_size, path, self.tick_s)
 
     def sync_ticks(self, group_size: int, path: Path | None) -> Affine | None:
         """The unrounded ticks of one gradient sync of P parameters over ``group_size`` ranks
