@@ -2,7 +2,9 @@
 
 Both classes answer one question for the shared skeleton: ``cases(group)`` is a
 list of (literals, path): "when every literal is 1, the group's bottleneck is
-``path``".  The skeleton turns each case into an enforced floor on a cost term.
+``path``".  The skeleton turns each case into an enforced floor on a cost term
+(nest_cp.exact.terms); the literals of one set of slots are made once and shared
+by every term priced on it.
 
 Full space (any injective placement).  x[slot, cell] places slots on *cells*
 with capacities: tier-0 domains on a hierarchical network (devices of one tier-0
@@ -41,8 +43,9 @@ optimum is unchanged):
   first in each class.
 
 Structured space: select[layout] picks one of the (deduplicated) placements the
-rank layouts of nest_cp.plan.all_layouts() give on the canonical device order,
-and every group's path is a constant per layout.
+rank layouts of nest_cp.plan.all_layouts() give on the canonical device order
+(whatever orders of t, e, stage and replica those are), and every group's path is
+a constant per layout.
 """
 
 from __future__ import annotations
