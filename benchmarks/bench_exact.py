@@ -9,7 +9,10 @@ from nest_cp.generators (communication-heavy: comm_scale 100, TP widths 1 and
    300 s with HiGHS and 60 s with CBC on one instance per network (the budget
    keeps the whole run under 15 minutes).  Structured CP-SAT and the DP are
    reported beside the full-space optimum: the algorithmic certificate and the
-   structural gap (an interval when the exact run stopped early).
+   structural gap (an interval when the exact run stopped early).  The same
+   instances run again with DESIGN §3.2's choices allowed (recompute none /
+   selective / full, v in {1, 2, 4}, overlapped gradient reduction): CP-SAT in
+   both spaces, and the DP where it searches them.
 2. Scaling sweeps on 2-tier networks, 60 s per backend and size, a backend's
    sweep stopping at its first unproven size: devices 16, 32, ..., 512 at 8
    layers; layers 12, 16, 24, 32, 48, 64 at 16 devices.  ``--probe`` adds a
@@ -31,8 +34,9 @@ import time
 from importlib import metadata
 
 from nest_cp.backends import SolveOptions, solve
+from nest_cp.errors import BackendOptionError
 from nest_cp.generators import random_instance
-from nest_cp.model import IntraConfig
+from nest_cp.model import IntraConfig, RecomputeMode
 from nest_cp.result import Space, Status
 
 logger = logging.getLogger(__name__)
@@ -44,14 +48,18 @@ LAYER_SWEEP = ((12, (4, 4)), (16, (4, 4)), (24, (4, 4)), (32, (4, 4)), (48, (4, 
                (64, (4, 4)))
 CPSAT_LIMIT_S, MILP_LIMIT_S, SWEEP_LIMIT_S, PROBE_LIMIT_S = 60.0, 300.0, 60.0, 600.0
 CBC_LIMIT_S = 60.0  # CBC is the slower MILP solver; a shorter limit keeps the run < 15 min
+# DESIGN §3.2's choices for the second run of the target suite
+V2_CHOICES = dict(recompute_modes=tuple(RecomputeMode), virtual_stages=(1, 2, 4),
+                  overlap_grad_reduce=True)
 
 
-def _instance(seed: int, num_layers: int, tier_sizes: tuple[int, ...]):
+def _instance(seed: int, num_layers: int, tier_sizes: tuple[int, ...], v2: bool = False):
     devices = 1
     for size in tier_sizes:
         devices *= size
     return random_instance(seed, num_layers=num_layers, tier_sizes=tier_sizes,
-                           global_batch=4 * devices, comm_scale=100, configs=CONFIGS)
+                           global_batch=4 * devices, comm_scale=100, configs=CONFIGS,
+                           **(V2_CHOICES if v2 else {}))
 
 
 def _run(instance, backend: str, space: Space, limit_s: float, solver: str = "highs") -> dict:
@@ -74,7 +82,7 @@ def _describe(instance, network: str, seed: int) -> dict:
 def _dp_run(instance) -> dict | None:
     try:
         return _run(instance, "dp", Space.STRUCTURED, 60.0)
-    except ImportError:
+    except (ImportError, BackendOptionError):  # no DP, or a DP that does not search §3.2
         return None
 
 
@@ -93,6 +101,18 @@ def target_suite() -> list[dict]:
                 runs.append(dp)
             rows.append({**_describe(instance, network, seed), "runs": runs})
             logger.info("target %s seed %d: %s", network, seed,
+                        [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
+    for network, tiers in TARGET_NETWORKS.items():
+        for seed in (0, 1):
+            instance = _instance(seed, 8, tiers, v2=True)
+            runs = [_run(instance, "cpsat", Space.FULL, CPSAT_LIMIT_S),
+                    _run(instance, "cpsat", Space.STRUCTURED, CPSAT_LIMIT_S)]
+            dp = _dp_run(instance)
+            if dp is not None:
+                runs.append(dp)
+            label = f"{network}, §3.2 choices"
+            rows.append({**_describe(instance, label, seed), "runs": runs})
+            logger.info("target %s seed %d: %s", label, seed,
                         [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
     return rows
 
@@ -155,7 +175,9 @@ def run(out_dir: pathlib.Path, probe: bool = False) -> None:
                      "cbc_limit_s": CBC_LIMIT_S,
                      "sweep_limit_s": SWEEP_LIMIT_S, "probe": probe,
                      "instances": "nest_cp.generators.random_instance(seed, comm_scale=100, "
-                                  "configs=(tp1, tp2), global_batch=4*devices)"},
+                                  "configs=(tp1, tp2), global_batch=4*devices)",
+                     "v2_choices": "recompute none/selective/full, virtual_stages 1/2/4, "
+                                   "overlap_grad_reduce (second target run)"},
         "target": target, "sweep": sweep,
         "largest_proven_60s": {"cpsat": _largest_proven(sweep, "cpsat"),
                                "milp": _largest_proven(sweep, "milp")},

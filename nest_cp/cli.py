@@ -352,8 +352,11 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
     hint_plan, hint_s = None, None
     if hint and "hint" in honoured:
-        hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
-        hint_plan, hint_s = hinted.plan, time.monotonic() - started
+        try:
+            hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
+            hint_plan, hint_s = hinted.plan, time.monotonic() - started
+        except BackendOptionError as exc:  # the DP cannot plan this instance: no hint
+            click.echo(f"note: solving without the DP hint: {exc}", err=True)
     time_left = time_limit - (time.monotonic() - started)
     try:
         options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),

@@ -411,3 +411,19 @@ def test_dev_zero_as_instance_exits_2():
     """/dev/zero is refused at the input size cap: exit 2, one line, no endless read."""
     result = _run("instance", "show", "/dev/zero")
     assert result.exit_code == 2 and "at most 64 MiB" in result.output
+
+
+def test_exact_solve_of_a_v2_instance_matches_brute_force():
+    """`solve --backend cpsat` on an instance allowing §3.2's choices (v in {1, 2}) exits 0
+    with brute force's full-space optimum, with or without a DP hint to start from."""
+    from nest_cp.backends import SolveOptions, solve
+    from nest_cp.io import load_instance
+    from nest_cp.result import Space
+
+    path = DATA / "interleaved_example.json"
+    oracle = solve(load_instance(path), "brute", SolveOptions(space=Space.FULL))
+    result = _run("solve", path, "--backend", "cpsat", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["status"] == "OPTIMAL"
+    assert record["objective_ticks"] == oracle.objective_ticks

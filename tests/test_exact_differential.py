@@ -1,34 +1,57 @@
-"""Differential tests: CP-SAT == MILP == brute (full space), CP-SAT == MILP == DP (structured).
+"""Differential tests: CP-SAT == MILP == brute force in the full and the structured space,
+and structured CP-SAT == DP, with every DESIGN §3.2 choice allowed.
 
-Seeded random tiny instances; objectives are compared, never plans.  Every
-result also passes nest_cp.backends.check_result (solve() referees it).
+Seeded random tiny instances; objectives are compared, never plans.  Every result
+also passes nest_cp.backends.check_result (solve() referees it).  The kinds named
+"interleaved…", "tp-ep…" and "crossed-tiers" allow the §3.2 choices: v ∈ {1, 2}
+(or v forced above 1), selective recomputation, overlapped gradient reduction,
+ZeRO-3 buffers, TP and EP collectives priced on their own groups.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nest_cp import backends
 from nest_cp.backends import SolveOptions, solve
+from nest_cp.exact import enumerate_subproblems
 from nest_cp.generators import latency_trap_instance, random_instance
-from nest_cp.model import IntraConfig
+from nest_cp.model import HierarchicalNetwork, IntraConfig, RecomputeMode, Tier
 from nest_cp.result import Space, Status
 
 pytest.importorskip("nest_cp.brute", reason="the shared brute-force oracle is not available")
 
 WIDE_CONFIGS = (IntraConfig(), IntraConfig(2, 1), IntraConfig(1, 2))
+GROUPED_CONFIGS = (IntraConfig(2, 2), IntraConfig(2, 1))
+MODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
+GB = 10**9
 
 # name -> keyword arguments of random_instance; tiny enough for the brute-force oracle (N <= 5)
 FULL_KINDS = {
     "two-tier": dict(tier_sizes=(2, 2)),
     "three-tier": dict(tier_sizes=(2, 1, 2), comm_scale=30),
     "graph": dict(tier_sizes=(2, 2), graph=True, comm_scale=30),
-    "memory-tight": dict(tier_sizes=(2, 2), hbm_bytes=16 * 10**9, comm_scale=10),
+    "memory-tight": dict(tier_sizes=(2, 2), hbm_bytes=16 * GB, comm_scale=10),
     "partial-domains": dict(tier_sizes=(2, 2, 2), num_devices=5, comm_scale=50,
                             configs=(IntraConfig(), IntraConfig(2, 1))),
     "tp-ep-zero": dict(tier_sizes=(2, 2), configs=WIDE_CONFIGS, zero_stages=(0, 3),
                        comm_scale=10),
+    "interleaved": dict(num_layers=4, tier_sizes=(2, 2), num_devices=3, recompute_modes=MODES,
+                        virtual_stages=(1, 2), global_batch=4, hbm_bytes=24 * GB,
+                        comm_scale=30, zero_stages=(0, 3), overlap_grad_reduce=True),
+    "interleaved-graph": dict(num_layers=4, tier_sizes=(2, 2), graph=True,
+                              recompute_modes=MODES, virtual_stages=(2,), global_batch=4,
+                              hbm_bytes=22 * GB, comm_scale=30, zero_stages=(0, 3),
+                              overlap_grad_reduce=True),
+    "tp-ep-groups": dict(num_layers=2, tier_sizes=(2, 2), configs=GROUPED_CONFIGS,
+                         recompute_modes=MODES, global_batch=4, comm_scale=30,
+                         zero_stages=(0, 3)),
+    "crossed-tiers": dict(num_layers=2, tier_sizes=(2, 2), configs=GROUPED_CONFIGS,
+                          recompute_modes=MODES, global_batch=4, comm_scale=30),
 }
 
 # the structured space is cheap for every backend: N = 8
@@ -37,9 +60,40 @@ STRUCTURED_KINDS = {
     "graph-8": dict(tier_sizes=(2, 4), num_layers=4, graph=True, comm_scale=30),
     "tp-ep-zero-8": dict(tier_sizes=(2, 4), num_layers=4, configs=WIDE_CONFIGS,
                          zero_stages=(0, 1, 3), comm_scale=10, global_batch=16),
-    "memory-tight-8": dict(tier_sizes=(4, 2), num_layers=5, hbm_bytes=14 * 10**9,
+    "memory-tight-8": dict(tier_sizes=(4, 2), num_layers=5, hbm_bytes=14 * GB,
                            comm_scale=10),
+    "tp-ep-none-8": dict(tier_sizes=(2, 4), num_layers=4, configs=WIDE_CONFIGS,
+                         zero_stages=(0, 1, 3), comm_scale=10, global_batch=16,
+                         recompute_modes=(RecomputeMode.NONE,)),
+    "interleaved-8": dict(tier_sizes=(2, 4), num_layers=4, configs=(IntraConfig(),
+                                                                    IntraConfig(2, 2)),
+                          recompute_modes=MODES, virtual_stages=(1, 2), global_batch=4,
+                          hbm_bytes=12 * GB, comm_scale=3, zero_stages=(0, 3),
+                          overlap_grad_reduce=True),
+    "interleaved-only-graph-8": dict(tier_sizes=(2, 4), num_layers=4, graph=True,
+                                     configs=(IntraConfig(), IntraConfig(2, 2)),
+                                     recompute_modes=MODES, virtual_stages=(2,),
+                                     global_batch=8, hbm_bytes=16 * GB, comm_scale=30,
+                                     zero_stages=(0, 3)),
+    "three-chunks-8": dict(tier_sizes=(2, 2, 2), num_layers=6, recompute_modes=MODES,
+                           virtual_stages=(3,), global_batch=12, hbm_bytes=16 * GB,
+                           comm_scale=10, zero_stages=(0, 3), overlap_grad_reduce=True),
 }
+
+# kinds the DP of DESIGN §3 prices exactly: t = e = 1, or no recomputation (a TP or EP
+# group alone, priced like the whole replica; no forward collectives rerun)
+DP_V1_KINDS = ("three-tier-8", "graph-8", "memory-tight-8", "tp-ep-none-8")
+
+
+def _instance(kind: str, seed: int, kinds: dict):
+    instance = random_instance(seed, **kinds[kind])
+    if kind == "crossed-tiers":
+        # the wider tier has the higher latency, so neither tier is faster for every
+        # collective: a small all-reduce's slowest group may not be a large one's
+        tiers = (Tier("board", 2, 1e10, 1e-7), Tier("rack", 2, 1e11, 1e-4))
+        cluster = dataclasses.replace(instance.cluster, network=HierarchicalNetwork(tiers))
+        instance = dataclasses.replace(instance, cluster=cluster)
+    return instance
 
 
 def _objective(instance, backend: str, space: Space, solver: str = "cbc"):
@@ -54,7 +108,7 @@ def _objective(instance, backend: str, space: Space, solver: str = "cbc"):
 @pytest.mark.parametrize("kind", sorted(FULL_KINDS))
 def test_full_space_cpsat_milp_brute_agree(kind, seed):
     """CP-SAT, MILP (CBC) and brute force find the same full-space optimum (or all INFEASIBLE)."""
-    instance = random_instance(seed, **FULL_KINDS[kind])
+    instance = _instance(kind, seed, FULL_KINDS)
     brute = _objective(instance, "brute", Space.FULL)
     assert _objective(instance, "cpsat", Space.FULL) == brute
     assert _objective(instance, "milp", Space.FULL) == brute
@@ -62,24 +116,55 @@ def test_full_space_cpsat_milp_brute_agree(kind, seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", sorted(STRUCTURED_KINDS))
-def test_structured_space_cpsat_milp_dp_agree(kind, seed):
-    """CP-SAT, MILP (HiGHS) and the DP find the same structured-space optimum."""
+def test_structured_space_cpsat_milp_brute_agree(kind, seed):
+    """CP-SAT, MILP (HiGHS) and brute force find the same structured-space optimum."""
+    instance = _instance(kind, seed, STRUCTURED_KINDS)
+    brute = _objective(instance, "brute", Space.STRUCTURED)
+    assert _objective(instance, "cpsat", Space.STRUCTURED) == brute
+    assert _objective(instance, "milp", Space.STRUCTURED, "highs") == brute
+
+
+def _dp_searches_v2() -> bool:
+    return "dp" not in getattr(backends, "V1_ONLY_BACKENDS", ())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("kind", sorted(STRUCTURED_KINDS))
+def test_structured_space_cpsat_dp_agree(kind, seed):
+    """The DP and structured CP-SAT find the same optimum (the algorithmic certificate).
+
+    Until the DP searches DESIGN §3.2 (it is in V1_ONLY_BACKENDS), only the kinds it
+    prices exactly run; the others are skipped, visibly."""
     pytest.importorskip("nest_cp.dp.planner", reason="the DP planner is not available")
-    instance = random_instance(seed, **STRUCTURED_KINDS[kind])
+    if kind not in DP_V1_KINDS and not _dp_searches_v2():
+        pytest.skip("the DP does not search DESIGN §3.2 yet (V1_ONLY_BACKENDS)")
+    instance = _instance(kind, seed, STRUCTURED_KINDS)
     dp = _objective(instance, "dp", Space.STRUCTURED)
     assert _objective(instance, "cpsat", Space.STRUCTURED) == dp
-    assert _objective(instance, "milp", Space.STRUCTURED, "highs") == dp
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_infeasible_agrees(seed):
     """When no stage fits in memory, every backend and both spaces report INFEASIBLE."""
-    instance = random_instance(seed, tier_sizes=(2, 2), hbm_bytes=4 * 10**9)
+    instance = random_instance(seed, tier_sizes=(2, 2), hbm_bytes=4 * GB)
     expected = (Status.INFEASIBLE, None)
     assert _objective(instance, "brute", Space.FULL) == expected
     for backend in ("cpsat", "milp"):
         for space in (Space.FULL, Space.STRUCTURED):
             assert _objective(instance, backend, space) == expected
+
+
+def test_interleaving_memory_infeasible_agrees():
+    """With v = 2 forced and HBM that no stage holding two chunks fits (each chunk alone
+    would), every backend reports INFEASIBLE: the model's coupled memory is not optimistic."""
+    instance = random_instance(0, num_layers=4, tier_sizes=(2, 2), virtual_stages=(2,),
+                               recompute_modes=(RecomputeMode.NONE,), global_batch=4,
+                               hbm_bytes=22 * GB)
+    assert any(sub.feasible for sub in enumerate_subproblems(instance))  # chunks alone fit
+    expected = (Status.INFEASIBLE, None)
+    assert _objective(instance, "brute", Space.STRUCTURED) == expected
+    for backend in ("cpsat", "milp"):
+        assert _objective(instance, backend, Space.STRUCTURED) == expected
 
 
 def test_latency_trap_structural_gap_agrees_with_oracles():
@@ -93,14 +178,63 @@ def test_latency_trap_structural_gap_agrees_with_oracles():
     assert structured[1] > full[1]
 
 
-@settings(max_examples=8, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 10**6), graph=st.booleans(), zero=st.sampled_from([0, 1, 3]))
-def test_full_optimum_never_above_structured_optimum(seed, graph, zero):
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), graph=st.booleans(), zero=st.sampled_from([0, 1, 3]),
+       virtual=st.sampled_from([(1,), (1, 2)]))
+def test_full_optimum_never_above_structured_optimum(seed, graph, zero, virtual):
     """Full space ⊇ structured space: CP-SAT's full optimum ≤ its structured optimum."""
-    instance = random_instance(seed, tier_sizes=(2, 4), num_layers=3, graph=graph,
-                               zero_stages=(zero,), comm_scale=30)
+    instance = random_instance(seed, tier_sizes=(2, 4), num_layers=4, graph=graph,
+                               zero_stages=(zero,), comm_scale=30, recompute_modes=MODES,
+                               virtual_stages=virtual, global_batch=8)
     full = _objective(instance, "cpsat", Space.FULL)
     structured = _objective(instance, "cpsat", Space.STRUCTURED)
     assert full[0] == structured[0]
     if full[0] is Status.OPTIMAL:
         assert full[1] <= structured[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class _AnyOrderLayout:
+    """A rank layout of any order of (t, e, stage, replica), tensor ranks not necessarily
+    innermost (DESIGN §4's structured space v2), with RankLayout's placement interface."""
+
+    order: tuple[str, ...]
+
+    def placement(self, config, num_stages, dp, device_order):
+        radix = {"t": config.tp, "e": config.ep, "stage": num_stages, "replica": dp}
+
+        def position(stage, replica, rank):
+            digits = {"t": rank % config.tp, "e": rank // config.tp, "stage": stage,
+                      "replica": replica}
+            total, weight = 0, 1
+            for dim in self.order:
+                total, weight = total + digits[dim] * weight, weight * radix[dim]
+            return total
+        return tuple(tuple(tuple(device_order[position(s, r, j)] for j in range(config.devices))
+                           for r in range(dp)) for s in range(num_stages))
+
+
+def test_structured_space_takes_any_layout_order(monkeypatch):
+    """With all 24 orders of (t, e, stage, replica) as the structured space, CP-SAT, the MILP
+    and brute force agree, on an instance where that space beats t-innermost orders."""
+    import itertools
+
+    import nest_cp.brute
+    import nest_cp.exact.driver
+    import nest_cp.exact.placement
+    import nest_cp.exact.skeleton
+
+    # light TP traffic, heavy dense gradients: the EP ranks belong inside a node, which
+    # only orders with e before t give (DESIGN §4, structured space v2)
+    instance = random_instance(7, num_layers=4, tier_sizes=(2, 4), configs=GROUPED_CONFIGS,
+                               recompute_modes=MODES, virtual_stages=(1, 2), global_batch=8)
+    narrow = _objective(instance, "cpsat", Space.STRUCTURED)
+    layouts = tuple(_AnyOrderLayout(order) for order in
+                    itertools.permutations(("t", "e", "stage", "replica")))
+    for module in (nest_cp.brute, nest_cp.exact.driver, nest_cp.exact.placement,
+                   nest_cp.exact.skeleton):
+        monkeypatch.setattr(module, "all_layouts", lambda: layouts)
+    wide = _objective(instance, "brute", Space.STRUCTURED)
+    assert _objective(instance, "cpsat", Space.STRUCTURED) == wide
+    assert _objective(instance, "milp", Space.STRUCTURED, "highs") == wide
+    assert wide[0] is Status.OPTIMAL and wide[1] < narrow[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nest_cp.backends import SolveOptions, solve
+from nest_cp.exact.adapters import MilpAdapter
 from nest_cp.generators import random_instance
 from nest_cp.io import load_instance
 from nest_cp.model import IntraConfig
@@ -87,3 +88,22 @@ def test_cbc_proves_an_optimum_that_sits_on_a_term_upper_bound():
         result = solve(instance, "milp", SolveOptions(space=space, milp_solver="cbc"))
         assert (result.status, result.objective_ticks) == (Status.OPTIMAL,
                                                            oracle.objective_ticks)
+
+
+def test_memory_within_the_milp_tolerance_is_told_apart_from_a_model_bug(data_dir):
+    """With v > 1 memory is a MILP constraint, which holds only within the solver's
+    tolerance: a plan one byte over is in that band (the sub-problem stays open), a plan 10%
+    over is outside it (the driver raises ModelMismatch)."""
+    import dataclasses
+
+    from nest_cp.evaluate import evaluate
+    from nest_cp.exact.driver import _over_memory_within
+
+    instance = load_instance(data_dir / "worked_example.json")
+    plan = Plan(IntraConfig(), 1, 0, 2, uniform_stages(2, 2))
+    memory = max(stage.memory_bytes for stage in evaluate(instance, plan).stages)
+    for hbm, within in ((memory - 1, True), (memory * 9 // 10, False)):
+        cluster = dataclasses.replace(instance.cluster, hbm_bytes=hbm)
+        evaluation = evaluate(dataclasses.replace(instance, cluster=cluster), plan)
+        assert not evaluation.feasible
+        assert _over_memory_within(evaluation, MilpAdapter.objective_tolerance_rel) is within

@@ -1,9 +1,11 @@
 """Two thin adapters that let one skeleton build a CP-SAT model and a MILP.
 
-Both expose the same verbs: new_bool, new_int, add, add_floor (a linear floor
-enforced by literals), total, minimize, hint, solve, value.  The MILP adapter
+Both expose the same verbs: new_bool, new_int (a cost term), new_integer (an
+integer that must stay integral, e.g. a rounding carry), add, add_floor (a linear
+floor enforced by literals), total, minimize, hint, solve, value.  The MILP adapter
 declares cost terms continuous: each is pushed down onto the largest enforced
-floor, a sum of integer prices times binaries, so it is integral at an optimum.
+floor, a sum of integer prices times binaries (and integer carries), so it is
+integral at an optimum.
 Enforcement in the MILP is a big-M with M = the floor's largest coefficient:
 the stage picks exactly one option, so Σ_o opt·price <= M and the relaxed floor
 is <= 0, which the term's lower bound 0 already implies.
@@ -76,6 +78,9 @@ class CpSatAdapter(_Building):
     def new_int(self, name: str, lower: int, upper: int):
         self._count(1)
         return self.model.new_int_var(lower, max(lower, upper), name)
+
+    def new_integer(self, name: str, lower: int, upper: int):
+        return self.new_int(name, lower, upper)
 
     def add(self, constraint) -> None:
         self._count(1)
@@ -162,6 +167,12 @@ class MilpAdapter(_Building):
         del upper
         self._count(1)
         return self.problem.add_variable(self._unique(name), lowBound=lower)
+
+    def new_integer(self, name: str, lower: int, upper: int):
+        """An integer variable (a rounding carry); its upper bound is implied, not stated."""
+        del upper
+        self._count(1)
+        return self.problem.add_variable(self._unique(name), lowBound=lower, cat=pulp.LpInteger)
 
     def add(self, constraint) -> None:
         self._count(1)

@@ -1,15 +1,17 @@
 """The exact search: one model per sub-problem, pruned by bound, statuses combined.
 
 Why this stays exact.  Every plan belongs to exactly one sub-problem (c, b, S, d,
-z); each model is exact for its sub-problem (nest_cp.exact.skeleton); so the
-minimum over sub-problems is the optimum.  Shapes (c, b, S, d) come out of
-nest_cp.exact.subproblems.shapes_by_bound lazily, in order of their compute
-bound; once that bound reaches the incumbent, the shape and all later ones hold
-no better plan and are pruned without ever being built.  A shape's sub-problems
-(one per ZeRO stage) are built only when reached; their memory-aware bound and
-the sharper bound with the cheapest possible communication (nest_cp.exact.bounds)
-may prune them too.  Every model carries the cutoff objective <= incumbent − 1,
-so a solver's INFEASIBLE there means "nothing better here".
+z, v); each model is exact for its sub-problem (nest_cp.exact.skeleton: the split
+into S·v chunks, the recompute mode per stage, the placement, every DESIGN §3.2
+term); so the minimum over sub-problems is the optimum.  Shapes (c, b, S, d, v)
+come out of nest_cp.exact.subproblems.shapes_by_bound lazily, in order of their
+compute bound; once that bound reaches the incumbent, the shape and all later
+ones hold no better plan and are pruned without ever being built.  A shape's
+sub-problems (one per ZeRO stage) are built only when reached; their memory-aware
+bound and the sharper bound with the cheapest possible communication
+(nest_cp.exact.bounds) may prune them too.  Every model carries the cutoff
+objective <= incumbent − 1, so a solver's INFEASIBLE there means "nothing better
+here".
 
 How statuses combine.  A sub-problem is *resolved* when its solver proved
 OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  The result is
@@ -42,10 +44,14 @@ MILP solves in floating point (and PuLP reads CBC's values back to about 8
 digits), so its comparisons allow ``objective_tolerance_rel`` (1e-7 relative);
 for the same reason its proofs hold only within that tolerance: a sub-problem it
 resolves contributes the bound it proved (less the tolerance), not the
-incumbent, and an OPTIMAL result says so in ``SolveResult.tolerance_rel``.  An
-INFEASIBLE from the MILP without a cutoff (every model is feasible by
-construction, memory being settled before the model is built) is a numerical
-failure: the sub-problem stays open and the result's message says so.
+incumbent, and an OPTIMAL (or INFEASIBLE) result says so in
+``SolveResult.tolerance_rel``.  With v = 1 every model is feasible by construction
+(memory is settled before the model is built), so an INFEASIBLE from the MILP
+without a cutoff is a numerical failure: the sub-problem stays open and the
+result's message says so.  With v > 1 a stage's memory couples its chunks and is a
+model constraint, so a model may truly be infeasible (the MILP's INFEASIBLE is then
+a proof within its tolerance), and a MILP plan over memory by less than the
+tolerance leaves its sub-problem open with the solver's bound, noted in the message.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from nest_cp.evaluate import evaluate
 from nest_cp.exact.adapters import RawOutcome, RawStatus
 from nest_cp.exact.bounds import communication_lower_bound
 from nest_cp.exact.budget import Deadline, OutOfTime
-from nest_cp.exact.pricing import StagePricing
+from nest_cp.exact.pricing import ChunkPricing
 from nest_cp.exact.skeleton import build_model, estimate_terms, extract_plan, hint_model
 from nest_cp.exact.subproblems import (
     Shape,
@@ -237,7 +243,8 @@ class _Run:
     def _sharp_bound(self, sub: SubProblem, deadline: Deadline) -> float:
         if sub.label not in self._sharp_bounds:
             self._sharp_bounds[sub.label] = communication_lower_bound(
-                sub, StagePricing(self.instance, sub), self.network, deadline)
+                sub, ChunkPricing(self.instance, sub), self.network,
+                self.instance.training.overlap_grad_reduce, deadline)
         return self._sharp_bounds[sub.label]
 
     def _solve(self, sub: SubProblem, deadline: Deadline) -> float | None:
@@ -286,11 +293,20 @@ class _Run:
             plan = extract_plan(handles, adapter.value)
             evaluation = evaluate(self.instance, plan, self.network)
             if not evaluation.feasible:
+                if tolerance > 0 and _over_memory_within(evaluation, tolerance):
+                    note = (f"{sub.label}: the MILP's plan exceeds memory by less than its "
+                            f"floating-point tolerance ({evaluation.violations[0]}); the "
+                            f"sub-problem stays open")
+                    logger.warning(note)
+                    self.search.notes.append(note)
+                    return (-math.inf if outcome.bound is None
+                            else _floating_bound(tolerance, outcome.bound))
                 raise ModelMismatch(f"{sub.label}: the solver's plan is infeasible: "
                                     f"{evaluation.violations[0]}")
             _check_numbers(sub, outcome, evaluation.objective_ticks, tolerance)
             self.search.offer(plan, evaluation.objective_ticks)
-        if outcome.status is RawStatus.INFEASIBLE and tolerance > 0 and cutoff is None:
+        if outcome.status is RawStatus.INFEASIBLE and tolerance > 0 and cutoff is None \
+                and sub.virtual_stages == 1:
             note = (f"{sub.label}: the MILP reported a feasible-by-construction model "
                     f"infeasible (a numerical failure); the sub-problem stays open")
             logger.warning(note)
@@ -301,8 +317,9 @@ class _Run:
                 self.search.tolerance_bounds.append(_floating_bound(tolerance, outcome.bound))
             return None
         if outcome.status is RawStatus.INFEASIBLE:
-            if tolerance > 0:  # nothing below the cutoff, within the tolerance
-                self.search.tolerance_bounds.append(_floating_bound(tolerance, cutoff))
+            if tolerance > 0:  # nothing below the cutoff (or nothing fits), within tolerance
+                self.search.tolerance_bounds.append(
+                    math.inf if cutoff is None else _floating_bound(tolerance, cutoff))
             return None
         if outcome.bound is None:
             return -math.inf
@@ -326,6 +343,14 @@ def _check_numbers(sub: SubProblem, outcome: RawOutcome, evaluated: int, toleran
                             f"evaluator's {evaluated} ticks for a plan it found")
 
 
+def _over_memory_within(evaluation, tolerance: float) -> bool:
+    """Whether the plan's only fault is memory, each stage over by at most ``tolerance`` of
+    the limit (a MILP's memory constraint holds only that far when v > 1)."""
+    return not evaluation.malformed_fields and all(
+        stage.memory_bytes <= stage.memory_limit_bytes * (1 + tolerance) + 1
+        for stage in evaluation.stages)
+
+
 def _floating_bound(tolerance: float, value: float) -> int:
     """The integer bound a solver's number proves, less the adapter's tolerance."""
     if tolerance == 0:
@@ -335,7 +360,7 @@ def _floating_bound(tolerance: float, value: float) -> int:
 
 def _label_of(plan: Plan) -> str:
     return (f"tp={plan.config.tp},ep={plan.config.ep},b={plan.microbatch},"
-            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero}")
+            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero},v={plan.virtual_stages}")
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
@@ -374,7 +399,8 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
     if not open_bounds:
         if search.best_plan is None:
             return SolveResult(backend, Status.INFEASIBLE, wall_time_s=wall_time_s, space=space,
-                               message="no plan fits in memory", stats=stats)
+                               message="no plan fits in memory", stats=stats,
+                               tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
         bound = min([search.best_ticks, *search.tolerance_bounds])
         return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks, bound,
                            wall_time_s, space, stats=stats,

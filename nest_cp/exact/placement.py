@@ -2,7 +2,9 @@
 
 Both classes answer one question for the shared skeleton: ``cases(group)`` is a
 list of (literals, path): "when every literal is 1, the group's bottleneck is
-``path``".  The skeleton turns each case into an enforced floor on a cost term.
+``path``".  The skeleton turns each case into an enforced floor on a cost term
+(nest_cp.exact.terms); the literals of one set of slots are made once and shared
+by every term priced on it.
 
 Full space (any injective placement).  x[slot, cell] places slots on *cells*
 with capacities: tier-0 domains on a hierarchical network (devices of one tier-0
@@ -41,8 +43,9 @@ optimum is unchanged):
   first in each class.
 
 Structured space: select[layout] picks one of the (deduplicated) placements the
-rank layouts of nest_cp.plan.all_layouts() give on the canonical device order,
-and every group's path is a constant per layout.
+rank layouts of nest_cp.plan.all_layouts() give on the canonical device order
+(whatever orders of t, e, stage and replica those are), and every group's path is
+a constant per layout.
 """
 
 from __future__ import annotations
@@ -92,10 +95,21 @@ class FullPlacement:
         self._levels = _hierarchy_levels(network) if network.is_hierarchical \
             else _bandwidth_levels(network)
         self._latencies = () if network.is_hierarchical else _latency_values(network)
+        self._cases: dict[frozenset, list[Case]] = {}  # one set of literals per slot set
         self._symmetry_cuts()
 
     def cases(self, name: str, group: Group) -> list[Case]:
-        """(literals, path) for every bottleneck the group can have."""
+        """(literals, path) for every bottleneck the group can have.
+
+        The literals of a set of slots are made once and shared by every cost term
+        priced on it (e.g. ZeRO-3 gathers and expert sync on the same shard group).
+        """
+        key = frozenset(group)
+        if key not in self._cases:
+            self._cases[key] = self._new_cases(name, group)
+        return self._cases[key]
+
+    def _new_cases(self, name: str, group: Group) -> list[Case]:
         level_literals = self._level_literals(name, group)
         if self._network.is_hierarchical:
             return [([literal], level.path) for literal, level in level_literals]
@@ -240,6 +254,13 @@ class StructuredPlacement:
             if path is not None:
                 found.append(([self.select[index]], path))
         return found
+
+    def paths(self, groups) -> list[Path]:
+        """Every bottleneck one of ``groups`` has under some layout."""
+        found = {self._network.group_path([placement[s][r][j] for s, r, j in group])
+                 for placement in self.placements for group in groups}
+        return sorted((path for path in found if path is not None),
+                      key=lambda path: (path.bandwidth_Bps, path.latency_s))
 
     def hint(self, placement: Placement) -> None:
         for index, candidate in enumerate(self.placements):
