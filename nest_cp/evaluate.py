@@ -30,11 +30,13 @@ and the recompute working set (:func:`nest_cp.cost.stage_memory_bytes`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from nest_cp import cost
-from nest_cp.model import Instance, LayerProfile, Phase, RecomputeMode
+from nest_cp.model import Instance, LayerProfile, Phase, RecomputeMode, Strategy
 from nest_cp.network import NetworkModel, exact
 from nest_cp.plan import MEGATRON_LAYOUT, Plan
+from nest_cp.sdp import SdpReport, plan_violations, price_sdp
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +163,18 @@ class Evaluation:
     throughput_tokens_per_s: float | None = None
     mfu: float | None = None
     hfu: float | None = None
+    sdp: SdpReport | None = None  # SDP plans (DESIGN §7): per-worker terms, T_eff
 
     @property
     def feasible(self) -> bool:
         return not self.violations
+
+    @property
+    def effective(self) -> Fraction | None:
+        """FLOP-equivalent time T_eff (DESIGN §7): the objective itself for plain plans."""
+        if self.objective_ticks is None:
+            return None
+        return self.sdp.effective if self.sdp is not None else Fraction(self.objective_ticks)
 
     @property
     def chunks(self) -> tuple[ChunkReport, ...]:
@@ -182,6 +192,8 @@ class Evaluation:
             "mfu": self.mfu,
             "hfu": self.hfu,
             "virtual_stages": self.plan.virtual_stages,
+            "strategy": self.plan.strategy.value,
+            **({"sdp": self.sdp.as_dict()} if self.sdp is not None else {}),
             "num_microbatches": self.num_microbatches,
             "tau_max_ticks": self.tau_max_ticks,
             "sync_ticks": self.sync_ticks,
@@ -206,13 +218,35 @@ def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None
     """Evaluate ``plan`` on ``instance``; never raises for a plan that merely does not fit."""
     network = network or NetworkModel(instance.cluster)
     problems = _structural_violations(instance, plan)
+    if plan.strategy is Strategy.SDP:
+        problems += plan_violations(instance, plan)
+    elif Strategy.DP not in instance.training.strategies:
+        problems.append(("strategy", f"strategy 'dp' not allowed (allowed: "
+                                     f"{[s.value for s in instance.training.strategies]})"))
     if problems:
         return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
                           malformed_fields=tuple(name for name, _ in problems))
     if plan.placement is None:
         plan = plan.with_placement(MEGATRON_LAYOUT.placement(
             plan.config, plan.num_stages, plan.num_replicas, network.canonical_order()))
+    if plan.strategy is Strategy.SDP:
+        return _sdp_evaluation(instance, plan, network)
     return _price(instance, plan, network)
+
+
+def _sdp_evaluation(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
+    """An SDP plan (DESIGN §7), priced by :func:`nest_cp.sdp.price_sdp`; MFU and HFU are null."""
+    report = price_sdp(instance, plan, network)
+    training = instance.training
+    seconds = report.objective_ticks * exact(training.tick_s)
+    samples = float(training.global_batch / seconds) if seconds else None
+    return Evaluation(
+        plan=plan, violations=report.violations, num_microbatches=report.num_microbatches,
+        tau_max_ticks=report.tau_max_ticks, sync_ticks=report.sync_ticks,
+        exposed_sync_ticks=report.exposed_sync_ticks, objective_ticks=report.objective_ticks,
+        iteration_time_s=float(seconds), throughput_samples_per_s=samples,
+        throughput_tokens_per_s=samples * training.seq_len if samples is not None else None,
+        sdp=report)
 
 
 # ------------------------------------------------------------------ structure
