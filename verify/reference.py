@@ -21,7 +21,7 @@ import click
 from nest_cp import __version__
 from nest_cp.io import write_document
 from nest_cp.result import Space, Status
-from nest_cp.verify import certify
+from nest_cp.verify import certify, sdp
 from nest_cp.verify.harness import (
     HarnessOptions,
     build_tasks,
@@ -67,10 +67,18 @@ def reference_document(record: dict, time_limit_s: float) -> dict:
     """The ``.ref.json`` content of one verified instance."""
     spaces = {space.value: space_entry(record["runs"], space.value)
               for space in (Space.FULL, Space.STRUCTURED)}
-    return {"instance": record["instance"], "instance_sha256": record["sha256"],
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
-            "time_limit_s": time_limit_s, "generated_by": "python -m nest_cp.verify.reference",
-            "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}
+    document = {"instance": record["instance"], "instance_sha256": record["sha256"],
+                "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
+                "time_limit_s": time_limit_s,
+                "generated_by": "python -m nest_cp.verify.reference",
+                "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}
+    views = sdp.views(record["runs"])
+    sdp_spaces = {space.value: sdp.json_entry(space_entry(views, space.value))
+                  for space in (Space.FULL, Space.STRUCTURED)}
+    if any(sdp_spaces.values()):  # SDP searches: T_eff as "p/q" (DESIGN §7)
+        document["sdp"] = {"objective": "effective_ticks", "spaces": {
+            name: entry for name, entry in sdp_spaces.items() if entry is not None}}
+    return document
 
 
 def write_references(records: list[dict], time_limit_s: float) -> list[Path]:
