@@ -36,6 +36,7 @@ its holders' ranks.  ``tests/test_sdp.py`` checks these numbers against the eval
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -100,6 +101,7 @@ class SdpBest:
     layout: RankLayout | None = None
     excess_bytes: int | None = None
     excess_where: str = ""
+    average_excess_bytes: Fraction | None = None  # least excess of an average worker
     subproblems: int = 0
     searched: int = 0
     candidates: int = 0
@@ -153,9 +155,12 @@ def price_plan(instance: Instance, plan: Plan) -> tuple[int, int]:
 
 
 def _infeasible_reason(best: SdpBest) -> str:
+    if best.excess_bytes is None and best.average_excess_bytes is not None:
+        return (f"no SDP plan fits: even an average worker exceeds usable HBM by at least "
+                f"{math.ceil(best.average_excess_bytes)} bytes")
     if best.excess_bytes is None:
         return ("no SDP plan fits: no structured design applies (grouped needs h | d and "
-                "(d/h) | U, cyclic d | U) or memory rules out every sub-problem")
+                "(d/h) | U, cyclic d | U) to any allowed (d, h)")
     return (f"no SDP plan fits: worker memory exceeds usable HBM by {best.excess_bytes} bytes "
             f"at best ({best.excess_where})")
 
@@ -250,7 +255,12 @@ class _SdpSearch:
         vectors = self._vectors(sub.choice_index, sub.level)
         least = min(vectors.average_memory(sub, mode, self.instance.training.optimizer,
                                            self.zero) for mode in self.modes)
-        return least > self.limit
+        if least <= self.limit:
+            return False
+        if self.best.average_excess_bytes is None or \
+                least - self.limit < self.best.average_excess_bytes:
+            self.best.average_excess_bytes = least - self.limit
+        return True
 
     # ------------------------------------------------------------ one sub-problem
 

@@ -218,8 +218,8 @@ def evaluate(instance: Instance, plan: Plan, network: NetworkModel | None = None
     """Evaluate ``plan`` on ``instance``; never raises for a plan that merely does not fit."""
     network = network or NetworkModel(instance.cluster)
     problems = _structural_violations(instance, plan)
-    if plan.strategy is Strategy.SDP:
-        problems += plan_violations(instance, plan)
+    if plan.strategy is Strategy.SDP:  # its own rules first: they explain the rest
+        problems = plan_violations(instance, plan) + problems
     elif Strategy.DP not in instance.training.strategies:
         problems.append(("strategy", f"strategy 'dp' not allowed (allowed: "
                                      f"{[s.value for s in instance.training.strategies]})"))
