@@ -18,7 +18,7 @@ import click
 from nest_cp import cost, io
 from nest_cp.backends import BACKENDS, HONOURED_OPTIONS, solve
 from nest_cp.compare import compare_command
-from nest_cp.errors import BackendOptionError, PlanFormatError
+from nest_cp.errors import BackendOptionError, InstanceFormatError, PlanFormatError
 from nest_cp.evaluate import Evaluation, evaluate
 from nest_cp.exits import ExitCode, GuardedGroup
 from nest_cp.model import Instance, IntraConfig
@@ -74,25 +74,72 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 @instance.command("new")
-@click.option("--model", required=True, help="Preset model (see `instance list`).")
+@click.option("--model", default=None, help="Preset model (see `instance list`).")
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="A Hugging Face config.json to profile instead of a preset model.")
 @click.option("--devices", required=True, type=click.IntRange(min=1), help="Device count N.")
 @click.option("--network", required=True, help="Preset network (see `instance list`).")
-@click.option("--device", default=None, help="Preset device; default: the network's.")
+@click.option("--device", default=None,
+              help="Preset device or device file (.json); default: the network's.")
 @click.option("--global-batch", default=4096, show_default=True, type=click.IntRange(min=1))
 @click.option("--seq-len", default=None, type=click.IntRange(min=1),
               help="Sequence length; default: the model's.")
 @click.option("--microbatches", default="1", show_default=True, callback=_int_list,
               help="Allowed microbatch sizes, e.g. 1,2,4.")
+@click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
+              show_default=True, help="Attention kernel the profile assumes.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+              help="Megatron sequence parallelism with tensor parallelism.")
+@click.option("--recompute-modes", default="none,full", show_default=True,
+              help="Allowed recomputation modes (none, selective, full).")
+@click.option("--virtual-stages", default="1", show_default=True, callback=_int_list,
+              help="Allowed virtual-stage counts v of interleaved 1F1B, e.g. 1,2,4.")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False,
+              show_default=True, help="Gradient reduction overlaps the backward pass.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
-def instance_new(model: str, devices: int, network: str, device: str | None, global_batch: int,
-                 seq_len: int | None, microbatches: tuple[int, ...], output: str) -> None:
-    """Write an instance built from presets with the analytic profiler."""
-    from nest_cp import presets
+def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
+                 device: str | None, global_batch: int, seq_len: int | None,
+                 microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
+                 recompute_modes: str, virtual_stages: tuple[int, ...],
+                 overlap_grad_reduce: bool, output: str) -> None:
+    """Write an instance built with the analytic profiler from a preset or an HF config.
 
-    built = presets.build_instance(model=model, devices=devices, network=network, device=device,
-                                   global_batch=global_batch, seq_len=seq_len,
-                                   microbatches=microbatches)
+    The DP and exact backends search only the defaults of --recompute-modes,
+    --virtual-stages and --overlap-grad-reduce; `evaluate` and `brute` take any.
+    """
+    from dataclasses import replace
+
+    from nest_cp import presets
+    from nest_cp.hfconfig import spec_from_hf_config
+    from nest_cp.model import RecomputeMode
+    from nest_cp.profiler import AttentionKind, ProfileOptions
+
+    if (model is None) == (hf_config is None):
+        raise click.UsageError("expected exactly one of --model and --hf-config")
+    chosen: object = model
+    if hf_config is not None:
+        try:
+            chosen = spec_from_hf_config(io.read_document(hf_config),
+                                         name=FsPath(hf_config).stem)
+        except InstanceFormatError as exc:
+            if exc.file is not None:
+                raise
+            raise InstanceFormatError(exc.detail, file=hf_config, field=exc.field) from None
+    options = ProfileOptions(attention=AttentionKind(attention),
+                             sequence_parallel=sequence_parallel)
+    try:
+        modes = tuple(RecomputeMode(part.strip()) for part in recompute_modes.split(",")
+                      if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected modes among none, selective, full, got "
+                                 f"{recompute_modes!r}", param_hint="--recompute-modes") from None
+    built = presets.build_instance(model=chosen, devices=devices, network=network,
+                                   device=device, global_batch=global_batch, seq_len=seq_len,
+                                   microbatches=microbatches, options=options,
+                                   recompute_modes=modes)
+    built = replace(built, training=replace(built.training, virtual_stages=virtual_stages,
+                                            overlap_grad_reduce=overlap_grad_reduce))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
                f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
@@ -142,7 +189,8 @@ def _instance_summary(inst: Instance) -> str:
 @click.option("--dp", "dp_degree", type=click.IntRange(min=1), help="Without PLAN: replicas d.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--microbatch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--microbatch", "--mbs", "microbatch", type=click.IntRange(min=1), default=1,
+              show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
 @click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Without PLAN: virtual stages v (interleaved 1F1B; S*v chunks).")
@@ -181,10 +229,14 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
         raise PlanFormatError(f"expected a plan that fits the instance: "
                               f"{evaluation.violations[0]}", file=plan_path,
                               field=evaluation.malformed_fields[0])
+    peak = inst.cluster.peak_flops_per_s
     if as_json:
-        click.echo(json.dumps(evaluation.as_dict(), indent=1))
+        data = evaluation.as_dict()
+        data["tflops_per_gpu"] = (None if evaluation.mfu is None or peak is None
+                                  else evaluation.mfu * peak / 1e12)
+        click.echo(json.dumps(data, indent=1))
     else:
-        click.echo(_evaluation_table(evaluation))
+        click.echo(_evaluation_table(evaluation, peak))
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
 
 
@@ -197,7 +249,7 @@ def _reject_options(names: tuple[str, ...], context: str, flag: str | None = Non
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
-def _evaluation_table(evaluation: Evaluation) -> str:
+def _evaluation_table(evaluation: Evaluation, peak_flops_per_s: float | None = None) -> str:
     if evaluation.sdp is not None:
         return _sdp_evaluation_table(evaluation)
     plan = evaluation.plan
@@ -225,6 +277,7 @@ def _evaluation_table(evaluation: Evaluation) -> str:
              f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
              f"{_rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
              f"{_rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
+             f"{_tflops(evaluation.mfu, peak_flops_per_s)} TF/s per GPU (model FLOPs), "
              f"MFU {_percent(evaluation.mfu)}, HFU {_percent(evaluation.hfu)}",
              "feasible" if evaluation.feasible else "INFEASIBLE:"]
     rows += [f"  - {v}" for v in evaluation.violations]
@@ -448,6 +501,13 @@ def sdp_record(inst: Instance, result: SolveResult) -> dict:
     return record
 
 
+def _tflops(mfu: float | None, peak_flops_per_s: float | None) -> str:
+    """Model TF/s per GPU (MFU x peak), or n/a where either is unknown."""
+    if mfu is None or peak_flops_per_s is None:
+        return "n/a"
+    return f"{mfu * peak_flops_per_s / 1e12:.1f}"
+
+
 def _percent(value: float | None) -> str:
     """A utilisation as a percentage, or n/a where FLOPs or the device peak are unknown."""
     return "n/a" if value is None else f"{100 * value:.1f}%"
@@ -520,6 +580,57 @@ def _sdp_lines(sdp: dict) -> list[str]:
                      " (disconnected: workers mix only through the shared parameters)")]
     lines.append(f"wall time  {sdp['wall_time_s']:.3f} s")
     return lines
+
+
+# ------------------------------------------------------------------ calibrate
+
+
+@main.command("calibrate")
+@click.argument("measurements", type=click.Path(dir_okay=False))
+@click.option("--base", default=None,
+              help="Device to start from (preset or file); default: the rows' device.")
+@click.option("--name", default=None, help="Name of the calibrated device (default BASE-cal).")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="Device file to write (default: BASE-calibrated.json beside the CSV).")
+def calibrate_command(measurements: str, base: str | None, name: str | None,
+                      output: str | None) -> None:
+    """Fit a device's kernel efficiencies to MEASUREMENTS.csv (measured training runs).
+
+    Prints the fit, every row's residual and the parameters the data did not constrain,
+    and writes a device file instances can name as their device. Exit 1 when the data
+    constrain no parameter (nothing is written).
+    """
+    from dataclasses import replace
+
+    from nest_cp import calibrate as cal
+    from nest_cp.devicefile import save_device
+    from nest_cp.presets import MEGATRON_ADAM, NETWORKS, resolve_device
+
+    rows = cal.read_measurements(measurements)
+    folder = FsPath(measurements).parent
+    if base is None:
+        names = {row.device or NETWORKS[row.run.network].default_device
+                 for row in rows if row.run.network in NETWORKS}
+        if len(names) > 1:
+            raise InstanceFormatError(f"expected one device for every row (or --base), got "
+                                      f"{', '.join(sorted(names))}", file=measurements,
+                                      field="device")
+        base = names.pop() if names else None
+    for row in rows:
+        if row.run.network not in NETWORKS:
+            raise InstanceFormatError(f"expected a preset network ({', '.join(NETWORKS)}), got "
+                                      f"{row.run.network!r}", file=measurements,
+                                      field=f"row {row.row}.network")
+    base_device = resolve_device(base, folder)
+    result = cal.calibrate(rows, base_device, MEGATRON_ADAM)
+    click.echo(cal.report(result))
+    if not result.fitted:
+        click.echo("no efficiency parameter is constrained by these rows: nothing written")
+        sys.exit(ExitCode.NO_PLAN)
+    device = replace(result.device, name=name or f"{base_device.name}-cal")
+    target = output or str(folder / f"{base_device.name}-calibrated.json")
+    save_device(device, target, result.calibration_record(str(measurements)))
+    click.echo(f"wrote {target}")
 
 
 # ------------------------------------------------------------------ harness commands

@@ -368,44 +368,70 @@ def instance_from_dict(data: Any, file: str | None = None,
         reader.provenance(data["provenance"], "provenance")
     training = _training(reader, data["training"], "training")
     cluster = _section(reader, data["cluster"], "cluster", base_dir,
-                       lambda r, v, f: _cluster(r, v, f), lambda name, opts: _cluster_preset(
-                           name, opts))
+                       lambda r, v, f: _cluster(r, v, f), _cluster_preset)
     workload = _section(reader, data["workload"], "workload", base_dir,
                         lambda r, v, f: _workload(r, v, f),
-                        lambda name, opts: _workload_preset(name, opts, training))
+                        lambda name, opts, base: _workload_preset(name, opts, training, base),
+                        lambda kind, value, opts, base: _workload_model(kind, value, opts,
+                                                                        training, base))
     name = reader.string(data.get("name", FsPath(file).stem if file else "instance"), "name")
     return reader.build("", Instance, workload=workload, cluster=cluster, training=training,
                         name=name)
 
 
+_MODEL_KEYS = ("transformer", "hf_config")  # workload sections the profiler expands
+
+
 def _section(reader: _Reader, value: Any, field: str, base_dir: FsPath | None,
-             parse: Callable, preset: Callable) -> Any:
-    """A section given inline, as a path to another file, or as ``{"preset": NAME}``."""
+             parse: Callable, preset: Callable, model: Callable | None = None) -> Any:
+    """A section inline, as a path to another file, ``{"preset": NAME}`` or (workload) a model.
+
+    A workload may be ``{"transformer": {...}}`` or ``{"hf_config": {...} | PATH}`` with
+    profiler options beside it; the profiler expands it (nest_cp.presets).
+    """
     if isinstance(value, str):
         target = (base_dir or FsPath(".")) / value
         sub = _Reader(str(target), reader.error)
         return parse(sub, read_document(target, reader.error), "")
-    if isinstance(value, dict) and "preset" in value:
-        options = {k: v for k, v in value.items() if k != "preset"}
-        name = reader.string(value["preset"], _join(field, "preset"))
+    keys = [key for key in ("preset", *_MODEL_KEYS) if isinstance(value, dict) and key in value]
+    if model is None:
+        keys = [key for key in keys if key == "preset"]
+    if len(keys) > 1:
+        reader.fail(_join(field, keys[1]), f"only one of {', '.join(keys)}", "both")
+    if keys:
+        key = keys[0]
+        options = {k: v for k, v in value.items() if k != key}
         try:
-            return preset(name, options)
+            if key == "preset":
+                return preset(reader.string(value["preset"], _join(field, "preset")), options,
+                              base_dir)
+            return model(key, value[key], options, base_dir)
         except InstanceFormatError as exc:
+            if exc.file is not None and exc.file != reader.file:  # inside a referenced file
+                raise
             raise reader.error(exc.detail, file=reader.file,
-                               field=_join(field, exc.field or "preset")) from None
+                               field=_join(field, exc.field or key)) from None
     return parse(reader, value, field)
 
 
-def _workload_preset(name: str, options: dict, training: TrainingSetup) -> Workload:
+def _workload_preset(name: str, options: dict, training: TrainingSetup,
+                     base_dir: FsPath | None) -> Workload:
     from nest_cp import presets
 
-    return presets.workload_from_preset(name, options, training)
+    return presets.workload_from_preset(name, options, training, base_dir)
 
 
-def _cluster_preset(name: str, options: dict) -> Cluster:
+def _workload_model(kind: str, value: Any, options: dict, training: TrainingSetup,
+                    base_dir: FsPath | None) -> Workload:
     from nest_cp import presets
 
-    return presets.cluster_from_preset(name, options)
+    return presets.workload_from_model(kind, value, options, training, base_dir)
+
+
+def _cluster_preset(name: str, options: dict, base_dir: FsPath | None) -> Cluster:
+    from nest_cp import presets
+
+    return presets.cluster_from_preset(name, options, base_dir)
 
 
 def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:

@@ -37,24 +37,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
 
 from nest_cp.errors import InstanceFormatError
+from nest_cp.kernels import DeviceSpec, DType, gemm_efficiency_from_benchmark
 from nest_cp.model import (
     Cluster,
     HierarchicalNetwork,
     Instance,
     IntraConfig,
+    Optimizer,
     RecomputeMode,
     Tier,
     TrainingSetup,
     Workload,
 )
-from nest_cp.profiler import DeviceSpec, ModelKind, Norm, TransformerSpec, profile_workload
+from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload
+from nest_cp.transformer import Activation, ModelKind, Norm, TransformerSpec
 
 GiB = 2**30
 DEVICES_PER_NODE = 8  # NEST boxes, DGX H100 nodes: the TP domain of Megatron's rules
+
+# Megatron-LM's mixed-precision Adam: bf16 weights (2), fp32 main gradients (4, also what the
+# data-parallel reduction sends), fp32 master weights + two moments (12): 18 B per parameter
+# (megatron/training/theoretical_memory_usage.py; DESIGN §1.3). The presets' default.
+MEGATRON_ADAM = Optimizer(weight_bytes=2, grad_bytes=4, state_bytes=12, name="adam-megatron")
 
 # ------------------------------------------------------------------ models
 
@@ -74,15 +83,17 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     # dropout. Sequence 4096 (DESIGN §6, the model's context length).
     "llama2-7b": TransformerSpec(
         name="llama2-7b", kind=ModelKind.DECODER, hidden=4096, ffn_hidden=11008,
-        num_layers=32, num_heads=32, num_kv_heads=32, vocab=32000, gated_mlp=True,
-        norm=Norm.RMSNORM, bias=False, dropout=False, default_seq_len=4096),
+        num_layers=32, num_heads=32, num_kv_heads=32, vocab=32000,
+        activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
+        default_seq_len=4096),
     # Llama 3 70B: Dubey et al. 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783),
     # Table 3: 80 layers, model dimension 8192, FFN 28,672, 64 heads, 8 KV heads; vocabulary
     # 128,256 (meta-llama/Meta-Llama-3-70B config). Sequence 4096 per DESIGN §6.
     "llama3-70b": TransformerSpec(
         name="llama3-70b", kind=ModelKind.DECODER, hidden=8192, ffn_hidden=28672,
-        num_layers=80, num_heads=64, num_kv_heads=8, vocab=128256, gated_mlp=True,
-        norm=Norm.RMSNORM, bias=False, dropout=False, default_seq_len=4096),
+        num_layers=80, num_heads=64, num_kv_heads=8, vocab=128256,
+        activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
+        default_seq_len=4096),
     # GPT-3 175B: Brown et al. 2020 (arXiv 2005.14165) Table 2.1: 96 layers, d_model 12,288,
     # 96 heads of 128, context 2048; FFN 4 * d_model and the GPT-2 architecture and BPE
     # vocabulary of 50,257 (Radford et al. 2019): LayerNorm, GeLU, biases, learned positions,
@@ -98,42 +109,98 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     # Sequence 4096 (DESIGN §6; NEST runs it with EP 4).
     "mixtral-8x7b": TransformerSpec(
         name="mixtral-8x7b", kind=ModelKind.DECODER, hidden=4096, ffn_hidden=14336,
-        num_layers=32, num_heads=32, num_kv_heads=8, vocab=32000, gated_mlp=True,
-        num_experts=8, top_k=2, norm=Norm.RMSNORM, bias=False, dropout=False,
-        default_seq_len=4096),
+        num_layers=32, num_heads=32, num_kv_heads=8, vocab=32000,
+        activation=Activation.SWIGLU, num_experts=8, top_k=2, norm=Norm.RMSNORM, bias=False,
+        dropout=False, default_seq_len=4096),
 })
 
 # ------------------------------------------------------------------ devices
+# Kernel figures only (DESIGN §1.1 v2), never end-to-end training utilisation. The sources
+# are listed once more, with the arithmetic, in docs/device-model.md.
+#
+# GEMM: the maximum achievable matmul FLOPS (MAMF) table of S. Bekman's "Machine Learning
+# Engineering" (github.com/stas00/ml-engineering, compute/accelerator/README.md), which
+# scans large bf16 torch.matmul shapes and reports the best: A100 SXM 267.9 of 312 TFLOP/s at
+# 6912x16384x2048 (CUDA 12.1); H100 SXM 792.1 of 989 at 6144x17920x2816 (CUDA 12.1); H100/H200
+# SXM 794.5 (80.3 %); B200 SXM 1745.0 of 2250 (77.6 %). gemm_efficiency is that fraction
+# divided by the model's own tile/wave quantisation at the benchmark shape, so the model
+# reproduces the benchmark. Output tiles 128x128, 128x256 and 256x128: the large cuBLAS
+# tiles of NVIDIA's Matrix Multiplication Background User's Guide (DU-09799-001, §2.3).
+# Attention: FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) Fig. 5c and 6b, bf16,
+# head dim 128, no mask, sequence 16k on H100 SXM: forward 649, backward 581 TFLOP/s; its
+# sequence sweep (pytorch/benchmark commit ff65cb6, FA3 forward, head dim 128, 16k tokens:
+# 430 TFLOP/s at s = 512 up to 621 at 16k) gives the saturation s / (s + 240). A100:
+# FlashAttention-2 (Dao 2023, arXiv 2307.08691): forward up to 73 % of peak (abstract),
+# backward about 63 % (Fig. 6, head dim 128, read from the figure).
+# Memory-bound kernels: 90 % of the datasheet HBM bandwidth, the order STREAM-style copy
+# and triad microbenchmarks reach on HBM GPUs (an assumption, not one cited measurement;
+# `nest-cp calibrate` fits it).
+_GPU_TILES = ((128, 128), (128, 256), (256, 128))
+_FA3_SEQ_HALF = 240
+_FA3_AT_16K = (16384 + _FA3_SEQ_HALF) / 16384  # undo the saturation at the benchmark length
 
 _H100_SXM = DeviceSpec(
-    # NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS with sparsity, i.e.
-    # 989.4 TFLOPS dense; HBM3 3.35 TB/s; 80 GB. Efficiency 0.40: Llama 3 (Dubey et al. 2024,
-    # Table 4) reports 38-43 % BF16 model-FLOPs utilisation on 8k-16k H100s.
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 1,979 TFLOPS with sparsity = 989.4
+    # dense (132 SMs x 4 tensor cores x 1024 FLOP/clock x 1.83 GHz); FP8 1,979 dense, TF32
+    # 494.7 dense, FP32 66.9; HBM3 3.35 TB/s; 80 GB.
     name="h100-sxm", peak_flops=989.4e12, mem_bandwidth_Bps=3.35e12, hbm_bytes=80 * 10**9,
-    efficiency=0.40)
+    compute_units=132, gemm_tiles=_GPU_TILES,
+    gemm_efficiency=gemm_efficiency_from_benchmark(792.1 / 989.4, 6144, 17920, 132,
+                                                   _GPU_TILES),
+    attention_fwd_efficiency=649 / 989.4 * _FA3_AT_16K,
+    attention_bwd_efficiency=581 / 989.4 * _FA3_AT_16K,
+    attention_seq_half=_FA3_SEQ_HALF, memory_efficiency=0.90,
+    peak_flops_by_dtype=((DType.BF16, 989.4e12), (DType.FP8, 1978.9e12),
+                         (DType.TF32, 494.7e12), (DType.FP32, 66.9e12)))
 _TPU_V4 = DeviceSpec(
     # Google Cloud TPU v4 documentation and Jouppi et al. 2023 (ISCA, "TPU v4: An Optically
-    # Reconfigurable Supercomputer"): 275 TFLOPS bf16 per chip, 32 GiB HBM2 at 1,200 GB/s.
-    # Efficiency 0.46: PaLM 540B trained at 46.2 % MFU on 6,144 TPU v4 (Chowdhery et al. 2022).
+    # Reconfigurable Supercomputer"): 275 TFLOPS bf16 per chip, 32 GiB HBM2 at 1,200 GB/s;
+    # two TensorCores of four 128x128 MXUs each (8 units, 128x128 tiles). No published TPU v4
+    # matmul or attention microbenchmark is cited here: the GEMM efficiency 0.80 and the
+    # attention efficiencies 0.60 / 0.50 are ASSUMPTIONS of the order GPU kernels reach;
+    # calibrate (`nest-cp calibrate`) before trusting absolute TPU predictions.
     name="tpuv4", peak_flops=275e12, mem_bandwidth_Bps=1.2e12, hbm_bytes=32 * GiB,
-    efficiency=0.46)
+    compute_units=8, gemm_tiles=((128, 128),), gemm_efficiency=0.80,
+    attention_fwd_efficiency=0.60, attention_bwd_efficiency=0.50,
+    attention_seq_half=_FA3_SEQ_HALF, memory_efficiency=0.90,
+    peak_flops_by_dtype=((DType.BF16, 275e12),))
 
 DEVICES: Mapping[str, DeviceSpec] = MappingProxyType({
     "h100-sxm": _H100_SXM,
-    # NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM): BF16 312 TFLOPS dense, HBM2e
-    # 2,039 GB/s, 80 GB. Efficiency 0.50: Narayanan et al. 2021 (SC'21, Megatron-LM) sustain
-    # 52 % of peak on GPT-3-class models on A100s.
-    "a100-80gb": DeviceSpec(name="a100-80gb", peak_flops=312e12, mem_bandwidth_Bps=2.039e12,
-                            hbm_bytes=80 * 10**9, efficiency=0.50),
+    # NVIDIA H200 datasheet: the H100's GH100 compute (989.4 TFLOPS bf16 dense, 132 SMs),
+    # 141 GB HBM3e at 4.8 TB/s. MAMF 794.5 TFLOP/s (80.3 %, ml-engineering, "H100/H200 SXM");
+    # attention as the H100 (same SMs and clocks; flash attention is compute-bound).
+    "h200-sxm": replace(
+        _H100_SXM, name="h200-sxm", mem_bandwidth_Bps=4.8e12, hbm_bytes=141 * 10**9,
+        gemm_efficiency=gemm_efficiency_from_benchmark(0.803, 6144, 17920, 132, _GPU_TILES)),
+    # NVIDIA DGX B200 / HGX B200 datasheets: 2.25 PFLOPS bf16 dense per GPU (4.5 with
+    # sparsity), 4.5 PFLOPS fp8 dense, 180 GB HBM3e at 8 TB/s, 148 SMs. MAMF 1745.0 TFLOP/s
+    # (77.6 %, ml-engineering; shape not recorded, so taken as fully quantised). No B200 bf16
+    # attention microbenchmark is cited: the H100 FlashAttention-3 fractions are ASSUMED.
+    "b200": DeviceSpec(
+        name="b200", peak_flops=2250e12, mem_bandwidth_Bps=8.0e12, hbm_bytes=180 * 10**9,
+        compute_units=148, gemm_tiles=_GPU_TILES, gemm_efficiency=1745.0 / 2250,
+        attention_fwd_efficiency=_H100_SXM.attention_fwd_efficiency,
+        attention_bwd_efficiency=_H100_SXM.attention_bwd_efficiency,
+        attention_seq_half=_FA3_SEQ_HALF, memory_efficiency=0.90,
+        peak_flops_by_dtype=((DType.BF16, 2250e12), (DType.FP8, 4500e12))),
+    # NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM): BF16 312 TFLOPS dense, TF32 156,
+    # FP32 19.5; HBM2e 2,039 GB/s; 80 GB; 108 SMs. MAMF 267.9 TFLOP/s at 6912x16384x2048;
+    # FlashAttention-2: 73 % forward, 63 % backward.
+    "a100-80gb": DeviceSpec(
+        name="a100-80gb", peak_flops=312e12, mem_bandwidth_Bps=2.039e12, hbm_bytes=80 * 10**9,
+        compute_units=108, gemm_tiles=_GPU_TILES,
+        gemm_efficiency=gemm_efficiency_from_benchmark(267.9 / 312, 6912, 16384, 108,
+                                                       _GPU_TILES),
+        attention_fwd_efficiency=0.73 * _FA3_AT_16K, attention_bwd_efficiency=0.63 * _FA3_AT_16K,
+        attention_seq_half=_FA3_SEQ_HALF, memory_efficiency=0.90,
+        peak_flops_by_dtype=((DType.BF16, 312e12), (DType.TF32, 156e12),
+                             (DType.FP32, 19.5e12))),
     "tpuv4": _TPU_V4,
     # NEST's "TPUv4-like" device: TPU v4 compute with 64 GiB HBM (DESIGN §6).
-    "nest-tpuv4": DeviceSpec(name="nest-tpuv4", peak_flops=_TPU_V4.peak_flops,
-                             mem_bandwidth_Bps=_TPU_V4.mem_bandwidth_Bps, hbm_bytes=64 * GiB,
-                             efficiency=_TPU_V4.efficiency),
+    "nest-tpuv4": replace(_TPU_V4, name="nest-tpuv4", hbm_bytes=64 * GiB),
     # NEST's H100 setup: H100 SXM compute with 90 GiB HBM (DESIGN §6).
-    "nest-h100": DeviceSpec(name="nest-h100", peak_flops=_H100_SXM.peak_flops,
-                            mem_bandwidth_Bps=_H100_SXM.mem_bandwidth_Bps, hbm_bytes=90 * GiB,
-                            efficiency=_H100_SXM.efficiency),
+    "nest-h100": replace(_H100_SXM, name="nest-h100", hbm_bytes=90 * GiB),
 })
 
 # ------------------------------------------------------------------ networks
@@ -195,6 +262,18 @@ NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
         default_device="h100-sxm",
         tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("leaf", 32, 50e9, 2e-6),
                TierSpec("spine", None, 50e9, 3e-6))),
+    # Meta's Llama 3 training cluster (Dubey et al. 2024, arXiv 2407.21783, §3.3.1): H100 SXM
+    # servers of 8 GPUs on NVLink (450 GB/s per direction, as the SuperPOD), one 400 Gb/s
+    # RoCE NIC per GPU (50e9 B/s), a three-layer Clos: 16 GPUs (2 servers) per rack switch,
+    # 192 racks (3,072 GPUs) per pod at full bisection, pods joined by an aggregation layer
+    # oversubscribed 1:7 (50e9 / 7 B/s per GPU). Latencies 1 / 2 / 3 / 5 us: assumptions.
+    "meta-h100-roce": NetworkPreset(
+        name="meta-h100-roce",
+        description="Llama 3's RoCE cluster: NVLink 8 GPUs at 450 GB/s, 400 Gb/s per GPU to "
+                    "racks of 16 and pods of 3,072 at full bisection, 1:7 above the pod",
+        default_device="h100-sxm",
+        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("rack", 2, 50e9, 2e-6),
+               TierSpec("pod", 192, 50e9, 3e-6), TierSpec("aggregation", None, 50e9 / 7, 5e-6))),
 })
 
 # ------------------------------------------------------------------ builders
@@ -207,18 +286,28 @@ def _lookup(registry: Mapping, name: object, field: str = "preset"):
     return registry[name]
 
 
-def _device_for(network: NetworkPreset, device: str | None) -> DeviceSpec:
-    return _lookup(DEVICES, network.default_device if device is None else device, "device")
+def resolve_device(device: object, base_dir: Path | None = None) -> DeviceSpec:
+    """A preset device by name, or a device file (``*.json``/``*.yaml``, e.g. calibrated)."""
+    from nest_cp.devicefile import is_device_path, load_device
+
+    if is_device_path(device):
+        return load_device((base_dir or Path(".")) / str(device))
+    return _lookup(DEVICES, device, "device")
+
+
+def _device_for(network: NetworkPreset, device: str | None,
+                base_dir: Path | None = None) -> DeviceSpec:
+    return resolve_device(network.default_device if device is None else device, base_dir)
 
 
 def network_cluster(network: str, devices: int, device: str | None = None,
-                    hbm_reserve: float = 0.0) -> Cluster:
+                    hbm_reserve: float = 0.0, base_dir: Path | None = None) -> Cluster:
     """The preset network sized for ``devices``, HBM from ``device`` or the network's default."""
     preset = _lookup(NETWORKS, network)
     if not (isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1):
         raise InstanceFormatError(f"expected an integer >= 1, got {devices!r}",
                                   field="num_devices")
-    spec = _device_for(preset, device)
+    spec = _device_for(preset, device, base_dir)
     return Cluster(num_devices=devices, hbm_bytes=spec.hbm_bytes, network=preset.build(devices),
                    hbm_reserve=hbm_reserve, name=f"{network}-{devices}",
                    peak_flops_per_s=spec.peak_flops)
@@ -226,15 +315,16 @@ def network_cluster(network: str, devices: int, device: str | None = None,
 
 def default_tp_widths(model: TransformerSpec, devices: int) -> tuple[int, ...]:
     """Powers of two up to the devices of a node that divide the (kv) heads and fit N."""
+    heads = model.num_heads if model.latent_attention is not None else model.kv_heads
     return tuple(width for width in (1, 2, 4, 8)
-                 if width <= min(DEVICES_PER_NODE, devices) and model.kv_heads % width == 0)
+                 if width <= min(DEVICES_PER_NODE, devices) and heads % width == 0)
 
 
 def default_ep_widths(model: TransformerSpec, devices: int) -> tuple[int, ...]:
-    """(1,) for dense models; (1, 2, 4, 8) dividing the experts for MoE models."""
+    """(1,) for dense models; powers of two up to 64 dividing the experts for MoE models."""
     if not model.is_moe:
         return (1,)
-    return tuple(width for width in (1, 2, 4, 8)
+    return tuple(width for width in (1, 2, 4, 8, 16, 32, 64)
                  if width <= devices and model.num_experts % width == 0)
 
 
@@ -249,32 +339,46 @@ def _configs(tp_widths: tuple[int, ...], ep_widths: tuple[int, ...],
     return configs
 
 
-def build_instance(model: str, devices: int, network: str, device: str | None = None,
-                   global_batch: int = 4096, seq_len: int | None = None,
-                   microbatches: tuple[int, ...] = (1,), tp_widths: tuple[int, ...] | None = None,
+def profile_model(spec: TransformerSpec, device: DeviceSpec, training: TrainingSetup,
+                  configs: tuple[IntraConfig, ...],
+                  options: ProfileOptions | None = None) -> Workload:
+    """Profile ``spec`` for ``training`` (warning when a calibrated device extrapolates)."""
+    from nest_cp.devicefile import warn_outside_calibration
+
+    warn_outside_calibration(device, spec.hidden, training.seq_len, spec.name)
+    return profile_workload(spec, device, training.seq_len, training.microbatches, configs,
+                            options)
+
+
+def build_instance(model: str | TransformerSpec, devices: int, network: str,
+                   device: str | None = None, global_batch: int = 4096,
+                   seq_len: int | None = None, microbatches: tuple[int, ...] = (1,),
+                   tp_widths: tuple[int, ...] | None = None,
                    ep_widths: tuple[int, ...] | None = None,
                    zero_stages: tuple[int, ...] = (0, 1, 2, 3),
                    recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
                                                                  RecomputeMode.FULL),
-                   name: str | None = None) -> Instance:
-    """An instance of a preset model on a preset network of ``devices`` devices.
+                   name: str | None = None, optimizer: Optimizer = MEGATRON_ADAM,
+                   options: ProfileOptions | None = None) -> Instance:
+    """An instance of a model (preset name or spec) on a preset network of ``devices`` devices.
 
-    Defaults follow DESIGN §6: the model's sequence length, mixed-precision Adam (2/2/12),
-    tensor widths 1..8 dividing the heads, expert widths 1..8 dividing the experts.
+    Defaults: the model's sequence length, Megatron-LM's 18 B/parameter Adam (2/4/12), ZeRO
+    0-3 (1 = Megatron's distributed optimizer), flash attention without sequence
+    parallelism, tensor widths 1..8 dividing the (kv) heads, expert widths dividing the
+    experts.
     """
-    spec = _lookup(MODELS, model, "model")
+    spec = model if isinstance(model, TransformerSpec) else _lookup(MODELS, model, "model")
     cluster = network_cluster(network, devices, device)
     device_spec = _device_for(NETWORKS[network], device)
     training = TrainingSetup(global_batch=global_batch,
                              seq_len=spec.default_seq_len if seq_len is None else seq_len,
                              microbatches=tuple(microbatches), zero_stages=tuple(zero_stages),
-                             recompute_modes=tuple(recompute_modes))
+                             recompute_modes=tuple(recompute_modes), optimizer=optimizer)
     tp = default_tp_widths(spec, devices) if tp_widths is None else tuple(tp_widths)
     ep = default_ep_widths(spec, devices) if ep_widths is None else tuple(ep_widths)
-    workload = profile_workload(spec, device_spec, training.seq_len, training.microbatches,
-                                _configs(tp, ep, devices))
+    workload = profile_model(spec, device_spec, training, _configs(tp, ep, devices), options)
     return Instance(workload=workload, cluster=cluster, training=training,
-                    name=name or f"{model}-{network}-{devices}")
+                    name=name or f"{spec.name}-{network}-{devices}")
 
 
 # ------------------------------------------------------------------ instance files
@@ -298,22 +402,76 @@ def _check_options(options: dict, allowed: set[str]) -> None:
                                       f"got option {key!r}", field=key)
 
 
-def workload_from_preset(name: str, options: dict, training: TrainingSetup) -> Workload:
-    """A preset model profiled for ``training`` (options: ``device``, ``tp``, ``ep``).
+_WORKLOAD_OPTIONS = {"device", "tp", "ep", "attention", "sequence_parallel"}
 
-    Without ``device`` the profile uses ``h100-sxm``; without ``tp``/``ep`` the default widths
-    of :func:`build_instance` (not limited by a device count, which a workload does not know).
-    """
-    spec = _lookup(MODELS, name)
-    _check_options(options, {"device", "tp", "ep"})
-    device = _lookup(DEVICES, options.get("device", "h100-sxm"), "device")
+
+def profile_options(options: dict) -> ProfileOptions:
+    """``attention`` (flash | materialized) and ``sequence_parallel`` of a workload section."""
+    kwargs = {}
+    if "attention" in options:
+        try:
+            kwargs["attention"] = AttentionKind(options["attention"])
+        except ValueError:
+            raise InstanceFormatError(
+                "expected one of " + ", ".join(repr(k.value) for k in AttentionKind)
+                + f", got {options['attention']!r}", field="attention") from None
+    if "sequence_parallel" in options:
+        if not isinstance(options["sequence_parallel"], bool):
+            raise InstanceFormatError(f"expected true or false, got "
+                                      f"{options['sequence_parallel']!r}",
+                                      field="sequence_parallel")
+        kwargs["sequence_parallel"] = options["sequence_parallel"]
+    return ProfileOptions(**kwargs)
+
+
+def _workload_for(spec: TransformerSpec, options: dict, training: TrainingSetup,
+                  base_dir: Path | None) -> Workload:
+    device = resolve_device(options.get("device", "h100-sxm"), base_dir)
     tp = _int_list(options, "tp") or default_tp_widths(spec, DEVICES_PER_NODE)
     ep = _int_list(options, "ep") or default_ep_widths(spec, spec.num_experts)
-    return profile_workload(spec, device, training.seq_len, training.microbatches,
-                            _configs(tp, ep, None))
+    return profile_model(spec, device, training, _configs(tp, ep, None),
+                         profile_options(options))
 
 
-def cluster_from_preset(name: str, options: dict) -> Cluster:
+def workload_from_preset(name: str, options: dict, training: TrainingSetup,
+                         base_dir: Path | None = None) -> Workload:
+    """A preset model profiled for ``training``.
+
+    Options: ``device`` (a preset name or a device file; default ``h100-sxm``), ``tp``,
+    ``ep`` (default: the widths of :func:`build_instance`, not limited by a device count,
+    which a workload does not know), ``attention`` and ``sequence_parallel``.
+    """
+    spec = _lookup(MODELS, name)
+    _check_options(options, _WORKLOAD_OPTIONS)
+    return _workload_for(spec, options, training, base_dir)
+
+
+def workload_from_model(kind: str, value: object, options: dict, training: TrainingSetup,
+                        base_dir: Path | None = None) -> Workload:
+    """A workload from a ``transformer`` description or an ``hf_config`` (mapping or path).
+
+    Options as :func:`workload_from_preset`.
+    """
+    from nest_cp.hfconfig import spec_from_description, spec_from_hf_config
+    from nest_cp.io import read_document
+
+    _check_options(options, _WORKLOAD_OPTIONS)
+    if kind == "transformer":
+        spec = spec_from_description(value, prefix="transformer")
+    elif isinstance(value, str):
+        path = (base_dir or Path(".")) / value
+        try:
+            spec = spec_from_hf_config(read_document(path), name=Path(value).stem)
+        except InstanceFormatError as exc:
+            if exc.file is not None:
+                raise
+            raise InstanceFormatError(exc.detail, file=str(path), field=exc.field) from None
+    else:
+        spec = spec_from_hf_config(value, prefix="hf_config")
+    return _workload_for(spec, options, training, base_dir)
+
+
+def cluster_from_preset(name: str, options: dict, base_dir: Path | None = None) -> Cluster:
     """A preset network (options: ``num_devices`` required, ``device``, ``hbm_reserve``)."""
     _lookup(NETWORKS, name)
     _check_options(options, {"num_devices", "device", "hbm_reserve"})
@@ -326,4 +484,4 @@ def cluster_from_preset(name: str, options: dict) -> Cluster:
     device = options.get("device")
     if device is not None and not isinstance(device, str):
         raise InstanceFormatError(f"expected a device name, got {device!r}", field="device")
-    return network_cluster(name, options["num_devices"], device, float(reserve))
+    return network_cluster(name, options["num_devices"], device, float(reserve), base_dir)

@@ -1,84 +1,84 @@
-"""Analytic per-layer profiles of transformer models (DESIGN §1.1, source (a)).
+"""Analytic per-layer profiles of transformer models (DESIGN §1.1, source (a); v2 semantics).
 
-``profile_workload(spec, device, seq_len, microbatches, configs)`` turns public model
-hyperparameters (:class:`TransformerSpec`) and a device (:class:`DeviceSpec`) into the
-layer chain ``embedding, block.0 .. block.{L-1}, head`` with one
-:class:`~nest_cp.model.LayerProfile` per (IntraConfig(tp, ep), microbatch b).
-Notation below: s sequence length, b microbatch, h hidden, f FFN hidden, a heads,
-h_kv = kv_heads * h / a (GQA), V vocabulary, E experts, k top-k, t = tp, e = ep,
-T = s*b tokens of one device, R = k*T expert-token copies of one device.
+``profile_workload(spec, device, seq_len, microbatches, configs, options)`` turns a model
+description (:class:`~nest_cp.transformer.TransformerSpec`) and a kernel-level device model
+(:class:`~nest_cp.kernels.DeviceSpec`) into the chain ``embedding, block.0 .. block.{L-1},
+head`` with one :class:`~nest_cp.model.LayerProfile` per (IntraConfig(tp, ep), microbatch b).
+Notation: s sequence, b microbatch, T = s*b tokens of one device, h hidden, f FFN width,
+a heads, h_kv = kv heads * head width, V vocabulary, E experts, k top-k, t = tp, e = ep,
+R = k*T routed token copies a device receives (balanced routing). The full derivation, with
+every formula and the fields filled, is ``docs/profiler.md``; in brief:
 
-**Parameters per device** (Megatron-LM sharding, Shoeybi et al. 2019): the attention
-matrices (QKV column-parallel, output row-parallel) and the MLP matrices are split by t,
-as are the biases of column-parallel layers; norms and row-parallel biases are replicated.
-The word embedding and the LM head are vocabulary-parallel (split by t, V padded to a multiple
-of 128*t as Megatron's ``make-vocab-size-divisible-by`` does); learned position
-and token-type embeddings are replicated. A tied LM head holds no parameters of its own
-(the word embedding is counted once; the copy Megatron keeps on the last pipeline stage and
-its gradient all-reduce are not modelled). MoE: the router is dense (replicated); each device
-holds E/e experts (``expert_params``), each expert's matrices split by t.
+**Ops.** Every layer is a list of ops (:class:`_Op`): GEMMs, the attention core and
+memory-bound kernels. Each op has a forward time, a data-gradient time and a weight-gradient
+time, each priced by :mod:`nest_cp.kernels` from that pass's own FLOPs and bytes: a linear
+layer ``y = x W`` (T x K times K x N) runs the forward GEMM (T, N, K), the data gradient
+``dx = dy W^T`` (T, K, N) and the weight gradient ``dW = x^T dy`` (K, N, T), each with its own
+tile/wave quantisation; flash attention's backward executes 2.5x its forward FLOPs at its
+own (lower) efficiency; a memory-bound op moves its own bytes forward and backward.
+``bwd_s`` = data + weight gradients, ``wgrad_s`` = weight gradients (GEMM weight gradients
+and the embedding's scatter-add; norm scale gradients are fused into the norm's backward and
+counted as data gradient). ``flops`` is the model FLOPs of one microbatch's forward on the
+device: every GEMM's 2*M*N*K and the attention core's 4*b*s^2*(a/t)*d over the full square
+(the convention of Narayanan et al. SC'21 Eq. 3 and Megatron-LM's throughput counter; a
+causal flash kernel executes about half, which the time reflects but ``flops`` does not).
 
-**Compute** (roofline per op group): time = max(FLOPs / (peak * efficiency), bytes moved /
-memory bandwidth) — the efficiency derates FLOP/s only — summed over the groups of a layer:
-GEMMs (weights, inputs and outputs moved once), the attention core (QK^T and AV, 4*b*s^2*h/t
-FLOPs, full s^2 even for causal models as in the usual model-FLOPs count; the s^2 scores cross
-memory about four times: written, read and written by softmax, read by AV — no flash
-attention), and the memory-bound element-wise ops (norms, residual adds, activation, embedding
-gather, cross-entropy). Backward (data + weight gradients) is twice the forward for every
-group, both in FLOPs and in bytes moved. ``flops`` is the model FLOPs of one microbatch's
-forward on the device (GEMM and attention FLOPs; DESIGN §1.1). Under expert parallelism every
-device runs its dense layers for b samples and, with balanced routing, its E/e experts
-receive R = k*s*b tokens (the e ranks together process b*e samples and send k*s*b*e token
-copies to E experts).
+**Attention** is an instance choice (:class:`AttentionKind`): ``flash`` (default; fused,
+the s^2 scores never reach HBM, only the fp32 log-sum-exp per head and token is kept) or
+``materialized`` (QK^T and AV as batched GEMMs, softmax and dropout as memory-bound ops, the
+scores kept for backward; NEST's traced graphs and Korthikanti et al.'s Table 2 assume it).
 
-**Activation memory** follows Korthikanti et al. 2022, "Reducing Activation Recomputation in
-Large Transformer Models" (arXiv 2205.05198), §4.1 and Table 2, the *tensor parallelism
-without sequence parallelism* row: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes per block (16-bit
-activations, 1-byte dropout masks). Its terms, kept separately so they adapt:
+**Parameters per device** (Megatron-LM sharding): QKV/FC1 column-parallel, output/FC2
+row-parallel, all split by t; norms and row-parallel biases replicated; the word embedding
+and LM head vocabulary-parallel (V padded to a multiple of 128*t); learned position and
+token-type embeddings replicated; a tied head holds no parameters of its own. MoE: the
+router and shared experts are dense (shared experts split by t), each device holds E/e
+routed experts (``expert_params``), each split by t. MLA: the down-projections and their
+norms are replicated over t, the up-projections and the output projection split by heads.
 
-- replicated over t: the inputs of the two norms (4sbh), of the QKV GEMM (2sbh) and of the
-  MLP (2sbh), and the two dropout masks (2sbh, only for models trained with dropout);
-- split by t: Q, K, V (2sbh + 4*s*b*h_kv: GQA keeps narrower K and V) and the output
-  projection input (2sbh); the scores: softmax output 2*a*s^2*b, plus with dropout its mask
-  a*s^2*b and the dropped-out probabilities 2*a*s^2*b (hence 5*a*s^2*b, or 2*a*s^2*b without
-  dropout);
-- MLP, split by t: 4*s*b*f for GeLU (activation input, second GEMM input; 16sbh at f = 4h),
-  6*s*b*f for SwiGLU (gate and up outputs and their product);
-- MoE instead of the MLP: router logits and probabilities in fp32 (8*s*b*E), the routed
-  token copies (2Rh, input of the expert GEMMs), the expert intermediates (6Rf/t gated or
-  4Rf/t) and the expert outputs kept for the weighted combine (2Rh).
+**Activation memory** follows Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: without
+sequence parallelism s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes per GPT block (dropout, GeLU,
+f = 4h, materialised attention), generalised term by term (GQA's narrower K and V, SwiGLU's
+6*s*b*f, no dropout masks without dropout, MoE router, token copies and expert
+intermediates, MLA's latent tensors); with ``sequence_parallel`` the replicated terms are
+split by t too (s*b*h*(34 + 5*a*s/h)/t). Flash attention replaces the 5*a*s^2*b score bytes
+by the 4*a*s*b log-sum-exp. ``ckpt_bytes`` (full recomputation) is the layer input.
+Selective recomputation (``sel_fwd_s``, ``sel_act_bytes``, ``sel_flops``) reruns the
+attention core alone and keeps everything but the core's own stored tensors (the scores, or
+the log-sum-exp); the embedding and the head have no core: nothing rerun, everything kept.
 
-With t = 1, dropout, GeLU, f = 4h and h_kv = h this is exactly 34*s*b*h + 5*a*s^2*b. The
-embedding keeps the token ids (4sb, int32), its dropout mask (sbh) and, for BERT, its norm's
-input (2sbh); the head keeps the inputs of its norm(s) and GEMMs and the fp32 logits of the
-cross-entropy 4*s*b*V/t (Korthikanti §4.1). ``ckpt_bytes`` (recomputation) is the layer
-input: 2sbh (token ids for the embedding).
-``out_bytes`` is the layer output 2sbh (bf16); the head's output is the fp32 loss (4 bytes).
+**Collectives per microbatch** (nest_cp.model.Collective; volumes per device in bytes, the
+full tensor for all-gather and reduce-scatter, as DESIGN §3 prices them): without sequence
+parallelism a block all-reduces 2sbh twice forward and twice backward (t > 1); with it, each
+all-reduce becomes an all-gather + reduce-scatter pair and the backward re-gathers the two
+sequence-split GEMM inputs for their weight gradients (Megatron/TE keep the inputs sharded).
+e > 1: all-to-all dispatch and combine of the 2*k*s*b*h routed token bytes, forward and
+backward. Embedding: the vocabulary-parallel all-reduce (reduce-scatter with SP) forward;
+head: the input-gradient all-reduce backward and the cross-entropy's three fp32 all-reduces
+of 4sb forward (an all-gather of the input forward and a reduce-scatter backward with SP).
 
-**Collectives per microbatch** (volumes per device, bytes; nest_cp.model.Collective):
-
-- block, t > 1: Megatron's two all-reduces of 2sbh in forward (after attention and MLP) and
-  two in backward (gradients of the QKV and MLP inputs). A MoE block reduces the expert
-  output after the combine, so it has the same four.
-- block, e > 1: all-to-all dispatch and combine in forward and both again in backward over
-  the e ranks, each of volume 2*k*s*b*h: every routed token copy of the device, of which the
-  cost formula's (e-1)/e factor removes the share that stays local.
-- embedding, t > 1: the vocabulary-parallel all-reduce of 2sbh in forward (identity in
-  backward).
-- head, t > 1: the all-reduce of the LM-head input gradient (2sbh) in backward and the
-  vocabulary-parallel cross-entropy's three fp32 all-reduces of 4sb (max, sum of exponentials,
-  target logit) in forward.
-
-Every byte count is an exact integer (divisions by t round up).
+**SDP units** (DESIGN §7): a transformer block is maskable; at neuron level it has U width
+slices, U = the kv-head groups on the device (kv_heads / t; heads / t for MLA), each holding
+1/U of the attention heads and 1/U of the MLP (and expert) neurons. ``sdp_fraction`` is the
+share of the block's parameters in those slices (all projection and MLP matrices and their
+column biases; norms, router and row-parallel biases stay shared). Embedding and head: 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from nest_cp.errors import InstanceFormatError
+from nest_cp.kernels import (
+    DeviceSpec,
+    attention_seconds,
+    causal_fraction,
+    gemm_seconds,
+    memory_seconds,
+)
 from nest_cp.model import (
     Collective,
     CollectiveGroup,
@@ -90,155 +90,49 @@ from nest_cp.model import (
     Workload,
 )
 from nest_cp.ticks import ceil_div
+from nest_cp.transformer import Activation, ModelKind, Norm, TransformerSpec
+
+__all__ = ["Activation", "AttentionKind", "ModelKind", "Norm", "ProfileOptions",
+           "TransformerSpec", "profile_workload", "total_params"]
 
 BF16_BYTES = 2
 FP32_BYTES = 4
 TOKEN_ID_BYTES = 4
+FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention: 5 matmuls backward (with recomputation) vs 2
 
 
-class ModelKind(str, Enum):
-    """Decoder (causal LM: final norm + LM head) or encoder (BERT: pooler + MLM head)."""
+class AttentionKind(str, Enum):
+    """Fused flash-style attention, or materialised scores (batched GEMMs + softmax)."""
 
-    DECODER = "decoder"
-    ENCODER = "encoder"
-
-
-class Norm(str, Enum):
-    """LayerNorm (scale and shift: 2h parameters) or RMSNorm (scale only: h)."""
-
-    LAYERNORM = "layernorm"
-    RMSNORM = "rmsnorm"
-
-
-def _check(ok: bool, expected: str, got: object) -> None:
-    if not ok:
-        raise ValueError(f"expected {expected}, got {got!r}")
+    FLASH = "flash"
+    MATERIALIZED = "materialized"
 
 
 @dataclass(frozen=True, slots=True)
-class TransformerSpec:
-    """Public hyperparameters of a transformer; ``num_experts`` 1 means a dense MLP."""
+class ProfileOptions:
+    """Instance choices of how the model runs: attention kernel and sequence parallelism."""
 
-    name: str
-    kind: ModelKind
-    hidden: int
-    ffn_hidden: int
-    num_layers: int
-    num_heads: int
-    vocab: int
-    num_kv_heads: int | None = None  # None: multi-head attention (= num_heads)
-    gated_mlp: bool = False  # SwiGLU: gate, up and down matrices
-    num_experts: int = 1
-    top_k: int = 1
-    tied_embeddings: bool = False
-    norm: Norm = Norm.LAYERNORM
-    bias: bool = True
-    dropout: bool = True
-    learned_positions: int = 0  # 0: rotary positions, no parameters
-    token_types: int = 0
-    default_seq_len: int = 2048
-    vocab_multiple: int = 128  # Megatron pads V to a multiple of this times t; 1: no padding
+    attention: AttentionKind = AttentionKind.FLASH
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "ffn_hidden", "num_layers", "num_heads", "vocab",
-                     "num_experts", "top_k", "default_seq_len", "vocab_multiple"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 1, f"{name} >= 1", value)
-        _check(self.hidden % self.num_heads == 0, "hidden divisible by num_heads", self.hidden)
-        _check(self.num_heads % self.kv_heads == 0, "num_heads divisible by num_kv_heads",
-               self.num_kv_heads)
-        _check(self.top_k <= self.num_experts, f"top_k <= num_experts = {self.num_experts}",
-               self.top_k)
-        _check(isinstance(self.kind, ModelKind), "a ModelKind", self.kind)
-        _check(isinstance(self.norm, Norm), "a Norm", self.norm)
-
-    @property
-    def kv_heads(self) -> int:
-        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-
-    @property
-    def kv_hidden(self) -> int:
-        """h_kv: width of K and V (kv_heads * head dimension)."""
-        return self.kv_heads * (self.hidden // self.num_heads)
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 1
-
-    @property
-    def norm_params(self) -> int:
-        return (2 if self.norm is Norm.LAYERNORM else 1) * self.hidden
-
-    @property
-    def mlp_matrices(self) -> int:
-        return 3 if self.gated_mlp else 2
-
-    @property
-    def description(self) -> str:
-        """One line for listings: kind, depth, widths, heads, experts, vocabulary, sequence."""
-        kv = f" ({self.kv_heads} kv)" if self.kv_heads != self.num_heads else ""
-        experts = f", {self.num_experts} experts top-{self.top_k}" if self.is_moe else ""
-        return (f"{self.kind.value}, {self.num_layers} layers, h {self.hidden}, "
-                f"f {self.ffn_hidden}, {self.num_heads} heads{kv}{experts}, V {self.vocab}, "
-                f"seq {self.default_seq_len}")
-
-    def vocab_shard(self, tp: int) -> int:
-        """Vocabulary rows per device: V padded to a multiple of vocab_multiple * t, over t."""
-        multiple = self.vocab_multiple * tp
-        return -(-self.vocab // multiple) * multiple // tp
+        if not isinstance(self.attention, AttentionKind):
+            raise ValueError(f"expected an AttentionKind, got {self.attention!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise ValueError(f"expected true or false, got {self.sequence_parallel!r}")
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceSpec:
-    """An accelerator: dense bf16 peak, HBM bandwidth and capacity, achievable FLOP/s fraction."""
+class _Op:
+    """One op of a layer: times of its three passes, its model FLOPs and two tags."""
 
     name: str
-    peak_flops: float
-    mem_bandwidth_Bps: float
-    hbm_bytes: int
-    efficiency: float
-
-    def __post_init__(self) -> None:
-        _check(self.peak_flops > 0, "peak_flops > 0", self.peak_flops)
-        _check(self.mem_bandwidth_Bps > 0, "mem_bandwidth_Bps > 0", self.mem_bandwidth_Bps)
-        _check(isinstance(self.hbm_bytes, int) and self.hbm_bytes >= 1, "hbm_bytes >= 1",
-               self.hbm_bytes)
-        _check(0 < self.efficiency <= 1, "efficiency in (0, 1]", self.efficiency)
-
-    @property
-    def description(self) -> str:
-        """One line for listings: peak, achievable fraction, bandwidth and capacity."""
-        capacity = (f"{self.hbm_bytes // 2**30} GiB" if self.hbm_bytes % 2**30 == 0
-                    else f"{self.hbm_bytes / 1e9:g} GB")
-        return (f"{self.peak_flops / 1e12:g} TFLOP/s bf16 x {self.efficiency:g}, "
-                f"{self.mem_bandwidth_Bps / 1e12:g} TB/s, {capacity} HBM")
-
-
-@dataclass(frozen=True, slots=True)
-class _OpGroup:
-    """Forward FLOPs and bytes moved of a group of ops timed together by the roofline."""
-
-    flops: int
-    bytes_moved: int
-
-
-def _gemm(tokens: int, rows: int, cols: int, tp: int) -> _OpGroup:
-    """A (tokens x rows) @ (rows x cols/t) GEMM split by t (column- or row-parallel alike)."""
-    weights = ceil_div(rows * cols, tp)
-    flops = 2 * tokens * weights
-    moved = BF16_BYTES * (weights + tokens * rows + ceil_div(tokens * cols, tp))
-    return _OpGroup(flops, moved)
-
-
-def _memory_op(bytes_moved: int) -> _OpGroup:
-    return _OpGroup(0, bytes_moved)
-
-
-def _seconds(groups: Iterable[_OpGroup], device: DeviceSpec, scale: int) -> float:
-    """Roofline time of the groups, each scaled by ``scale`` (1 forward, 2 backward)."""
-    achievable = device.peak_flops * device.efficiency
-    return sum(max(scale * g.flops / achievable, scale * g.bytes_moved / device.mem_bandwidth_Bps)
-               for g in groups)
+    fwd_s: float
+    dgrad_s: float
+    wgrad_s: float
+    flops: float
+    core: bool = False  # the attention core: rerun by selective recomputation
+    sliced: bool = False  # carried by the block's SDP width slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,51 +143,288 @@ class _Shape:
     seq_len: int
     microbatch: int
     config: IntraConfig
+    options: ProfileOptions
+    device: DeviceSpec
 
     @property
     def tokens(self) -> int:
         return self.seq_len * self.microbatch
 
     @property
-    def routed_tokens(self) -> int:
-        """R = k * s * b: expert-token copies a device sends and (balanced) receives."""
-        return self.spec.top_k * self.tokens
-
-    @property
     def tp(self) -> int:
         return self.config.tp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect (only meaningful with t > 1)."""
+        return self.options.sequence_parallel and self.tp > 1
+
+    @property
+    def shard_tokens(self) -> int:
+        """Tokens a replicated op (norm, residual, dropout) handles: T, or T/t with SP."""
+        return ceil_div(self.tokens, self.tp) if self.sp else self.tokens
+
+    @property
+    def routed_tokens(self) -> int:
+        return self.spec.top_k * self.tokens
 
     @property
     def activation(self) -> int:
         """2sbh: one bf16 activation of the hidden width."""
         return BF16_BYTES * self.tokens * self.spec.hidden
 
+    @property
+    def shard_activation(self) -> int:
+        """2sbh, or its sequence-parallel shard."""
+        return BF16_BYTES * self.shard_tokens * self.spec.hidden
+
+
+# ------------------------------------------------------------------ op builders
+
+
+def _linear(shape: _Shape, name: str, tokens: int, fan_in: int, fan_out: int,
+            sliced: bool = True, batch: int = 1) -> _Op:
+    """``batch`` linear layers y = x W, x: tokens x fan_in, W: fan_in x fan_out (per device)."""
+    device = shape.device
+    return _Op(name,
+               fwd_s=gemm_seconds(device, tokens, fan_out, fan_in, batch),
+               dgrad_s=gemm_seconds(device, tokens, fan_in, fan_out, batch),
+               wgrad_s=gemm_seconds(device, fan_in, fan_out, tokens, batch),
+               flops=2.0 * tokens * fan_in * fan_out * batch, sliced=sliced)
+
+
+def _memory(shape: _Shape, name: str, fwd_bytes: int, bwd_bytes: int, sliced: bool = False,
+            core: bool = False) -> _Op:
+    device = shape.device
+    return _Op(name, memory_seconds(device, fwd_bytes), memory_seconds(device, bwd_bytes), 0.0,
+               0.0, core=core, sliced=sliced)
+
+
+def _norm(shape: _Shape, name: str, width: int, tokens: int | None = None) -> _Op:
+    """A norm over ``width`` features: forward reads x, writes y; backward reads dy, x."""
+    tokens = shape.shard_tokens if tokens is None else tokens
+    size = BF16_BYTES * tokens * width
+    return _memory(shape, name, 2 * size, 3 * size)
+
+
+def _residual(shape: _Shape, name: str) -> _Op:
+    """(Bias-)dropout-add: reads branch and residual, writes the sum (and a 1-byte mask)."""
+    size, mask = shape.shard_activation, (shape.shard_tokens * shape.spec.hidden
+                                          if shape.spec.dropout else 0)
+    return _memory(shape, name, 3 * size + mask, 3 * size + mask)
+
+
+def _activation_fn(shape: _Shape, tokens: int, width: int, batch: int = 1) -> _Op:
+    """GeLU (read x, write y; backward read dy, x, write dx) or SwiGLU (two inputs)."""
+    inputs = 2 if shape.spec.gated_mlp else 1
+    size = BF16_BYTES * tokens * width * batch
+    return _memory(shape, "activation", (inputs + 1) * size, (2 * inputs + 2) * size, sliced=True)
+
+
+# ------------------------------------------------------------------ attention
+
+
+@dataclass(frozen=True, slots=True)
+class _Heads:
+    """Attention widths on one device."""
+
+    heads: int  # query heads per device
+    qk_dim: int  # per head
+    v_dim: int  # per head
+    kv_heads: int  # key/value heads per device (query heads for MLA)
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.qk_dim
+
+    @property
+    def out_width(self) -> int:
+        return self.heads * self.v_dim
+
+
+def _heads(shape: _Shape) -> _Heads:
+    spec, tp = shape.spec, shape.tp
+    latent = spec.latent_attention
+    if latent is not None:
+        heads = spec.num_heads // tp
+        return _Heads(heads, latent.qk_head_dim, latent.v_head_dim, heads)
+    return _Heads(spec.num_heads // tp, spec.head_size, spec.head_size, spec.kv_heads // tp)
+
+
+def _core_model_flops(shape: _Shape, heads: _Heads) -> float:
+    """QK^T and AV over the full s x s square for b samples (model FLOPs)."""
+    return 2.0 * shape.microbatch * shape.seq_len**2 * heads.heads * (heads.qk_dim
+                                                                     + heads.v_dim)
+
+
+def _attention_core(shape: _Shape, heads: _Heads) -> list[_Op]:
+    spec, seq, device = shape.spec, shape.seq_len, shape.device
+    model_flops = _core_model_flops(shape, heads)
+    if shape.options.attention is AttentionKind.FLASH:
+        executed = model_flops * (causal_fraction(seq) if spec.causal else 1.0)
+        return [_Op("attention", attention_seconds(device, executed, seq, backward=False),
+                    attention_seconds(device, FLASH_BACKWARD_FLOPS * executed, seq,
+                                      backward=True),
+                    0.0, model_flops, core=True, sliced=True)]
+    batch = shape.microbatch * heads.heads
+    scores = heads.heads * seq * shape.tokens  # s x s entries per head and sample
+    qk = _Op("scores", gemm_seconds(device, seq, seq, heads.qk_dim, batch),
+             2 * gemm_seconds(device, seq, heads.qk_dim, seq, batch), 0.0,
+             2.0 * seq * seq * heads.qk_dim * batch, core=True, sliced=True)
+    softmax = _memory(shape, "softmax", 2 * BF16_BYTES * scores, 3 * BF16_BYTES * scores,
+                      sliced=True, core=True)
+    ops = [qk, softmax]
+    if spec.dropout:
+        ops.append(_memory(shape, "attention dropout", 5 * scores, 5 * scores, sliced=True,
+                           core=True))
+    ops.append(_Op("context", gemm_seconds(device, seq, heads.v_dim, seq, batch),
+                   gemm_seconds(device, seq, seq, heads.v_dim, batch)
+                   + gemm_seconds(device, seq, heads.v_dim, seq, batch), 0.0,
+                   2.0 * seq * seq * heads.v_dim * batch, core=True, sliced=True))
+    return ops
+
+
+def _attention_ops(shape: _Shape) -> list[_Op]:
+    spec, tokens = shape.spec, shape.tokens
+    heads = _heads(shape)
+    latent = spec.latent_attention
+    ops: list[_Op] = []
+    if latent is None:
+        width = heads.q_width + 2 * heads.kv_heads * heads.qk_dim
+        ops.append(_linear(shape, "qkv", tokens, spec.hidden, width))
+        if not spec.learned_positions:
+            rotated = BF16_BYTES * tokens * (heads.q_width + heads.kv_heads * heads.qk_dim)
+            ops.append(_memory(shape, "rotary", 2 * rotated, 2 * rotated, sliced=True))
+    else:
+        if latent.q_lora_rank:
+            ops += [_linear(shape, "q down", tokens, spec.hidden, latent.q_lora_rank, False),
+                    _norm(shape, "q norm", latent.q_lora_rank, tokens),
+                    _linear(shape, "q up", tokens, latent.q_lora_rank, heads.q_width)]
+        else:
+            ops.append(_linear(shape, "q", tokens, spec.hidden, heads.q_width))
+        kv_down = latent.kv_lora_rank + latent.qk_rope_head_dim
+        kv_up = heads.heads * (latent.qk_nope_head_dim + latent.v_head_dim)
+        rotated = BF16_BYTES * tokens * (heads.heads + 1) * latent.qk_rope_head_dim
+        ops += [_linear(shape, "kv down", tokens, spec.hidden, kv_down, False),
+                _norm(shape, "kv norm", latent.kv_lora_rank, tokens),
+                _linear(shape, "kv up", tokens, latent.kv_lora_rank, kv_up),
+                _memory(shape, "rotary", 2 * rotated, 2 * rotated, sliced=True)]
+    ops += _attention_core(shape, heads)
+    ops.append(_linear(shape, "proj", tokens, heads.out_width, spec.hidden))
+    return ops
+
+
+def _mlp_ops(shape: _Shape, tokens: int, width: int, name: str, batch: int = 1) -> list[_Op]:
+    """The MLP (or ``batch`` grouped experts, ``tokens`` each) of per-device width ``width``."""
+    spec = shape.spec
+    inner = (2 if spec.gated_mlp else 1) * width
+    return [_linear(shape, f"{name} fc1", tokens, spec.hidden, inner, batch=batch),
+            _activation_fn(shape, tokens, width, batch),
+            _linear(shape, f"{name} fc2", tokens, width, spec.hidden, batch=batch)]
+
+
+def _moe_ops(shape: _Shape) -> list[_Op]:
+    spec, tp = shape.spec, shape.tp
+    local = spec.num_experts // shape.config.ep
+    per_expert = ceil_div(shape.routed_tokens, local)
+    copies = BF16_BYTES * shape.routed_tokens * spec.hidden
+    ops = [_linear(shape, "router", shape.shard_tokens, spec.hidden, spec.num_experts, False),
+           _memory(shape, "permute", 4 * copies, 4 * copies)]
+    ops += _mlp_ops(shape, per_expert, ceil_div(spec.expert_width, tp), "expert", local)
+    if spec.shared_experts:
+        ops += _mlp_ops(shape, shape.tokens, ceil_div(spec.shared_experts * spec.expert_width,
+                                                      tp), "shared")
+    return ops
+
+
+def _block_ops(shape: _Shape, moe: bool) -> list[_Op]:
+    ops = [_norm(shape, "norm1", shape.spec.hidden), *_attention_ops(shape),
+           _residual(shape, "residual1"), _norm(shape, "norm2", shape.spec.hidden)]
+    if moe:
+        ops += _moe_ops(shape)
+    else:
+        ops += _mlp_ops(shape, shape.tokens, ceil_div(shape.spec.ffn_hidden, shape.tp), "mlp")
+    return ops + [_residual(shape, "residual2")]
+
+
+def _embedding_ops(shape: _Shape) -> list[_Op]:
+    """Gather (and add positions / token types), dropout; backward: scatter-add (wgrad)."""
+    spec, size = shape.spec, shape.activation
+    tables = 1 + (1 if spec.learned_positions else 0) + (1 if spec.token_types else 0)
+    fwd = TOKEN_ID_BYTES * shape.tokens + tables * 2 * size + (size // 2 if spec.dropout else 0)
+    if spec.kind is ModelKind.ENCODER:
+        fwd += 2 * size
+    scatter = tables * (size + 2 * 2 * size)  # read dy; read and write fp32 gradient rows
+    device = shape.device
+    return [_Op("embedding", memory_seconds(device, fwd), 0.0, memory_seconds(device, scatter),
+                0.0)]
+
+
+def _head_ops(shape: _Shape) -> list[_Op]:
+    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
+    vocab = spec.vocab_shard(tp)
+    logits = BF16_BYTES * tokens * vocab
+    # vocabulary-parallel cross-entropy in fp32: cast (read 2, write 4), max (read 4),
+    # exp and sum (read 4, write 4) forward; softmax - one-hot (read 4, write 4) and the cast
+    # back for the GEMM (read 4, write 2) backward: 18 and 14 bytes per logit.
+    cross_entropy = _memory(shape, "cross-entropy", 9 * logits, 7 * logits)
+    head = [_linear(shape, "logits", tokens, spec.hidden, vocab, False), cross_entropy]
+    if spec.kind is ModelKind.DECODER:
+        return [_norm(shape, "final norm", spec.hidden), *head]
+    return [_linear(shape, "mlm transform", tokens, spec.hidden, spec.hidden, False),
+            _memory(shape, "mlm gelu and norm", 4 * shape.activation, 5 * shape.activation),
+            _linear(shape, "pooler", shape.microbatch, spec.hidden, spec.hidden, False), *head]
+
 
 # ------------------------------------------------------------------ parameters
 
 
-def _mlp_params(spec: TransformerSpec, tp: int) -> int:
-    """One MLP (or one expert) per device: matrices and first biases split by t."""
-    matrices = ceil_div(spec.mlp_matrices * spec.hidden * spec.ffn_hidden, tp)
-    biases = ceil_div((spec.mlp_matrices - 1) * spec.ffn_hidden, tp) + spec.hidden
-    return matrices + (biases if spec.bias else 0)
+def _mlp_params(spec: TransformerSpec, width: int, tp: int) -> tuple[int, int]:
+    """(sliced, replicated) parameters of one MLP of width ``width``, split by t."""
+    matrices = ceil_div(spec.mlp_matrices * spec.hidden * width, tp)
+    column_biases = ceil_div((spec.mlp_matrices - 1) * width, tp) if spec.bias else 0
+    return matrices + column_biases, spec.hidden if spec.bias else 0
 
 
-def _attention_params(spec: TransformerSpec, tp: int) -> int:
-    qkv_width = spec.hidden + 2 * spec.kv_hidden
-    matrices = ceil_div(spec.hidden * (qkv_width + spec.hidden), tp)
-    biases = ceil_div(qkv_width, tp) + spec.hidden
-    return matrices + (biases if spec.bias else 0)
+def _attention_params(spec: TransformerSpec, tp: int) -> tuple[int, int]:
+    """(sliced, replicated) attention parameters per device."""
+    latent = spec.latent_attention
+    out_bias = spec.hidden if spec.bias else 0
+    if latent is not None:
+        heads = spec.num_heads
+        if latent.q_lora_rank:
+            replicated = spec.hidden * latent.q_lora_rank + latent.q_lora_rank
+            q_up = latent.q_lora_rank * heads * latent.qk_head_dim
+        else:
+            replicated, q_up = 0, spec.hidden * heads * latent.qk_head_dim
+        replicated += spec.hidden * (latent.kv_lora_rank + latent.qk_rope_head_dim) \
+            + latent.kv_lora_rank
+        kv_up = latent.kv_lora_rank * heads * (latent.qk_nope_head_dim + latent.v_head_dim)
+        out = heads * latent.v_head_dim * spec.hidden
+        return ceil_div(q_up + kv_up + out, tp), replicated + out_bias
+    qkv_width = spec.q_hidden + 2 * spec.kv_hidden
+    sliced = ceil_div(spec.hidden * qkv_width + spec.q_hidden * spec.hidden, tp)
+    if spec.bias or spec.qkv_bias:
+        sliced += ceil_div(qkv_width, tp)
+    return sliced, out_bias
 
 
-def _block_params(spec: TransformerSpec, config: IntraConfig) -> tuple[int, int]:
-    """(dense, expert) parameters of one block on one device."""
-    dense = _attention_params(spec, config.tp) + 2 * spec.norm_params
-    if not spec.is_moe:
-        return dense + _mlp_params(spec, config.tp), 0
+def _block_params(spec: TransformerSpec, config: IntraConfig,
+                  moe: bool) -> tuple[int, int, int]:
+    """(dense, expert, sliced) parameters of one block on one device."""
+    tp = config.tp
+    attn_sliced, attn_rep = _attention_params(spec, tp)
+    dense = attn_sliced + attn_rep + 2 * spec.norm_params
+    if not moe:
+        mlp_sliced, mlp_rep = _mlp_params(spec, spec.ffn_hidden, tp)
+        return dense + mlp_sliced + mlp_rep, 0, attn_sliced + mlp_sliced
     router = spec.hidden * spec.num_experts
-    experts = (spec.num_experts // config.ep) * _mlp_params(spec, config.tp)
-    return dense + router, experts
+    shared_sliced, shared_rep = (_mlp_params(spec, spec.shared_experts * spec.expert_width, tp)
+                                 if spec.shared_experts else (0, 0))
+    expert_sliced, expert_rep = _mlp_params(spec, spec.expert_width, tp)
+    experts = (spec.num_experts // config.ep) * (expert_sliced + expert_rep)
+    sliced = attn_sliced + shared_sliced + (spec.num_experts // config.ep) * expert_sliced
+    return dense + router + shared_sliced + shared_rep, experts, sliced
 
 
 def _embedding_params(spec: TransformerSpec, tp: int) -> int:
@@ -316,181 +447,184 @@ def _head_params(spec: TransformerSpec, tp: int) -> int:
 # ------------------------------------------------------------------ activations
 
 
+def _split(shape: _Shape, replicated: int) -> int:
+    """Bytes of a tensor replicated over t, or its share under sequence parallelism."""
+    return ceil_div(replicated, shape.tp) if shape.sp else replicated
+
+
+def _mask(shape: _Shape) -> int:
+    """A 1-byte dropout mask of the hidden width (0 without dropout)."""
+    return shape.tokens * shape.spec.hidden if shape.spec.dropout else 0
+
+
+def _core_act_bytes(shape: _Shape, heads: _Heads) -> int:
+    """What the attention core alone keeps: scores (materialised) or log-sum-exp (flash)."""
+    if shape.options.attention is AttentionKind.FLASH:
+        return FP32_BYTES * heads.heads * shape.tokens
+    per_entry = 5 if shape.spec.dropout else 2  # softmax out (+ mask + dropped-out probs)
+    return per_entry * heads.heads * shape.seq_len * shape.tokens
+
+
 def _attention_act_bytes(shape: _Shape) -> int:
-    """Korthikanti Table 2 (TP, no SP) attention terms, GQA-adapted, without the norm input."""
-    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
-    replicated = shape.activation + (tokens * spec.hidden if spec.dropout else 0)
-    qkv_out = BF16_BYTES * tokens * (2 * spec.hidden + 2 * spec.kv_hidden)  # Q, K, V, proj in
-    score_bytes_per_entry = 5 if spec.dropout else 2
-    scores = score_bytes_per_entry * spec.num_heads * shape.seq_len * tokens
-    return replicated + ceil_div(qkv_out + scores, tp)
+    """Korthikanti Table 2 attention terms (without the norm input), generalised."""
+    spec, tokens = shape.spec, shape.tokens
+    heads = _heads(shape)
+    latent = spec.latent_attention
+    replicated = _split(shape, shape.activation + _mask(shape))  # QKV input, dropout mask
+    q = BF16_BYTES * tokens * heads.q_width
+    k = BF16_BYTES * tokens * heads.kv_heads * heads.qk_dim
+    v = BF16_BYTES * tokens * heads.kv_heads * heads.v_dim
+    out = BF16_BYTES * tokens * heads.out_width
+    kept = replicated + q + k + v + out + _core_act_bytes(shape, heads)
+    if latent is not None:  # latent tensors: inputs of the two norms and two up-projections
+        kept += 2 * BF16_BYTES * tokens * (latent.q_lora_rank + latent.kv_lora_rank) \
+            + BF16_BYTES * tokens * latent.qk_rope_head_dim
+    return kept
 
 
-def _mlp_act_bytes(shape: _Shape) -> int:
-    """MLP (or MoE) terms, including the MLP input and dropout mask (replicated)."""
+def _mlp_act_bytes(shape: _Shape, moe: bool) -> int:
+    """MLP (or MoE) terms, including the MLP input and dropout mask."""
     spec, tokens, tp = shape.spec, shape.tokens, shape.tp
-    replicated = shape.activation + (tokens * spec.hidden if spec.dropout else 0)
-    per_token_inner = (6 if spec.gated_mlp else 4) * spec.ffn_hidden
-    if not spec.is_moe:
-        return replicated + ceil_div(per_token_inner * tokens, tp)
+    replicated = _split(shape, shape.activation + _mask(shape))
+    per_token = (6 if spec.gated_mlp else 4)  # intermediates kept, bytes per neuron
+    if not moe:
+        return replicated + ceil_div(per_token * tokens * spec.ffn_hidden, tp)
     routed = shape.routed_tokens
-    router = 2 * FP32_BYTES * tokens * spec.num_experts
+    router = 2 * FP32_BYTES * shape.shard_tokens * spec.num_experts  # logits, probabilities
     copies = 2 * BF16_BYTES * routed * spec.hidden  # expert inputs and outputs
-    return replicated + router + copies + ceil_div(per_token_inner * routed, tp)
+    experts = ceil_div(per_token * routed * spec.expert_width, tp)
+    shared = ceil_div(per_token * tokens * spec.shared_experts * spec.expert_width, tp)
+    return replicated + router + copies + experts + shared
 
 
-def _block_act_bytes(shape: _Shape) -> int:
-    norm_inputs = 2 * shape.activation
-    return norm_inputs + _attention_act_bytes(shape) + _mlp_act_bytes(shape)
+def _block_act_bytes(shape: _Shape, moe: bool) -> int:
+    norm_inputs = _split(shape, 2 * shape.activation)
+    return norm_inputs + _attention_act_bytes(shape) + _mlp_act_bytes(shape, moe)
 
 
 def _embedding_act_bytes(shape: _Shape) -> int:
     """Token ids, the dropout mask and (encoder) the embedding norm's input."""
-    mask = shape.tokens * shape.spec.hidden if shape.spec.dropout else 0
     norm_input = shape.activation if shape.spec.kind is ModelKind.ENCODER else 0
-    return TOKEN_ID_BYTES * shape.tokens + mask + norm_input
+    return TOKEN_ID_BYTES * shape.tokens + _split(shape, _mask(shape) + norm_input)
 
 
 def _head_act_bytes(shape: _Shape) -> int:
     """Inputs of the head's norms and GEMMs (2sbh each) and the fp32 logits 4sbV/t."""
     inputs = 2 if shape.spec.kind is ModelKind.DECODER else 4  # + MLM transform and its norm
     logits = FP32_BYTES * shape.tokens * shape.spec.vocab_shard(shape.tp)
-    return inputs * shape.activation + logits
-
-
-# ------------------------------------------------------------------ compute
-
-
-def _attention_ops(shape: _Shape) -> list[_OpGroup]:
-    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
-    qkv = _gemm(tokens, spec.hidden, spec.hidden + 2 * spec.kv_hidden, tp)
-    proj = _gemm(tokens, spec.hidden, spec.hidden, tp)
-    core_flops = 4 * shape.seq_len * tokens * ceil_div(spec.hidden, tp)
-    scores = BF16_BYTES * ceil_div(spec.num_heads, tp) * shape.seq_len * tokens
-    qkv_io = BF16_BYTES * tokens * ceil_div(2 * spec.hidden + 2 * spec.kv_hidden, tp)
-    return [qkv, _OpGroup(core_flops, 4 * scores + qkv_io), proj]
-
-
-def _mlp_ops(shape: _Shape, tokens: int, experts: int) -> list[_OpGroup]:
-    """The MLP GEMMs of ``experts`` local experts (1 for a dense MLP) over ``tokens`` tokens."""
-    spec, tp = shape.spec, shape.tp
-    first = _gemm(tokens, spec.hidden, (spec.mlp_matrices - 1) * spec.ffn_hidden, tp)
-    second = _gemm(tokens, spec.ffn_hidden, spec.hidden, tp)
-    extra_weights = BF16_BYTES * (experts - 1) * (
-        ceil_div((spec.mlp_matrices - 1) * spec.hidden * spec.ffn_hidden, tp)
-        + ceil_div(spec.ffn_hidden * spec.hidden, tp))
-    act = (6 if spec.gated_mlp else 4) * ceil_div(tokens * spec.ffn_hidden, tp)
-    return [first, second, _memory_op(extra_weights + act)]
-
-
-def _block_ops(shape: _Shape) -> list[_OpGroup]:
-    spec, hidden_io = shape.spec, shape.activation
-    elementwise = _memory_op(2 * 2 * hidden_io + 2 * 3 * hidden_io)  # two norms, two residuals
-    ops = [*_attention_ops(shape), elementwise]
-    if not spec.is_moe:
-        return ops + _mlp_ops(shape, shape.tokens, 1)
-    router = _gemm(shape.tokens, spec.hidden, spec.num_experts, 1)
-    permute = _memory_op(4 * BF16_BYTES * shape.routed_tokens * spec.hidden)
-    local_experts = spec.num_experts // shape.config.ep
-    return ops + [router, permute] + _mlp_ops(shape, shape.routed_tokens, local_experts)
-
-
-def _embedding_ops(shape: _Shape) -> list[_OpGroup]:
-    spec = shape.spec
-    passes = 2 + (2 if spec.learned_positions else 0) + (2 if spec.kind is ModelKind.ENCODER
-                                                         else 0)
-    return [_memory_op(passes * shape.activation + TOKEN_ID_BYTES * shape.tokens)]
-
-
-def _head_ops(shape: _Shape) -> list[_OpGroup]:
-    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
-    logits = _gemm(tokens, spec.hidden, spec.vocab_shard(tp) * tp, tp)
-    cross_entropy = _memory_op(5 * FP32_BYTES * tokens * spec.vocab_shard(tp))
-    if spec.kind is ModelKind.DECODER:
-        return [_memory_op(2 * shape.activation), logits, cross_entropy]  # final norm first
-    return [_gemm(tokens, spec.hidden, spec.hidden, 1),  # MLM transform
-            _memory_op(4 * shape.activation),  # its GeLU and norm
-            _gemm(shape.microbatch, spec.hidden, spec.hidden, 1),  # pooler on [CLS]
-            logits, cross_entropy]
-
-
-def _model_flops(groups: Sequence[_OpGroup]) -> float:
-    """Model FLOPs of the forward pass on one device."""
-    return float(sum(g.flops for g in groups))
+    return _split(shape, shape.activation) + (inputs - 1) * shape.activation + logits
 
 
 # ------------------------------------------------------------------ collectives
 
 
-def _collective(kind: CollectiveKind, volume: int, group: CollectiveGroup,
-                phase: Phase) -> Collective:
-    return Collective(kind, volume, group, phase)
+def _tp_pair(shape: _Shape, phase: Phase, gather_first: bool) -> list[Collective]:
+    """One TP all-reduce of 2sbh, or (SP) an all-gather and a reduce-scatter of it."""
+    volume = shape.activation
+    if not shape.sp:
+        return [Collective(CollectiveKind.ALL_REDUCE, volume, CollectiveGroup.TP, phase)]
+    kinds = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+    return [Collective(kind, volume, CollectiveGroup.TP, phase)
+            for kind in (kinds if gather_first else kinds[::-1])]
 
 
-def _block_collectives(shape: _Shape) -> tuple[Collective, ...]:
+def _block_collectives(shape: _Shape, moe: bool) -> tuple[Collective, ...]:
     found: list[Collective] = []
     if shape.tp > 1:
-        for phase in (Phase.FWD, Phase.FWD, Phase.BWD, Phase.BWD):
-            found.append(_collective(CollectiveKind.ALL_REDUCE, shape.activation,
-                                     CollectiveGroup.TP, phase))
-    if shape.spec.is_moe and shape.config.ep > 1:
+        for _ in range(2):  # attention, MLP
+            found += _tp_pair(shape, Phase.FWD, gather_first=True)
+            found += _tp_pair(shape, Phase.BWD, gather_first=False)
+        if shape.sp:  # weight-gradient re-gathers of the QKV and FC1 inputs
+            found += [Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                                 Phase.BWD)] * 2
+    if moe and shape.config.ep > 1:
         volume = BF16_BYTES * shape.routed_tokens * shape.spec.hidden
         for phase in (Phase.FWD, Phase.FWD, Phase.BWD, Phase.BWD):
-            found.append(_collective(CollectiveKind.ALL_TO_ALL, volume, CollectiveGroup.EP,
-                                     phase))
+            found.append(Collective(CollectiveKind.ALL_TO_ALL, volume, CollectiveGroup.EP,
+                                    phase))
     return tuple(found)
 
 
 def _embedding_collectives(shape: _Shape) -> tuple[Collective, ...]:
     if shape.tp == 1:
         return ()
-    return (_collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
-                        Phase.FWD),)
+    if shape.sp:
+        return (Collective(CollectiveKind.REDUCE_SCATTER, shape.activation, CollectiveGroup.TP,
+                           Phase.FWD),
+                Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                           Phase.BWD))
+    return (Collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
+                       Phase.FWD),)
 
 
 def _head_collectives(shape: _Shape) -> tuple[Collective, ...]:
     if shape.tp == 1:
         return ()
-    statistics = _collective(CollectiveKind.ALL_REDUCE, FP32_BYTES * shape.tokens,
-                             CollectiveGroup.TP, Phase.FWD)
-    input_grad = _collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
-                             Phase.BWD)
+    statistics = Collective(CollectiveKind.ALL_REDUCE, FP32_BYTES * shape.tokens,
+                            CollectiveGroup.TP, Phase.FWD)
+    if shape.sp:
+        gather = Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                            Phase.FWD)
+        backward = (Collective(CollectiveKind.REDUCE_SCATTER, shape.activation,
+                               CollectiveGroup.TP, Phase.BWD),
+                    Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                               Phase.BWD))
+        return (gather, statistics, statistics, statistics, *backward)
+    input_grad = Collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
+                            Phase.BWD)
     return (statistics, statistics, statistics, input_grad)
 
 
 # ------------------------------------------------------------------ profiles
 
 
-def _profile(ops: Sequence[_OpGroup], device: DeviceSpec, params: tuple[int, int],
-             act: int, ckpt: int, out: int, collectives: tuple[Collective, ...]) -> LayerProfile:
-    return LayerProfile(fwd_s=_seconds(ops, device, 1), bwd_s=_seconds(ops, device, 2),
-                        dense_params=params[0], expert_params=params[1], act_bytes=act,
-                        ckpt_bytes=ckpt, out_bytes=out, collectives=collectives,
-                        flops=_model_flops(ops))
+def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, out: int,
+             collectives: tuple[Collective, ...], selective: int | None = None,
+             sdp: tuple[int, float] = (0, 0.0)) -> LayerProfile:
+    """Sum the ops; ``selective`` is the core's kept bytes (None: no selective recompute)."""
+    fwd = math.fsum(op.fwd_s for op in ops)
+    wgrad = math.fsum(op.wgrad_s for op in ops)
+    bwd = math.fsum(op.dgrad_s for op in ops) + wgrad
+    fields = {}
+    if selective is not None:
+        core = [op for op in ops if op.core]
+        fields = {"sel_fwd_s": min(fwd, math.fsum(op.fwd_s for op in core)),
+                  "sel_act_bytes": act - selective,
+                  "sel_flops": math.fsum(op.flops for op in core)}
+    return LayerProfile(fwd_s=fwd, bwd_s=bwd, wgrad_s=min(wgrad, bwd), dense_params=params[0],
+                        expert_params=params[1], act_bytes=act, ckpt_bytes=ckpt, out_bytes=out,
+                        collectives=collectives, flops=math.fsum(op.flops for op in ops),
+                        sdp_units=sdp[0], sdp_fraction=sdp[1], **fields)
 
 
-def _embedding_profile(shape: _Shape, device: DeviceSpec) -> LayerProfile:
-    return _profile(_embedding_ops(shape), device, (_embedding_params(shape.spec, shape.tp), 0),
+def _embedding_profile(shape: _Shape) -> LayerProfile:
+    return _profile(_embedding_ops(shape), (_embedding_params(shape.spec, shape.tp), 0),
                     _embedding_act_bytes(shape), TOKEN_ID_BYTES * shape.tokens,
-                    shape.activation, _embedding_collectives(shape))
+                    shape.shard_activation, _embedding_collectives(shape), selective=0)
 
 
-def _block_profile(shape: _Shape, device: DeviceSpec) -> LayerProfile:
-    return _profile(_block_ops(shape), device, _block_params(shape.spec, shape.config),
-                    _block_act_bytes(shape), shape.activation, shape.activation,
-                    _block_collectives(shape))
+def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
+    dense, expert, sliced = _block_params(shape.spec, shape.config, moe)
+    units = max(1, _heads(shape).kv_heads)
+    fraction = min(1.0, sliced / (dense + expert)) if dense + expert else 0.0
+    return _profile(_block_ops(shape, moe), (dense, expert), _block_act_bytes(shape, moe),
+                    shape.shard_activation, shape.shard_activation,
+                    _block_collectives(shape, moe),
+                    selective=_core_act_bytes(shape, _heads(shape)), sdp=(units, fraction))
 
 
-def _head_profile(shape: _Shape, device: DeviceSpec) -> LayerProfile:
-    return _profile(_head_ops(shape), device, (_head_params(shape.spec, shape.tp), 0),
-                    _head_act_bytes(shape), shape.activation, FP32_BYTES,
-                    _head_collectives(shape))
+def _head_profile(shape: _Shape) -> LayerProfile:
+    return _profile(_head_ops(shape), (_head_params(shape.spec, shape.tp), 0),
+                    _head_act_bytes(shape), shape.shard_activation, FP32_BYTES,
+                    _head_collectives(shape), selective=0)
 
 
 def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:
-    if spec.kv_heads % config.tp != 0:
+    heads = spec.num_heads if spec.latent_attention is not None else spec.kv_heads
+    if heads % config.tp != 0:
+        kind = "heads" if spec.latent_attention is not None else "kv heads"
         raise InstanceFormatError(
-            f"expected a tensor width dividing the {spec.kv_heads} kv heads of {spec.name}, "
+            f"expected a tensor width dividing the {heads} {kind} of {spec.name}, "
             f"got {config.tp}", field="tp")
     if spec.num_experts % config.ep != 0:
         raise InstanceFormatError(
@@ -498,15 +632,8 @@ def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:
             f"got {config.ep}", field="ep")
 
 
-def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
-                     microbatches: Sequence[int], configs: Sequence[IntraConfig]) -> Workload:
-    """The chain embedding, num_layers blocks, head, profiled for every (config, microbatch).
-
-    Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``/``configs``)
-    for a tensor width that does not divide the kv heads (Megatron's GQA; no KV replication),
-    an expert width that does not divide the experts (only 1 for dense models), a sequence
-    longer than the learned positions, no configuration, or non-positive sizes.
-    """
+def _validate_sizes(spec: TransformerSpec, seq_len: int, microbatches: Sequence[int],
+                    configs: Sequence[IntraConfig]) -> None:
     if not (isinstance(seq_len, int) and seq_len >= 1):
         raise InstanceFormatError(f"expected an integer >= 1, got {seq_len!r}", field="seq_len")
     if spec.learned_positions and seq_len > spec.learned_positions:
@@ -520,18 +647,35 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                                   field="microbatches")
     for config in configs:
         _validate_config(spec, config)
-    embedding, block, head = {}, {}, {}
+
+
+def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
+                     microbatches: Sequence[int], configs: Sequence[IntraConfig],
+                     options: ProfileOptions | None = None) -> Workload:
+    """The chain embedding, num_layers blocks, head, profiled for every (config, microbatch).
+
+    Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``/``configs``)
+    for a tensor width that does not divide the kv heads (Megatron's GQA; no KV replication),
+    an expert width that does not divide the experts (only 1 for dense models), a sequence
+    longer than the learned positions, no configuration, or non-positive sizes.
+    """
+    options = options or ProfileOptions()
+    _validate_sizes(spec, seq_len, microbatches, configs)
+    embedding, dense_block, moe_block, head = {}, {}, {}, {}
     for config in configs:
         for microbatch in sorted(set(microbatches)):
-            shape = _Shape(spec, seq_len, microbatch, config)
+            shape = _Shape(spec, seq_len, microbatch, config, options, device)
             key = (config, microbatch)
-            embedding[key] = _embedding_profile(shape, device)
-            block[key] = _block_profile(shape, device)
-            head[key] = _head_profile(shape, device)
-    layers = (Layer("embedding", embedding),
-              *(Layer(f"block.{index}", block) for index in range(spec.num_layers)),
-              Layer("head", head))
-    return Workload(name=spec.name, layers=layers)
+            embedding[key] = _embedding_profile(shape)
+            dense_block[key] = _block_profile(shape, moe=False)
+            if spec.is_moe:
+                moe_block[key] = _block_profile(shape, moe=True)
+            head[key] = _head_profile(shape)
+    blocks = tuple(Layer(f"block.{index}",
+                         moe_block if spec.is_moe_layer(index) else dense_block)
+                   for index in range(spec.num_layers))
+    return Workload(name=spec.name, layers=(Layer("embedding", embedding), *blocks,
+                                            Layer("head", head)))
 
 
 def total_params(workload: Workload, config: IntraConfig | None = None,

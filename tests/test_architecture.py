@@ -16,12 +16,13 @@ ROOT = Path(__file__).parent.parent
 FLOORS = (
     ("nest_cp.errors", "nest_cp.limits", "nest_cp.ticks", "nest_cp.exits"),
     ("nest_cp.model", "nest_cp.plan", "nest_cp.io", "nest_cp.result", "nest_cp.profiler",
-     "nest_cp.presets", "nest_cp.generators"),
+     "nest_cp.presets", "nest_cp.generators", "nest_cp.kernels", "nest_cp.transformer",
+     "nest_cp.megatron", "nest_cp.hfconfig", "nest_cp.devicefile"),
     ("nest_cp.network", "nest_cp.cost", "nest_cp.sdp"),
     ("nest_cp.evaluate", "nest_cp"),  # the package re-exports the API up to the evaluator
     ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines", "nest_cp.brute",
      "nest_cp.brute_sdp", "nest_cp.cpsat", "nest_cp.milp"),
-    ("nest_cp.verify", "nest_cp.compare"),
+    ("nest_cp.verify", "nest_cp.compare", "nest_cp.runs", "nest_cp.calibrate"),
     ("nest_cp.cli", "nest_cp.verify.cli"),
 )
 

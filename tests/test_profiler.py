@@ -9,10 +9,11 @@ import pytest
 from nest_cp.errors import InstanceFormatError
 from nest_cp.model import CollectiveGroup, CollectiveKind, IntraConfig, Phase
 from nest_cp.presets import DEVICES, MODELS
-from nest_cp.profiler import profile_workload, total_params
+from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
 
 DEVICE = DEVICES["h100-sxm"]
 DENSE = IntraConfig()
+MATERIALIZED = ProfileOptions(attention=AttentionKind.MATERIALIZED)
 
 
 def _workload(model: str, configs=(DENSE,), microbatches=(1,), seq_len=None):
@@ -50,7 +51,7 @@ def test_activation_memory_is_korthikanti_table2_tensor_parallel(tp):
     """A GPT-style block (dropout, GeLU, f = 4h, MHA) keeps exactly s*b*h*(10 + 24/t + 5as/(ht))."""
     spec = MODELS["gpt3-175b"]
     seq, batch = 2048, 2
-    workload = profile_workload(spec, DEVICE, seq, (batch,), (IntraConfig(tp),))
+    workload = profile_workload(spec, DEVICE, seq, (batch,), (IntraConfig(tp),), MATERIALIZED)
     block = workload.layers[1].profile(IntraConfig(tp), batch)
     sbh = seq * batch * spec.hidden
     expected = 10 * sbh + (24 * sbh + 5 * spec.num_heads * seq * seq * batch) // tp
@@ -86,10 +87,12 @@ def test_forward_time_grows_with_microbatch():
     assert profiles[0].bwd_s < profiles[1].bwd_s < profiles[2].bwd_s
 
 
-def test_backward_is_twice_forward():
-    """Backward (data + weight gradients) costs twice the forward time."""
+def test_backward_is_priced_per_pass_not_twice_forward():
+    """Backward = data + weight gradients, each from its own GEMM shapes: about 2x, never exact."""
     block = _block("llama2-7b")
-    assert block.bwd_s == pytest.approx(2 * block.fwd_s)
+    assert 1.5 * block.fwd_s < block.bwd_s < 3.5 * block.fwd_s
+    assert block.bwd_s != pytest.approx(2 * block.fwd_s, rel=1e-3)
+    assert 0 < block.wgrad_s < block.bwd_s
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -158,8 +161,10 @@ def test_no_dropout_reduces_score_memory():
     spec = MODELS["gpt3-175b"]
     quiet = dataclasses.replace(spec, dropout=False)
     seq = 1024
-    loud = profile_workload(spec, DEVICE, seq, (1,), (DENSE,)).layers[1].profile(DENSE, 1)
-    calm = profile_workload(quiet, DEVICE, seq, (1,), (DENSE,)).layers[1].profile(DENSE, 1)
+    loud = profile_workload(spec, DEVICE, seq, (1,), (DENSE,), MATERIALIZED).layers[1].profile(
+        DENSE, 1)
+    calm = profile_workload(quiet, DEVICE, seq, (1,), (DENSE,), MATERIALIZED).layers[1].profile(
+        DENSE, 1)
     masks = 2 * seq * spec.hidden
     assert loud.act_bytes - calm.act_bytes == 3 * spec.num_heads * seq * seq + masks
 

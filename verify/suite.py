@@ -406,16 +406,18 @@ PAPER_SIZES = (64, 128, 256, 512, 1024)
 def paper_instances() -> list[dict]:
     """The NEST grid as preset references: global batch 4096, microbatch 1.
 
-    The workload is profiled on the device of the cluster preset (NEST's HBM sizes);
+    The workload is profiled on the device of the cluster preset (NEST's HBM sizes)
+    with materialised attention (NEST's traced graphs keep the eager attention scores);
     Mixtral uses expert width 4 as in NEST's scripts (DESIGN §6); tensor widths are
-    the preset's defaults.
+    the preset's defaults; the optimizer is the instance format's default 2/2/12 B per
+    parameter (the NEST grid's setup since it was first generated).
     """
     return [{
         "name": f"{model}--{cluster}--{devices}",
         "provenance": {"family": f"paper-{cluster}",
                        "source": "NEST (arXiv 2603.06798) evaluation grid, DESIGN.md section 6"},
         "workload": {"preset": model, "device": PAPER_CLUSTERS[cluster],
-                     **({"ep": [ep]} if ep > 1 else {})},
+                     "attention": "materialized", **({"ep": [ep]} if ep > 1 else {})},
         "cluster": {"preset": cluster, "num_devices": devices},
         "training": {"global_batch": 4096, "seq_len": seq_len, "microbatches": [1],
                      "zero_stages": [0], "allow_recompute": True},
@@ -547,11 +549,15 @@ Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
 - The files reference presets; `nest_cp/io.py` expands them with
   `nest_cp.presets.workload_from_preset` / `cluster_from_preset`, where every model,
   device and network number carries its citation (model hyperparameters from the model
-  papers, device FLOP/s and efficiency from datasheets and published training runs, the
-  two networks from DESIGN §6: tiers 8 / 4 / N/32, 900 / 100 / 400 resp. 900 / 12.5 / 50
-  "GB/s" with NEST's 2^30 conversion, 64 GiB resp. 90 GiB HBM). The workload is profiled
-  on the cluster's own device (`nest-tpuv4`, `nest-h100`); tensor widths are the
-  presets' defaults; ZeRO 0 (NEST prices none), recomputation allowed.
+  papers, device peaks from datasheets and kernel efficiencies from kernel
+  microbenchmarks (`docs/device-model.md`), the two networks from DESIGN §6: tiers
+  8 / 4 / N/32, 900 / 100 / 400 resp. 900 / 12.5 / 50 "GB/s" with NEST's 2^30
+  conversion, 64 GiB resp. 90 GiB HBM). The workload is profiled on the cluster's own
+  device (`nest-tpuv4`, `nest-h100`) with materialised attention (NEST's traced graphs
+  keep the eager attention scores); tensor widths are the presets' defaults; ZeRO 0
+  (NEST prices none), recomputation allowed; optimizer 2/2/12 B per parameter (the
+  instance format's default; NEST's setup here, where the presets default to
+  Megatron-LM's 18 B).
 - `nest-cp verify` runs only the DP here (no exact solver scales to these sizes); the
   `<name>.ref.json` beside each file is the DP's structured optimum (a regression
   reference) and, for the full space, the best known plan without a bound.

@@ -1,0 +1,296 @@
+"""Profiler v2: kernel-level device model, published sizes, SC'21 FLOPs, Megatron memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nest_cp import megatron
+from nest_cp.cli import main
+from nest_cp.cost import stage_memory_bytes
+from nest_cp.errors import InstanceFormatError
+from nest_cp.hfconfig import spec_from_description, spec_from_hf_config
+from nest_cp.io import load_instance
+from nest_cp.kernels import attention_seconds, gemm_seconds, quantisation
+from nest_cp.model import IntraConfig, RecomputeMode
+from nest_cp.presets import DEVICES, MEGATRON_ADAM, MODELS
+from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
+from nest_cp.transformer import ModelKind, TransformerSpec
+
+ROOT = Path(__file__).parent.parent
+MODELS_DIR = ROOT / "instances" / "models"
+DATA = Path(__file__).parent / "data"
+H100 = DEVICES["h100-sxm"]
+DENSE = IntraConfig()
+
+# Published sizes (each config file's _nest_cp_source names the source).
+PUBLISHED = {"llama2-7b": 6.738415616e9, "llama3-70b": 70.553706496e9, "llama3-405b": 405e9,
+             "mixtral-8x7b": 46.702792704e9, "gpt3-175b": 175.0e9, "bert-large": 336e6,
+             "qwen2-7b": 7.615616512e9, "deepseek-v3": 671e9}
+
+
+def _spec(name: str) -> TransformerSpec:
+    return spec_from_hf_config(json.loads((MODELS_DIR / f"{name}.json").read_text()), name=name)
+
+
+def _gpt(hidden=2048, heads=16, layers=4, vocab=51200, positions=4096) -> TransformerSpec:
+    return TransformerSpec(name="gpt", kind=ModelKind.DECODER, hidden=hidden,
+                           ffn_hidden=4 * hidden, num_layers=layers, num_heads=heads, vocab=vocab,
+                           learned_positions=positions, tied_embeddings=True)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_config_parameter_count_matches_published_size(name):
+    """Every config in instances/models profiles to within 0.5% of its published size."""
+    spec = _spec(name)
+    workload = profile_workload(spec, H100, min(1024, spec.default_seq_len), (1,), (DENSE,))
+    assert abs(total_params(workload) - PUBLISHED[name]) <= 0.005 * PUBLISHED[name]
+
+
+def test_every_preset_model_ships_a_config():
+    """instances/models has a config for every preset model, with the same parameter count."""
+    for name, preset in MODELS.items():
+        shipped = profile_workload(_spec(name), H100, 512, (1,), (DENSE,))
+        ours = profile_workload(preset, H100, 512, (1,), (DENSE,))
+        assert total_params(shipped) == total_params(ours)
+
+
+def test_gpt3_shaped_gpt2_config_has_174_to_175b_parameters():
+    """A gpt2 config with n_embd 12288, 96 layers and heads, V 51200, 2048 positions: 174-175B."""
+    spec = spec_from_hf_config({"model_type": "gpt2", "n_embd": 12288, "n_layer": 96,
+                                "n_head": 96, "vocab_size": 51200, "n_positions": 2048})
+    params = total_params(profile_workload(spec, H100, 2048, (1,), (DENSE,)))
+    assert 174e9 <= params <= 175e9
+
+
+def test_parameters_match_gpt_formula():
+    """A GPT (tied, learned positions, biases) has 12lh^2(1 + 13/(12h) + (V+s)/(12lh)) + a norm."""
+    spec = _gpt(hidden=4096, heads=32, layers=30, vocab=131072, positions=4096)
+    params = total_params(profile_workload(spec, H100, 4096, (1,), (DENSE,)))
+    expected = megatron.gpt_params(30, 4096, 131072, 4096) + 2 * 4096
+    assert params == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_flops_match_sc21_equation_3(recompute):
+    """Model FLOPs (x3 passes, x4 for blocks under full recompute) equal SC'21 Eq. 3."""
+    spec = MODELS["gpt3-175b"]
+    seq, batch = 2048, 2
+    layers = profile_workload(spec, H100, seq, (batch,), (DENSE,)).layers
+    blocks = sum(layer.profile(DENSE, batch).flops for layer in layers[1:-1])
+    head = layers[-1].profile(DENSE, batch).flops
+    total = (4 if recompute else 3) * blocks + 3 * head
+    expected = megatron.sc21_flops(batch, seq, spec.num_layers, spec.hidden,
+                                   spec.vocab_shard(1), recompute)
+    assert total == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_sequence_parallel_activations_are_korthikanti(tp):
+    """With SP a GPT block keeps sbh(34 + 5as/h)/t materialised, 34sbh/t + LSE with flash."""
+    spec = _gpt(hidden=4096, heads=32)
+    seq, batch = 2048, 2
+    sbh, config = seq * batch * spec.hidden, IntraConfig(tp)
+    for attention, core in ((AttentionKind.MATERIALIZED, 5 * spec.num_heads * seq * seq * batch),
+                            (AttentionKind.FLASH, 4 * spec.num_heads * seq * batch)):
+        options = ProfileOptions(attention=attention, sequence_parallel=True)
+        block = profile_workload(spec, H100, seq, (batch,), (config,), options).layers[1]
+        assert block.profile(config, batch).act_bytes == (34 * sbh + core) // tp
+
+
+def test_selective_recompute_drops_the_scores():
+    """Selective recompute keeps all but the 5as^2b/t scores and reruns 4bs^2h/t core FLOPs."""
+    spec, seq, config = _gpt(hidden=4096, heads=32), 2048, IntraConfig(4)
+    options = ProfileOptions(attention=AttentionKind.MATERIALIZED)
+    block = profile_workload(spec, H100, seq, (1,), (config,), options).layers[1].profile(config, 1)
+    assert block.act_bytes - block.sel_act_bytes == 5 * spec.num_heads * seq * seq // 4
+    assert block.sel_flops == 4 * seq * seq * spec.hidden // 4
+    assert 0 < block.sel_fwd_s < block.fwd_s
+
+
+def test_gemm_model_reproduces_its_benchmark_and_quantises():
+    """The H100 GEMM model gives MAMF's 792.1 TFLOP/s at its shape; one tile too many costs."""
+    m, n, k = 6144, 17920, 2816
+    assert 2 * m * n * k / gemm_seconds(H100, m, n, k) == pytest.approx(792.1e12, rel=1e-9)
+    assert quantisation(H100, 128 * 132, 256) == pytest.approx(1.0)  # one full wave
+    assert quantisation(H100, 128 * 133, 128) < 0.51  # a second, almost empty wave
+
+
+def test_gemm_efficiency_depends_on_shape():
+    """Achieved FLOP/s rise with size: a skinny GEMM runs far below a large square one."""
+    def rate(m, n, k):
+        return 2 * m * n * k / gemm_seconds(H100, m, n, k)
+    assert rate(256, 256, 256) < 0.3 * rate(8192, 8192, 8192)
+    assert rate(8192, 8192, 64) < rate(8192, 8192, 8192)
+
+
+def test_attention_backward_is_slower_per_flop_and_saturates():
+    """Flash backward runs below the forward's efficiency; short sequences run below long ones."""
+    flops = 1e12
+    assert attention_seconds(H100, flops, 4096, True) > attention_seconds(H100, flops, 4096, False)
+    assert attention_seconds(H100, flops, 512, False) > attention_seconds(H100, flops, 8192, False)
+
+
+def test_wgrad_and_dgrad_are_separate_passes():
+    """A block's weight gradient is part of its backward, and both are priced per GEMM shape."""
+    block = profile_workload(MODELS["llama3-70b"], H100, 4096, (1,), (IntraConfig(8),)).layers[1]
+    profile = block.profile(IntraConfig(8), 1)
+    assert 0.3 * profile.bwd_s < profile.wgrad_s < 0.7 * profile.bwd_s
+    assert profile.flops > 0
+
+
+def test_sdp_units_mark_blocks_only():
+    """Blocks carry U = kv heads / t slices with almost all parameters; embedding and head 0."""
+    config = IntraConfig(2)
+    layers = profile_workload(MODELS["llama3-70b"], H100, 1024, (1,), (config,)).layers
+    block = layers[1].profile(config, 1)
+    assert block.sdp_units == 8 // 2 and 0.99 < block.sdp_fraction <= 1
+    assert layers[0].profile(config, 1).sdp_units == 0
+    assert layers[-1].profile(config, 1).sdp_units == 0
+
+
+def test_deepseek_dense_and_moe_layers_differ():
+    """DeepSeek-V3's first three blocks are dense, the rest MoE with expert parameters."""
+    layers = profile_workload(_spec("deepseek-v3"), H100, 1024, (1,), (IntraConfig(8, 8),)).layers
+    assert layers[3].profile(IntraConfig(8, 8), 1).expert_params == 0
+    assert layers[4].profile(IntraConfig(8, 8), 1).expert_params > 0
+
+
+@pytest.mark.parametrize(("pp", "tp", "dp", "recompute"), [
+    (1, 1, 48, megatron.Recompute.SELECTIVE), (1, 8, 48, megatron.Recompute.SELECTIVE),
+    (4, 8, 8, megatron.Recompute.SELECTIVE), (2, 4, 4, megatron.Recompute.NONE)])
+def test_first_stage_memory_matches_megatron_formula(pp, tp, dp, recompute):
+    """First-stage memory (18 B/param, distributed optimizer) is within 5% of Megatron's."""
+    spec = TransformerSpec(name="gpt", kind=ModelKind.DECODER, hidden=6144, ffn_hidden=24576,
+                           num_layers=32, num_heads=48, vocab=131072, bias=False)
+    seq, microbatches = 4096, 8
+    sp = tp > 1
+    attention = AttentionKind.FLASH if recompute is megatron.Recompute.SELECTIVE \
+        else AttentionKind.MATERIALIZED
+    options = ProfileOptions(attention=attention, sequence_parallel=sp)
+    config = IntraConfig(tp)
+    layers = profile_workload(spec, H100, seq, (1,), (config,), options).layers
+    per_stage = spec.num_layers // pp
+    first = [layer.profile(config, 1) for layer in layers[:1 + per_stage]]
+    if pp == 1:
+        first = [layer.profile(config, 1) for layer in layers]
+    ours = stage_memory_bytes([first], RecomputeMode.NONE, min(pp, microbatches),
+                              MEGATRON_ADAM, 1, dp)
+    run = megatron.MegatronRun(
+        layers=spec.num_layers, hidden=spec.hidden, heads=spec.num_heads,
+        ffn_hidden=spec.ffn_hidden, vocab=spec.vocab_shard(tp) * tp, seq=seq, microbatch=1,
+        tp=tp, pp=pp, dp=dp, num_microbatches=microbatches, sequence_parallel=sp,
+        recompute=recompute)
+    assert ours == pytest.approx(megatron.memory_bytes(run), rel=0.05)
+
+
+# ------------------------------------------------------------------ descriptions and errors
+
+
+def test_transformer_description_instance_loads():
+    """An instance whose workload is a transformer description profiles it (tp 1 and 2, SP)."""
+    instance = load_instance(DATA / "transformer_tiny.json")
+    assert instance.workload.num_layers == 6
+    assert instance.workload.configs == (IntraConfig(1), IntraConfig(2))
+
+
+def test_hf_config_path_instance_loads():
+    """A workload given as an hf_config path (relative to the instance) profiles the model."""
+    instance = load_instance(DATA / "instance_hf_path.json")
+    assert instance.workload.name == "hf_tiny_llama"
+    assert instance.workload.num_layers == 6
+
+
+def test_description_round_trips_a_preset():
+    """The description of a preset's fields builds the same spec."""
+    spec = spec_from_description({"name": "llama2-7b", "hidden": 4096, "ffn_hidden": 11008,
+                                  "num_layers": 32, "num_heads": 32, "num_kv_heads": 32,
+                                  "vocab": 32000, "activation": "swiglu", "norm": "rmsnorm",
+                                  "bias": False, "dropout": False, "default_seq_len": 4096})
+    assert spec == MODELS["llama2-7b"]
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ({"model_type": "rwkv"}, "model_type"),
+    ({"hidden_size": 8}, "model_type"),
+    ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4}, "intermediate_size"),
+    ({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 128}, "num_local_experts"),
+    ({"model_type": "deepseek_v3", "hidden_size": 64}, "kv_lora_rank"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2}, "n_head"),
+])
+def test_hf_config_errors_name_the_key(config, field):
+    """An unknown model type or a missing key raises InstanceFormatError naming the key."""
+    with pytest.raises(InstanceFormatError) as info:
+        spec_from_hf_config(config)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("instance", "new", "--hf-config", DATA / "broken_hf_unknown_type.json"), "model_type"),
+    (("instance", "new", "--hf-config", DATA / "broken_hf_missing_key.json"),
+     "intermediate_size"),
+    (("instance", "new", "--hf-config", DATA / "broken_hf_bad_value.json"), "n_layer"),
+    (("instance", "show", DATA / "broken_instance_hf_missing_key.json"), "intermediate_size"),
+    (("instance", "show", DATA / "broken_transformer_missing_hidden.json"),
+     "workload.transformer.hidden"),
+    (("instance", "show", DATA / "broken_transformer_bad_activation.json"),
+     "workload.transformer.activation"),
+    (("instance", "show", DATA / "broken_transformer_inconsistent.json"), "workload.transformer"),
+    (("instance", "show", DATA / "broken_workload_attention.json"), "workload.attention"),
+    (("instance", "show", DATA / "broken_workload_two_models.json"), "workload.hf_config"),
+    (("instance", "show", DATA / "broken_instance_device_file.json"), "device.gemm_tiles"),
+])
+def test_broken_model_inputs_exit_2_with_one_line(args, needle, tmp_path):
+    """Every malformed model description, config or device file: exit 2, one line naming it."""
+    extra = ("--devices", "8", "--network", "dgx-h100-superpod", "-o", tmp_path / "x.json") \
+        if args[1] == "new" else ()
+    result = CliRunner().invoke(main, [str(a) for a in (*args, *extra)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.output
+
+
+def test_instance_new_from_hf_config(tmp_path):
+    """`instance new --hf-config` writes an instance that loads, with Megatron's 18 B/param."""
+    out = tmp_path / "x.json"
+    result = CliRunner().invoke(main, ["instance", "new", "--hf-config",
+                                       str(MODELS_DIR / "llama3-70b.json"), "--devices", "64",
+                                       "--network", "nest-h100-spineleaf", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    instance = load_instance(out)
+    optimizer = instance.training.optimizer
+    assert (optimizer.weight_bytes, optimizer.grad_bytes, optimizer.state_bytes) == (2, 4, 12)
+    assert instance.workload.num_layers == 82
+
+
+def test_every_instance_file_still_loads():
+    """Old instance files (the small set and the NEST grid) load under the v2 profiler."""
+    files = [path for path in (ROOT / "instances").glob("*/*.json")
+             if not path.name.endswith(".ref.json") and path.parent.name != "models"]
+    assert len(files) >= 80
+    for path in files:
+        assert load_instance(path).workload.num_layers >= 1
+
+
+def test_evaluate_prints_tflops_and_mfu_for_an_hf_instance(tmp_path):
+    """`instance new --hf-config` with v2 choices, then `evaluate --pp --dp --tp --mbs --vp
+    --recompute`, prints the iteration time, TF/s per GPU and MFU consistently."""
+    out = tmp_path / "x.json"
+    made = CliRunner().invoke(main, [
+        "instance", "new", "--hf-config", str(DATA / "hf_tiny_llama.json"), "--devices", "8",
+        "--network", "dgx-h100-superpod", "--seq-len", "1024", "--global-batch", "16",
+        "--recompute-modes", "none,selective,full", "--virtual-stages", "1,2",
+        "--overlap-grad-reduce", "--sequence-parallel", "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    result = CliRunner().invoke(main, ["evaluate", str(out), "--pp", "2", "--dp", "2", "--tp",
+                                       "2", "--mbs", "1", "--vp", "2", "--recompute",
+                                       "selective", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["iteration_time_s"] > 0 and 0 < data["mfu"] < 1
+    assert data["tflops_per_gpu"] == pytest.approx(data["mfu"] * H100.peak_flops / 1e12)
