@@ -44,6 +44,7 @@ from fractions import Fraction
 import numpy as np
 
 from nest_cp import cost
+from nest_cp.dp.geometry import rank_devices
 from nest_cp.model import (
     CollectiveKind,
     Instance,
@@ -175,7 +176,7 @@ class _SdpSearch:
     def __init__(self, instance: Instance):
         self.instance = instance
         self.network = NetworkModel(instance.cluster)
-        self.order = self.network.canonical_order()
+        self.order = np.array(self.network.canonical_order(), dtype=np.int64)
         self.limit = instance.cluster.usable_hbm_bytes
         training = instance.training
         low = [z for z in training.zero_stages if z <= 2]
@@ -213,9 +214,7 @@ class _SdpSearch:
                     rounds = cost.num_microbatches(training.global_batch, microbatch, config,
                                                    workers)
                     sync_floor = self._shared_sync_floor(vectors, workers, config)
-                    for holders in range(1, workers + 1):
-                        if not training.sdp.allows(holders, workers):
-                            continue
+                    for holders in training.sdp.holder_counts(workers):
                         for masking in training.sdp.maskings:
                             total = vectors.worker_compute(masking, workers, holders)
                             bound = effective_ticks(
@@ -281,21 +280,22 @@ class _SdpSearch:
                 continue
             placements: set = set()
             for layout_index, layout in enumerate(all_layouts()):
-                placement = layout.placement(config, 1, sub.workers, self.order)
-                if placement in placements:
+                devices = rank_devices(layout, config, 1, sub.workers, self.order)[0]
+                if devices.tobytes() in placements:
                     continue
-                placements.add(placement)
+                placements.add(devices.tobytes())
+                workers = [tuple(row) for row in devices.tolist()]
                 key = sub.key + (_index(RecomputeMode, mode), _index(SdpDesign, design),
                                  layout_index)
                 self.best.candidates += 1
-                total = self._iteration_ticks(vectors, matrix, rows, placement, sub, mode,
-                                              config, rounds)
+                total = self._iteration_ticks(vectors, matrix, rows, (tuple(workers),), sub,
+                                              mode, config, rounds)
                 effective = effective_ticks(total, sub.workers,
                                             vectors.table.full_compute_ticks,
                                             sub.worker_compute)
                 if self.best.offer(effective, total, key):
-                    self._accept(sub, rows, placement, mode, config, microbatch, effective,
-                                 total, key, design, layout)
+                    self._accept(sub, rows, (tuple(workers),), mode, config, microbatch,
+                                 effective, total, key, design, layout)
 
     def _fitting_mode(self, sub: SubProblem, vectors: _UnitVectors, matrix: np.ndarray,
                       config: IntraConfig, microbatch: int, design: SdpDesign
@@ -364,22 +364,29 @@ class _SdpSearch:
 
     def _sync(self, vectors: _UnitVectors, matrix: np.ndarray, rows, workers,
               sub: SubProblem, config: IntraConfig) -> np.ndarray:
-        """sync_w: the slowest rank j of each worker (module docstring)."""
+        """sync_w: the slowest rank j of each worker (module docstring).
+
+        A unit's all-reduce depends only on its volume and its holder set, so it is priced
+        once per distinct (holder set, dense params, expert params).
+        """
         training = self.instance.training
         everyone = tuple(range(sub.workers))
-        holder_sets = _holder_sets(rows, vectors.table.num_units)
+        distinct: dict[tuple, int] = {}
+        groups = np.array([distinct.setdefault(
+            (holders, int(vectors.dense[u]), int(vectors.expert[u])), len(distinct))
+            for u, holders in enumerate(_holder_sets(rows, vectors.table.num_units))],
+            dtype=np.int64)
         worst = np.zeros(sub.workers, dtype=np.int64)
         for rank in range(config.devices):
             shared = (self._all_reduce(vectors.shared_dense, everyone, workers, rank, config,
                                        dense=True)
                       + self._all_reduce(vectors.shared_expert, everyone, workers, rank, config,
                                          dense=False))
-            per_unit = np.array([
-                self._all_reduce(int(vectors.dense[u]), holder_sets[u], workers, rank, config,
-                                 dense=True)
-                + self._all_reduce(int(vectors.expert[u]), holder_sets[u], workers, rank,
-                                   config, dense=False)
-                for u in range(vectors.table.num_units)], dtype=np.int64)
+            priced = np.array([
+                self._all_reduce(dense, holders, workers, rank, config, dense=True)
+                + self._all_reduce(expert, holders, workers, rank, config, dense=False)
+                for holders, dense, expert in distinct], dtype=np.int64)
+            per_unit = priced[groups] if len(groups) else np.zeros(0, dtype=np.int64)
             if sub.masking is SdpMasking.BACKWARD:
                 path = self.network.group_path([workers[w][rank] for w in everyone])
                 volumes, counts = np.unique(vectors.params, return_counts=True)

@@ -88,9 +88,7 @@ def _shapes(instance: Instance, network: NetworkModel, space: Space) -> Iterator
                 continue
             for workers in range(2, devices // config.devices + 1):
                 count = _placement_count(network, config, workers, space)
-                for holders in range(1, workers + 1):
-                    if not training.sdp.allows(holders, workers):
-                        continue
+                for holders in training.sdp.holder_counts(workers):
                     masks = _masks(table, workers, holders, space)
                     for masking in training.sdp.maskings:
                         yield (config, microbatch, workers, holders, level, masking, table,

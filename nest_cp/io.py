@@ -516,9 +516,11 @@ def _sdp_setup(reader: _Reader, value: Any, field: str) -> SdpSetup:
 def _coverage(reader: _Reader, value: Any, field: str) -> Fraction:
     """A coverage C in (0, 1]: a number read as the decimal it prints as, or "p/q"."""
     expected = "a coverage in (0, 1]: a number or a fraction such as \"1/3\""
-    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,6}\s*/\s*\d{1,6}\s*", value):
-        numerator, denominator = (int(part) for part in value.split("/"))
-        coverage = Fraction(numerator, denominator) if denominator else None
+    if isinstance(value, str) and len(value) <= 32:
+        try:
+            coverage = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            coverage = None
     elif isinstance(value, int | float) and not isinstance(value, bool) and \
             math.isfinite(value) and abs(value) <= MAX_INT:
         coverage = Fraction(str(value))

@@ -478,6 +478,16 @@ class SdpSetup:
             return Fraction(holders, workers) in self.coverages
         return holders < workers
 
+    def holder_counts(self, workers: int) -> tuple[int, ...]:
+        """Every allowed h for d = ``workers``, ascending (what :meth:`allows` accepts)."""
+        if self.holders:
+            found = {h for h in self.holders if h <= workers}
+        elif self.coverages:
+            found = {int(c * workers) for c in self.coverages if (c * workers).denominator == 1}
+        else:
+            found = set(range(1, workers))
+        return tuple(sorted(h for h in found if h >= 1))
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingSetup:

@@ -88,9 +88,8 @@ def sdp_subproblems(instance: Instance) -> list[SdpSubProblem]:
             for workers in range(2, devices // config.devices + 1):
                 rounds = cost.num_microbatches(training.global_batch, microbatch, config,
                                                workers)
-                for holders in range(1, workers + 1):
-                    if not training.sdp.allows(holders, workers) or any(
-                            len(block) * holders % workers for block in table.blocks):
+                for holders in training.sdp.holder_counts(workers):
+                    if any(len(block) * holders % workers for block in table.blocks):
                         continue
                     for masking in training.sdp.maskings:
                         total = worker_compute(table, masking, workers, holders)
