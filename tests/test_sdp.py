@@ -344,3 +344,17 @@ def test_rank_by_is_refused_by_backends_without_sdp():
     result = _run("solve", DATA / "sdp_worked_example.json", "--backend", "manual",
                   "--rank-by", "effective")
     assert result.exit_code == 2 and "--rank-by" in result.output
+
+
+@settings(max_examples=60, deadline=None)
+@given(workers=st.integers(1, 40), holders=st.lists(st.integers(1, 40), max_size=3),
+       coverages=st.lists(st.fractions(min_value=Fraction(1, 40), max_value=1,
+                                       max_denominator=40), max_size=3))
+def test_holder_counts_lists_exactly_what_allows_accepts(workers, holders, coverages):
+    """SdpSetup.holder_counts(d) is the ascending list of the h that allows(h, d) accepts."""
+    from nest_cp.model import SdpSetup
+
+    setup = SdpSetup(holders=tuple(dict.fromkeys(holders)),
+                     coverages=() if holders else tuple(dict.fromkeys(coverages)))
+    expected = tuple(h for h in range(1, workers + 1) if setup.allows(h, workers))
+    assert setup.holder_counts(workers) == expected

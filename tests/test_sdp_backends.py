@@ -181,3 +181,18 @@ def test_verify_writes_an_sdp_section(tmp_path):
     assert "## SDP (T_eff)" in table and "dp T_eff [ms]" in table
     record = json.loads((tmp_path / "results.json").read_text())["instances"][0]
     assert record["sdp"]["certificate"] == "yes" and not record["sdp"]["failures"]
+
+
+def test_malformed_sdp_reference_is_bad_input(tmp_path):
+    """A reference whose SDP part holds a T_eff that is not a rational names the field."""
+    from nest_cp.errors import InstanceFormatError
+    from nest_cp.verify.harness import load_reference
+
+    instance = tmp_path / "x.json"
+    instance.write_text((DATA / "sdp_worked_example.json").read_text())
+    (tmp_path / "x.ref.json").write_text(json.dumps({
+        "instance_sha256": "0", "spaces": {},
+        "sdp": {"spaces": {"full": {"status": "OPTIMAL", "objective_ticks": "abc"}}}}))
+    with pytest.raises(InstanceFormatError) as info:
+        load_reference(instance)
+    assert info.value.field == "sdp.spaces.full.objective_ticks"
