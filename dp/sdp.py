@@ -70,6 +70,16 @@ from nest_cp.sdp import (
 logger = logging.getLogger(__name__)
 
 MODE_ORDER = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)  # time grows
+MASKS_KEPT = 8  # design masks cached by the search
+
+
+@dataclass(frozen=True, slots=True)
+class _Mask:
+    """A design's mask: its rows, its d × U 0/1 matrix and every unit's holder set."""
+
+    rows: tuple[tuple[int, ...], ...]
+    matrix: np.ndarray
+    holder_sets: list[tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +159,9 @@ def price_plan(instance: Instance, plan: Plan) -> tuple[int, int]:
     mode = plan.stages[0].recompute
     rounds = cost.num_microbatches(instance.training.global_batch, plan.microbatch,
                                    plan.config, workers)
-    total = search._iteration_ticks(vectors, matrix, plan.sdp.mask, plan.placement, sub, mode,
-                                    plan.config, rounds)
+    total = search._iteration_ticks(vectors, matrix,
+                                    _holder_sets(plan.sdp.mask, vectors.table.num_units),
+                                    plan.placement, sub, mode, plan.config, rounds)
     memory = vectors.memory(matrix, sub, mode, instance.training.optimizer, plan.zero)
     return total, int(memory.max())
 
@@ -185,6 +196,9 @@ class _SdpSearch:
         self.vectors: dict[tuple[int, SdpLevel], _UnitVectors] = {}
         self.best = SdpBest()
         self._ticks: dict[tuple, int] = {}
+        self._masks: dict[tuple, _Mask | None] = {}
+        self._floors: dict[tuple, int] = {}  # cheapest prices of the bounds, memoised
+        self._group_paths: dict[tuple, cost.GroupPaths] = {}
 
     # ------------------------------------------------------------ outer loop
 
@@ -215,10 +229,14 @@ class _SdpSearch:
                                                    workers)
                     sync_floor = self._shared_sync_floor(vectors, workers, config)
                     for holders in training.sdp.holder_counts(workers):
+                        units_floor = self._unit_sync_floor(vectors, workers, holders, config)
                         for masking in training.sdp.maskings:
                             total = vectors.worker_compute(masking, workers, holders)
+                            floor = sync_floor + units_floor
+                            if masking is SdpMasking.BACKWARD:
+                                floor += self._broadcast_floor(vectors, workers)
                             bound = effective_ticks(
-                                rounds * -(-total // workers) + sync_floor, workers,
+                                rounds * -(-total // workers) + floor, workers,
                                 vectors.table.full_compute_ticks, total)
                             found.append(SubProblem(bound, choice_index, workers, holders,
                                                     level, masking, total))
@@ -249,6 +267,51 @@ class _SdpSearch:
                              for tier, span in enumerate(domains) if span >= size)
         return floor
 
+    def _cheapest(self, price, size: int) -> int:
+        """min over the tiers a group of ``size`` distinct devices may span of price(path)."""
+        domains = self.instance.cluster.network.domain_sizes()
+        return min(price(self.network.tier_path(tier))
+                   for tier, span in enumerate(domains) if span >= size)
+
+    def _unit_sync_floor(self, vectors: _UnitVectors, workers: int, holders: int,
+                         config: IntraConfig) -> int:
+        """Every worker holds U_b·h/d units of each design block b and all-reduces each over
+        its h holders: at least the cheapest U_b·h/d such all-reduces of the block."""
+        if not self.network.is_hierarchical:
+            return 0
+        training, floor = self.instance.training, 0
+        for block in vectors.table.blocks:
+            held = len(block) * holders // workers
+            if not held or len(block) * holders % workers:
+                continue
+            prices = []
+            for unit in block:
+                price = 0
+                for params, size in ((int(vectors.dense[unit]), holders * config.ep),
+                                     (int(vectors.expert[unit]), holders)):
+                    if params and size > 1:
+                        key = ("all-reduce", params, size)
+                        if key not in self._floors:
+                            self._floors[key] = self._cheapest(
+                                lambda path, params=params, size=size:
+                                cost.gradient_sync_ticks(params, training.optimizer, self.zero,
+                                                         size, path, training.tick_s), size)
+                        price += self._floors[key]
+                prices.append(price)
+            floor += sum(sorted(prices)[:held])
+        return floor
+
+    def _broadcast_floor(self, vectors: _UnitVectors, workers: int) -> int:
+        """Backward masking: every unit's weights broadcast over d ranks, cheapest tier."""
+        if not self.network.is_hierarchical:
+            return 0
+        training = self.instance.training
+        volumes, counts = np.unique(vectors.params, return_counts=True)
+        return sum(int(count) * self._cheapest(
+            lambda path, volume=int(volume): broadcast_ticks(
+                volume * training.optimizer.weight_bytes, workers, path, training.tick_s),
+            workers) for volume, count in zip(volumes, counts, strict=True))
+
     def _memory_ruled_out(self, sub: SubProblem) -> bool:
         """Average worker memory under the leanest allowed mode exceeds HBM (exact bound)."""
         vectors = self._vectors(sub.choice_index, sub.level)
@@ -270,11 +333,11 @@ class _SdpSearch:
         rounds = cost.num_microbatches(training.global_batch, microbatch, config, sub.workers)
         masks_seen: set = set()
         for design in SdpDesign:
-            rows = design_mask(vectors.table, design, sub.workers, sub.holders)
-            if rows is None or rows in masks_seen:
+            mask = self._mask(sub, design)
+            if mask is None or mask.rows in masks_seen:
                 continue
-            masks_seen.add(rows)
-            matrix = vectors.matrix(rows)
+            masks_seen.add(mask.rows)
+            rows, matrix = mask.rows, mask.matrix
             mode = self._fitting_mode(sub, vectors, matrix, config, microbatch, design)
             if mode is None:
                 continue
@@ -288,14 +351,27 @@ class _SdpSearch:
                 key = sub.key + (_index(RecomputeMode, mode), _index(SdpDesign, design),
                                  layout_index)
                 self.best.candidates += 1
-                total = self._iteration_ticks(vectors, matrix, rows, (tuple(workers),), sub,
-                                              mode, config, rounds)
+                total = self._iteration_ticks(vectors, matrix, mask.holder_sets,
+                                              (tuple(workers),), sub, mode, config, rounds)
                 effective = effective_ticks(total, sub.workers,
                                             vectors.table.full_compute_ticks,
                                             sub.worker_compute)
                 if self.best.offer(effective, total, key):
                     self._accept(sub, rows, (tuple(workers),), mode, config, microbatch,
                                  effective, total, key, design, layout)
+
+    def _mask(self, sub: SubProblem, design: SdpDesign) -> _Mask | None:
+        """A design's mask for the sub-problem's (c, b, level, d, h), kept for the other
+        masking (the few most recent only: a mask matrix has d·U entries)."""
+        key = (sub.choice_index, sub.level, design, sub.workers, sub.holders)
+        if key not in self._masks:
+            vectors = self._vectors(sub.choice_index, sub.level)
+            rows = design_mask(vectors.table, design, sub.workers, sub.holders)
+            if len(self._masks) >= MASKS_KEPT:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = None if rows is None else _Mask(
+                rows, vectors.matrix(rows), _holder_sets(rows, vectors.table.num_units))
+        return self._masks[key]
 
     def _fitting_mode(self, sub: SubProblem, vectors: _UnitVectors, matrix: np.ndarray,
                       config: IntraConfig, microbatch: int, design: SdpDesign
@@ -331,16 +407,19 @@ class _SdpSearch:
 
     # ------------------------------------------------------------ pricing
 
-    def _iteration_ticks(self, vectors: _UnitVectors, matrix: np.ndarray, rows, placement,
-                         sub: SubProblem, mode: RecomputeMode, config: IntraConfig,
+    def _iteration_ticks(self, vectors: _UnitVectors, matrix: np.ndarray, holder_sets,
+                         placement, sub: SubProblem, mode: RecomputeMode, config: IntraConfig,
                          rounds: int) -> int:
         """T = m·max_w τ_w + max_w exposed(sync_w) of one candidate."""
         tick_s, training = self.instance.training.tick_s, self.instance.training
         workers = placement[0]
         signatures: dict[cost.GroupPaths, list[int]] = {}
         for worker, devices in enumerate(workers):
-            paths = cost.GroupPaths.of_replica(self.network, devices, config)
-            signatures.setdefault(paths, []).append(worker)
+            key = devices if config.devices > 1 else ()
+            if key not in self._group_paths:
+                self._group_paths[key] = cost.GroupPaths.of_replica(self.network, devices,
+                                                                    config)
+            signatures.setdefault(self._group_paths[key], []).append(worker)
         compute, backward = vectors.compute(matrix, sub.masking)
         tau = compute + vectors.rerun(matrix, sub.masking, mode)
         for paths, members in signatures.items():
@@ -351,7 +430,7 @@ class _SdpSearch:
                 extra = extra + self._collective_terms(matrix[members], sub.masking, shared_fwd,
                                                        per_unit_fwd)
             tau[members] += extra
-        sync = self._sync(vectors, matrix, rows, workers, sub, config)
+        sync = self._sync(vectors, matrix, holder_sets, workers, sub, config)
         exposed = np.maximum(sync - backward, 0) if training.overlap_grad_reduce else sync
         return rounds * int(tau.max()) + int(exposed.max())
 
@@ -362,7 +441,7 @@ class _SdpSearch:
             return np.full(len(matrix), shared + int(per_unit.sum()), dtype=np.int64)
         return shared + matrix @ per_unit
 
-    def _sync(self, vectors: _UnitVectors, matrix: np.ndarray, rows, workers,
+    def _sync(self, vectors: _UnitVectors, matrix: np.ndarray, holder_sets, workers,
               sub: SubProblem, config: IntraConfig) -> np.ndarray:
         """sync_w: the slowest rank j of each worker (module docstring).
 
@@ -374,7 +453,7 @@ class _SdpSearch:
         distinct: dict[tuple, int] = {}
         groups = np.array([distinct.setdefault(
             (holders, int(vectors.dense[u]), int(vectors.expert[u])), len(distinct))
-            for u, holders in enumerate(_holder_sets(rows, vectors.table.num_units))],
+            for u, holders in enumerate(holder_sets)],
             dtype=np.int64)
         worst = np.zeros(sub.workers, dtype=np.int64)
         for rank in range(config.devices):
@@ -519,7 +598,7 @@ class _UnitVectors:
 
     def matrix(self, rows) -> np.ndarray:
         """The d × U 0/1 mask matrix of ``rows``."""
-        matrix = np.zeros((len(rows), self.table.num_units), dtype=np.int64)
+        matrix = np.zeros((len(rows), self.table.num_units), dtype=bool)
         for worker, row in enumerate(rows):
             matrix[worker, list(row)] = 1
         return matrix
