@@ -30,7 +30,7 @@ shares the evaluator uses):
 
 where σ_w are the paths of worker w's own TP / EP groups (workers with equal paths
 share one computation) and unit_sync[u, j] prices unit u's all-reduce on the span of
-its holders' ranks.  ``tests/test_sdp.py`` checks these numbers against the evaluator.
+its holders' ranks.  ``tests/test_sdp_backends.py`` checks these numbers against the evaluator.
 """
 
 from __future__ import annotations
