@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import platform
 import sys
 import time
@@ -227,7 +226,7 @@ def memory_table(rows: list[dict], coverages: list[str], mode: str) -> list[str]
 def step_table(rows: list[dict], coverages: list[str], network: str) -> list[str]:
     head = ["model", "N", "plain T [s]"]
     for c in coverages:
-        head += [f"SDP C={c} T [s]", f"T_eff [s]"]
+        head += [f"SDP C={c} T [s]", "T_eff [s]"]
     head += ["best SDP plan (least T_eff)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -296,7 +295,7 @@ def fits_table(memory: list[dict], coverages: list[str]) -> list[str]:
         [f"SDP fwd C={c}" for c in coverages] + ["SDP fits, DDP and ZeRO-1 do not"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in memory:
-        for name, limit in limits.items():
+        for limit in limits.values():
             def fits(value, limit=limit) -> str:
                 return "n/a" if value is None else ("yes" if value <= limit else "no")
             sdp = [row[f"sdp_block_forward_{c}"] for c in coverages]
@@ -387,13 +386,14 @@ def readme(document: dict) -> str:
              "`--render` rewrites this file and the figure from `results.json`). Semantics: "
              "DESIGN §7; every number is the plan evaluator's.", "",
              "## Headline", ""]
-    lines += [f"- Block-level SDP with forward masking needs "
-              + ", ".join(f"{100 * lo:.0f}–{100 * hi:.0f}% less memory per device than DDP at "
-                          f"C = {c}" for c, (lo, hi) in saving.items())
-              + " (no recomputation; the six models). SDP reports 30–75% (28–60% in v5) "
-                "lower per-device memory; the model reproduces the range because forward "
-                "masking drops a block's weights, gradients, optimizer state and activations "
-                "alike, and the shared embedding and head set the floor.",
+    lines += ["- Block-level SDP with forward masking needs "
+              + ", ".join(f"{100 * lo:.0f}–{100 * hi:.0f}% (C = {c})"
+                          for c, (lo, hi) in saving.items())
+              + " less memory per device than DDP (no recomputation; the six models). SDP "
+                "reports 30–75% (28–60% in v5) lower per-device memory; the model "
+                "reproduces the range because forward masking drops a block's weights, "
+                "gradients, optimizer state and activations alike, and the shared embedding "
+                "and head set the floor.",
               "- Without recomputation block-forward SDP at C = 1/4 also needs less memory "
               "than ZeRO-3 for the 7B, Mixtral and 70B models (it drops the unheld blocks' "
               "activations, ZeRO-3 keeps every activation); with full recomputation ZeRO-3 "
