@@ -196,3 +196,18 @@ def test_malformed_sdp_reference_is_bad_input(tmp_path):
     with pytest.raises(InstanceFormatError) as info:
         load_reference(instance)
     assert info.value.field == "sdp.spaces.full.objective_ticks"
+
+
+SMALL = Path(__file__).parent.parent / "instances" / "small"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SMALL.glob("sdp*.json")
+                                        if not p.name.endswith(".ref.json")))
+def test_small_sdp_instances_structured_equals_dp_and_full_is_never_worse(name):
+    """On every SDP instance of instances/small, CP-SAT's structured SDP optimum equals the
+    DP's and its full-space optimum is at most that (issue 10's acceptance check)."""
+    instance = load_instance(SMALL / name)
+    dp = _sdp(instance, "dp", Space.STRUCTURED)
+    assert _sdp(instance, "cpsat", Space.STRUCTURED) == dp
+    status, full = _sdp(instance, "cpsat", Space.FULL)
+    assert status is Status.OPTIMAL and full <= dp[1]
