@@ -40,13 +40,8 @@ def solve(instance: Instance, options) -> SolveResult:
     start = time.perf_counter()
     space = options.space
     network = NetworkModel(instance.cluster)
+    _check_size(instance, network, space, options.extra.get("max_placements", MAX_PLANS))
     shapes = list(_shapes(instance, network, space))
-    total = sum(len(masks) * placements * variants for *_, masks, placements, variants in shapes)
-    limit = options.extra.get("max_placements", MAX_PLANS)
-    if total > limit:
-        raise BackendOptionError(
-            f"expected at most {limit} SDP plans for a brute force, got {total}; use the "
-            f"structured space or a smaller instance", option="space")
     best: tuple[Fraction, int, Plan] | None = None
     least_excess: int | None = None
     evaluated = 0
@@ -75,6 +70,29 @@ def solve(instance: Instance, options) -> SolveResult:
     return SolveResult(backend="brute", status=Status.OPTIMAL, plan=plan, objective_ticks=ticks,
                        wall_time_s=elapsed, space=space, stats=stats, effective=effective,
                        effective_bound=effective)
+
+
+def _check_size(instance: Instance, network: NetworkModel, space: Space, limit: int) -> None:
+    """Refuse, before enumerating anything, a space of more than ``limit`` plans (counting
+    every choice of h-subsets per unit, balanced or not, and every placement)."""
+    training, devices = instance.training, instance.cluster.num_devices
+    variants = len([z for z in training.zero_stages if z <= 2]) * len(training.recompute_modes)
+    total = 0
+    for config, microbatch in instance.choices:
+        for level in training.sdp.levels:
+            units = unit_table(instance, config, microbatch, level).num_units
+            if not units:
+                continue
+            for workers in range(2, devices // config.devices + 1):
+                placements = _placement_count(network, config, workers, space)
+                for holders in training.sdp.holder_counts(workers):
+                    masks = len(SdpDesign) if space is Space.STRUCTURED else \
+                        math.comb(workers, holders) ** units
+                    total += masks * placements * variants * len(training.sdp.maskings)
+                    if total > limit:
+                        raise BackendOptionError(
+                            f"expected at most {limit} SDP plans for a brute force, got more; "
+                            f"use the structured space or a smaller instance", option="space")
 
 
 def _shapes(instance: Instance, network: NetworkModel, space: Space) -> Iterator[tuple]:
@@ -135,7 +153,7 @@ def _masks(table: UnitTable, workers: int, holders: int,
 def _placement_count(network: NetworkModel, config: IntraConfig, workers: int,
                      space: Space) -> int:
     if space is Space.STRUCTURED:
-        return len(list(_placements(network, config, workers, space)))
+        return len(all_layouts())
     ranks = config.devices * workers
     return math.perm(network.num_devices, ranks) // math.factorial(workers)
 

@@ -111,16 +111,11 @@ class UnitTable:
     shared: tuple[Share, ...]
     units: tuple[Share, ...]
     blocks: tuple[range, ...]
+    full_compute_ticks: int  # C_full: fwd + bwd of every share of the model on one worker
 
     @property
     def num_units(self) -> int:
         return len(self.units)
-
-    @property
-    def full_compute_ticks(self) -> int:
-        """C_full: fwd + bwd of every share of the whole model on one worker."""
-        return sum(s.compute_ticks for s in self.shared) + sum(u.compute_ticks
-                                                               for u in self.units)
 
 
 def unit_table(instance: Instance, config: IntraConfig, microbatch: int,
@@ -145,7 +140,8 @@ def unit_table(instance: Instance, config: IntraConfig, microbatch: int,
             blocks.append(range(first, len(units)))
     if level is SdpLevel.BLOCK:
         blocks = [range(len(units))] if units else []
-    return UnitTable(level, tuple(shared), tuple(units), tuple(blocks))
+    full = sum(s.compute_ticks for s in shared) + sum(u.compute_ticks for u in units)
+    return UnitTable(level, tuple(shared), tuple(units), tuple(blocks), full)
 
 
 def _share(profile: LayerProfile, layer: int, fraction: Fraction, boundary: bool,
@@ -380,6 +376,8 @@ def price_sdp(instance: Instance, plan: Plan, network: NetworkModel) -> SdpRepor
                                          workers)
     mode = plan.stages[0].recompute
     holder_sets = _holder_sets(sdp.mask, table.num_units)
+    rank_sync = [_RankSync(network, plan, table, holder_sets, rank, training.optimizer,
+                           training.tick_s) for rank in range(plan.config.devices)]
     reports = []
     for worker, row in enumerate(sdp.mask):
         held = set(row)
@@ -388,9 +386,7 @@ def price_sdp(instance: Instance, plan: Plan, network: NetworkModel) -> SdpRepor
         paths = cost.GroupPaths.of_replica(network, plan.placement[0][worker], plan.config)
         collectives = _collective_ticks(run, plan.config, paths, training.tick_s)
         recompute = _recompute_ticks(run, mode, plan.config, paths, training.tick_s)
-        sync = max(_rank_sync_ticks(network, plan, table, row, holder_sets, rank,
-                                    training.optimizer, training.tick_s)
-                   for rank in range(plan.config.devices))
+        sync = max(rank_sync[rank].worker(row) for rank in range(plan.config.devices))
         reports.append(WorkerReport(
             worker=worker, units=len(row), time_ticks=compute + recompute + collectives,
             compute_ticks=compute, recompute_ticks=recompute, collective_ticks=collectives,
@@ -471,46 +467,66 @@ def _recompute_ticks(run: list[Share], mode: RecomputeMode, config: IntraConfig,
     return 0
 
 
-def _rank_sync_ticks(network: NetworkModel, plan: Plan, table: UnitTable, row: Sequence[int],
-                     holder_sets: list[tuple[int, ...]], rank: int, optimizer: Optimizer,
-                     tick_s: float) -> int:
-    """Rank j of a worker: its collectives one after another (module docstring)."""
-    config, placement = plan.config, plan.placement[0]
-    everyone = tuple(range(plan.num_replicas))
+class _RankSync:
+    """Rank j's collectives of every worker, one after another (module docstring): the shared
+    all-reduces over all d workers, each held unit's over its holders, and under backward
+    masking every unit's weight broadcast.  Each unit's price is computed once for all the
+    workers holding it."""
 
-    def dense(workers: Sequence[int]) -> Path | None:
-        tensor = rank % config.tp
-        return network.group_path([placement[w][tensor + config.tp * e]
-                                   for w in workers for e in range(config.ep)])
+    def __init__(self, network: NetworkModel, plan: Plan, table: UnitTable,
+                 holder_sets: list[tuple[int, ...]], rank: int, optimizer: Optimizer,
+                 tick_s: float):
+        self.network, self.plan, self.rank = network, plan, rank
+        self.optimizer, self.tick_s = optimizer, tick_s
+        everyone = tuple(range(plan.num_replicas))
+        self.shared = self._all_reduce(sum(s.dense_params for s in table.shared),
+                                       sum(s.expert_params for s in table.shared), everyone)
+        if plan.sdp.masking is SdpMasking.BACKWARD:
+            path = self._expert_path(everyone)
+            self.shared += sum(broadcast_ticks(unit.params * optimizer.weight_bytes,
+                                               len(everyone), path, tick_s)
+                               for unit in table.units)
+        self.units = [self._all_reduce(unit.dense_params, unit.expert_params, holders)
+                      for unit, holders in zip(table.units, holder_sets, strict=True)]
 
-    def expert(workers: Sequence[int]) -> Path | None:
-        return network.group_path([placement[w][rank] for w in workers])
+    def worker(self, row: Sequence[int]) -> int:
+        """The rank's sync ticks for the worker holding the units ``row``."""
+        return self.shared + sum(self.units[unit] for unit in row)
 
-    def all_reduce(dense_params: int, expert_params: int, workers: Sequence[int]) -> int:
-        return (cost.gradient_sync_ticks(dense_params, optimizer, plan.zero,
-                                         len(workers) * config.ep, dense(workers), tick_s)
-                + cost.gradient_sync_ticks(expert_params, optimizer, plan.zero, len(workers),
-                                           expert(workers), tick_s))
+    def _dense_path(self, workers: Sequence[int]) -> Path | None:
+        """Dense gradients: the e ranks of each worker that share rank j's tensor index."""
+        config, placement = self.plan.config, self.plan.placement[0]
+        tensor = self.rank % config.tp
+        return self.network.group_path([placement[w][tensor + config.tp * e]
+                                        for w in workers for e in range(config.ep)])
 
-    total = all_reduce(sum(s.dense_params for s in table.shared),
-                       sum(s.expert_params for s in table.shared), everyone)
-    for unit in row:
-        share = table.units[unit]
-        total += all_reduce(share.dense_params, share.expert_params, holder_sets[unit])
-    if plan.sdp.masking is SdpMasking.BACKWARD:
-        path = expert(everyone)
-        total += sum(broadcast_ticks(unit.params * optimizer.weight_bytes, len(everyone), path,
-                                     tick_s) for unit in table.units)
-    return total
+    def _expert_path(self, workers: Sequence[int]) -> Path | None:
+        """Expert gradients (and weight broadcasts): rank j of each worker."""
+        return self.network.group_path([self.plan.placement[0][w][self.rank] for w in workers])
+
+    def _all_reduce(self, dense_params: int, expert_params: int, workers: Sequence[int]) -> int:
+        ep, zero = self.plan.config.ep, self.plan.zero
+        return (cost.gradient_sync_ticks(dense_params, self.optimizer, zero, len(workers) * ep,
+                                         self._dense_path(workers), self.tick_s)
+                + cost.gradient_sync_ticks(expert_params, self.optimizer, zero, len(workers),
+                                           self._expert_path(workers), self.tick_s))
 
 
 def mask_memory_bytes(table: UnitTable, mask: Sequence[Sequence[int]], holders: int,
                       masking: SdpMasking, mode: RecomputeMode, optimizer: Optimizer,
                       zero: int) -> int:
     """The largest worker memory of a mask (memory does not depend on the placement)."""
-    workers = len(mask)
-    return max(_memory_bytes(table, set(row), _run_shares(table, set(row), masking), masking,
-                             mode, optimizer, zero, workers, holders) for row in mask)
+    return max(worker_memory_bytes(table, row, len(mask), holders, masking, mode, optimizer,
+                                   zero) for row in mask)
+
+
+def worker_memory_bytes(table: UnitTable, row: Sequence[int], workers: int, holders: int,
+                        masking: SdpMasking, mode: RecomputeMode, optimizer: Optimizer,
+                        zero: int) -> int:
+    """The memory of the worker holding the units ``row`` (DESIGN §7)."""
+    held = set(row)
+    return _memory_bytes(table, held, _run_shares(table, held, masking), masking, mode,
+                         optimizer, zero, workers, holders)
 
 
 def _memory_bytes(table: UnitTable, held: set[int], run: list[Share], masking: SdpMasking,

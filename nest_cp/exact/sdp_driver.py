@@ -44,6 +44,7 @@ from nest_cp.exact.sdp_model import (
     MAX_HOLDER_SETS,
     SdpSubProblem,
     build_sdp_model,
+    compute_sums,
     extract_sdp_plan,
     full_space_size,
     hint_sdp_model,
@@ -72,12 +73,15 @@ def solve_milp(instance: Instance, options: SolveOptions) -> SolveResult:
     return solve_sdp_exact(instance, options, "milp", lambda: MilpAdapter(options.milp_solver))
 
 
-def sdp_subproblems(instance: Instance) -> list[SdpSubProblem]:
-    """Every SDP sub-problem with a balanced mask, by compute bound on T_eff (then label)."""
+def sdp_subproblems(instance: Instance, deadline: Deadline | None = None
+                    ) -> tuple[list[SdpSubProblem], bool]:
+    """Every SDP sub-problem with a balanced mask, by compute bound on T_eff (then label),
+    and whether the enumeration finished before ``deadline``."""
     training, devices = instance.training, instance.cluster.num_devices
+    deadline = deadline or Deadline()
     zeros = [z for z in training.zero_stages if z <= 2]
     if not zeros:
-        return []
+        return [], True
     zero = max(zeros)
     found = []
     for config, microbatch in instance.choices:
@@ -85,26 +89,34 @@ def sdp_subproblems(instance: Instance) -> list[SdpSubProblem]:
             table = unit_table(instance, config, microbatch, level)
             if not table.num_units:
                 continue
+            sizes = [len(block) for block in table.blocks]
+            sums = compute_sums(table)
             for workers in range(2, devices // config.devices + 1):
+                if deadline.expired():  # no time to visit them: no time to sort them either
+                    return found, False
                 rounds = cost.num_microbatches(training.global_batch, microbatch, config,
                                                workers)
                 for holders in training.sdp.holder_counts(workers):
-                    if any(len(block) * holders % workers for block in table.blocks):
+                    if any(size * holders % workers for size in sizes):
                         continue
                     for masking in training.sdp.maskings:
-                        total = worker_compute(table, masking, workers, holders)
+                        total = worker_compute(table, masking, workers, holders, sums)
                         for mode in MODE_ORDER:
                             if mode in training.recompute_modes:
                                 found.append(SdpSubProblem(
                                     config, microbatch, workers, holders, level, masking, zero,
                                     mode, rounds, table, total))
+    return _by_bound(found), True
+
+
+def _by_bound(found: list[SdpSubProblem]) -> list[SdpSubProblem]:
     return sorted(found, key=lambda sub: (sub.lower_bound_ticks * sub.scale, sub.label))
 
 
 @dataclass(slots=True)
 class _Open:
     bound: Fraction  # on T_eff
-    sub: SdpSubProblem
+    sub: SdpSubProblem | None  # None: the sub-problems never enumerated
 
 
 @dataclass(slots=True)
@@ -116,6 +128,7 @@ class _Search:
     tolerance_bounds: list[Fraction] = field(default_factory=list)
     solver_runs: int = 0
     pruned: int = 0
+    too_large: int = 0  # full-space sub-problems not modelled (MAX_HOLDER_SETS)
     notes: list[str] = field(default_factory=list)
 
     def offer(self, plan: Plan, effective: Fraction, ticks: int) -> None:
@@ -135,12 +148,17 @@ def solve_sdp_exact(instance: Instance, options: SolveOptions, backend: str,
     run = _Run(instance, options, make_adapter, Deadline(start + options.time_limit_s))
     run.offer_hint()
     pending = []
-    for sub in sdp_subproblems(instance):
+    subproblems, complete = sdp_subproblems(instance, run.deadline)
+    if not complete:  # nothing is proven about the sub-problems never enumerated
+        run.search.notes.append("the time limit ended the enumeration of SDP sub-problems")
+    for sub in subproblems:
         run.visit(_Open(sub.lower_bound_ticks * sub.scale, sub),
                   run.deadline.sooner(options.time_limit_s * FIRST_PASS_SHARE), pending)
     still_open: list[_Open] = []
     for item in sorted(pending, key=lambda entry: entry.bound):
         run.visit(item, run.deadline, still_open)
+    if not complete:
+        still_open.append(_Open(Fraction(0), None))
     run.search.open = still_open
     return _result(backend, options.space, run.search, time.monotonic() - start,
                    run.tolerance_rel)
@@ -182,22 +200,19 @@ class _Run:
             self.search.pruned += 1
             return
         space, sub = self.options.space, item.sub
-        fitting = structured_designs(sub, self.instance.training.optimizer,
-                                     self.instance.cluster.usable_hbm_bytes)
-        if space is Space.STRUCTURED and not fitting:
-            return  # no design applies or fits: the structured sub-problem is empty
-        if space is Space.FULL and full_space_size(sub) > MAX_HOLDER_SETS:
-            note = (f"{sub.label}: {full_space_size(sub)} holder-set variables exceed "
-                    f"{MAX_HOLDER_SETS}; not modelled, left open")
-            if note not in self.search.notes:
-                self.search.notes.append(note)
-            still_open.append(item)
-            return
         if deadline.expired():
             still_open.append(item)
             return
+        if space is Space.FULL and full_space_size(sub) > MAX_HOLDER_SETS:
+            self.search.too_large += 1
+            still_open.append(item)
+            return
         try:
-            proven = self._solve(sub, deadline, known_feasible=bool(fitting))
+            fitting = structured_designs(sub, self.instance.training.optimizer,
+                                         self.instance.cluster.usable_hbm_bytes, deadline)
+            if space is Space.STRUCTURED and not fitting:
+                return  # no design applies or fits: the structured sub-problem is empty
+            proven = self._solve(sub, deadline, fitting)
         except OutOfTime:
             still_open.append(item)
             return
@@ -205,8 +220,7 @@ class _Run:
             item.bound = max(item.bound, proven)
             still_open.append(item)
 
-    def _solve(self, sub: SdpSubProblem, deadline: Deadline,
-               known_feasible: bool) -> Fraction | None:
+    def _solve(self, sub: SdpSubProblem, deadline: Deadline, fitting: list) -> Fraction | None:
         """Build and solve one model; None when resolved, else its proven bound on T_eff."""
         adapter = self.make_adapter()
         adapter.deadline = deadline
@@ -214,7 +228,7 @@ class _Run:
         cutoff = None if best is None else math.ceil(best / sub.scale)
         began = time.monotonic()
         handles = build_sdp_model(adapter, self.instance, sub, self.network, self.options.space,
-                                  cutoff)
+                                  cutoff, fitting)
         if self.hint is not None and sub.matches(self.hint):
             hint_sdp_model(adapter, handles, self.hint)
         building_s = time.monotonic() - began
@@ -226,7 +240,7 @@ class _Run:
         logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", sub.label,
                     outcome.status.value, outcome.objective, outcome.bound, adapter.terms,
                     building_s)
-        return self._judge(sub, handles, adapter, outcome, cutoff, known_feasible)
+        return self._judge(sub, handles, adapter, outcome, cutoff, bool(fitting))
 
     def _judge(self, sub: SdpSubProblem, handles, adapter, outcome: RawOutcome,
                cutoff: int | None, known_feasible: bool) -> Fraction | None:
@@ -302,7 +316,11 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
                            wall_time_s, space, stats=stats, tolerance_rel=tolerance,
                            effective=search.best_effective, effective_bound=bound)
     bound = min([item.bound for item in search.open] + search.tolerance_bounds)
-    message = "; ".join(["time limit or model size", *search.notes])
+    notes = list(search.notes)
+    if search.too_large:
+        notes.append(f"{search.too_large} full-space sub-problems need more than "
+                     f"{MAX_HOLDER_SETS} holder-set variables and were not modelled")
+    message = "; ".join(["time limit or model size", *notes])
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, wall_time_s=wall_time_s, space=space,
                            message=message, stats=stats, tolerance_rel=tolerance,

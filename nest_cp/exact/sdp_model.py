@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from nest_cp import cost
+from nest_cp.exact.budget import Deadline
 from nest_cp.exact.groups import rank_groups
 from nest_cp.exact.placement import FullPlacement, StructuredPlacement
 from nest_cp.model import (
@@ -65,7 +66,7 @@ from nest_cp.sdp import (
     UnitTable,
     broadcast_ticks,
     design_mask,
-    mask_memory_bytes,
+    worker_memory_bytes,
 )
 
 MAX_HOLDER_SETS = 20_000  # h-subsets × units the full-space mask model is built for
@@ -128,14 +129,20 @@ class SdpSubProblem:
                     sdp=SdpMask(self.level, self.masking, self.holders, rows))
 
 
-def worker_compute(table: UnitTable, masking: SdpMasking, workers: int, holders: int) -> int:
-    """Σ_w C_w of any valid mask (each unit held exactly h times)."""
-    shared = sum(s.compute_ticks for s in table.shared)
-    units = sum(u.compute_ticks for u in table.units)
+def worker_compute(table: UnitTable, masking: SdpMasking, workers: int, holders: int,
+                   sums: tuple[int, int, int] | None = None) -> int:
+    """Σ_w C_w of any valid mask (each unit held exactly h times); ``sums`` are the table's
+    :func:`compute_sums` when the caller has them."""
+    shared, units, wgrad = sums or compute_sums(table)
     if masking is SdpMasking.BACKWARD:
-        return workers * (shared + units) - (workers - holders) * sum(
-            u.wgrad_ticks for u in table.units)
+        return workers * (shared + units) - (workers - holders) * wgrad
     return workers * shared + holders * units
+
+
+def compute_sums(table: UnitTable) -> tuple[int, int, int]:
+    """(C_shared, Σ_u C_u, Σ_u wgrad_u) of a unit table."""
+    return (sum(s.compute_ticks for s in table.shared),
+            sum(u.compute_ticks for u in table.units), sum(u.wgrad_ticks for u in table.units))
 
 
 def full_space_size(sub: SdpSubProblem) -> int:
@@ -154,16 +161,20 @@ class SdpHandles:
 
 
 def build_sdp_model(adapter, instance: Instance, sub: SdpSubProblem, network: NetworkModel,
-                    space: Space, cutoff_ticks: int | None) -> SdpHandles:
+                    space: Space, cutoff_ticks: int | None,
+                    designs: list[tuple[SdpDesign, tuple]] | None = None) -> SdpHandles:
     """Add the whole sub-problem to ``adapter``; cut off objectives >= ``cutoff_ticks``.
 
     In the structured space only the designs that fit memory are offered (memory does not
-    depend on the layout), so that model is feasible by construction.
+    depend on the layout), so that model is feasible by construction; ``designs`` are
+    those of :func:`structured_designs` with the memory limit, when the caller has them.
     """
     config = sub.config
-    mask = _FreeMask(adapter, sub) if space is Space.FULL else _DesignMask(
-        adapter, sub, structured_designs(sub, instance.training.optimizer,
-                                         instance.cluster.usable_hbm_bytes))
+    if space is Space.STRUCTURED and designs is None:
+        designs = structured_designs(sub, instance.training.optimizer,
+                                     instance.cluster.usable_hbm_bytes)
+    mask = _FreeMask(adapter, sub) if space is Space.FULL else _DesignMask(adapter, sub,
+                                                                          designs)
     placement = FullPlacement(adapter, network, rank_groups(1, sub.workers, config.tp,
                                                             config.ep)) \
         if space is Space.FULL else StructuredPlacement(adapter, network, sub)
@@ -176,21 +187,29 @@ def build_sdp_model(adapter, instance: Instance, sub: SdpSubProblem, network: Ne
     return SdpHandles(sub, mask, placement, objective)
 
 
-def structured_designs(sub: SdpSubProblem, optimizer=None,
-                       limit_bytes: int | None = None) -> list[tuple[SdpDesign, tuple]]:
+def structured_designs(sub: SdpSubProblem, optimizer=None, limit_bytes: int | None = None,
+                       deadline: Deadline | None = None) -> list[tuple[SdpDesign, tuple]]:
     """(design, rows) of the designs that apply (and, given ``limit_bytes``, fit memory),
-    distinct masks only."""
+    distinct masks only; checks ``deadline`` worker by worker (OutOfTime)."""
+    deadline = deadline or Deadline()
     found = []
     for design in SdpDesign:
         rows = design_mask(sub.table, design, sub.workers, sub.holders)
         if rows is None or rows in [r for _, r in found]:
             continue
-        if limit_bytes is not None and mask_memory_bytes(
-                sub.table, rows, sub.holders, sub.masking, sub.mode, optimizer,
-                sub.zero) > limit_bytes:
+        if limit_bytes is not None and not _fits(sub, rows, optimizer, limit_bytes, deadline):
             continue
         found.append((design, rows))
     return found
+
+
+def _fits(sub: SdpSubProblem, rows, optimizer, limit_bytes: int, deadline: Deadline) -> bool:
+    for row in rows:
+        deadline.tick()
+        if worker_memory_bytes(sub.table, row, sub.workers, sub.holders, sub.masking, sub.mode,
+                               optimizer, sub.zero) > limit_bytes:
+            return False
+    return True
 
 
 def extract_sdp_plan(handles: SdpHandles, value) -> Plan:
