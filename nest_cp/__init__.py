@@ -33,12 +33,25 @@ from nest_cp.model import (
     Optimizer,
     Phase,
     RecomputeMode,
+    SdpLevel,
+    SdpMasking,
+    SdpSetup,
+    Strategy,
     Tier,
     TrainingSetup,
     Workload,
 )
 from nest_cp.network import NetworkModel, Path, to_ticks
-from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Dim, Plan, RankLayout, Stage, all_layouts
+from nest_cp.plan import (
+    MEGATRON_LAYOUT,
+    NEST_LAYOUT,
+    Dim,
+    Plan,
+    RankLayout,
+    SdpMask,
+    Stage,
+    all_layouts,
+)
 from nest_cp.result import SolveResult, Space, Status
 
 __version__ = "0.1.0"
@@ -48,8 +61,9 @@ __all__ = [
     "CollectiveKind", "Dim", "Evaluation", "Evaluator", "GraphNetwork", "HierarchicalNetwork",
     "InfeasibleInstance", "Instance", "InstanceFormatError", "IntraConfig", "InvalidPlan",
     "Layer", "LayerProfile", "Link", "NestCpError", "NetworkModel", "Optimizer", "Path",
-    "Phase", "Plan", "PlanFormatError", "RankLayout", "RecomputeMode", "SolveResult", "Space",
-    "Stage", "StageReport", "Status", "Tier", "TrainingSetup", "Workload", "all_layouts",
+    "Phase", "Plan", "PlanFormatError", "RankLayout", "RecomputeMode", "SdpLevel", "SdpMask",
+    "SdpMasking", "SdpSetup", "SolveResult", "Space", "Stage", "StageReport", "Status",
+    "Strategy", "Tier", "TrainingSetup", "Workload", "all_layouts",
     "evaluate", "instance_from_dict", "instance_to_dict", "load_instance", "load_plan",
     "plan_from_dict", "plan_to_dict", "save_instance", "save_plan", "to_ticks",
 ]

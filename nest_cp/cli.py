@@ -255,6 +255,8 @@ def _reject_options(names: tuple[str, ...], context: str, flag: str | None = Non
 
 def _evaluation_table(inst: Instance, evaluation: Evaluation,
                       peak_flops_per_s: float | None = None) -> str:
+    if evaluation.sdp is not None:
+        return _sdp_evaluation_table(evaluation)
     plan = evaluation.plan
     head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
             f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
@@ -279,6 +281,47 @@ def _evaluation_table(inst: Instance, evaluation: Evaluation,
     return "\n".join(rows)
 
 
+def _sdp_evaluation_table(evaluation: Evaluation) -> str:
+    """An SDP plan (DESIGN §7): one row per worker, then T, T_eff and the memory saved."""
+    plan, report = evaluation.plan, evaluation.sdp
+    head = (f"plan: SDP {report.level.value} level, {report.masking.value} masking, "
+            f"h={report.holders} of d={len(report.workers)} workers (C = {report.coverage}), "
+            f"tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+            f"zero={plan.zero} recompute={plan.stages[0].recompute.value} "
+            f"({plan.num_devices_used} devices)")
+    rows = [head, f"{'workers':>11} {'units':>5} {'time':>12} {'compute':>12} "
+                  f"{'recompute':>10} {'coll':>10} {'sync':>12} {'exposed':>12} {'mem GiB':>8} "
+                  f"{'fits':>4}"]
+    runs: list[list] = []  # consecutive workers with equal numbers share a row
+    for w in report.workers:
+        cells = (w.units, w.time_ticks, w.compute_ticks, w.recompute_ticks, w.collective_ticks,
+                 w.sync_ticks, w.exposed_sync_ticks, w.memory_bytes)
+        if runs and runs[-1][2] == cells:
+            runs[-1][1] = w.worker
+        else:
+            runs.append([w.worker, w.worker, cells])
+    for first, last, (units, time_, compute, rerun, coll, sync, exposed, memory) in runs:
+        label = str(first) if first == last else f"{first}-{last}"
+        rows.append(f"{label:>11} {units:>5} {time_:>12} {compute:>12} {rerun:>10} {coll:>10} "
+                    f"{sync:>12} {exposed:>12} {memory / 2**30:>8.2f} "
+                    f"{'yes' if memory <= report.memory_limit_bytes else 'NO':>4}")
+    connectivity = "n/a" if report.algebraic_connectivity is None else \
+        f"{report.algebraic_connectivity:.4g}"
+    rows += [f"microbatches per worker m = {evaluation.num_microbatches}, tau_max = "
+             f"{evaluation.tau_max_ticks} ticks, T_sync = {evaluation.exposed_sync_ticks} ticks "
+             f"exposed of {evaluation.sync_ticks}",
+             f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s,"
+             f" T_eff = {report.effective_ticks} ticks (exactly {report.effective}; "
+             f"C_full = {report.full_compute_ticks} ticks), MFU n/a for SDP",
+             f"memory {report.memory_bytes / 2**30:.2f} GiB per device, plain data parallelism "
+             f"{report.plain_memory_bytes / 2**30:.2f} GiB: {report.memory_saved_bytes} bytes "
+             f"saved; worker graph algebraic connectivity {connectivity}"
+             f"{'' if report.connected else ' (disconnected)'}",
+             "feasible" if evaluation.feasible else "INFEASIBLE:"]
+    rows += [f"  - {v}" for v in evaluation.violations]
+    return "\n".join(rows)
+
+
 # ------------------------------------------------------------------ solve
 
 MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used the limit up
@@ -288,7 +331,8 @@ MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used
 _SOLVE_OPTIONS = {"space": "space", "time_limit": "time_limit_s", "seed": "seed",
                   "workers": "workers", "hint": "hint", "milp_solver": "milp_solver",
                   "degrees": "degrees", "vp": "virtual_stages", "recompute": "recompute",
-                  "budget": "budget", "chains": "chains", "flat_bandwidth": "flat_bandwidth_Bps"}
+                  "budget": "budget", "chains": "chains", "flat_bandwidth": "flat_bandwidth_Bps",
+                  "rank_by": "rank_by"}
 _FLAGS = {field: f"--{name.replace('_', '-')}" for name, field in _SOLVE_OPTIONS.items()}
 _FLAGS["hint"] = "--hint/--no-hint"
 
@@ -321,17 +365,23 @@ _FLAGS["hint"] = "--hint/--no-hint"
               help="mcmc: independent chains (default 4).")
 @click.option("--flat-bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
               help="phaze: the one bandwidth (B/s) it plans with (default: the slowest tier's).")
+@click.option("--rank-by", type=click.Choice(["separate", "effective"]), default="separate",
+              show_default=True, help="SDP instances: keep the best plain and the best SDP "
+              "plan apart (the plain one is the plan, SDP's when no plain plan fits), or "
+              "name the better one by FLOP-equivalent time T_eff (DESIGN §7).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
 def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
                   seed: int, workers: int, milp_solver: str, hint: bool,
                   degrees: tuple[int, ...], vp: int | None, recompute: str | None,
                   budget: int | None, chains: int | None, flat_bandwidth: float | None,
-                  as_json: bool, output: str | None) -> None:
+                  rank_by: str, as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
     --time-limit bounds the whole solve of cpsat and milp: the DP plan they start
-    from (--hint) is computed first and its time counts against the limit.
+    from (--hint) is computed first and its time counts against the limit.  On an
+    instance allowing SDP (training.strategies) the best plain and the best SDP plan
+    are both reported; exit 0 when either exists.
     """
     honoured = HONOURED_OPTIONS[backend]
     for name, field in _SOLVE_OPTIONS.items():
@@ -350,35 +400,57 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     started = time.monotonic()
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
-    hint_plan, hint_s = None, None
+    hint_plan, sdp_hint, hint_s = None, None, None
     if hint and "hint" in honoured:
         try:
             hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
             hint_plan, hint_s = hinted.plan, time.monotonic() - started
+            sdp_hint = hinted.sdp.plan if hinted.sdp is not None else None
         except BackendOptionError as exc:  # the DP cannot plan this instance: no hint
             click.echo(f"note: solving without the DP hint: {exc}", err=True)
     time_left = time_limit - (time.monotonic() - started)
     try:
         options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),
                                seed=seed, workers=workers, milp_solver=milp_solver,
-                               hint=hint_plan, progress=sys.stderr.isatty(), extra=extra)
+                               hint=hint_plan, sdp_hint=sdp_hint,
+                               progress=sys.stderr.isatty(), extra=extra)
         result = solve(inst, backend, options)
     except BackendOptionError as exc:
         if exc.option in _FLAGS:
             raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
         raise
     record = result_record(inst, result)
+    chosen_plan = _chosen_plan(result, record, rank_by)
     if hint_s is not None:
         record["hint_wall_time_s"] = hint_s
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
         click.echo(_result_table(record))
-        if result.plan is not None:
+        if result.plan is not None:  # the plain plan's placement map (SDP's table is above)
             click.echo(plan_report(inst, evaluate(inst, result.plan)))
-    if output and result.plan is not None:
-        io.save_plan(result.plan, output)
-    sys.exit(ExitCode.OK if result.plan is not None else ExitCode.NO_PLAN)
+    if output and chosen_plan is not None:
+        io.save_plan(chosen_plan, output)
+    sys.exit(ExitCode.OK if chosen_plan is not None else ExitCode.NO_PLAN)
+
+
+def _chosen_plan(result: SolveResult, record: dict, rank_by: str) -> Plan | None:
+    """The plan ``-o`` writes: the plain one, the SDP one when no plain plan fits, or with
+    ``--rank-by effective`` the one of least T_eff (a plain plan's T_eff is its T; ties go
+    to the plain plan).  With ``effective`` the record says which one, ``better``."""
+    sdp = result.sdp
+    if sdp is None or sdp.plan is None:
+        return result.plan
+    if result.plan is None:
+        chosen = "sdp"
+    elif rank_by == "effective":
+        chosen = "sdp" if sdp.effective < result.objective_ticks else "dp"
+    else:
+        chosen = "dp"
+    if rank_by == "effective":
+        record["ranked_by"] = "effective"
+        record["better"] = chosen
+    return sdp.plan if chosen == "sdp" else result.plan
 
 
 def _check_writable(output: str) -> None:
@@ -396,7 +468,7 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
         seconds = result.objective_ticks * inst.training.tick_s
         throughput = cost.throughput(inst.training.global_batch, result.objective_ticks,
                                      inst.training.tick_s) if seconds else None
-    return {
+    record = {
         "backend": result.backend, "status": result.status.value, "space": result.space.value,
         "tolerance_rel": result.tolerance_rel,
         "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
@@ -404,6 +476,38 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
         "wall_time_s": result.wall_time_s, "message": result.message,
         "plan": io.plan_to_dict(result.plan) if result.plan is not None else None,
     }
+    if result.sdp is not None:  # a plain plan's T_eff is its T, at coverage 1
+        record.update(effective_ticks=result.objective_ticks, coverage="1",
+                      memory_saved_bytes=0 if result.plan is not None else None)
+        record["sdp"] = sdp_record(inst, result.sdp)
+    return record
+
+
+def sdp_record(inst: Instance, result: SolveResult) -> dict:
+    """The JSON form of an SDP search's result (DESIGN §7): T, T_eff (rounded up and exact),
+    its bound, coverage, memory saved against plain data parallelism, the worker graph."""
+    record = result_record(inst, result)
+    record.pop("bound_ticks")
+    record.update(
+        effective_ticks=math.ceil(result.effective) if result.effective is not None else None,
+        effective_exact=str(result.effective) if result.effective is not None else None,
+        effective_bound_ticks=math.floor(result.effective_bound)
+        if result.effective_bound is not None else None,
+        effective_bound_exact=str(result.effective_bound)
+        if result.effective_bound is not None else None)
+    for key in ("design", "layout"):
+        if key in result.stats:
+            record[key] = result.stats[key]
+    if result.plan is not None:
+        report = evaluate(inst, result.plan).sdp
+        record.update(level=report.level.value, masking=report.masking.value,
+                      holders=report.holders, workers=len(report.workers),
+                      coverage=str(report.coverage), memory_bytes=report.memory_bytes,
+                      plain_memory_bytes=report.plain_memory_bytes,
+                      memory_saved_bytes=report.memory_saved_bytes,
+                      algebraic_connectivity=report.algebraic_connectivity,
+                      connected=report.connected)
+    return record
 
 
 def _tflops(mfu: float | None, peak_flops_per_s: float | None) -> str:
@@ -461,6 +565,10 @@ def _result_table(record: dict) -> str:
     if record.get("hint_wall_time_s") is not None:
         wall += f" (after the DP hint: {record['hint_wall_time_s']:.3f} s)"
     lines.append(wall)
+    if "sdp" in record:
+        lines += _sdp_lines(record["sdp"])
+    if "better" in record:
+        lines.append(f"better by T_eff: {'SDP' if record['better'] == 'sdp' else 'plain'} plan")
     return "\n".join(lines)
 
 
@@ -533,6 +641,38 @@ def show_command(plan_path: str, instance_path: str, png: str | None) -> None:
     if not evaluation.feasible:
         click.echo(f"INFEASIBLE: {evaluation.violations[0]}", err=True)
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
+
+
+def _sdp_lines(sdp: dict) -> list[str]:
+    """The SDP search's part of the solve table (DESIGN §7)."""
+    status = status_text(sdp["status"], sdp["tolerance_rel"])
+    lines = ["", "SDP (subnetwork data parallelism; ranked by T_eff)",
+             f"status     {status}"]
+    if sdp["message"]:
+        lines.append(f"message    {sdp['message']}")
+    if sdp["objective_ticks"] is not None:
+        bound = sdp["effective_bound_ticks"]
+        lines += [f"objective  T = {sdp['objective_ticks']} ticks "
+                  f"({sdp['iteration_time_s']:.6f} s/iteration), T_eff = "
+                  f"{sdp['effective_ticks']} ticks (bound {bound})",
+                  f"plan       tp={sdp['plan']['config']['tp']} ep={sdp['plan']['config']['ep']} "
+                  f"microbatch={sdp['plan']['microbatch']} zero={sdp['plan']['zero']} "
+                  f"recompute={sdp['plan']['stages'][0]['recompute']} d={sdp['workers']} "
+                  f"h={sdp['holders']} (C = {sdp['coverage']}) {sdp['level']} level, "
+                  f"{sdp['masking']} masking"
+                  + (f", {sdp['design']} design on layout {sdp['layout']}"
+                     if "design" in sdp else ""),
+                  f"memory     {sdp['memory_bytes'] / 2**30:.2f} GiB per device, "
+                  f"{sdp['memory_saved_bytes'] / 2**30:.2f} GiB below plain data parallelism",
+                  "workers    algebraic connectivity "
+                  + ("n/a" if sdp["algebraic_connectivity"] is None
+                     else f"{sdp['algebraic_connectivity']:.4g}")
+                  + (" (connected)" if sdp["connected"] else
+                     " (disconnected: workers mix only through the shared parameters)")]
+    lines.append(f"wall time  {sdp['wall_time_s']:.3f} s")
+    return lines
+
+
 # ------------------------------------------------------------------ calibrate
 
 

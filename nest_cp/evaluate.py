@@ -54,10 +54,12 @@ from nest_cp.model import (
     LayerProfile,
     Phase,
     RecomputeMode,
+    Strategy,
     TrainingSetup,
 )
 from nest_cp.network import NetworkModel, Path, exact
 from nest_cp.plan import MEGATRON_LAYOUT, Plan
+from nest_cp.sdp import SdpReport, plan_violations, price_sdp
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +176,18 @@ class Evaluation:
     throughput_tokens_per_s: float | None = None
     mfu: float | None = None
     hfu: float | None = None
+    sdp: SdpReport | None = None  # SDP plans (DESIGN §7): per-worker terms, T_eff
 
     @property
     def feasible(self) -> bool:
         return not self.violations
+
+    @property
+    def effective(self) -> Fraction | None:
+        """FLOP-equivalent time T_eff (DESIGN §7): the objective itself for plain plans."""
+        if self.objective_ticks is None:
+            return None
+        return self.sdp.effective if self.sdp is not None else Fraction(self.objective_ticks)
 
     @property
     def chunks(self) -> tuple[ChunkReport, ...]:
@@ -195,6 +205,8 @@ class Evaluation:
             "mfu": self.mfu,
             "hfu": self.hfu,
             "virtual_stages": self.plan.virtual_stages,
+            "strategy": self.plan.strategy.value,
+            **({"sdp": self.sdp.as_dict()} if self.sdp is not None else {}),
             "num_microbatches": self.num_microbatches,
             "tau_max_ticks": self.tau_max_ticks,
             "sync_ticks": self.sync_ticks,
@@ -231,14 +243,22 @@ class Evaluator:
         self._terms = _Terms(instance.training, self.network)
 
     def evaluate(self, plan: Plan) -> Evaluation:
-        problems = _structural_violations(self.instance, plan)
+        instance = self.instance
+        problems = _structural_violations(instance, plan)
+        if plan.strategy is Strategy.SDP:  # its own rules first: they explain the rest
+            problems = plan_violations(instance, plan) + problems
+        elif Strategy.DP not in instance.training.strategies:
+            problems.append(("strategy", f"strategy 'dp' not allowed (allowed: "
+                                         f"{[s.value for s in instance.training.strategies]})"))
         if problems:
             return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
                               malformed_fields=tuple(name for name, _ in problems))
         if plan.placement is None:
             plan = plan.with_placement(MEGATRON_LAYOUT.placement(
                 plan.config, plan.num_stages, plan.num_replicas, self.network.canonical_order()))
-        return _price(self.instance, plan, self._terms)
+        if plan.strategy is Strategy.SDP:
+            return _sdp_evaluation(instance, plan, self.network)
+        return _price(instance, plan, self._terms)
 
     def stage_memory_bytes(self, plan: Plan, stage: int) -> int:
         """Bytes per device of pipeline stage ``stage``: the memory :meth:`evaluate` checks.
@@ -312,6 +332,21 @@ class _Terms:
         """:func:`cost.zero3_gather_ticks`: a chunk's ZeRO-3 all-gathers per microbatch."""
         return self._once(("gather", params, dp, path), lambda: cost.zero3_gather_ticks(
             params, self.optimizer, dp, path, self.tick_s))
+
+
+def _sdp_evaluation(instance: Instance, plan: Plan, network: NetworkModel) -> Evaluation:
+    """An SDP plan (DESIGN §7), priced by :func:`nest_cp.sdp.price_sdp`; MFU and HFU are null."""
+    report = price_sdp(instance, plan, network)
+    training = instance.training
+    seconds = report.objective_ticks * exact(training.tick_s)
+    samples = float(training.global_batch / seconds) if seconds else None
+    return Evaluation(
+        plan=plan, violations=report.violations, num_microbatches=report.num_microbatches,
+        tau_max_ticks=report.tau_max_ticks, sync_ticks=report.sync_ticks,
+        exposed_sync_ticks=report.exposed_sync_ticks, objective_ticks=report.objective_ticks,
+        iteration_time_s=float(seconds), throughput_samples_per_s=samples,
+        throughput_tokens_per_s=samples * training.seq_len if samples is not None else None,
+        sdp=report)
 
 
 # ------------------------------------------------------------------ structure

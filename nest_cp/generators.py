@@ -31,6 +31,10 @@ from nest_cp.model import (
     Optimizer,
     Phase,
     RecomputeMode,
+    SdpLevel,
+    SdpMasking,
+    SdpSetup,
+    Strategy,
     Tier,
     TrainingSetup,
     Workload,
@@ -399,3 +403,31 @@ NETWORK_BUILDERS: dict[str, tuple[Callable[[random.Random, int], HierarchicalNet
     "graph-ring": (_tiny_ring, 1),
     "graph-random": (_tiny_random_graph, 1),
 }
+
+
+def random_sdp_instance(seed: int, num_blocks: int = 2, units: int = 2,
+                        tier_sizes: tuple[int, ...] = (2, 2),
+                        levels: tuple[SdpLevel, ...] = (SdpLevel.BLOCK,),
+                        maskings: tuple[SdpMasking, ...] = (SdpMasking.FORWARD,),
+                        holders: tuple[int, ...] = (),
+                        strategies: tuple[Strategy, ...] = (Strategy.DP, Strategy.SDP),
+                        **options) -> Instance:
+    """A :func:`random_instance` of ``num_blocks`` maskable blocks between an embedding and a
+    head, for SDP (DESIGN §7): each block has ``units`` width slices carrying a random
+    fraction of it, and every profile a weight gradient of half its backward.
+    ``options`` are passed on to :func:`random_instance`."""
+    rng = random.Random(seed)
+    base = random_instance(seed, num_layers=num_blocks + 2, tier_sizes=tier_sizes, **options)
+    layers = []
+    for index, layer in enumerate(base.workload.layers):
+        maskable = 0 < index <= num_blocks
+        fraction = rng.choice((0.75, 0.9, 1.0))
+        layers.append(Layer(layer.name, {
+            key: dataclasses.replace(profile, wgrad_s=round(profile.bwd_s / 2, 9),
+                                     sdp_units=units if maskable else 0,
+                                     sdp_fraction=fraction if maskable else 0.0)
+            for key, profile in layer.profiles.items()}))
+    training = dataclasses.replace(base.training, strategies=strategies, sdp=SdpSetup(
+        levels=levels, maskings=maskings, holders=holders))
+    return Instance(Workload(base.workload.name, tuple(layers)), base.cluster, training,
+                    name=f"{base.name}-sdp")

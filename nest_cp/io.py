@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -43,11 +44,15 @@ from nest_cp.model import (
     Phase,
     RecomputeMode,
     Schedule,
+    SdpLevel,
+    SdpMasking,
+    SdpSetup,
+    Strategy,
     Tier,
     TrainingSetup,
     Workload,
 )
-from nest_cp.plan import Plan, Stage
+from nest_cp.plan import Plan, SdpMask, Stage
 
 # ------------------------------------------------------------------ file access
 
@@ -432,7 +437,7 @@ def _cluster_preset(name: str, options: dict, base_dir: FsPath | None) -> Cluste
 def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
     allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
                "recompute", "allow_recompute", "virtual_stages", "overlap_grad_reduce",
-               "schedule", "tick_s"}
+               "schedule", "tick_s", "strategies", "sdp"}
     value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
     kwargs: dict[str, Any] = {
         "global_batch": reader.integer(value["global_batch"], _join(field, "global_batch"), 1),
@@ -479,7 +484,51 @@ def _training(reader: _Reader, value: Any, field: str) -> TrainingSetup:
         kwargs["schedule"] = reader.choice(value["schedule"], _join(field, "schedule"), Schedule)
     if "tick_s" in value:
         kwargs["tick_s"] = reader.number(value["tick_s"], _join(field, "tick_s"), positive=True)
+    if "strategies" in value:
+        names = reader.seq(value["strategies"], _join(field, "strategies"))
+        kwargs["strategies"] = tuple(reader.choice(v, _join(field, f"strategies[{i}]"), Strategy)
+                                     for i, v in enumerate(names))
+    if "sdp" in value:
+        kwargs["sdp"] = _sdp_setup(reader, value["sdp"], _join(field, "sdp"))
     return reader.build(field, TrainingSetup, **kwargs)
+
+
+def _sdp_setup(reader: _Reader, value: Any, field: str) -> SdpSetup:
+    """``{"levels", "maskings", "holders" | "coverages"}``; coverages as numbers or "p/q"."""
+    value = reader.mapping(value, field, {"levels", "maskings", "holders", "coverages"})
+    kwargs: dict[str, Any] = {}
+    for key, enum in (("levels", SdpLevel), ("maskings", SdpMasking)):
+        if key in value:
+            items = reader.seq(value[key], _join(field, key))
+            kwargs[key] = tuple(reader.choice(v, _join(field, f"{key}[{i}]"), enum)
+                                for i, v in enumerate(items))
+    if "holders" in value:
+        items = reader.seq(value["holders"], _join(field, "holders"))
+        kwargs["holders"] = tuple(reader.integer(v, _join(field, f"holders[{i}]"), 1)
+                                  for i, v in enumerate(items))
+    if "coverages" in value:
+        items = reader.seq(value["coverages"], _join(field, "coverages"))
+        kwargs["coverages"] = tuple(_coverage(reader, v, _join(field, f"coverages[{i}]"))
+                                    for i, v in enumerate(items))
+    return reader.build(field, SdpSetup, **kwargs)
+
+
+def _coverage(reader: _Reader, value: Any, field: str) -> Fraction:
+    """A coverage C in (0, 1]: a number read as the decimal it prints as, or "p/q"."""
+    expected = "a coverage in (0, 1]: a number or a fraction such as \"1/3\""
+    if isinstance(value, str) and len(value) <= 32:
+        try:
+            coverage = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            coverage = None
+    elif isinstance(value, int | float) and not isinstance(value, bool) and \
+            math.isfinite(value) and abs(value) <= MAX_INT:
+        coverage = Fraction(str(value))
+    else:
+        coverage = None
+    if coverage is None or not 0 < coverage <= 1:
+        reader.fail(field, expected, value)
+    return coverage
 
 
 def _cluster(reader: _Reader, value: Any, field: str) -> Cluster:
@@ -642,7 +691,22 @@ def training_to_dict(training: TrainingSetup) -> dict:
         "virtual_stages": list(training.virtual_stages),
         "overlap_grad_reduce": training.overlap_grad_reduce,
         "schedule": training.schedule.value, "tick_s": training.tick_s,
+        **_strategies_to_dict(training),
     }
+
+
+def _strategies_to_dict(training: TrainingSetup) -> dict:
+    """``strategies`` and ``sdp``, written only when SDP is allowed (older files unchanged)."""
+    if training.strategies == (Strategy.DP,) and training.sdp == SdpSetup():
+        return {}
+    sdp: dict[str, Any] = {"levels": [level.value for level in training.sdp.levels],
+                           "maskings": [masking.value for masking in training.sdp.maskings]}
+    if training.sdp.holders:
+        sdp["holders"] = list(training.sdp.holders)
+    if training.sdp.coverages:
+        sdp["coverages"] = [str(c) if c.denominator > 1 else int(c)
+                            for c in training.sdp.coverages]
+    return {"strategies": [strategy.value for strategy in training.strategies], "sdp": sdp}
 
 
 def cluster_to_dict(cluster: Cluster) -> dict:
@@ -704,6 +768,11 @@ def plan_to_dict(plan: Plan) -> dict:
             "dp": plan.num_replicas}
     if plan.placement is not None:
         data["placement"] = [[list(ranks) for ranks in replicas] for replicas in plan.placement]
+    if plan.sdp is not None:
+        data["strategy"] = plan.strategy.value
+        data["sdp"] = {"level": plan.sdp.level.value, "masking": plan.sdp.masking.value,
+                       "holders": plan.sdp.holders,
+                       "mask": [list(units) for units in plan.sdp.mask]}
     return data
 
 
@@ -719,7 +788,7 @@ def load_plan(path: str | FsPath) -> Plan:
 def plan_from_dict(data: Any, file: str | None = None) -> Plan:
     reader = _Reader(file, PlanFormatError)
     reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement",
-                              "virtual_stages"}, ("stages",))
+                              "virtual_stages", "strategy", "sdp"}, ("stages",))
     config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep"})
     config = reader.build("config", IntraConfig,
                           tp=reader.integer(config_raw.get("tp", 1), "config.tp", 1),
@@ -747,7 +816,23 @@ def plan_from_dict(data: Any, file: str | None = None) -> Plan:
         zero=reader.integer(data.get("zero", 0), "zero"),
         num_replicas=reader.integer(data.get("dp", 1), "dp", 1), stages=tuple(stages),
         placement=placement,
-        virtual_stages=reader.integer(data.get("virtual_stages", 1), "virtual_stages", 1))
+        virtual_stages=reader.integer(data.get("virtual_stages", 1), "virtual_stages", 1),
+        strategy=reader.choice(data.get("strategy", "dp"), "strategy", Strategy),
+        sdp=None if data.get("sdp") is None else _sdp_mask(reader, data["sdp"], "sdp"))
+
+
+def _sdp_mask(reader: _Reader, value: Any, field: str) -> SdpMask:
+    """``{"level", "masking", "holders", "mask": [[units of worker 0], ...]}``."""
+    value = reader.mapping(value, field, {"level", "masking", "holders", "mask"},
+                           ("level", "masking", "holders", "mask"))
+    rows = reader.seq(value["mask"], _join(field, "mask"))
+    mask = tuple(tuple(reader.integer(unit, f"{field}.mask[{w}][{k}]")
+                       for k, unit in enumerate(reader.seq(row, f"{field}.mask[{w}]", False)))
+                 for w, row in enumerate(rows))
+    return reader.build(
+        field, SdpMask, level=reader.choice(value["level"], _join(field, "level"), SdpLevel),
+        masking=reader.choice(value["masking"], _join(field, "masking"), SdpMasking),
+        holders=reader.integer(value["holders"], _join(field, "holders"), 1), mask=mask)
 
 
 def _recompute_mode(reader: _Reader, value: Any, field: str) -> RecomputeMode:

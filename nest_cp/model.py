@@ -425,6 +425,80 @@ class RecomputeMode(str, Enum):
                         f"it with RecomputeMode.NONE / SELECTIVE / FULL")
 
 
+class Strategy(str, Enum):
+    """How the model is replicated over data-parallel workers (DESIGN §1.3)."""
+
+    DP = "dp"    # plain data parallelism (with ZeRO)
+    SDP = "sdp"  # subnetwork data parallelism (DESIGN §7)
+
+
+class SdpLevel(str, Enum):
+    """What an SDP unit is: a whole transformer block, or one width slice of a block."""
+
+    BLOCK = "block"
+    NEURON = "neuron"
+
+
+class SdpMasking(str, Enum):
+    """Forward masking runs only the held subnetwork; backward masking runs the full forward
+    and data gradient and masks weight gradients and optimizer state (DESIGN §7)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+@dataclass(frozen=True, slots=True)
+class SdpSetup:
+    """The SDP choices a plan may make (DESIGN §7).
+
+    ``holders``: the allowed h (workers holding each unit); ``coverages``: the allowed
+    C = h/d as exact fractions.  At most one of them is given; with neither, every
+    h < d is allowed (h = d is plain data parallelism).
+    """
+
+    levels: tuple[SdpLevel, ...] = (SdpLevel.BLOCK,)
+    maskings: tuple[SdpMasking, ...] = (SdpMasking.FORWARD,)
+    holders: tuple[int, ...] = ()
+    coverages: tuple[Fraction, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, enum in (("levels", SdpLevel), ("maskings", SdpMasking)):
+            values = getattr(self, name)
+            _require(len(values) >= 1, name, "a non-empty list", values)
+            for index, value in enumerate(values):
+                _require(isinstance(value, enum), f"{name}[{index}]",
+                         "one of " + ", ".join(repr(e.value) for e in enum), value)
+            _require(len(set(values)) == len(values), name, "distinct values",
+                     [v.value for v in values])
+        _require(not (self.holders and self.coverages), "coverages",
+                 "either holders or coverages, not both", "both")
+        for index, count in enumerate(self.holders):
+            _pos_int(count, f"holders[{index}]")
+        for index, coverage in enumerate(self.coverages):
+            _require(isinstance(coverage, Fraction) and 0 < coverage <= 1,
+                     f"coverages[{index}]", "a fraction in (0, 1]", coverage)
+
+    def allows(self, holders: int, workers: int) -> bool:
+        """Whether h = ``holders`` of d = ``workers`` is an allowed SDP choice."""
+        if not 1 <= holders <= workers:
+            return False
+        if self.holders:
+            return holders in self.holders
+        if self.coverages:
+            return Fraction(holders, workers) in self.coverages
+        return holders < workers
+
+    def holder_counts(self, workers: int) -> tuple[int, ...]:
+        """Every allowed h for d = ``workers``, ascending (what :meth:`allows` accepts)."""
+        if self.holders:
+            found = {h for h in self.holders if h <= workers}
+        elif self.coverages:
+            found = {int(c * workers) for c in self.coverages if (c * workers).denominator == 1}
+        else:
+            found = set(range(1, workers))
+        return tuple(sorted(h for h in found if h >= 1))
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSetup:
     """Global batch, sequence length and the choices a plan may make (DESIGN §1.3)."""
@@ -439,6 +513,8 @@ class TrainingSetup:
     overlap_grad_reduce: bool = False
     schedule: Schedule = Schedule.ONE_F_ONE_B
     tick_s: float = 1e-9
+    strategies: tuple[Strategy, ...] = (Strategy.DP,)  # replication strategies (DESIGN §7)
+    sdp: SdpSetup = field(default_factory=SdpSetup)
 
     def __post_init__(self) -> None:
         _pos_int(self.global_batch, "global_batch")
@@ -455,6 +531,13 @@ class TrainingSetup:
                  "true or false", self.overlap_grad_reduce)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
         _pos_number(self.tick_s, "tick_s")
+        _require(len(self.strategies) >= 1, "strategies", "a non-empty list", self.strategies)
+        for index, strategy in enumerate(self.strategies):
+            _require(isinstance(strategy, Strategy), f"strategies[{index}]", "'dp' or 'sdp'",
+                     strategy)
+        _require(len(set(self.strategies)) == len(self.strategies), "strategies",
+                 "distinct strategies", [s.value for s in self.strategies])
+        _require(isinstance(self.sdp, SdpSetup), "sdp", "SDP choices", self.sdp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +557,8 @@ class Instance:
                  list(self.training.microbatches))
         if RecomputeMode.SELECTIVE in self.training.recompute_modes:
             _check_selective_profiles(self)
+        if Strategy.SDP in self.training.strategies:
+            _check_sdp_profiles(self)
         _check_tick_range(self)
 
     @property
@@ -493,6 +578,25 @@ def _check_selective_profiles(instance: Instance) -> None:
                     f"expected sel_fwd_s and sel_act_bytes in every profile when 'selective' "
                     f"is allowed, got none in layer {index} ({layer.name!r}) for tp={config.tp}, "
                     f"ep={config.ep}, microbatch={microbatch}", field="training.recompute")
+
+
+def _check_sdp_profiles(instance: Instance) -> None:
+    """SDP allowed: some layer must be maskable, and backward masking needs wgrad_s."""
+    profiles = [(index, layer.name, config, microbatch, layer.profile(config, microbatch))
+                for config, microbatch in instance.choices
+                for index, layer in enumerate(instance.workload.layers)]
+    if not any(profile.sdp_units for *_, profile in profiles):
+        raise InstanceFormatError(
+            "expected some layer with sdp_units > 0 when 'sdp' is allowed (a maskable block), "
+            "got none", field="training.strategies")
+    if SdpMasking.BACKWARD not in instance.training.sdp.maskings:
+        return
+    for index, name, config, microbatch, profile in profiles:
+        if profile.sdp_units and profile.wgrad_s is None:
+            raise InstanceFormatError(
+                f"expected wgrad_s in every maskable profile when 'backward' masking is "
+                f"allowed, got none in layer {index} ({name!r}) for tp={config.tp}, "
+                f"ep={config.ep}, microbatch={microbatch}", field="training.sdp.maskings")
 
 
 def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = None) -> int:
@@ -533,13 +637,22 @@ def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = 
         sync = 2 * transfer(params * optimizer.grad_bytes, devices)
         # each primitive term is rounded up once: at most one tick more per term
         terms = sum(3 + 2 * len(p.collectives) for p in profiles) + 4
+        sync_terms = 0
+        if Strategy.SDP in training.strategies:  # DESIGN §7: one all-reduce and one
+            # broadcast per unit, each rounded once, and up to four rounded shares per unit
+            units = sum(p.sdp_units + 1 for p in profiles)
+            sync += 2 * transfer(params * (optimizer.grad_bytes + optimizer.weight_bytes),
+                                 devices) + 2 * units * transfer(0, devices)
+            terms += 4 * units
+            sync_terms = 2 * units
         for dp in {1, max(1, devices // config.devices)}:
             gather = 2 * transfer(params * optimizer.weight_bytes, dp) \
                 if 3 in training.zero_stages else 0
             batch = training.global_batch if global_batch is None else global_batch
             steps = max(training.virtual_stages) * (
                 Fraction(batch, microbatch * config.ep * dp) + 1) + layers
-            ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms + 2
+            ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms \
+                + sync_terms + 2
             worst = max(worst, ticks)
     return worst
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from nest_cp.errors import InstanceFormatError
-from nest_cp.model import IntraConfig, RecomputeMode
+from nest_cp.model import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,37 @@ Placement = tuple[tuple[tuple[int, ...], ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class SdpMask:
+    """The SDP part of a plan (DESIGN §7): level, masking, h and the units each worker holds.
+
+    ``mask[w]`` lists the units worker (replica) w holds, numbered in layer order (a
+    layer's width slices consecutively at neuron level).  Whether the mask is valid for
+    the instance (every unit held by exactly h workers, balanced rows) is the evaluator's
+    question, so that a bad mask is reported naming its field.
+    """
+
+    level: SdpLevel
+    masking: SdpMasking
+    holders: int
+    mask: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.level, SdpLevel):
+            raise InstanceFormatError(f"expected 'block' or 'neuron', got {self.level!r}",
+                                      field="level")
+        if not isinstance(self.masking, SdpMasking):
+            raise InstanceFormatError(f"expected 'forward' or 'backward', got "
+                                      f"{self.masking!r}", field="masking")
+        if not (isinstance(self.holders, int) and self.holders >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.holders!r}",
+                                      field="holders")
+
+    @property
+    def workers(self) -> int:
+        return len(self.mask)
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """Every choice of DESIGN §2; ``placement`` None means the default Megatron layout.
 
@@ -58,8 +89,18 @@ class Plan:
     stages: tuple[Stage, ...]
     placement: Placement | None = None
     virtual_stages: int = 1  # v of interleaved 1F1B; 1 = plain 1F1B
+    strategy: Strategy = Strategy.DP  # SDP plans carry their mask in ``sdp`` (DESIGN §7)
+    sdp: SdpMask | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.strategy, Strategy):
+            raise InstanceFormatError(f"expected 'dp' or 'sdp', got {self.strategy!r}",
+                                      field="strategy")
+        if (self.strategy is Strategy.SDP) != (self.sdp is not None):
+            raise InstanceFormatError(
+                "expected an 'sdp' section exactly when the strategy is 'sdp', got "
+                + ("none" if self.sdp is None else f"one with strategy {self.strategy.value!r}"),
+                field="sdp")
         if not (isinstance(self.microbatch, int) and self.microbatch >= 1):
             raise InstanceFormatError(f"expected an integer >= 1, got {self.microbatch!r}",
                                       field="microbatch")

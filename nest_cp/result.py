@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 
 from nest_cp.errors import BackendOptionError
 from nest_cp.plan import Plan
@@ -45,6 +46,11 @@ class SolveResult:
     message: str = ""
     stats: dict = field(default_factory=dict)
     tolerance_rel: float = 0.0
+    # SDP (DESIGN §7): a search for SDP plans minimises the FLOP-equivalent time T_eff, an
+    # exact rational; ``objective_ticks`` stays the plan's iteration time T
+    effective: Fraction | None = None        # T_eff of ``plan``
+    effective_bound: Fraction | None = None  # proven lower bound on T_eff over the space
+    sdp: SolveResult | None = None           # the SDP search beside this (plain) one
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tolerance_rel) and 0 <= self.tolerance_rel < 1):
@@ -56,12 +62,22 @@ class SolveResult:
                              f"and objective {self.objective_ticks}")
         if self.status in (Status.OPTIMAL, Status.FEASIBLE) and self.plan is None:
             raise ValueError(f"expected a plan with status {self.status.value}")
+        if self.status is Status.OPTIMAL and self.effective is not None and \
+                self.effective_bound is not None and not self._effective_bound_proves_optimum():
+            raise ValueError(f"expected T_eff bound == T_eff for OPTIMAL, got bound "
+                             f"{self.effective_bound} and T_eff {self.effective}")
 
     def _bound_proves_optimum(self) -> bool:
         objective, bound = self.objective_ticks, self.bound_ticks
         if self.tolerance_rel == 0:
             return bound == objective
         return objective * (1 - 3 * self.tolerance_rel) - 1 <= bound <= objective
+
+    def _effective_bound_proves_optimum(self) -> bool:
+        effective, bound = self.effective, self.effective_bound
+        if self.tolerance_rel == 0:
+            return bound == effective
+        return effective * (1 - 3 * Fraction(self.tolerance_rel)) - 1 <= bound <= effective
 
     @property
     def status_text(self) -> str:
@@ -92,6 +108,7 @@ class SolveOptions:
     workers: int = 1
     milp_solver: str = "cbc"          # milp: "cbc" or "highs"
     hint: Plan | None = None          # cpsat hint / milp warm start
+    sdp_hint: Plan | None = None      # the same for the SDP search (DESIGN §7)
     progress: bool = False            # progress bar on stderr for long runs
     extra: dict = field(default_factory=dict)  # backend-specific (budget, flat bandwidth, degrees)
 

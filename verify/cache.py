@@ -50,7 +50,9 @@ def options_key(options: SolveOptions) -> dict:
     return {"space": options.space.value, "time_limit_s": options.time_limit_s,
             "seed": options.seed, "workers": options.workers,
             "milp_solver": options.milp_solver, "extra": options.extra,
-            "hint": None if options.hint is None else digest(plan_to_dict(options.hint))}
+            "hint": None if options.hint is None else digest(plan_to_dict(options.hint)),
+            **({"sdp_hint": digest(plan_to_dict(options.sdp_hint))}
+               if options.sdp_hint is not None else {})}
 
 
 SOURCE_PACKAGES = ("nest_cp", "nest_cp.dp", "nest_cp.verify")

@@ -29,7 +29,7 @@ from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_documen
 from nest_cp.model import HierarchicalNetwork, Instance
 from nest_cp.plan import Plan
 from nest_cp.result import SolveOptions, SolveResult, Space, Status
-from nest_cp.verify import certify
+from nest_cp.verify import certify, sdp
 from nest_cp.verify.cache import (
     DEFAULT_CACHE_DIR,
     ResultCache,
@@ -59,9 +59,11 @@ class HarnessOptions:
     cache_dir: Path = DEFAULT_CACHE_DIR
     use_cache: bool = True
 
-    def solve_options(self, space: Space, hint: Plan | None) -> SolveOptions:
+    def solve_options(self, space: Space, hint: Plan | None,
+                      sdp_hint: Plan | None = None) -> SolveOptions:
         return SolveOptions(space=space, time_limit_s=self.time_limit_s, seed=self.seed,
-                            workers=1, milp_solver=self.milp_solver, hint=hint)
+                            workers=1, milp_solver=self.milp_solver, hint=hint,
+                            sdp_hint=sdp_hint)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ def _check_reference(document: object, file: str) -> None:
                 entry.get("objective_ticks") is None:
             raise InstanceFormatError(f"expected objective_ticks with status {entry['status']}",
                                       file=file, field=f"{where}.objective_ticks")
+    sdp.check_reference(document, file)
 
 
 # ------------------------------------------------------------------ one run
@@ -222,12 +225,16 @@ def _check_reference(document: object, file: str) -> None:
 
 def run_record(result: SolveResult, source: str, instance_sha: str) -> dict:
     """The JSON record of one refereed backend result."""
-    return {"backend": result.backend, "space": result.space.value, "status": result.status.value,
-            "tolerance_rel": result.tolerance_rel,
-            "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
-            "wall_time_s": round(result.wall_time_s, 4), "message": result.message,
-            "plan": None if result.plan is None else plan_to_dict(result.plan),
-            "source": source, "instance_sha256": instance_sha}
+    record = {"backend": result.backend, "space": result.space.value,
+              "status": result.status.value, "tolerance_rel": result.tolerance_rel,
+              "objective_ticks": result.objective_ticks,
+              "bound_ticks": result.bound_ticks, "wall_time_s": round(result.wall_time_s, 4),
+              "message": result.message,
+              "plan": None if result.plan is None else plan_to_dict(result.plan),
+              "source": source, "instance_sha256": instance_sha}
+    if result.sdp is not None:
+        record["sdp"] = sdp.run_record(result.sdp)
+    return record
 
 
 def _failed_record(backend: str, space: Space, status: str, message: str) -> dict:
@@ -238,11 +245,14 @@ def _failed_record(backend: str, space: Space, status: str, message: str) -> dic
 
 def _result_from_record(record: dict) -> SolveResult:
     plan = None if record["plan"] is None else plan_from_dict(record["plan"])
+    space = Space(record["space"])
     return SolveResult(backend=record["backend"], status=Status(record["status"]), plan=plan,
                        objective_ticks=record["objective_ticks"],
                        bound_ticks=record["bound_ticks"], wall_time_s=record["wall_time_s"],
-                       space=Space(record["space"]), message=record.get("message", ""),
-                       tolerance_rel=record.get("tolerance_rel", 0.0))
+                       space=space, message=record.get("message", ""),
+                       tolerance_rel=record.get("tolerance_rel", 0.0),
+                       sdp=sdp.result_from_record(record["sdp"], record["backend"], space)
+                       if record.get("sdp") else None)
 
 
 def run_backend(instance: Instance, instance_sha: str, backend: str, options: SolveOptions,
@@ -327,16 +337,17 @@ def verify_instance(task: Task) -> dict:
 
 def _run_all(instance: Instance, sha: str, options: HarnessOptions) -> list[dict]:
     cache = ResultCache(options.cache_dir, options.use_cache)
-    runs, hint = [], None
+    runs, hint, sdp_hint = [], None, None
     ordered = sorted(options.backends, key=lambda name: name != "dp")  # the DP first: it hints
     code = code_fingerprint()
     for backend in ordered:
         for space in spaces_of(backend):
-            run, plan = run_backend(instance, sha, backend, options.solve_options(space, hint),
-                                    cache, code)
+            run, plan = run_backend(instance, sha, backend,
+                                    options.solve_options(space, hint, sdp_hint), cache, code)
             runs.append(run)
-            if backend == "dp" and plan is not None:
-                hint = plan
+            if backend == "dp":
+                hint = plan if plan is not None else hint
+                sdp_hint = sdp.hint_of(run)
     return runs
 
 
@@ -367,6 +378,7 @@ def _analyse(record: dict, reference: dict | None) -> None:
                               **reference["spaces"]["full"]}
     record["gap"] = certify.structural_gap(runs, reference_full)
     record["failures"] = list(dict.fromkeys(failures))  # keep order, drop repeats
+    sdp.analyse(record, reference)  # SDP searches: their own certificate and gap (DESIGN §7)
 
 
 def snapshot_changes(reference: dict, runs: list[dict]) -> list[str]:

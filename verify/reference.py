@@ -27,7 +27,7 @@ import click
 from nest_cp import __version__
 from nest_cp.io import write_document
 from nest_cp.result import Space, Status
-from nest_cp.verify import certify
+from nest_cp.verify import certify, sdp
 from nest_cp.verify.harness import (
     INDEPENDENT,
     SNAPSHOT,
@@ -87,11 +87,19 @@ def reference_document(record: dict, time_limit_s: float) -> dict:
     else:  # the DP's own answer: a snapshot of it, in its own space only
         spaces = {Space.STRUCTURED.value: space_entry(
             [run for run in usable if run["backend"] == "dp"], Space.STRUCTURED.value)}
-    return {"instance": record["instance"], "instance_sha256": record["sha256"],
-            "kind": INDEPENDENT if independent else SNAPSHOT,
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
-            "time_limit_s": time_limit_s, "generated_by": "python -m nest_cp.verify.reference",
-            "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}
+    document = {"instance": record["instance"], "instance_sha256": record["sha256"],
+                "kind": INDEPENDENT if independent else SNAPSHOT,
+                "date": datetime.now(UTC).strftime("%Y-%m-%d"), "nest_cp_version": __version__,
+                "time_limit_s": time_limit_s,
+                "generated_by": "python -m nest_cp.verify.reference",
+                "spaces": {name: entry for name, entry in spaces.items() if entry is not None}}
+    views = sdp.views(usable)
+    sdp_spaces = {space.value: sdp.json_entry(space_entry(views, space.value))
+                  for space in (Space.FULL, Space.STRUCTURED)}
+    if any(sdp_spaces.values()):  # SDP searches: T_eff as "p/q" (DESIGN §7)
+        document["sdp"] = {"objective": "effective_ticks", "spaces": {
+            name: entry for name, entry in sdp_spaces.items() if entry is not None}}
+    return document
 
 
 def write_references(records: list[dict], time_limit_s: float) -> list[Path]:

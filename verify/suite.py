@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 LOGGER = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ NVLINK_BPS, NVLINK_LATENCY_S = 1e11, 1e-6       # node-internal link, ~100 GB/s
 RACK_BPS, RACK_LATENCY_S = 2.5e10, 3e-6          # 200 Gb/s NIC
 SPINE_BPS, SPINE_LATENCY_S = 1.25e10, 5e-6       # 100 Gb/s NIC
 SLOW_BPS, SLOW_LATENCY_S = 1e9, 2e-5             # a thin inter-island link
+POD_BPS = 2.5e9                                  # a 20 Gb/s per-device inter-pod share
 
 
 # ------------------------------------------------------------------ layer profiles
@@ -39,6 +40,8 @@ class LayerSpec:
     out_bytes: int         # hidden-state bytes of one sample leaving the layer
     expert_params: int = 0  # parameters of all experts, split across ep ranks
     repeat: int = 1
+    sdp_units: int = 0      # SDP (DESIGN §7): width slices of a maskable block (0: shared)
+    sdp_fraction: float = 0.0  # the share of the block those slices carry
 
 
 def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
@@ -61,11 +64,14 @@ def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
     if spec.expert_params and ep > 1:
         collectives += [_collective("all_to_all", out_bytes, "ep", phase)
                         for phase in ("fwd", "fwd", "bwd", "bwd")]
-    return {"tp": tp, "ep": ep, "microbatch": microbatch, "fwd_s": fwd_s,
-            "bwd_s": round(2 * fwd_s, 9), "dense_params": spec.dense_params // tp,
-            "expert_params": spec.expert_params // ep,
-            "act_bytes": spec.act_bytes * microbatch // tp, "ckpt_bytes": out_bytes,
-            "out_bytes": out_bytes, "collectives": collectives}
+    profile = {"tp": tp, "ep": ep, "microbatch": microbatch, "fwd_s": fwd_s,
+               "bwd_s": round(2 * fwd_s, 9), "dense_params": spec.dense_params // tp,
+               "expert_params": spec.expert_params // ep,
+               "act_bytes": spec.act_bytes * microbatch // tp, "ckpt_bytes": out_bytes,
+               "out_bytes": out_bytes, "collectives": collectives}
+    if spec.sdp_units:  # the weight gradient is half the backward (the 2x rule's other half)
+        profile.update(wgrad_s=fwd_s, sdp_units=spec.sdp_units, sdp_fraction=spec.sdp_fraction)
+    return profile
 
 
 def _collective(kind: str, volume_bytes: int, group: str, phase: str) -> dict:
@@ -196,6 +202,8 @@ class SmallSpec:
     microbatches: list[int] = field(default_factory=lambda: [1])
     zero_stages: list[int] = field(default_factory=lambda: [0])
     allow_recompute: bool = False
+    sdp: dict | None = None  # training.sdp (DESIGN §7); given: strategies dp and sdp
+    strategies: list[str] = field(default_factory=lambda: ["dp"])
 
 
 GB = 10**9
@@ -207,7 +215,7 @@ GB = 10**9
 def small_specs() -> list[SmallSpec]:
     """Every small instance, in a fixed order."""
     return [*_hierarchical_specs(), *_moe_specs(), *_tight_specs(), *_graph_specs(),
-            *_infeasible_specs()]
+            *_infeasible_specs(), *_sdp_specs()]
 
 
 def _hierarchical_specs() -> list[SmallSpec]:
@@ -328,6 +336,42 @@ def _infeasible_specs() -> list[SmallSpec]:
     ]
 
 
+def maskable(chain: list[LayerSpec], units: int = 1, fraction: float = 1.0) -> list[LayerSpec]:
+    """The chain with every block (all layers but the first and the last) maskable by SDP."""
+    return [chain[0], *(replace(block, sdp_units=units, sdp_fraction=fraction)
+                        for block in chain[1:-1]), chain[-1]]
+
+
+def _sdp_specs() -> list[SmallSpec]:
+    """SDP instances (DESIGN §7): both levels and maskings, one where only SDP fits, one
+    where the holder groups must stay off a slow tier."""
+    both = ["forward", "backward"]
+    heavy = [LayerSpec("embed", 0.2, int(3e8), int(6e9), int(8e6)),
+             *[LayerSpec(f"block{index}", 1.0 + 0.25 * index, int(1e9), int(2e9), int(8e6),
+                         sdp_units=1, sdp_fraction=1.0) for index in range(4)],
+             LayerSpec("head", 0.6, int(3e8), int(1e9), int(4e6))]
+    light_ends = [replace(layer, dense_params=int(1e7)) if not layer.sdp_units else
+                  replace(layer, dense_params=int(1e9)) for layer in maskable(dense_chain(4))]
+    return [
+        SmallSpec("sdp-block-l4-d4", "sdp", "SDP block level, forward and backward masking",
+                  maskable(dense_chain(2)), 4, two_tier(2, 2), 80 * GB,
+                  sdp={"levels": ["block"], "maskings": both}),
+        SmallSpec("sdp-neuron-l4-d4", "sdp", "SDP neuron level (4 slices of 90 % per block)",
+                  maskable(dense_chain(2), 4, 0.9), 4, two_tier(2, 2), 80 * GB,
+                  sdp={"levels": ["neuron"], "maskings": both, "holders": [1, 2]}),
+        SmallSpec("sdp-only-l6-d4", "sdp", "no plain plan fits 36 GB; SDP with C = 1/4 does",
+                  heavy, 4, two_tier(2, 2), 36 * GB,
+                  sdp={"levels": ["block"], "maskings": ["forward"]}),
+        SmallSpec("sdp-slowtier-l6-d8", "sdp", "holder pairs must stay off the slow pod tier",
+                  light_ends, 8, hierarchical(
+                      ("node", 2, NVLINK_BPS, NVLINK_LATENCY_S),
+                      ("rack", 2, RACK_BPS, RACK_LATENCY_S),
+                      ("pod", 2, POD_BPS, SLOW_LATENCY_S)), 80 * GB, global_batch=32,
+                  configs=[(1, 1), (2, 1)],
+                  sdp={"levels": ["block"], "maskings": ["forward"], "holders": [2]}),
+    ]
+
+
 def small_instance(spec: SmallSpec) -> dict:
     """The instance-file dict of one small specification."""
     return {
@@ -341,7 +385,8 @@ def small_instance(spec: SmallSpec) -> dict:
                      "microbatches": spec.microbatches,
                      "optimizer": {"name": "adam-mixed", "weight_bytes": 2, "grad_bytes": 2,
                                    "state_bytes": 12},
-                     "zero_stages": spec.zero_stages, "allow_recompute": spec.allow_recompute},
+                     "zero_stages": spec.zero_stages, "allow_recompute": spec.allow_recompute,
+                     **({"strategies": ["dp", "sdp"], "sdp": spec.sdp} if spec.sdp else {})},
     }
 
 
@@ -397,14 +442,17 @@ def write_instances(root: Path) -> list[Path]:
     for folder, text in (("small", small_readme()), ("paper", PAPER_README)):
         _write_text(text, root / folder / "README.md")
         written.append(root / folder / "README.md")
-    worked = Path(__file__).resolve().parent.parent / "tests" / "data" / "worked_example.json"
-    if worked.exists():
-        document = json.loads(worked.read_text(encoding="utf-8"))
-        document["provenance"] = {"family": "worked-example", "source": "DESIGN.md section 3.1 "
-                                  "(copied from tests/data/worked_example.json)"}
-        target = root / "small" / "worked_example.json"
-        _write_json(document, target)
-        written.append(target)
+    data = Path(__file__).resolve().parent.parent / "tests" / "data"
+    for name, family, section in (("worked_example", "worked-example", "3.1"),
+                                  ("sdp_worked_example", "sdp", "7")):
+        worked = data / f"{name}.json"
+        if worked.exists():
+            document = json.loads(worked.read_text(encoding="utf-8"))
+            document["provenance"] = {"family": family, "source": f"DESIGN.md section "
+                                      f"{section} (copied from tests/data/{name}.json)"}
+            target = root / "small" / f"{name}.json"
+            _write_json(document, target)
+            written.append(target)
     return written
 
 
@@ -456,6 +504,19 @@ be controllable, not to match any real model. Every number follows from
   ep 2) with at most ZeRO-1 on 40 GB.
 - `worked_example` is DESIGN §3.1 verbatim (copied from `tests/data/worked_example.json`);
   its optimum 27,099,000 ticks is stated there.
+- **SDP** (`sdp-*`, `sdp_worked_example`; DESIGN §7): the same chains with every block
+  maskable (`maskable`): at block level one unit per block, at neuron level 4 width slices
+  carrying 90 % of the block; the weight gradient is half the backward (`wgrad_s` = the
+  forward time). They allow both strategies (`strategies: ["dp", "sdp"]`), so every run
+  reports the best plain plan and, separately, the best SDP plan ranked by T_eff.
+  `sdp-only-l6-d4`: four 1e9-parameter blocks (16 GB of state each) and an embedding
+  keeping 6 GB of activations per microbatch on 36 GB: every plain split breaks memory
+  (the first stage holds up to four microbatches in flight), while SDP with one block per
+  worker (C = 1/4) needs 34.6 GB. `sdp-slowtier-l6-d8`: nodes of 2, racks of 2 and a
+  2.5e9 B/s pod tier, blocks of 1e9 parameters between an embedding and a head of 1e7:
+  the shared all-reduce may cross the pods, a block's holder pair must not.
+  `sdp_worked_example` is DESIGN §7's worked example (copied from
+  `tests/data/sdp_worked_example.json`).
 
 ## Reference results
 
@@ -526,6 +587,8 @@ def small_readme() -> str:
             spec.purpose]) + " |")
     rows.append("| worked_example | worked-example | 2 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
                 "DESIGN §3.1 |")
+    rows.append("| sdp_worked_example | sdp | 4 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
+                "DESIGN §7 (SDP, h = 2) |")
     head = ["| " + " | ".join(SMALL_TABLE_HEADER) + " |",
             "|" + "---|" * len(SMALL_TABLE_HEADER)]
     return SMALL_README + "\n".join(head + rows) + "\n"

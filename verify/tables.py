@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from nest_cp.result import Space, status_text
+from nest_cp.verify import sdp
 
 FORMATS = ("md", "csv", "tex")
 EXACT_ORDER = ("cpsat", "milp", "brute")
@@ -238,14 +239,41 @@ LEGEND = ("T: iteration time of the best plan found, in ms with each instance's 
           "snapshot of the DP's own earlier answer (which proves nothing), missing, stale.")
 
 
+SDP_LEGEND = ("SDP (subnetwork data parallelism, DESIGN §7): the best SDP plan of each "
+              "backend, ranked by FLOP-equivalent time T_eff = T · d · C_full / Σ_w C_w, kept "
+              "apart from the plain plans above; cert: the DP's SDP optimum equals the exact "
+              "optimum of the structured SDP space (grouped and cyclic designs × rank layouts); "
+              "gap: against the exact optimum over every valid mask and placement.")
+
+
+def sdp_header(exact: list[str], ticks: bool) -> list[str]:
+    """The columns of the SDP section: T_eff where the plain tables show T."""
+    return [column.replace(" T [", " T_eff [") for column in header(exact, ticks)]
+
+
+def sdp_records(records: list[dict]) -> list[dict]:
+    """The instance records with SDP searches, as the table rows read them (T_eff)."""
+    return [view for view in map(sdp.table_record, records) if view is not None]
+
+
 def render_markdown(document: dict) -> str:
-    """One table per instance folder, the per-family summary, failures and the protocol."""
+    """One table per instance folder, the SDP section, the per-family summary, failures and
+    the protocol."""
     lines = ["# Certification and gap table", "", LEGEND]
     for folder, records in instance_sets(document["instances"]):
         exact = exact_backends(records)
         lines += ["", f"## {folder}", ""]
         lines += _markdown_table(header(exact, False),
                                  [instance_row(r, exact, False) for r in records])
+    sdp_rows = sdp_records(document["instances"])
+    if sdp_rows:
+        exact = exact_backends(sdp_rows)
+        certified = sum(r["certificate"] == "yes" for r in sdp_rows)
+        lines += ["", "## SDP (T_eff)", "", SDP_LEGEND, ""]
+        lines += _markdown_table(sdp_header(exact, False),
+                                 [instance_row(r, exact, False) for r in sdp_rows])
+        lines += ["", f"SDP: {len(sdp_rows)} instances, {certified} certified, "
+                      f"{sum(bool(r['failures']) for r in sdp_rows)} failed."]
     lines += ["", "## Per family", ""]
     lines += _markdown_table(SUMMARY_HEADER, [summary_row(s) for s in document["summary"]])
     failing = [(r["instance"], f) for r in document["instances"] for f in r["failures"]]
@@ -262,6 +290,12 @@ def render_csv(document: dict) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header(exact, True))
     writer.writerows(instance_row(record, exact, True) for record in records)
+    sdp_rows = sdp_records(records)
+    if sdp_rows:  # a second block after a blank line: T_eff as exact rationals "p/q"
+        exact = exact_backends(sdp_rows)
+        writer.writerow([])
+        writer.writerow(["SDP " + column for column in sdp_header(exact, True)])
+        writer.writerows(instance_row(record, exact, True) for record in sdp_rows)
     return buffer.getvalue()
 
 
@@ -356,6 +390,15 @@ def render_latex(document: dict) -> str:
                    f"Times in ms.")
         lines += _latex_table(LATEX_HEADER, [latex_row(r, exact) for r in records],
                               caption) + [""]
+    sdp_rows = sdp_records(document["instances"])
+    if sdp_rows:
+        exact = exact_backends(sdp_rows)
+        header_ = [column.replace(" T [", " T_eff [") for column in LATEX_HEADER]
+        lines += _latex_table(header_, [latex_row(r, exact) for r in sdp_rows],
+                              "SDP (DESIGN §7): the best SDP plan of each backend ranked by "
+                              "FLOP-equivalent time T_eff, apart from the plain plans; cert.: "
+                              "the DP's SDP optimum equals the exact structured SDP optimum; "
+                              "gap: against every valid mask and placement. Times in ms.") + [""]
     lines += _latex_table(LATEX_SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
                           "Per family: instances (n), certified, failed, gaps proven and "
                           "open, mean and max proven gap, median DP and exact wall times.")
