@@ -37,8 +37,9 @@ order of (v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max s
 K chunks of chunk times with every collective and receive on its cheapest possible
 tier (placement, memory, recompute and ZeRO ignored); the search stops at the
 first bound that cannot beat the incumbent.  Per z the bound is refined by the
-ZeRO-3 gathers of the chunk holding the most parameters and (without overlap) the
-gradient sync of the stage holding the most parameters, on their cheapest tiers,
+ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
+sync (without overlap: of the stage holding the most parameters; with overlap: the
+mean over stages of sync minus backward), on their cheapest tiers,
 and for v = 1 by the same min-max split restricted to splits that fit memory
 (placement-free, so one pass serves every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
@@ -59,9 +60,11 @@ recompute mode that fits, none before selective before full.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -97,6 +100,21 @@ class Outer:
     @property
     def key(self) -> tuple[int, ...]:
         return (self.choice_index, self.num_stages, self.dp, self.virtual)
+
+
+class _Outers:
+    """The sorted outer choices as int64 columns, iterated as :class:`Outer` records."""
+
+    def __init__(self, *columns: np.ndarray):
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __iter__(self):
+        for start in range(0, len(self), 4096):
+            for values in zip(*(column[start:start + 4096].tolist() for column in self.columns)):
+                yield Outer(*values)
 
 
 @dataclass
@@ -197,31 +215,38 @@ class _Search:
             self._measure_excess(outers)
         return self.best
 
-    def _outer_choices(self) -> list[Outer]:
-        """Every (c, b, S, d, v), sorted by (lower bound, key)."""
-        outers = []
+    def _outer_choices(self) -> _Outers:
+        """Every (c, b, S, d, v), sorted by (lower bound, key): built as arrays, handed out
+        as :class:`Outer` records one at a time (there are millions at 10^5 devices)."""
         training = self.instance.training
         num_layers = self.instance.workload.num_layers
         num_devices = self.instance.cluster.num_devices
+        columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
             if config.devices > num_devices:
                 continue
             chunk_bounds = self._chunk_time_bounds(choice_index)
-            for num_stages in range(1, num_layers + 1):
-                max_dp = num_devices // (config.devices * num_stages)
-                for dp in range(1, max_dp + 1):
-                    microbatches = cost.num_microbatches(training.global_batch, microbatch,
-                                                         config, dp)
-                    for virtual in training.virtual_stages:
-                        if not _interleaving_allowed(num_stages, virtual, microbatches,
-                                                     num_layers):
-                            continue
-                        rounds = virtual * microbatches + num_stages - 1
-                        bound = chunk_bounds[num_stages * virtual]
-                        outers.append(Outer(rounds * bound, choice_index, num_stages, dp,
-                                            virtual, bound))
-        outers.sort(key=lambda o: (o.lower_bound, o.key))
-        return outers
+            bound_of = np.array([0] + [chunk_bounds[k] for k in range(1, num_layers + 1)],
+                                dtype=np.int64)
+            stages = np.concatenate([np.full(num_devices // (config.devices * s), s)
+                                     for s in range(1, num_layers + 1)]).astype(np.int64)
+            dps = np.concatenate([np.arange(1, num_devices // (config.devices * s) + 1)
+                                  for s in range(1, num_layers + 1)]).astype(np.int64)
+            microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dps)
+            for virtual in training.virtual_stages:
+                keep = np.ones(len(stages), dtype=bool) if virtual == 1 else (
+                    (stages >= 2) & (microbatches % stages == 0)
+                    & (stages * virtual <= num_layers))
+                chunk_bound = bound_of[np.minimum(stages[keep] * virtual, num_layers)]
+                rounds = virtual * microbatches[keep] + stages[keep] - 1
+                for column, values in zip(columns, (
+                        rounds * chunk_bound, np.full(keep.sum(), choice_index),
+                        stages[keep], dps[keep], np.full(keep.sum(), virtual), chunk_bound)):
+                    column.append(np.asarray(values, dtype=np.int64))
+        arrays = [np.concatenate(column) if column else np.zeros(0, dtype=np.int64)
+                  for column in columns]
+        order = np.lexsort(arrays[4::-1])  # by bound, then choice, S, d, v
+        return _Outers(*(array[order] for array in arrays))
 
     def _chunk_time_bounds(self, choice_index: int) -> dict[int, int]:
         """For every chunk count K, the least max τ over splits into K chunks with every
@@ -414,7 +439,7 @@ class _Search:
                 self.fits[key] = Interleaved(self.prices, widest, self.limit).fits_somewhere()
         return self.fits[key]
 
-    def _measure_excess(self, outers: list[Outer]) -> None:
+    def _measure_excess(self, outers) -> None:
         """No plan fits: the least excess over the interleaved shapes too (v = 1 is measured
         on the way), for the INFEASIBLE reason."""
         seen = set()
@@ -443,19 +468,41 @@ class _Search:
                    for tier in self._tiers_spanning(shape.dp))
 
     def _sync_bound(self, shape: Shape) -> int:
-        """Cheapest possible sync of the stage holding the most dense (expert) parameters;
-        0 with overlapped reduction (its exposed part may vanish)."""
-        if not self.network.is_hierarchical or self.instance.training.overlap_grad_reduce:
+        """A lower bound on max_s exposed_s from the cheapest tiers a sync group may span.
+
+        Without overlap: the sync of the stage holding the most dense (expert) parameters,
+        at least ceil(P / S).  With overlapped reduction exposed_s = max(0, sync_s − R_s),
+        so max_s exposed_s >= (Σ_s sync_s − Σ_s R_s) / S, where Σ_s R_s is the backward of
+        every layer and each stage's sync is a ceil((slope·P_s + offset) / den) >= (slope·P_s
+        + offset) / den, the offset paid by every stage holding parameters of the kind (all
+        S of them when every layer has some, at least one otherwise).
+        """
+        if not self.network.is_hierarchical:
             return 0
-        table, bound = shape.table, 0
+        table, num_stages = shape.table, shape.num_stages
         last = table.num_layers - 1
-        for params, size in ((int(table.dense_range[0, last]), shape.dp * table.config.ep),
-                             (int(table.expert_range[0, last]), shape.dp)):
+        kinds = ((table.dense_range, shape.dp * table.config.ep),
+                 (table.expert_range, shape.dp))
+        if not self.instance.training.overlap_grad_reduce:
+            bound = 0
+            for params_range, size in kinds:
+                params = int(params_range[0, last])
+                if size > 1 and params > 0:
+                    heaviest = -(-params // num_stages)
+                    bound = max(bound, min(self.prices.sync_form(shape.zero, size, tier).of(
+                        heaviest) for tier in self._tiers_spanning(size)))
+            return bound
+        total = Fraction(0)
+        for params_range, size in kinds:
+            params = int(params_range[0, last])
             if size > 1 and params > 0:
-                heaviest = -(-params // shape.num_stages)
-                bound = max(bound, min(self.prices.sync_form(shape.zero, size, tier).of(heaviest)
-                                       for tier in self._tiers_spanning(size)))
-        return bound
+                holders = num_stages if (np.diag(params_range) > 0).all() else 1
+                forms = [self.prices.sync_form(shape.zero, size, tier)
+                         for tier in self._tiers_spanning(size)]
+                total += min(Fraction(form.slope * params + holders * form.offset,
+                                      form.denominator) for form in forms)
+        excess = total - int(table.bwd_range[0, last])
+        return max(0, math.ceil(excess / num_stages))
 
 
 def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,

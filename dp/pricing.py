@@ -43,24 +43,41 @@ class LinearTicks:
         return -(-(self.slope * volume + self.offset) // self.denominator)
 
     def of_array(self, volumes: np.ndarray) -> np.ndarray:
-        """The same, elementwise over an int64 array (exact; Python ints if int64 may overflow)."""
+        """The same, elementwise over an int64 array, exactly.
+
+        In int64 when no product can overflow; otherwise in float64 (a sum of non-negative
+        terms, so a few ulps of relative error), whose ceiling is exact wherever the float
+        lies farther from an integer than that error can reach, and in Python integers for
+        the few entries that do not.
+        """
         volumes = np.asarray(volumes, dtype=np.int64)
         largest = int(np.abs(volumes).max(initial=0))
-        if self.slope * largest + abs(self.offset) < INT64_SAFE:
+        if self.slope * max(largest, 1) + abs(self.offset) < INT64_SAFE and \
+                self.denominator < INT64_SAFE:
             ticks = -(-(self.slope * volumes + self.offset) // self.denominator)
             return np.where(volumes <= 0, 0, ticks)
-        distinct, inverse = np.unique(volumes, return_inverse=True)
-        priced = np.array([self.of(int(v)) for v in distinct.tolist()], dtype=np.int64)
-        return priced[inverse].reshape(volumes.shape)
+        if self.slope < 0 or self.offset < 0 or largest >= 2**53:  # no float shortcut
+            distinct, inverse = np.unique(volumes, return_inverse=True)
+            priced = np.array([self.of(int(v)) for v in distinct.tolist()], dtype=np.int64)
+            return priced[inverse].reshape(volumes.shape)
+        scaled = (float(self.slope) * volumes.astype(np.float64) + float(self.offset)) \
+            / float(self.denominator)
+        error = 1e-12 * (np.abs(scaled) + 1.0)  # far above float64's few ulps of rounding
+        ticks = np.ceil(scaled)
+        unsure = (ticks - scaled < error) | (scaled - (ticks - 1) < error)
+        ticks = ticks.astype(np.int64)
+        for index in zip(*np.nonzero(unsure)):
+            ticks[index] = self.of(int(volumes[index]))
+        return np.where(volumes <= 0, 0, ticks)
 
 
 def linear_collective(kind: CollectiveKind, bytes_per_unit: int, group_size: int, path: Path,
                       tick_s: float) -> LinearTicks:
     """Exact linear form of ``collective_ticks(kind, bytes_per_unit * v, group_size, path)``."""
-    per_unit = collective_seconds(kind, bytes_per_unit, group_size, path) \
-        - collective_seconds(kind, 0, group_size, path)
-    slope = per_unit / exact(tick_s)
-    offset = collective_seconds(kind, 0, group_size, path) / exact(tick_s)
+    tick = exact(tick_s)
+    fixed = collective_seconds(kind, 0, group_size, path)
+    slope = (collective_seconds(kind, bytes_per_unit, group_size, path) - fixed) / tick
+    offset = fixed / tick
     common = math.lcm(slope.denominator, offset.denominator)
     return LinearTicks(slope=int(slope * common), offset=int(offset * common),
                        denominator=int(common))

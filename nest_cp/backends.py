@@ -33,7 +33,7 @@ BACKENDS: dict[str, str] = {
 # Backends that search DESIGN §3's choices only (v = 1, recompute none or full, no
 # overlapped gradient reduction) until they move to §3.2 (issue 13): on an instance that
 # allows more they would call a v1 optimum OPTIMAL, so they refuse it.
-V1_ONLY_BACKENDS = ("dp", "cpsat", "milp")
+V1_ONLY_BACKENDS = ("cpsat", "milp")
 
 
 # The options each backend honours: SolveOptions fields and ``extra`` keys.  Anything else

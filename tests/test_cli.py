@@ -282,11 +282,20 @@ def test_vp_too_deep_for_the_layers_is_a_usage_error():
 
 
 def test_v1_backends_refuse_v2_choices():
-    """dp (and the exact backends) do not search selective recomputation yet: on an instance
+    """The exact backends do not search selective recomputation yet: on an instance
     allowing it they exit 2 naming the choice instead of calling a v1 optimum OPTIMAL."""
-    result = _run("solve", DATA / "selective_example.json", "--backend", "dp")
+    result = _run("solve", DATA / "selective_example.json", "--backend", "cpsat")
     assert result.exit_code == 2 and "recompute none/selective/full" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_dp_solves_v2_choices_like_brute_force():
+    """`solve --backend dp` searches selective recomputation: its objective is brute force's."""
+    dp = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "dp",
+                         "--json").output)
+    brute = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "brute",
+                            "--json").output)
+    assert dp["status"] == "OPTIMAL" and dp["objective_ticks"] == brute["objective_ticks"]
 
 
 @pytest.mark.parametrize("backend, option", [

@@ -20,7 +20,7 @@ from nest_cp.dp import geometry, interleaved, planner
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
 from nest_cp.dp.kernel import INF, backtrack, fill_table
 from nest_cp.dp.planner import solve as dp_solve
-from nest_cp.dp.pricing import linear_collective
+from nest_cp.dp.pricing import LinearTicks, linear_collective
 from nest_cp.io import load_instance
 from nest_cp.model import (
     Cluster,
@@ -232,6 +232,20 @@ def test_linear_ticks_equal_collective_ticks(kind, bytes_per_unit, group, volume
     if volume == 0:
         expected = 0  # cost.py prices stages without parameters at zero
     assert form.of(volume) == expected
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(slope=st.integers(1, 10**15), offset=st.integers(0, 10**16),
+       denominator=st.integers(1, 10**17), whole=st.booleans(),
+       volumes=st.lists(st.integers(0, 10**12), min_size=1, max_size=40))
+def test_linear_ticks_over_arrays_are_exact_beyond_int64(slope, offset, denominator, whole,
+                                                         volumes):
+    """Over an array a linear form gives every entry's exact ticks, also where int64 products
+    overflow (float path); ``whole`` makes every value an integer, the float's worst case."""
+    if whole:
+        slope, offset = slope * denominator, offset * denominator
+    form = LinearTicks(slope, offset, denominator)
+    assert form.of_array(np.array(volumes)).tolist() == [form.of(v) for v in volumes]
 
 
 def test_kernel_minimises_the_largest_stage():
