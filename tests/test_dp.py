@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nest_cp import generators
 from nest_cp.backends import SolveOptions, check_result
 from nest_cp.backends import solve as backend_solve
 from nest_cp.brute import solve as brute_solve
@@ -42,8 +43,8 @@ from nest_cp.model import (
     Workload,
 )
 from nest_cp.network import NetworkModel, Path, collective_ticks
-from nest_cp.plan import all_layouts
-from nest_cp.result import Status
+from nest_cp.plan import Dim, all_layouts
+from nest_cp.result import Space, Status
 
 OPTIONS = SolveOptions()
 CONFIGS = (IntraConfig(1, 1), IntraConfig(2, 1), IntraConfig(1, 2), IntraConfig(2, 2))
@@ -193,6 +194,41 @@ def test_dp_equals_brute_force_on_block_workloads(seed):
     choices, the DP equals brute force."""
     assert_dp_matches_brute(random_instance(seed, graph_network=seed % 4 == 0, v2=True,
                                             blocks=True))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dp_equals_brute_force_on_generated_block_workloads(seed):
+    """generators.random_instance with identical blocks and every §3.2 choice: DP == brute."""
+    instance = generators.random_instance(
+        seed, num_layers=5, configs=(IntraConfig(1, 1), IntraConfig(2, 1)),
+        recompute_modes=(NONE, SELECTIVE, FULL), virtual_stages=(1, 2),
+        overlap_grad_reduce=seed == 1, hbm_bytes=20 * 10**9, identical_blocks=True)
+    assert_dp_matches_brute(instance)
+
+
+def tp_ep_instance() -> Instance:
+    """DESIGN §4's case: t = e = 2 on two-device nodes, dense gradients heavy, TP light."""
+    profile = LayerProfile(fwd_s=0.001, bwd_s=0.002, dense_params=10**9, expert_params=0,
+                           act_bytes=10**9, ckpt_bytes=10**7, out_bytes=10**6,
+                           collectives=(Collective(CollectiveKind.ALL_REDUCE, 10**6,
+                                                   CollectiveGroup.TP, Phase.FWD),))
+    layers = (Layer("block", {(IntraConfig(2, 2), 1): profile}),)
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6), Tier("spine", 2, 1e10, 1e-5)))
+    training = TrainingSetup(global_batch=4, seq_len=1, recompute_modes=(NONE,))
+    return Instance(Workload("tp-ep", layers), Cluster(4, 80 * 10**9, network), training)
+
+
+def test_layouts_beyond_tensor_innermost_close_the_tp_ep_gap():
+    """With t = e = 2 on two-device nodes the t-innermost layouts put the e ranks, which sync
+    dense gradients, across the slow tier; structured space v2 (e innermost) reaches the
+    full-space optimum, strictly below the best t-innermost layout."""
+    instance = tp_ep_instance()
+    tensor_first = tuple(layout for layout in all_layouts() if layout.order[0] is Dim.TP)
+    before = dp_solve(instance, OPTIONS, layouts=tensor_first)
+    after = dp_solve(instance, OPTIONS)
+    full = brute_solve(instance, SolveOptions(space=Space.FULL))
+    assert after.objective_ticks == full.objective_ticks < before.objective_ticks
+    check_result(instance, after)
 
 
 def test_worked_example_optimum(data_dir):
