@@ -40,6 +40,20 @@ from nest_cp.model import Instance, Phase, RecomputeMode
 CACHE_ENTRIES = 4096  # matrices kept per (configuration, microbatch); cleared when full
 
 
+@dataclass(frozen=True, eq=False)
+class RangeSet:
+    """Some layer ranges: arrays of first and last layers, named by a hashable ``key``."""
+
+    key: object
+    first: np.ndarray
+    last: np.ndarray
+
+    @property
+    def index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (first, last) index into a range matrix."""
+        return self.first, self.last
+
+
 class RangePrices:
     """The composed range matrices of one instance, cached per layer table."""
 
@@ -51,28 +65,40 @@ class RangePrices:
     # ------------------------------------------------------------ chunk time
 
     def chunk_time(self, table: LayerTable, geometry: StageGeometry, mode: RecomputeMode,
-                   gather_dp: int, activation: bool = True, gradient: bool = True) -> np.ndarray:
+                   gather_dp: int, activation: bool = True, gradient: bool = True,
+                   at: RangeSet | None = None) -> np.ndarray:
         """τ of every layer range as a chunk of a stage with ``geometry`` in ``mode``.
 
-        ``gather_dp`` is d under ZeRO-3 and 1 otherwise (no gathers).
+        ``gather_dp`` is d under ZeRO-3 and 1 otherwise (no gathers).  ``at``: price only
+        those ranges (an array shaped like its index arrays).
         """
         full = mode is RecomputeMode.FULL
+        if at is not None:
+            key = ("time-at", geometry, full, gather_dp, activation, gradient, at.key)
+            communication = self._cached(table, key, lambda: self._communication(
+                table, geometry, full, gather_dp, activation, gradient, at.index))
+            return communication + table.compute_range[at.index] \
+                + table.rerun_range[mode][at.index]
         key = ("time", geometry, full, gather_dp, activation, gradient)
         communication = self._cached(table, key, lambda: self._communication(
             table, geometry, full, gather_dp, activation, gradient))
         return communication + (table.compute_range + table.rerun_range[mode])
 
     def _communication(self, table: LayerTable, geometry: StageGeometry, full: bool,
-                       gather_dp: int, activation: bool, gradient: bool) -> np.ndarray:
-        """The slowest replica's collectives and receives, plus the ZeRO-3 gathers."""
+                       gather_dp: int, activation: bool, gradient: bool,
+                       at: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """The slowest replica's collectives and receives, plus the ZeRO-3 gathers (at the
+        ranges ``at`` only, if given)."""
         worst = None
         for replica in geometry.replicas:
             key = ("replica", replica, full, activation, gradient)
             term = self._cached(table, key, lambda replica=replica: self._replica_time(
                 table, replica, full, activation, gradient))
+            term = term if at is None else term[at]
             worst = term if worst is None else np.maximum(worst, term)
         if gather_dp > 1 and geometry.replica_groups:
-            gathers = [2 * self.gather_form(gather_dp, path).of_array(table.params_range)
+            params = table.params_range if at is None else table.params_range[at]
+            gathers = [2 * self.gather_form(gather_dp, path).of_array(params)
                        for path in geometry.replica_groups]
             worst = worst + np.max(gathers, axis=0)
         return worst

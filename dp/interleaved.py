@@ -70,7 +70,7 @@ from enum import Enum
 
 import numpy as np
 
-from nest_cp.dp.compose import RangePrices, Shape
+from nest_cp.dp.compose import RangePrices, RangeSet, Shape
 from nest_cp.dp.geometry import StageGeometry
 from nest_cp.dp.kernel import INF
 from nest_cp.dp.pricing import LayerTable
@@ -94,7 +94,13 @@ class Blocks:
 
 def block_structure(table: LayerTable) -> Blocks | None:
     """The longest run of identical consecutive layer profiles, if at most one layer
-    precedes and one follows it; None otherwise."""
+    precedes and one follows it; None otherwise (kept in the table's cache)."""
+    if "blocks" not in table.cache:
+        table.cache["blocks"] = _block_structure(table)
+    return table.cache["blocks"]
+
+
+def _block_structure(table: LayerTable) -> Blocks | None:
     profiles, best = table.profiles, (0, 0)
     start = 0
     for index in range(1, len(profiles) + 1):
@@ -177,6 +183,7 @@ class _KindRanges:
     """
 
     def __init__(self, blocks: Blocks):
+        self.blocks = blocks
         count = np.arange(blocks.count + 1)
         leading, last_layer = blocks.leading, blocks.num_layers - 1
         zeros = np.zeros_like(count)
@@ -195,11 +202,19 @@ class _KindRanges:
         self.below = count[None, :] < self.least[:, None]
         self.valid = ~self.below & (count[None, :] <= largest[:, None])
 
-    def read(self, matrix: np.ndarray, low: int = 0) -> np.ndarray:
-        """(kinds + 1, n + 1): the matrix at every kind's ranges; ``low`` below the least
-        count, INF above the largest (so each row of a growing quantity stays sorted)."""
-        return np.where(self.valid, matrix[self.first, self.last],
-                        np.where(self.below, low, INF))
+    @property
+    def at(self) -> RangeSet:
+        """Every kind's ranges, for pricing them alone."""
+        return RangeSet(("kinds", self.blocks), self.first, self.last)
+
+    def read(self, matrix: np.ndarray) -> np.ndarray:
+        """(kinds + 1, n + 1): the matrix at every kind's ranges (see :meth:`mask`)."""
+        return self.mask(matrix[self.first, self.last])
+
+    def mask(self, values: np.ndarray) -> np.ndarray:
+        """Values at the ranges, 0 below a kind's least count and INF above its largest (so
+        each row of a quantity that grows with the count stays sorted)."""
+        return np.where(self.valid, values, np.where(self.below, 0, INF))
 
 
 @dataclass
@@ -374,9 +389,8 @@ class _BlockCounts:
         for index, geometry in enumerate(distinct):
             for mode_index, mode in enumerate(self.modes):
                 for flags in set(receives):
-                    matrix = self.prices.chunk_time(table, geometry, mode, shape.gather_dp,
-                                                    *flags)
-                    read = self.ranges.read(matrix)
+                    read = self.ranges.mask(self.prices.chunk_time(
+                        table, geometry, mode, shape.gather_dp, *flags, at=self.ranges.at))
                     for kind, kind_flags in enumerate(receives):
                         if kind_flags == flags:
                             times[index, kind, mode_index] = read[kind]

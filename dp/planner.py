@@ -344,7 +344,8 @@ class _Search:
         for zero in self._zero_stages(config, dp):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
-            bound = shape.rounds * tau_bound + self._sync_bound(shape)
+            sync_bound = self._sync_bound(shape)
+            bound = shape.rounds * tau_bound + sync_bound
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
@@ -357,7 +358,7 @@ class _Search:
                      for mode in table.modes}))[0][0, 0])
                 if fitting >= INF:  # memory does not depend on the layout
                     continue
-                bound = shape.rounds * max(tau_bound, fitting) + self._sync_bound(shape)
+                bound = shape.rounds * max(tau_bound, fitting) + sync_bound
             else:
                 _require_exact_method(table, shape.num_chunks)
                 inner = Interleaved(self.prices, shape, self.limit)
@@ -373,6 +374,9 @@ class _Search:
                 if geometries[layout_index] in searched:  # priced alike, a later key: no win
                     continue
                 searched.add(geometries[layout_index])
+                if not self.best.may_beat(max(bound, self._layout_bound(
+                        shape, geometries[layout_index]) + sync_bound), key):
+                    continue
                 self.stats.layouts_searched += 1
                 self._search_layout(shape, inner, list(geometries[layout_index]), key, layout)
 
@@ -457,6 +461,26 @@ class _Search:
                     self.best.note_excess(least - self.limit, _where(widest))
 
     # ------------------------------------------------------------ bounds
+
+    def _layout_bound(self, shape: Shape, geometries: tuple) -> int:
+        """(v·m + S − 1) times the mean chunk time on this layout, a lower bound on T − sync.
+
+        A chunk costs at least its compute plus, for every one of its layers, the layer's
+        collectives on the replica of its stage where they are cheapest; every layer is in
+        one chunk, so Σ_k τ_k >= Σ_layers (compute + the least such price over the stages),
+        and max_k τ_k >= that sum / K.
+        """
+        table = shape.table
+        paths = self.ids.paths
+        cheapest = None
+        for geometry in set(geometries):
+            for replica in geometry.replicas:
+                per_layer = np.diag(table.collective_range(
+                    tuple(paths[p] for p in replica.tp_groups),
+                    tuple(paths[p] for p in replica.ep_groups)))
+                cheapest = per_layer if cheapest is None else np.minimum(cheapest, per_layer)
+        total = int(table.compute.sum()) + int(cheapest.sum())
+        return shape.rounds * -(-total // shape.num_chunks)
 
     def _gather_bound(self, shape: Shape) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters."""

@@ -206,6 +206,33 @@ def test_dp_equals_brute_force_on_generated_block_workloads(seed):
     assert_dp_matches_brute(instance)
 
 
+@pytest.mark.parametrize("seed", [1, 3, 6])
+def test_infeasible_reason_matches_brute_force_with_v2_choices(seed):
+    """When nothing fits (virtual stages allowed too), the DP's least excess is brute force's."""
+    instance = random_instance(seed, v2=True, blocks=seed % 2 == 1)
+    cluster = dataclasses.replace(instance.cluster, hbm_bytes=instance.cluster.hbm_bytes // 20)
+    instance = dataclasses.replace(instance, cluster=cluster)
+    result, brute = dp_solve(instance, OPTIONS), brute_solve(instance, OPTIONS)
+    assert result.status is brute.status is Status.INFEASIBLE
+    excess = brute.message.split(" by ")[1].split(" bytes")[0]
+    assert f"exceeds usable HBM by {excess} bytes at best" in result.message
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(rows=st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=4),
+       count=st.integers(0, 12))
+def test_block_totals_are_found_exactly_when_they_exist(rows, count):
+    """Block counting's assignment finds per-stage feasible totals summing to the block count
+    exactly when some exist, whether the feasible sets are intervals or not."""
+    feasible = np.array(rows, dtype=bool)
+    totals = interleaved._assign(feasible, count)
+    exists = any(sum(choice) == count for choice in itertools.product(
+        *(np.flatnonzero(row).tolist() for row in feasible)))
+    assert (totals is not None) == exists
+    if totals is not None:
+        assert sum(totals) == count and all(feasible[s, t] for s, t in enumerate(totals))
+
+
 def tp_ep_instance() -> Instance:
     """DESIGN §4's case: t = e = 2 on two-device nodes, dense gradients heavy, TP light."""
     profile = LayerProfile(fwd_s=0.001, bwd_s=0.002, dense_params=10**9, expert_params=0,
