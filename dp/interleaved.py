@@ -424,7 +424,7 @@ class _BlockCounts:
         sync_cap = INF
         while True:
             useful = _count_true_prefix(len(tau_values),
-                                        lambda i: may_beat(rounds * int(tau_values[i])))
+                                        lambda index: may_beat(rounds * int(tau_values[index])))
             tau = _least_feasible(tau_values[:useful], lambda value, cap=sync_cap:
                                   feasible(value, cap))
             if tau is None:

@@ -22,6 +22,7 @@ from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
 from nest_cp.dp.kernel import INF, backtrack, fill_table
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.dp.pricing import LinearTicks, linear_collective
+from nest_cp.errors import BackendOptionError
 from nest_cp.io import load_instance
 from nest_cp.model import (
     Cluster,
@@ -231,6 +232,22 @@ def test_block_totals_are_found_exactly_when_they_exist(rows, count):
     assert (totals is not None) == exists
     if totals is not None:
         assert sum(totals) == count and all(feasible[s, t] for s, t in enumerate(totals))
+
+
+def test_interleaving_irregular_layers_beyond_enumeration_is_refused():
+    """v > 1 on 30 distinct layers whose weights need four stages or more (neither identical
+    blocks nor few enough splits to enumerate) is refused naming virtual_stages, never
+    searched inexactly."""
+    rng = random.Random(7)
+    layers = tuple(Layer(f"layer{index}", {(IntraConfig(), 1): random_profile(rng, IntraConfig())})
+                   for index in range(30))
+    network = HierarchicalNetwork((Tier("node", 4, 1e11, 1e-6), Tier("spine", 2, 1e10, 1e-5)))
+    training = TrainingSetup(global_batch=64, seq_len=1, virtual_stages=(2,))
+    hbm = sum(16 * layer.profiles[(IntraConfig(), 1)].params for layer in layers) // 4
+    instance = Instance(Workload("irregular", layers), Cluster(8, hbm, network), training)
+    with pytest.raises(BackendOptionError, match="virtual stages") as raised:
+        dp_solve(instance, OPTIONS)
+    assert raised.value.option == "virtual_stages"
 
 
 def tp_ep_instance() -> Instance:
