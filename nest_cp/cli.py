@@ -295,8 +295,12 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
     hint_plan, hint_s = None, None
     if hint and "hint" in honoured:
-        hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
-        hint_plan, hint_s = hinted.plan, time.monotonic() - started
+        try:
+            hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
+            hint_plan = hinted.plan
+        except BackendOptionError:  # an instance the DP cannot search exactly: no hint
+            hint_plan = None
+        hint_s = time.monotonic() - started
     time_left = time_limit - (time.monotonic() - started)
     try:
         options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),
