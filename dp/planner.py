@@ -458,7 +458,8 @@ class _Search:
                                             valid_only=True)
                 if widest is not None:
                     least = Interleaved(self.prices, widest, self.limit).least_memory()
-                    self.best.note_excess(least - self.limit, _where(widest))
+                    if least < INF:  # INF: no split at all
+                        self.best.note_excess(least - self.limit, _where(widest))
 
     # ------------------------------------------------------------ bounds
 
