@@ -66,8 +66,10 @@ class LinearTicks:
         ticks = np.ceil(scaled)
         unsure = (ticks - scaled < error) | (scaled - (ticks - 1) < error)
         ticks = ticks.astype(np.int64)
-        for index in zip(*np.nonzero(unsure)):
-            ticks[index] = self.of(int(volumes[index]))
+        if unsure.any():
+            distinct, inverse = np.unique(volumes[unsure], return_inverse=True)
+            ticks[unsure] = np.array([self.of(int(v)) for v in distinct.tolist()],
+                                     dtype=np.int64)[inverse]
         return np.where(volumes <= 0, 0, ticks)
 
 
