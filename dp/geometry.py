@@ -4,15 +4,21 @@ For fixed (configuration, S, d, layout) the placement is fixed (DESIGN §4), so
 every placement-dependent term of stage s is a function of a few bottleneck
 :class:`~nest_cp.network.Path` values:
 
-- per replica r: the path of its t·e group (intra-layer collectives) and the sets
-  of pair paths of its receive-activation (from stage s−1) and receive-gradient
-  (from stage s+1) transfers, one pair per intra-stage rank j;
+- per replica r: the paths of its TP groups (the t ranks sharing an expert index)
+  and of its EP groups (the e ranks sharing a tensor index), on which each
+  intra-layer collective costs its slowest group (DESIGN §3.2 f), and the sets of
+  pair paths of its receive-activation and receive-gradient transfers, one pair per
+  intra-stage rank j.  The activation comes from stage s − 1 and the gradient from
+  stage s + 1; with ``wrap`` (interleaved 1F1B, v > 1) stage 0 receives activations
+  from stage S − 1 and stage S − 1 gradients from stage 0 (chunk boundaries
+  S − 1 → S, DESIGN §3.2 b);
 - the paths of the d-replica groups of each rank j (ZeRO-3 gathers, expert sync)
   and of the d·e groups of each tensor rank t (dense sync).
 
 Replicas with the same paths cost the same, so a :class:`StageGeometry` keeps
 each distinct combination once.  On a hierarchical network a path is a tier and
-the whole computation is vectorised over ranks; on a graph it is done rank by rank.
+the whole computation is vectorised over ranks (with
+:meth:`NetworkModel.tier_of_pairs`); on a graph it is done rank by rank.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import numpy as np
 
 from nest_cp.model import IntraConfig
 from nest_cp.network import NetworkModel, Path
-from nest_cp.plan import Dim, RankLayout
+from nest_cp.plan import Dim, RankLayout, expert_groups, tensor_groups
+
+MAX_CODED_TIERS = 15  # four tier bitmasks share one int64 code per replica
 
 
 class PathIds:
@@ -44,9 +52,14 @@ class PathIds:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPaths:
-    """Path ids one stage replica is priced on (group -1: a single device); sorted id tuples."""
+    """Path ids one stage replica is priced on; sorted tuples of distinct ids.
 
-    group: int
+    ``tp_groups`` / ``ep_groups``: the paths of its TP / EP groups (empty when the group
+    has one device and never communicates).
+    """
+
+    tp_groups: tuple[int, ...]
+    ep_groups: tuple[int, ...]
     recv_activation: tuple[int, ...]
     recv_gradient: tuple[int, ...]
 
@@ -70,37 +83,38 @@ def effective_order(layout: RankLayout, config: IntraConfig, num_stages: int,
 def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  device_order: np.ndarray) -> np.ndarray:
     """devices[stage, replica, rank]: the layout's placement as an (S, d, a) array."""
-    stage = np.arange(num_stages)[:, None, None]
-    replica = np.arange(dp)[None, :, None]
-    rank = np.arange(config.devices)[None, None, :]
-    digits = {Dim.TP: rank % config.tp, Dim.EP: rank // config.tp, Dim.STAGE: stage,
-              Dim.REPLICA: replica}
-    radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
-    position, weight = np.zeros((num_stages, dp, config.devices), dtype=np.int64), 1
-    for dim in layout.order:
-        position = position + digits[dim] * weight
-        weight *= radix[dim]
-    return device_order[position]
+    return device_order[layout.positions(config, num_stages, dp)]
 
 
 def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
-                     config: IntraConfig) -> list[StageGeometry]:
-    """One :class:`StageGeometry` per stage of the placement ``devices[stage, replica, rank]``."""
-    if network.is_hierarchical:
-        return _hierarchical_geometries(network, devices, config)
-    return _graph_geometries(network, ids, devices, config)
+                     config: IntraConfig, wrap: bool = False) -> list[StageGeometry]:
+    """One :class:`StageGeometry` per stage of the placement ``devices[stage, replica, rank]``.
+
+    ``wrap``: the first and last stage also exchange the chunk boundaries of
+    interleaved 1F1B (stage 0 receives from S − 1, S − 1 from 0).
+    """
+    if network.is_hierarchical and network.num_tiers <= MAX_CODED_TIERS:
+        return _hierarchical_geometries(network, devices, config, wrap)
+    return _graph_geometries(network, ids, devices, config, wrap)
+
+
+def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | None]]:
+    """The stage each stage receives its activation from and its gradient from (None: none)."""
+    activation = [s - 1 if s > 0 else (num_stages - 1 if wrap else None)
+                  for s in range(num_stages)]
+    gradient = [s + 1 if s < num_stages - 1 else (0 if wrap else None)
+                for s in range(num_stages)]
+    if num_stages == 1:
+        activation, gradient = [None], [None]
+    return activation, gradient
 
 
 # ------------------------------------------------------------------ hierarchical
 
 
-def _tiers(network: NetworkModel, lowest: np.ndarray, highest: np.ndarray) -> np.ndarray:
-    """Tier spanning each (lowest, highest) device pair: the first domain holding both."""
-    domains = network.cluster.network.domain_sizes()
-    tiers = np.zeros(np.shape(lowest), dtype=np.int64)
-    for size in domains:
-        tiers += (lowest // size) != (highest // size)
-    return tiers
+def _group_tiers(network: NetworkModel, devices: np.ndarray, axis: int) -> np.ndarray:
+    """Tier spanning the devices along ``axis`` (one group per remaining index)."""
+    return network.tier_of_pairs(devices.min(axis=axis), devices.max(axis=axis))
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
@@ -115,40 +129,49 @@ def _mask_tiers(mask: int, num_tiers: int) -> tuple[int, ...]:
     return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
 
 
+def _tier_mask(tiers: np.ndarray, axis: int) -> np.ndarray:
+    """Bitmask of the tiers along ``axis``."""
+    return np.bitwise_or.reduce(np.left_shift(np.int64(1), tiers), axis=axis)
+
+
 def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
-                             config: IntraConfig) -> list[StageGeometry]:
+                             config: IntraConfig, wrap: bool) -> list[StageGeometry]:
     num_stages, dp, _ = devices.shape
     num_tiers = network.num_tiers
-    group_tier = (_tiers(network, devices.min(axis=2), devices.max(axis=2))
-                  if config.devices > 1 else np.full((num_stages, dp), -1))
-    # pair_mask[s, r] = bitmask of the tiers of the pairs between stage s-1 and s of replica r
-    pair_mask = np.zeros((num_stages + 1, dp), dtype=np.int64)
-    if num_stages > 1:
-        low = np.minimum(devices[:-1], devices[1:])
-        high = np.maximum(devices[:-1], devices[1:])
-        pair_mask[1:num_stages] = np.bitwise_or.reduce(
-            np.left_shift(1, _tiers(network, low, high)), axis=2)
-    codes = (group_tier + 1) + (num_tiers + 1) * (
-        pair_mask[:num_stages] + (1 << num_tiers) * pair_mask[1:])
+    by_index = devices.reshape(num_stages, dp, config.ep, config.tp)  # [s, r, e_index, t_index]
+    zeros = np.zeros((num_stages, dp), dtype=np.int64)
+    tp_mask = _tier_mask(_group_tiers(network, by_index, 3), 2) if config.tp > 1 else zeros
+    ep_mask = _tier_mask(_group_tiers(network, by_index, 2), 2) if config.ep > 1 else zeros
+    activation_from, gradient_from = _senders(num_stages, wrap)
+
+    def pair_mask(senders: list[int | None]) -> np.ndarray:
+        """[s, r] = bitmask of the tiers of the pairs from stage senders[s] to stage s."""
+        mask = zeros.copy()
+        stages = [s for s in range(num_stages) if senders[s] is not None]
+        if stages:
+            source = devices[[senders[s] for s in stages]]
+            target = devices[stages]
+            tiers = network.tier_of_pairs(np.minimum(source, target), np.maximum(source, target))
+            mask[stages] = _tier_mask(tiers, 2)
+        return mask
+
+    width = 1 << num_tiers
+    codes = tp_mask + width * (ep_mask + width * (
+        pair_mask(activation_from) + width * pair_mask(gradient_from)))
     no_groups = [()] * num_stages
-    replica_sets = (_row_sets(_tiers(network, devices.min(axis=1), devices.max(axis=1)))
-                    if dp > 1 else no_groups)
+    replica_sets = _row_sets(_group_tiers(network, devices, 1)) if dp > 1 else no_groups
     dense_sets = no_groups
     if dp * config.ep > 1:
         by_tensor_rank = devices.reshape(num_stages, dp * config.ep, config.tp)
-        dense_sets = _row_sets(_tiers(network, by_tensor_rank.min(axis=1),
-                                      by_tensor_rank.max(axis=1)))
+        dense_sets = _row_sets(_group_tiers(network, by_tensor_rank, 1))
     decoded: dict[int, ReplicaPaths] = {}
     known: dict[tuple, StageGeometry] = {}
     geometries = []
     for stage, code_set in enumerate(_row_sets(codes)):
         for code in code_set:
             if code not in decoded:
-                masks = code // (num_tiers + 1)
-                decoded[code] = ReplicaPaths(
-                    group=code % (num_tiers + 1) - 1,
-                    recv_activation=_mask_tiers(masks % (1 << num_tiers), num_tiers),
-                    recv_gradient=_mask_tiers(masks >> num_tiers, num_tiers))
+                masks = [(code >> (num_tiers * part)) % width for part in range(4)]
+                decoded[code] = ReplicaPaths(*(_mask_tiers(mask, num_tiers) for mask in masks))
         key = (code_set, replica_sets[stage], dense_sets[stage])
         if key not in known:
             known[key] = StageGeometry(tuple(decoded[code] for code in code_set),
@@ -161,16 +184,21 @@ def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
 
 
 def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
-                      config: IntraConfig) -> list[StageGeometry]:
+                      config: IntraConfig, wrap: bool) -> list[StageGeometry]:
     num_stages, dp, num_ranks = devices.shape
     placement = devices.tolist()
+    activation_from, gradient_from = _senders(num_stages, wrap)
 
     def group(members: list[int]) -> int:
         path = network.group_path(members)
         return -1 if path is None else ids.id_of(path)
 
-    def pairs(sender: int, receiver: int, replica: int) -> tuple[int, ...]:
-        if not 0 <= sender < num_stages:
+    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
+        found = {group([ranks[j] for j in members]) for members in rank_groups}
+        return tuple(sorted(found - {-1}))
+
+    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
+        if sender is None:
             return ()
         return tuple(sorted({ids.id_of(network.pair_path(placement[sender][replica][j],
                                                          placement[receiver][replica][j]))
@@ -179,11 +207,12 @@ def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
     geometries = []
     for stage in range(num_stages):
         replicas = tuple(sorted(
-            {ReplicaPaths(group=group(placement[stage][replica]),
-                          recv_activation=pairs(stage - 1, stage, replica),
-                          recv_gradient=pairs(stage + 1, stage, replica))
+            {ReplicaPaths(tp_groups=groups(placement[stage][replica], tensor_groups(config)),
+                          ep_groups=groups(placement[stage][replica], expert_groups(config)),
+                          recv_activation=pairs(activation_from[stage], stage, replica),
+                          recv_gradient=pairs(gradient_from[stage], stage, replica))
              for replica in range(dp)},
-            key=lambda r: (r.group, r.recv_activation, r.recv_gradient)))
+            key=lambda r: (r.tp_groups, r.ep_groups, r.recv_activation, r.recv_gradient)))
         replica_groups = tuple(sorted(
             {group([placement[stage][r][j] for r in range(dp)]) for j in range(num_ranks)}
         )) if dp > 1 else ()

@@ -1,90 +1,81 @@
-r"""The structured DP planner: exact optimum of the structured space (DESIGN §4).
+r"""The structured DP planner: exact optimum of the structured space v2 (DESIGN §3.2, §4).
 
 Outer choices.  For every (configuration c, microbatch b) of ``instance.choices``,
-pipeline depth S in 1..L, data-parallel degree d with a·S·d <= N, allowed ZeRO stage
-z and rank layout λ (layouts with equal placements deduplicated), the placement is
-fixed, and with it m = ceil(B / (b·e·d)) and the path of every group and pair
-(:mod:`nest_cp.dp.geometry`).  Stage s (0 = first) with layers f..l then costs, exactly as
-:func:`nest_cp.evaluate.evaluate` prices it,
+pipeline depth S, data-parallel degree d with a·S·d <= N, allowed virtual-stage
+count v (v > 1 only with S >= 2, S·v <= L and m = ceil(B / (b·e·d)) a multiple of
+S), allowed ZeRO stage z and rank layout λ (any of the 24 orders of (t, e, stage,
+replica); layouts with equal placements deduplicated), the placement is fixed, and
+with it m and the path of every group and pair (:mod:`nest_cp.dp.geometry`).  The
+layers are split into K = S·v chunks, chunk k on stage k mod S, every stage in an
+allowed recompute mode shared by its chunks.  A chunk of layers f..l costs
+τ(f, l) per microbatch and a stage its exposed sync and memory, exactly as
+:func:`nest_cp.evaluate.evaluate` prices them (:mod:`nest_cp.dp.compose`): compute,
+the mode's rerun (full: the forward collectives too), each collective on its
+slowest TP / EP group, receives on the actual pairs (wrapping S − 1 → 0 when
+v > 1), ZeRO-3 gathers and buffers, in-flight counts of 1F1B or of Megatron's
+interleaved schedule, sync minus the overlapped backward.  The objective is
 
-    τ(s, f, l) = Σ_{f..l}(fwd + bwd) + [ρ] Σ_{f..l} fwd + [z = 3]·gather_s(f, l)
-                 + max_r ( coll_{s,r}(f, l) + [s > 0] act_{s,r}(out_{f-1})
-                           + [s < S-1] grad_{s,r}(out_l) ),
-    sync(s, f, l) = dense_s(Σ_{f..l} dense params) + expert_s(Σ_{f..l} expert params),
+    T = (v·m + S − 1) · max_k τ_k + max_s exposed_s.
 
-and must fit: mem(s, f, l, ρ) with k_s = min(S - s, m) in-flight microbatches
-<= usable HBM.  Recomputation ρ only changes τ and memory of its own stage, so
-each stage takes ρ = 0 when that fits, else ρ = 1 when allowed and it fits, else
-the stage is not allowed: τ_eff(s, f, l).
+Per outer choice and layout (the inner searches, each exact, each with its state,
+recurrence and correctness argument in its docstring):
 
-State and recurrence (:mod:`nest_cp.dp.kernel`): for a stage cost w(s, f, l),
+- v = 1 (:mod:`nest_cp.dp.suffix`): each stage takes the fastest mode that fits,
+  the min-max suffix recurrence V(s, f) = min_l max(τ_eff(s, f, l), V(s + 1, l + 1))
+  over layer suffixes (:mod:`nest_cp.dp.kernel`), walked along the Pareto front of
+  (max τ, max exposed sync);
+- v > 1 (:mod:`nest_cp.dp.interleaved`): chunks of one stage are not adjacent, so
+  the recurrence does not carry over; on workloads of identical blocks between at
+  most one leading and one trailing layer (every preset) a chunk is a block count
+  and, given caps on τ and on the exposed sync, stages decouple into sets of
+  feasible block totals whose sum must be the block count — the same Pareto walk
+  with binary searches; on any other workload every split is enumerated
+  (refused with a clear error when there are too many).
 
-    V_w(s, f) = min_{l >= f} max( w(s, f, l), V_w(s + 1, l + 1) ),
-    V_w(S, L) = 0,  V_w(S, f < L) = ∞,
+Bounds and pruning (all exact).  Outer (c, b, S, d, v) are visited in increasing
+order of (v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into
+K chunks of chunk times with every collective and receive on its cheapest possible
+tier (placement, memory, recompute and ZeRO ignored); the search stops at the
+first bound that cannot beat the incumbent.  Per z the bound is refined by the
+ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
+sync (without overlap: of the stage holding the most parameters; with overlap: the
+mean over stages of sync minus backward), on their cheapest tiers,
+and for v = 1 by the same min-max split restricted to splits that fit memory
+(placement-free, so one pass serves every layout).  Memory never grows with d (ZeRO
+shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
+that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 0, 1 and 2 price τ
+and sync identically and only shrink memory as z grows: only the largest allowed
+one is searched (and z = 3 only where it differs, d·e > 1).  Layouts whose order
+without radix-1 dimensions coincides give equal placements, and layouts whose
+stages meet the same paths (equal stage geometries) are priced alike: only the
+first of either is searched.
 
-built backwards over layer suffixes, so the stage's position from the end, and
-with it k_s, its groups and its pairs, is known when it is placed.
-
-Objective.  T = (m + S - 1)·max_s τ_s + max_s sync_s is not one max; it is
-minimised exactly by walking the Pareto front of (max τ, max sync):
-
-    Y_0 = ∞;  τ_k = V_w(0, 0) with w = τ_eff where sync <= Y_k (∞ elsewhere);
-    σ_k = V_w(0, 0) with w = sync where τ_eff <= τ_k;
-    candidate T_k = (m + S - 1)·τ_k + σ_k;  Y_{k+1} = σ_k - 1,
-
-until the τ pass is infeasible or (m + S - 1)·τ_k cannot beat the incumbent.
-A plan P with (τ_P, σ_P) and k the last step with Y_k >= σ_P has τ_P >= τ_k, and
-σ_P >= σ_k (else Y_{k+1} = σ_k - 1 >= σ_P), so T_P >= T_k: min_k T_k is the
-optimum of the outer choice, and each T_k is attained by the σ pass's split.
-
-Bounds and pruning (all exact).  Outer (c, b, S, d) are visited in increasing
-order of (m + S - 1)·τ_lb(S), where τ_lb(S) is the kernel's min-max split of
-stage times with every collective and receive on its cheapest possible path
-(placement, memory and ZeRO ignored); the search stops at the first bound that
-cannot beat the incumbent.  Per z the bound is refined by the ZeRO-3 gathers and
-the gradient sync of the stage holding the most parameters on their cheapest
-tiers, and by the same min-max split restricted to splits that fit memory
-(placement-free, so one pass serves every layout).  Memory never grows with d, so
-a (c, b, S, z) that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO
-0, 1 and 2 price τ and sync identically and only shrink memory as z grows: only
-the largest allowed one is searched (and z = 3 only where it differs, d·e > 1).
-Layouts whose order without radix-1 dimensions coincides give equal placements:
-only the first is searched.
-
-Scope (not yet DESIGN §3.2, issue 13).  Plans with v = 1 and recompute none or full,
-priced as DESIGN §3: collectives on the span of the replica's t·e group (not each TP /
-EP group, §3.2 f), full recomputation without its rerun forward collectives (§3.2 a),
-memory without ZeRO-3 gather buffers (§3.2 d).  Where these differ (t·e > 1, z = 3)
-the evaluator, the referee, prices the DP's plan differently; the backend registry
-refuses instances allowing selective recomputation, v > 1 or overlapped reduction.
-
-Ties (a deterministic rule).  Least objective; then the least outer key
-(index in ``instance.choices``, S, d, z, index in ``all_layouts()``); within an
-outer choice the Pareto point with the least τ; within a split the shortest
-stage first (``nest_cp.dp.kernel``); recomputation only where needed to fit.
+Ties (a deterministic rule).  Least objective; then the least key (index in
+``instance.choices``, S, d, v, z, index in ``all_layouts()``, variant of the
+interleaved search); within it the inner search's rule (:mod:`nest_cp.dp.suffix`,
+:mod:`nest_cp.dp.interleaved`): the Pareto point with the least τ, the fastest
+recompute mode that fits, none before selective before full.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from nest_cp import cost
-from nest_cp.dp import pricing
-from nest_cp.dp.geometry import (
-    PathIds,
-    ReplicaPaths,
-    StageGeometry,
-    effective_order,
-    rank_devices,
-    stage_geometries,
-)
-from nest_cp.dp.kernel import INF, backtrack, fill_table, vector_windows, windows
-from nest_cp.dp.pricing import LayerTable
-from nest_cp.model import Instance, IntraConfig, RecomputeMode
+from nest_cp.dp.compose import RangePrices, Shape
+from nest_cp.dp.geometry import PathIds, effective_order, rank_devices, stage_geometries
+from nest_cp.dp.interleaved import Interleaved, exact_method_available
+from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
+from nest_cp.dp.pricing import LayerTable, range_sums
+from nest_cp.dp.suffix import SuffixMemory, pareto_walk
+from nest_cp.errors import BackendOptionError
+from nest_cp.model import Instance, IntraConfig
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
 from nest_cp.progress import Progress, ticks_text
@@ -92,22 +83,38 @@ from nest_cp.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENTRIES = 4096  # range matrices kept per (configuration, microbatch); cleared when full
+CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
 
 
 @dataclass(frozen=True, slots=True)
 class Outer:
-    """One outer choice (c, b, S, d) and its compute lower bound on T."""
+    """One outer choice (c, b, S, d, v) and its compute lower bound on T."""
 
     lower_bound: int
     choice_index: int
     num_stages: int
     dp: int
-    stage_bound: int  # lower bound on max τ, lower_bound = (m + S - 1) * stage_bound
+    virtual: int
+    chunk_bound: int  # lower bound on max τ, lower_bound = (v m + S - 1) * chunk_bound
 
     @property
     def key(self) -> tuple[int, ...]:
-        return (self.choice_index, self.num_stages, self.dp)
+        return (self.choice_index, self.num_stages, self.dp, self.virtual)
+
+
+class _Outers:
+    """The sorted outer choices as int64 columns, iterated as :class:`Outer` records."""
+
+    def __init__(self, *columns: np.ndarray):
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __iter__(self):
+        for start in range(0, len(self), 4096):
+            for values in zip(*(column[start:start + 4096].tolist() for column in self.columns)):
+                yield Outer(*values)
 
 
 @dataclass
@@ -124,6 +131,10 @@ class Best:
         """Whether a plan with this bound and key could still win under the tie rule."""
         return self.objective is None or (lower_bound, key) < (self.objective, self.key)
 
+    def note_excess(self, excess: int, where: str) -> None:
+        if excess > 0 and (self.excess_bytes is None or excess < self.excess_bytes):
+            self.excess_bytes, self.excess_where = excess, where
+
 
 @dataclass
 class Stats:
@@ -135,15 +146,19 @@ class Stats:
     dp_passes: int = 0
 
 
-def solve(instance: Instance, options=None) -> SolveResult:
+def solve(instance: Instance, options=None,
+          layouts: tuple[RankLayout, ...] | None = None) -> SolveResult:
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
     ``options.progress`` draws a progress bar over the outer choices on a terminal
     (:mod:`nest_cp.progress`; ``-v`` logs its lines instead); every other option is
     ignored (the DP has no time limit and no randomness).
+    ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
+    to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
+    workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
-    search = _Search(instance, options)
+    search = _Search(instance, options, all_layouts() if layouts is None else layouts)
     best = search.run()
     elapsed = time.perf_counter() - start
     stats = {"outer_choices": search.stats.outer_total,
@@ -167,17 +182,20 @@ def _infeasible_reason(best: Best) -> str:
 
 
 class _Search:
-    """The outer enumeration with bounds, and the DP passes of each outer choice."""
+    """The outer enumeration with bounds, and the inner searches of each outer choice."""
 
-    def __init__(self, instance: Instance, options):
+    def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...]):
         self.instance = instance
         self.options = options
+        self.layouts = layouts
         self.network = NetworkModel(instance.cluster)
         self.ids = PathIds(self.network)
+        self.prices = RangePrices(instance, self.ids)
         self.device_order = np.array(self.network.canonical_order(), dtype=np.int64)
         self.limit = instance.cluster.usable_hbm_bytes
         self.tables: dict[int, LayerTable] = {}
-        self.forms: dict[tuple, pricing.LinearTicks] = {}
+        self.fits: dict[tuple, bool] = {}
+        self._cheapest: dict[tuple, np.ndarray] = {}
         self.best = Best()
         self.stats = Stats()
 
@@ -194,62 +212,88 @@ class _Search:
                 self.stats.outer_searched += 1
                 self._search_outer(outer)
                 progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
+        if self.best.plan is None:
+            self._measure_excess(outers)
         return self.best
 
-    def _outer_choices(self) -> list[Outer]:
-        """Every (c, b, S, d), sorted by (lower bound, key)."""
-        outers = []
+    def _outer_choices(self) -> _Outers:
+        """Every (c, b, S, d, v), sorted by (lower bound, key): built as arrays, handed out
+        as :class:`Outer` records one at a time (there are millions at 10^5 devices)."""
+        training = self.instance.training
         num_layers = self.instance.workload.num_layers
         num_devices = self.instance.cluster.num_devices
+        columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
             if config.devices > num_devices:
                 continue
-            stage_bounds = self._stage_time_bounds(choice_index)
-            for num_stages in range(1, num_layers + 1):
-                max_dp = num_devices // (config.devices * num_stages)
-                for dp in range(1, max_dp + 1):
-                    rounds = cost.num_microbatches(self.instance.training.global_batch,
-                                                   microbatch, config, dp) + num_stages - 1
-                    outers.append(Outer(rounds * stage_bounds[num_stages], choice_index,
-                                        num_stages, dp, stage_bounds[num_stages]))
-        outers.sort(key=lambda o: (o.lower_bound, o.key))
-        return outers
+            chunk_bounds = self._chunk_time_bounds(choice_index)
+            bound_of = np.array([0] + [chunk_bounds[k] for k in range(1, num_layers + 1)],
+                                dtype=np.int64)
+            stages = np.concatenate([np.full(num_devices // (config.devices * s), s)
+                                     for s in range(1, num_layers + 1)]).astype(np.int64)
+            dps = np.concatenate([np.arange(1, num_devices // (config.devices * s) + 1)
+                                  for s in range(1, num_layers + 1)]).astype(np.int64)
+            microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dps)
+            for virtual in training.virtual_stages:
+                keep = np.ones(len(stages), dtype=bool) if virtual == 1 else (
+                    (stages >= 2) & (microbatches % stages == 0)
+                    & (stages * virtual <= num_layers))
+                chunk_bound = bound_of[np.minimum(stages[keep] * virtual, num_layers)]
+                rounds = virtual * microbatches[keep] + stages[keep] - 1
+                for column, values in zip(columns, (
+                        rounds * chunk_bound, np.full(keep.sum(), choice_index),
+                        stages[keep], dps[keep], np.full(keep.sum(), virtual), chunk_bound)):
+                    column.append(np.asarray(values, dtype=np.int64))
+        arrays = [np.concatenate(column) if column else np.zeros(0, dtype=np.int64)
+                  for column in columns]
+        order = np.lexsort(arrays[4::-1])  # by bound, then choice, S, d, v
+        return _Outers(*(array[order] for array in arrays))
 
-    def _stage_time_bounds(self, choice_index: int) -> dict[int, int]:
-        """For every S, the least max τ over splits with every term on its cheapest path.
-
-        A lower bound on τ_max for any d, z and layout; one kernel pass per S.
-        """
+    def _chunk_time_bounds(self, choice_index: int) -> dict[int, int]:
+        """For every chunk count K, the least max τ over splits into K chunks with every
+        term on its cheapest possible tier: a lower bound for any S·v = K, d, z, layout."""
         table = self._table(choice_index)
         bounds = {}
-        for num_stages in range(1, table.num_layers + 1):
-            width = table.num_layers - num_stages + 1
-            weight = self._cheapest_times(table, num_stages)
-            weight[:, ~np.triu(np.ones((width, width), dtype=bool))] = INF
-            bounds[num_stages] = int(fill_table(weight)[0][0, 0])
+        for num_chunks in range(1, table.num_layers + 1):
+            width = table.num_layers - num_chunks + 1
+            weight = np.where(np.triu(np.ones((width, width), dtype=bool)),
+                              self._cheapest_times(table, num_chunks), INF)
+            bounds[num_chunks] = int(fill_table(weight)[0][0, 0])
         return bounds
 
-    def _cheapest_times(self, table: LayerTable, num_stages: int) -> np.ndarray:
-        """(S, W, W) stage times with collectives and receives on their cheapest possible path.
+    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
+        """(K, W, W) chunk times with collectives and receives on their cheapest tier.
 
-        Memory, ZeRO-3 gathers and the real placement are ignored, so each entry is at most
-        the real τ of that stage without recomputation, for any d, z and layout.
+        Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
+        entry is at most the real τ of that chunk, for any d, z, mode and layout: each
+        collective costs at least its price on one group, and a group of g devices spans a
+        tier whose domains hold g devices.  The last few arrays are kept (read-only).
         """
+        key = (table.config, table.microbatch, num_chunks)
+        if key in self._cheapest:
+            return self._cheapest[key]
         if "cheapest" not in table.cache:
             per_layer = table.compute.copy()
             received = np.zeros_like(per_layer)
             if self.network.is_hierarchical:
-                if table.config.devices > 1:
-                    per_layer += np.min([np.diag(table.collective_range(self.ids.paths[tier]))
-                                         for tier in self._tiers_spanning(table.config.devices)],
-                                        axis=0)
-                received = np.min([table.transfers(path) for path in self.ids.paths], axis=0)
-            table.cache["cheapest"] = (pricing.range_sums(per_layer),
+                paths, config = self.ids.paths, table.config
+                if config.tp > 1:
+                    per_layer += np.min([np.diag(table.collective_range((paths[tier],), ()))
+                                         for tier in self._tiers_spanning(config.tp)], axis=0)
+                if config.ep > 1:
+                    per_layer += np.min([np.diag(table.collective_range((), (paths[tier],)))
+                                         for tier in self._tiers_spanning(config.ep)], axis=0)
+                received = np.min([table.transfers(path) for path in paths], axis=0)
+            table.cache["cheapest"] = (range_sums(per_layer),
                                        np.concatenate(([0], received[:-1])), received)
         base, activation, received = table.cache["cheapest"]
-        weight = windows(base, num_stages).copy()
-        weight[1:] += vector_windows(activation, num_stages)[1:, :, None]
-        weight[:-1] += vector_windows(received, num_stages)[:-1, None, :]
+        weight = windows(base, num_chunks).copy()
+        weight[1:] += vector_windows(activation, num_chunks)[1:, :, None]
+        weight[:-1] += vector_windows(received, num_chunks)[:-1, None, :]
+        weight.flags.writeable = False
+        if len(self._cheapest) >= CHEAPEST_KEPT:
+            self._cheapest.pop(next(iter(self._cheapest)))
+        self._cheapest[key] = weight
         return weight
 
     def _tiers_spanning(self, group_size: int) -> list[int]:
@@ -268,7 +312,8 @@ class _Search:
 
         Stages 0, 1 and 2 price τ and sync identically and only shrink memory as z grows,
         so the largest allowed one is at least as good as the others (it is the one
-        reported on ties).  With d = 1 and e = 1, stage 3 equals them too and is dropped.
+        reported on ties).  With d = 1 and e = 1, stage 3 prices like them and only adds
+        its gather buffers, so it is dropped unless it is the only one allowed.
         """
         allowed = set(self.instance.training.zero_stages)
         kept = sorted(allowed - {3})[-1:]
@@ -280,7 +325,7 @@ class _Search:
                  dp: int) -> list[tuple[int, RankLayout]]:
         """(index, layout) of the layouts with distinct placements, first of each kept."""
         seen, kept = set(), []
-        for index, layout in enumerate(all_layouts()):
+        for index, layout in enumerate(self.layouts):
             order = effective_order(layout, config, num_stages, dp)
             if order not in seen:
                 seen.add(order)
@@ -290,243 +335,224 @@ class _Search:
     # ------------------------------------------------------------ one outer choice
 
     def _search_outer(self, outer: Outer) -> None:
-        """Every z and layout of one (c, b, S, d) that its bounds do not rule out."""
+        """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out."""
         table = self._table(outer.choice_index)
-        config, num_stages, dp = table.config, outer.num_stages, outer.dp
+        config, num_stages, dp, virtual = table.config, outer.num_stages, outer.dp, outer.virtual
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
-        rounds = microbatches + num_stages - 1
         layouts = self._layouts(config, num_stages, dp)
-        geometries: dict[int, list[StageGeometry]] = {}
+        geometries: dict[int, tuple] = {}
         for zero in self._zero_stages(config, dp):
-            tau_bound = max(outer.stage_bound, self._gather_bound(table, num_stages, dp, zero))
-            sync_bound = self._sync_bound(table, num_stages, dp, zero)
-            bound = rounds * tau_bound + sync_bound
+            shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
+            tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
+            sync_bound = self._sync_bound(shape)
+            bound = shape.rounds * tau_bound + sync_bound
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
-                    not self._fits_at_most_replicas(table, num_stages, zero):
+                    not self._fits_at_most_replicas(shape):
                 continue
-            fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
-            cheapest = self._cheapest_times(table, num_stages)
-            self.stats.dp_passes += 1
-            fitting_bound = int(fill_table(fits.effective(cheapest))[0][0, 0])
-            if fitting_bound >= INF:  # memory does not depend on the layout
-                continue
-            bound = rounds * max(tau_bound, fitting_bound) + sync_bound
+            if virtual == 1:
+                inner = SuffixMemory(self.prices, shape, self.limit)
+                cheapest = self._cheapest_times(table, num_stages)
+                self.stats.dp_passes += 1
+                fitting = int(fill_table(inner.effective(
+                    {mode: cheapest + windows(table.rerun_range[mode], num_stages)
+                     for mode in table.modes}))[0][0, 0])
+                if fitting >= INF:  # memory does not depend on the layout
+                    continue
+                bound = shape.rounds * max(tau_bound, fitting) + sync_bound
+            else:
+                _require_exact_method(table, shape.num_chunks)
+                inner = Interleaved(self.prices, shape, self.limit)
+            searched = set()
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
                 if layout_index not in geometries:
                     devices = rank_devices(layout, config, num_stages, dp, self.device_order)
-                    geometries[layout_index] = stage_geometries(self.network, self.ids,
-                                                                devices, config)
+                    geometries[layout_index] = tuple(stage_geometries(
+                        self.network, self.ids, devices, config, virtual > 1))
+                if geometries[layout_index] in searched:  # priced alike, a later key: no win
+                    continue
+                searched.add(geometries[layout_index])
+                if not self.best.may_beat(max(bound, self._layout_bound(
+                        shape, geometries[layout_index]) + sync_bound), key):
+                    continue
                 self.stats.layouts_searched += 1
-                self._pareto_walk(table, geometries[layout_index], fits, rounds, key, layout)
+                self._search_layout(shape, inner, list(geometries[layout_index]), key, layout)
 
-    def _pareto_walk(self, table: LayerTable, geometries: list[StageGeometry],
-                     fits: _MemoryFit, rounds: int, key: tuple[int, ...],
-                     layout: RankLayout) -> None:
-        """Walk the (max τ, max sync) front from the least τ up, offering each point."""
-        tau0 = self._per_stage(geometries, lambda g: self._stage_time(table, g, fits.dp,
-                                                                      fits.zero))
-        tau = fits.effective(tau0)
-        sync = self._per_stage(geometries, lambda g: self._stage_sync(table, g, fits.dp,
-                                                                      fits.zero))
-        sync_cap = INF
-        while True:
-            self.stats.dp_passes += 2
-            tau_value, _ = fill_table(np.where(sync <= sync_cap, tau, INF))
-            tau_k = int(tau_value[0, 0])
-            if tau_k >= INF or not self.best.may_beat(rounds * tau_k, key):
-                return
-            sync_value, choice = fill_table(np.where(tau <= tau_k, sync, INF))
-            sigma = int(sync_value[0, 0])
-            objective = rounds * tau_k + sigma
-            if self.best.may_beat(objective, key):
-                self._accept(table, backtrack(choice), fits, objective, key, layout)
-            if sigma == 0:
-                return
-            sync_cap = sigma - 1
+    def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
+                       layout: RankLayout) -> None:
+        if shape.virtual == 1:
+            self.stats.dp_passes += pareto_walk(
+                self.prices, shape, inner, geometries,
+                lambda objective: self.best.may_beat(objective, key),
+                lambda objective, stages: self._accept(shape, stages, objective, key, layout))
+            return
+        self.stats.dp_passes += inner.search(
+            geometries,
+            lambda objective, variant: self.best.may_beat(objective, key + (variant,)),
+            lambda objective, variant, stages: self._accept(shape, stages, objective,
+                                                            key + (variant,), layout))
 
-    @staticmethod
-    def _per_stage(geometries: list[StageGeometry], matrix_of) -> np.ndarray:
-        """(S, W, W): stage s's window of the L x L matrix of its geometry."""
-        num_stages = len(geometries)
-        stages_of: dict[StageGeometry, list[int]] = {}
-        for stage, geometry in enumerate(geometries):
-            stages_of.setdefault(geometry, []).append(stage)
-        if len(stages_of) == 1:
-            return windows(matrix_of(geometries[0]), num_stages)
-        stacked = None
-        for geometry, stages in stages_of.items():
-            view = windows(matrix_of(geometry), num_stages)
-            if stacked is None:
-                stacked = np.empty(view.shape, dtype=np.int64)
-            stacked[stages] = view[stages]
-        return stacked
-
-    def _accept(self, table: LayerTable, split: list[tuple[int, int]], fits: _MemoryFit,
-                objective: int, key: tuple[int, ...], layout: RankLayout) -> None:
-        num_stages, dp = len(split), fits.dp
-        stages = tuple(Stage(first, last, RecomputeMode.NONE if fits.plain[
-            stage, first - stage, last - stage] else RecomputeMode.FULL)
-                       for stage, (first, last) in enumerate(split))
-        placement = layout.placement(table.config, num_stages, dp, self.device_order.tolist())
+    def _accept(self, shape: Shape, stages: tuple[Stage, ...], objective: int,
+                key: tuple[int, ...], layout: RankLayout) -> None:
+        if not self.best.may_beat(objective, key):
+            return
+        table = shape.table
+        placement = layout.placement(table.config, shape.num_stages, shape.dp,
+                                     self.device_order.tolist())
         self.best.objective, self.best.key = objective, key
-        self.best.plan = Plan(table.config, table.microbatch, fits.zero, dp, stages, placement)
+        self.best.plan = Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
+                              placement, shape.virtual)
         logger.debug("incumbent %d ticks at key %s", objective, key)
 
-    def _fits_at_most_replicas(self, table: LayerTable, num_stages: int, zero: int) -> bool:
-        """Whether some split fits memory at the largest d = N // (a·S), cached per (c, b, S, z).
+    # ------------------------------------------------------------ memory
 
-        Stage memory never grows with d (ZeRO shards shrink, in-flight microbatches
-        min(S - s, m) do not grow as m falls), so if no split fits at the largest d, none
-        fits at any d; the least excess there is the INFEASIBLE reason's "at best".
+    def _widest_shape(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                      valid_only: bool) -> Shape | None:
+        """The shape at the largest d = N // (a·S) (with ``valid_only``, the largest d
+        whose m is a multiple of S when v > 1), where memory is least."""
+        training = self.instance.training
+        largest = self.instance.cluster.num_devices // (table.config.devices * num_stages)
+        for dp in range(largest, 0, -1):
+            microbatches = cost.num_microbatches(training.global_batch, table.microbatch,
+                                                 table.config, dp)
+            if not valid_only or virtual == 1 or microbatches % num_stages == 0:
+                return Shape(table, num_stages, dp, virtual, zero, microbatches)
+        return None
+
+    def _fits_at_most_replicas(self, shape: Shape) -> bool:
+        """Whether some split fits memory at the largest d, cached per (c, b, S, v, z).
+
+        Stage memory never grows with d (ZeRO shards shrink, in-flight counts do not grow
+        as m falls), so if no split fits at the largest d, none fits at any d.
         """
-        key = ("fits", num_stages, zero)
-        if key not in table.cache:
-            dp = self.instance.cluster.num_devices // (table.config.devices * num_stages)
-            microbatches = cost.num_microbatches(self.instance.training.global_batch,
-                                                 table.microbatch, table.config, dp)
-            fits = _MemoryFit(self, table, num_stages, dp, zero, microbatches)
+        table = shape.table
+        key = (table.config, table.microbatch, shape.num_stages, shape.virtual, shape.zero)
+        if key not in self.fits:
+            widest = self._widest_shape(table, shape.num_stages, shape.virtual, shape.zero,
+                                        valid_only=False)
             self.stats.dp_passes += 1
-            least = int(fill_table(fits.least_memory)[0][0, 0])
-            table.cache[key] = least <= self.limit
-            excess = least - self.limit
-            if excess > 0 and (self.best.excess_bytes is None or excess < self.best.excess_bytes):
-                self.best.excess_bytes = excess
-                self.best.excess_where = (f"config tp={table.config.tp}, ep={table.config.ep}, "
-                                          f"b={table.microbatch}, S={num_stages}, d={dp}, "
-                                          f"z={zero}")
-        return table.cache[key]
+            if shape.virtual == 1:
+                least = int(fill_table(SuffixMemory(self.prices, widest,
+                                                    self.limit).least_memory)[0][0, 0])
+                self.fits[key] = least <= self.limit
+                self.best.note_excess(least - self.limit, _where(widest))
+            else:
+                _require_exact_method(table, widest.num_chunks)
+                self.fits[key] = Interleaved(self.prices, widest, self.limit).fits_somewhere()
+        return self.fits[key]
 
-    # ------------------------------------------------------------ range matrices
+    def _measure_excess(self, outers) -> None:
+        """No plan fits: the least excess over the interleaved shapes too (v = 1 is measured
+        on the way), for the INFEASIBLE reason."""
+        seen = set()
+        for outer in outers:
+            table = self._table(outer.choice_index)
+            for zero in self._zero_stages(table.config, outer.dp):
+                key = (outer.choice_index, outer.num_stages, outer.virtual, zero)
+                if outer.virtual == 1 or key in seen:
+                    continue
+                seen.add(key)
+                widest = self._widest_shape(table, outer.num_stages, outer.virtual, zero,
+                                            valid_only=True)
+                if widest is not None:
+                    least = Interleaved(self.prices, widest, self.limit).least_memory()
+                    if least < INF:  # INF: no split at all
+                        self.best.note_excess(least - self.limit, _where(widest))
 
-    def _cached(self, table: LayerTable, key: tuple, build) -> np.ndarray:
-        cache = table.cache
-        if key not in cache:
-            if len(cache) >= CACHE_ENTRIES:
-                cache.clear()
-            cache[key] = build()
-        return cache[key]
+    # ------------------------------------------------------------ bounds
 
-    def _stage_time(self, table: LayerTable, geometry: StageGeometry, dp: int,
-                    zero: int) -> np.ndarray:
-        """τ(s, f, l) without recomputation, as an L x L matrix, for a stage's geometry."""
-        gather_dp = dp if zero == 3 else 1
-        return self._cached(table, ("time", geometry, gather_dp), lambda: self._build_time(
-            table, geometry, gather_dp))
+    def _layout_bound(self, shape: Shape, geometries: tuple) -> int:
+        """(v·m + S − 1) times the mean chunk time on this layout, a lower bound on T − sync.
 
-    def _build_time(self, table: LayerTable, geometry: StageGeometry,
-                    gather_dp: int) -> np.ndarray:
-        worst = None
-        for replica in geometry.replicas:
-            term = self._cached(table, ("replica", replica),
-                                lambda replica=replica: self._replica_time(table, replica))
-            worst = term if worst is None else np.maximum(worst, term)
-        if gather_dp > 1 and geometry.replica_groups:
-            gathers = [2 * self._form(("gather", gather_dp, path),
-                                      lambda path=path: pricing.zero3_gather_form(
-                                          self.instance, gather_dp, self.ids.paths[path])
-                                      ).of_array(table.params_range)
-                       for path in geometry.replica_groups]
-            worst = worst + np.max(gathers, axis=0)
-        return worst
-
-    def _replica_time(self, table: LayerTable, replica: ReplicaPaths) -> np.ndarray:
-        """Compute + collectives + receives of one replica, as an L x L matrix."""
+        A chunk costs at least its compute plus, for every one of its layers, the layer's
+        collectives on the replica of its stage where they are cheapest; every layer is in
+        one chunk, so Σ_k τ_k >= Σ_layers (compute + the least such price over the stages),
+        and max_k τ_k >= that sum / K.
+        """
+        table = shape.table
         paths = self.ids.paths
-        group = paths[replica.group] if replica.group >= 0 else None
-        time_matrix = table.compute_range + table.collective_range(group)
-        if replica.recv_activation:
-            sent = np.max([table.transfers(paths[p]) for p in replica.recv_activation], axis=0)
-            time_matrix = time_matrix + np.concatenate(([0], sent[:-1]))[:, None]
-        if replica.recv_gradient:
-            sent = np.max([table.transfers(paths[p]) for p in replica.recv_gradient], axis=0)
-            time_matrix = time_matrix + sent[None, :]
-        return time_matrix
+        cheapest = None
+        for geometry in set(geometries):
+            for replica in geometry.replicas:
+                per_layer = np.diag(table.collective_range(
+                    tuple(paths[p] for p in replica.tp_groups),
+                    tuple(paths[p] for p in replica.ep_groups)))
+                cheapest = per_layer if cheapest is None else np.minimum(cheapest, per_layer)
+        total = int(table.compute.sum()) + int(cheapest.sum())
+        return shape.rounds * -(-total // shape.num_chunks)
 
-    def _stage_sync(self, table: LayerTable, geometry: StageGeometry, dp: int,
-                    zero: int) -> np.ndarray:
-        """sync(s, f, l) as an L x L matrix: dense over d·e ranks plus expert over d ranks."""
-        kind = cost.sync_collective(zero)
-        key = ("sync", geometry.dense_groups, geometry.replica_groups, dp, kind)
-        return self._cached(table, key, lambda: self._build_sync(table, geometry, dp, zero))
-
-    def _build_sync(self, table: LayerTable, geometry: StageGeometry, dp: int,
-                    zero: int) -> np.ndarray:
-        total = np.zeros_like(table.dense_range)
-        for params, size, paths in ((table.dense_range, dp * table.config.ep,
-                                     geometry.dense_groups),
-                                    (table.expert_range, dp, geometry.replica_groups)):
-            if paths:
-                total = total + np.max([self._sync_form(zero, size, path).of_array(params)
-                                        for path in paths], axis=0)
-        return total
-
-    def _sync_form(self, zero: int, size: int, path: int) -> pricing.LinearTicks:
-        """Sync over ``size`` ranks on the path with id ``path``."""
-        kind = cost.sync_collective(zero)
-        return self._form(("sync", kind, size, path), lambda: pricing.sync_form(
-            self.instance, zero, size, self.ids.paths[path]))
-
-    def _form(self, key: tuple, build) -> pricing.LinearTicks:
-        if key not in self.forms:
-            self.forms[key] = build()
-        return self.forms[key]
-
-    def _gather_bound(self, table: LayerTable, num_stages: int, dp: int, zero: int) -> int:
-        """ZeRO-3: the cheapest possible gathers of the stage holding the most parameters."""
-        if zero != 3 or dp == 1 or not self.network.is_hierarchical:
+    def _gather_bound(self, shape: Shape) -> int:
+        """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters."""
+        if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
-        heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // num_stages)
-        forms = [self._form(("gather", dp, tier), lambda tier=tier: pricing.zero3_gather_form(
-            self.instance, dp, self.ids.paths[tier])) for tier in self._tiers_spanning(dp)]
-        return min(2 * form.of(heaviest) for form in forms)
+        table = shape.table
+        heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // shape.num_chunks)
+        return min(2 * self.prices.gather_form(shape.dp, tier).of(heaviest)
+                   for tier in self._tiers_spanning(shape.dp))
 
-    def _sync_bound(self, table: LayerTable, num_stages: int, dp: int, zero: int) -> int:
-        """Cheapest possible sync of the stage holding the most dense (expert) parameters."""
+    def _sync_bound(self, shape: Shape) -> int:
+        """A lower bound on max_s exposed_s from the cheapest tiers a sync group may span.
+
+        Without overlap: the sync of the stage holding the most dense (expert) parameters,
+        at least ceil(P / S).  With overlapped reduction exposed_s = max(0, sync_s − R_s),
+        so max_s exposed_s >= (Σ_s sync_s − Σ_s R_s) / S, where Σ_s R_s is the backward of
+        every layer and each stage's sync is a ceil((slope·P_s + offset) / den) >= (slope·P_s
+        + offset) / den, the offset paid by every stage holding parameters of the kind (all
+        S of them when every layer has some, at least one otherwise).
+        """
         if not self.network.is_hierarchical:
             return 0
-        bound = 0
+        table, num_stages = shape.table, shape.num_stages
         last = table.num_layers - 1
-        for params, size in ((int(table.dense_range[0, last]), dp * table.config.ep),
-                             (int(table.expert_range[0, last]), dp)):
+        kinds = ((table.dense_range, shape.dp * table.config.ep),
+                 (table.expert_range, shape.dp))
+        if not self.instance.training.overlap_grad_reduce:
+            bound = 0
+            for params_range, size in kinds:
+                params = int(params_range[0, last])
+                if size > 1 and params > 0:
+                    heaviest = -(-params // num_stages)
+                    bound = max(bound, min(self.prices.sync_form(shape.zero, size, tier).of(
+                        heaviest) for tier in self._tiers_spanning(size)))
+            return bound
+        total = Fraction(0)
+        for params_range, size in kinds:
+            params = int(params_range[0, last])
             if size > 1 and params > 0:
-                heaviest = -(-params // num_stages)
-                bound = max(bound, min(self._sync_form(zero, size, tier).of(heaviest)
-                                       for tier in self._tiers_spanning(size)))
-        return bound
+                holders = num_stages if (np.diag(params_range) > 0).all() else 1
+                forms = [self.prices.sync_form(shape.zero, size, tier)
+                         for tier in self._tiers_spanning(size)]
+                total += min(Fraction(form.slope * params + holders * form.offset,
+                                      form.denominator) for form in forms)
+        excess = total - int(table.bwd_range[0, last])
+        return max(0, math.ceil(excess / num_stages))
 
 
-class _MemoryFit:
-    """Which (stage, first, last) fit in memory with and without recomputation: (S, W, W)."""
+def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,
+                          num_layers: int) -> bool:
+    """DESIGN §3.2 b: v > 1 needs S >= 2, m a multiple of S, and S·v non-empty chunks."""
+    if virtual == 1:
+        return True
+    return num_stages >= 2 and microbatches % num_stages == 0 and \
+        num_stages * virtual <= num_layers
 
-    def __init__(self, search: _Search, table: LayerTable, num_stages: int, dp: int, zero: int,
-                 microbatches: int):
-        self.dp, self.zero = dp, zero
-        width = table.num_layers - num_stages + 1
-        state = windows(cost.state_bytes(table.params_range, search.instance.training.optimizer,
-                                          zero, dp), num_stages)
-        in_flight = np.array([cost.in_flight(s, num_stages, microbatches)
-                              for s in range(num_stages)], dtype=np.int64)[:, None, None]
-        plain = state + in_flight * windows(table.act_range, num_stages)
-        with_recompute = state + in_flight * windows(table.ckpt_range, num_stages) \
-            + windows(table.work_range, num_stages)
-        ordered = np.triu(np.ones((width, width), dtype=bool))
-        self.fwd = windows(table.fwd_range, num_stages)
-        self.plain = ordered & (plain <= search.limit)
-        allow = RecomputeMode.FULL in search.instance.training.recompute_modes
-        self.recompute = ordered & ~self.plain & allow & (with_recompute <= search.limit)
-        self._memory = (ordered, plain, with_recompute if allow else plain)
 
-    @property
-    def least_memory(self) -> np.ndarray:
-        """(S, W, W) least bytes of each stage with or without recomputation (INF: no stage)."""
-        ordered, plain, with_recompute = self._memory
-        return np.where(ordered, np.minimum(plain, with_recompute), INF)
+def _require_exact_method(table: LayerTable, num_chunks: int) -> None:
+    if not exact_method_available(table, num_chunks):
+        raise BackendOptionError(
+            f"expected, for --backend dp with virtual stages, a workload of identical layers "
+            f"between at most one leading and one trailing layer, or at most "
+            f"{table.num_layers} layers few enough to enumerate every split into "
+            f"{num_chunks} chunks; got neither (use virtual_stages [1] or another backend)",
+            option="virtual_stages")
 
-    def effective(self, times: np.ndarray) -> np.ndarray:
-        """τ_eff: ``times`` where the stage fits as is, plus its forward where it must
-        recompute, INF where it cannot fit (or is not a stage)."""
-        return np.where(self.plain, times, np.where(self.recompute, times + self.fwd, INF))
+
+def _where(shape: Shape) -> str:
+    config = shape.table.config
+    text = (f"config tp={config.tp}, ep={config.ep}, b={shape.table.microbatch}, "
+            f"S={shape.num_stages}, d={shape.dp}, z={shape.zero}")
+    return text if shape.virtual == 1 else f"{text}, v={shape.virtual}"
+

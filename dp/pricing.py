@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest_cp import cost
-from nest_cp.model import CollectiveKind, Instance, IntraConfig
+from nest_cp.model import CollectiveKind, Instance, IntraConfig, Phase, RecomputeMode
 from nest_cp.network import Path, collective_seconds, exact
 
 INT64_SAFE = 2**62
@@ -43,24 +43,43 @@ class LinearTicks:
         return -(-(self.slope * volume + self.offset) // self.denominator)
 
     def of_array(self, volumes: np.ndarray) -> np.ndarray:
-        """The same, elementwise over an int64 array (exact; Python ints if int64 may overflow)."""
+        """The same, elementwise over an int64 array, exactly.
+
+        In int64 when no product can overflow; otherwise in float64 (a sum of non-negative
+        terms, so a few ulps of relative error), whose ceiling is exact wherever the float
+        lies farther from an integer than that error can reach, and in Python integers for
+        the few entries that do not.
+        """
         volumes = np.asarray(volumes, dtype=np.int64)
         largest = int(np.abs(volumes).max(initial=0))
-        if self.slope * largest + abs(self.offset) < INT64_SAFE:
+        if self.slope * max(largest, 1) + abs(self.offset) < INT64_SAFE and \
+                self.denominator < INT64_SAFE:
             ticks = -(-(self.slope * volumes + self.offset) // self.denominator)
             return np.where(volumes <= 0, 0, ticks)
-        distinct, inverse = np.unique(volumes, return_inverse=True)
-        priced = np.array([self.of(int(v)) for v in distinct.tolist()], dtype=np.int64)
-        return priced[inverse].reshape(volumes.shape)
+        if self.slope < 0 or self.offset < 0 or largest >= 2**53:  # no float shortcut
+            distinct, inverse = np.unique(volumes, return_inverse=True)
+            priced = np.array([self.of(int(v)) for v in distinct.tolist()], dtype=np.int64)
+            return priced[inverse].reshape(volumes.shape)
+        scaled = (float(self.slope) * volumes.astype(np.float64) + float(self.offset)) \
+            / float(self.denominator)
+        error = 1e-12 * (np.abs(scaled) + 1.0)  # far above float64's few ulps of rounding
+        ticks = np.ceil(scaled)
+        unsure = (ticks - scaled < error) | (scaled - (ticks - 1) < error)
+        ticks = ticks.astype(np.int64)
+        if unsure.any():
+            distinct, inverse = np.unique(volumes[unsure], return_inverse=True)
+            ticks[unsure] = np.array([self.of(int(v)) for v in distinct.tolist()],
+                                     dtype=np.int64)[inverse]
+        return np.where(volumes <= 0, 0, ticks)
 
 
 def linear_collective(kind: CollectiveKind, bytes_per_unit: int, group_size: int, path: Path,
                       tick_s: float) -> LinearTicks:
     """Exact linear form of ``collective_ticks(kind, bytes_per_unit * v, group_size, path)``."""
-    per_unit = collective_seconds(kind, bytes_per_unit, group_size, path) \
-        - collective_seconds(kind, 0, group_size, path)
-    slope = per_unit / exact(tick_s)
-    offset = collective_seconds(kind, 0, group_size, path) / exact(tick_s)
+    tick = exact(tick_s)
+    fixed = collective_seconds(kind, 0, group_size, path)
+    slope = (collective_seconds(kind, bytes_per_unit, group_size, path) - fixed) / tick
+    offset = fixed / tick
     common = math.lcm(slope.denominator, offset.denominator)
     return LinearTicks(slope=int(slope * common), offset=int(offset * common),
                        denominator=int(common))
@@ -86,28 +105,38 @@ class LayerTable:
     """Per-layer and per-range quantities of one (configuration, microbatch) choice.
 
     Arrays are int64; ``*_range`` are L x L range matrices (sums, or maxima for
-    ``work_range``); ``cache`` holds the planner's derived range matrices.
+    ``params_max_range`` and ``work_range``).  Per recompute mode (DESIGN §3.2 a, every
+    allowed mode): ``rerun_range`` the forward compute rerun, ``kept_range`` the
+    activation bytes kept per microbatch, ``work_range`` the working set.  ``cache``
+    holds the planner's derived range matrices.
     """
 
     def __init__(self, instance: Instance, config: IntraConfig, microbatch: int):
         self.instance, self.config, self.microbatch = instance, config, microbatch
         tick_s = instance.training.tick_s
+        self.modes = tuple(mode for mode in RecomputeMode
+                           if mode in instance.training.recompute_modes)
         self.profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
         fwd_bwd = np.array([cost.compute_ticks(p, tick_s) for p in self.profiles],
                            dtype=np.int64)
-        self.fwd = fwd_bwd[:, 0]
+        self.fwd, self.bwd = fwd_bwd[:, 0], fwd_bwd[:, 1]
         self.compute = fwd_bwd.sum(axis=1)
         self.out_bytes = self._column("out_bytes")
-        self.fwd_range = range_sums(self.fwd)
         self.compute_range = range_sums(self.compute)
+        self.bwd_range = range_sums(self.bwd)
         self.dense_range = range_sums(self._column("dense_params"))
         self.expert_range = range_sums(self._column("expert_params"))
         self.params_range = self.dense_range + self.expert_range
-        self.act_range = range_sums(self._column("act_bytes"))
-        self.ckpt_range = range_sums(self._column("ckpt_bytes"))
-        self.work_range = range_maxima(self._column("act_bytes"))
+        self.params_max_range = range_maxima(self._column("dense_params")
+                                             + self._column("expert_params"))
+        self.rerun_range = {mode: range_sums([cost.recompute_compute_ticks(p, mode, tick_s)
+                                              for p in self.profiles]) for mode in self.modes}
+        self.kept_range = {mode: range_sums([cost.kept_activation_bytes([p], mode)
+                                             for p in self.profiles]) for mode in self.modes}
+        self.work_range = {mode: range_maxima([cost.working_set_bytes([p], mode)
+                                               for p in self.profiles]) for mode in self.modes}
         self.cache: dict = {}
-        self._collectives: dict[Path | None, np.ndarray] = {}
+        self._collectives: dict[tuple, np.ndarray] = {}
         self._transfers: dict[Path, np.ndarray] = {}
 
     @property
@@ -117,16 +146,18 @@ class LayerTable:
     def _column(self, name: str) -> np.ndarray:
         return np.array([getattr(p, name) for p in self.profiles], dtype=np.int64)
 
-    def collective_range(self, path: Path | None) -> np.ndarray:
-        """Intra-layer collective ticks of every layer range on a replica group's bottleneck."""
-        if path not in self._collectives:
+    def collective_range(self, tp_paths: tuple[Path, ...], ep_paths: tuple[Path, ...],
+                         phase: Phase | None = None) -> np.ndarray:
+        """Intra-layer collective ticks of every layer range (of ``phase``, or all), each
+        collective on the slowest of the given TP or EP group paths (DESIGN §3.2 f)."""
+        key = (tp_paths, ep_paths, phase)
+        if key not in self._collectives:
             tick_s = self.instance.training.tick_s
-            # DESIGN §3's replica span, not yet §3.2 f's per-group pricing (issue 13)
-            paths = cost.GroupPaths.replica_span(path)
-            per_layer = np.array([cost.layer_collective_ticks(p, self.config, paths, tick_s)
-                                  for p in self.profiles], dtype=np.int64)
-            self._collectives[path] = range_sums(per_layer)
-        return self._collectives[path]
+            paths = cost.GroupPaths(tp=tp_paths, ep=ep_paths)
+            per_layer = [cost.layer_collective_ticks(p, self.config, paths, tick_s, phase)
+                         for p in self.profiles]
+            self._collectives[key] = range_sums(per_layer)
+        return self._collectives[key]
 
     def transfers(self, path: Path) -> np.ndarray:
         """transfers[layer] = ticks to send that layer's output over ``path``."""

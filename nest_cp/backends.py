@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from nest_cp.errors import BackendOptionError, InvalidPlan
 from nest_cp.evaluate import evaluate
-from nest_cp.model import Instance, RecomputeMode, Strategy
+from nest_cp.model import Instance, Strategy
 from nest_cp.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -41,12 +41,6 @@ SDP_BACKENDS: dict[str, str] = {
     "cpsat": "nest_cp.exact.sdp_driver:solve_cpsat",
     "milp": "nest_cp.exact.sdp_driver:solve_milp",
 }
-
-
-# Backends that search DESIGN §3's choices only (v = 1, recompute none or full, no
-# overlapped gradient reduction) until they move to §3.2 (issue 13): on an instance that
-# allows more they would call a v1 optimum OPTIMAL, so they refuse it.
-V1_ONLY_BACKENDS = ("dp",)
 
 
 # The options each backend honours: SolveOptions fields and ``extra`` keys.  Anything else
@@ -86,8 +80,6 @@ def run_unrefereed(instance: Instance, backend: str,
     """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
     anything that uses the result calls :func:`check_result` on it."""
     options = options or SolveOptions()
-    if backend in V1_ONLY_BACKENDS and Strategy.DP in instance.training.strategies:
-        _require_v1_choices(instance, backend)
     return _solve_strategies(instance, backend, options)
 
 
@@ -123,24 +115,6 @@ def _solve_strategies(instance: Instance, backend: str, options: SolveOptions) -
 
 
 MIN_SDP_TIME_S = 0.01  # what the SDP search still gets when the plain one used the limit up
-
-
-def _require_v1_choices(instance: Instance, backend: str) -> None:
-    """BackendOptionError naming the DESIGN §3.2 choices ``backend`` cannot search yet."""
-    training = instance.training
-    beyond = []
-    if set(training.recompute_modes) != {RecomputeMode.NONE, RecomputeMode.FULL} and \
-            set(training.recompute_modes) != {RecomputeMode.NONE}:
-        beyond.append("recompute " + "/".join(m.value for m in training.recompute_modes))
-    if training.virtual_stages != (1,):
-        beyond.append(f"virtual_stages {list(training.virtual_stages)}")
-    if training.overlap_grad_reduce:
-        beyond.append("overlap_grad_reduce")
-    if beyond:
-        raise BackendOptionError(
-            f"expected an instance with recompute none/full, virtual_stages [1] and no "
-            f"overlap_grad_reduce for --backend {backend} (it does not search DESIGN §3.2's "
-            f"choices yet), got {', '.join(beyond)}; use --backend brute or a baseline")
 
 
 def check_result(instance: Instance, result: SolveResult) -> None:

@@ -404,10 +404,11 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     if hint and "hint" in honoured:
         try:
             hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
-            hint_plan, hint_s = hinted.plan, time.monotonic() - started
+            hint_plan = hinted.plan
             sdp_hint = hinted.sdp.plan if hinted.sdp is not None else None
-        except BackendOptionError as exc:  # the DP cannot plan this instance: no hint
+        except BackendOptionError as exc:  # an instance the DP cannot search exactly: no hint
             click.echo(f"note: solving without the DP hint: {exc}", err=True)
+        hint_s = time.monotonic() - started
     time_left = time_limit - (time.monotonic() - started)
     try:
         options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),

@@ -51,7 +51,8 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
                                                                   RecomputeMode.FULL),
                     virtual_stages: tuple[int, ...] = (1,), overlap_grad_reduce: bool = False,
                     global_batch: int = 8, hbm_bytes: int = 80 * _GB, graph: bool = False,
-                    comm_scale: int = 1, num_devices: int | None = None) -> Instance:
+                    comm_scale: int = 1, num_devices: int | None = None,
+                    identical_blocks: bool = False) -> Instance:
     """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph).
 
     ``comm_scale`` multiplies every boundary tensor and collective volume, to make
@@ -59,6 +60,9 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
     below the product of the tier sizes leaves the last domains partial.  Every
     profile carries selective-recomputation data (a quarter of the forward rerun,
     half the activations kept), so any ``recompute_modes`` may be allowed.
+    ``identical_blocks`` gives every layer but the first and the last the second layer's
+    profiles: an embedding, identical blocks and a head, the shape of the preset models
+    (the DP searches v > 1 there by block counting); the random draws are the same.
     """
     rng = random.Random(seed)
     if num_devices is None:
@@ -67,6 +71,9 @@ def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] 
             num_devices *= size
     layers = tuple(_layer(rng, index, configs, microbatches, comm_scale)
                    for index in range(num_layers))
+    if identical_blocks and num_layers >= 3:
+        layers = (layers[0], *(Layer(f"block{index}", layers[1].profiles)
+                               for index in range(1, num_layers - 1)), layers[-1])
     network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
     cluster = Cluster(num_devices, hbm_bytes, network, name=f"random-{seed}")
     training = TrainingSetup(global_batch=global_batch, seq_len=1, microbatches=microbatches,

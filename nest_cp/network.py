@@ -94,14 +94,24 @@ class NetworkModel:
 
     # ---------------------------------------------------------- hierarchical
 
+    def tier_of_pairs(self, lowest, highest):
+        """Tier of each device pair: the smallest tier whose domain holds both devices.
+
+        ``lowest`` and ``highest`` are device ids, ints or integer numpy arrays (elementwise,
+        broadcast); a group's tier is that of its smallest and largest id.  Domains are
+        nested blocks of consecutive ids, so the tier is the number of tiers whose domains
+        separate the two; ``num_tiers`` means no tier holds both (hierarchical networks only).
+        """
+        return sum((lowest // size) != (highest // size) for size in self._domains)
+
     def tier_of(self, devices: Iterable[int]) -> int:
         """Smallest tier whose domain holds all ``devices`` (hierarchical networks only)."""
         devices = list(devices)
         low, high = min(devices), max(devices)
-        for tier, size in enumerate(self._domains):
-            if low // size == high // size:  # domains are blocks of consecutive ids
-                return tier
-        raise ValueError(f"devices {low} and {high} lie in no common tier domain")
+        tier = int(self.tier_of_pairs(low, high))
+        if tier >= len(self._domains):
+            raise ValueError(f"devices {low} and {high} lie in no common tier domain")
+        return tier
 
     def tier_path(self, tier: int) -> Path:
         return self._tier_paths[tier]

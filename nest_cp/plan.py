@@ -1,7 +1,8 @@
-"""The plan (DESIGN §2, §3.2 b) and the rank layouts of the structured space (DESIGN §4).
+"""The plan (DESIGN §2, §3.2 b) and the rank layouts of the structured space (DESIGN §4, v2).
 
 A rank is (stage s, replica r, intra-stage rank j) with j = t_index + tp * e_index
-(tensor ranks innermost).  ``Plan.placement[s][r][j]`` is its device id.
+(how a stage replica numbers its ranks; where they sit is the layout's business).
+``Plan.placement[s][r][j]`` is its device id.
 
 With v virtual stages (interleaved 1F1B) the layers are split into S·v chunks;
 ``Plan.stages`` lists the chunks in layer order and chunk k runs on pipeline stage
@@ -14,6 +15,8 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 from enum import Enum
+
+import numpy as np
 
 from nest_cp.errors import InstanceFormatError
 from nest_cp.model import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
@@ -177,40 +180,50 @@ class Dim(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class RankLayout:
-    """An order of the rank dimensions from innermost to outermost, tensor ranks first."""
+    """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost.
+
+    Structured space v2 (DESIGN §4): any of the 24 orders, tensor ranks innermost or not.
+    """
 
     order: tuple[Dim, ...]
 
     def __post_init__(self) -> None:
-        if sorted(self.order) != sorted(Dim) or self.order[0] is not Dim.TP:
-            raise ValueError(f"expected an order of t, e, stage, replica with t first, "
-                             f"got {[d.value for d in self.order]}")
+        if len(self.order) != len(Dim) or set(self.order) != set(Dim):
+            raise ValueError(f"expected an order of t, e, stage, replica (each once), "
+                             f"got {[getattr(d, 'value', d) for d in self.order]}")
 
     @property
     def name(self) -> str:
         return ",".join(dim.value for dim in self.order)
 
-    def position(self, stage: int, replica: int, rank: int, config: IntraConfig,
-                 num_stages: int, dp: int) -> int:
-        """Mixed-radix position of rank (stage, replica, rank) in this layout."""
+    def position(self, stage, replica, rank, config: IntraConfig, num_stages: int, dp: int):
+        """Mixed-radix position of rank (stage, replica, rank) in this layout.
+
+        ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
+        together (the DP places whole stages at once); the result has their shape.
+        """
         digits = {Dim.TP: rank % config.tp, Dim.EP: rank // config.tp,
                   Dim.STAGE: stage, Dim.REPLICA: replica}
         radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
         position, weight = 0, 1
         for dim in self.order:
-            position += digits[dim] * weight
+            position = position + digits[dim] * weight
             weight *= radix[dim]
         return position
+
+    def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
+        """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array."""
+        return self.position(np.arange(num_stages, dtype=np.int64)[:, None, None],
+                             np.arange(dp, dtype=np.int64)[None, :, None],
+                             np.arange(config.devices, dtype=np.int64)[None, None, :],
+                             config, num_stages, dp)
 
     def placement(self, config: IntraConfig, num_stages: int, dp: int,
                   device_order: tuple[int, ...] | list[int]) -> Placement:
         """The placement that puts each rank on the device at its position of ``device_order``."""
-        return tuple(
-            tuple(
-                tuple(device_order[self.position(stage, replica, rank, config, num_stages, dp)]
-                      for rank in range(config.devices))
-                for replica in range(dp))
-            for stage in range(num_stages))
+        devices = np.asarray(device_order, dtype=np.int64)[
+            self.positions(config, num_stages, dp)].tolist()
+        return tuple(tuple(tuple(ranks) for ranks in replicas) for replicas in devices)
 
 
 MEGATRON_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
@@ -218,11 +231,18 @@ NEST_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
 
 
 def all_layouts() -> tuple[RankLayout, ...]:
-    """The six layouts of the structured space, Megatron's first (a deterministic order)."""
-    others = [RankLayout((Dim.TP, *rest))
-              for rest in itertools.permutations((Dim.EP, Dim.REPLICA, Dim.STAGE))]
-    others.remove(MEGATRON_LAYOUT)
-    return (MEGATRON_LAYOUT, *others)
+    """The 24 layouts of structured space v2, in a deterministic order.
+
+    Megatron's first, then the other five with tensor ranks innermost (the structured
+    space before v2, NEST's among them), then the eighteen others in
+    ``itertools.permutations`` order.  The index is the DP's tie-break.
+    """
+    tensor_first = [RankLayout((Dim.TP, *rest))
+                    for rest in itertools.permutations((Dim.EP, Dim.REPLICA, Dim.STAGE))]
+    tensor_first.remove(MEGATRON_LAYOUT)
+    others = [RankLayout(order) for order in itertools.permutations(
+        (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE)) if order[0] is not Dim.TP]
+    return (MEGATRON_LAYOUT, *tensor_first, *others)
 
 
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",

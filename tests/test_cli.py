@@ -293,12 +293,22 @@ def test_vp_too_deep_for_the_layers_is_a_usage_error():
     assert result.exit_code == 2 and "--pp x --vp" in result.output
 
 
-def test_v1_backends_refuse_v2_choices():
-    """dp (and the exact backends) do not search selective recomputation yet: on an instance
-    allowing it they exit 2 naming the choice instead of calling a v1 optimum OPTIMAL."""
-    result = _run("solve", DATA / "selective_example.json", "--backend", "dp")
-    assert result.exit_code == 2 and "recompute none/selective/full" in result.output
-    assert len(result.output.strip().splitlines()) == 1
+def test_exact_backends_solve_v2_choices_like_brute_force():
+    """`solve --backend cpsat` searches selective recomputation: brute force's objective."""
+    brute = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "brute",
+                            "--json").output)
+    exact = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "cpsat",
+                            "--json").output)
+    assert exact["status"] == "OPTIMAL" and exact["objective_ticks"] == brute["objective_ticks"]
+
+
+def test_dp_solves_v2_choices_like_brute_force():
+    """`solve --backend dp` searches selective recomputation: its objective is brute force's."""
+    dp = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "dp",
+                         "--json").output)
+    brute = json.loads(_run("solve", DATA / "selective_example.json", "--backend", "brute",
+                            "--json").output)
+    assert dp["status"] == "OPTIMAL" and dp["objective_ticks"] == brute["objective_ticks"]
 
 
 @pytest.mark.parametrize("backend, option", [

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest_cp import backends
 from nest_cp.backends import SolveOptions, solve
 from nest_cp.exact import enumerate_subproblems
 from nest_cp.generators import latency_trap_instance, random_instance
@@ -80,11 +79,6 @@ STRUCTURED_KINDS = {
                            comm_scale=10, zero_stages=(0, 3), overlap_grad_reduce=True),
 }
 
-# kinds the DP of DESIGN §3 prices exactly: t = e = 1, or no recomputation (a TP or EP
-# group alone, priced like the whole replica; no forward collectives rerun)
-DP_V1_KINDS = ("three-tier-8", "graph-8", "memory-tight-8", "tp-ep-none-8")
-
-
 def _instance(kind: str, seed: int, kinds: dict):
     instance = random_instance(seed, **kinds[kind])
     if kind == "crossed-tiers":
@@ -124,20 +118,10 @@ def test_structured_space_cpsat_milp_brute_agree(kind, seed):
     assert _objective(instance, "milp", Space.STRUCTURED, "highs") == brute
 
 
-def _dp_searches_v2() -> bool:
-    return "dp" not in getattr(backends, "V1_ONLY_BACKENDS", ())
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", sorted(STRUCTURED_KINDS))
 def test_structured_space_cpsat_dp_agree(kind, seed):
-    """The DP and structured CP-SAT find the same optimum (the algorithmic certificate).
-
-    Until the DP searches DESIGN §3.2 (it is in V1_ONLY_BACKENDS), only the kinds it
-    prices exactly run; the others are skipped, visibly."""
-    pytest.importorskip("nest_cp.dp.planner", reason="the DP planner is not available")
-    if kind not in DP_V1_KINDS and not _dp_searches_v2():
-        pytest.skip("the DP does not search DESIGN §3.2 yet (V1_ONLY_BACKENDS)")
+    """The DP and structured CP-SAT find the same optimum (the algorithmic certificate)."""
     instance = _instance(kind, seed, STRUCTURED_KINDS)
     dp = _objective(instance, "dp", Space.STRUCTURED)
     assert _objective(instance, "cpsat", Space.STRUCTURED) == dp

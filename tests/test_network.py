@@ -3,6 +3,8 @@
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
+
 from nest_cp import CollectiveKind, NetworkModel, load_instance, to_ticks
 from nest_cp.network import Path as NetPath
 from nest_cp.network import collective_ticks, p2p_ticks
@@ -61,6 +63,14 @@ def test_hierarchical_tier_of_pairs_and_groups():
     assert net.tier_of([0, 7]) == 1
     assert net.group_path([5]) is None
     assert net.canonical_order() == tuple(range(8))
+
+
+def test_tier_of_pairs_equals_tier_of_elementwise():
+    """The vectorised tier of device pairs is tier_of of each pair (two-tier network)."""
+    net = NetworkModel(load_instance(DATA / "two_tier_tp2.json").cluster)
+    low, high = np.triu_indices(8, 1)
+    assert net.tier_of_pairs(low, high).tolist() == [net.tier_of((a, b))
+                                                     for a, b in zip(low, high)]
 
 
 def test_tick_conversion_is_exact_for_decimal_inputs():

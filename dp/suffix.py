@@ -1,0 +1,139 @@
+r"""Plain 1F1B (v = 1): the min-max suffix recurrence over stages, walked along a Pareto front.
+
+For one outer choice (c, b, S, d, z) and layout, stage s (0 = first) holding layers
+f..l in recompute mode ρ costs τ_ρ(s, f, l) per microbatch and needs memory
+
+    mem_ρ(s, f, l) = state(params) + [z = 3] 2·w·max layer params
+                     + k_s · kept_ρ(f..l) + work_ρ(f..l),    k_s = min(S − s, m),
+
+(:mod:`nest_cp.dp.compose`).  The mode of a stage changes only that stage's τ and
+memory (never its sync), so each stage takes the fastest mode that fits:
+
+    τ_eff(s, f, l) = min over allowed ρ with mem_ρ(s, f, l) <= HBM of τ_ρ(s, f, l)
+
+(∞ if none fits).  Per entry τ_none <= τ_selective <= τ_full, so this is the first
+mode in the order none, selective, full that fits.  With exposed(s, f, l)
+the stage's exposed gradient sync, T = (m + S − 1)·max_s τ_s + max_s exposed_s is
+minimised exactly by walking the Pareto front of (max τ, max exposed) with the
+min-max kernel V_w(s, f) = min_{l >= f} max(w(s, f, l), V_w(s + 1, l + 1))
+(:mod:`nest_cp.dp.kernel`):
+
+    Y_0 = ∞;  τ_k = V_w(0, 0) with w = τ_eff where exposed <= Y_k (∞ elsewhere);
+    σ_k = V_w(0, 0) with w = exposed where τ_eff <= τ_k;
+    candidate T_k = (m + S − 1)·τ_k + σ_k;  Y_{k+1} = σ_k − 1,
+
+until the τ pass is infeasible or cannot beat the incumbent.  A plan P with
+(τ_P, σ_P) and k the last step with Y_k >= σ_P has τ_P >= τ_k and σ_P >= σ_k (else
+Y_{k+1} = σ_k − 1 >= σ_P), so T_P >= T_k: min_k T_k is the optimum of the outer
+choice and layout, attained by the σ pass's split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nest_cp.dp.compose import RangePrices, Shape
+from nest_cp.dp.geometry import StageGeometry
+from nest_cp.dp.kernel import INF, backtrack, fill_table, windows
+from nest_cp.model import RecomputeMode
+from nest_cp.plan import Stage
+
+
+class SuffixMemory:
+    """Which (stage, first, last) fit in memory in which mode, as (S, W, W) arrays.
+
+    Memory does not depend on the layout: one instance serves every layout of a shape.
+    """
+
+    def __init__(self, prices: RangePrices, shape: Shape, limit: int):
+        table, num_stages = shape.table, shape.num_stages
+        width = table.num_layers - num_stages + 1
+        self.ordered = np.triu(np.ones((width, width), dtype=bool))
+        self.fixed = windows(prices.fixed_memory(table, shape.dp, shape.zero, table.params_range,
+                                                 table.params_max_range), num_stages)
+        self.in_flight = shape.in_flight()[:, None, None]
+        self.table, self.num_stages = table, num_stages
+        spare = limit - self.fixed
+        self.fits = {mode: self.ordered & (self._activations(mode) <= spare)
+                     for mode in table.modes}
+
+    def _activations(self, mode: RecomputeMode) -> np.ndarray:
+        """In-flight kept activations plus the working set of every stage in ``mode``."""
+        return self.in_flight * windows(self.table.kept_range[mode], self.num_stages) \
+            + windows(self.table.work_range[mode], self.num_stages)
+
+    @property
+    def least_memory(self) -> np.ndarray:
+        """(S, W, W) least bytes of each stage over the allowed modes (INF: not a stage)."""
+        least = np.min([self._activations(mode) for mode in self.fits], axis=0)
+        return np.where(self.ordered, self.fixed + least, INF)
+
+    def effective(self, times: dict[RecomputeMode, np.ndarray]) -> np.ndarray:
+        """τ_eff: ``times`` of the first mode that fits, in the order none, selective, full
+        (INF where none fits).
+
+        Per entry τ_none <= τ_selective <= τ_full (the reruns add sel_fwd <= fwd ticks, and
+        full also the forward collectives), so the first mode that fits is the fastest.
+        """
+        effective = np.full(self.ordered.shape, INF, dtype=np.int64)
+        for mode in reversed(tuple(self.fits)):
+            effective = np.where(self.fits[mode], times[mode], effective)
+        return effective
+
+    def mode(self, stage: int, first_offset: int, last_offset: int) -> RecomputeMode:
+        """The mode τ_eff took at one entry: the first that fits."""
+        index = (stage, first_offset, last_offset)
+        return next(mode for mode, fits in self.fits.items() if fits[index])
+
+
+def per_stage(geometries: list[StageGeometry], matrix_of) -> np.ndarray:
+    """(S, W, W): stage s's window of the L x L matrix of its geometry."""
+    num_stages = len(geometries)
+    stages_of: dict[StageGeometry, list[int]] = {}
+    for stage, geometry in enumerate(geometries):
+        stages_of.setdefault(geometry, []).append(stage)
+    if len(stages_of) == 1:
+        return windows(matrix_of(geometries[0]), num_stages)
+    stacked = None
+    for geometry, stages in stages_of.items():
+        view = windows(matrix_of(geometry), num_stages)
+        if stacked is None:
+            stacked = np.empty(view.shape, dtype=np.int64)
+        stacked[stages] = view[stages]
+    return stacked
+
+
+def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,
+                geometries: list[StageGeometry], may_beat: Callable[[int], bool],
+                offer: Callable[[int, tuple[Stage, ...]], None]) -> int:
+    """Offer every point of the (max τ, max exposed) front that may beat the incumbent.
+
+    ``may_beat(T)`` says whether objective T could still win; ``offer(T, stages)``
+    hands over a plan's split.  Returns the number of kernel passes run.
+    """
+    table = shape.table
+    times = {mode: per_stage(geometries, lambda g, mode=mode: prices.chunk_time(
+        table, g, mode, shape.gather_dp)) for mode in table.modes}
+    tau = memory.effective(times)
+    exposed = per_stage(geometries, lambda g: prices.exposed_range(table, g, shape.dp,
+                                                                   shape.zero))
+    rounds, passes, sync_cap = shape.rounds, 0, INF
+    while True:
+        passes += 2
+        tau_value, _ = fill_table(np.where(exposed <= sync_cap, tau, INF))
+        tau_k = int(tau_value[0, 0])
+        if tau_k >= INF or not may_beat(rounds * tau_k):
+            return passes
+        sync_value, choice = fill_table(np.where(tau <= tau_k, exposed, INF))
+        sigma = int(sync_value[0, 0])
+        objective = rounds * tau_k + sigma
+        if may_beat(objective):
+            split = backtrack(choice)
+            offer(objective, tuple(
+                Stage(first, last, memory.mode(stage, first - stage, last - stage))
+                for stage, (first, last) in enumerate(split)))
+        if sigma == 0:
+            return passes
+        sync_cap = sigma - 1
