@@ -175,8 +175,7 @@ def build_sdp_model(adapter, instance: Instance, sub: SdpSubProblem, network: Ne
                                      instance.cluster.usable_hbm_bytes)
     mask = _FreeMask(adapter, sub) if space is Space.FULL else _DesignMask(adapter, sub,
                                                                           designs)
-    placement = FullPlacement(adapter, network, rank_groups(1, sub.workers, config.tp,
-                                                            config.ep)) \
+    placement = FullPlacement(adapter, network, rank_groups(1, sub.workers, config, wrap=False)) \
         if space is Space.FULL else StructuredPlacement(adapter, network, sub)
     terms = _SdpTerms(adapter, instance, sub, mask, placement)
     tau_max, t_sync = terms.build()
