@@ -48,6 +48,7 @@ from nest_cp.executors import (
     Executor,
     ExecutorKind,
     LocalExecutor,
+    executor_options,
     make_executor,
     run_ordered,
 )
@@ -485,12 +486,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Solves at once (local processes, or local Ray CPUs); 1 keeps solve "
                    "times free of interference.")
-@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
-              default=ExecutorKind.LOCAL.value, show_default=True,
-              help="Run solves in local processes or as Ray tasks (pip install 'nest-cp[ray]').")
-@click.option("--address", default=None,
-              help="Ray cluster address for --executor ray (default: a local Ray instance "
-                   "of --jobs CPUs).")
+@executor_options
 @click.option("--progress/--no-progress", default=True,
               help="Progress bar on stderr (drawn only on a terminal).")
 def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, scope: str,

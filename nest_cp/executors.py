@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import click
+
 from nest_cp.errors import BackendOptionError
 
 
@@ -179,3 +181,17 @@ def run_ordered(executor: Executor, function: Callable[[Any], Any], tasks: Seque
         if on_done is not None:
             on_done(done)
     return [results[index] for index in range(len(tasks))]
+
+
+def executor_options(command: Callable) -> Callable:
+    """The ``--executor local|ray`` and ``--address`` options of every sweep command (verify,
+    compare, soak), passed as ``executor_kind`` and ``address``."""
+    command = click.option(
+        "--address", default=None,
+        help="Ray cluster address for --executor ray (default: a local Ray instance of "
+             "--jobs CPUs).")(command)
+    return click.option(
+        "--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
+        default=ExecutorKind.LOCAL.value, show_default=True,
+        help="Run solves in local processes or as Ray tasks (pip install 'nest-cp[ray]')."
+    )(command)

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from nest_cp.errors import NestCpError
-from nest_cp.executors import Executor, ExecutorKind, make_executor
+from nest_cp.executors import Executor, ExecutorKind, executor_options, make_executor
 from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.io import load_instance, read_document
 from nest_cp.progress import Progress
@@ -103,12 +103,7 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               show_default=True)
 @click.option("--progress/--no-progress", default=True,
               help="Progress bar on stderr (drawn only on a terminal).")
-@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
-              default=ExecutorKind.LOCAL.value, show_default=True,
-              help="Run solves in local processes or as Ray tasks (pip install 'nest-cp[ray]').")
-@click.option("--address", default=None,
-              help="Ray cluster address for --executor ray (default: a local Ray instance "
-                   "of --jobs CPUs).")
+@executor_options
 def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float,
                    jobs: int, out_dir: Path | None, no_cache: bool, cache_dir: Path, seed: int,
                    milp_solver: str, progress: bool, executor_kind: str,
@@ -218,11 +213,7 @@ def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
               help="Where each disagreeing instance is saved.")
 @click.option("--progress/--no-progress", default=True,
               help="Progress bar on stderr (only ever drawn on a terminal).")
-@click.option("--executor", "executor_kind", type=click.Choice([k.value for k in ExecutorKind]),
-              default=ExecutorKind.LOCAL.value, show_default=True,
-              help="Run the seeds as local processes or as Ray tasks.")
-@click.option("--address", default=None,
-              help="Ray cluster address for --executor ray (default: a local Ray instance).")
+@executor_options
 def soak_command(count: int, first_seed: int, sample_rate: float, exact_time_limit: float,
                  jobs: int, out_file: Path, state_dir: Path, reproducers: Path,
                  progress: bool, executor_kind: str, address: str | None) -> None:

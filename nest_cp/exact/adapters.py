@@ -29,7 +29,7 @@ import numpy as np
 import pulp
 from ortools.sat.python import cp_model
 
-from nest_cp.errors import InternalError
+from nest_cp.errors import InternalError, ModelMismatch
 from nest_cp.exact.budget import Deadline
 
 
@@ -47,6 +47,31 @@ class RawOutcome:
     status: RawStatus
     objective: float | None
     bound: float | None
+
+
+def proven_bound(tolerance: float, value: float) -> int:
+    """The integer bound a solver's number proves, less the adapter's relative tolerance
+    (exact integers for CP-SAT, tolerance 0)."""
+    if tolerance == 0:
+        return math.ceil(value - 1e-9)
+    return math.ceil(value * (1 - tolerance) - 1e-6)
+
+
+def check_solver_numbers(label: str, outcome: RawOutcome, evaluated: int, tolerance: float,
+                         what: str = "plan") -> None:
+    """ModelMismatch unless the solver's objective and bound agree with the evaluator's
+    price ``evaluated`` of its own ``what`` (within ``tolerance``; exactly for CP-SAT)."""
+    band = tolerance * abs(evaluated) + (0.5 if tolerance > 0 else 0)
+    objective = outcome.objective
+    if objective is None or objective < evaluated - band:
+        raise ModelMismatch(f"{label}: the solver's objective {objective} is below the "
+                            f"evaluator's {evaluated} ticks for the same {what}")
+    if outcome.status is RawStatus.OPTIMAL and objective > evaluated + band:
+        raise ModelMismatch(f"{label}: the solver proved {objective} ticks optimal, the "
+                            f"evaluator prices its {what} at {evaluated}")
+    if outcome.bound is not None and outcome.bound > evaluated + band:
+        raise ModelMismatch(f"{label}: the solver's bound {outcome.bound} is above the "
+                            f"evaluator's {evaluated} ticks for a {what} it found")
 
 
 class _Building:

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 
 from nest_cp.errors import ModelMismatch
 from nest_cp.evaluate import evaluate
-from nest_cp.exact.adapters import RawOutcome, RawStatus
+from nest_cp.exact.adapters import RawOutcome, RawStatus, check_solver_numbers, proven_bound
 from nest_cp.exact.bounds import communication_lower_bound
 from nest_cp.exact.budget import Deadline, OutOfTime
 from nest_cp.exact.pricing import ChunkPricing
@@ -300,10 +300,10 @@ class _Run:
                     logger.warning(note)
                     self.search.notes.append(note)
                     return (-math.inf if outcome.bound is None
-                            else _floating_bound(tolerance, outcome.bound))
+                            else proven_bound(tolerance, outcome.bound))
                 raise ModelMismatch(f"{sub.label}: the solver's plan is infeasible: "
                                     f"{evaluation.violations[0]}")
-            _check_numbers(sub, outcome, evaluation.objective_ticks, tolerance)
+            check_solver_numbers(sub.label, outcome, evaluation.objective_ticks, tolerance)
             self.search.offer(plan, evaluation.objective_ticks)
         if outcome.status is RawStatus.INFEASIBLE and tolerance > 0 and cutoff is None \
                 and sub.virtual_stages == 1:
@@ -314,33 +314,16 @@ class _Run:
             return -math.inf
         if outcome.status is RawStatus.OPTIMAL:
             if tolerance > 0:
-                self.search.tolerance_bounds.append(_floating_bound(tolerance, outcome.bound))
+                self.search.tolerance_bounds.append(proven_bound(tolerance, outcome.bound))
             return None
         if outcome.status is RawStatus.INFEASIBLE:
             if tolerance > 0:  # nothing below the cutoff (or nothing fits), within tolerance
                 self.search.tolerance_bounds.append(
-                    math.inf if cutoff is None else _floating_bound(tolerance, cutoff))
+                    math.inf if cutoff is None else proven_bound(tolerance, cutoff))
             return None
         if outcome.bound is None:
             return -math.inf
-        return _floating_bound(tolerance, outcome.bound)
-
-
-def _check_numbers(sub: SubProblem, outcome: RawOutcome, evaluated: int, tolerance: float
-                   ) -> None:
-    """ModelMismatch unless the solver's objective and bound agree with the evaluator's price
-    of its own plan (within the adapter's tolerance; exactly for CP-SAT)."""
-    band = tolerance * abs(evaluated) + (0.5 if tolerance > 0 else 0)
-    objective = outcome.objective
-    if objective is None or objective < evaluated - band:
-        raise ModelMismatch(f"{sub.label}: the solver's objective {objective} is below the "
-                            f"evaluator's {evaluated} ticks for the same plan")
-    if outcome.status is RawStatus.OPTIMAL and objective > evaluated + band:
-        raise ModelMismatch(f"{sub.label}: the solver proved {objective} ticks optimal, the "
-                            f"evaluator prices its plan at {evaluated}")
-    if outcome.bound is not None and outcome.bound > evaluated + band:
-        raise ModelMismatch(f"{sub.label}: the solver's bound {outcome.bound} is above the "
-                            f"evaluator's {evaluated} ticks for a plan it found")
+        return proven_bound(tolerance, outcome.bound)
 
 
 def _over_memory_within(evaluation, tolerance: float) -> bool:
@@ -349,13 +332,6 @@ def _over_memory_within(evaluation, tolerance: float) -> bool:
     return not evaluation.malformed_fields and all(
         stage.memory_bytes <= stage.memory_limit_bytes * (1 + tolerance) + 1
         for stage in evaluation.stages)
-
-
-def _floating_bound(tolerance: float, value: float) -> int:
-    """The integer bound a solver's number proves, less the adapter's tolerance."""
-    if tolerance == 0:
-        return math.ceil(value - 1e-9)
-    return math.ceil(value * (1 - tolerance) - 1e-6)
 
 
 def _label_of(plan: Plan) -> str:

@@ -38,7 +38,14 @@ from fractions import Fraction
 from nest_cp import cost
 from nest_cp.errors import ModelMismatch
 from nest_cp.evaluate import evaluate
-from nest_cp.exact.adapters import CpSatAdapter, MilpAdapter, RawOutcome, RawStatus
+from nest_cp.exact.adapters import (
+    CpSatAdapter,
+    MilpAdapter,
+    RawOutcome,
+    RawStatus,
+    check_solver_numbers,
+    proven_bound,
+)
 from nest_cp.exact.budget import Deadline, OutOfTime
 from nest_cp.exact.sdp_model import (
     MAX_HOLDER_SETS,
@@ -258,7 +265,8 @@ class _Run:
             if not evaluation.feasible:
                 raise ModelMismatch(f"{sub.label}: the solver's SDP plan is infeasible: "
                                     f"{evaluation.violations[0]}")
-            _check_numbers(sub, outcome, evaluation.objective_ticks, tolerance)
+            check_solver_numbers(sub.label, outcome, evaluation.objective_ticks, tolerance,
+                                     "SDP plan")
             self.search.offer(plan, evaluation.effective, evaluation.objective_ticks)
         if outcome.status is RawStatus.INFEASIBLE and tolerance > 0 and cutoff is None \
                 and known_feasible:
@@ -268,38 +276,16 @@ class _Run:
             return Fraction(0)
         if outcome.status is RawStatus.OPTIMAL:
             if tolerance > 0:
-                self.search.tolerance_bounds.append(_proven(tolerance, outcome.bound) * sub.scale)
+                self.search.tolerance_bounds.append(
+                    proven_bound(tolerance, outcome.bound) * sub.scale)
             return None
         if outcome.status is RawStatus.INFEASIBLE:
             if tolerance > 0 and cutoff is not None:
-                self.search.tolerance_bounds.append(_proven(tolerance, cutoff) * sub.scale)
+                self.search.tolerance_bounds.append(proven_bound(tolerance, cutoff) * sub.scale)
             return None
         if outcome.bound is None:
             return sub.lower_bound_ticks * sub.scale
-        return max(_proven(tolerance, outcome.bound), sub.lower_bound_ticks) * sub.scale
-
-
-def _check_numbers(sub: SdpSubProblem, outcome: RawOutcome, evaluated: int,
-                   tolerance: float) -> None:
-    """ModelMismatch unless the solver's T and bound agree with the evaluator's price."""
-    band = tolerance * abs(evaluated) + (0.5 if tolerance > 0 else 0)
-    objective = outcome.objective
-    if objective is None or objective < evaluated - band:
-        raise ModelMismatch(f"{sub.label}: the solver's objective {objective} is below the "
-                            f"evaluator's {evaluated} ticks for the same SDP plan")
-    if outcome.status is RawStatus.OPTIMAL and objective > evaluated + band:
-        raise ModelMismatch(f"{sub.label}: the solver proved {objective} ticks optimal, the "
-                            f"evaluator prices its SDP plan at {evaluated}")
-    if outcome.bound is not None and outcome.bound > evaluated + band:
-        raise ModelMismatch(f"{sub.label}: the solver's bound {outcome.bound} is above the "
-                            f"evaluator's {evaluated} ticks for an SDP plan it found")
-
-
-def _proven(tolerance: float, value: float) -> int:
-    """The integer bound on T a solver's number proves, less the adapter's tolerance."""
-    if tolerance == 0:
-        return math.ceil(value - 1e-9)
-    return math.ceil(value * (1 - tolerance) - 1e-6)
+        return max(proven_bound(tolerance, outcome.bound), sub.lower_bound_ticks) * sub.scale
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
