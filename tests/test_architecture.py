@@ -20,7 +20,7 @@ FLOORS = (
     ("nest_cp.network", "nest_cp.cost"),
     ("nest_cp.evaluate", "nest_cp"),  # the package re-exports the API up to the evaluator
     ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines", "nest_cp.brute",
-     "nest_cp.cpsat", "nest_cp.milp"),
+     "nest_cp.cpsat", "nest_cp.milp", "nest_cp.certify"),
     ("nest_cp.verify", "nest_cp.compare"),
     ("nest_cp.cli", "nest_cp.verify.cli"),
 )
