@@ -22,7 +22,9 @@ import pytest
 from nest_cp.backends import SolveOptions, solve
 from nest_cp.certify.bounds import FastBounds
 from nest_cp.certify.chain import LayerPrices, LinearTicks, Span, network_tiers
-from nest_cp.certify.relax import Relaxation, geometry, path_bound, replica_arcs
+from nest_cp.certify.geometry import geometry, replica_arcs
+from nest_cp.certify.paths import PathBound
+from nest_cp.certify.relax import Relaxation
 from nest_cp.certify.search import certify_full
 from nest_cp.certify.split import Catalogue, block_chain, shapes
 from nest_cp.errors import BackendOptionError
@@ -137,7 +139,7 @@ def shape_bound(instance: Instance, shape) -> float:
     main = base.total
     arcs = replica_arcs(shape.num_stages, geo)
     if fast.chain is not None:
-        main = max(main, shape.rounds * path_bound(shape, geo, fast, arcs) + base.sync)
+        main = max(main, shape.rounds * PathBound(shape, geo, fast, arcs).tau + base.sync)
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, False, arcs).solve(30.0)
     main = max(main, outcome.bound)

@@ -40,18 +40,25 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Run:
-    """A replica's run at one capacity level: stages ``first..last`` and its sub-runs."""
+    """A run at one capacity level: stages ``first..last`` of the replicas ``members``
+    (one replica, or every replica when they are bundled), with its sub-runs."""
 
-    replica: int
+    unit: int                  # the replica, or the bundle, it belongs to
+    members: tuple[int, ...]
     first: int
     last: int
     level: int
+    ranks: int                 # devices per stage: a for each member
     children: list = field(default_factory=list)
     domain: int | None = None  # index of the tier-``level`` domain it was given
 
     @property
     def stages(self) -> int:
         return self.last - self.first + 1
+
+    @property
+    def size(self) -> int:
+        return self.stages * self.ranks
 
 
 def replica_paths(flows: dict[Arc, int], levels: int) -> list[tuple[Arc, ...]]:
@@ -77,35 +84,56 @@ def replica_paths(flows: dict[Arc, int], levels: int) -> list[tuple[Arc, ...]]:
     return paths
 
 
-def runs_of(path: tuple[Arc, ...], replica: int, levels: int) -> list[Run]:
-    """The replica's top-level runs, each holding its nested lower-level runs."""
+def runs_of(path: tuple[Arc, ...], unit: int, members: tuple[int, ...], ranks: int,
+            levels: int, bundle_from: int) -> list[Run]:
+    """The top-level runs of a replica (or of a bundle of ``members``), each holding its
+    nested lower-level runs; below level ``bundle_from`` a bundle's runs are per member."""
     per_level = []
     for level in range(levels):
-        runs, first = [], None
-        for arc in path:
-            first = arc.start if first is None else first
-            if arc.end_class == NONE or arc.end_class > level:
-                runs.append(Run(replica, first, arc.start + arc.length - 1, level))
-                first = None
+        groups = [members] if level >= bundle_from else [(m,) for m in members]
+        runs = []
+        for group in groups:
+            first = None
+            for arc in path:
+                first = arc.start if first is None else first
+                if arc.end_class == NONE or arc.end_class > level:
+                    runs.append(Run(unit if len(group) > 1 else group[0], group, first,
+                                    arc.start + arc.length - 1, level, ranks * len(group)))
+                    first = None
         per_level.append(runs)
     for level in range(levels - 1, 0, -1):
         for parent in per_level[level]:
             parent.children = [child for child in per_level[level - 1]
-                               if parent.first <= child.first and child.last <= parent.last]
+                               if parent.first <= child.first and child.last <= parent.last
+                               and set(child.members) <= set(parent.members)]
     return per_level[levels - 1]
 
 
 def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
             time_limit_s: float = 10.0, seed: int = 0) -> Plan | None:
-    """A plan realising the relaxation solution, or None when a placement step fails."""
+    """A plan realising the relaxation solution, or None when a placement step fails.
+
+    Sync or gather groups the solution keeps inside tier-ℓ domains (class ℓ below the
+    top) merge the replicas' runs through their stage there; when every replica takes
+    the same path the replicas are then *bundled* (placed together) from level ℓ up.
+    """
     shape = catalogue.shape
     levels, ranks = geo.levels, shape.config.devices
     paths = replica_paths(solution["flows"], levels)
     if len(paths) != shape.dp:
         return None
-    replicas = [runs_of(path, replica, levels) for replica, path in enumerate(paths)]
-    top = _TopLevel(geo, paths, replicas, ranks)
-    if not top.solve(time_limit_s, seed, _sync_spread(solution["classes"], geo)):
+    bundle_from = _bundle_level(solution["classes"], geo, paths, ranks, shape.dp)
+    if bundle_from < levels:
+        members = tuple(range(shape.dp))
+        units = [runs_of(paths[0], shape.dp, members, ranks, levels, bundle_from)]
+        unit_paths = [paths[0]]
+    else:
+        units = [runs_of(path, replica, (replica,), ranks, levels, levels)
+                 for replica, path in enumerate(paths)]
+        unit_paths = paths
+    top = _TopLevel(geo, unit_paths, units)
+    wanted = {} if bundle_from < levels else _sync_spread(solution["classes"], geo)
+    if not top.solve(time_limit_s, seed, wanted):
         return None
     level0 = top.place()
     if level0 is None:
@@ -113,11 +141,26 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
     return _plan(catalogue, geo, level0, solution["options"])
 
 
+def _bundle_level(classes: dict[str, int], geo: Geometry, paths, ranks: int, dp: int) -> int:
+    """The lowest level at which the replicas must be placed together (levels: none).
+
+    Only when every replica takes the same path and the bundled runs fit the domains.
+    """
+    inner = min((tier for tier in classes.values()), default=len(geo.tiers))
+    if inner >= geo.levels or dp == 1 or any(path != paths[0] for path in paths):
+        return geo.levels
+    runs = [arc.runs for arc in paths[0]]
+    if all(run[level] * ranks * dp <= geo.capacity(level)
+           for run in runs for level in range(inner, geo.levels)):
+        return inner
+    return geo.levels
+
+
 class _TopLevel:
     """Runs of the top capacity level assigned to its domains by a CP-SAT count model."""
 
-    def __init__(self, geo: Geometry, paths, replicas: list[list[Run]], ranks: int):
-        self.geo, self.ranks = geo, ranks
+    def __init__(self, geo: Geometry, paths, replicas: list[list[Run]]):
+        self.geo = geo
         self.level = geo.levels - 1
         self.replicas = replicas
         self.types = Counter(paths)
@@ -127,8 +170,9 @@ class _TopLevel:
         self.counts: dict = {}
         self.bins: dict[int, list[list[int]]] = {}
 
-    def _size(self, run: Run) -> int:
-        return run.stages * self.ranks
+    @staticmethod
+    def _size(run: Run) -> int:
+        return run.size
 
     def solve(self, time_limit_s: float, seed: int, stages: dict[int, int]) -> bool:
         """Find the counts; ``stages`` maps a stage whose sync groups must span several
@@ -257,8 +301,8 @@ class _TopLevel:
         for p, children in by_domain.items():
             bins = list(self.bins.get(p, []))
             by_size = defaultdict(list)
-            for child in sorted(children, key=lambda c: (c.replica, c.first)):
-                by_size[child.stages * self.ranks].append(child)
+            for child in sorted(children, key=lambda c: (c.unit, c.first)):
+                by_size[child.size].append(child)
             sub_domains = [p * ratio + k for k in range(ratio)
                            if p * ratio + k < len(sub.domains)]
             if len(bins) > len(sub_domains):
@@ -279,7 +323,7 @@ class _TopLevel:
             placed += children
         if self.level - 1 == 0:
             return placed
-        return _first_fit_below(self.geo, placed, self.level - 1, self.ranks)
+        return _first_fit_below(self.geo, placed, self.level - 1)
 
 
 def _sync_spread(classes: dict[str, int], geo: Geometry) -> dict[int, int]:
@@ -297,13 +341,13 @@ def _sync_spread(classes: dict[str, int], geo: Geometry) -> dict[int, int]:
 
 
 def id_of(run: Run) -> tuple[int, int]:
-    return (run.replica, run.first)
+    return (run.unit, run.first)
 
 
 def _neighbour_map(runs: list[Run]) -> dict:
     by_replica = defaultdict(list)
     for run in runs:
-        by_replica[run.replica].append(run)
+        by_replica[run.unit].append(run)
     found = defaultdict(list)
     for own in by_replica.values():
         own.sort(key=lambda r: r.first)
@@ -333,8 +377,7 @@ def _decompose_bins(arcs: dict, solver) -> list[list[int]]:
     return bins
 
 
-def _first_fit_below(geo: Geometry, runs: list[Run], level: int, ranks: int
-                     ) -> list[Run] | None:
+def _first_fit_below(geo: Geometry, runs: list[Run], level: int) -> list[Run] | None:
     """Deeper levels (four or more tiers): first-fit decreasing inside each parent domain."""
     while level > 0:
         sub = geo.tiers[level - 1]
@@ -346,8 +389,8 @@ def _first_fit_below(geo: Geometry, runs: list[Run], level: int, ranks: int
         for parent, items in by_parent.items():
             free = {parent * ratio + k: sub.domains[parent * ratio + k] for k in range(ratio)
                     if parent * ratio + k < len(sub.domains)}
-            for item in sorted(items, key=lambda c: -c.stages):
-                size = item.stages * ranks
+            for item in sorted(items, key=lambda c: -c.size):
+                size = item.size
                 domain = next((d for d in free if free[d] >= size), None)
                 if domain is None:
                     return None
@@ -366,13 +409,14 @@ def _plan(catalogue: Catalogue, geo: Geometry, level0: list[Run], options: list)
     used = defaultdict(int)
     placement = [[[None] * shape.config.devices for _ in range(shape.dp)]
                  for _ in range(shape.num_stages)]
-    for run in sorted(level0, key=lambda r: (r.domain, r.replica, r.first)):
+    for run in sorted(level0, key=lambda r: (r.domain, r.unit, r.first)):
         for stage in range(run.first, run.last + 1):
-            for j in range(shape.config.devices):
-                if used[run.domain] >= node.domains[run.domain]:
-                    return None
-                placement[stage][run.replica][j] = starts[run.domain] + used[run.domain]
-                used[run.domain] += 1
+            for replica in run.members:
+                for j in range(shape.config.devices):
+                    if used[run.domain] >= node.domains[run.domain]:
+                        return None
+                    placement[stage][replica][j] = starts[run.domain] + used[run.domain]
+                    used[run.domain] += 1
     spans = catalogue.spans_of(options)
     stages = tuple(Stage(span.first, span.last, span.mode) for span in spans)
     return Plan(shape.config, shape.microbatch, shape.zero, shape.dp, stages,

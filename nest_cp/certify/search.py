@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 
 from nest_cp.certify.bounds import FastBounds, ShapeBound
 from nest_cp.certify.chain import LayerPrices, network_tiers
+from nest_cp.certify.geometry import geometry, replica_arcs
+from nest_cp.certify.paths import PathBound
 from nest_cp.certify.realise import realise
-from nest_cp.certify.relax import Relaxation, geometry, path_bound, replica_arcs
+from nest_cp.certify.relax import Relaxation
 from nest_cp.certify.split import Catalogue, Shape, block_chain, shapes
 from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
@@ -47,6 +49,7 @@ logger = logging.getLogger(__name__)
 FIRST_PASS_S = 20.0       # relaxation time per shape in the first pass (at most)
 FIRST_PASS_SHARE = 0.05   # ... and at most this share of the whole limit
 REALISE_S = 20.0          # time for placing one relaxation solution
+FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
 
 
 @dataclass(slots=True)
@@ -73,8 +76,20 @@ class ShapeOutcome:
         raised = self.fast_bound if self.raised_bound is None else self.raised_bound
         return min(self.main_bound, raised)
 
+    @property
+    def decided_by(self) -> str:
+        """The bound that decides this shape: the strongest main bound (the cheapest on a tie),
+        or ``raised`` when the plans with intra groups off their innermost tier weigh less."""
+        raised = self.fast_bound if self.raised_bound is None else self.raised_bound
+        if raised < self.main_bound:
+            return "raised"
+        if self.relax_bound > max(self.fast_bound, self.path_bound):
+            return "relaxation"
+        return "path" if self.path_bound > self.fast_bound else "placement-free"
+
     def as_dict(self) -> dict:
-        return {"shape": self.label, "fast_bound": _num(self.fast_bound),
+        return {"shape": self.label, "decided_by": self.decided_by,
+                "fast_bound": _num(self.fast_bound),
                 "path_bound": _num(self.path_bound),
                 "raised_bound": None if self.raised_bound is None else _num(self.raised_bound),
                 "relax_status": self.relax_status,
@@ -191,13 +206,13 @@ class _Run:
             if not self._beats(outcome.bound):
                 self._resolve(label)
                 continue
-            if outcome.relax_status in ("optimal", "infeasible", "no model"):
+            if outcome.relax_status in FINAL:
                 continue
             left = self._remaining()
             if left <= 0:
                 break
             remaining_open = sum(1 for _, o in self.open.values()
-                                 if o.relax_status not in ("optimal", "infeasible", "no model"))
+                                 if o.relax_status not in FINAL)
             budget = min(share_s, left) if share_s is not None else left / max(1, remaining_open)
             self._visit(shape, outcome, budget)
             if not self._beats(outcome.bound):
@@ -219,9 +234,16 @@ class _Run:
         arcs = replica_arcs(shape.num_stages, geo)
         tau_floor = 0
         if fast.chain is not None and outcome.path_bound == -math.inf:
-            tau_floor = path_bound(shape, geo, fast, arcs)
+            path = PathBound(shape, geo, fast, arcs)
+            tau_floor = path.tau
             outcome.path_bound = shape.rounds * tau_floor + outcome.sync_bound
-        if not self._beats(outcome.bound):
+            if self._beats(outcome.bound):
+                catalogue = Catalogue(self.instance, prices, shape, fast.chain)
+                solution = path.solution(catalogue, self._cheapest_sync(prices, shape))
+                if solution is not None:
+                    self._realise(catalogue, geo, solution, outcome)
+        if not self._beats(outcome.bound) or self._closed(outcome):
+            outcome.relax_status = "not needed"
             return
         catalogue = Catalogue(self.instance, prices, shape, fast.chain)
         relaxation = Relaxation(catalogue, geo, self.instance.training.overlap_grad_reduce,
@@ -238,6 +260,27 @@ class _Run:
                     result.bound, result.objective, time.monotonic() - began)
         if result.solution and result.objective is not None and self._beats(result.objective):
             self._realise(catalogue, geo, result.solution, outcome)
+
+    def _closed(self, outcome: ShapeOutcome) -> bool:
+        """Whether the shape's best plan found is proven optimal for it."""
+        return outcome.realised_ticks is not None and outcome.realised_ticks <= outcome.bound
+
+    @staticmethod
+    def _cheapest_sync(prices: LayerPrices, shape: Shape):
+        """The tier a path solution gives each stage's sync term: its cheapest admitting."""
+        def pick(stage: int, name: str, option) -> int | None:
+            dp, zero, ep = shape.dp, shape.zero, shape.config.ep
+            if name == "dense" and dp * ep > 1:
+                group, price = dp * ep, lambda k: prices.dense_sync(option.span, dp, zero, k)
+            elif name == "expert" and dp > 1:
+                group, price = dp, lambda k: prices.expert_sync(option.span, dp, zero, k)
+            elif name == "g" and zero == 3 and dp > 1:
+                group, price = dp, lambda k: prices.zero_gather(option.span, dp, zero, k)
+            else:
+                return None
+            tiers = [t.index for t in prices.tiers if t.admits(group)]
+            return min(tiers, key=lambda k: (price(k), -k))
+        return pick
 
     def _realise(self, catalogue: Catalogue, geo, solution: dict,
                  outcome: ShapeOutcome) -> None:
@@ -279,18 +322,18 @@ class _Run:
                            visited, len(open_outcomes), self._outcomes(), self.notes)
 
     def _closed_by(self, status: Status, open_outcomes: list[ShapeOutcome]) -> str:
+        """The strongest bound a shape needed ("relaxation" > "path" > "placement-free"), or
+        for an open interval the weakest shape and its bound."""
         if status is not Status.OPTIMAL:
             weakest = min(open_outcomes, key=lambda o: o.bound, default=None)
             if weakest is None:
                 return "open: shapes never reached"
-            raised = weakest.fast_bound if weakest.raised_bound is None else \
-                weakest.raised_bound
-            which = "raised" if raised <= weakest.main_bound else (
-                "relaxation" if weakest.relax_status != "not run" else "placement-free")
-            return f"open: {weakest.label} ({which} bound)"
-        if not self.resolved:
-            return "placement-free bound"
-        return "relaxation"
+            return f"open: {weakest.label} ({weakest.decided_by} bound)"
+        used = {outcome.decided_by for outcome in self.resolved}
+        for method in ("relaxation", "raised", "path"):
+            if method in used:
+                return method
+        return "placement-free"
 
     def _outcomes(self) -> list[ShapeOutcome]:
         return sorted(self.resolved + [o for _, o in self.open.values()],
