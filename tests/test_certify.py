@@ -280,3 +280,17 @@ def test_stage_prices_match_the_evaluator():
     assert prices.collectives(span, CollectiveGroup.TP, 1) == stage.collective_ticks
     assert prices.dense_sync(span, 2, 0, 0) + prices.expert_sync(span, 2, 0, 0) == \
         stage.sync_ticks
+
+
+def test_consecutive_runs_land_in_different_domains_when_counts_allow():
+    """_apart gives every replica a domain other than its previous one when Hall holds."""
+    from nest_cp.certify.realise import _apart
+
+    previous = [0] * 7 + [1] * 9  # 7 replicas' first runs in domain 0, 9 in domain 1
+    chosen = _apart(previous, {0: 9, 1: 7})
+    assert sorted(chosen) == [0] * 9 + [1] * 7
+    assert all(new != old for new, old in zip(chosen, previous, strict=True))
+    # a greedy in replica order would strand the last replica on its own domain here
+    previous = [0, 0, 1, 2]
+    chosen = _apart(previous, {1: 1, 2: 1, 0: 2})
+    assert all(new != old for new, old in zip(chosen, previous, strict=True))

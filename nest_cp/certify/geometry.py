@@ -38,6 +38,17 @@ class Arc:
     runs: tuple[int, ...]        # run length at every capacity level, up to the arc's end
     emits: tuple[int, ...]       # capacity levels whose run ends with this arc
     in_class: int                # class of the break before ``start``; NONE at stage 0
+    side: int = -1               # with two top-level domains: the one holding this run
+    next_side: int = -1
+
+    @property
+    def node(self) -> tuple:
+        """The path node the arc leaves: (stage, run lengths, side)."""
+        return (self.start, self.state, self.side)
+
+    @property
+    def next_node(self) -> tuple:
+        return (self.start + self.length, self.next_state, self.next_side)
 
     def combos(self) -> list[tuple[int, tuple[int, int]]]:
         """(stage, (in-class, out-class)) of every stage of the run."""
@@ -60,6 +71,13 @@ class Geometry:
     k_min: dict                  # family -> innermost tier admitting its group (present ones)
     ranks: int                   # a = t·e
     sizes: dict                  # family -> group size
+    sides: int = 0               # 2 when the top capacity level has exactly two domains
+
+    def start_nodes(self) -> list[tuple]:
+        """Where replica paths begin: stage 0, no runs yet, on either side when tracked."""
+        zeros = (0,) * (self.levels - 1)
+        return [(0, zeros, side) for side in range(self.sides)] if self.sides else \
+            [(0, zeros, -1)]
 
     def merged(self, level: int, family: CollectiveGroup | None) -> int:
         """Ranks of one replica's stage slice that a sync group joins at ``level``: the
@@ -98,16 +116,24 @@ def geometry(prices: LayerPrices) -> Geometry | None:
         members = frozenset(f for f, k in k_min.items() if k <= tier.index)
         families.append(members)
         joined.append(math.prod(sizes[f] for f in members))
-    return Geometry(tiers, tuple(joined), tuple(families), k_min, config.devices, sizes)
+    top_domains = len(tiers[len(joined) - 1].domains)
+    return Geometry(tiers, tuple(joined), tuple(families), k_min, config.devices, sizes,
+                    2 if top_domains == 2 else 0)
 
 
 def replica_arcs(num_stages: int, geo: Geometry) -> list[Arc]:
-    """Every arc reachable from the start state (run lengths within domain capacities)."""
+    """Every arc reachable from the start nodes (run lengths within domain capacities).
+
+    With two top-level domains (``geo.sides``) a path also tracks which of them holds
+    its current top-level run: a break of the outermost class moves it to the other
+    one (its pairs must lie on the outer tier, so not in the same domain).
+    """
     levels, top = geo.levels, len(geo.tiers) - 1
-    start = (0,) * (levels - 1)
-    arcs, seen, frontier = [], {(0, start)}, [(0, start)]
+    zeros = (0,) * (levels - 1)
+    frontier = list(geo.start_nodes())
+    arcs, seen = [], set(frontier)
     while frontier:
-        position, state = frontier.pop()
+        position, state, side = frontier.pop()
         in_class = NONE if position == 0 else _in_class(state, top)
         for length in range(1, num_stages - position + 1):
             runs = (length, *(m + length for m in state))
@@ -119,17 +145,18 @@ def replica_arcs(num_stages: int, geo: Geometry) -> list[Arc]:
                 k for k in range(1, top + 1) if geo.tiers[k].admits(2)]
             for end_class in ends:
                 if end_class == NONE:
-                    emits = tuple(range(levels))
-                    next_state = start
+                    emits, next_state, next_side = tuple(range(levels)), zeros, side
                 else:
                     emits = tuple(level for level in range(levels) if level < end_class)
                     next_state = tuple(runs[level] if level >= end_class else 0
                                        for level in range(1, levels))
-                arcs.append(Arc(position, length, state, end_class, next_state, runs, emits,
-                                in_class))
-                if end_class != NONE and (end, next_state) not in seen:
-                    seen.add((end, next_state))
-                    frontier.append((end, next_state))
+                    next_side = 1 - side if side >= 0 and end_class >= levels else side
+                arc = Arc(position, length, state, end_class, next_state, runs, emits,
+                          in_class, side, next_side)
+                arcs.append(arc)
+                if end_class != NONE and arc.next_node not in seen:
+                    seen.add(arc.next_node)
+                    frontier.append(arc.next_node)
     return arcs
 
 

@@ -37,7 +37,7 @@ class PathBound:
         self.combos = sorted({combo for arc in arcs for _, combo in arc.combos()})
         self.rows = {combo: fast.combo_rows(shape, geo.k_min, combo) for combo in self.combos}
         self._order = sorted(arcs, key=lambda a: -a.start)
-        self._start = (0, (0,) * (geo.levels - 1))
+        self._starts = geo.start_nodes()
         self.tau = self._search()
 
     def _search(self) -> float:
@@ -71,33 +71,34 @@ class PathBound:
                 if arc.end_class == NONE:
                     rest = 0
                 else:
-                    rest = value.get((arc.start + arc.length, arc.next_state), -1)
+                    rest = value.get(arc.next_node, -1)
                     if rest < 0:
                         continue
-                node = (arc.start, arc.state)
-                if held + rest > value.get(node, -1):
-                    value[node], choice[node] = held + rest, (arc, most)
-        return value.get(self._start, -1), choice
+                if held + rest > value.get(arc.node, -1):
+                    value[arc.node], choice[arc.node] = held + rest, (arc, most)
+        return max(value.get(start, -1) for start in self._starts), choice
 
     def solution(self, catalogue: Catalogue, sync_class) -> dict | None:
         """The relaxation solution every replica taking the best path (None if not built).
 
-        ``sync_class(stage, name, option)`` picks the tier of a stage's sync term.
+        ``sync_class(stage, name, option, runs)`` picks the tier of a stage's sync term;
+        ``runs`` are the run lengths per capacity level through the stage.
         """
         if math.isinf(self.tau):
             return None
-        _, choice = self._longest(int(self.tau))
-        path, node = [], self._start
+        best, choice = self._longest(int(self.tau))
+        node = next(start for start in self._starts if start in choice)
+        path = []
         while True:
             arc, most = choice[node]
             path.append(arc)
             if arc.end_class == NONE:
                 break
-            node = (arc.start + arc.length, arc.next_state)
+            node = arc.next_node
         largest = [0] * self.shape.num_stages
         for arc in path:
             for stage, combo in arc.combos():
-                largest[stage] = int(choice[(arc.start, arc.state)][1][combo][stage])
+                largest[stage] = int(most[combo][stage])
         counts = _balanced(largest, [catalogue.min_blocks(s) for s in range(len(largest))],
                            catalogue.chain.blocks)
         options = []
@@ -106,10 +107,11 @@ class PathBound:
             if not fitting:
                 return None
             options.append(fitting[0])  # modes in order none, selective, full: least rerun
+        runs = {stage: arc.runs for arc in path for stage, _ in arc.combos()}
         classes = {}
         for stage, option in enumerate(options):
             for name in ("dense", "expert", "g"):
-                tier = sync_class(stage, name, option)
+                tier = sync_class(stage, name, option, runs[stage])
                 if tier is not None:
                     classes[f"{name}_{stage}"] = tier
         return {"options": options, "flows": {arc: self.shape.dp for arc in path},

@@ -29,9 +29,11 @@ import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import networkx as nx
 from ortools.sat.python import cp_model
 
 from nest_cp.certify.relax import NONE, Arc, Geometry
+from nest_cp.certify.slices import SlicePlacement
 from nest_cp.certify.split import Catalogue
 from nest_cp.plan import Plan, Stage
 
@@ -61,26 +63,26 @@ class Run:
         return self.stages * self.ranks
 
 
-def replica_paths(flows: dict[Arc, int], levels: int) -> list[tuple[Arc, ...]]:
+def replica_paths(flows: dict[Arc, int], starts: list[tuple]) -> list[tuple[Arc, ...]]:
     """Decompose the arc flow into one path per replica (deterministic order)."""
     remaining = dict(flows)
     out_of = defaultdict(list)
-    for arc in sorted(flows, key=lambda a: (a.start, a.state, a.length, a.end_class)):
-        out_of[arc.start, arc.state].append(arc)
+    for arc in sorted(flows, key=lambda a: (a.start, a.state, a.side, a.length, a.end_class)):
+        out_of[arc.node].append(arc)
     paths = []
-    start = (0, (0,) * (levels - 1))
-    while any(remaining[arc] for arc in out_of[start]):
-        node, path = start, []
-        while True:
-            arc = next((a for a in out_of[node] if remaining[a] > 0), None)
-            if arc is None:
-                return paths  # a flow that does not decompose: the caller checks the count
-            remaining[arc] -= 1
-            path.append(arc)
-            if arc.end_class == NONE:
-                break
-            node = (arc.start + arc.length, arc.next_state)
-        paths.append(tuple(path))
+    for start in starts:
+        while any(remaining[arc] for arc in out_of[start]):
+            node, path = start, []
+            while True:
+                arc = next((a for a in out_of[node] if remaining[a] > 0), None)
+                if arc is None:
+                    return paths  # a flow that does not decompose: the caller checks the count
+                remaining[arc] -= 1
+                path.append(arc)
+                if arc.end_class == NONE:
+                    break
+                node = arc.next_node
+            paths.append(tuple(path))
     return paths
 
 
@@ -119,9 +121,15 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
     """
     shape = catalogue.shape
     levels, ranks = geo.levels, shape.config.devices
-    paths = replica_paths(solution["flows"], levels)
+    paths = replica_paths(solution["flows"], geo.start_nodes())
     if len(paths) != shape.dp:
         return None
+    if SlicePlacement.fits(catalogue, geo):
+        exact = SlicePlacement(catalogue, geo, paths, solution,
+                               _term_prices(catalogue, solution["options"]))
+        plan = exact.solve(time_limit_s, seed)
+        if plan is not None:
+            return plan
     bundle_from = _bundle_level(solution["classes"], geo, paths, ranks, shape.dp)
     if bundle_from < levels:
         members = tuple(range(shape.dp))
@@ -139,6 +147,23 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
     if level0 is None:
         return None
     return _plan(catalogue, geo, level0, solution["options"])
+
+
+def _term_prices(catalogue: Catalogue, options: list):
+    """price(kind, stage, tier) of the terms a relaxation solution priced on a class."""
+    prices, shape = catalogue.prices, catalogue.shape
+    spans = catalogue.spans_of(options)
+
+    def price(kind: str, stage: int, tier: int) -> int:
+        span = spans[stage]
+        if kind == "pair":
+            return prices.transfer(span.last, tier)
+        if kind == "dense":
+            return prices.dense_sync(span, shape.dp, shape.zero, tier)
+        if kind == "expert":
+            return prices.expert_sync(span, shape.dp, shape.zero, tier)
+        return prices.zero_gather(span, shape.dp, shape.zero, tier)
+    return price
 
 
 def _bundle_level(classes: dict[str, int], geo: Geometry, paths, ranks: int, dp: int) -> int:
@@ -270,18 +295,10 @@ class _TopLevel:
             members = [r for r in range(len(self.replicas)) if self.type_of[r] == path]
             previous: list[int | None] = [None] * count
             for i in range(len(self.example[path])):
-                slots = Counter({p: self.counts[p, path, i] for p in domains
-                                 if self.counts[p, path, i]})
-                order = sorted(range(count), key=lambda k: previous[k] is None)
-                chosen: list[int | None] = [None] * count
-                for k in order:
-                    options = [p for p in slots if slots[p] > 0 and p != previous[k]] or \
-                        [p for p in slots if slots[p] > 0]
-                    if not options:
-                        return None
-                    p = max(options, key=lambda q: (slots[q], -q))
-                    slots[p] -= 1
-                    chosen[k] = p
+                slots = {p: self.counts[p, path, i] for p in domains if self.counts[p, path, i]}
+                chosen = _apart(previous, slots)
+                if chosen is None:
+                    return None
                 for k, replica in enumerate(members):
                     self.replicas[replica][i].domain = chosen[k]
                 previous = chosen
@@ -324,6 +341,40 @@ class _TopLevel:
         if self.level - 1 == 0:
             return placed
         return _first_fit_below(self.geo, placed, self.level - 1)
+
+
+def _apart(previous: list[int | None], slots: dict[int, int]) -> list[int] | None:
+    """Give replica k a domain from ``slots`` (domain -> how many) other than previous[k]
+    where possible: a maximum flow from the replicas' previous domains to the slots
+    (exact where a perfect assignment exists), the rest on any free slot."""
+    graph = nx.DiGraph()
+    groups = Counter(previous)
+    for before, count in groups.items():
+        graph.add_edge("source", ("from", before), capacity=count)
+        for domain, free in slots.items():
+            if domain != before:
+                graph.add_edge(("from", before), ("to", domain), capacity=free)
+    for domain, free in slots.items():
+        graph.add_edge(("to", domain), "sink", capacity=free)
+    _, flow = nx.maximum_flow(graph, "source", "sink")
+    free = dict(slots)
+    chosen: list[int | None] = [None] * len(previous)
+    for k, before in enumerate(previous):
+        for domain in sorted(slots):
+            key = ("to", domain)
+            if domain != before and flow[("from", before)].get(key, 0) > 0:
+                flow[("from", before)][key] -= 1
+                free[domain] -= 1
+                chosen[k] = domain
+                break
+    for k in range(len(previous)):
+        if chosen[k] is None:
+            domain = next((d for d in sorted(free) if free[d] > 0), None)
+            if domain is None:
+                return None
+            free[domain] -= 1
+            chosen[k] = domain
+    return chosen
 
 
 def _sync_spread(classes: dict[str, int], geo: Geometry) -> dict[int, int]:

@@ -134,14 +134,16 @@ class Relaxation:
                      for index in range(len(self.arcs))}
         out_of, into = defaultdict(list), defaultdict(list)
         for index, arc in enumerate(self.arcs):
-            out_of[arc.start, arc.state].append(index)
+            out_of[arc.node].append(index)
             if arc.end_class != NONE:
-                into[arc.start + arc.length, arc.next_state].append(index)
-        start = (0, (0,) * (geo.levels - 1))
-        for node in set(out_of) | set(into):
-            supply = dp if node == start else 0
+                into[arc.next_node].append(index)
+        starts = geo.start_nodes()
+        # supply[node] = replicas whose path starts there (a side, when sides are tracked)
+        supply = {node: model.new_int_var(0, dp, f"start_{node[2]}") for node in starts}
+        model.add(sum(supply.values()) == dp)
+        for node in set(out_of) | set(into) | set(starts):
             model.add(sum(self.flow[i] for i in out_of[node]) - sum(
-                self.flow[i] for i in into[node]) == supply)
+                self.flow[i] for i in into[node]) == supply.get(node, 0))
         # combo[s, (in, out)] == 1 iff some replica's stage s has that pair of classes
         self.combo = {}
         by_combo = defaultdict(list)
@@ -166,6 +168,13 @@ class Relaxation:
         for level in range(geo.levels):
             joined = geo.joined[level]
             pieces = geo.ranks // joined
+            if geo.sides and level == geo.levels - 1:
+                # two top-level domains, each path's runs labelled with theirs: exact counts
+                for side, devices in enumerate(geo.tiers[level].domains):
+                    model.add(sum(self.flow[i] * (arc.runs[level] * joined * pieces)
+                                  for i, arc in enumerate(self.arcs)
+                                  if arc.side == side and level in arc.emits) <= devices)
+                continue
             demand = defaultdict(list)  # item size -> [(flow index, items per unit flow)]
             for index, arc in enumerate(self.arcs):
                 if level in arc.emits:

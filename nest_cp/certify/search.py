@@ -39,7 +39,7 @@ from nest_cp.certify.relax import Relaxation
 from nest_cp.certify.split import Catalogue, Shape, block_chain, shapes
 from nest_cp.errors import BackendOptionError
 from nest_cp.evaluate import evaluate
-from nest_cp.model import Instance
+from nest_cp.model import CollectiveGroup, Instance
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan
 from nest_cp.result import Status
@@ -239,7 +239,7 @@ class _Run:
             outcome.path_bound = shape.rounds * tau_floor + outcome.sync_bound
             if self._beats(outcome.bound):
                 catalogue = Catalogue(self.instance, prices, shape, fast.chain)
-                solution = path.solution(catalogue, self._cheapest_sync(prices, shape))
+                solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
                 if solution is not None:
                     self._realise(catalogue, geo, solution, outcome)
         if not self._beats(outcome.bound) or self._closed(outcome):
@@ -266,19 +266,24 @@ class _Run:
         return outcome.realised_ticks is not None and outcome.realised_ticks <= outcome.bound
 
     @staticmethod
-    def _cheapest_sync(prices: LayerPrices, shape: Shape):
-        """The tier a path solution gives each stage's sync term: its cheapest admitting."""
-        def pick(stage: int, name: str, option) -> int | None:
+    def _cheapest_sync(prices: LayerPrices, shape: Shape, geo):
+        """The tier a path solution gives each stage's sync term: the cheapest one that
+        admits the group and whose domains hold the merged runs of all replicas."""
+        def pick(stage: int, name: str, option, runs: tuple[int, ...]) -> int | None:
             dp, zero, ep = shape.dp, shape.zero, shape.config.ep
+            widen = None
             if name == "dense" and dp * ep > 1:
                 group, price = dp * ep, lambda k: prices.dense_sync(option.span, dp, zero, k)
+                widen = CollectiveGroup.EP
             elif name == "expert" and dp > 1:
                 group, price = dp, lambda k: prices.expert_sync(option.span, dp, zero, k)
             elif name == "g" and zero == 3 and dp > 1:
                 group, price = dp, lambda k: prices.zero_gather(option.span, dp, zero, k)
             else:
                 return None
-            tiers = [t.index for t in prices.tiers if t.admits(group)]
+            tiers = [t.index for t in prices.tiers if t.admits(group) and (
+                t.index >= geo.levels or
+                dp * runs[t.index] * geo.merged(t.index, widen) <= geo.capacity(t.index))]
             return min(tiers, key=lambda k: (price(k), -k))
         return pick
 
