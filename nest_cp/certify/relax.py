@@ -34,13 +34,19 @@ Packing.  A level-ℓ run of ℓ stages, with the ranks that its intra groups jo
 at level ℓ (J_ℓ = t if the TP groups lie at level <= ℓ, times e for EP), is a
 set of a/J_ℓ *items* of ℓ·J_ℓ devices, each inside one tier-ℓ domain.  Items
 pack into the tier-ℓ domains (an arc-flow bin-packing model per level, exact for
-packing; levels are packed independently, a relaxation).  A sync or gather class
+packing; levels are packed independently, a relaxation).  With exactly two
+top-level domains the paths carry which one holds each top-level run (a break of
+the outermost class switches it: the pair must leave the domain), and each
+domain's runs are counted against its devices exactly.  A sync or gather class
 <= ℓ merges, at its stage, the level-ℓ runs of all d replicas: their total size
 (a lower bound: the run up to the arc's end) must fit one tier-ℓ domain.
 
 Objective (m + S − 1)·τ_max + T_sync with T_sync >= dense_s + expert_s (minus
-the stage's backward ticks under overlap).  Every real plan of the shape with
-intra groups at k_min gives a solution of no larger objective, so the model's
+the stage's backward ticks under overlap).  Dropped, so the model stays a
+relaxation: the nesting of levels, which domain holds what beyond two top-level
+domains, and every break's "different inner domain" side condition.  Every real
+plan of the shape with intra groups at k_min gives a solution of no larger
+objective, so the model's
 optimum — or CP-SAT's proven bound when stopped — bounds the shape.  With a
 cutoff (the incumbent), INFEASIBLE proves the shape holds nothing better.
 """
