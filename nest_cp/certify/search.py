@@ -5,9 +5,10 @@ Why the bound is valid.  Every plan belongs to exactly one shape (c, b, S, d, z)
 shape bounds every plan.  A shape's bound is the least of
 
 - the *main* bound, for its plans whose intra-layer groups lie on their innermost
-  admitting tier: the placement-free bound (:mod:`nest_cp.certify.bounds`), raised
-  to the placement relaxation's proven value (:mod:`nest_cp.certify.relax`) when
-  the relaxation was solved;
+  admitting tier: the largest of the placement-free bound
+  (:mod:`nest_cp.certify.bounds`), one replica's path bound
+  (:mod:`nest_cp.certify.paths`) and the placement relaxation's proven value
+  (:mod:`nest_cp.certify.relax`) when it was solved;
 - the *raised* bound, for its other plans (some intra group lies higher).
 
 A shape whose bound reaches the incumbent holds no better plan.  The relaxation
@@ -15,12 +16,13 @@ is solved with the cutoff "objective <= incumbent − 1", so INFEASIBLE proves t
 
 How it runs.  The placement-free bound is computed for every shape (cheap);
 shapes below the incumbent are visited in order of that bound, each getting its
-raised bound and then the relaxation within a per-shape share of the time limit
-(a first pass with a short share, then the unresolved ones share what is left).
-Whenever the relaxation's optimum is below the incumbent, its solution is placed
-on the network (:mod:`nest_cp.certify.realise`) and the plan, priced by the
-evaluator, becomes the incumbent if it is better.  The time limit bounds the
-whole run; a shape never reached keeps its placement-free bound.
+raised bound, its path bound (and the uniform plan that path suggests, placed and
+priced), and then, unless that settled it, the relaxation within a per-shape
+share of the time limit (a first pass with a short share, then the unresolved
+ones share what is left).  Whenever a relaxation solution is below the incumbent
+it is placed on the network (:mod:`nest_cp.certify.realise`) and the plan, priced
+by the evaluator, becomes the incumbent if it is better.  The time limit bounds
+the whole run; a shape never reached keeps its placement-free bound.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class ShapeOutcome:
     label: str
     fast_bound: float
     sync_bound: float = 0
+    path_tau: float = 0             # the path bound's τ (0: not computed)
     path_bound: float = -math.inf
     raised_bound: float | None = None  # None: not computed yet (it is at least fast_bound)
     relax_status: str = "not run"
@@ -232,11 +235,10 @@ class _Run:
             outcome.raised_bound = outcome.fast_bound
             return
         arcs = replica_arcs(shape.num_stages, geo)
-        tau_floor = 0
         if fast.chain is not None and outcome.path_bound == -math.inf:
             path = PathBound(shape, geo, fast, arcs)
-            tau_floor = path.tau
-            outcome.path_bound = shape.rounds * tau_floor + outcome.sync_bound
+            outcome.path_tau = path.tau
+            outcome.path_bound = shape.rounds * path.tau + outcome.sync_bound
             if self._beats(outcome.bound):
                 catalogue = Catalogue(self.instance, prices, shape, fast.chain)
                 solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
@@ -248,6 +250,7 @@ class _Run:
         catalogue = Catalogue(self.instance, prices, shape, fast.chain)
         relaxation = Relaxation(catalogue, geo, self.instance.training.overlap_grad_reduce,
                                 arcs)
+        tau_floor = outcome.path_tau
         floor = (int(tau_floor), int(outcome.sync_bound)) \
             if math.isfinite(tau_floor) and math.isfinite(outcome.sync_bound) else None
         result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
