@@ -21,7 +21,7 @@ FLOORS = (
     ("nest_cp.network", "nest_cp.cost", "nest_cp.sdp"),
     ("nest_cp.evaluate", "nest_cp"),  # the package re-exports the API up to the evaluator
     ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines", "nest_cp.brute",
-     "nest_cp.brute_sdp", "nest_cp.cpsat", "nest_cp.milp"),
+     "nest_cp.brute_sdp", "nest_cp.cpsat", "nest_cp.milp", "nest_cp.certify"),
     ("nest_cp.verify", "nest_cp.compare", "nest_cp.executors", "nest_cp.export",
      "nest_cp.report", "nest_cp.show", "nest_cp.runs", "nest_cp.calibrate"),
     ("nest_cp.cli", "nest_cp.verify.cli"),

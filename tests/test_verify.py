@@ -268,3 +268,47 @@ def test_time_limit_must_be_positive(tiny_dir: Path, tmp_path: Path, limit: str)
     result = _verify(tiny_dir, tmp_path, "--time-limit", limit)
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+# ------------------------------------------------------------------ --certify-full
+
+
+def _certify(folder: Path, tmp_path: Path, *extra: str):
+    args = [str(folder), "--certify-full", "--time-limit", "20", "--out",
+            str(tmp_path / "cert"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+            *extra]
+    return CliRunner().invoke(verify_command, args)
+
+
+def test_certify_full_writes_intervals_and_proves_the_worked_example(tiny_dir: Path,
+                                                                     tmp_path: Path):
+    """--certify-full exits 0, proves the worked example's optimum, writes the four files."""
+    result = _certify(tiny_dir, tmp_path)
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "cert" / "certified.json").read_text())
+    worked = next(r for r in document["instances"] if r["instance"] == "worked_example")
+    assert worked["status"] == "OPTIMAL"
+    assert worked["objective_ticks"] == worked["bound_ticks"] == WORKED_OPTIMUM_TICKS
+    infeasible = next(r for r in document["instances"] if r["instance"] == "infeasible-params")
+    assert infeasible["status"] == "INFEASIBLE" and infeasible["objective_ticks"] is None
+    for fmt in ("md", "csv", "tex"):
+        assert (tmp_path / "cert" / f"certified.{fmt}").stat().st_size > 0
+
+
+def test_certify_full_reruns_from_the_cache_and_table_regenerates(tiny_dir: Path,
+                                                                 tmp_path: Path):
+    """A second run reads every instance from the cache; `table` rebuilds the Markdown."""
+    assert _certify(tiny_dir, tmp_path).exit_code == 0
+    again = _certify(tiny_dir, tmp_path)
+    assert again.exit_code == 0 and f"from cache {len(TINY)}" in again.output
+    result = CliRunner().invoke(table_command, [str(tmp_path / "cert" / "certified.json")])
+    assert result.exit_code == 0
+    assert result.output == (tmp_path / "cert" / "certified.md").read_text()
+
+
+def test_certify_full_refuses_backends_and_interleaving(tiny_dir: Path, tmp_path: Path):
+    """--backends is meaningless with --certify-full, and v > 1 is not bounded: exit 2."""
+    assert _certify(tiny_dir, tmp_path, "--backends", "dp").exit_code == 2
+    interleaved = ROOT / "tests" / "data" / "interleaved_example.json"
+    result = _certify(interleaved, tmp_path)
+    assert result.exit_code == 2 and "virtual" in result.output

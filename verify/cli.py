@@ -27,13 +27,14 @@ from nest_cp.executors import Executor, ExecutorKind, executor_options, make_exe
 from nest_cp.exits import ExitCode, GuardedCommand
 from nest_cp.io import load_instance, read_document
 from nest_cp.progress import Progress
-from nest_cp.verify import soak, tables
+from nest_cp.verify import certified_tables, fullcert, soak, tables
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
 from nest_cp.verify.harness import (
     HarnessOptions,
     Task,
     backend_available,
     build_tasks,
+    discover,
     load_reference,
     parse_backends,
     run_tasks,
@@ -88,10 +89,13 @@ def write_outputs(document: dict, out_dir: Path) -> None:
 @click.option("--backends", default=None,
               help="Comma-separated backends (default dp,cpsat,milp; dp only on instances/paper "
                    "when no PATHS are given).")
-@click.option("--time-limit", "time_limit_s", type=float, default=DEFAULT_TIME_LIMIT_S,
-              show_default=True, help="Seconds per exact solve.")
-@click.option("--jobs", type=int, default=os.cpu_count() or 1, show_default=True,
-              help="Instances verified in parallel.")
+@click.option("--time-limit", "time_limit_s", type=float, default=None,
+              help=f"Seconds per exact solve [default: {DEFAULT_TIME_LIMIT_S:g}]; with "
+                   f"--certify-full, seconds per instance [default: "
+                   f"{fullcert.DEFAULT_TIME_LIMIT_S:g}].")
+@click.option("--jobs", type=int, default=None,
+              help="Instances verified in parallel [default: the number of cores; 1 with "
+                   "--certify-full].")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Directory for results.json and gap_table.{md,csv,tex} (default "
                    "reports/ without PATHS; required with PATHS).")
@@ -103,12 +107,24 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               show_default=True)
 @click.option("--progress/--no-progress", default=True,
               help="Progress bar on stderr (drawn only on a terminal).")
+@click.option("--certify-full", is_flag=True,
+              help="Instead of the exact backends: prove full-space intervals [lower bound, "
+                   "best plan] at paper scale (nest_cp.certify) and write "
+                   "certified.{json,md,csv,tex}.")
 @executor_options
-def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float,
-                   jobs: int, out_dir: Path | None, no_cache: bool, cache_dir: Path, seed: int,
-                   milp_solver: str, progress: bool, executor_kind: str,
-                   address: str | None) -> None:
+def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
+                   jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
+                   seed: int, milp_solver: str, progress: bool, certify_full: bool,
+                   executor_kind: str, address: str | None) -> None:
     """Certify instances (files or folders) and write gap tables."""
+    if certify_full:
+        if executor_kind != ExecutorKind.LOCAL.value:
+            raise click.UsageError("--certify-full runs on the local executor only")
+        _certify_full(paths, backends, time_limit_s, jobs, out_dir, no_cache, cache_dir, seed,
+                      progress)
+        return
+    time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
     out_dir = _out_dir(paths, out_dir)
     if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
         raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
@@ -128,6 +144,45 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
     available = document["protocol"]["backends_available"]
     problems = _report(records, out_dir, [name for name in names if not available[name]])
     sys.exit(ExitCode.NO_PLAN if problems else ExitCode.OK)
+
+
+def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
+                  jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
+                  seed: int, progress: bool) -> None:
+    """``verify PATHS --certify-full --out DIR``: certified.{json,md,csv,tex} in DIR."""
+    if backends is not None:
+        raise NestCpError("expected no --backends with --certify-full (it runs the DP and the "
+                          "full-space certification)")
+    if not paths or out_dir is None:
+        raise click.UsageError("expected PATHS and --out DIR with --certify-full")
+    time_limit_s = fullcert.DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    jobs = 1 if jobs is None else jobs
+    if not time_limit_s > 0 or jobs < 1:
+        raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
+                          f"{time_limit_s} and {jobs}")
+    files = discover(paths)
+    if not files:
+        raise NestCpError(f"{', '.join(map(str, paths))}: expected instance files (*.json), "
+                          f"found none")
+    for file in files:
+        load_instance(file)  # bad input fails before any solving
+    options = fullcert.FullCertOptions(time_limit_s=time_limit_s, seed=seed,
+                                       cache_dir=cache_dir, use_cache=not no_cache)
+    records = fullcert.run_all(files, options, jobs, progress)
+    document = {"kind": "certified", "protocol": tables.protocol(
+        {"time_limit_s": time_limit_s, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
+        {"dp": True, "certify-full": True}), "instances": records}
+    fullcert.write_outputs(document, out_dir)
+    within = sum(1 for r in records if (w := certified_tables.width(r)) is not None
+                 and w <= certified_tables.WITHIN)
+    optimal = sum(r["status"] == "OPTIMAL" for r in records)
+    click.echo(f"{len(records)} instances: {within} within 1 %, {optimal} proven optimal, "
+               f"{sum(r['plan_source'] != 'dp' for r in records)} better than the DP; "
+               f"solved {sum(r['source'] == 'solved' for r in records)}, from cache "
+               f"{sum(r['source'] == 'cache' for r in records)}")
+    click.echo(f"wrote {out_dir}/certified.json and certified.{{md,csv,tex}}")
+    sys.exit(ExitCode.OK if all(r["objective_ticks"] is not None or r["status"] == "INFEASIBLE"
+                                for r in records) else ExitCode.NO_PLAN)
 
 
 def _out_dir(paths: tuple[Path, ...], out_dir: Path | None) -> Path:
@@ -182,8 +237,9 @@ def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
     document = read_document(results)
     if not isinstance(document, dict) or "instances" not in document:
         raise NestCpError(f"{results}: expected a results.json written by nest-cp verify")
+    renderer = certified_tables if document.get("kind") == "certified" else tables
     try:
-        text = tables.render(document, fmt)
+        text = renderer.render(document, fmt)
     except (KeyError, TypeError) as exc:
         raise NestCpError(f"{results}: expected a results.json written by nest-cp verify "
                           f"(missing or malformed {exc})") from None
