@@ -10,7 +10,8 @@ Megatron-LM's 18 B per parameter (:data:`MEGATRON_ADAM`).
 Decisions (documented here because they change numbers):
 
 - **GB/s of the NEST setups.** NEST multiplies its "GB/s" figures by 2^30
-  (``/work/shared/nest-reference/README.md``, ``setup.bandwidth_conversion``), so its links
+  (NEST's reference digest shared with this repository, ``nest-reference/README.md``,
+  ``setup.bandwidth_conversion``), so its links
   really run at GiB/s. The ``nest-*`` networks reproduce NEST's setups, so they use the same
   conversion: 900 "GB/s" = 900 * 2^30 B/s. HBM is 64 GiB resp. 90 GiB (x 2^30), as in NEST.
 - **NEST devices.** DESIGN §6 fixes NEST's HBM (64 GiB "TPUv4-like", 90 GiB H100), which is not

@@ -118,10 +118,8 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
                    executor_kind: str, address: str | None) -> None:
     """Certify instances (files or folders) and write gap tables."""
     if certify_full:
-        if executor_kind != ExecutorKind.LOCAL.value:
-            raise click.UsageError("--certify-full runs on the local executor only")
         _certify_full(paths, backends, time_limit_s, jobs, out_dir, no_cache, cache_dir, seed,
-                      progress)
+                      progress, executor_kind, address)
         return
     time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
@@ -148,7 +146,7 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
 
 def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
                   jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
-                  seed: int, progress: bool) -> None:
+                  seed: int, progress: bool, executor_kind: str, address: str | None) -> None:
     """``verify PATHS --certify-full --out DIR``: certified.{json,md,csv,tex} in DIR."""
     if backends is not None:
         raise NestCpError("expected no --backends with --certify-full (it runs the DP and the "
@@ -168,7 +166,8 @@ def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: f
         load_instance(file)  # bad input fails before any solving
     options = fullcert.FullCertOptions(time_limit_s=time_limit_s, seed=seed,
                                        cache_dir=cache_dir, use_cache=not no_cache)
-    records = fullcert.run_all(files, options, jobs, progress)
+    with make_executor(executor_kind, jobs, address) as executor:
+        records = fullcert.run_all(files, options, executor, progress)
     document = {"kind": "certified", "protocol": tables.protocol(
         {"time_limit_s": time_limit_s, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
         {"dp": True, "certify-full": True}), "instances": records}

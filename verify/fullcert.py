@@ -12,27 +12,25 @@ re-priced by the evaluator) before it is used.  The records and the tables of
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import itertools
 import json
 import logging
-import sys
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-import click
 
 from nest_cp.backends import backend_function
 from nest_cp.certify import certify_full, unsupported
 from nest_cp.errors import NestCpError
 from nest_cp.evaluate import evaluate
+from nest_cp.executors import Executor, run_ordered
 from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
 from nest_cp.model import Instance
 from nest_cp.network import NetworkModel
 from nest_cp.plan import Plan
+from nest_cp.progress import Progress
 from nest_cp.result import SolveOptions, Space
 from nest_cp.verify import certified_tables
 from nest_cp.verify.cache import ResultCache, code_fingerprint, instance_digest, result_key
@@ -203,19 +201,16 @@ def _layout_placement(plan: Plan, order: tuple[str, ...], network: NetworkModel)
                        for r in range(plan.num_replicas)) for s in range(plan.num_stages))
 
 
-def run_all(files: list[Path], options: FullCertOptions, jobs: int,
+def run_all(files: list[Path], options: FullCertOptions, executor: Executor,
             progress: bool) -> list[dict]:
-    """Certify every file, ``jobs`` at a time; records in file order."""
-    if jobs <= 1 or len(files) <= 1:
-        records = []
-        with click.progressbar(files, label="certify-full", file=sys.stderr,
-                               item_show_func=lambda p: p.name if p else "") \
-                if progress else contextlib.nullcontext(files) as bar:
-            for file in bar:
-                records.append(certify_instance(file, options))
-        return records
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(certify_instance, files, [options] * len(files)))
+    """Certify every file on ``executor``; records in file order (a task's error is raised)."""
+    with Progress("certify-full", len(files), show_bar=progress, logger=LOGGER) as bar:
+        done = run_ordered(executor, functools.partial(certify_instance, options=options),
+                           files, on_done=lambda d: bar.advance(status=files[d.index].name))
+    failed = next((d.error for d in done if d.error is not None), None)
+    if failed is not None:
+        raise failed
+    return [d.value for d in done]
 
 
 def write_outputs(document: dict, out_dir: Path) -> None:

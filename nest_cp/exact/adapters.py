@@ -19,6 +19,7 @@ failure that is nest-cp's fault (an invalid model) is an :class:`InternalError`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import sys
@@ -30,8 +31,9 @@ import pulp
 from ortools.sat.python import cp_model
 
 from nest_cp.errors import InternalError, ModelMismatch
-from nest_cp.exact.budget import Deadline
+from nest_cp.exact.budget import Deadline, OutOfTime
 
+logger = logging.getLogger(__name__)
 
 class RawStatus(str, Enum):
     OPTIMAL = "optimal"        # proven optimal (or proven: nothing below the cutoff)
@@ -84,6 +86,21 @@ class _Building:
     def _count(self, terms: int) -> None:
         self.terms += terms
         self.deadline.tick()
+
+    def solve_within(self, deadline: Deadline, building_s: float, seed: int, workers: int,
+                     label: str) -> RawOutcome:
+        """Solve the built model in what is left of ``deadline`` (raises OutOfTime when
+        nothing is).  The MILP's own overhead, PuLP writing the model out, grows like
+        building it took, so that much more is kept back for it."""
+        time_left = deadline.remaining() - (building_s if self.objective_tolerance_rel > 0
+                                            else 0.0)
+        if time_left <= 0:
+            raise OutOfTime
+        outcome = self.solve(time_left, seed, workers)
+        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", label,
+                    outcome.status.value, outcome.objective, outcome.bound, self.terms,
+                    building_s)
+        return outcome
 
 
 class CpSatAdapter(_Building):

@@ -268,15 +268,9 @@ class _Run:
         building_s = time.monotonic() - began
         self._built_terms += adapter.terms
         self._built_s += building_s
-        # the solver's own overhead (PuLP writing the model out) grows like building it
-        time_left = deadline.remaining() - (building_s if self.tolerance_rel > 0 else 0.0)
-        if time_left <= 0:
-            raise OutOfTime
-        outcome = adapter.solve(time_left, self.options.seed, self.options.workers)
+        outcome = adapter.solve_within(deadline, building_s, self.options.seed,
+                                       self.options.workers, sub.label)
         self.search.solver_runs += 1
-        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", sub.label,
-                    outcome.status.value, outcome.objective, outcome.bound, adapter.terms,
-                    building_s)
         return self._judge(sub, handles, adapter, outcome, cutoff)
 
     def _rate(self) -> float:

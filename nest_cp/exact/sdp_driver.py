@@ -239,14 +239,9 @@ class _Run:
         if self.hint is not None and sub.matches(self.hint):
             hint_sdp_model(adapter, handles, self.hint)
         building_s = time.monotonic() - began
-        time_left = deadline.remaining() - (building_s if self.tolerance_rel > 0 else 0.0)
-        if time_left <= 0:
-            raise OutOfTime
-        outcome = adapter.solve(time_left, self.options.seed, self.options.workers)
+        outcome = adapter.solve_within(deadline, building_s, self.options.seed,
+                                       self.options.workers, sub.label)
         self.search.solver_runs += 1
-        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", sub.label,
-                    outcome.status.value, outcome.objective, outcome.bound, adapter.terms,
-                    building_s)
         return self._judge(sub, handles, adapter, outcome, cutoff, bool(fitting))
 
     def _judge(self, sub: SdpSubProblem, handles, adapter, outcome: RawOutcome,
