@@ -190,6 +190,7 @@ class MilpAdapter(_Building):
     # binaries may sit 1e-8 off 0/1 (HiGHS' default lets 1e-6 through, which a big-M of
     # 1e9 ticks turns into a floor hundreds of ticks low)
     integrality_tolerance = 1e-8
+    HIGHS_LARGE_MATRIX_VALUE = 1e15  # HiGHS' default large_matrix_value: larger is an error
 
     def __init__(self, solver_name: str = "cbc"):
         super().__init__()
@@ -242,6 +243,11 @@ class MilpAdapter(_Building):
         self._hinted = True
 
     def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
+        if self.solver_name == "highs" and self._beyond_highs():
+            logger.warning("a constraint coefficient reaches %g, which HiGHS refuses: the "
+                           "model is left unsolved (its sub-problem stays open)",
+                           self.HIGHS_LARGE_MATRIX_VALUE)
+            return RawOutcome(RawStatus.UNKNOWN, None, None)
         # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
         if self.solver_name == "highs":
@@ -256,6 +262,16 @@ class MilpAdapter(_Building):
                                                 f"integerTolerance {self.integrality_tolerance}"])
         self.problem.solve(solver)
         return self._outcome()
+
+    def _beyond_highs(self) -> bool:
+        """Whether a constraint has an entry HiGHS refuses (its ``large_matrix_value``).
+
+        HiGHS drops such rows, and PuLP then misreads the solution (an IndexError); a
+        rounding carry over a stage's exact fractions can need such a coefficient (the
+        least common denominator of its terms' tick prices)."""
+        return any(abs(coefficient) >= self.HIGHS_LARGE_MATRIX_VALUE
+                   for constraint in self.problem.constraints()
+                   for coefficient in constraint.values())
 
     def _outcome(self) -> RawOutcome:
         sol_status = self.problem.sol_status
