@@ -88,7 +88,7 @@ def write_outputs(document: dict, out_dir: Path) -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--backends", default=None,
               help="Comma-separated backends (default dp,cpsat,milp; dp only on instances/paper "
-                   "when no PATHS are given).")
+                   "and instances/paper-v2 when no PATHS are given).")
 @click.option("--time-limit", "time_limit_s", type=float, default=None,
               help=f"Seconds per exact solve [default: {DEFAULT_TIME_LIMIT_S:g}]; with "
                    f"--certify-full, seconds per instance [default: "

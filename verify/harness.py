@@ -41,7 +41,9 @@ from nest_cp.verify.cache import (
 LOGGER = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("dp", "cpsat", "milp")
-SMALL_DIR, PAPER_DIR = Path("instances/small"), Path("instances/paper")
+SMALL_DIR = Path("instances/small")
+# the paper grids, v1 and with the v2 choices (DESIGN §3.2): the DP alone runs there
+PAPER_DIRS = (Path("instances/paper"), Path("instances/paper-v2"))
 REFERENCE_SUFFIX = ".ref.json"
 INDEPENDENT, SNAPSHOT = "independent", "regression-snapshot"  # kinds of stored reference
 SPACE_NAMES = tuple(space.value for space in Space)
@@ -87,7 +89,8 @@ def parse_backends(text: str | None) -> tuple[str, ...] | None:
 
 def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
                 base: HarnessOptions) -> list[Task]:
-    """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper set with dp."""
+    """Tasks for PATHS with ``backends``; no PATHS: the small set exactly, the paper grids
+    (``PAPER_DIRS``) with dp."""
     if paths:
         options = replace(base, backends=backends or DEFAULT_BACKENDS)
         tasks = [Task(path, options) for path in discover(paths)]
@@ -101,8 +104,9 @@ def build_tasks(paths: tuple[Path, ...], backends: tuple[str, ...] | None,
     small = replace(base, backends=backends or DEFAULT_BACKENDS)
     paper = replace(base, backends=("dp",))
     tasks = [Task(path, small) for path in discover([SMALL_DIR])]
-    if PAPER_DIR.is_dir():
-        tasks += [Task(path, paper) for path in discover([PAPER_DIR])]
+    for folder in PAPER_DIRS:
+        if folder.is_dir():
+            tasks += [Task(path, paper) for path in discover([folder])]
     if not tasks:
         raise NestCpError(f"{SMALL_DIR}: expected instance files (*.json), found none")
     return tasks

@@ -7,7 +7,7 @@ proven when only a floating-point MILP proved it), INFEASIBLE when a run proved 
 plan fits, otherwise FEASIBLE with the best plan found and the best bound proven.  An
 instance whose runs fail any check gets no reference (a bug must not become a
 reference).  Without PATHS: instances/small with the exact solvers, instances/paper
-with the DP.
+and instances/paper-v2 with the DP.
 
 A reference is ``"kind": "independent"`` when an exact solver (CP-SAT, MILP, brute
 force) took part, and ``"kind": "regression-snapshot"`` when only the DP ran: then

@@ -3,7 +3,8 @@
 ``python -m nest_cp.verify.suite [ROOT]`` (re)writes ``ROOT/small/*.json`` (hand-made
 synthetic instances small enough for the exact solvers to certify) and
 ``ROOT/paper/*.json`` (the NEST grid: five preset models x two clusters x five
-sizes, written as preset references).  Every number of a small instance comes
+sizes, written as preset references) and ``ROOT/paper-v2/*.json`` (the same grid with the
+v2 choices of DESIGN §3.2 open).  Every number of a small instance comes
 from :func:`synthetic_layer` and the specification tables below; the folder
 READMEs explain them.  Nothing is random, so regenerating gives identical files.
 """
@@ -42,6 +43,9 @@ class LayerSpec:
     repeat: int = 1
     sdp_units: int = 0      # SDP (DESIGN §7): width slices of a maskable block (0: shared)
     sdp_fraction: float = 0.0  # the share of the block those slices carry
+    # selective recomputation (DESIGN §3.2 a): the share of the forward the attention core
+    # takes (recomputed) and the share of act_bytes kept; None: the profile has no such fields
+    selective: tuple[float, float] | None = None
 
 
 def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
@@ -50,7 +54,9 @@ def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
     Compute scales with samples and splits over tp with 10% overhead per extra tensor
     rank; backward costs twice forward (data + weight gradients, the usual 2x rule);
     dense parameters and activations split over tp; expert parameters split over ep;
-    recomputation keeps only the layer input (``out_bytes`` per sample).  A tensor-
+    recomputation keeps only the layer input (``out_bytes`` per sample); with
+    ``spec.selective = (r, k)`` selective recomputation reruns the share r of the forward
+    (``sel_fwd_s``) and keeps the share k of the activations (``sel_act_bytes``).  A tensor-
     parallel layer all-reduces its output twice in forward and twice in backward
     (Megatron-LM's attention + MLP pattern); a layer with experts does two
     all-to-alls (dispatch, combine) in each direction over the ep ranks.
@@ -71,6 +77,10 @@ def synthetic_layer(spec: LayerSpec, tp: int, ep: int, microbatch: int) -> dict:
                "out_bytes": out_bytes, "collectives": collectives}
     if spec.sdp_units:  # the weight gradient is half the backward (the 2x rule's other half)
         profile.update(wgrad_s=fwd_s, sdp_units=spec.sdp_units, sdp_fraction=spec.sdp_fraction)
+    if spec.selective is not None:  # the attention core: recomputed forward, activations kept
+        recomputed, kept = spec.selective
+        profile.update(sel_fwd_s=round(fwd_s * recomputed, 9),
+                       sel_act_bytes=int(profile["act_bytes"] * kept))
     return profile
 
 
@@ -204,6 +214,12 @@ class SmallSpec:
     allow_recompute: bool = False
     sdp: dict | None = None  # training.sdp (DESIGN §7); given: strategies dp and sdp
     strategies: list[str] = field(default_factory=lambda: ["dp"])
+    # v2 choices (DESIGN §3.2), written only when given: the allowed recompute modes (in
+    # place of allow_recompute), virtual-stage counts and overlapped gradient reduction
+    recompute: list[str] | None = None
+    virtual_stages: list[int] | None = None
+    overlap_grad_reduce: bool | None = None
+    provenance: str | None = None  # measured facts of the instance, for its provenance
 
 
 GB = 10**9
@@ -215,7 +231,7 @@ GB = 10**9
 def small_specs() -> list[SmallSpec]:
     """Every small instance, in a fixed order."""
     return [*_hierarchical_specs(), *_moe_specs(), *_tight_specs(), *_graph_specs(),
-            *_infeasible_specs(), *_sdp_specs()]
+            *_infeasible_specs(), *_sdp_specs(), *_v2_specs()]
 
 
 def _hierarchical_specs() -> list[SmallSpec]:
@@ -372,12 +388,89 @@ def _sdp_specs() -> list[SmallSpec]:
     ]
 
 
+def selective(chain: list[LayerSpec], recomputed: float = 0.1,
+              kept: float = 0.3) -> list[LayerSpec]:
+    """The chain with selective-recomputation fields: each block's attention core takes the
+    share ``recomputed`` of its forward and holds the share ``1 - kept`` of its activations
+    (Korthikanti et al. 2022); the first and last layers have no attention core (nothing
+    recomputed, every activation kept)."""
+    return [replace(layer, selective=(0.0, 1.0)) if index in (0, len(chain) - 1) else
+            replace(layer, selective=(recomputed, kept)) for index, layer in enumerate(chain)]
+
+
+def _v2_specs() -> list[SmallSpec]:
+    """One instance per DESIGN §3.2 choice that decides its optimum: interleaving (v = 2),
+    selective recomputation, overlapped gradient reduction and the ZeRO-3 gather buffers.
+    The ``provenance`` texts state what the DP measured on the instance and on its
+    variants without the choice (``nest-cp solve FILE --backend dp --json``)."""
+    heavy_blocks = [LayerSpec(f"block{index}", 1.0, int(1e9), int(2e9), int(8e6))
+                    for index in range(6)]
+    return [
+        SmallSpec("v2-interleave-l6-d4", "v2",
+                  "interleaved 1F1B: v = 2 is the optimum (virtual stages 1 or 2)",
+                  heavy_blocks, 4, hierarchical(("node", 4, NVLINK_BPS, NVLINK_LATENCY_S)),
+                  80 * GB, global_batch=6, virtual_stages=[1, 2],
+                  provenance=V2_MEASURED["v2-interleave-l6-d4"]),
+        SmallSpec("v2-selective-l5-d8", "v2",
+                  "selective recomputation beats both none and full",
+                  selective(dense_chain(3)), 8, two_tier(4, 2), 16 * GB, global_batch=16,
+                  recompute=["none", "selective", "full"],
+                  provenance=V2_MEASURED["v2-selective-l5-d8"]),
+        SmallSpec("v2-overlap-l5-d8", "v2",
+                  "overlapped gradient reduction changes the optimal plan (slow spine)",
+                  dense_chain(3), 8, two_tier(2, 4, SPINE_BPS / 10), 80 * GB, global_batch=16,
+                  overlap_grad_reduce=True, provenance=V2_MEASURED["v2-overlap-l5-d8"]),
+        SmallSpec("v2-zero3-buffers-l5-d8", "v2",
+                  "ZeRO-3 gather buffers make the fastest ZeRO-3 plan infeasible",
+                  dense_chain(3), 8, two_tier(4, 2), 85 * GB // 10, global_batch=16,
+                  zero_stages=[0, 3], provenance=V2_MEASURED["v2-zero3-buffers-l5-d8"]),
+    ]
+
+
+V2_MEASURED = {  # the DP's optima in ticks (1 ns), measured when the instances were made
+    "v2-interleave-l6-d4":
+        "DP optimum 44,268,000 ticks: v = 2, S = 3, d = 1, one block per chunk. With "
+        "virtual_stages [1] the optimum is 49,296,000 (v = 1, S = 3, d = 1, two blocks per "
+        "stage), so v = 2 saves 10.2 %. A replica all-reduces 2e9 gradient bytes per block, "
+        "so both optima pipeline on one replica.",
+    "v2-selective-l5-d8":
+        "DP optimum 62,106,000 ticks: S = 2, d = 4, stage 0 (embed, block0, block1) "
+        "selective, stage 1 none. Recompute [none, full]: 67,488,000 (S = 4, d = 2, full on "
+        "stage 0); [none]: 79,452,000 (S = 3, d = 2); [full]: 73,231,000; [none, selective]: "
+        "62,106,000. Selective saves 8.0 % over the best plan without it.",
+    "v2-overlap-l5-d8":
+        "DP optimum 124,102,000 ticks with overlap: S = 1, d = 2 (sync 24,002,000 ticks, "
+        "14,902,000 exposed). Without overlap: 126,327,000 with S = 2, d = 1 (no sync). "
+        "Cross-evaluated, the overlap optimum costs 133,202,000 without overlap and the "
+        "no-overlap optimum 126,327,000 with it: neither plan is optimal in the other "
+        "setting.",
+    "v2-zero3-buffers-l5-d8":
+        "DP optimum 185,214,000 ticks: z = 3, S = 4, d = 2; zero_stages [0] alone is "
+        "INFEASIBLE. The faster ZeRO-3 plan S = 2, d = 4 (169,008,000 ticks; the optimum at "
+        "9.7 GB = 8.5 GB + the largest buffer, 2 x 3e8 x 2 B) needs 9.0 GB on stage 1, 1.2 "
+        "GB of it gather buffers: 7.8 GB without them, so the buffers alone exclude it. At "
+        "8.0 GB no plan fits (INFEASIBLE), though that plan would without its buffers.",
+}
+
+
+def _v2_training(spec: SmallSpec) -> dict:
+    """The training fields of the v2 choices (DESIGN §3.2) a specification gives."""
+    fields: dict = {"allow_recompute": spec.allow_recompute} if spec.recompute is None else \
+        {"recompute": spec.recompute}
+    if spec.virtual_stages is not None:
+        fields["virtual_stages"] = spec.virtual_stages
+    if spec.overlap_grad_reduce is not None:
+        fields["overlap_grad_reduce"] = spec.overlap_grad_reduce
+    return fields
+
+
 def small_instance(spec: SmallSpec) -> dict:
     """The instance-file dict of one small specification."""
     return {
         "name": spec.name,
         "provenance": {"family": spec.family, "purpose": spec.purpose,
-                       "source": "synthetic: verify/instances.py (see instances/small/README.md)"},
+                       "source": "synthetic: verify/instances.py (see instances/small/README.md)",
+                       **({"measured": spec.provenance} if spec.provenance else {})},
         "workload": workload_dict(spec.name, spec.layers, spec.configs, spec.microbatches),
         "cluster": {"name": spec.network["kind"], "num_devices": spec.devices,
                     "hbm_bytes": spec.hbm_bytes, "network": spec.network},
@@ -385,7 +478,7 @@ def small_instance(spec: SmallSpec) -> dict:
                      "microbatches": spec.microbatches,
                      "optimizer": {"name": "adam-mixed", "weight_bytes": 2, "grad_bytes": 2,
                                    "state_bytes": 12},
-                     "zero_stages": spec.zero_stages, "allow_recompute": spec.allow_recompute,
+                     "zero_stages": spec.zero_stages, **_v2_training(spec),
                      **({"strategies": ["dp", "sdp"], "sdp": spec.sdp} if spec.sdp else {})},
     }
 
@@ -425,21 +518,47 @@ def paper_instances() -> list[dict]:
         for devices in PAPER_SIZES]
 
 
+PAPER_V2_TRAINING = {"recompute": ["none", "selective", "full"], "virtual_stages": [1, 2, 4],
+                     "overlap_grad_reduce": True}
+
+
+def paper_v2_instances() -> list[dict]:
+    """The NEST grid with the v2 choices (DESIGN §3.2) open: the instances of
+    :func:`paper_instances` with recompute none / selective / full (the presets' kernel-level
+    profiles carry ``sel_fwd_s`` / ``sel_act_bytes``), virtual stages 1, 2 or 4 and overlapped
+    gradient reduction; everything else (global batch, microbatch, ZeRO 0, presets) unchanged.
+    """
+    documents = []
+    for document in paper_instances():
+        training = {key: value for key, value in document["training"].items()
+                    if key != "allow_recompute"}
+        documents.append({
+            **document,
+            "provenance": {"family": document["provenance"]["family"].replace(
+                "paper-", "paper-v2-", 1),
+                "source": document["provenance"]["source"] + "; v2 choices of DESIGN.md "
+                "section 3.2 (instances/paper-v2/README.md)"},
+            "training": {**training, **PAPER_V2_TRAINING}})
+    return documents
+
+
 # ------------------------------------------------------------------ writing
 
 
 def write_instances(root: Path) -> list[Path]:
-    """Write every small and paper instance under ``root``; returns the files written."""
+    """Write every small, paper and paper-v2 instance under ``root``; returns the files
+    written."""
     written = []
     for folder, documents in (("small", [small_instance(s) for s in small_specs()]),
-                              ("paper", paper_instances())):
+                              ("paper", paper_instances()), ("paper-v2", paper_v2_instances())):
         directory = root / folder
         directory.mkdir(parents=True, exist_ok=True)
         for document in documents:
             path = directory / f"{document['name']}.json"
             _write_json(document, path)
             written.append(path)
-    for folder, text in (("small", small_readme()), ("paper", PAPER_README)):
+    for folder, text in (("small", small_readme()), ("paper", PAPER_README),
+                         ("paper-v2", PAPER_V2_README)):
         _write_text(text, root / folder / "README.md")
         written.append(root / folder / "README.md")
     data = Path(__file__).resolve().parent.parent / "tests" / "data"
@@ -517,6 +636,19 @@ be controllable, not to match any real model. Every number follows from
   the shared all-reduce may cross the pods, a block's holder pair must not.
   `sdp_worked_example` is DESIGN §7's worked example (copied from
   `tests/data/sdp_worked_example.json`).
+- **v2** (`v2-*`, DESIGN §3.2): one instance per v2 choice that decides the optimum, each
+  measured with the DP against variants without the choice (the numbers are in each file's
+  `provenance.measured`). `v2-interleave-l6-d4`: six equal blocks of 1e9 parameters on one
+  4-device node, B = 6, virtual stages 1 or 2: v = 2 (one block per chunk on 3 stages) is
+  10.2 % faster than the best v = 1 plan. `v2-selective-l5-d8`: `dense_chain(3)` whose
+  blocks recompute 10 % of their forward and keep 30 % of their activations under
+  selective recomputation (`selective`; the embedding and head have no attention core),
+  16 GB: selective on the first stage beats the best plan with only none / full by 8.0 %.
+  `v2-overlap-l5-d8`: `h2-dense-l5-d8-slowspine` with `overlap_grad_reduce`: overlap makes
+  two replicas of one stage (S = 1, d = 2) optimal where a two-stage pipeline without
+  replicas is optimal otherwise. `v2-zero3-buffers-l5-d8`: ZeRO 0 or 3 on 8.5 GB, where only
+  ZeRO-3 plans fit; the plan that would be optimal without the gather buffers (§3.2 d)
+  exceeds memory only by its 1.2 GB of buffers, so the optimum is a plan 9.6 % slower.
 
 ## Reference results
 
@@ -572,6 +704,41 @@ Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
 """
 
 
+PAPER_V2_README = """# instances/paper-v2 — the NEST grid with the v2 choices
+
+Written by `python -m nest_cp.verify.suite` (module `verify/suite.py`, function
+`paper_v2_instances`); regenerate, do not edit. The same fifty instances as
+`instances/paper` (five models x two clusters x 64 ... 1,024 devices, same names, presets,
+global batch 4,096, microbatch 1, sequence lengths, Mixtral's expert width 4, ZeRO 0,
+optimizer 2/2/12 B per parameter), with the training choices of DESIGN.md §3.2 open:
+
+- `recompute: ["none", "selective", "full"]` per stage (replacing `allow_recompute: true`,
+  which allows none and full). Selective recomputation needs `sel_fwd_s` / `sel_act_bytes`
+  in every profile; the kernel-level profiler (`nest_cp/profiler.py`, expanded from the
+  presets by `nest_cp/io.py`) fills them for every layer: the attention core's forward time
+  and the activation bytes a block keeps without it (Korthikanti et al. 2022); layers
+  without attention recompute nothing and keep every activation.
+- `virtual_stages: [1, 2, 4]` (interleaved 1F1B, Megatron-LM's virtual pipeline; v > 1
+  needs S >= 2 and m mod S = 0).
+- `overlap_grad_reduce: true` (the data-parallel gradient reduction runs in buckets during
+  the backward of the last microbatch, Megatron-LM's `--overlap-grad-reduce` and PyTorch
+  DDP's default).
+
+Provenance of every other number: `instances/paper/README.md`. Family names carry
+`paper-v2-` so the per-family summaries keep the two grids apart.
+
+`nest-cp verify` (no PATHS, `make verify`) runs only the DP here, as on `instances/paper`.
+The `<name>.ref.json` beside each file is a **regression snapshot** (`"kind":
+"regression-snapshot"`) of the DP's own structured answer, written by
+`python -m nest_cp.verify.reference instances/paper-v2 --backends dp --jobs 1`; it
+certifies nothing and only tells `nest-cp verify` whether the DP's answer changed.
+
+What the v2 choices buy over `instances/paper` per instance (T with and without them, the
+DP plan's v and recompute modes) is tabulated in `reports/paper_v2/README.md`, written by
+`.venv/bin/python reports/paper_v2/generate.py`.
+"""
+
+
 def small_readme() -> str:
     """The README of instances/small: provenance text and one table row per instance."""
     rows = []
@@ -583,7 +750,7 @@ def small_readme() -> str:
             spec.name, spec.family, str(sum(layer.repeat for layer in spec.layers)),
             str(spec.devices), kind, ", ".join(f"{tp}x{ep}" for tp, ep in spec.configs),
             ", ".join(map(str, spec.microbatches)), ", ".join(map(str, spec.zero_stages)),
-            "yes" if spec.allow_recompute else "no", f"{spec.hbm_bytes / GB:g}",
+            _recompute_cell(spec), f"{spec.hbm_bytes / GB:g}",
             spec.purpose]) + " |")
     rows.append("| worked_example | worked-example | 2 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
                 "DESIGN §3.1 |")
@@ -592,6 +759,13 @@ def small_readme() -> str:
     head = ["| " + " | ".join(SMALL_TABLE_HEADER) + " |",
             "|" + "---|" * len(SMALL_TABLE_HEADER)]
     return SMALL_README + "\n".join(head + rows) + "\n"
+
+
+def _recompute_cell(spec: SmallSpec) -> str:
+    """The README's recompute column: yes / no (allow_recompute) or the allowed modes."""
+    if spec.recompute is not None:
+        return ", ".join(spec.recompute)
+    return "yes" if spec.allow_recompute else "no"
 
 
 def _write_text(text: str, path: Path) -> None:
