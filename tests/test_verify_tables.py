@@ -96,6 +96,27 @@ def test_tolerance_optimum_and_snapshot_are_labelled():
     assert r"OPT$\sim$" in tables.render(document, "tex")
 
 
+def test_dp_plan_choices_column():
+    """The gap tables show the DP plan's virtual stages and the recompute modes its stages
+    use (DESIGN §3.2), in the order none, selective, full: ``2 / sel+full`` in Markdown and
+    CSV, ``2/s+f`` in LaTeX; ``—`` when the DP found no plan; old boolean flags read as
+    full / none."""
+    record = _record(1e-9)
+    stages = [{"first_layer": k, "last_layer": k, "recompute": mode}
+              for k, mode in enumerate(["full", "selective", "full", "selective"])]
+    record["runs"][0]["plan"] = {"virtual_stages": 2, "stages": stages}
+    document = _document(record)
+    markdown = tables.render(document, "md")
+    assert "| dp [s] | dp v/rc |" in markdown and "| 0.10 | 2 / sel+full |" in markdown
+    csv_lines = tables.render(document, "csv").splitlines()
+    assert csv_lines[0].split(",")[9] == "dp v/rc" and csv_lines[1].split(",")[9] == "2 / sel+full"
+    tex = tables.render(document, "tex")
+    assert "& DP T & v/rc & exact T &" in tex and "& 0.027 & 2/s+f & 0.027 &" in tex
+    assert tables.plan_choices({"plan": {"stages": [{"recompute": True},
+                                                     {"recompute": False}]}}) == "1 / none+full"
+    assert tables.plan_choices({"plan": None}) == "—" and tables.plan_choices(None) == "—"
+
+
 def test_side_by_side_defaults_to_a_file_inside_the_repository():
     """reports/paper/side_by_side.py reads NEST's published numbers from a file committed
     beside it (not an absolute path outside the repository) and reproduces the committed

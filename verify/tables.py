@@ -8,7 +8,9 @@ with the tick beside them in CSV.  An optimum proven only within a solver's
 tolerance shows as ``OPTIMAL~1e-07``; the reference column says whether a stored
 result is an independent proof or a regression snapshot of the DP.  The LaTeX
 tables are compact (one best full-space result per instance; the per-solver detail
-is in Markdown and CSV) and wrapped to at most ``\textwidth``.
+is in Markdown and CSV) and wrapped to at most ``\textwidth``.  Every table shows the DP
+plan's v2 choices (DESIGN §3.2): its virtual stages v and the recompute modes its stages
+use (``dp v/rc``: ``2 / sel+full``; ``2/s+f`` in LaTeX).
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
     row = [record["instance"], record["family"], str(sizes.get("layers", "—")),
            str(sizes.get("devices", "—")), sizes.get("network", "—")]
     row += [f"{tick_s:g}"] if ticks else []
-    row += [show(dp["objective_ticks"]) if dp else "—", _dp_status(dp), _run_seconds(dp)]
+    row += [show(dp["objective_ticks"]) if dp else "—", _dp_status(dp), _run_seconds(dp),
+            plan_choices(dp)]
     for backend in exact:
         run = _run(record, backend, Space.FULL.value)
         row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), _status(run),
@@ -130,6 +133,29 @@ def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
     row += [record["certificate"], format_gap(record["gap"]), record.get("reference", "—"),
             "FAIL" if record["failures"] else "ok"]
     return row
+
+
+RECOMPUTE_ORDER = ("none", "selective", "full")
+_RECOMPUTE_SHORT = {"none": "none", "selective": "sel", "full": "full"}
+_RECOMPUTE_LETTER = {"none": "n", "selective": "s", "full": "f"}
+
+
+def plan_choices(run: dict | None, compact: bool = False) -> str:
+    """The v2 choices of a run's plan: virtual stages v and the recompute modes its stages
+    use, in the order none, selective, full: ``2 / sel+full`` (``2/s+f`` when ``compact``);
+    ``—`` without a plan.  Plans stored before the modes were named say ``true`` (full) or
+    ``false`` (none)."""
+    plan = None if run is None else run.get("plan")
+    if not plan:
+        return "—"
+    used = set()
+    for stage in plan.get("stages", ()):
+        mode = stage.get("recompute", "none")
+        used.add("full" if mode is True else "none" if mode is False else mode)
+    names = _RECOMPUTE_LETTER if compact else _RECOMPUTE_SHORT
+    modes = "+".join(names[mode] for mode in RECOMPUTE_ORDER if mode in used) or "—"
+    virtual = plan.get("virtual_stages", 1)
+    return f"{virtual}/{modes}" if compact else f"{virtual} / {modes}"
 
 
 def _run_seconds(run: dict | None) -> str:
@@ -143,7 +169,7 @@ def _dp_status(dp: dict | None) -> str:
 def header(exact: list[str], ticks: bool) -> list[str]:
     unit = "ticks" if ticks else "ms"
     columns = ["instance", "family", "L", "N", "network"] + (["tick [s]"] if ticks else [])
-    columns += [f"dp T [{unit}]", "dp status", "dp [s]"]
+    columns += [f"dp T [{unit}]", "dp status", "dp [s]", "dp v/rc"]
     for backend in exact:
         columns += [f"{backend} T [{unit}]", f"{backend} bound [{unit}]", f"{backend} status",
                     f"{backend} [s]"]
@@ -236,7 +262,9 @@ LEGEND = ("T: iteration time of the best plan found, in ms with each instance's 
           "their limit (an independent stored reference counts as one more full-space result "
           "when it proves an optimum or a bound); reference: consistent / contradicted for an "
           "independent stored result, snapshot same / snapshot changed for a regression "
-          "snapshot of the DP's own earlier answer (which proves nothing), missing, stale.")
+          "snapshot of the DP's own earlier answer (which proves nothing), missing, stale; "
+          "dp v/rc: the DP plan's virtual stages v (interleaved 1F1B) and the recompute modes "
+          "its stages use (none, sel = selective, full; DESIGN §3.2).")
 
 
 SDP_LEGEND = ("SDP (subnetwork data parallelism, DESIGN §7): the best SDP plan of each "
@@ -321,9 +349,12 @@ def _latex_table(columns: list[str], rows: list[list[str]], caption: str,
                     rf"\caption{{{latex_escape(caption)}}}", r"\end{table}"]
 
 
-LATEX_HEADER = ["instance", "L", "N", "DP T [ms]", "exact T [ms]", "status", "by", "cert", "gap",
+# times in ms (the captions say so): a unit in the headers would widen the tables
+LATEX_HEADER = ["instance", "L", "N", "DP T", "v/rc", "exact T", "status", "by", "cert", "gap",
                 "ref."]
-LATEX_DP_HEADER = ["instance", "L", "N", "DP T [ms]", "DP status", "DP [s]", "ref."]
+LATEX_DP_HEADER = ["instance", "L", "N", "DP T", "v/rc", "DP status", "DP [s]", "ref."]
+LATEX_CHOICES = ("v/rc: the DP plan's virtual stages and the recompute modes of its stages "
+                 "(n none, s selective, f full).")
 LATEX_SUMMARY_HEADER = ["family", "n", "cert.", "failed", "proven", "open", "mean gap",
                         "max gap", "DP [s]", "exact [s]"]
 _REFERENCE_SHORT = {"consistent": "ok", "contradicted": "FAIL", "snapshot same": "snap.",
@@ -344,7 +375,7 @@ def latex_row(record: dict, exact: list[str]) -> list[str]:
                   if best is not None and run["objective_ticks"] == best["objective_ticks"]
                   and run["status"] == best["status"])
     return [record["instance"], str(sizes.get("layers", "—")), str(sizes.get("devices", "—")),
-            _ms(dp["objective_ticks"], tick_s) if dp else "—",
+            _ms(dp["objective_ticks"], tick_s) if dp else "—", plan_choices(dp, compact=True),
             _ms(best["objective_ticks"], tick_s) if best else "—",
             _short_status(best) if best else "—",
             by or "—", record["certificate"], format_gap(record["gap"]),
@@ -357,7 +388,7 @@ def latex_dp_row(record: dict) -> list[str]:
     dp = _run(record, "dp", Space.STRUCTURED.value)
     return [record["instance"], str(sizes.get("layers", "—")), str(sizes.get("devices", "—")),
             _ms(dp["objective_ticks"], tick_of(record)) if dp else "—",
-            _short_status(dp) if dp else "—", _run_seconds(dp),
+            plan_choices(dp, compact=True), _short_status(dp) if dp else "—", _run_seconds(dp),
             _REFERENCE_SHORT.get(record.get("reference", "missing"), "--")]
 
 
@@ -380,25 +411,28 @@ def render_latex(document: dict) -> str:
             lines += _latex_table(LATEX_DP_HEADER, [latex_dp_row(r) for r in records],
                                   f"{folder}: the DP's optimum (structured space; no exact "
                                   f"solver ran); ref.: snap. when it matches the regression "
-                                  f"snapshot of the DP's earlier answer. Times in ms.") + [""]
+                                  f"snapshot of the DP's earlier answer. Times in ms; "
+                                  f"{LATEX_CHOICES}") + [""]
             continue
         caption = (f"{folder}: the DP's optimum (structured space) against the best "
                    f"full-space result of {', '.join(exact) or 'no exact solver'} (status "
                    f"OPT, FEAS at the time limit, INF; OPT~ within the solver's tolerance), "
                    f"the certificate (DP = exact structured optimum) and the structural gap; "
                    f"ref.: stored reference ok, or snap. for a regression snapshot of the DP. "
-                   f"Times in ms.")
+                   f"Times in ms; {LATEX_CHOICES}")
         lines += _latex_table(LATEX_HEADER, [latex_row(r, exact) for r in records],
                               caption) + [""]
     sdp_rows = sdp_records(document["instances"])
     if sdp_rows:
         exact = exact_backends(sdp_rows)
-        header_ = [column.replace(" T [", " T_eff [") for column in LATEX_HEADER]
+        header_ = [f"{column}_eff" if column.endswith(" T") else column
+                   for column in LATEX_HEADER]
         lines += _latex_table(header_, [latex_row(r, exact) for r in sdp_rows],
                               "SDP (DESIGN §7): the best SDP plan of each backend ranked by "
                               "FLOP-equivalent time T_eff, apart from the plain plans; cert.: "
                               "the DP's SDP optimum equals the exact structured SDP optimum; "
-                              "gap: against every valid mask and placement. Times in ms.") + [""]
+                              "gap: against every valid mask and placement. Times in ms; "
+                              + LATEX_CHOICES) + [""]
     lines += _latex_table(LATEX_SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
                           "Per family: instances (n), certified, failed, gaps proven and "
                           "open, mean and max proven gap, median DP and exact wall times.")
