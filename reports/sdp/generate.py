@@ -440,10 +440,11 @@ def readme(document: dict) -> str:
               "## Protocol and caveats", "",
               f"- Generated {document['date_utc']} with nest-cp {document['version']} on "
               f"{document['machine']}; the solves are deterministic (no time limits, no seeds).",
-              "- Plain plans are the structured DP's (DESIGN §4), re-priced by the v2 "
-              "evaluator; until the DP moves to DESIGN §3.2's per-group collective pricing "
-              "(issue 13) a plan with t·e > 1 may not be the v2 optimum, so the plain column "
-              "is an upper bound on the best plain time.",
+              "- Plain plans are the structured DP's optimum (DESIGN §4, structured space v2: "
+              "every rank order, per-group collectives priced as the evaluator prices them), "
+              "re-priced by the evaluator, whose price equals the DP's objective at every grid "
+              "point; plain plans outside the structured space can be faster "
+              "(`reports/paper/certified.md`).",
               "- SDP plans are the DP's SDP optimum of the structured space (grouped and cyclic "
               "designs × rank layouts), certified against CP-SAT and the MILP on the SDP "
               "instances of `instances/small` (`verify/gap_table.md` here); the full space "
