@@ -1,13 +1,14 @@
 """Cross-check of the full-space certification against the exact CP-SAT backend run longer.
 
 `python -m benchmarks.certify_crosscheck [--time-limit S] [--exact-limit S]` takes a
-sample of the NEST grid restricted to t = e = 1 (where the exact backends' model and
-the evaluator agree without DESIGN §3.2), certifies each with
+sample of the NEST grid restricted to t = e = 1 (small enough for the exact backend to
+prove the full space within minutes), certifies each with
 :func:`nest_cp.certify.certify_full`, runs the exact CP-SAT backend on the full space
 for longer, hinted with the DP plan, and checks that neither contradicts the other:
 the exact solver's plans never go below the certified lower bound, and its proven
 bound never goes above the certified best plan.  Writes
-``reports/paper/certified_crosscheck.{json,md}``.  Hours long; not part of ``make bench``.
+``reports/paper/certified_crosscheck.{json,md}``.  Minutes to hours (the limits); not part
+of ``make bench``.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def main() -> None:
     rows = [check(name, args.time_limit, args.exact_limit) for name in SAMPLE]
     (args.out / "certified_crosscheck.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["# Certified bounds against the exact CP-SAT backend run longer", "",
-             f"t = e = 1 restrictions of four NEST-grid instances (the exact backends price "
-             f"DESIGN §3 there, which equals §3.2); certify-full at {args.time_limit:g} s, "
+             f"t = e = 1 restrictions of four NEST-grid instances (small enough for the exact "
+             f"backend to prove); certify-full at {args.time_limit:g} s, "
              f"CP-SAT full space at {args.exact_limit:g} s, hinted with the DP plan, one "
              f"worker, seed 0. A contradiction would be an exact plan below the certified "
              f"bound or an exact bound above the certified best plan.", "",
