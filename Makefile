@@ -18,8 +18,8 @@ test: $(STAMP)
 verify: $(STAMP)
 	$(BIN)/nest-cp verify --out reports
 
-# >= 10,000 seeded random tiny instances, every backend cross-checked (about an hour on two
-# cores); resumable: run it again after an interruption and it continues
+# >= 10,000 seeded random tiny instances, every backend cross-checked (about half an hour of
+# solving); resumable: run it again after an interruption and it continues
 soak: $(STAMP)
 	$(BIN)/nest-cp soak --count 10000 --out reports/soak.md
 
