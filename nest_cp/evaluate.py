@@ -478,7 +478,8 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
                                          plan.num_replicas)
     limit = instance.cluster.usable_hbm_bytes
     profiles = _chunk_profiles(instance, plan)
-    groups = [cost.GroupPaths.of_replicas(terms.network, plan.placement[s], plan.config)
+    groups = [_distinct(cost.GroupPaths.of_replicas(terms.network, plan.placement[s],
+                                                    plan.config))
               for s in range(num_stages)]
     boundaries = _boundary_ticks(terms, plan, profiles)
     chunks = [_price_chunk(plan, terms, profiles, groups, boundaries, k)
@@ -536,13 +537,21 @@ def _stage_memory(instance: Instance, plan: Plan, profiles: list[tuple[LayerProf
                                    plan.zero, plan.num_replicas)
 
 
+def _distinct(items: list) -> tuple[list, list[int]]:
+    """The distinct items in first-seen order, and each item's index among them."""
+    index: dict = {}
+    ids = [index.setdefault(item, len(index)) for item in items]
+    return list(index), ids
+
+
 def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, ...]],
-                 groups: list[list[cost.GroupPaths]], boundaries: list[list[int]],
-                 chunk: int) -> ChunkReport:
+                 groups: list[tuple[list[cost.GroupPaths], list[int]]],
+                 boundaries: list[list[int]], chunk: int) -> ChunkReport:
     """τ_c of one chunk: its terms on the slowest replica.
 
-    ``groups[s][r]`` are the paths of the TP and EP groups of stage s's replica r;
-    ``boundaries[k][r]`` the transfer across the boundary after chunk k
+    ``groups[s]`` are the distinct paths of the TP and EP groups of stage s's replicas
+    and, per replica r, the index of its own among them; ``boundaries[k][r]`` the
+    transfer across the boundary after chunk k
     (:func:`_boundary_ticks`): the chunk receives its activation over the boundary
     before it and its gradient over the one after it.
     """
@@ -558,17 +567,18 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
         zero_gather = max(terms.zero3_gather(params, dp, terms.network.group_path(
             [plan.placement[stage][r][j] for r in range(dp)])) for j in range(config.devices))
     # Replicas whose TP / EP groups lie on the same paths pay the same collectives.
-    distinct = set(groups[stage])
-    collectives_on = {paths: terms.collectives(layers, config, paths) for paths in distinct}
-    rerun_on = {paths: rerun + (terms.collectives(layers, config, paths, Phase.FWD)
-                                if mode is RecomputeMode.FULL else 0)  # the rerun forward
-                for paths in distinct}                                 # repeats its collectives
+    distinct, replica_paths = groups[stage]
+    collectives_on = [terms.collectives(layers, config, paths) for paths in distinct]
+    rerun_on = [rerun + (terms.collectives(layers, config, paths, Phase.FWD)
+                         if mode is RecomputeMode.FULL else 0)  # the rerun forward
+                for paths in distinct]                          # repeats its collectives
+    # A replica is its group paths and its two receives; each distinct case is priced once.
+    recv_acts = boundaries[chunk - 1] if chunk > 0 else [0] * dp
+    recv_grads = boundaries[chunk] if chunk + 1 < plan.num_chunks else [0] * dp
     worst = (-1, 0, 0, 0, 0)  # (time, recompute, collectives, recv activation, recv gradient)
-    for r in range(dp):
-        paths = groups[stage][r]
+    for paths, recv_act, recv_grad in set(zip(replica_paths, recv_acts, recv_grads,
+                                              strict=True)):
         collectives, recompute = collectives_on[paths], rerun_on[paths]
-        recv_act = boundaries[chunk - 1][r] if chunk > 0 else 0
-        recv_grad = boundaries[chunk][r] if chunk + 1 < plan.num_chunks else 0
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
         worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
     chunk_stage = plan.stages[chunk]
@@ -589,17 +599,20 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     of the other, and the slowest j pays.  A pair's path does not depend on the
     direction, so with v > 1 every boundary between the same two stages shares the paths.
     """
-    paths: dict[tuple[int, int], list[set[Path]]] = {}  # (stage, stage) -> per replica
+    paths: dict[tuple[int, int], list[frozenset[Path]]] = {}  # (stage, stage) -> per replica
     ticks = []
     for chunk in range(plan.num_chunks - 1):
         ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
         if ends not in paths:
-            paths[ends] = [{terms.network.pair_path(a, b) for a, b in zip(one, other, strict=True)}
+            paths[ends] = [frozenset(terms.network.pair_path(a, b)
+                                     for a, b in zip(one, other, strict=True))
                            for one, other in zip(plan.placement[ends[0]],
                                                  plan.placement[ends[1]], strict=True)]
         volume = profiles[chunk][-1].out_bytes
-        ticks.append([max(terms.transfer(volume, path) for path in replica_paths)
-                      for replica_paths in paths[ends]])
+        # replicas whose pairs lie on the same paths pay the same transfer: price each once
+        slowest = {replica_paths: max(terms.transfer(volume, path) for path in replica_paths)
+                   for replica_paths in set(paths[ends])}
+        ticks.append([slowest[replica_paths] for replica_paths in paths[ends]])
     return ticks
 
 
