@@ -551,9 +551,9 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
 
     ``groups[s]`` are the distinct paths of the TP and EP groups of stage s's replicas
     and, per replica r, the index of its own among them; ``boundaries[k][r]`` the
-    transfer across the boundary after chunk k
-    (:func:`_boundary_ticks`): the chunk receives its activation over the boundary
-    before it and its gradient over the one after it.
+    transfer across the boundary after chunk k (:func:`_boundary_ticks`): the chunk
+    receives its activation over the boundary before it and its gradient over the one
+    after it.
     """
     config, dp = plan.config, plan.num_replicas
     stage = plan.stage_of_chunk(chunk)
@@ -567,7 +567,7 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
         zero_gather = max(terms.zero3_gather(params, dp, terms.network.group_path(
             [plan.placement[stage][r][j] for r in range(dp)])) for j in range(config.devices))
     # Replicas whose TP / EP groups lie on the same paths pay the same collectives.
-    distinct, replica_paths = groups[stage]
+    distinct, path_index = groups[stage]
     collectives_on = [terms.collectives(layers, config, paths) for paths in distinct]
     rerun_on = [rerun + (terms.collectives(layers, config, paths, Phase.FWD)
                          if mode is RecomputeMode.FULL else 0)  # the rerun forward
@@ -576,9 +576,9 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
     recv_acts = boundaries[chunk - 1] if chunk > 0 else [0] * dp
     recv_grads = boundaries[chunk] if chunk + 1 < plan.num_chunks else [0] * dp
     worst = (-1, 0, 0, 0, 0)  # (time, recompute, collectives, recv activation, recv gradient)
-    for paths, recv_act, recv_grad in set(zip(replica_paths, recv_acts, recv_grads,
+    for index, recv_act, recv_grad in set(zip(path_index, recv_acts, recv_grads,
                                               strict=True)):
-        collectives, recompute = collectives_on[paths], rerun_on[paths]
+        collectives, recompute = collectives_on[index], rerun_on[index]
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
         worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
     chunk_stage = plan.stages[chunk]
@@ -599,20 +599,23 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     of the other, and the slowest j pays.  A pair's path does not depend on the
     direction, so with v > 1 every boundary between the same two stages shares the paths.
     """
-    paths: dict[tuple[int, int], list[frozenset[Path]]] = {}  # (stage, stage) -> per replica
+    # (stage, stage) -> the distinct path sets of the replicas' pairs, and each replica's
+    paths: dict[tuple[int, int], tuple[list[frozenset[Path]], list[int]]] = {}
     ticks = []
     for chunk in range(plan.num_chunks - 1):
         ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
         if ends not in paths:
-            paths[ends] = [frozenset(terms.network.pair_path(a, b)
-                                     for a, b in zip(one, other, strict=True))
-                           for one, other in zip(plan.placement[ends[0]],
-                                                 plan.placement[ends[1]], strict=True)]
+            paths[ends] = _distinct([frozenset(terms.network.pair_path(a, b)
+                                               for a, b in zip(one, other, strict=True))
+                                     for one, other in zip(plan.placement[ends[0]],
+                                                           plan.placement[ends[1]],
+                                                           strict=True)])
+        distinct, path_index = paths[ends]
         volume = profiles[chunk][-1].out_bytes
         # replicas whose pairs lie on the same paths pay the same transfer: price each once
-        slowest = {replica_paths: max(terms.transfer(volume, path) for path in replica_paths)
-                   for replica_paths in set(paths[ends])}
-        ticks.append([slowest[replica_paths] for replica_paths in paths[ends]])
+        slowest = [max(terms.transfer(volume, path) for path in replica_paths)
+                   for replica_paths in distinct]
+        ticks.append([slowest[index] for index in path_index])
     return ticks
 
 
