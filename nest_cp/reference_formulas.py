@@ -16,11 +16,17 @@ from Megatron's code:
   activations: per layer and microbatch (Korthikanti et al. 2022, Table 2)
   ``s b h (10 + 24/t + 5 a s/(h t))`` without sequence parallelism,
   ``s b h (34 + 5 a s / h) / t`` with it, without the ``5 a s / h`` term under selective
-  recomputation, ``2 s b h`` under full recomputation; the first stage holds p microbatches
-  of its l/p layers (``min(m, p)`` when fewer), i.e. ``l`` layer-microbatches, times
-  ``1 + (p - 1)/(p v)`` with v > 1 virtual stages; plus the embedding's input (8 s b p) and
-  dropout mask (s b h p), and for p = 1 the output layer's input and fp32 logits
-  ``4 s b h (1 + V/h) / t``.
+  recomputation, ``2 s b h`` under full recomputation.  With sequence parallelism and
+  selective recomputation the estimator (Megatron-LM main, ``compute_activation_memory``,
+  read at commit 00caa53) writes the 34 as ``18 + 4 f / h`` for an FFN of width f, which is
+  34 for f = 4h and follows a narrower or wider FFN (31 for Llama 3 405B's f = 3.25h); this
+  module uses that form.  The first stage holds p microbatches of its l/p layers
+  (``min(m, p)`` when fewer), i.e. ``l`` layer-microbatches, times ``1 + (p - 1)/(p v)``
+  with v > 1 virtual stages; plus the embedding's input (8 s b p) and dropout mask
+  (s b h p), and for p = 1 the output layer's input and fp32 logits
+  ``4 s b h (1 + V/h) / t``.  The estimator does not cap the interleaved count at the
+  v m chunk-microbatches a short iteration has (its 1F1B branch does cap, at m); the
+  ``cap_in_flight`` option applies the same cap to v > 1, as Megatron's scheduler runs it.
 """
 
 from __future__ import annotations
@@ -99,18 +105,25 @@ def layer_activation_bytes(run: MegatronRun) -> float:
         return 2.0 * sbh
     scores = 5 * run.heads * run.seq / run.hidden if run.recompute is Recompute.NONE else 0.0
     if run.sequence_parallel:
+        if run.recompute is Recompute.SELECTIVE:
+            return sbh * (18 + 4 * run.ffn_hidden / run.hidden) / run.tp
         return sbh * (34 + scores) / run.tp
     return sbh * (10 + 24 / run.tp + scores / run.tp)
 
 
-def activation_bytes(run: MegatronRun) -> float:
-    """First-stage activations (Megatron's estimator structure, module docstring)."""
+def activation_bytes(run: MegatronRun, cap_in_flight: bool = False) -> float:
+    """First-stage activations (Megatron's estimator structure, module docstring).
+
+    ``cap_in_flight``: with v > 1, hold at most the v m chunk-microbatches an iteration has
+    (the estimator's own cap for v = 1, applied to the interleaved count).
+    """
     sb = run.seq * run.microbatch
     memory = layer_activation_bytes(run) * run.layers
     extra = 8 * sb * run.pp + sb * run.hidden * run.pp
     memory += extra / run.tp
     if run.vp > 1:
-        memory *= 1 + (run.pp - 1) / (run.pp * run.vp)
+        penalty = 1 + (run.pp - 1) / (run.pp * run.vp)
+        memory *= min(penalty, run.num_microbatches / run.pp) if cap_in_flight else penalty
     elif run.pp > 1:
         memory *= min(1.0, run.num_microbatches / run.pp)
     if run.pp == 1:
@@ -118,6 +131,6 @@ def activation_bytes(run: MegatronRun) -> float:
     return memory
 
 
-def memory_bytes(run: MegatronRun) -> float:
+def memory_bytes(run: MegatronRun, cap_in_flight: bool = False) -> float:
     """Megatron's theoretical memory of the first pipeline stage, bytes per GPU."""
-    return weight_and_optimizer_bytes(run) + activation_bytes(run)
+    return weight_and_optimizer_bytes(run) + activation_bytes(run, cap_in_flight)
