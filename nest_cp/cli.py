@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path as FsPath
 
 import click
@@ -112,7 +113,6 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     The DP and exact backends search only the defaults of --recompute-modes,
     --virtual-stages and --overlap-grad-reduce; `evaluate` and `brute` take any.
     """
-    from dataclasses import replace
 
     from nest_cp import presets
     from nest_cp.hfconfig import spec_from_hf_config
@@ -223,6 +223,7 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
         plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
                     uniform_stages(inst.workload.num_layers, pp, recompute, vp),
                     virtual_stages=vp)
+        inst = _admit_choices(inst, plan)
     else:
         raise click.UsageError("expected a PLAN file or both --pp and --dp")
     evaluation = evaluate(inst, plan)
@@ -242,6 +243,35 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     else:
         click.echo(_evaluation_table(inst, evaluation, peak))
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
+
+
+def _admit_choices(inst: Instance, plan: Plan) -> Instance:
+    """The instance with its search space widened to the ZeRO stage, virtual stages and
+    recomputation modes a what-if plan from the command line asks for (a note says which).
+
+    The allowed lists bound what the solvers search; a plan the user spells out is
+    priced by the same cost model whether or not a solver would have searched it.
+    Microbatch sizes and intra-layer configurations are not widened: they need profiles.
+    """
+    training = inst.training
+    modes = tuple(dict.fromkeys(stage.recompute for stage in plan.stages))
+    added = {"ZeRO stage": [plan.zero] if plan.zero not in training.zero_stages else [],
+             "virtual stages": ([plan.virtual_stages]
+                                if plan.virtual_stages not in training.virtual_stages else []),
+             "recompute": [m.value for m in modes if m not in training.recompute_modes]}
+    added = {name: values for name, values in added.items() if values}
+    if not added:
+        return inst
+    click.echo("note: evaluating outside the instance's search space ("
+               + ", ".join(f"{name} {', '.join(map(str, values))}"
+                           for name, values in added.items()) + ")", err=True)
+    widened = replace(training,
+                      zero_stages=tuple(sorted({*training.zero_stages, plan.zero})),
+                      virtual_stages=tuple(sorted({*training.virtual_stages,
+                                                   plan.virtual_stages})),
+                      recompute_modes=tuple(dict.fromkeys((*training.recompute_modes,
+                                                           *modes))))
+    return replace(inst, training=widened)
 
 
 def _reject_options(names: tuple[str, ...], context: str, flag: str | None = None) -> None:
@@ -692,7 +722,6 @@ def calibrate_command(measurements: str, base: str | None, name: str | None,
     and writes a device file instances can name as their device. Exit 1 when the data
     constrain no parameter (nothing is written).
     """
-    from dataclasses import replace
 
     from nest_cp import calibrate as cal
     from nest_cp.devicefile import save_device

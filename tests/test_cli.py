@@ -437,3 +437,19 @@ def test_exact_solve_of_a_v2_instance_matches_brute_force():
     record = json.loads(result.stdout)
     assert record["status"] == "OPTIMAL"
     assert record["objective_ticks"] == oracle.objective_ticks
+
+
+def test_evaluate_options_outside_the_search_space_are_priced_with_a_note():
+    """A what-if plan from the options may use a virtual-stage count, ZeRO stage or recompute
+    mode the instance does not let solvers search: it is priced (same ticks as on an instance
+    that allows it) and a note on stderr names what was added."""
+    narrow = _run("evaluate", DATA / "worked_example.json", "--pp", "2", "--dp", "2", "--zero",
+                  "1", "--json")
+    assert narrow.exit_code == 0, narrow.output
+    assert "outside the instance's search space (ZeRO stage 1)" in narrow.output
+    data = json.loads(narrow.output[narrow.output.index("{"):])
+    # ZeRO-1 syncs as an all-reduce (DESIGN §3), so the Megatron-layout time is unchanged.
+    assert data["objective_ticks"] == 35_552_000
+    allowed = _run("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1",
+                   "--vp", "2", "--json")
+    assert "search space" not in allowed.output
