@@ -7,7 +7,8 @@ accepted (``"device": "h100-calibrated.json"``, relative to the instance file). 
                 "compute_units": ..., "gemm_tiles": [[128, 128], ...],
                 "gemm_efficiency": ..., "attention_fwd_efficiency": ...,
                 "attention_bwd_efficiency": ..., "attention_seq_half": ...,
-                "memory_efficiency": ..., "peak_flops_by_dtype": {"bf16": ...}},
+                "gemm_fixed_s": ... (optional, default 0), "memory_efficiency": ...,
+                "peak_flops_by_dtype": {"bf16": ...}},
      "calibration": {"base": ..., "hidden_range": [lo, hi], "seq_len_range": [lo, hi],
                      "fitted": {...}, "unconstrained": [...], ...}}
 
@@ -46,6 +47,7 @@ def device_to_dict(device: DeviceSpec, calibration: dict[str, Any] | None = None
         "gemm_tiles": [list(tile) for tile in device.gemm_tiles],
         **{name: getattr(device, name) for name in EFFICIENCY_FIELDS},
         "attention_seq_half": device.attention_seq_half,
+        "gemm_fixed_s": device.gemm_fixed_s,
         "peak_flops_by_dtype": {dtype.value: peak for dtype, peak in device.peak_flops_by_dtype},
     }}
     if calibration is not None:
@@ -72,7 +74,8 @@ def device_from_dict(data: Any, file: str | None = None) -> DeviceSpec:
     if not isinstance(data, dict) or not isinstance(data.get("device"), dict):
         fail("device", "a mapping", data.get("device") if isinstance(data, dict) else data)
     raw = data["device"]
-    allowed = {"name", "gemm_tiles", "peak_flops_by_dtype", *_NUMBERS, *_INTEGERS}
+    allowed = {"name", "gemm_tiles", "peak_flops_by_dtype", "gemm_fixed_s", *_NUMBERS,
+               *_INTEGERS}
     for key in raw:
         if key not in allowed:
             fail(f"device.{key}", "one of the fields " + ", ".join(sorted(allowed)),
@@ -94,6 +97,10 @@ def device_from_dict(data: Any, file: str | None = None) -> DeviceSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             fail(f"device.{key}", "an integer >= 0", value)
         kwargs[key] = value
+    fixed = raw.get("gemm_fixed_s", 0.0)  # optional: files written before it existed
+    if isinstance(fixed, bool) or not isinstance(fixed, int | float) or not 0 <= fixed < 1e-3:
+        fail("device.gemm_fixed_s", "seconds in [0, 0.001)", fixed)
+    kwargs["gemm_fixed_s"] = float(fixed)
     tiles = raw["gemm_tiles"]
     if not isinstance(tiles, list) or not tiles or not all(
             isinstance(tile, list) and len(tile) == 2 for tile in tiles):

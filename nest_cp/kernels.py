@@ -8,7 +8,7 @@ in ``docs/device-model.md``.
 **GEMM** ``(m x k) @ (k x n)``, ``batch`` independent products (grouped experts, heads):
 
     t = max( 2 m n k batch / (peak * gemm_efficiency * q(m, n, batch)),
-             bytes / (mem_bandwidth * memory_efficiency) )
+             bytes / (mem_bandwidth * memory_efficiency) ) + gemm_fixed_s
 
 with ``bytes = 2 (m k + k n + m n) batch`` (bf16 operands and result, each moved once).
 ``q`` is NVIDIA's *tile and wave quantisation* (Matrix Multiplication Background User's Guide,
@@ -23,6 +23,11 @@ term covers GEMMs too thin to be compute-bound (small k or small m). ``gemm_effi
 the sustained fraction of peak of a perfectly quantised large GEMM; a preset derives it from
 a published maximum-achievable-matmul figure and the shape it was measured at
 (:func:`gemm_efficiency_from_benchmark`), so the model reproduces that benchmark exactly.
+``gemm_fixed_s`` is a fixed time per GEMM kernel (launch, main-loop ramp-up, the last wave's
+epilogue): quantisation alone makes short kernels far too fast (2048^3 on the H100: 22%,
+thin k = 256 reductions up to 75%). A preset fits it by least squares on log time to a
+published table of measured GEMM times (:func:`fit_gemm_fixed_seconds`; the H100's table is
+:mod:`nest_cp.kernel_tables`); 0 where no table is cited.
 
 **Attention** (flash-style, an instance choice; materialised attention is priced as GEMMs and
 memory-bound ops by the profiler): ``t = executed FLOPs / (peak * e * s / (s + s_half))`` with
@@ -34,13 +39,14 @@ Executed FLOPs follow FlashAttention's convention: forward ``4 s^2 d`` per head 
 **Memory-bound ops** (norms, activations, residual adds, dropout, softmax, cross-entropy,
 embedding gathers): ``t = bytes / (mem_bandwidth * memory_efficiency)``.
 
-Kernel launch gaps are not modelled (kernels are enqueued asynchronously; at training-size
-microbatches a kernel runs for far longer than its launch).
+Launch gaps between kernels are not modelled beyond the GEMMs' fixed time (kernels are
+enqueued asynchronously; host-side dispatch that cannot keep up is not priced).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -87,6 +93,7 @@ class DeviceSpec:
     memory_efficiency: float
     peak_flops_by_dtype: tuple[tuple[DType, float], ...] = ()
     calibration: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    gemm_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.peak_flops > 0, "peak_flops > 0", self.peak_flops)
@@ -104,6 +111,8 @@ class DeviceSpec:
             _check(isinstance(value, int | float) and 0 < value <= 1, f"{name} in (0, 1]", value)
         _check(isinstance(self.attention_seq_half, int) and self.attention_seq_half >= 0,
                "attention_seq_half >= 0", self.attention_seq_half)
+        _check(isinstance(self.gemm_fixed_s, int | float) and 0 <= self.gemm_fixed_s < 1e-3,
+               "gemm_fixed_s in [0, 1e-3) seconds", self.gemm_fixed_s)
 
     @property
     def description(self) -> str:
@@ -135,13 +144,55 @@ def quantisation(device: DeviceSpec, m: int, n: int, batch: int = 1) -> float:
 
 def gemm_efficiency_from_benchmark(measured_fraction: float, m: int, n: int,
                                    compute_units: int,
-                                   tiles: tuple[tuple[int, int], ...]) -> float:
+                                   tiles: tuple[tuple[int, int], ...], k: int = 0,
+                                   peak_flops: float = 0.0, fixed_s: float = 0.0) -> float:
     """The gemm_efficiency that makes the model reproduce a benchmarked GEMM exactly.
 
-    ``measured_fraction`` is the benchmark's achieved / peak at output shape m x n.
+    ``measured_fraction`` is the benchmark's achieved / peak at output shape m x n.  With a
+    fixed per-kernel time ``fixed_s`` (then ``k`` and ``peak_flops`` are needed too) the
+    efficiency is that of the kernel's time without it.
     """
     probe = DeviceSpec("probe", 1.0, 1.0, 1, compute_units, tiles, 1.0, 1.0, 1.0, 0, 1.0)
-    return min(1.0, measured_fraction / quantisation(probe, m, n))
+    fraction = measured_fraction
+    if fixed_s:
+        _check(k >= 1 and peak_flops > 0, "k and peak_flops with fixed_s", (k, peak_flops))
+        measured_s = 2.0 * m * n * k / (measured_fraction * peak_flops)
+        _check(measured_s > fixed_s, "a benchmark longer than fixed_s", measured_s)
+        fraction = measured_fraction * measured_s / (measured_s - fixed_s)
+    return min(1.0, fraction / quantisation(probe, m, n))
+
+
+def fit_gemm_fixed_seconds(device_with: Callable[[float], DeviceSpec],
+                           table: Sequence[GemmMeasurement], step_s: float = 1e-7,
+                           limit_s: float = 2e-5) -> float:
+    """The fixed per-GEMM time (to ``step_s``) that best fits measured GEMM times.
+
+    ``device_with(fixed_s)`` builds the device for a candidate (its efficiency may depend on
+    it, as a preset re-derives it from its benchmark); the fit minimises the mean squared
+    log ratio of modelled to measured time over ``table`` on a grid of ``step_s`` up to
+    ``limit_s``.
+    """
+    def loss(fixed_s: float) -> float:
+        device = device_with(fixed_s)
+        return math.fsum(math.log(gemm_seconds(device, e.m, e.n, e.k, e.batch) / e.seconds) ** 2
+                         for e in table)
+    steps = round(limit_s / step_s)
+    return min((i * step_s for i in range(steps + 1)), key=loss)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmMeasurement:
+    """A measured GEMM: ``batch`` products (m x k) @ (k x n) at ``flops_per_s``."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    flops_per_s: float
+
+    @property
+    def seconds(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k / self.flops_per_s
 
 
 def gemm_seconds(device: DeviceSpec, m: int, n: int, k: int, batch: int = 1) -> float:
@@ -152,7 +203,7 @@ def gemm_seconds(device: DeviceSpec, m: int, n: int, k: int, batch: int = 1) -> 
     compute = flops / (device.peak_flops * device.gemm_efficiency
                        * quantisation(device, m, n, batch))
     moved = 2.0 * (m * k + k * n + m * n) * batch
-    return max(compute, memory_seconds(device, moved))
+    return max(compute, memory_seconds(device, moved)) + device.gemm_fixed_s
 
 
 def memory_seconds(device: DeviceSpec, bytes_moved: float) -> float:

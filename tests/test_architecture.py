@@ -17,7 +17,8 @@ FLOORS = (
     ("nest_cp.errors", "nest_cp.limits", "nest_cp.ticks", "nest_cp.exits", "nest_cp.progress"),
     ("nest_cp.model", "nest_cp.plan", "nest_cp.io", "nest_cp.result", "nest_cp.profiler",
      "nest_cp.presets", "nest_cp.generators", "nest_cp.kernels", "nest_cp.transformer",
-     "nest_cp.hfconfig", "nest_cp.devicefile", "nest_cp.reference_formulas"),
+     "nest_cp.hfconfig", "nest_cp.devicefile", "nest_cp.reference_formulas",
+     "nest_cp.kernel_tables"),
     ("nest_cp.network", "nest_cp.cost", "nest_cp.sdp"),
     ("nest_cp.evaluate", "nest_cp"),  # the package re-exports the API up to the evaluator
     ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines", "nest_cp.brute",
