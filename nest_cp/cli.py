@@ -430,7 +430,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     started = time.monotonic()
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
-    hint_plan, sdp_hint, hint_s = None, None, None
+    hint_plan, sdp_hint, hint_s, hinted = None, None, None, None
     if hint and "hint" in honoured:
         try:
             hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
@@ -450,6 +450,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         if exc.option in _FLAGS:
             raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
         raise
+    result = _with_memory_reason(result, hinted)
     record = result_record(inst, result)
     chosen_plan = _chosen_plan(result, record, rank_by)
     if hint_s is not None:
@@ -463,6 +464,20 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     if output and chosen_plan is not None:
         io.save_plan(chosen_plan, output)
     sys.exit(ExitCode.OK if chosen_plan is not None else ExitCode.NO_PLAN)
+
+
+def _with_memory_reason(result: SolveResult, hinted: SolveResult | None) -> SolveResult:
+    """An exact backend's proof that no plan fits, with the DP's "by how much at best".
+
+    Memory does not depend on the placement, and every other choice is free in the DP's
+    structured space too (DESIGN §4), so the least excess the DP measured is the full
+    space's as well.  Only when both answers are INFEASIBLE (a disagreement stays visible).
+    """
+    if (hinted is None or result.status is not Status.INFEASIBLE
+            or hinted.status is not Status.INFEASIBLE or result.sdp is not None
+            or not hinted.message or hinted.message == result.message):
+        return result
+    return replace(result, message=hinted.message)
 
 
 def _chosen_plan(result: SolveResult, record: dict, rank_by: str) -> Plan | None:

@@ -453,3 +453,16 @@ def test_evaluate_options_outside_the_search_space_are_priced_with_a_note():
     allowed = _run("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1",
                    "--vp", "2", "--json")
     assert "search space" not in allowed.output
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_exact_infeasible_answer_says_by_how_much(backend):
+    """An exact backend's proof that no plan fits carries the DP's least excess: memory does
+    not depend on placement and every other choice is free in both spaces (DESIGN §4)."""
+    instance = Path(__file__).parent.parent / "instances" / "small" / "infeasible-activation.json"
+    result = _run("solve", instance, "--backend", backend, "--workers", "1", "--seed", "1",
+                  "--json")
+    assert result.exit_code == 1, result.output
+    record = json.loads(result.output)
+    assert record["status"] == "INFEASIBLE"
+    assert "exceeds usable HBM by" in record["message"] and "at best" in record["message"]
