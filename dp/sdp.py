@@ -235,6 +235,8 @@ class _SdpSearch:
                             floor = sync_floor + units_floor
                             if masking is SdpMasking.BACKWARD:
                                 floor += self._broadcast_floor(vectors, workers)
+                            if training.overlap_grad_reduce:  # exposed = max(0, sync - R_w)
+                                floor = max(0, floor - vectors.backward_ceiling)
                             bound = effective_ticks(
                                 rounds * -(-total // workers) + floor, workers,
                                 vectors.table.full_compute_ticks, total)
@@ -552,6 +554,11 @@ class _UnitVectors:
     @property
     def shared_compute(self) -> int:
         return self.shared_fwd + self.shared_bwd
+
+    @property
+    def backward_ceiling(self) -> int:
+        """No worker's backward ticks R_w exceed the shared ones plus every unit's."""
+        return self.shared_bwd + int(self.bwd.sum())
 
     def worker_compute(self, masking: SdpMasking, workers: int, holders: int) -> int:
         """Σ_w C_w: the same for every mask holding each unit exactly h times."""

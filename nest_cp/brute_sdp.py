@@ -72,6 +72,15 @@ def solve(instance: Instance, options) -> SolveResult:
                        effective_bound=effective)
 
 
+def within_size(instance: Instance, space: Space, limit: int = MAX_PLANS) -> bool:
+    """Whether :func:`solve` would enumerate ``space`` (at most ``limit`` plans)."""
+    try:
+        _check_size(instance, NetworkModel(instance.cluster), space, limit)
+    except BackendOptionError:
+        return False
+    return True
+
+
 def _check_size(instance: Instance, network: NetworkModel, space: Space, limit: int) -> None:
     """Refuse, before enumerating anything, a space of more than ``limit`` plans (counting
     every choice of h-subsets per unit, balanced or not, and every placement)."""

@@ -365,7 +365,9 @@ def _structural_violations(instance: Instance, plan: Plan) -> list[tuple[str, st
     if plan.zero not in training.zero_stages:
         found.append(("zero", f"ZeRO stage {plan.zero} not allowed "
                               f"(allowed: {list(training.zero_stages)})"))
-    if plan.virtual_stages not in training.virtual_stages:
+    if plan.virtual_stages not in training.virtual_stages and plan.strategy is Strategy.DP:
+        # The allowed counts choose a pipeline schedule; an SDP plan has no pipeline (S = 1,
+        # v = 1, DESIGN §7, checked by sdp.plan_violations), so they do not restrict it.
         found.append(("virtual_stages", f"{plan.virtual_stages} virtual stages not allowed "
                                         f"(allowed: {list(training.virtual_stages)})"))
     found.extend(_split_violations(instance, plan))

@@ -183,6 +183,7 @@ class TinyRecipe:
     memory_scale: float               # HBM as a fraction of the whole model's training state
     comm_scale: int                   # multiplies boundary and collective volumes
     training: dict = field(default_factory=dict)
+    sdp: dict | None = None           # SDP draw (DESIGN §7): levels, maskings, holders, units
 
     def describe(self) -> dict:
         """Plain data for reports: the kind of instance this is."""
@@ -191,7 +192,8 @@ class TinyRecipe:
                 "configs": [f"{c.tp}x{c.ep}" for c in self.configs],
                 "memory_scale": round(self.memory_scale, 4),
                 **{name: list(value) if isinstance(value, tuple) else value
-                   for name, value in self.training.items()}}
+                   for name, value in self.training.items()},
+                **({"sdp": self.sdp} if self.sdp else {})}
 
 
 def _draw_microbatches(rng: random.Random) -> tuple[int, ...]:
@@ -242,7 +244,26 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
     while max_structured_plans is not None and \
             structured_plan_count(recipe) > max_structured_plans:
         recipe = _shrunk(recipe, shrink)
-    return recipe
+    return _with_sdp(recipe, random.Random(f"sdp-{seed}"))
+
+
+SDP_SHARE = 0.2  # the share of seeds that also allow SDP (when they have 8 devices or fewer)
+
+
+def _with_sdp(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes also allow SDP (DESIGN §7): both strategies, a drawn level, masking
+    and holder set, and width slices on the maskable layers (all but the first and last of
+    three or more).  Drawn from a stream of its own, so the plain draw of a seed is the
+    same with or without it."""
+    if rng.random() >= SDP_SHARE or recipe.num_devices > 8:
+        return recipe
+    levels = rng.choice((("block",), ("block",), ("neuron",), ("block", "neuron")))
+    maskings = rng.choice((("forward",), ("forward",), ("backward",), ("forward", "backward")))
+    holders = rng.choice(((), (), (1,), (2,), (1, 2)))
+    return dataclasses.replace(recipe, sdp={
+        "levels": levels, "maskings": maskings, "holders": holders,
+        "units": [rng.choice((1, 2, 4)) for _ in range(recipe.num_layers)],
+        "fractions": [rng.choice((0.75, 0.9, 1.0)) for _ in range(recipe.num_layers)]})
 
 
 def structured_plan_count(recipe: TinyRecipe) -> int:
@@ -326,10 +347,29 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
     state = sum(layer.profile(IntraConfig(), microbatches[0]).params * 16
                 + layer.profile(IntraConfig(), microbatches[0]).act_bytes for layer in layers)
     hbm_bytes = max(10**6, int(state * recipe.memory_scale))
-    training = TrainingSetup(seq_len=1, optimizer=Optimizer(2, 2, 12), **recipe.training)
+    extra = {}
+    if recipe.sdp:
+        layers = _maskable(layers, recipe.sdp)
+        sdp = recipe.sdp
+        extra = {"strategies": (Strategy.DP, Strategy.SDP), "sdp": SdpSetup(
+            levels=tuple(SdpLevel(level) for level in sdp["levels"]),
+            maskings=tuple(SdpMasking(masking) for masking in sdp["maskings"]),
+            holders=tuple(sdp["holders"]))}
+    training = TrainingSetup(seq_len=1, optimizer=Optimizer(2, 2, 12), **recipe.training,
+                             **extra)
     cluster = Cluster(recipe.num_devices, hbm_bytes, network, name=f"tiny-{recipe.seed}")
     return Instance(Workload(f"tiny-{recipe.seed}", layers), cluster, training,
                     name=f"tiny-{recipe.seed}")
+
+
+def _maskable(layers: tuple[Layer, ...], sdp: dict) -> tuple[Layer, ...]:
+    """The layers with SDP width slices on all but the first and last (all of one or two)."""
+    inner = range(1, len(layers) - 1) if len(layers) >= 3 else range(len(layers))
+    return tuple(Layer(layer.name, {
+        key: dataclasses.replace(profile, sdp_units=sdp["units"][index],
+                                 sdp_fraction=sdp["fractions"][index])
+        for key, profile in layer.profiles.items()}) if index in inner else layer
+        for index, layer in enumerate(layers))
 
 
 def _tiny_layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int,

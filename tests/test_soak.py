@@ -27,8 +27,8 @@ def test_two_hundred_seed_sample_agrees(tmp_path: Path):
     disagreements = [(r["seed"], r["failures"]) for r in records if r["verdict"] != "agree"]
     assert disagreements == []
     assert counts["instances"] == 200 and 10 <= counts["sampled"] <= 35
-    assert {"graph", "hierarchy", "MoE", "dense", "no plan fits", "has a plan"} <= \
-        set(counts["kinds"])
+    assert {"graph", "hierarchy", "MoE", "dense", "no plan fits", "has a plan",
+            "SDP allowed", "SDP plan fits"} <= set(counts["kinds"])
     ran = {(run["backend"], run["space"]) for r in records for run in r["runs"]}
     assert {("dp", "structured"), ("brute", "structured"), ("cpsat", "full"),
             ("milp", "structured"), ("brute", "full")} <= ran

@@ -12,7 +12,11 @@ DP plan on even seeds, and brute force in the full space where it has at most
 :func:`nest_cp.backends.solve`, so the evaluator re-checks every plan and objective;
 the runs are then compared by :mod:`nest_cp.verify.certify` (no plan below another
 run's proven bound or optimum, no plan where infeasibility is proven, the DP equal
-to every structured optimum).  A run that raises (an internal error, a crash) is a
+to every structured optimum).  About a fifth of the seeds with at most 8 devices
+also allow SDP (DESIGN §7; :data:`nest_cp.generators.SDP_SHARE`): every backend's SDP
+search is then compared the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and
+the full-space brute force runs only where its SDP enumeration is small enough too.
+A run that raises (an internal error, a crash) is a
 disagreement too.  An exact run stopped by its time limit is counted as open, not as
 a disagreement, unless it contradicts another run.
 
@@ -39,13 +43,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nest_cp import __version__
+from nest_cp import __version__, brute_sdp
 from nest_cp.backends import solve
 from nest_cp.executors import Executor, LocalExecutor
 from nest_cp.generators import draw_tiny_recipe, tiny_instance
 from nest_cp.io import instance_to_dict, write_document
+from nest_cp.model import Strategy
 from nest_cp.result import SolveOptions, SolveResult, Space, Status
 from nest_cp.verify import certify
+from nest_cp.verify import sdp as sdp_records
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR, code_fingerprint, digest, solver_versions
 
 LOGGER = logging.getLogger(__name__)
@@ -124,12 +130,23 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
                 _run(instance, backend, SolveOptions(
                     space=space, time_limit_s=options.exact_time_limit_s, seed=seed % 1000,
                     workers=1, milp_solver=milp_solver, hint=hint), runs, failures)
-        if full_placements(instance) <= options.max_full_placements:
+        if full_placements(instance) <= options.max_full_placements and (
+                Strategy.SDP not in instance.training.strategies
+                or brute_sdp.within_size(instance, Space.FULL)):
             _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
     usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
     failures += certify.consistency_failures(usable)
     failures += certify.algorithmic_certificate(usable)[1]
+    failures += _sdp_failures(runs)
     return runs, list(dict.fromkeys(failures))
+
+
+def _sdp_failures(runs: list[dict]) -> list[str]:
+    """The same checks on the SDP searches, ranked by T_eff (:mod:`nest_cp.verify.sdp`)."""
+    views = [view for view in sdp_records.views(runs)
+             if view["status"] not in certify.UNUSABLE_STATUSES]
+    failures = certify.consistency_failures(views) + certify.algorithmic_certificate(views)[1]
+    return [f"sdp: {failure}" for failure in failures]
 
 
 def _run(instance, backend: str, options: SolveOptions, runs: list[dict],
@@ -149,10 +166,14 @@ def _run(instance, backend: str, options: SolveOptions, runs: list[dict],
 
 
 def _run_record(result: SolveResult) -> dict:
-    return {"backend": result.backend, "space": result.space.value,
-            "status": result.status.value, "objective_ticks": result.objective_ticks,
-            "bound_ticks": result.bound_ticks, "tolerance_rel": result.tolerance_rel,
-            "wall_time_s": round(result.wall_time_s, 4), "message": result.message}
+    record = {"backend": result.backend, "space": result.space.value,
+              "status": result.status.value, "objective_ticks": result.objective_ticks,
+              "bound_ticks": result.bound_ticks, "tolerance_rel": result.tolerance_rel,
+              "wall_time_s": round(result.wall_time_s, 4), "message": result.message,
+              "source": "soak"}
+    if result.sdp is not None:
+        record["sdp"] = sdp_records.run_record(result.sdp)
+    return record
 
 
 def full_placements(instance) -> int:
@@ -252,6 +273,8 @@ def summary(records: list[dict]) -> dict:
     for record in records:
         for run in record["runs"]:
             statuses[f"{run['backend']}/{run['space']} {run['status']}"] += 1
+            if run.get("sdp"):
+                statuses[f"{run['backend']}/{run['space']} SDP {run['sdp']['status']}"] += 1
             if run["backend"] in ("cpsat", "milp") and run["status"] in (
                     Status.FEASIBLE.value, Status.UNKNOWN.value):
                 open_runs += 1
@@ -260,6 +283,13 @@ def summary(records: list[dict]) -> dict:
         kind = record["kind"]
         kinds["graph" if kind["network"].startswith("graph") else "hierarchy"] += 1
         kinds["MoE" if kind["moe"] else "dense"] += 1
+        if "sdp" in kind:
+            kinds["SDP allowed"] += 1
+            sdp = next((run.get("sdp") for run in record["runs"] if run["backend"] == "dp"),
+                       None)
+            if sdp is not None:
+                kinds["SDP plan fits" if sdp["status"] == Status.OPTIMAL.value else
+                      "no SDP plan fits"] += 1
         dp = next((run for run in record["runs"] if run["backend"] == "dp"), None)
         kinds["no plan fits" if dp and dp["status"] == Status.INFEASIBLE.value else
               "has a plan"] += 1
@@ -301,7 +331,8 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
     lines += ["", "## Protocol", "",
               "Written by `nest-cp soak` (`verify/soak.py`; its docstring states the checks). "
               "Each seed draws one instance with `nest_cp.generators.draw_tiny_recipe`; the DP "
-              "and structured brute force run on all, CP-SAT and the MILP (HiGHS on even "
+              "and structured brute force run on all (with their SDP searches where the seed "
+              "allows SDP, compared by T_eff), CP-SAT and the MILP (HiGHS on even "
               "seeds, CBC on odd; the DP plan as hint on even seeds) in both spaces on the "
               "seeded sample, with brute force in the full space where it is small enough. "
               "Every plan is re-evaluated by the plan evaluator.", "",
