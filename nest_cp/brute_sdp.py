@@ -108,6 +108,8 @@ def _shapes(instance: Instance, network: NetworkModel, space: Space) -> Iterator
     """(config, microbatch, d, h, level, masking, masks, placement count, variants)."""
     training, devices = instance.training, instance.cluster.num_devices
     variants = len([z for z in training.zero_stages if z <= 2]) * len(training.recompute_modes)
+    if not variants:
+        return  # no ZeRO stage an SDP plan may use: nothing to enumerate, masks included
     for config, microbatch in instance.choices:
         for level in training.sdp.levels:
             table = unit_table(instance, config, microbatch, level)

@@ -70,6 +70,7 @@ class SoakOptions:
     exact_time_limit_s: float = 10.0
     max_structured_plans: int = 1_000
     max_full_placements: int = 5_000
+    max_full_sdp_plans: int = 20_000  # full-space SDP brute force (masks x placements x ...)
 
     def protocol_key(self) -> str:
         """What makes two runs the same soak: the protocol (not the count) and the code."""
@@ -132,7 +133,7 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
                     workers=1, milp_solver=milp_solver, hint=hint), runs, failures)
         if full_placements(instance) <= options.max_full_placements and (
                 Strategy.SDP not in instance.training.strategies
-                or brute_sdp.within_size(instance, Space.FULL)):
+                or brute_sdp.within_size(instance, Space.FULL, options.max_full_sdp_plans)):
             _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
     usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
     failures += certify.consistency_failures(usable)
