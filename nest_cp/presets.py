@@ -149,6 +149,21 @@ _GPU_TILES = ((128, 128), (128, 256), (256, 128), (64, 256), (256, 64), (64, 128
 # table give 5.3 and 5.4 us), with the GEMM efficiency re-derived from the MAMF benchmark at
 # each candidate. tests/test_profiler_v2.py refits it. H200: the same GH100 silicon (assumed).
 _H100_GEMM_FIXED_S = 5.4e-6
+
+
+def _gh100_gemm_efficiency(mamf_fraction: float, fixed_s: float) -> float:
+    """GH100's GEMM efficiency from a MAMF figure at 6144 x 17920 x 2816, given the fixed
+    per-GEMM time (the H100's and H200's benchmarks share the shape)."""
+    return gemm_efficiency_from_benchmark(mamf_fraction, 6144, 17920, 132, _GPU_TILES, k=2816,
+                                          peak_flops=989.4e12, fixed_s=fixed_s)
+
+
+def h100_with_gemm_fixed_time(fixed_s: float) -> DeviceSpec:
+    """The H100 preset with another fixed per-GEMM time and the efficiency re-derived from
+    its MAMF benchmark at it: what the fit of the fixed time compares (0: quantisation only)."""
+    return replace(_H100_SXM, gemm_fixed_s=fixed_s,
+                   gemm_efficiency=_gh100_gemm_efficiency(792.1 / 989.4, fixed_s))
+
 _FA3_SEQ_HALF = 240
 _FA3_AT_16K = (16384 + _FA3_SEQ_HALF) / 16384  # undo the saturation at the benchmark length
 
@@ -158,9 +173,7 @@ _H100_SXM = DeviceSpec(
     # 494.7 dense, FP32 66.9; HBM3 3.35 TB/s; 80 GB.
     name="h100-sxm", peak_flops=989.4e12, mem_bandwidth_Bps=3.35e12, hbm_bytes=80 * 10**9,
     compute_units=132, gemm_tiles=_GPU_TILES,
-    gemm_efficiency=gemm_efficiency_from_benchmark(792.1 / 989.4, 6144, 17920, 132,
-                                                   _GPU_TILES, k=2816, peak_flops=989.4e12,
-                                                   fixed_s=_H100_GEMM_FIXED_S),
+    gemm_efficiency=_gh100_gemm_efficiency(792.1 / 989.4, _H100_GEMM_FIXED_S),
     gemm_fixed_s=_H100_GEMM_FIXED_S,
     attention_fwd_efficiency=649 / 989.4 * _FA3_AT_16K,
     attention_bwd_efficiency=581 / 989.4 * _FA3_AT_16K,
@@ -187,9 +200,7 @@ DEVICES: Mapping[str, DeviceSpec] = MappingProxyType({
     # attention as the H100 (same SMs and clocks; flash attention is compute-bound).
     "h200-sxm": replace(
         _H100_SXM, name="h200-sxm", mem_bandwidth_Bps=4.8e12, hbm_bytes=141 * 10**9,
-        gemm_efficiency=gemm_efficiency_from_benchmark(0.803, 6144, 17920, 132, _GPU_TILES,
-                                                       k=2816, peak_flops=989.4e12,
-                                                       fixed_s=_H100_GEMM_FIXED_S)),
+        gemm_efficiency=_gh100_gemm_efficiency(0.803, _H100_GEMM_FIXED_S)),
     # NVIDIA DGX B200 / HGX B200 datasheets: 2.25 PFLOPS bf16 dense per GPU (4.5 with
     # sparsity), 4.5 PFLOPS fp8 dense, 180 GB HBM3e at 8 TB/s, 148 SMs. MAMF 1745.0 TFLOP/s
     # (77.6 %, ml-engineering; shape not recorded, so taken as fully quantised). No B200 bf16

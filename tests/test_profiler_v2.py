@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from nest_cp.kernel_tables import H100_GEMM_OPENXLA
 from nest_cp.kernels import (
     attention_seconds,
     fit_gemm_fixed_seconds,
-    gemm_efficiency_from_benchmark,
     gemm_seconds,
     quantisation,
 )
 from nest_cp.model import IntraConfig, RecomputeMode
-from nest_cp.presets import DEVICES, MEGATRON_ADAM, MODELS
+from nest_cp.presets import DEVICES, MEGATRON_ADAM, MODELS, h100_with_gemm_fixed_time
 from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
 from nest_cp.runs import megatron_chunks
 from nest_cp.transformer import Activation, ModelKind, Norm, TransformerSpec
@@ -344,17 +342,13 @@ def test_h100_gemm_fixed_time_is_the_fit_to_its_kernel_table():
     sm_90 table (re-deriving the efficiency from the MAMF benchmark at each candidate), and
     each half of the table gives nearly the same constant; with it the model's log error on
     the table falls from ~0.9 (quantisation only) to ~0.11 rms."""
-    def device_with(fixed_s: float):
-        return replace(H100, gemm_fixed_s=fixed_s, gemm_efficiency=(
-            gemm_efficiency_from_benchmark(792.1 / 989.4, 6144, 17920, 132, H100.gemm_tiles,
-                                           k=2816, peak_flops=989.4e12, fixed_s=fixed_s)))
     table = H100_GEMM_OPENXLA
-    assert fit_gemm_fixed_seconds(device_with, table) == pytest.approx(H100.gemm_fixed_s,
-                                                                      abs=1e-7)
-    halves = [fit_gemm_fixed_seconds(device_with, table[i::2]) for i in (0, 1)]
+    assert fit_gemm_fixed_seconds(h100_with_gemm_fixed_time, table) == pytest.approx(
+        H100.gemm_fixed_s, abs=1e-7)
+    halves = [fit_gemm_fixed_seconds(h100_with_gemm_fixed_time, table[i::2]) for i in (0, 1)]
     assert all(abs(h - H100.gemm_fixed_s) <= 3e-7 for h in halves)
 
     def rms_log(device):
         return math.sqrt(sum(math.log(gemm_seconds(device, e.m, e.n, e.k, e.batch) / e.seconds)
                              ** 2 for e in table) / len(table))
-    assert rms_log(H100) < 0.15 < 0.5 < rms_log(device_with(0.0))
+    assert rms_log(H100) < 0.15 < 0.5 < rms_log(h100_with_gemm_fixed_time(0.0))

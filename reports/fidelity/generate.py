@@ -31,9 +31,9 @@ from nest_cp.calibrate import Measurement, calibrate
 from nest_cp.evaluate import evaluate
 from nest_cp.hfconfig import spec_from_description
 from nest_cp.kernel_tables import H100_GEMM_OPENXLA
-from nest_cp.kernels import DeviceSpec, gemm_efficiency_from_benchmark, gemm_seconds
+from nest_cp.kernels import gemm_seconds
 from nest_cp.model import Instance, Layer, Optimizer, Workload
-from nest_cp.presets import DEVICES, MEGATRON_ADAM
+from nest_cp.presets import DEVICES, MEGATRON_ADAM, h100_with_gemm_fixed_time
 from nest_cp.profiler import AttentionKind
 from nest_cp.runs import Prediction, RecomputeMode, Run, build, model_flops_per_iteration, predict
 
@@ -149,19 +149,21 @@ def what_if(run: Run) -> dict[str, float]:
     (a) every tensor-parallel collective hidden (``--tp-comm-overlap``);
     (b) also the distributed optimizer's sync as Megatron runs it: reduce-scatter of fp32
         gradients plus all-gather of bf16 weights instead of an all-reduce of fp32 gradients;
-    (c) also a data-parallel group with k = 8 / TP ranks on a node using k NICs (NCCL runs
-        one ring channel per NIC), i.e. the tiers above NVLink k times wider;
+    (c) also a data-parallel group with k = (GPUs per NVLink domain) / TP ranks on a node
+        using k NICs (NCCL runs one ring channel per NIC), i.e. the tiers above NVLink k
+        times wider;
     (d) also the all-gather hidden behind the next iteration's forward
         (``--overlap-param-gather``), leaving the reduce-scatter.
     """
     device = DEVICES[DEVICE]
-    per_node = max(1, 8 // (run.tp * run.ep))
-    steps = {"a": (MEGATRON_ADAM, 1), "b": (RS_FP32_AG_BF16, 1), "c": (RS_FP32_AG_BF16, per_node),
-             "d": (RS_FP32_ONLY, per_node)}
+    steps = {"a": (MEGATRON_ADAM, False), "b": (RS_FP32_AG_BF16, False),
+             "c": (RS_FP32_AG_BF16, True), "d": (RS_FP32_ONLY, True)}
     rates = {}
-    for key, (optimizer, factor) in steps.items():
+    for key, (optimizer, per_nic) in steps.items():
         instance, plan = build(run, device, optimizer)
-        instance = _outer_tiers_widened(_without_tp_collectives(instance), factor)
+        per_node = max(1, instance.cluster.network.tiers[0].size // plan.config.devices)
+        instance = _outer_tiers_widened(_without_tp_collectives(instance),
+                                        per_node if per_nic else 1)
         seconds = evaluate(instance, plan).iteration_time_s
         rates[key] = (3 * model_flops_per_iteration(instance, plan)
                       / (seconds * run.devices_used) / 1e12)
@@ -275,16 +277,10 @@ def _pct(value: float, measured: float) -> str:
     return f"{value:.1f} ({100 * (value / measured - 1):+.0f}%)"
 
 
-def _without_fixed_time(device: DeviceSpec) -> DeviceSpec:
-    """The preset as it was before its fixed per-GEMM time: efficiency re-derived at 0."""
-    return replace(device, gemm_fixed_s=0.0, gemm_efficiency=gemm_efficiency_from_benchmark(
-        792.1 / 989.4, 6144, 17920, device.compute_units, device.gemm_tiles))
-
-
 def gemm_buckets() -> list[tuple[str, list[tuple[float, float, float]]]]:
     """(label, [(measured s, modelled s, modelled s without the fixed time)]) by kernel time."""
     device = DEVICES[DEVICE]
-    bare = _without_fixed_time(device)
+    bare = h100_with_gemm_fixed_time(0.0)
     rows = [(e.seconds, gemm_seconds(device, e.m, e.n, e.k, e.batch),
              gemm_seconds(bare, e.m, e.n, e.k, e.batch)) for e in H100_GEMM_OPENXLA]
     return [("all", rows), ("measured >= 10 us", [r for r in rows if r[0] >= 10e-6]),
