@@ -365,11 +365,17 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
 def _maskable(layers: tuple[Layer, ...], sdp: dict) -> tuple[Layer, ...]:
     """The layers with SDP width slices on all but the first and last (all of one or two)."""
     inner = range(1, len(layers) - 1) if len(layers) >= 3 else range(len(layers))
-    return tuple(Layer(layer.name, {
-        key: dataclasses.replace(profile, sdp_units=sdp["units"][index],
-                                 sdp_fraction=sdp["fractions"][index])
-        for key, profile in layer.profiles.items()}) if index in inner else layer
-        for index, layer in enumerate(layers))
+    return tuple(_sliced(layer, sdp["units"][index], sdp["fractions"][index])
+                 if index in inner else layer for index, layer in enumerate(layers))
+
+
+def _sliced(layer: Layer, units: int, fraction: float, halve_wgrad: bool = False) -> Layer:
+    """The layer with ``units`` SDP width slices carrying ``fraction`` of every profile
+    (DESIGN §7); ``halve_wgrad`` also sets each weight gradient to half the backward."""
+    def sliced(profile: LayerProfile) -> LayerProfile:
+        fields = {"wgrad_s": round(profile.bwd_s / 2, 9)} if halve_wgrad else {}
+        return dataclasses.replace(profile, sdp_units=units, sdp_fraction=fraction, **fields)
+    return Layer(layer.name, {key: sliced(profile) for key, profile in layer.profiles.items()})
 
 
 def _tiny_layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int,
@@ -469,11 +475,8 @@ def random_sdp_instance(seed: int, num_blocks: int = 2, units: int = 2,
     for index, layer in enumerate(base.workload.layers):
         maskable = 0 < index <= num_blocks
         fraction = rng.choice((0.75, 0.9, 1.0))
-        layers.append(Layer(layer.name, {
-            key: dataclasses.replace(profile, wgrad_s=round(profile.bwd_s / 2, 9),
-                                     sdp_units=units if maskable else 0,
-                                     sdp_fraction=fraction if maskable else 0.0)
-            for key, profile in layer.profiles.items()}))
+        layers.append(_sliced(layer, units if maskable else 0, fraction if maskable else 0.0,
+                              halve_wgrad=True))
     training = dataclasses.replace(base.training, strategies=strategies, sdp=SdpSetup(
         levels=levels, maskings=maskings, holders=holders))
     return Instance(Workload(base.workload.name, tuple(layers)), base.cluster, training,

@@ -135,19 +135,16 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
                 Strategy.SDP not in instance.training.strategies
                 or brute_sdp.within_size(instance, Space.FULL, options.max_full_sdp_plans)):
             _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
-    usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
-    failures += certify.consistency_failures(usable)
-    failures += certify.algorithmic_certificate(usable)[1]
-    failures += _sdp_failures(runs)
+    failures += _contradictions(runs)
+    # the same checks on the SDP searches, ranked by T_eff (nest_cp.verify.sdp)
+    failures += [f"sdp: {failure}" for failure in _contradictions(sdp_records.views(runs))]
     return runs, list(dict.fromkeys(failures))
 
 
-def _sdp_failures(runs: list[dict]) -> list[str]:
-    """The same checks on the SDP searches, ranked by T_eff (:mod:`nest_cp.verify.sdp`)."""
-    views = [view for view in sdp_records.views(runs)
-             if view["status"] not in certify.UNUSABLE_STATUSES]
-    failures = certify.consistency_failures(views) + certify.algorithmic_certificate(views)[1]
-    return [f"sdp: {failure}" for failure in failures]
+def _contradictions(runs: list[dict]) -> list[str]:
+    """What the usable runs (or SDP views) say against each other and the DP."""
+    usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
+    return certify.consistency_failures(usable) + certify.algorithmic_certificate(usable)[1]
 
 
 def _run(instance, backend: str, options: SolveOptions, runs: list[dict],
