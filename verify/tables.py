@@ -222,9 +222,15 @@ def summary_row(summary: dict) -> list[str]:
 
 def render(document: dict, fmt: str) -> str:
     """The gap table of a results document in ``md``, ``csv`` or ``tex``."""
+    return render_with((render_markdown, render_csv, render_latex), document, fmt)
+
+
+def render_with(renderers, document: dict, fmt: str) -> str:
+    """``document`` by the renderer of ``fmt``; ``renderers`` are a table's markdown, CSV
+    and LaTeX renderers, in the order of FORMATS."""
     if fmt not in FORMATS:
         raise ValueError(f"expected a format among {', '.join(FORMATS)}, got {fmt!r}")
-    return {"md": render_markdown, "csv": render_csv, "tex": render_latex}[fmt](document)
+    return dict(zip(FORMATS, renderers, strict=True))[fmt](document)
 
 
 def _protocol_lines(document: dict) -> list[str]:
