@@ -1,7 +1,7 @@
 """Exact-solver speed benchmark: how large an instance CP-SAT and the MILP prove optimal.
 
 Protocol (written into the results beside the numbers): seeded random instances
-from nest_cp.generators (communication-heavy: comm_scale 100, TP widths 1 and
+from nest_cp.harness.generators (communication-heavy: comm_scale 100, TP widths 1 and
 2), full space, one worker, seed 0.
 
 1. Target suite: 8 layers and 16 devices on a 2-tier (4 x 4) and a 3-tier
@@ -33,11 +33,11 @@ import platform
 import time
 from importlib import metadata
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.errors import BackendOptionError
-from nest_cp.generators import random_instance
-from nest_cp.model import IntraConfig, RecomputeMode
-from nest_cp.result import Space, Status
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.registry import SolveOptions, solve
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,8 @@ def run(out_dir: pathlib.Path, probe: bool = False) -> None:
                      "milp_limit_s": MILP_LIMIT_S, "milp_solver": "highs",
                      "cbc_limit_s": CBC_LIMIT_S,
                      "sweep_limit_s": SWEEP_LIMIT_S, "probe": probe,
-                     "instances": "nest_cp.generators.random_instance(seed, comm_scale=100, "
+                     "instances": "nest_cp.harness.generators.random_instance(seed, "
+                                  "comm_scale=100, "
                                   "configs=(tp1, tp2), global_batch=4*devices)",
                      "v2_choices": "recompute none/selective/full, virtual_stages 1/2/4, "
                                    "overlap_grad_reduce (second target run)"},

@@ -3,7 +3,7 @@
 `python -m benchmarks.certify_crosscheck [--time-limit S] [--exact-limit S]` takes a
 sample of the NEST grid restricted to t = e = 1 (small enough for the exact backend to
 prove the full space within minutes), certifies each with
-:func:`nest_cp.certify.certify_full`, runs the exact CP-SAT backend on the full space
+:func:`nest_cp.solvers.certify.certify_full`, runs the exact CP-SAT backend on the full space
 for longer, hinted with the DP plan, and checks that neither contradicts the other:
 the exact solver's plans never go below the certified lower bound, and its proven
 bound never goes above the certified best plan.  Writes
@@ -20,11 +20,11 @@ import logging
 import time
 from pathlib import Path
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.certify import certify_full
-from nest_cp.io import load_instance
-from nest_cp.model import Instance, Layer, Workload
-from nest_cp.result import Space
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import Instance, Layer, Workload
+from nest_cp.model.result import Space
+from nest_cp.solvers.certify import certify_full
+from nest_cp.solvers.registry import SolveOptions, solve
 
 SAMPLE = ("bert-large--nest-h100-spineleaf--64", "bert-large--nest-tpuv4-fattree--64",
           "llama2-7b--nest-h100-spineleaf--64", "llama2-7b--nest-tpuv4-fattree--64")

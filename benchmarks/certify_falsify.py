@@ -5,7 +5,7 @@
 the DP's plan) and walks the full space with random moves — swap the devices of two
 ranks, move a rank to an idle device, shift a layer across a stage boundary, toggle a
 stage's recomputation — accepting moves that do not make the plan slower.  Every
-plan is priced by :func:`nest_cp.evaluate.evaluate`.  A plan strictly below the
+plan is priced by :func:`nest_cp.cost.evaluate.evaluate`.  A plan strictly below the
 certified lower bound would falsify the bound; the report says whether any was
 found.  Writes ``reports/paper/certified_falsify.{json,md}``.  Not part of ``make bench``.
 """
@@ -19,11 +19,11 @@ import random
 import time
 from pathlib import Path
 
-from nest_cp.evaluate import evaluate
-from nest_cp.io import load_instance, plan_from_dict
-from nest_cp.model import RecomputeMode
-from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan, Stage
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.io.readers import load_instance, plan_from_dict
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
 

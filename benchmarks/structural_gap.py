@@ -12,7 +12,7 @@ over all 24 ("after"), and T_full brute force's full-space optimum.  On the way 
 checks the algorithmic certificate: the DP over 24 layouts equals brute force over
 the same structured space, to the tick (a mismatch aborts the run).
 
-Protocol.  Three families of seeded instances from ``nest_cp.generators``, four
+Protocol.  Three families of seeded instances from ``nest_cp.harness.generators``, four
 devices on a two-tier network of two-device nodes (or a random four-device graph),
 2-3 layers, v = 1, recompute none/full, ZeRO 0 (so that full-space brute force
 stays affordable):
@@ -43,13 +43,13 @@ import random
 from fractions import Fraction
 from pathlib import Path
 
-from nest_cp.brute import solve as brute_solve
 from nest_cp.dp.planner import solve as dp_solve
-from nest_cp.generators import random_instance
-from nest_cp.io import load_instance
-from nest_cp.model import Instance, IntraConfig
-from nest_cp.plan import Dim, all_layouts
-from nest_cp.result import SolveOptions, Space, Status
+from nest_cp.harness.generators import random_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import Instance, IntraConfig
+from nest_cp.model.plan import Dim, all_layouts
+from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.brute import solve as brute_solve
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def write(rows: list[dict], small: list[dict], out_dir: Path, per_family: int) -
         "",
         f"Protocol: {per_family} seeds per family (seeds 0..{per_family - 1}); four devices on "
         "a two-tier network of two-device nodes (family `graph`: a random two-switch "
-        "graph); 2-3 layers from `nest_cp.generators.random_instance` with communication "
+        "graph); 2-3 layers from `nest_cp.harness.generators.random_instance` with communication "
         "scaled by 1, 10 or 100 and HBM 80 or 20 GB; v = 1, recompute none/full, ZeRO 0. "
         "Family `tp2-ep2` allows only t = e = 2 (DESIGN §4's case), `mixed` and `graph` a "
         "random subset of (t, e) in {1, 2}².",

@@ -1,8 +1,8 @@
 """Chunk time, gradient sync and memory of layer ranges, composed as the evaluator composes them.
 
-The evaluator (:mod:`nest_cp.evaluate`) prices one plan term by term; this module
+The evaluator (:mod:`nest_cp.cost.evaluate`) prices one plan term by term; this module
 prices *every* layer range ``[first_layer, last_layer]`` at once for one stage's
-geometry, as L x L int64 matrices built from the primitives of :mod:`nest_cp.cost`
+geometry, as L x L int64 matrices built from the primitives of :mod:`nest_cp.cost.terms`
 (through :class:`~nest_cp.dp.pricing.LayerTable`).  Same integers, different
 algorithm; the differential tests against brute force guard it.
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nest_cp import cost
+from nest_cp.cost import terms as cost
 from nest_cp.dp import pricing
 from nest_cp.dp.geometry import PathIds, ReplicaPaths, StageGeometry
 from nest_cp.dp.pricing import LayerTable
-from nest_cp.model import Instance, Phase, RecomputeMode
+from nest_cp.model.instance import Instance, Phase, RecomputeMode
 
 CACHE_ENTRIES = 4096  # matrices kept per (configuration, microbatch); cleared when full
 
@@ -215,6 +215,6 @@ class Shape:
         return self.dp if self.zero == 3 else 1
 
     def in_flight(self) -> np.ndarray:
-        """In-flight (chunk-)microbatches of every stage (:func:`nest_cp.cost.in_flight`)."""
+        """In-flight (chunk-)microbatches of every stage (:func:`nest_cp.cost.terms.in_flight`)."""
         return np.array([cost.in_flight(stage, self.num_stages, self.microbatches, self.virtual)
                          for stage in range(self.num_stages)], dtype=np.int64)

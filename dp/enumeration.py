@@ -19,7 +19,7 @@ import numpy as np
 from nest_cp.dp.compose import RangePrices, Shape
 from nest_cp.dp.geometry import StageGeometry
 from nest_cp.dp.kernel import INF
-from nest_cp.plan import Stage
+from nest_cp.model.plan import Stage
 
 MAX_SPLITS = 50_000  # splits per chunk count the enumeration prices at once at most
 

@@ -2,7 +2,7 @@
 
 For fixed (configuration, S, d, layout) the placement is fixed (DESIGN §4), so
 every placement-dependent term of stage s is a function of a few bottleneck
-:class:`~nest_cp.network.Path` values:
+:class:`~nest_cp.model.network.Path` values:
 
 - per replica r: the paths of its TP groups (the t ranks sharing an expert index)
   and of its EP groups (the e ranks sharing a tensor index), on which each
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nest_cp.model import IntraConfig
-from nest_cp.network import NetworkModel, Path
-from nest_cp.plan import Dim, RankLayout, expert_groups, tensor_groups
+from nest_cp.model.instance import IntraConfig
+from nest_cp.model.network import NetworkModel, Path
+from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
 
 MAX_CODED_TIERS = 15  # four tier bitmasks share one int64 code per replica
 

@@ -72,7 +72,7 @@ from nest_cp.dp.enumeration import MAX_SPLITS, SplitEnumeration
 from nest_cp.dp.geometry import StageGeometry
 from nest_cp.dp.kernel import INF
 from nest_cp.dp.pricing import LayerTable
-from nest_cp.plan import Stage
+from nest_cp.model.plan import Stage
 
 
 @dataclass(frozen=True, slots=True)

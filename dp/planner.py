@@ -9,7 +9,7 @@ with it m and the path of every group and pair (:mod:`nest_cp.dp.geometry`).  Th
 layers are split into K = S·v chunks, chunk k on stage k mod S, every stage in an
 allowed recompute mode shared by its chunks.  A chunk of layers f..l costs
 τ(f, l) per microbatch and a stage its exposed sync and memory, exactly as
-:func:`nest_cp.evaluate.evaluate` prices them (:mod:`nest_cp.dp.compose`): compute,
+:func:`nest_cp.cost.evaluate.evaluate` prices them (:mod:`nest_cp.dp.compose`): compute,
 the mode's rerun (full: the forward collectives too), each collective on its
 slowest TP / EP group, receives on the actual pairs (wrapping S − 1 → 0 when
 v > 1), ZeRO-3 gathers and buffers, in-flight counts of 1F1B or of Megatron's
@@ -67,19 +67,19 @@ from fractions import Fraction
 
 import numpy as np
 
-from nest_cp import cost
+from nest_cp.cost import terms as cost
 from nest_cp.dp.compose import RangePrices, Shape
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices, stage_geometries
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable, range_sums
 from nest_cp.dp.suffix import SuffixMemory, pareto_walk
-from nest_cp.errors import BackendOptionError
-from nest_cp.model import Instance, IntraConfig
-from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan, RankLayout, Stage, all_layouts
-from nest_cp.progress import Progress, ticks_text
-from nest_cp.result import SolveResult, Space, Status
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import Instance, IntraConfig
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan, RankLayout, Stage, all_layouts
+from nest_cp.model.progress import Progress, ticks_text
+from nest_cp.model.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def solve(instance: Instance, options=None,
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
     ``options.progress`` draws a progress bar over the outer choices on a terminal
-    (:mod:`nest_cp.progress`; ``-v`` logs its lines instead); every other option is
+    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead); every other option is
     ignored (the DP has no time limit and no randomness).
     ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
     to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a

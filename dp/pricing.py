@@ -2,10 +2,10 @@
 
 Every number here is the integer the plan evaluator computes (DESIGN §3):
 per-layer terms (compute, intra-layer collectives, point-to-point transfers) come
-straight from :mod:`nest_cp.cost`; terms rounded once per *stage* (ZeRO-3
+straight from :mod:`nest_cp.cost.terms`; terms rounded once per *stage* (ZeRO-3
 gathers, gradient sync) are ring collectives whose tick count is
 ``ceil((slope * volume + offset) / denominator)`` with integers derived exactly
-from the same fractions :func:`nest_cp.network.collective_ticks` uses, so a whole
+from the same fractions :func:`nest_cp.model.network.collective_ticks` uses, so a whole
 matrix of layer ranges is priced with integer numpy arithmetic.
 
 Range matrices are ``L x L`` arrays indexed ``[first_layer, last_layer]``; only
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nest_cp import cost
-from nest_cp.model import CollectiveKind, Instance, IntraConfig, Phase, RecomputeMode
-from nest_cp.network import Path, collective_seconds, exact
+from nest_cp.cost import terms as cost
+from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig, Phase, RecomputeMode
+from nest_cp.model.network import Path, collective_seconds, exact
 
 INT64_SAFE = 2**62
 

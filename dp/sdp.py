@@ -3,7 +3,7 @@ r"""The DP's SDP search: the best SDP plan of the structured space (DESIGN §7).
 Space.  For every (configuration c, microbatch b) of ``instance.choices``, worker count
 d >= 2 with a·d <= N, allowed level, masking and holder count h, the largest allowed
 ZeRO stage z <= 2 (0, 1 and 2 price time identically and only shrink memory), an
-allowed recompute mode, a design (grouped, cyclic: :func:`nest_cp.sdp.design_mask`) and
+allowed recompute mode, a design (grouped, cyclic: :func:`nest_cp.cost.sdp.design_mask`) and
 a rank layout λ of ``all_layouts()`` (S = 1; layouts giving equal placements searched
 once).  Objective: the least T_eff, exactly as a rational; ties to the least T, then
 the least key (choice index, d, h, level, masking, mode, design, layout).
@@ -20,7 +20,7 @@ incumbent; a sub-problem whose average worker memory (a lower bound on the large
 exceeds HBM under its leanest mode is skipped too.
 
 Pricing (a different algorithm from the evaluator: vectorised over the d × U mask
-matrix M).  With per-unit vectors from :func:`nest_cp.sdp.unit_table` (the same rounded
+matrix M).  With per-unit vectors from :func:`nest_cp.cost.sdp.unit_table` (the same rounded
 shares the evaluator uses):
 
     C_w    = C_shared + M·C_u                    (backward: C_all − Σ wgrad_u + M·wgrad)
@@ -43,9 +43,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from nest_cp import cost
+from nest_cp.cost import terms as cost
+from nest_cp.cost.sdp import (
+    SdpDesign,
+    UnitTable,
+    broadcast_ticks,
+    design_mask,
+    effective_ticks,
+    unit_table,
+)
 from nest_cp.dp.geometry import rank_devices
-from nest_cp.model import (
+from nest_cp.model.instance import (
     CollectiveKind,
     Instance,
     IntraConfig,
@@ -55,17 +63,9 @@ from nest_cp.model import (
     SdpMasking,
     Strategy,
 )
-from nest_cp.network import NetworkModel, Path, collective_ticks
-from nest_cp.plan import Plan, RankLayout, SdpMask, Stage, all_layouts
-from nest_cp.result import SolveResult, Space, Status
-from nest_cp.sdp import (
-    SdpDesign,
-    UnitTable,
-    broadcast_ticks,
-    design_mask,
-    effective_ticks,
-    unit_table,
-)
+from nest_cp.model.network import NetworkModel, Path, collective_ticks
+from nest_cp.model.plan import Plan, RankLayout, SdpMask, Stage, all_layouts
+from nest_cp.model.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ import numpy as np
 from nest_cp.dp.compose import RangePrices, Shape
 from nest_cp.dp.geometry import StageGeometry
 from nest_cp.dp.kernel import INF, backtrack, fill_table, windows
-from nest_cp.model import RecomputeMode
-from nest_cp.plan import Stage
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.plan import Stage
 
 
 class SuffixMemory:

@@ -1,24 +1,16 @@
 """nest-cp: network-aware planning of distributed training, certified by exact solvers."""
 
-from nest_cp.errors import (
+from nest_cp.cost.evaluate import ChunkReport, Evaluation, Evaluator, StageReport, evaluate
+from nest_cp.io.readers import instance_from_dict, load_instance, load_plan, plan_from_dict
+from nest_cp.io.writers import instance_to_dict, plan_to_dict, save_instance, save_plan
+from nest_cp.model.errors import (
     InfeasibleInstance,
     InstanceFormatError,
     InvalidPlan,
     NestCpError,
     PlanFormatError,
 )
-from nest_cp.evaluate import ChunkReport, Evaluation, Evaluator, StageReport, evaluate
-from nest_cp.io import (
-    instance_from_dict,
-    instance_to_dict,
-    load_instance,
-    load_plan,
-    plan_from_dict,
-    plan_to_dict,
-    save_instance,
-    save_plan,
-)
-from nest_cp.model import (
+from nest_cp.model.instance import (
     Cluster,
     Collective,
     CollectiveGroup,
@@ -41,8 +33,8 @@ from nest_cp.model import (
     TrainingSetup,
     Workload,
 )
-from nest_cp.network import NetworkModel, Path, to_ticks
-from nest_cp.plan import (
+from nest_cp.model.network import NetworkModel, Path, to_ticks
+from nest_cp.model.plan import (
     MEGATRON_LAYOUT,
     NEST_LAYOUT,
     Dim,
@@ -52,7 +44,7 @@ from nest_cp.plan import (
     Stage,
     all_layouts,
 )
-from nest_cp.result import SolveResult, Space, Status
+from nest_cp.model.result import SolveResult, Space, Status
 
 __version__ = "0.1.0"
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from nest_cp.io import load_instance
-from nest_cp.model import Instance
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import Instance
 
 DATA = Path(__file__).parent / "data"
 

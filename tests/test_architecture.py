@@ -12,21 +12,22 @@ import nest_cp
 
 ROOT = Path(__file__).parent.parent
 
-# Floors from the bottom up (STYLE.md "Layers"); a module may import its own floor and below.
+# Floors from the bottom up (STYLE.md "Layers", README "Layout"): each folder of nest_cp/ is
+# one floor, and a module may import its own floor and below.  The structured DP (dp/, installed
+# as nest_cp.dp) is a solver; the certification harness (verify/, nest_cp.verify) a harness;
+# verify's command definitions sit with the command line.
 FLOORS = (
-    ("nest_cp.errors", "nest_cp.limits", "nest_cp.ticks", "nest_cp.exits", "nest_cp.progress"),
-    ("nest_cp.model", "nest_cp.plan", "nest_cp.io", "nest_cp.result", "nest_cp.profiler",
-     "nest_cp.presets", "nest_cp.generators", "nest_cp.kernels", "nest_cp.transformer",
-     "nest_cp.hfconfig", "nest_cp.devicefile", "nest_cp.reference_formulas",
-     "nest_cp.kernel_tables"),
-    ("nest_cp.network", "nest_cp.cost", "nest_cp.sdp"),
-    ("nest_cp.evaluate", "nest_cp"),  # the package re-exports the API up to the evaluator
-    ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines", "nest_cp.brute",
-     "nest_cp.brute_sdp", "nest_cp.cpsat", "nest_cp.milp", "nest_cp.certify"),
-    ("nest_cp.verify", "nest_cp.compare", "nest_cp.executors", "nest_cp.export",
-     "nest_cp.report", "nest_cp.show", "nest_cp.runs", "nest_cp.calibrate"),
+    ("nest_cp.model",),
+    ("nest_cp.profiles",),
+    ("nest_cp.io",),
+    ("nest_cp.cost",),
+    ("nest_cp",),  # the package re-exports the public API: model, files and the evaluator
+    ("nest_cp.solvers", "nest_cp.dp"),
+    ("nest_cp.harness", "nest_cp.verify"),
     ("nest_cp.cli", "nest_cp.verify.cli"),
 )
+# nest_cp/ shows its architecture: the layers' folders and the package's __init__, nothing else.
+TOP_LEVEL = {"__init__.py", "model", "profiles", "io", "cost", "solvers", "harness", "cli"}
 
 
 def _floor(module: str) -> int:
@@ -89,11 +90,54 @@ def test_imports_point_down(module: str):
                                          f"(floor {_floor(imported)})"
 
 
+def test_no_import_cycle():
+    """No two modules import each other, directly or through others (function-level imports
+    included): the floors are a strict order, and inside a floor the imports form a DAG."""
+    modules = _modules()
+    graph = {module: {name for name in _imports(file, module) if name in modules}
+             for module, file in modules.items()}
+    for module, imported in graph.items():  # importing a package runs its __init__
+        for name in list(imported):
+            parts = name.split(".")
+            imported.update(".".join(parts[:i]) for i in range(2, len(parts))
+                            if ".".join(parts[:i]) in modules)
+        imported.discard(module)
+        if module != "nest_cp":
+            imported.discard("nest_cp")  # the root package only re-exports lower floors
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        if state.get(module) == 2:
+            return
+        assert state.get(module) != 1, "import cycle: " + " -> ".join([*path, module])
+        state[module] = 1
+        for name in sorted(graph[module]):
+            if not module.startswith(name + "."):  # a module may import its own package
+                visit(name, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_top_level_shows_the_layers():
+    """nest_cp/ holds at most about ten entries, each a layer folder with a documented
+    __init__ (its floor and modules) or the package's own __init__."""
+    entries = {path.name for path in (ROOT / "nest_cp").iterdir()
+               if path.name != "__pycache__"}
+    assert entries == TOP_LEVEL
+    for name in TOP_LEVEL - {"__init__.py"}:
+        doc = ast.get_docstring(ast.parse((ROOT / "nest_cp" / name / "__init__.py").read_text(
+            encoding="utf-8")))
+        assert doc and len(doc.splitlines()) >= 3, f"nest_cp/{name}/__init__.py is undocumented"
+
+
 def test_core_imports_no_backend_or_harness():
     """Importing the model, cost model and evaluator loads nothing of dp or verify."""
-    code = ("import nest_cp.evaluate, nest_cp.model, nest_cp.cost, sys; "
+    code = ("import nest_cp.cost.evaluate, nest_cp.model.instance, nest_cp.cost.terms, sys; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dp', 'verify') "
-            "or m.startswith(('nest_cp.dp', 'nest_cp.verify'))))")
+            "or m.startswith(('nest_cp.dp', 'nest_cp.verify', 'nest_cp.solvers', "
+            "'nest_cp.harness', 'nest_cp.cli'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT.parent).stdout
     assert out.strip() == "[]"

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nest_cp.backends import SolveOptions, check_result, solve
-from nest_cp.baselines import flat_instance, megatron_plan, node_size, uniform_split
-from nest_cp.baselines._common import with_modes
-from nest_cp.baselines.mcmc import _propose, _random_state
-from nest_cp.errors import BackendOptionError
-from nest_cp.evaluate import Evaluator, evaluate
-from nest_cp.io import load_instance
-from nest_cp.model import (
+from nest_cp.cost.evaluate import Evaluator, evaluate
+from nest_cp.io.readers import load_instance
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import (
     Cluster,
     Collective,
     CollectiveGroup,
@@ -34,8 +30,12 @@ from nest_cp.model import (
     TrainingSetup,
     Workload,
 )
-from nest_cp.network import NetworkModel
-from nest_cp.result import Status
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.result import Status
+from nest_cp.solvers.baselines import flat_instance, megatron_plan, node_size, uniform_split
+from nest_cp.solvers.baselines._common import with_modes
+from nest_cp.solvers.baselines.mcmc import _propose, _random_state
+from nest_cp.solvers.registry import SolveOptions, check_result, solve
 
 DATA = Path(__file__).parent / "data"
 HEURISTICS = ("manual", "mcmc", "phaze")

@@ -9,11 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest_cp.backends import SolveOptions, check_result
-from nest_cp.brute import solve
-from nest_cp.evaluate import evaluate
-from nest_cp.io import load_instance
-from nest_cp.model import (
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import (
     Cluster,
     HierarchicalNetwork,
     Instance,
@@ -25,8 +23,10 @@ from nest_cp.model import (
     TrainingSetup,
     Workload,
 )
-from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
-from nest_cp.result import Space, Status
+from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.brute import solve
+from nest_cp.solvers.registry import SolveOptions, check_result
 
 STRUCTURED = SolveOptions(space=Space.STRUCTURED)
 FULL = SolveOptions(space=Space.FULL)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp.calibrate import calibrate, read_measurements
 from nest_cp.cli import main
-from nest_cp.devicefile import load_device
-from nest_cp.io import load_instance
-from nest_cp.kernels import EFFICIENCY_FIELDS
-from nest_cp.presets import DEVICES, MEGATRON_ADAM
-from nest_cp.runs import predict
+from nest_cp.harness.calibrate import calibrate, read_measurements
+from nest_cp.harness.runs import predict
+from nest_cp.io.readers import load_instance
+from nest_cp.profiles.devicefile import load_device
+from nest_cp.profiles.kernels import EFFICIENCY_FIELDS
+from nest_cp.profiles.presets import DEVICES, MEGATRON_ADAM
 
 DATA = Path(__file__).parent / "data"
 H100 = DEVICES["h100-sxm"]

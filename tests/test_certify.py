@@ -1,4 +1,4 @@
-"""The full-space certification (nest_cp.certify): its bounds never exceed a real optimum.
+"""The full-space certification (nest_cp.solvers.certify): its bounds never exceed a real optimum.
 
 Per shape, the bounds are checked against the exhaustive optimum of that shape
 (every split, recompute vector and placement of tiny instances, priced by the
@@ -19,19 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.certify.bounds import FastBounds
-from nest_cp.certify.chain import LayerPrices, LinearTicks, Span, network_tiers
-from nest_cp.certify.geometry import geometry, replica_arcs
-from nest_cp.certify.paths import PathBound
-from nest_cp.certify.relax import Relaxation
-from nest_cp.certify.search import certify_full, unsupported
-from nest_cp.certify.split import Catalogue, block_chain, shapes
-from nest_cp.errors import BackendOptionError
-from nest_cp.evaluate import evaluate
-from nest_cp.generators import random_instance
-from nest_cp.io import load_instance
-from nest_cp.model import (
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.generators import random_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import (
     CollectiveGroup,
     CollectiveKind,
     HierarchicalNetwork,
@@ -41,10 +33,18 @@ from nest_cp.model import (
     Tier,
     Workload,
 )
-from nest_cp.network import NetworkModel, collective_ticks
-from nest_cp.network import Path as NetPath
-from nest_cp.plan import Plan, Stage
-from nest_cp.result import Space, Status
+from nest_cp.model.network import NetworkModel, collective_ticks
+from nest_cp.model.network import Path as NetPath
+from nest_cp.model.plan import Plan, Stage
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.certify.bounds import FastBounds
+from nest_cp.solvers.certify.chain import LayerPrices, LinearTicks, Span, network_tiers
+from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.search import certify_full, unsupported
+from nest_cp.solvers.certify.split import Catalogue, block_chain, shapes
+from nest_cp.solvers.registry import SolveOptions, solve
 
 SMALL = Path(__file__).parent.parent / "instances" / "small"
 WIDE = (IntraConfig(), IntraConfig(2, 1), IntraConfig(1, 2))
@@ -268,7 +268,7 @@ def test_sdp_instances_are_refused():
 
 @pytest.mark.parametrize("kind", list(CollectiveKind))
 def test_linear_ticks_match_collective_ticks(kind):
-    """LinearTicks prices a volume exactly as nest_cp.network.collective_ticks does."""
+    """LinearTicks prices a volume exactly as nest_cp.model.network.collective_ticks does."""
     path = NetPath(Fraction(12_500_000_000), Fraction(2, 10**4))
     for group in (2, 3, 7, 64):
         form = LinearTicks.of_collective(kind, 2, group, path, 1e-9)
@@ -310,7 +310,7 @@ def test_stage_prices_match_the_evaluator():
 
 def test_consecutive_runs_land_in_different_domains_when_counts_allow():
     """_apart gives every replica a domain other than its previous one when Hall holds."""
-    from nest_cp.certify.realise import _apart
+    from nest_cp.solvers.certify.realise import _apart
 
     previous = [0] * 7 + [1] * 9  # 7 replicas' first runs in domain 0, 9 in domain 1
     chosen = _apart(previous, {0: 9, 1: 7})

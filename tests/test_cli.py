@@ -357,16 +357,16 @@ def test_fixed_degrees_that_do_not_fit_the_instance_exit_2_naming_degrees(degree
 def test_dp_hint_counts_against_the_time_limit(monkeypatch):
     """cpsat's --time-limit bounds the whole solve: the exact search gets the limit less the
     time the DP hint took, and the record reports that time."""
-    import nest_cp.cpsat
+    import nest_cp.solvers.cpsat
 
     seen = {}
-    real = nest_cp.cpsat.solve
+    real = nest_cp.solvers.cpsat.solve
 
     def spy(instance, options):
         seen["limit"] = options.time_limit_s
         return real(instance, options)
 
-    monkeypatch.setattr(nest_cp.cpsat, "solve", spy)
+    monkeypatch.setattr(nest_cp.solvers.cpsat, "solve", spy)
     result = _run("solve", DATA / "worked_example.json", "--backend", "cpsat", "--time-limit",
                   "30", "--json")
     record = json.loads(result.output)
@@ -388,7 +388,7 @@ def test_milp_optimum_within_tolerance_is_shown_as_such():
 def test_exact_backend_model_bug_exits_3(monkeypatch):
     """A CP-SAT answer the evaluator contradicts (its objective below the plan's price) is an
     internal error: exit 3 with one line, not exit 1 like 'no plan fits'."""
-    from nest_cp.exact.adapters import CpSatAdapter, RawOutcome, RawStatus
+    from nest_cp.solvers.exact.adapters import CpSatAdapter, RawOutcome, RawStatus
 
     real = CpSatAdapter.solve
 
@@ -426,9 +426,9 @@ def test_dev_zero_as_instance_exits_2():
 def test_exact_solve_of_a_v2_instance_matches_brute_force():
     """`solve --backend cpsat` on an instance allowing §3.2's choices (v in {1, 2}) exits 0
     with brute force's full-space optimum, with or without a DP hint to start from."""
-    from nest_cp.backends import SolveOptions, solve
-    from nest_cp.io import load_instance
-    from nest_cp.result import Space
+    from nest_cp.io.readers import load_instance
+    from nest_cp.model.result import Space
+    from nest_cp.solvers.registry import SolveOptions, solve
 
     path = DATA / "interleaved_example.json"
     oracle = solve(load_instance(path), "brute", SolveOptions(space=Space.FULL))

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp import compare
-from nest_cp.backends import BACKENDS
-from nest_cp.compare import (
+from nest_cp.harness import compare
+from nest_cp.harness.compare import (
     Row,
     compare_command,
     instance_paths,
@@ -19,7 +18,9 @@ from nest_cp.compare import (
     render_markdown,
     write_csv,
 )
-from nest_cp.io import load_instance, save_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.io.writers import save_instance
+from nest_cp.solvers.registry import BACKENDS
 
 DATA = Path(__file__).parent / "data"
 

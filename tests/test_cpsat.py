@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 from ortools.sat.python import cp_model
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.errors import InternalError, ModelMismatch
-from nest_cp.evaluate import evaluate
-from nest_cp.exact import enumerate_subproblems
-from nest_cp.exact.adapters import CpSatAdapter, MilpAdapter, RawOutcome, RawStatus
-from nest_cp.exact.placement import canonical_placement
-from nest_cp.exact.skeleton import build_model, hint_model
-from nest_cp.generators import latency_trap_instance, random_instance
-from nest_cp.io import load_instance
-from nest_cp.model import (
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.generators import latency_trap_instance, random_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.model.errors import InternalError, ModelMismatch
+from nest_cp.model.instance import (
     IntraConfig,
 )
-from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan, uniform_stages
-from nest_cp.result import Space, Status
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan, uniform_stages
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.exact import enumerate_subproblems
+from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter, RawOutcome, RawStatus
+from nest_cp.solvers.exact.placement import canonical_placement
+from nest_cp.solvers.exact.skeleton import build_model, hint_model
+from nest_cp.solvers.registry import SolveOptions, solve
 
 WORKED_OPTIMUM_TICKS = 27_099_000  # DESIGN §3.1
 MEGATRON_WORKED_TICKS = 35_552_000  # DESIGN §3.1

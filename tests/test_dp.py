@@ -13,18 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest_cp import generators
-from nest_cp.backends import SolveOptions, check_result
-from nest_cp.backends import solve as backend_solve
-from nest_cp.brute import solve as brute_solve
 from nest_cp.dp import geometry, interleaved, planner
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
 from nest_cp.dp.kernel import INF, backtrack, fill_table
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.dp.pricing import LinearTicks, linear_collective
-from nest_cp.errors import BackendOptionError
-from nest_cp.io import load_instance
-from nest_cp.model import (
+from nest_cp.harness import generators
+from nest_cp.io.readers import load_instance
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import (
     Cluster,
     Collective,
     CollectiveGroup,
@@ -43,9 +40,12 @@ from nest_cp.model import (
     TrainingSetup,
     Workload,
 )
-from nest_cp.network import NetworkModel, Path, collective_ticks
-from nest_cp.plan import Dim, all_layouts
-from nest_cp.result import Space, Status
+from nest_cp.model.network import NetworkModel, Path, collective_ticks
+from nest_cp.model.plan import Dim, all_layouts
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.brute import solve as brute_solve
+from nest_cp.solvers.registry import SolveOptions, check_result
+from nest_cp.solvers.registry import solve as backend_solve
 
 OPTIONS = SolveOptions()
 CONFIGS = (IntraConfig(1, 1), IntraConfig(2, 1), IntraConfig(1, 2), IntraConfig(2, 2))
@@ -305,7 +305,7 @@ def test_nothing_fits_is_infeasible_with_reason(data_dir):
        latency=st.sampled_from([0.0, 1e-6, 3e-4, 1.7e-5]))
 def test_linear_ticks_equal_collective_ticks(kind, bytes_per_unit, group, volume, bandwidth,
                                              latency):
-    """The DP's integer linear form prices a collective to the tick like nest_cp.network."""
+    """The DP's integer linear form prices a collective to the tick like nest_cp.model.network."""
     path = Path(Fraction(str(bandwidth)), Fraction(str(latency)))
     form = linear_collective(kind, bytes_per_unit, group, path, 1e-9)
     expected = collective_ticks(kind, bytes_per_unit * volume, group, path, 1e-9)
@@ -389,7 +389,7 @@ def test_layouts_with_equal_effective_order_place_equally():
 
 
 def test_backend_registry_referees_the_dp(data_dir):
-    """nest_cp.backends.solve runs the dp backend and its plan passes the referee."""
+    """nest_cp.solvers.registry.solve runs the dp backend and its plan passes the referee."""
     instance = load_instance(data_dir / "worked_example.json")
     result = backend_solve(instance, "dp")
     assert result.status is Status.OPTIMAL and result.bound_ticks == result.objective_ticks

@@ -14,10 +14,10 @@ from nest_cp import (
     evaluate,
     load_instance,
 )
-from nest_cp.evaluate import Evaluator
-from nest_cp.generators import random_instance
-from nest_cp.model import RecomputeMode
-from nest_cp.plan import uniform_stages
+from nest_cp.cost.evaluate import Evaluator
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.plan import uniform_stages
 
 DATA = Path(__file__).parent / "data"
 

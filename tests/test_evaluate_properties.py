@@ -25,10 +25,10 @@ from nest_cp import (
     Workload,
     evaluate,
 )
-from nest_cp.cost import compute_ticks
-from nest_cp.model import RecomputeMode
-from nest_cp.plan import uniform_stages
-from nest_cp.ticks import exact
+from nest_cp.cost.terms import compute_ticks
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.plan import uniform_stages
+from nest_cp.model.ticks import exact
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 

@@ -22,10 +22,10 @@ from nest_cp import (
     load_instance,
     load_plan,
 )
-from nest_cp.cost import GroupPaths, layer_collective_ticks
-from nest_cp.model import RecomputeMode
-from nest_cp.network import NetworkModel
-from nest_cp.plan import uniform_stages
+from nest_cp.cost.terms import GroupPaths, layer_collective_ticks
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import uniform_stages
 
 DATA = Path(__file__).parent / "data"
 NONE, SELECTIVE, FULL = RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL

@@ -7,22 +7,22 @@ import random
 
 import pytest
 
-from nest_cp import presets
-from nest_cp.backends import SolveOptions, backend_function, solve
-from nest_cp.exact.adapters import CpSatAdapter, MilpAdapter
-from nest_cp.exact.budget import Deadline, OutOfTime
-from nest_cp.exact.skeleton import build_model
-from nest_cp.exact.subproblems import (
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import IntraConfig
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.result import Space, Status
+from nest_cp.profiles import presets
+from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
+from nest_cp.solvers.exact.budget import Deadline, OutOfTime
+from nest_cp.solvers.exact.skeleton import build_model
+from nest_cp.solvers.exact.subproblems import (
     Shape,
     _ComputeSplits,
     build_subproblem,
     enumerate_subproblems,
     shapes_by_bound,
 )
-from nest_cp.generators import random_instance
-from nest_cp.model import IntraConfig
-from nest_cp.network import NetworkModel
-from nest_cp.result import Space, Status
+from nest_cp.solvers.registry import SolveOptions, backend_function, solve
 
 
 def _dp_hint(instance):

@@ -2,7 +2,7 @@
 and structured CP-SAT == DP, with every DESIGN §3.2 choice allowed.
 
 Seeded random tiny instances; objectives are compared, never plans.  Every result
-also passes nest_cp.backends.check_result (solve() referees it).  The kinds named
+also passes nest_cp.solvers.registry.check_result (solve() referees it).  The kinds named
 "interleaved…", "tp-ep…" and "crossed-tiers" allow the §3.2 choices: v ∈ {1, 2}
 (or v forced above 1), selective recomputation, overlapped gradient reduction,
 ZeRO-3 buffers, TP and EP collectives priced on their own groups.
@@ -16,13 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact import enumerate_subproblems
-from nest_cp.generators import latency_trap_instance, random_instance
-from nest_cp.model import HierarchicalNetwork, IntraConfig, RecomputeMode, Tier
-from nest_cp.result import Space, Status
+from nest_cp.harness.generators import latency_trap_instance, random_instance
+from nest_cp.model.instance import HierarchicalNetwork, IntraConfig, RecomputeMode, Tier
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.exact import enumerate_subproblems
+from nest_cp.solvers.registry import SolveOptions, solve
 
-pytest.importorskip("nest_cp.brute", reason="the shared brute-force oracle is not available")
+pytest.importorskip("nest_cp.solvers.brute",
+                    reason="the shared brute-force oracle is not available")
 
 WIDE_CONFIGS = (IntraConfig(), IntraConfig(2, 1), IntraConfig(1, 2))
 GROUPED_CONFIGS = (IntraConfig(2, 2), IntraConfig(2, 1))
@@ -181,11 +182,11 @@ def test_structured_space_takes_any_layout_order(monkeypatch):
     """Over all 24 orders of (t, e, stage, replica) (structured space v2) CP-SAT, the MILP,
     brute force and the DP agree, on an instance where that space beats the six t-innermost
     orders of the first structured space."""
-    import nest_cp.brute
-    import nest_cp.exact.driver
-    import nest_cp.exact.placement
-    import nest_cp.exact.skeleton
-    from nest_cp.plan import Dim, all_layouts
+    import nest_cp.solvers.brute
+    import nest_cp.solvers.exact.driver
+    import nest_cp.solvers.exact.placement
+    import nest_cp.solvers.exact.skeleton
+    from nest_cp.model.plan import Dim, all_layouts
 
     # light TP traffic, heavy dense gradients: the EP ranks belong inside a node, which
     # only orders with e before t give (DESIGN §4, structured space v2)
@@ -197,8 +198,8 @@ def test_structured_space_takes_any_layout_order(monkeypatch):
     assert _objective(instance, "dp", Space.STRUCTURED) == wide
     assert len(all_layouts()) == 24
     t_first = tuple(layout for layout in all_layouts() if layout.order[0] is Dim.TP)
-    for module in (nest_cp.brute, nest_cp.exact.driver, nest_cp.exact.placement,
-                   nest_cp.exact.skeleton):
+    for module in (nest_cp.solvers.brute, nest_cp.solvers.exact.driver,
+                   nest_cp.solvers.exact.placement, nest_cp.solvers.exact.skeleton):
         monkeypatch.setattr(module, "all_layouts", lambda: t_first)
     narrow = _objective(instance, "cpsat", Space.STRUCTURED)
     assert _objective(instance, "brute", Space.STRUCTURED) == narrow

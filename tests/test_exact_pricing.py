@@ -6,7 +6,7 @@ evaluator's objective to the tick, and the pinned model must be infeasible exact
 when the evaluator finds a stage over memory (with v > 1 memory couples a stage's
 chunks and is stated in the model).  Plans are drawn at random, not only optima, so
 every term is checked away from the optimum too.  Also: the stage-rounding split
-and the affine form of gradient syncs against nest_cp.cost.
+and the affine form of gradient syncs against nest_cp.cost.terms.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from nest_cp import cost
-from nest_cp.evaluate import evaluate
-from nest_cp.exact import enumerate_subproblems
-from nest_cp.exact.adapters import CpSatAdapter, MilpAdapter
-from nest_cp.exact.pricing import ChunkPricing, StageRounding
-from nest_cp.exact.skeleton import build_model, hint_model
-from nest_cp.generators import random_instance
-from nest_cp.model import IntraConfig, RecomputeMode
-from nest_cp.network import NetworkModel, Path
-from nest_cp.plan import Plan, Stage, all_layouts
-from nest_cp.result import Space
+from nest_cp.cost import terms as cost
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.network import NetworkModel, Path
+from nest_cp.model.plan import Plan, Stage, all_layouts
+from nest_cp.model.result import Space
+from nest_cp.solvers.exact import enumerate_subproblems
+from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
+from nest_cp.solvers.exact.pricing import ChunkPricing, StageRounding
+from nest_cp.solvers.exact.skeleton import build_model, hint_model
 
 MODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
 

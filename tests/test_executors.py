@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from nest_cp.cli import main
-from nest_cp.errors import BackendOptionError
-from nest_cp.executors import LocalExecutor, make_executor, run_ordered
-from nest_cp.progress import Progress
+from nest_cp.harness.executors import LocalExecutor, make_executor, run_ordered
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.progress import Progress
 
 SMALL = Path(__file__).parent.parent / "instances" / "small"
 FOUR = [SMALL / name for name in ("worked_example.json", "h2-dense-l3-d4.json",
@@ -86,11 +86,11 @@ def test_progress_logs_lines_under_verbose(caplog):
 def test_mcmc_reports_progress_under_verbose(caplog):
     """The MCMC baseline advances one step per proposal and logs its best objective."""
     from nest_cp import io
-    from nest_cp.backends import solve
-    from nest_cp.result import SolveOptions
+    from nest_cp.model.result import SolveOptions
+    from nest_cp.solvers.registry import solve
 
     instance = io.load_instance(FOUR[0])
-    with caplog.at_level(logging.INFO, logger="nest_cp.baselines.mcmc"):
+    with caplog.at_level(logging.INFO, logger="nest_cp.solvers.baselines.mcmc"):
         solve(instance, "mcmc", SolveOptions(extra={"budget": 40, "chains": 2}))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mcmc: ")]
     assert lines and lines[-1].startswith("mcmc: 40/40, best ")
@@ -99,11 +99,11 @@ def test_mcmc_reports_progress_under_verbose(caplog):
 def test_exact_search_reports_best_and_bound_under_verbose(caplog):
     """CP-SAT's sub-problem sweep logs the incumbent and the proven bound as it goes."""
     from nest_cp import io
-    from nest_cp.backends import solve
-    from nest_cp.result import SolveOptions
+    from nest_cp.model.result import SolveOptions
+    from nest_cp.solvers.registry import solve
 
     instance = io.load_instance(FOUR[1])
-    with caplog.at_level(logging.INFO, logger="nest_cp.exact.driver"):
+    with caplog.at_level(logging.INFO, logger="nest_cp.solvers.exact.driver"):
         result = solve(instance, "cpsat", SolveOptions(time_limit_s=20))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cpsat pass 1")]
     assert lines and f"best {result.objective_ticks}, bound {result.objective_ticks}" in \

@@ -16,20 +16,20 @@ from click.testing import CliRunner
 
 from nest_cp import io
 from nest_cp.cli import main
-from nest_cp.export import ExportFormat, export_plan, plan_view
-from nest_cp.export.deepspeed import DEEPSPEED_KEYS
-from nest_cp.export.megatron import (
+from nest_cp.cli.export import ExportFormat, export_plan, plan_view
+from nest_cp.cli.export.deepspeed import DEEPSPEED_KEYS
+from nest_cp.cli.export.megatron import (
     DEFAULT_ORDER,
     MEGATRON_ARGUMENTS,
     TP_PP_DP_ORDER,
     layout_string,
     megatron_parser,
 )
-from nest_cp.export.ranks import rank_roles
-from nest_cp.export.torchtitan import TORCHTITAN_KEYS
-from nest_cp.export.view import LayerKind
-from nest_cp.model import IntraConfig, RecomputeMode
-from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
+from nest_cp.cli.export.ranks import rank_roles
+from nest_cp.cli.export.torchtitan import TORCHTITAN_KEYS
+from nest_cp.cli.export.view import LayerKind
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
 
 DATA = Path(__file__).parent / "data"
 EXPORT = DATA / "export"
@@ -395,15 +395,17 @@ def test_selective_recompute_mix_names_each_mode():
 
 
 def test_export_report_and_tooling_import_only_lower_layers():
-    """export/, report, show sit above the evaluator; progress and executors import no backend."""
+    """export/, report, show import no solver, harness or command; progress and executors
+    import no backend."""
     import ast
 
     root = Path(__file__).parent.parent / "nest_cp"
-    above = ("nest_cp.backends", "nest_cp.dp", "nest_cp.exact", "nest_cp.baselines",
-             "nest_cp.cpsat", "nest_cp.milp", "nest_cp.brute", "nest_cp.verify",
-             "nest_cp.compare", "nest_cp.cli")
-    files = [*sorted((root / "export").glob("*.py")), root / "report.py", root / "show.py",
-             root / "progress.py", root / "executors.py"]
+    above = ("nest_cp.solvers", "nest_cp.dp", "nest_cp.verify", "nest_cp.harness.compare",
+             "nest_cp.cli.main", "nest_cp.cli.solve", "nest_cp.cli.evaluate",
+             "nest_cp.cli.instance", "nest_cp.cli.plans", "nest_cp.cli.calibrate")
+    files = [*sorted((root / "cli" / "export").glob("*.py")), root / "cli" / "report.py",
+             root / "cli" / "show.py", root / "model" / "progress.py",
+             root / "harness" / "executors.py"]
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = [node.module for node in ast.walk(tree)
@@ -412,4 +414,4 @@ def test_export_report_and_tooling_import_only_lower_layers():
              for alias in node.names]
         assert not [n for n in names if n.startswith(above)], path
         if path.name in ("progress.py", "executors.py"):
-            assert {n for n in names if n.startswith("nest_cp")} <= {"nest_cp.errors"}, path
+            assert {n for n in names if n.startswith("nest_cp")} <= {"nest_cp.model.errors"}, path

@@ -16,7 +16,7 @@ from nest_cp import (
     save_instance,
     save_plan,
 )
-from nest_cp.model import RecomputeMode
+from nest_cp.model.instance import RecomputeMode
 
 DATA = Path(__file__).parent / "data"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.exact.adapters import MilpAdapter
-from nest_cp.generators import random_instance
-from nest_cp.io import load_instance
-from nest_cp.model import IntraConfig
-from nest_cp.plan import Plan, uniform_stages
-from nest_cp.result import Space, Status
+from nest_cp.harness.generators import random_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import IntraConfig
+from nest_cp.model.plan import Plan, uniform_stages
+from nest_cp.model.result import Space, Status
+from nest_cp.solvers.exact.adapters import MilpAdapter
+from nest_cp.solvers.registry import SolveOptions, solve
 
 WORKED_OPTIMUM_TICKS = 27_099_000  # DESIGN §3.1
 
@@ -64,7 +64,7 @@ def test_cbc_proves_an_optimum_that_sits_on_a_term_upper_bound():
     """One layer, 3 devices, only d = 3 with ZeRO-2 fits: the optimum puts the sync term
     exactly at its largest value, where CBC's preprocessing once declared the feasible model
     infeasible (a review reproducer); the MILP must agree with the brute-force oracle."""
-    from nest_cp.model import (
+    from nest_cp.model.instance import (
         Cluster,
         HierarchicalNetwork,
         Instance,
@@ -96,8 +96,8 @@ def test_memory_within_the_milp_tolerance_is_told_apart_from_a_model_bug(data_di
     over is outside it (the driver raises ModelMismatch)."""
     import dataclasses
 
-    from nest_cp.evaluate import evaluate
-    from nest_cp.exact.driver import _over_memory_within
+    from nest_cp.cost.evaluate import evaluate
+    from nest_cp.solvers.exact.driver import _over_memory_within
 
     instance = load_instance(data_dir / "worked_example.json")
     plan = Plan(IntraConfig(), 1, 0, 2, uniform_stages(2, 2))

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 
 from nest_cp import CollectiveKind, NetworkModel, load_instance, to_ticks
-from nest_cp.network import Path as NetPath
-from nest_cp.network import collective_ticks, p2p_ticks
+from nest_cp.model.network import Path as NetPath
+from nest_cp.model.network import collective_ticks, p2p_ticks
 
 DATA = Path(__file__).parent / "data"
 

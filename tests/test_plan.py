@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from nest_cp.model import IntraConfig
-from nest_cp.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Dim, RankLayout, all_layouts
+from nest_cp.model.instance import IntraConfig
+from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Dim, RankLayout, all_layouts
 
 
 def test_all_layouts_are_the_24_orders_megatron_first():

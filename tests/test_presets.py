@@ -1,15 +1,21 @@
-"""Tests of the model, device and network presets (nest_cp.presets)."""
+"""Tests of the model, device and network presets (nest_cp.profiles.presets)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nest_cp.errors import InstanceFormatError
-from nest_cp.evaluate import evaluate
-from nest_cp.io import instance_from_dict
-from nest_cp.model import HierarchicalNetwork, Instance, IntraConfig, RecomputeMode, TrainingSetup
-from nest_cp.plan import Plan, Stage
-from nest_cp.presets import (
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.io.readers import instance_from_dict
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import (
+    HierarchicalNetwork,
+    Instance,
+    IntraConfig,
+    RecomputeMode,
+    TrainingSetup,
+)
+from nest_cp.model.plan import Plan, Stage
+from nest_cp.profiles.presets import (
     DEVICES,
     MODELS,
     NETWORKS,
@@ -181,7 +187,8 @@ def test_unknown_names_in_python_api():
 
 def test_preset_instance_round_trips_through_json(tmp_path):
     """A preset instance saved and loaded again evaluates a plan to the same objective."""
-    from nest_cp.io import load_instance, save_instance
+    from nest_cp.io.readers import load_instance
+    from nest_cp.io.writers import save_instance
 
     instance = build_instance("mixtral-8x7b", 64, "nest-h100-spineleaf", tp_widths=(1, 2),
                               ep_widths=(1, 4), zero_stages=(0, 3))

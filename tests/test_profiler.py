@@ -1,4 +1,4 @@
-"""Tests of the analytic transformer profiler (nest_cp.profiler)."""
+"""Tests of the analytic transformer profiler (nest_cp.profiles.profiler)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from nest_cp.errors import InstanceFormatError
-from nest_cp.model import CollectiveGroup, CollectiveKind, IntraConfig, Phase
-from nest_cp.presets import DEVICES, MODELS
-from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import CollectiveGroup, CollectiveKind, IntraConfig, Phase
+from nest_cp.profiles.presets import DEVICES, MODELS
+from nest_cp.profiles.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
 
 DEVICE = DEVICES["h100-sxm"]
 DENSE = IntraConfig()

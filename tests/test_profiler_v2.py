@@ -9,24 +9,24 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp import reference_formulas as megatron
 from nest_cp.cli import main
-from nest_cp.cost import in_flight, stage_memory_bytes
-from nest_cp.errors import InstanceFormatError
-from nest_cp.hfconfig import spec_from_description, spec_from_hf_config
-from nest_cp.io import load_instance
-from nest_cp.kernel_tables import H100_GEMM_OPENXLA
-from nest_cp.kernels import (
+from nest_cp.cost.terms import in_flight, stage_memory_bytes
+from nest_cp.harness.runs import megatron_chunks
+from nest_cp.io.readers import load_instance
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.profiles import reference_formulas as megatron
+from nest_cp.profiles.hfconfig import spec_from_description, spec_from_hf_config
+from nest_cp.profiles.kernel_tables import H100_GEMM_OPENXLA
+from nest_cp.profiles.kernels import (
     attention_seconds,
     fit_gemm_fixed_seconds,
     gemm_seconds,
     quantisation,
 )
-from nest_cp.model import IntraConfig, RecomputeMode
-from nest_cp.presets import DEVICES, MEGATRON_ADAM, MODELS, h100_with_gemm_fixed_time
-from nest_cp.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
-from nest_cp.runs import megatron_chunks
-from nest_cp.transformer import Activation, ModelKind, Norm, TransformerSpec
+from nest_cp.profiles.presets import DEVICES, MEGATRON_ADAM, MODELS, h100_with_gemm_fixed_time
+from nest_cp.profiles.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
+from nest_cp.profiles.transformer import Activation, ModelKind, Norm, TransformerSpec
 
 ROOT = Path(__file__).parent.parent
 MODELS_DIR = ROOT / "instances" / "models"

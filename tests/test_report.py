@@ -7,10 +7,10 @@ from click.testing import CliRunner
 
 from nest_cp import io
 from nest_cp.cli import main
-from nest_cp.evaluate import evaluate
-from nest_cp.model import IntraConfig
-from nest_cp.plan import Plan, Stage
-from nest_cp.report import device_groups, placement_lines, plan_report, ranges, usage_line
+from nest_cp.cli.report import device_groups, placement_lines, plan_report, ranges, usage_line
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.model.instance import IntraConfig
+from nest_cp.model.plan import Plan, Stage
 
 DATA = Path(__file__).parent / "data"
 SMALL = Path(__file__).parent.parent / "instances" / "small"

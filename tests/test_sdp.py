@@ -16,11 +16,7 @@ from hypothesis import strategies as st
 
 from nest_cp import evaluate, instance_to_dict, load_instance, load_plan, plan_to_dict
 from nest_cp.cli import main
-from nest_cp.errors import InstanceFormatError, PlanFormatError
-from nest_cp.io import instance_from_dict, plan_from_dict
-from nest_cp.model import RecomputeMode, SdpLevel, SdpMasking, Strategy
-from nest_cp.plan import SdpMask
-from nest_cp.sdp import (
+from nest_cp.cost.sdp import (
     SdpDesign,
     UnitTable,
     design_mask,
@@ -28,6 +24,10 @@ from nest_cp.sdp import (
     unit_table,
     worker_graph_connectivity,
 )
+from nest_cp.io.readers import instance_from_dict, plan_from_dict
+from nest_cp.model.errors import InstanceFormatError, PlanFormatError
+from nest_cp.model.instance import RecomputeMode, SdpLevel, SdpMasking, Strategy
+from nest_cp.model.plan import SdpMask
 
 DATA = Path(__file__).parent / "data"
 
@@ -198,7 +198,7 @@ def test_a_plain_plan_on_an_sdp_only_instance_names_the_strategy(tmp_path):
 
 
 def _table(units_per_layer: list[int], level: SdpLevel) -> UnitTable:
-    from nest_cp.generators import random_sdp_instance
+    from nest_cp.harness.generators import random_sdp_instance
 
     instance = random_sdp_instance(0, num_blocks=len(units_per_layer), units=max(
         units_per_layer), levels=(level,))
@@ -240,8 +240,8 @@ def test_cyclic_ring_connectivity_and_grouped_disconnection():
 def test_neuron_level_shares_split_width_but_keep_collectives_shared():
     """At neuron level a unit carries f/U of the width quantities and no collective; the
     shared part carries 1 - f and every collective (the residual stream does not narrow)."""
-    from nest_cp.generators import random_sdp_instance
-    from nest_cp.model import IntraConfig
+    from nest_cp.harness.generators import random_sdp_instance
+    from nest_cp.model.instance import IntraConfig
 
     instance = random_sdp_instance(3, units=4, levels=(SdpLevel.NEURON,),
                                    configs=(IntraConfig(2, 1),))
@@ -352,7 +352,7 @@ def test_rank_by_is_refused_by_backends_without_sdp():
                                        max_denominator=40), max_size=3))
 def test_holder_counts_lists_exactly_what_allows_accepts(workers, holders, coverages):
     """SdpSetup.holder_counts(d) is the ascending list of the h that allows(h, d) accepts."""
-    from nest_cp.model import SdpSetup
+    from nest_cp.model.instance import SdpSetup
 
     setup = SdpSetup(holders=tuple(dict.fromkeys(holders)),
                      coverages=() if holders else tuple(dict.fromkeys(coverages)))

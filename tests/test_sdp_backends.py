@@ -5,7 +5,7 @@ vectorised pricing equals the evaluator's on random masks and placements; in the
 structured space the DP, brute force, CP-SAT and the MILP reach the same optimum (the
 algorithmic certificate); in the full space CP-SAT, the MILP and brute force agree and
 are never worse than the structured optimum.  Every result passes the registry's
-referee (``nest_cp.backends.solve``).
+referee (``nest_cp.solvers.registry.solve``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from nest_cp import evaluate, load_instance
-from nest_cp.backends import check_result, solve
+from nest_cp.cost.sdp import mask_violations, unit_table
 from nest_cp.dp.sdp import price_plan
-from nest_cp.errors import BackendOptionError, InvalidPlan
-from nest_cp.generators import random_sdp_instance
-from nest_cp.model import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
-from nest_cp.plan import Plan, SdpMask, Stage
-from nest_cp.result import SolveOptions, Space, Status
-from nest_cp.sdp import mask_violations, unit_table
+from nest_cp.harness.generators import random_sdp_instance
+from nest_cp.model.errors import BackendOptionError, InvalidPlan
+from nest_cp.model.instance import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
+from nest_cp.model.plan import Plan, SdpMask, Stage
+from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.registry import check_result, solve
 
 DATA = Path(__file__).parent / "data"
 BOTH_LEVELS = (SdpLevel.BLOCK, SdpLevel.NEURON)
@@ -185,7 +185,7 @@ def test_verify_writes_an_sdp_section(tmp_path):
 
 def test_malformed_sdp_reference_is_bad_input(tmp_path):
     """A reference whose SDP part holds a T_eff that is not a rational names the field."""
-    from nest_cp.errors import InstanceFormatError
+    from nest_cp.model.errors import InstanceFormatError
     from nest_cp.verify.harness import load_reference
 
     instance = tmp_path / "x.json"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp.executors import LocalExecutor
-from nest_cp.generators import draw_tiny_recipe, structured_plan_count, tiny_instance
-from nest_cp.io import load_instance
+from nest_cp.harness.executors import LocalExecutor
+from nest_cp.harness.generators import draw_tiny_recipe, structured_plan_count, tiny_instance
+from nest_cp.io.readers import load_instance
 from nest_cp.verify import soak
 
 REPRODUCERS = sorted((Path(__file__).parent / "data" / "soak").glob("*.json"))

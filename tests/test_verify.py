@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nest_cp.backends import BACKENDS
+from nest_cp.solvers.registry import BACKENDS
 from nest_cp.verify.cli import table_command, verify_command
 from nest_cp.verify.harness import reference_path
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nest_cp.backends import SolveOptions
-from nest_cp.io import load_instance
-from nest_cp.result import Space
+from nest_cp.io.readers import load_instance
+from nest_cp.model.result import Space
+from nest_cp.solvers.registry import SolveOptions
 from nest_cp.verify import certify
 from nest_cp.verify.cache import ResultCache, code_fingerprint, result_key, source_roots
 from nest_cp.verify.reference import space_entry
@@ -150,9 +150,9 @@ def _source_copy(tmp_path: Path) -> tuple[Path, ...]:
     return copies
 
 
-@pytest.mark.parametrize("edited", ["nest_cp/exact/__init__.py", "nest_cp/cost.py",
-                                    "nest_cp/evaluate.py", "dp/kernel.py",
-                                    "nest_cp/baselines/__init__.py", "verify/certify.py"])
+@pytest.mark.parametrize("edited", ["nest_cp/solvers/exact/__init__.py", "nest_cp/cost/terms.py",
+                                    "nest_cp/cost/evaluate.py", "dp/kernel.py",
+                                    "nest_cp/solvers/baselines/__init__.py", "verify/certify.py"])
 def test_code_fingerprint_changes_with_any_source_file(tmp_path: Path, edited: str):
     """Editing any .py under nest_cp/, dp/ or verify/ (not only a backend's module) changes keys."""
     roots = _source_copy(tmp_path)
@@ -178,10 +178,11 @@ def test_code_fingerprint_names_the_solver_versions():
 
 
 def test_code_fingerprint_changes_when_a_source_file_is_added(tmp_path: Path):
-    """A new module under nest_cp/exact changes the fingerprint too."""
+    """A new module under nest_cp/solvers/exact changes the fingerprint too."""
     roots = _source_copy(tmp_path)
     before = code_fingerprint(roots)
-    (tmp_path / "nest_cp" / "exact" / "new_model.py").write_text("X = 1\n", encoding="utf-8")
+    new_module = tmp_path / "nest_cp" / "solvers" / "exact" / "new_model.py"
+    new_module.write_text("X = 1\n", encoding="utf-8")
     assert code_fingerprint(roots) != before
 
 

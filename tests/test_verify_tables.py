@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nest_cp.compare import read_csv
-from nest_cp.compare import render_latex as render_compare_latex
+from nest_cp.harness.compare import read_csv
+from nest_cp.harness.compare import render_latex as render_compare_latex
 from nest_cp.verify import tables
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from nest_cp import __version__
-from nest_cp.backends import SolveOptions
-from nest_cp.io import instance_to_dict, plan_to_dict
-from nest_cp.model import Instance
+from nest_cp.io.writers import instance_to_dict, plan_to_dict
+from nest_cp.model.instance import Instance
+from nest_cp.solvers.registry import SolveOptions
 
 LOGGER = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def solver_versions() -> dict[str, str]:
 def tree_digest(roots: tuple[Path, ...]) -> str:
     """SHA-256 (first 16 hex digits) of every ``.py`` file under ``roots``: paths and contents.
 
-    Paths are taken relative to each root's parent (``nest_cp/exact/model.py``,
+    Paths are taken relative to each root's parent (``nest_cp/solvers/exact/model.py``,
     ``dp/planner.py``) and sorted, so the digest depends on the code only, not on
     where it is checked out.
     """

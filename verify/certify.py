@@ -1,7 +1,7 @@
 """Certificates, gaps and consistency checks over one instance's backend runs (DESIGN §4).
 
 Every function here reads *run records*: plain dicts with ``backend``, ``space``
-(``"full"``/``"structured"``), ``status`` (a :class:`nest_cp.result.Status` value,
+(``"full"``/``"structured"``), ``status`` (a :class:`nest_cp.model.result.Status` value,
 or ``UNAVAILABLE``/``ERROR``/``INVALID`` for runs that produced nothing usable),
 ``objective_ticks``, ``bound_ticks`` and optionally ``tolerance_rel``: an OPTIMAL
 with a tolerance (the MILP's floating-point proofs) proves only its bound, so it
@@ -19,7 +19,7 @@ Facts the checks rest on:
 
 from __future__ import annotations
 
-from nest_cp.result import Space, Status
+from nest_cp.model.result import Space, Status
 
 EXACT_BACKENDS = ("cpsat", "milp", "brute")
 PLAN_STATUSES = (Status.OPTIMAL.value, Status.FEASIBLE.value)

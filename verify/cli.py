@@ -1,7 +1,7 @@
 """``nest-cp verify``, ``table`` and ``soak``: certify instances, write and regenerate gap
 tables, cross-check every backend on thousands of random tiny instances.
 
-Exit codes (:mod:`nest_cp.exits`) of ``verify``: 0 when every requested backend
+Exit codes (:mod:`nest_cp.model.exits`) of ``verify``: 0 when every requested backend
 was available, every plan passed the evaluator, every algorithmic certificate held,
 no result contradicted a stored reference (or changed from a regression snapshot)
 and at least one instance was certified; 1 otherwise; 2 for bad input (a malformed
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import click
 
-from nest_cp.errors import NestCpError
-from nest_cp.executors import Executor, ExecutorKind, executor_options, make_executor
-from nest_cp.exits import ExitCode, GuardedCommand
-from nest_cp.io import load_instance, read_document
-from nest_cp.progress import Progress
+from nest_cp.harness.executors import Executor, ExecutorKind, executor_options, make_executor
+from nest_cp.io.readers import load_instance
+from nest_cp.model.documents import read_document
+from nest_cp.model.errors import NestCpError
+from nest_cp.model.exits import ExitCode, GuardedCommand
+from nest_cp.model.progress import Progress
 from nest_cp.verify import certified_tables, fullcert, soak, tables
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
 from nest_cp.verify.harness import (
@@ -109,7 +110,7 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               help="Progress bar on stderr (drawn only on a terminal).")
 @click.option("--certify-full", is_flag=True,
               help="Instead of the exact backends: prove full-space intervals [lower bound, "
-                   "best plan] at paper scale (nest_cp.certify) and write "
+                   "best plan] at paper scale (nest_cp.solvers.certify) and write "
                    "certified.{json,md,csv,tex}.")
 @executor_options
 def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,

@@ -1,7 +1,7 @@
 """``nest-cp verify PATHS --certify-full``: proven full-space intervals at paper scale.
 
 For every instance the DP plans first (its plan is the hint, priced by the
-evaluator); then :func:`nest_cp.certify.certify_full` bounds the full space and
+evaluator); then :func:`nest_cp.solvers.certify.certify_full` bounds the full space and
 looks for better plans within the time limit.  One record per instance is cached
 by :mod:`nest_cp.verify.cache` (keyed by instance content, options and the code),
 so an interrupted run resumes; a cached record is refereed again (its plans
@@ -21,17 +21,19 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from nest_cp.backends import backend_function
-from nest_cp.certify import certify_full, unsupported
-from nest_cp.errors import NestCpError
-from nest_cp.evaluate import evaluate
-from nest_cp.executors import Executor, run_ordered
-from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
-from nest_cp.model import Instance
-from nest_cp.network import NetworkModel
-from nest_cp.plan import Plan
-from nest_cp.progress import Progress
-from nest_cp.result import SolveOptions, Space
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.executors import Executor, run_ordered
+from nest_cp.io.readers import load_instance, plan_from_dict
+from nest_cp.io.writers import plan_to_dict
+from nest_cp.model.documents import read_document
+from nest_cp.model.errors import NestCpError
+from nest_cp.model.instance import Instance
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan
+from nest_cp.model.progress import Progress
+from nest_cp.model.result import SolveOptions, Space
+from nest_cp.solvers.certify import certify_full, unsupported
+from nest_cp.solvers.registry import backend_function
 from nest_cp.verify import certified_tables
 from nest_cp.verify.cache import ResultCache, code_fingerprint, instance_digest, result_key
 

@@ -7,10 +7,10 @@ in the space the backend itself reports (mcmc searches the full space whatever i
 is asked).  A stored reference is either *independent* (an exact solver proved
 it) and checked as a proof, or a *regression snapshot* (the DP's own earlier
 output) that only says whether the DP's answer changed.  Every result goes
-through :func:`nest_cp.backends.solve`, which referees the plan with the
+through :func:`nest_cp.solvers.registry.solve`, which referees the plan with the
 evaluator; cached results are refereed again when read.  The analysis lives in
 :mod:`nest_cp.verify.certify`.  Instances run in parallel on an executor
-(:mod:`nest_cp.executors`: a local process pool or Ray tasks); each solve is cached
+(:mod:`nest_cp.harness.executors`: a local process pool or Ray tasks); each solve is cached
 by :mod:`nest_cp.verify.cache`, so an interrupted run resumes.
 """
 
@@ -22,13 +22,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nest_cp.backends import BACKENDS, backend_function, check_result, solve
-from nest_cp.errors import InstanceFormatError, InvalidPlan, NestCpError
-from nest_cp.executors import Done, Executor, LocalExecutor, run_ordered
-from nest_cp.io import load_instance, plan_from_dict, plan_to_dict, read_document
-from nest_cp.model import HierarchicalNetwork, Instance
-from nest_cp.plan import Plan
-from nest_cp.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.harness.executors import Done, Executor, LocalExecutor, run_ordered
+from nest_cp.io.readers import load_instance, plan_from_dict
+from nest_cp.io.writers import plan_to_dict
+from nest_cp.model.documents import read_document
+from nest_cp.model.errors import InstanceFormatError, InvalidPlan, NestCpError
+from nest_cp.model.instance import HierarchicalNetwork, Instance
+from nest_cp.model.plan import Plan
+from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.solvers.registry import BACKENDS, backend_function, check_result, solve
 from nest_cp.verify import certify, sdp
 from nest_cp.verify.cache import (
     DEFAULT_CACHE_DIR,
@@ -411,7 +413,7 @@ def run_tasks(tasks: list[Task], jobs: int = 1,
               executor: Executor | None = None) -> list[dict]:
     """Verify every task on ``executor`` (default: ``jobs`` local processes); task order.
 
-    Any executor gives the same records (:mod:`nest_cp.executors`): a task's bad
+    Any executor gives the same records (:mod:`nest_cp.harness.executors`): a task's bad
     input stops the run, a worker that crashed becomes a failed record.
     """
     def collect(done: Done) -> None:

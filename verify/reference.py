@@ -25,8 +25,8 @@ from pathlib import Path
 import click
 
 from nest_cp import __version__
-from nest_cp.io import write_document
-from nest_cp.result import Space, Status
+from nest_cp.model.documents import write_document
+from nest_cp.model.result import Space, Status
 from nest_cp.verify import certify, sdp
 from nest_cp.verify.harness import (
     INDEPENDENT,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from nest_cp.errors import InstanceFormatError
-from nest_cp.io import plan_from_dict, plan_to_dict
-from nest_cp.result import SolveResult, Space, Status
+from nest_cp.io.readers import plan_from_dict
+from nest_cp.io.writers import plan_to_dict
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.result import SolveResult, Space, Status
 from nest_cp.verify import certify
 
 UNUSABLE = certify.UNUSABLE_STATUSES

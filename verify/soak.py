@@ -1,7 +1,7 @@
 """The soak: thousands of seeded random tiny instances, every backend against every other.
 
 Protocol.  Seed s (s = first_seed, first_seed + 1, ...) draws one tiny instance
-(:func:`nest_cp.generators.draw_tiny_recipe`: 1-6 layers, 2-16 devices, hierarchies
+(:func:`nest_cp.harness.generators.draw_tiny_recipe`: 1-6 layers, 2-16 devices, hierarchies
 and graphs with parallel links, dense and MoE, memory from tight to loose, every
 training choice the cost model has; choices are dropped until the structured space
 holds at most ``max_structured_plans`` plans).  On every instance the DP and brute
@@ -9,11 +9,11 @@ force run in the structured space; on a seeded sample (``sample_rate``, 10%) CP-
 and the MILP (HiGHS and CBC alternately) also run in both spaces, hinted with the
 DP plan on even seeds, and brute force in the full space where it has at most
 ``max_full_placements`` placements.  Every run goes through
-:func:`nest_cp.backends.solve`, so the evaluator re-checks every plan and objective;
+:func:`nest_cp.solvers.registry.solve`, so the evaluator re-checks every plan and objective;
 the runs are then compared by :mod:`nest_cp.verify.certify` (no plan below another
 run's proven bound or optimum, no plan where infeasibility is proven, the DP equal
 to every structured optimum).  About a fifth of the seeds with at most 8 devices
-also allow SDP (DESIGN §7; :data:`nest_cp.generators.SDP_SHARE`): every backend's SDP
+also allow SDP (DESIGN §7; :data:`nest_cp.harness.generators.SDP_SHARE`): every backend's SDP
 search is then compared the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and
 the full-space brute force runs only where its SDP enumeration is small enough too.
 A run that raises (an internal error, a crash) is a
@@ -25,7 +25,7 @@ Every disagreement is saved as a reproducer instance under ``tests/data/soak/``
 to a state file keyed by the protocol and the code fingerprint, so an interrupted
 run continues where it stopped and a run with other code starts afresh.
 
-The work items run on a :class:`nest_cp.executors.Executor` (local processes or
+The work items run on a :class:`nest_cp.harness.executors.Executor` (local processes or
 Ray tasks, ``--executor``), like verify's and compare's.
 """
 
@@ -43,13 +43,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nest_cp import __version__, brute_sdp
-from nest_cp.backends import solve
-from nest_cp.executors import Executor, LocalExecutor
-from nest_cp.generators import draw_tiny_recipe, tiny_instance
-from nest_cp.io import instance_to_dict, write_document
-from nest_cp.model import Strategy
-from nest_cp.result import SolveOptions, SolveResult, Space, Status
+from nest_cp import __version__
+from nest_cp.harness.executors import Executor, LocalExecutor
+from nest_cp.harness.generators import draw_tiny_recipe, tiny_instance
+from nest_cp.io.writers import instance_to_dict
+from nest_cp.model.documents import write_document
+from nest_cp.model.instance import Strategy
+from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.solvers import brute_sdp
+from nest_cp.solvers.registry import solve
 from nest_cp.verify import certify
 from nest_cp.verify import sdp as sdp_records
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR, code_fingerprint, digest, solver_versions
@@ -328,7 +330,8 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
     versions = ", ".join(f"{name} {version}" for name, version in solver_versions().items())
     lines += ["", "## Protocol", "",
               "Written by `nest-cp soak` (`verify/soak.py`; its docstring states the checks). "
-              "Each seed draws one instance with `nest_cp.generators.draw_tiny_recipe`; the DP "
+              "Each seed draws one instance with "
+              "`nest_cp.harness.generators.draw_tiny_recipe`; the DP "
               "and structured brute force run on all (with their SDP searches where the seed "
               "allows SDP, compared by T_eff), CP-SAT and the MILP (HiGHS on even "
               "seeds, CBC on odd; the DP plan as hint on even seeds) in both spaces on the "

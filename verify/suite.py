@@ -683,7 +683,7 @@ Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
   the others) and Mixtral's expert width 4: NEST (arXiv 2603.06798) and its artifact
   `scai-tech/Nest`, as restated in DESIGN.md §6.
 - The files reference presets; `nest_cp/io.py` expands them with
-  `nest_cp.presets.workload_from_preset` / `cluster_from_preset`, where every model,
+  `nest_cp.profiles.presets.workload_from_preset` / `cluster_from_preset`, where every model,
   device and network number carries its citation (model hyperparameters from the model
   papers, device peaks from datasheets and kernel efficiencies from kernel
   microbenchmarks (`docs/device-model.md`), the two networks from DESIGN §6: tiers
@@ -714,7 +714,7 @@ optimizer 2/2/12 B per parameter), with the training choices of DESIGN.md §3.2 
 
 - `recompute: ["none", "selective", "full"]` per stage (replacing `allow_recompute: true`,
   which allows none and full). Selective recomputation needs `sel_fwd_s` / `sel_act_bytes`
-  in every profile; the kernel-level profiler (`nest_cp/profiler.py`, expanded from the
+  in every profile; the kernel-level profiler (`nest_cp/profiles/profiler.py`, expanded from the
   presets by `nest_cp/io.py`) fills them for every layer: the attention core's forward time
   and the activation bytes a block keeps without it (Korthikanti et al. 2022); layers
   without attention recompute nothing and keep every activation.

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from nest_cp.result import Space, status_text
+from nest_cp.model.result import Space, status_text
 from nest_cp.verify import sdp
 
 FORMATS = ("md", "csv", "tex")

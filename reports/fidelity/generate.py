@@ -26,16 +26,23 @@ from pathlib import Path
 
 import numpy as np
 
-from nest_cp import reference_formulas as megatron
-from nest_cp.calibrate import Measurement, calibrate
-from nest_cp.evaluate import evaluate
-from nest_cp.hfconfig import spec_from_description
-from nest_cp.kernel_tables import H100_GEMM_OPENXLA
-from nest_cp.kernels import gemm_seconds
-from nest_cp.model import Instance, Layer, Optimizer, Workload
-from nest_cp.presets import DEVICES, MEGATRON_ADAM, h100_with_gemm_fixed_time
-from nest_cp.profiler import AttentionKind
-from nest_cp.runs import Prediction, RecomputeMode, Run, build, model_flops_per_iteration, predict
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.calibrate import Measurement, calibrate
+from nest_cp.harness.runs import (
+    Prediction,
+    RecomputeMode,
+    Run,
+    build,
+    model_flops_per_iteration,
+    predict,
+)
+from nest_cp.model.instance import Instance, Layer, Optimizer, Workload
+from nest_cp.profiles import reference_formulas as megatron
+from nest_cp.profiles.hfconfig import spec_from_description
+from nest_cp.profiles.kernel_tables import H100_GEMM_OPENXLA
+from nest_cp.profiles.kernels import gemm_seconds
+from nest_cp.profiles.presets import DEVICES, MEGATRON_ADAM, h100_with_gemm_fixed_time
+from nest_cp.profiles.profiler import AttentionKind
 
 HERE = Path(__file__).parent
 DEVICE = "h100-sxm"
@@ -68,7 +75,7 @@ def load_rows(path: Path) -> tuple[dict, list[Row]]:
 def megatron_memory(run: Run, cap_in_flight: bool = False) -> float:
     """Megatron's theoretical first-stage memory for the run (distributed optimizer);
     ``cap_in_flight``: interleaved activations capped at the iteration's v m
-    chunk-microbatches (:func:`nest_cp.reference_formulas.activation_bytes`)."""
+    chunk-microbatches (:func:`nest_cp.profiles.reference_formulas.activation_bytes`)."""
     spec = run.model
     return megatron.memory_bytes(megatron.MegatronRun(
         layers=spec.num_layers, hidden=spec.hidden, heads=spec.num_heads,
@@ -385,8 +392,8 @@ def write_readme(doc: dict, results, half: dict[str, float],
     lines += ["", "; ".join(summary) + "."]
     lines += ["", "## Kernel check: the GEMM model against measured H100 GEMMs", "",
               "Measured bf16 GEMM times (OpenXLA's sm_90 matmul table, "
-              "`nest_cp.kernel_tables.H100_GEMM_OPENXLA`: 72 shapes, 256-4096 in m, n, k) "
-              "against `nest_cp.kernels.gemm_seconds` with the `h100-sxm` preset: its one "
+              "`nest_cp.profiles.kernel_tables.H100_GEMM_OPENXLA`: 72 shapes, 256-4096 in m, n, k) "
+              "against `nest_cp.profiles.kernels.gemm_seconds` with the `h100-sxm` preset: its one "
               "fitted constant, the fixed time per kernel, comes from this table (each half of "
               "it gives the same value within 0.1 us); without it (tile and wave quantisation "
               "only) the errors are those of the last column.", "",

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nest_cp import cost
-from nest_cp.backends import SolveOptions, solve
-from nest_cp.compare import MISSING
-from nest_cp.io import load_instance
+from nest_cp.cost import terms as cost
+from nest_cp.harness.compare import MISSING
+from nest_cp.io.readers import load_instance
+from nest_cp.solvers.registry import SolveOptions, solve
 
 HERE = Path(__file__).parent
 INSTANCES = HERE.parent.parent / "instances" / "paper"

@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from nest_cp.compare import MISSING, Row, read_csv
+from nest_cp.harness.compare import MISSING, Row, read_csv
 
 HERE = Path(__file__).parent
 DEFAULT_REFERENCE = HERE / "nest_published.json"  # inside the repository, with its source

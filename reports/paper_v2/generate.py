@@ -43,9 +43,9 @@ def snapshot_ticks(instance: Path) -> int:
 
 def dp_plan(instance: Path, expected_ticks: int) -> dict:
     """The DP's plan on ``instance`` as the table reads it; its optimum must be the snapshot's."""
-    from nest_cp.backends import solve
-    from nest_cp.evaluate import evaluate
-    from nest_cp.io import load_instance
+    from nest_cp.cost.evaluate import evaluate
+    from nest_cp.io.readers import load_instance
+    from nest_cp.solvers.registry import solve
 
     problem = load_instance(instance)
     result = solve(problem, "dp")

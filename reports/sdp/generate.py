@@ -57,7 +57,7 @@ def base_document(inputs: dict, model: str, network: str, devices: int) -> dict:
 
 def load(document: dict, **training):
     """The instance of ``document`` with ``training`` fields replaced (files relative here)."""
-    from nest_cp.io import instance_from_dict
+    from nest_cp.io.readers import instance_from_dict
 
     document = json.loads(json.dumps(document))
     document["training"].update(training)
@@ -69,10 +69,10 @@ def load(document: dict, **training):
 
 def memory_rows(inputs: dict, log) -> list[dict]:
     """Per-device memory of one worker under every strategy (see inputs.json, "memory")."""
-    from nest_cp.evaluate import evaluate
-    from nest_cp.model import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
-    from nest_cp.plan import Plan, SdpMask, Stage
-    from nest_cp.sdp import SdpDesign, design_mask, unit_table
+    from nest_cp.cost.evaluate import evaluate
+    from nest_cp.cost.sdp import SdpDesign, design_mask, unit_table
+    from nest_cp.model.instance import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
+    from nest_cp.model.plan import Plan, SdpMask, Stage
 
     settings = inputs["memory"]
     rows = []
@@ -140,8 +140,8 @@ def step_rows(inputs: dict, log) -> list[dict]:
 
 def _plain(instance) -> dict:
     """The DP's plain plan, priced by the evaluator (the referee)."""
+    from nest_cp.cost.evaluate import evaluate
     from nest_cp.dp.planner import solve
-    from nest_cp.evaluate import evaluate
 
     result = solve(instance)
     if result.plan is None:
@@ -158,8 +158,8 @@ def _plain(instance) -> dict:
 
 def _sdp(instance) -> dict:
     """The DP's best SDP plan at one coverage, checked against the evaluator."""
+    from nest_cp.cost.evaluate import evaluate
     from nest_cp.dp.sdp import solve_sdp
-    from nest_cp.evaluate import evaluate
 
     result = solve_sdp(instance)
     if result.plan is None:
@@ -288,7 +288,7 @@ def _worst(steps: list[dict], coverages: list[str]) -> str:
 
 def fits_table(memory: list[dict], coverages: list[str]) -> list[str]:
     """Which one-stage data-parallel strategies fit each NEST device (64 / 90 GiB)."""
-    from nest_cp.presets import DEVICES
+    from nest_cp.profiles.presets import DEVICES
 
     limits = {name: DEVICES[name].hbm_bytes for name in ("nest-tpuv4", "nest-h100")}
     head = ["model", "recompute", "HBM", "DDP", "ZeRO-1", "ZeRO-3"] + \

@@ -1,0 +1,5 @@
+"""``python -m nest_cp.cli``: the ``nest-cp`` command."""
+
+from nest_cp.cli.main import main
+
+main()

@@ -1,0 +1,175 @@
+"""``nest-cp evaluate``: price a plan (a file, or degrees spelled out) with the evaluator."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+import click
+
+from nest_cp import io
+from nest_cp.cli.options import percent, rate, reject_options, tflops
+from nest_cp.cli.report import plan_report
+from nest_cp.cost.evaluate import Evaluation, evaluate
+from nest_cp.model.errors import PlanFormatError
+from nest_cp.model.exits import ExitCode
+from nest_cp.model.instance import Instance, IntraConfig
+from nest_cp.model.plan import Plan, uniform_stages
+
+
+@click.command("evaluate")
+@click.argument("instance_path", metavar="INSTANCE", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="[PLAN]", required=False, type=click.Path(dir_okay=False))
+@click.option("--pp", type=click.IntRange(min=1), help="Without PLAN: pipeline depth p.")
+@click.option("--dp", "dp_degree", type=click.IntRange(min=1), help="Without PLAN: replicas d.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--microbatch", "--mbs", "microbatch", type=click.IntRange(min=1), default=1,
+              show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
+@click.option("--vp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Without PLAN: virtual stages v (interleaved 1F1B; S*v chunks).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
+              default="none", show_default=True,
+              help="Without PLAN: every stage's mode, or full on all stages but the last.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
+                     dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
+                     vp: int, recompute: str, as_json: bool) -> None:
+    """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
+
+    Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
+    instance at all (unknown configuration, bad split or placement).
+    """
+    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute")
+    if plan_path is not None:
+        reject_options(degree_options, "with a PLAN file")
+    inst = io.load_instance(instance_path)
+    if plan_path is not None:
+        plan = io.load_plan(plan_path)
+    elif pp is not None and dp_degree is not None:
+        if pp * vp > inst.workload.num_layers:
+            raise click.BadParameter(f"expected --pp x --vp <= {inst.workload.num_layers} "
+                                     f"layers, got {pp} x {vp}", param_hint="--pp")
+        plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
+                    uniform_stages(inst.workload.num_layers, pp, recompute, vp),
+                    virtual_stages=vp)
+        inst = _admit_choices(inst, plan)
+    else:
+        raise click.UsageError("expected a PLAN file or both --pp and --dp")
+    evaluation = evaluate(inst, plan)
+    if evaluation.malformed_fields:
+        if plan_path is None:
+            raise click.UsageError(f"the plan from the options does not fit the instance: "
+                                   f"{evaluation.violations[0]}")
+        raise PlanFormatError(f"expected a plan that fits the instance: "
+                              f"{evaluation.violations[0]}", file=plan_path,
+                              field=evaluation.malformed_fields[0])
+    peak = inst.cluster.peak_flops_per_s
+    if as_json:
+        data = evaluation.as_dict()
+        data["tflops_per_gpu"] = (None if evaluation.mfu is None or peak is None
+                                  else evaluation.mfu * peak / 1e12)
+        click.echo(json.dumps(data, indent=1))
+    else:
+        click.echo(_evaluation_table(inst, evaluation, peak))
+    sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
+
+
+def _admit_choices(inst: Instance, plan: Plan) -> Instance:
+    """The instance with its search space widened to the ZeRO stage, virtual stages and
+    recomputation modes a what-if plan from the command line asks for (a note says which).
+
+    The allowed lists bound what the solvers search; a plan the user spells out is
+    priced by the same cost model whether or not a solver would have searched it.
+    Microbatch sizes and intra-layer configurations are not widened: they need profiles.
+    """
+    training = inst.training
+    modes = tuple(dict.fromkeys(stage.recompute for stage in plan.stages))
+    added = {"ZeRO stage": [plan.zero] if plan.zero not in training.zero_stages else [],
+             "virtual stages": ([plan.virtual_stages]
+                                if plan.virtual_stages not in training.virtual_stages else []),
+             "recompute": [m.value for m in modes if m not in training.recompute_modes]}
+    added = {name: values for name, values in added.items() if values}
+    if not added:
+        return inst
+    click.echo("note: evaluating outside the instance's search space ("
+               + ", ".join(f"{name} {', '.join(map(str, values))}"
+                           for name, values in added.items()) + ")", err=True)
+    widened = replace(training,
+                      zero_stages=tuple(sorted({*training.zero_stages, plan.zero})),
+                      virtual_stages=tuple(sorted({*training.virtual_stages,
+                                                   plan.virtual_stages})),
+                      recompute_modes=tuple(dict.fromkeys((*training.recompute_modes,
+                                                           *modes))))
+    return replace(inst, training=widened)
+
+
+def _evaluation_table(inst: Instance, evaluation: Evaluation,
+                      peak_flops_per_s: float | None = None) -> str:
+    if evaluation.sdp is not None:
+        return _sdp_evaluation_table(evaluation)
+    plan = evaluation.plan
+    head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+            f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
+            f"dp={plan.num_replicas} ({plan.num_devices_used} devices)")
+    if evaluation.objective_ticks is None:
+        return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
+    tick_ms = inst.training.tick_s * 1e3
+    tau = "tau_chunk" if plan.virtual_stages > 1 else "tau_max"
+    rows = [head, plan_report(inst, evaluation),
+            f"microbatches per replica m = {evaluation.num_microbatches}, "
+            f"{tau} = {evaluation.tau_max_ticks} ticks ({evaluation.tau_max_ticks * tick_ms:.3f}"
+            f" ms), T_sync = {evaluation.exposed_sync_ticks} ticks exposed of "
+            f"{evaluation.sync_ticks} ({evaluation.exposed_sync_ticks * tick_ms:.3f} ms of "
+            f"{evaluation.sync_ticks * tick_ms:.3f} ms)",
+            f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s, "
+            f"{rate(evaluation.throughput_samples_per_s, 2)} samples/s, "
+            f"{rate(evaluation.throughput_tokens_per_s, 0)} tokens/s, "
+            f"{tflops(evaluation.mfu, peak_flops_per_s)} TF/s per GPU (model FLOPs), "
+            f"MFU {percent(evaluation.mfu)}, HFU {percent(evaluation.hfu)}",
+            "feasible" if evaluation.feasible else "INFEASIBLE:"]
+    rows += [f"  - {v}" for v in evaluation.violations]
+    return "\n".join(rows)
+
+
+def _sdp_evaluation_table(evaluation: Evaluation) -> str:
+    """An SDP plan (DESIGN §7): one row per worker, then T, T_eff and the memory saved."""
+    plan, report = evaluation.plan, evaluation.sdp
+    head = (f"plan: SDP {report.level.value} level, {report.masking.value} masking, "
+            f"h={report.holders} of d={len(report.workers)} workers (C = {report.coverage}), "
+            f"tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+            f"zero={plan.zero} recompute={plan.stages[0].recompute.value} "
+            f"({plan.num_devices_used} devices)")
+    rows = [head, f"{'workers':>11} {'units':>5} {'time':>12} {'compute':>12} "
+                  f"{'recompute':>10} {'coll':>10} {'sync':>12} {'exposed':>12} {'mem GiB':>8} "
+                  f"{'fits':>4}"]
+    runs: list[list] = []  # consecutive workers with equal numbers share a row
+    for w in report.workers:
+        cells = (w.units, w.time_ticks, w.compute_ticks, w.recompute_ticks, w.collective_ticks,
+                 w.sync_ticks, w.exposed_sync_ticks, w.memory_bytes)
+        if runs and runs[-1][2] == cells:
+            runs[-1][1] = w.worker
+        else:
+            runs.append([w.worker, w.worker, cells])
+    for first, last, (units, time_, compute, rerun, coll, sync, exposed, memory) in runs:
+        label = str(first) if first == last else f"{first}-{last}"
+        rows.append(f"{label:>11} {units:>5} {time_:>12} {compute:>12} {rerun:>10} {coll:>10} "
+                    f"{sync:>12} {exposed:>12} {memory / 2**30:>8.2f} "
+                    f"{'yes' if memory <= report.memory_limit_bytes else 'NO':>4}")
+    connectivity = "n/a" if report.algebraic_connectivity is None else \
+        f"{report.algebraic_connectivity:.4g}"
+    rows += [f"microbatches per worker m = {evaluation.num_microbatches}, tau_max = "
+             f"{evaluation.tau_max_ticks} ticks, T_sync = {evaluation.exposed_sync_ticks} ticks "
+             f"exposed of {evaluation.sync_ticks}",
+             f"iteration {evaluation.objective_ticks} ticks = {evaluation.iteration_time_s:.6f} s,"
+             f" T_eff = {report.effective_ticks} ticks (exactly {report.effective}; "
+             f"C_full = {report.full_compute_ticks} ticks), MFU n/a for SDP",
+             f"memory {report.memory_bytes / 2**30:.2f} GiB per device, plain data parallelism "
+             f"{report.plain_memory_bytes / 2**30:.2f} GiB: {report.memory_saved_bytes} bytes "
+             f"saved; worker graph algebraic connectivity {connectivity}"
+             f"{'' if report.connected else ' (disconnected)'}",
+             "feasible" if evaluation.feasible else "INFEASIBLE:"]
+    rows += [f"  - {v}" for v in evaluation.violations]
+    return "\n".join(rows)

@@ -1,0 +1,284 @@
+"""Megatron-LM: the training arguments of a plan and a torchrun launch that places its ranks.
+
+Argument names and types are those of NVIDIA/Megatron-LM
+``megatron/training/arguments.py`` at commit
+000c4ac24f61159c138b0975def722c65245983c (Megatron-Core 0.14 era), listed once in
+:data:`MEGATRON_ARGUMENTS`; the exporter can emit no other name, and the tests
+parse its output with an argparse parser built from exactly this list.  Only
+the arguments a plan decides are emitted (parallel degrees, batch, layer split,
+recomputation, optimizer sharding, overlap); model shape, data and optimizer
+hyperparameters stay the user's.
+
+Mapping (DESIGN §2 and §3 -> Megatron):
+
+- t, e, S -> ``--tensor-model-parallel-size``, ``--expert-model-parallel-size``,
+  ``--pipeline-model-parallel-size``; Megatron's data-parallel size is then
+  world / (t·S) = d·e, its expert data-parallel size d, expert tensor
+  parallelism its default t: exactly the plan's groups.
+- b and the batch -> ``--micro-batch-size b``, ``--global-batch-size m·b·d·e``.
+- the split -> nothing when every chunk holds as many decoder layers (Megatron's
+  even split), ``--decoder-first/last-pipeline-num-layers`` when only the first
+  and last stage differ, else ``--pipeline-model-parallel-layout`` (``E`` the
+  embedding, ``t`` a decoder layer, ``L`` the output layer and loss, ``|``
+  between chunks in chunk order), which also carries interleaving; an even
+  interleaved split uses ``--num-virtual-stages-per-pipeline-rank``.
+- recompute ``full`` -> ``--recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1`` (every layer keeps only its input, DESIGN §3);
+  ``selective`` -> ``--recompute-granularity selective`` (core attention).
+- ZeRO 1 -> ``--use-distributed-optimizer``; 2 and 3 -> Megatron-FSDP
+  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads`` or
+  ``optim_grads_params``, which requires ``--ckpt-format fsdp_dtensor``).
+- overlapped gradient reduction -> ``--overlap-grad-reduce`` (and
+  ``--overlap-param-gather`` with the distributed optimizer).
+- TP collectives that are all-gather/reduce-scatter in the profile ->
+  ``--sequence-parallel``.
+
+Rank order (megatron/core/parallel_state.py ``initialize_model_parallel``):
+``tp-cp-ep-dp-pp`` (tensor index fastest, pipeline stage slowest), i.e. the
+layout (t, e, replica, stage), or ``tp-cp-ep-pp-dp`` with
+``--use-tp-pp-dp-mapping``, the layout (t, e, stage, replica).  The second is
+offered only when e = 1 or S = 1: with both above 1 Megatron requires the
+dense and expert data-parallel sizes to match under it (d·e = d), which the
+plan's groups do not.  The exporter takes the first order under which every
+host runs consecutive global ranks (one torchrun per host); otherwise it keeps
+the default order, launches several agents on the hosts that need them and
+warns (:mod:`nest_cp.cli.export.ranks`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+
+from nest_cp.cli.export.common import (
+    ExportFormat,
+    ExportResult,
+    common_warnings,
+    one_recompute_mode,
+    placement_warning,
+    plan_summary,
+    split_text,
+)
+from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
+from nest_cp.cli.export.view import LayerKind, PlanView
+from nest_cp.model.errors import InternalError
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.plan import Dim
+
+MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at commit "
+                   "000c4ac24f61159c138b0975def722c65245983c")
+
+DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+TP_PP_DP_ORDER = RankOrder("tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)",
+                           (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronArgument:
+    """One argument as Megatron-LM declares it: ``value_type`` None for a store_true flag."""
+
+    flag: str
+    value_type: type | None
+    choices: tuple[str, ...] = ()
+
+
+MEGATRON_ARGUMENTS: tuple[MegatronArgument, ...] = (
+    MegatronArgument("--tensor-model-parallel-size", int),
+    MegatronArgument("--pipeline-model-parallel-size", int),
+    MegatronArgument("--expert-model-parallel-size", int),
+    MegatronArgument("--num-layers", int),
+    MegatronArgument("--seq-length", int),
+    MegatronArgument("--micro-batch-size", int),
+    MegatronArgument("--global-batch-size", int),
+    MegatronArgument("--decoder-first-pipeline-num-layers", int),
+    MegatronArgument("--decoder-last-pipeline-num-layers", int),
+    MegatronArgument("--pipeline-model-parallel-layout", str),
+    MegatronArgument("--num-virtual-stages-per-pipeline-rank", int),
+    MegatronArgument("--recompute-granularity", str, ("full", "selective")),
+    MegatronArgument("--recompute-method", str, ("uniform", "block")),
+    MegatronArgument("--recompute-num-layers", int),
+    MegatronArgument("--use-distributed-optimizer", None),
+    MegatronArgument("--use-megatron-fsdp", None),
+    MegatronArgument("--data-parallel-sharding-strategy", str,
+                     ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    MegatronArgument("--ckpt-format", str,
+                     ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+    MegatronArgument("--overlap-grad-reduce", None),
+    MegatronArgument("--overlap-param-gather", None),
+    MegatronArgument("--sequence-parallel", None),
+    MegatronArgument("--use-tp-pp-dp-mapping", None),
+)
+_KNOWN = {argument.flag: argument for argument in MEGATRON_ARGUMENTS}
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """An argparse parser with exactly the cited arguments (as Megatron: no abbreviations)."""
+    parser = argparse.ArgumentParser(prog="megatron", allow_abbrev=False)
+    for argument in MEGATRON_ARGUMENTS:
+        if argument.value_type is None:
+            parser.add_argument(argument.flag, action="store_true")
+        else:
+            parser.add_argument(argument.flag, type=argument.value_type,
+                                choices=argument.choices or None)
+    return parser
+
+
+class _Args:
+    """The argument list under construction; refuses any name not in MEGATRON_ARGUMENTS."""
+
+    def __init__(self):
+        self.items: list[str] = []
+
+    def add(self, flag: str, value: object = None) -> None:
+        if flag not in _KNOWN:
+            raise InternalError(f"{flag} is not among the cited Megatron-LM arguments")
+        self.items.append(flag)
+        if value is not None:
+            self.items.append(str(value))
+
+
+def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
+    """Megatron-LM arguments and a launch script realising the placement (module doc)."""
+    args, warnings = _Args(), common_warnings(view)
+    args.add("--tensor-model-parallel-size", view.tp)
+    args.add("--pipeline-model-parallel-size", view.num_stages)
+    if view.ep > 1:
+        args.add("--expert-model-parallel-size", view.ep)
+    args.add("--num-layers", view.num_decoder_layers)
+    args.add("--seq-length", view.seq_len)
+    args.add("--micro-batch-size", view.microbatch)
+    args.add("--global-batch-size", view.samples_per_iteration)
+    _split_args(view, args)
+    warnings += _recompute_args(view, args)
+    _optimizer_args(view, args)
+    if view.sequence_parallel:
+        args.add("--sequence-parallel")
+    ranks = _choose_order(view, gpus_per_node)
+    if ranks.order is TP_PP_DP_ORDER:
+        args.add("--use-tp-pp-dp-mapping")
+    warnings += placement_warning(ranks, "Megatron-LM's rank orders (tp-cp-ep-dp-pp, "
+                                  "tp-cp-ep-pp-dp)")
+    text = _launch_script(view, args.items, ranks, warnings)
+    return ExportResult(ExportFormat.MEGATRON, text, tuple(warnings), ranks,
+                        args=tuple(args.items))
+
+
+def layout_string(view: PlanView) -> str:
+    """``--pipeline-model-parallel-layout``: E, t and L per chunk, '|' between chunks.
+
+    Megatron builds an embedding on the first chunk and the output layer with the
+    loss on the last even when the workload names no such layers.
+    """
+    parts = []
+    last = len(view.chunks) - 1
+    for chunk in view.chunks:
+        letters = "".join({LayerKind.EMBEDDING: "E", LayerKind.DECODER: "t",
+                           LayerKind.HEAD: "L"}[view.layer_kinds[layer]]
+                          for layer in chunk.layers)
+        if chunk.index == 0 and not letters.startswith("E"):
+            letters = "E" + letters
+        if chunk.index == last and not letters.endswith("L"):
+            letters += "L"
+        parts.append(letters)
+    return "|".join(parts)
+
+
+def _split_args(view: PlanView, args: _Args) -> None:
+    counts = [view.decoder_count(chunk) for chunk in view.chunks]
+    stages, v = view.num_stages, view.virtual_stages
+    if len(set(counts)) == 1 and counts[0] >= 1:
+        if v > 1:
+            args.add("--num-virtual-stages-per-pipeline-rank", v)
+        return
+    if v == 1 and stages >= 2 and min(counts) >= 1 and len(set(counts[1:-1])) <= 1:
+        middle = counts[1] if stages > 2 else None
+        if stages == 2 or counts[0] != middle:
+            args.add("--decoder-first-pipeline-num-layers", counts[0])
+        if stages > 2 and counts[-1] != middle:
+            args.add("--decoder-last-pipeline-num-layers", counts[-1])
+        return
+    args.add("--pipeline-model-parallel-layout", layout_string(view))
+
+
+def _recompute_args(view: PlanView, args: _Args) -> list[str]:
+    mode, warnings = one_recompute_mode(view, "Megatron-LM")
+    if mode is RecomputeMode.FULL:
+        args.add("--recompute-granularity", "full")
+        args.add("--recompute-method", "uniform")
+        args.add("--recompute-num-layers", 1)
+    elif mode is RecomputeMode.SELECTIVE:
+        args.add("--recompute-granularity", "selective")
+    return warnings
+
+
+def _optimizer_args(view: PlanView, args: _Args) -> None:
+    if view.zero == 1:
+        args.add("--use-distributed-optimizer")
+    elif view.zero in (2, 3):
+        args.add("--use-megatron-fsdp")
+        args.add("--data-parallel-sharding-strategy",
+                 "optim_grads" if view.zero == 2 else "optim_grads_params")
+        args.add("--ckpt-format", "fsdp_dtensor")
+    if view.overlap_grad_reduce:
+        args.add("--overlap-grad-reduce")
+        if view.zero == 1:
+            args.add("--overlap-param-gather")
+
+
+def _choose_order(view: PlanView, gpus_per_node: int) -> RankMap:
+    """Megatron's default order, or the tp-pp-dp order when only it gives one agent per host."""
+    default = rank_map(view, DEFAULT_ORDER, gpus_per_node)
+    if default.one_agent_per_host or (view.ep > 1 and view.num_stages > 1):
+        return default
+    alternative = rank_map(view, TP_PP_DP_ORDER, gpus_per_node)
+    return alternative if alternative.one_agent_per_host else default
+
+
+def _launch_script(view: PlanView, args: list[str], ranks: RankMap,
+                   warnings: list[str]) -> str:
+    """A bash script: the arguments, the launch table, and one torchrun per node rank."""
+    lines = ["#!/usr/bin/env bash",
+             "# Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).",
+             f"# plan: {plan_summary(view)}",
+             f"# split: {split_text(view)}",
+             f"# arguments: {MEGATRON_SOURCE}",
+             f"# rank order: {ranks.order.name}; {len(ranks.nodes)} torchrun agents on hosts of "
+             f"{ranks.gpus_per_node} GPUs (nodeK = devices K*{ranks.gpus_per_node}.."
+             f"K*{ranks.gpus_per_node}+{ranks.gpus_per_node - 1}).",
+             "# usage, on the host of each node rank (replace nodeK by the host's name):",
+             "#   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [model and data "
+             "arguments ...]"]
+    lines += [f"# warning: {warning}" for warning in warnings]
+    lines += ["set -euo pipefail", "MEGATRON_ARGS=("]
+    lines += [f"  {' '.join(shlex.quote(part) for part in pair)}" for pair in _pairs(args)]
+    lines += [")"]
+    lines += launch_table(ranks)
+    lines += ["NODES=("]
+    lines += [f'  "{host_name(node.host)} {",".join(map(str, node.gpus))}"'
+              for node in ranks.nodes]
+    lines += [")",
+              'NODE_RANK=${1:?node rank}; MASTER_ADDR=${2:?master address}; '
+              'SCRIPT=${3:?training script}; shift 3',
+              'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
+              'export CUDA_VISIBLE_DEVICES=$GPUS',
+              'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))']
+    if view.tp > 1:
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it for TP")
+    lines += ['echo "node rank $NODE_RANK on $HOST: GPUs $GPUS" >&2',
+              'exec torchrun --nnodes "${#NODES[@]}" --node-rank "$NODE_RANK" '
+              '--nproc-per-node "$NPROC" \\',
+              '  --master-addr "$MASTER_ADDR" --master-port 6000 "$SCRIPT" '
+              '"${MEGATRON_ARGS[@]}" "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(args: list[str]) -> list[list[str]]:
+    """The argument list grouped as [flag, value] or [flag], one per line of the script."""
+    grouped: list[list[str]] = []
+    for item in args:
+        if item.startswith("--"):
+            grouped.append([item])
+        else:
+            grouped[-1].append(item)
+    return grouped

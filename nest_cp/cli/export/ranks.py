@@ -1,0 +1,163 @@
+"""Global ranks, hosts and launcher nodes: realising a plan's placement under a rank order.
+
+A training framework fixes which role each global rank plays: rank g is
+(stage, replica, tensor index, expert index) by a mixed-radix order of those
+dimensions (Megatron-LM's ``tp-cp-ep-dp-pp`` reads innermost first: the tensor
+index varies fastest, the pipeline stage slowest).  The plan fixes which device
+runs each role.  So the rank map is forced: global rank g runs on the device
+the plan places g's role on.  What the framework cannot choose is left to the
+launcher: torchrun gives node rank k the global ranks after those of node
+ranks 0..k-1 (torch.distributed.elastic's ``_assign_worker_ranks``: offset =
+sum of the lower agents' local world sizes), and local rank i the i-th GPU of
+``CUDA_VISIBLE_DEVICES``.
+
+Hence the exact criterion: the placement can be launched with one torchrun
+agent per host iff every host's global ranks are consecutive.  When they are
+not, :func:`rank_map` still realises the placement, with one agent per maximal
+run of consecutive ranks on a host (several agents on that host, each with its
+own node rank and ``CUDA_VISIBLE_DEVICES``), and names those hosts so the
+exporter can warn.
+
+Hosts: on a hierarchical network a host is a block of ``gpus_per_node``
+consecutive device ids (default: the innermost tier's size, the NVLink
+domain); on a graph network the number must be given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nest_cp.cli.export.view import PlanView
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import HierarchicalNetwork, Instance
+from nest_cp.model.plan import Dim
+
+
+@dataclass(frozen=True, slots=True)
+class RankOrder:
+    """A framework's rank order: dimensions from innermost (fastest) to outermost."""
+
+    name: str
+    dims: tuple[Dim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankEntry:
+    """Global ``rank``: its role (stage, replica, tensor and expert index) and its GPU."""
+
+    rank: int
+    stage: int
+    replica: int
+    tp_index: int
+    ep_index: int
+    device: int
+    host: int
+    local_gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchNode:
+    """One torchrun agent: node rank, host, ``CUDA_VISIBLE_DEVICES``, its global ranks."""
+
+    node_rank: int
+    host: int
+    gpus: tuple[int, ...]
+    first_rank: int
+
+    @property
+    def last_rank(self) -> int:
+        return self.first_rank + len(self.gpus) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RankMap:
+    """Every global rank's role and GPU, and the launcher nodes that start them."""
+
+    order: RankOrder
+    gpus_per_node: int
+    entries: tuple[RankEntry, ...]
+    nodes: tuple[LaunchNode, ...]
+
+    @property
+    def split_hosts(self) -> tuple[int, ...]:
+        """Hosts that need more than one launcher agent (their ranks are not consecutive)."""
+        seen, split = set(), []
+        for node in self.nodes:
+            if node.host in seen and node.host not in split:
+                split.append(node.host)
+            seen.add(node.host)
+        return tuple(split)
+
+    @property
+    def one_agent_per_host(self) -> bool:
+        return not self.split_hosts
+
+    def as_dicts(self) -> list[dict]:
+        return [{"rank": e.rank, "stage": e.stage, "replica": e.replica,
+                 "tp_index": e.tp_index, "ep_index": e.ep_index, "device": e.device,
+                 "host": host_name(e.host), "local_gpu": e.local_gpu} for e in self.entries]
+
+    def nodes_as_dicts(self) -> list[dict]:
+        return [{"node_rank": n.node_rank, "host": host_name(n.host),
+                 "cuda_visible_devices": ",".join(map(str, n.gpus)),
+                 "first_rank": n.first_rank, "last_rank": n.last_rank} for n in self.nodes]
+
+
+def host_name(host: int) -> str:
+    """The placeholder name of host ``host`` (the block of devices it holds)."""
+    return f"node{host}"
+
+
+def default_gpus_per_node(instance: Instance, requested: int | None) -> int:
+    """``requested``, or the innermost tier's size; graph networks need it given."""
+    if requested is not None:
+        if requested < 1:
+            raise BackendOptionError(f"expected --gpus-per-node >= 1, got {requested}")
+        return requested
+    network = instance.cluster.network
+    if isinstance(network, HierarchicalNetwork):
+        return network.tiers[0].size
+    raise BackendOptionError("--gpus-per-node: expected the GPUs of one host (a graph network "
+                             "does not say which devices share a host)")
+
+
+def rank_roles(order: RankOrder, view: PlanView) -> list[tuple[int, int, int, int]]:
+    """(stage, replica, tensor index, expert index) of every global rank under ``order``."""
+    radix = {Dim.TP: view.tp, Dim.EP: view.ep, Dim.STAGE: view.num_stages,
+             Dim.REPLICA: view.replicas}
+    roles = []
+    for rank in range(view.world_size):
+        digits, rest = {}, rank
+        for dim in order.dims:
+            digits[dim], rest = rest % radix[dim], rest // radix[dim]
+        roles.append((digits[Dim.STAGE], digits[Dim.REPLICA], digits[Dim.TP], digits[Dim.EP]))
+    return roles
+
+
+def rank_map(view: PlanView, order: RankOrder, gpus_per_node: int) -> RankMap:
+    """The forced rank map of ``view`` under ``order`` and its launcher nodes (module doc)."""
+    entries = []
+    for rank, (stage, replica, tp_index, ep_index) in enumerate(rank_roles(order, view)):
+        device = view.placement[stage][replica][tp_index + view.tp * ep_index]
+        entries.append(RankEntry(rank, stage, replica, tp_index, ep_index, device,
+                                 device // gpus_per_node, device % gpus_per_node))
+    nodes: list[LaunchNode] = []
+    start = 0
+    for rank in range(1, len(entries) + 1):
+        if rank == len(entries) or entries[rank].host != entries[start].host:
+            run = entries[start:rank]
+            nodes.append(LaunchNode(len(nodes), run[0].host,
+                                    tuple(entry.local_gpu for entry in run), start))
+            start = rank
+    return RankMap(order, gpus_per_node, tuple(entries), tuple(nodes))
+
+
+def launch_table(rank_map_: RankMap, comment: str = "#") -> list[str]:
+    """One line per launcher node: node rank, host, CUDA_VISIBLE_DEVICES, global ranks."""
+    lines = [f"{comment} node_rank  host      CUDA_VISIBLE_DEVICES  global ranks"]
+    for node in rank_map_.nodes:
+        ranks = f"{node.first_rank}" if node.last_rank == node.first_rank else \
+            f"{node.first_rank}-{node.last_rank}"
+        lines.append(f"{comment} {node.node_rank:<10} {host_name(node.host):<9} "
+                     f"{','.join(map(str, node.gpus)):<21} {ranks}")
+    return lines

@@ -1,0 +1,178 @@
+"""torchtitan: the job TOML of a plan (training batch, [parallelism], activation checkpointing).
+
+Keys are those of pytorch/torchtitan ``torchtitan/config/job_config.py`` at commit
+6404b932421f5ce382e7dac5ad381b2c17b1373c, listed once in :data:`TORCHTITAN_KEYS`
+(the tests parse the output with tomllib and check every key against it).
+
+Mapping:
+
+- t, S -> ``tensor_parallel_degree``, ``pipeline_parallel_degree``; e ->
+  ``expert_parallel_degree`` (torchtitan's "dp2ep": the expert ranks are taken
+  from the FSDP shard dimension, which must be a multiple of e).
+- data parallelism over d·e ranks: ZeRO 0 -> DDP (``data_parallel_replicate_degree``
+  d·e), ZeRO 1/2 -> FSDP without resharding after forward (parameters gathered
+  once per step; ZeRO-2's memory and traffic; ZeRO-1 has no torchtitan
+  equivalent), ZeRO 3 -> FSDP resharding after every forward (gathers in every
+  microbatch's forward and backward, as DESIGN §3 charges).
+- schedule ``1F1B`` (v = 1) or ``Interleaved1F1B`` (v > 1, chunk k on rank
+  k mod S, torchtitan's looped assignment); the split as
+  ``module_fqns_per_model_part``, one list per chunk, in torchtitan's Llama
+  module names (``tok_embeddings``, ``layers.N``, ``norm``, ``output``).
+- ``pipeline_parallel_microbatch_size`` b, ``local_batch_size`` m·b (so m
+  microbatches per step), ``global_batch_size`` m·b·d·e.
+- recompute -> ``[activation_checkpoint] mode`` ``none`` / ``full`` /
+  ``selective``; torchtitan's selective mode is its op-level policy, not
+  DESIGN's attention-core recomputation, so ``selective`` comes with a warning.
+
+Rank order (torchtitan/distributed/parallel_dims.py, fixed): the mesh
+[pp, dp_replicate, dp_shard, cp, tp] with expert ranks innermost in dp_shard,
+i.e. the layout (t, e, replica, stage).  The launch table (as TOML comments)
+realises the placement under it; when some host's ranks are not consecutive it
+starts several agents there and warns.
+"""
+
+from __future__ import annotations
+
+from nest_cp.cli.export.common import (
+    ExportFormat,
+    ExportResult,
+    common_warnings,
+    one_recompute_mode,
+    placement_warning,
+    plan_summary,
+    split_text,
+)
+from nest_cp.cli.export.ranks import RankOrder, launch_table, rank_map
+from nest_cp.cli.export.view import LayerKind, PlanView
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.plan import Dim
+
+TORCHTITAN_SOURCE = ("pytorch/torchtitan torchtitan/config/job_config.py at commit "
+                     "6404b932421f5ce382e7dac5ad381b2c17b1373c")
+TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-ep-tp (torchtitan ParallelDims)",
+                             (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+
+# section -> key -> type, as job_config.py declares them
+TORCHTITAN_KEYS: dict[str, dict[str, type]] = {
+    "job": {"description": str},
+    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int},
+    "parallelism": {
+        "data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
+        "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
+        "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
+        "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list,
+        "expert_parallel_degree": int,
+    },
+    "activation_checkpoint": {"mode": str, "selective_ac_option": str},
+}
+
+
+def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
+    """The job TOML (module doc) with the launch table as comments."""
+    warnings = common_warnings(view)
+    parallelism, dp_warnings = _data_parallel(view)
+    warnings += dp_warnings
+    parallelism |= {"tensor_parallel_degree": view.tp,
+                    "pipeline_parallel_degree": view.num_stages,
+                    "pipeline_parallel_schedule": "Interleaved1F1B" if view.virtual_stages > 1
+                    else "1F1B",
+                    "pipeline_parallel_microbatch_size": view.microbatch}
+    if view.num_stages > 1:
+        parallelism["module_fqns_per_model_part"] = _module_names(view)
+    if view.ep > 1:
+        parallelism["expert_parallel_degree"] = view.ep
+    mode, recompute_warnings = one_recompute_mode(view, "torchtitan")
+    warnings += recompute_warnings
+    checkpoint = {"mode": mode.value}
+    if mode is RecomputeMode.SELECTIVE:
+        checkpoint["selective_ac_option"] = "op"
+        warnings.append("selective recomputation exported as torchtitan's op-level selective "
+                        "checkpointing, a different policy from the plan's (attention core "
+                        "only): memory and time will differ")
+    config = {
+        "job": {"description": f"nest-cp plan: {plan_summary(view)}"},
+        "training": {"local_batch_size": view.num_microbatches * view.microbatch,
+                     "global_batch_size": view.samples_per_iteration, "seq_len": view.seq_len},
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+    }
+    ranks = rank_map(view, TORCHTITAN_ORDER, gpus_per_node)
+    warnings += placement_warning(ranks, "torchtitan's fixed rank order")
+    header = ["# torchtitan job for a nest-cp plan (nest-cp export --format torchtitan).",
+              f"# plan: {plan_summary(view)}", f"# split: {split_text(view)}",
+              f"# keys: {TORCHTITAN_SOURCE}"]
+    header += [f"# warning: {warning}" for warning in warnings]
+    footer = ["", f"# launch: torchrun per node rank, rank order {ranks.order.name}; hosts of "
+              f"{ranks.gpus_per_node} GPUs",
+              "#   CUDA_VISIBLE_DEVICES=<gpus> torchrun --nnodes "
+              f"{len(ranks.nodes)} --node-rank <node_rank> --nproc-per-node <count of gpus> "
+              "... -m torchtitan.train --job.config_file THIS_FILE"]
+    footer += launch_table(ranks)
+    text = "\n".join(header) + "\n\n" + dumps_toml(config) + "\n".join(footer) + "\n"
+    return ExportResult(ExportFormat.TORCHTITAN, text, tuple(warnings), ranks, config=config)
+
+
+def _data_parallel(view: PlanView) -> tuple[dict, list[str]]:
+    """Replicate/shard degrees and resharding for the plan's ZeRO stage (module doc)."""
+    ranks, warnings = view.data_parallel, []
+    if view.zero == 0:
+        if view.ep == 1:
+            return {"data_parallel_replicate_degree": ranks, "data_parallel_shard_degree": 1}, []
+        warnings.append(f"torchtitan takes expert-parallel ranks from FSDP's shard dimension, "
+                        f"so with e = {view.ep} and ZeRO 0 the export shards parameters over "
+                        f"the {view.ep} expert ranks (HSDP: replicate {view.replicas}, shard "
+                        f"{view.ep}); the plan replicates them (less memory, more traffic than "
+                        f"planned)")
+        return {"data_parallel_replicate_degree": view.replicas,
+                "data_parallel_shard_degree": view.ep,
+                "fsdp_reshard_after_forward": "never"}, warnings
+    if view.zero == 1:
+        warnings.append("ZeRO-1 has no torchtitan equivalent: exported FSDP without resharding "
+                        "after forward (ZeRO-2: gradients sharded too, less memory than "
+                        "planned, same traffic)")
+    return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": ranks,
+            "fsdp_reshard_after_forward": "always" if view.zero == 3 else "never"}, warnings
+
+
+def _module_names(view: PlanView) -> list[list[str]]:
+    """One list of torchtitan Llama module names per chunk (chunk order)."""
+    names, decoder, last = [], 0, len(view.chunks) - 1
+    for chunk in view.chunks:
+        part = []
+        if chunk.index == 0 and view.layer_kinds[0] is not LayerKind.EMBEDDING:
+            part.append("tok_embeddings")
+        for layer in chunk.layers:
+            kind = view.layer_kinds[layer]
+            if kind is LayerKind.EMBEDDING:
+                part.append("tok_embeddings")
+            elif kind is LayerKind.HEAD:
+                part += ["norm", "output"]
+            else:
+                part.append(f"layers.{decoder}")
+                decoder += 1
+        if chunk.index == last and view.layer_kinds[-1] is not LayerKind.HEAD:
+            part += ["norm", "output"]
+        names.append(part)
+    return names
+
+
+def dumps_toml(document: dict[str, dict]) -> str:
+    """TOML for tables of strings, integers, booleans and lists of those (all we write)."""
+    out = []
+    for section, table in document.items():
+        out.append(f"[{section}]")
+        out += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"expected a TOML scalar or list, got {type(value).__name__}")

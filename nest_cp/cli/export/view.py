@@ -1,0 +1,168 @@
+"""The one adapter between a plan and the exporters: everything they read, read here.
+
+Exporters never touch :class:`nest_cp.model.plan.Plan` or the instance directly; they
+read a :class:`PlanView`.  When the plan format grows (DESIGN §3.2: virtual
+stages, per-stage recompute modes, overlapped gradient reduction), only
+:func:`plan_view` changes.
+
+A view is built from a plan the evaluator has accepted as meaningful for the
+instance (a plan whose split, configuration or placement does not fit the
+instance is bad input, :class:`PlanFormatError`); a plan over memory is still
+exported, with a warning, since the user may know better than the profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from nest_cp.cost import terms as cost
+from nest_cp.cost.evaluate import Evaluation, evaluate
+from nest_cp.model.errors import PlanFormatError
+from nest_cp.model.instance import CollectiveGroup, CollectiveKind, Instance, RecomputeMode
+from nest_cp.model.plan import Placement, Plan
+
+RECOMPUTE_STRENGTH = {RecomputeMode.NONE: 0, RecomputeMode.SELECTIVE: 1, RecomputeMode.FULL: 2}
+
+
+class LayerKind(str, Enum):
+    """What a layer of the chain is to a launcher: the embedding, a decoder block, the head."""
+
+    EMBEDDING = "embedding"
+    DECODER = "decoder"
+    HEAD = "head"
+
+
+EMBEDDING_NAMES = ("embed", "tok_embeddings", "wte")
+HEAD_NAMES = ("head", "lm_head", "output", "loss", "final")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Chunk ``index`` of the layer chain (layer order), run by pipeline stage ``stage``."""
+
+    index: int
+    stage: int
+    first_layer: int
+    last_layer: int
+
+    @property
+    def layers(self) -> range:
+        return range(self.first_layer, self.last_layer + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """A plan as the launchers see it (all degrees, the chunks, the rank placement).
+
+    ``chunks`` lists the S·v contiguous chunks in layer order, chunk k on stage
+    k mod S; ``stage_recompute[s]`` is stage s's mode; ``placement[s][r][j]`` the
+    device of rank (stage s, replica r, j = t_index + tp·e_index).
+    """
+
+    tp: int
+    ep: int
+    microbatch: int
+    zero: int
+    replicas: int
+    num_stages: int
+    virtual_stages: int
+    chunks: tuple[Chunk, ...]
+    stage_recompute: tuple[RecomputeMode, ...]
+    overlap_grad_reduce: bool
+    placement: Placement
+    num_microbatches: int
+    global_batch: int
+    seq_len: int
+    layer_names: tuple[str, ...]
+    layer_kinds: tuple[LayerKind, ...]
+    sequence_parallel: bool
+    num_devices: int
+    fits_memory: bool
+    memory_note: str = ""
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.tp * self.ep
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the launcher starts: a·S·d (idle devices run nothing)."""
+        return self.devices_per_replica * self.num_stages * self.replicas
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that hold each dense parameter shard: d·e (EP ranks are data-parallel)."""
+        return self.replicas * self.ep
+
+    @property
+    def samples_per_iteration(self) -> int:
+        """m·b·e·d: what the plan's iteration time was charged for (at least B)."""
+        return self.num_microbatches * self.microbatch * self.data_parallel
+
+    def decoder_count(self, chunk: Chunk) -> int:
+        return sum(self.layer_kinds[layer] is LayerKind.DECODER for layer in chunk.layers)
+
+    @property
+    def num_decoder_layers(self) -> int:
+        return sum(kind is LayerKind.DECODER for kind in self.layer_kinds)
+
+    def stage_chunks(self, stage: int) -> tuple[Chunk, ...]:
+        return tuple(chunk for chunk in self.chunks if chunk.stage == stage)
+
+
+def classify_layer(name: str, index: int, num_layers: int) -> LayerKind:
+    """Embedding if the first layer is named like one, head if the last is, else decoder."""
+    lowered = name.lower()
+    if index == 0 and lowered.startswith(EMBEDDING_NAMES):
+        return LayerKind.EMBEDDING
+    if index == num_layers - 1 and lowered.startswith(HEAD_NAMES):
+        return LayerKind.HEAD
+    return LayerKind.DECODER
+
+
+def checked_evaluation(instance: Instance, plan: Plan, file: str | None = None) -> Evaluation:
+    """The evaluator's verdict on ``plan``; PlanFormatError when it does not fit the instance."""
+    evaluation = evaluate(instance, plan)
+    if evaluation.malformed_fields:
+        raise PlanFormatError(f"expected a plan that fits the instance: "
+                              f"{evaluation.violations[0]}", file=file,
+                              field=evaluation.malformed_fields[0])
+    return evaluation
+
+
+def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanView:
+    """The view of ``plan`` on ``instance`` (module doc); ``file`` names the plan in errors."""
+    evaluation = checked_evaluation(instance, plan, file)
+    placed = evaluation.plan  # the evaluator fills in the default layout
+    config, training = plan.config, instance.training
+    num_stages = placed.num_stages
+    chunks = tuple(Chunk(index, placed.stage_of_chunk(index), chunk.first_layer,
+                         chunk.last_layer) for index, chunk in enumerate(placed.stages))
+    modes = tuple(placed.stage_recompute(stage) for stage in range(num_stages))
+    layers = instance.workload.layers
+    names = tuple(layer.name for layer in layers)
+    over = [v for v in evaluation.violations if "exceeds usable HBM" in v]
+    return PlanView(
+        tp=config.tp, ep=config.ep, microbatch=plan.microbatch, zero=plan.zero,
+        replicas=plan.num_replicas, num_stages=num_stages,
+        virtual_stages=placed.virtual_stages, chunks=chunks, stage_recompute=modes,
+        overlap_grad_reduce=training.overlap_grad_reduce, placement=placed.placement,
+        num_microbatches=cost.num_microbatches(training.global_batch, plan.microbatch, config,
+                                               plan.num_replicas),
+        global_batch=training.global_batch, seq_len=training.seq_len, layer_names=names,
+        layer_kinds=tuple(classify_layer(name, index, len(names))
+                          for index, name in enumerate(names)),
+        sequence_parallel=_sequence_parallel(instance, plan),
+        num_devices=instance.cluster.num_devices, fits_memory=not over,
+        memory_note=over[0] if over else "")
+
+
+def _sequence_parallel(instance: Instance, plan: Plan) -> bool:
+    """Whether the profiles' TP collectives are all-gather/reduce-scatter (Megatron's SP)."""
+    if plan.config.tp == 1:
+        return False
+    kinds = {collective.kind for layer in instance.workload.layers
+             for collective in layer.profile(plan.config, plan.microbatch).collectives
+             if collective.group is CollectiveGroup.TP}
+    return bool(kinds) and kinds <= {CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER}

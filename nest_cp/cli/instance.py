@@ -1,0 +1,140 @@
+"""``nest-cp instance``: create, list and inspect instances (presets, HF configs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path as FsPath
+
+import click
+
+from nest_cp import io
+from nest_cp.cli.options import int_list
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import Instance
+
+
+@click.group()
+def instance() -> None:
+    """Create, list and inspect instances."""
+
+
+@instance.command("list")
+def instance_list() -> None:
+    """List the preset models, devices and networks."""
+    from nest_cp.profiles import presets
+
+    for title, table in (("models", presets.MODELS), ("devices", presets.DEVICES),
+                         ("networks", presets.NETWORKS)):
+        click.echo(f"{title}:")
+        for name, spec in table.items():
+            click.echo(f"  {name:<22} {_describe(spec)}")
+
+
+def _describe(spec: object) -> str:
+    text = getattr(spec, "description", None)
+    return text if isinstance(text, str) else ""
+
+
+@instance.command("new")
+@click.option("--model", default=None, help="Preset model (see `instance list`).")
+@click.option("--hf-config", "hf_config", default=None, type=click.Path(dir_okay=False),
+              help="A Hugging Face config.json to profile instead of a preset model.")
+@click.option("--devices", required=True, type=click.IntRange(min=1), help="Device count N.")
+@click.option("--network", required=True, help="Preset network (see `instance list`).")
+@click.option("--device", default=None,
+              help="Preset device or device file (.json); default: the network's.")
+@click.option("--global-batch", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--seq-len", default=None, type=click.IntRange(min=1),
+              help="Sequence length; default: the model's.")
+@click.option("--microbatches", default="1", show_default=True, callback=int_list,
+              help="Allowed microbatch sizes, e.g. 1,2,4.")
+@click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
+              show_default=True, help="Attention kernel the profile assumes.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+              help="Megatron sequence parallelism with tensor parallelism.")
+@click.option("--recompute-modes", default="none,full", show_default=True,
+              help="Allowed recomputation modes (none, selective, full).")
+@click.option("--virtual-stages", default="1", show_default=True, callback=int_list,
+              help="Allowed virtual-stage counts v of interleaved 1F1B, e.g. 1,2,4.")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False,
+              show_default=True, help="Gradient reduction overlaps the backward pass.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Instance file to write (.json or .yaml).")
+def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
+                 device: str | None, global_batch: int, seq_len: int | None,
+                 microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
+                 recompute_modes: str, virtual_stages: tuple[int, ...],
+                 overlap_grad_reduce: bool, output: str) -> None:
+    """Write an instance built with the analytic profiler from a preset or an HF config.
+
+    The DP and exact backends search only the defaults of --recompute-modes,
+    --virtual-stages and --overlap-grad-reduce; `evaluate` and `brute` take any.
+    """
+
+    from nest_cp.model.instance import RecomputeMode
+    from nest_cp.profiles import presets
+    from nest_cp.profiles.hfconfig import spec_from_hf_config
+    from nest_cp.profiles.profiler import AttentionKind, ProfileOptions
+
+    if (model is None) == (hf_config is None):
+        raise click.UsageError("expected exactly one of --model and --hf-config")
+    chosen: object = model
+    if hf_config is not None:
+        try:
+            chosen = spec_from_hf_config(io.read_document(hf_config),
+                                         name=FsPath(hf_config).stem)
+        except InstanceFormatError as exc:
+            if exc.file is not None:
+                raise
+            raise InstanceFormatError(exc.detail, file=hf_config, field=exc.field) from None
+    options = ProfileOptions(attention=AttentionKind(attention),
+                             sequence_parallel=sequence_parallel)
+    try:
+        modes = tuple(RecomputeMode(part.strip()) for part in recompute_modes.split(",")
+                      if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected modes among none, selective, full, got "
+                                 f"{recompute_modes!r}", param_hint="--recompute-modes") from None
+    built = presets.build_instance(model=chosen, devices=devices, network=network,
+                                   device=device, global_batch=global_batch, seq_len=seq_len,
+                                   microbatches=microbatches, options=options,
+                                   recompute_modes=modes)
+    built = replace(built, training=replace(built.training, virtual_stages=virtual_stages,
+                                            overlap_grad_reduce=overlap_grad_reduce))
+    io.save_instance(built, output)
+    click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
+               f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
+               f"choices")
+
+
+@instance.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+def instance_show(path: str) -> None:
+    """Summarise an instance file."""
+    inst = io.load_instance(path)
+    click.echo(_instance_summary(inst))
+
+
+def _instance_summary(inst: Instance) -> str:
+    cluster, training, workload = inst.cluster, inst.training, inst.workload
+    lines = [f"instance   {inst.name}",
+             f"workload   {workload.name}: {workload.num_layers} layers, configs "
+             + ", ".join(f"tp{c.tp}/ep{c.ep}" for c in workload.configs),
+             f"cluster    {cluster.name}: {cluster.num_devices} devices, "
+             f"{cluster.hbm_bytes / 2**30:.1f} GiB HBM (usable {cluster.usable_hbm_bytes} B)"]
+    network = cluster.network
+    if hasattr(network, "tiers"):
+        for index, tier in enumerate(network.tiers):
+            lines.append(f"  tier {index} {tier.name:<10} size {tier.size:<5} "
+                         f"{tier.bandwidth_Bps / 1e9:>9.3f} GB/s  {tier.latency_s * 1e6:>8.2f} us")
+    else:
+        lines.append(f"  graph: {len(network.switches)} switches, {len(network.links)} links")
+    opt = training.optimizer
+    lines.append(f"training   batch {training.global_batch}, seq {training.seq_len}, microbatches "
+                 f"{list(training.microbatches)}, ZeRO {list(training.zero_stages)}, recompute "
+                 f"{'/'.join(m.value for m in training.recompute_modes)}, virtual stages "
+                 f"{list(training.virtual_stages)}, overlap grad reduce "
+                 f"{'on' if training.overlap_grad_reduce else 'off'}, optimizer "
+                 f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
+                 f"tick {training.tick_s} s")
+    return "\n".join(lines)

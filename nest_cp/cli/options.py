@@ -1,0 +1,55 @@
+"""What the command modules share: option parsing, output checks and number formats."""
+
+from __future__ import annotations
+
+from pathlib import Path as FsPath
+
+import click
+
+from nest_cp.model.errors import BackendOptionError
+
+
+def int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected positive integers, got {value!r}")
+    return sizes
+
+
+def reject_options(names: tuple[str, ...], context: str, flag: str | None = None) -> None:
+    """UsageError when any of ``names`` was given on the command line (it would be ignored)."""
+    ctx = click.get_current_context()
+    given = [flag or f"--{name.removesuffix('_degree').replace('_', '-')}" for name in names
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
+
+
+def check_writable(output: str) -> None:
+    """Fail before a long solve, not after it, when the plan could not be written."""
+    folder = FsPath(output).resolve().parent
+    if not folder.is_dir():
+        raise BackendOptionError(f"{output}: expected an output path in an existing folder, "
+                                 f"got missing folder {folder}")
+
+
+def tflops(mfu: float | None, peak_flops_per_s: float | None) -> str:
+    """Model TF/s per GPU (MFU x peak), or n/a where either is unknown."""
+    if mfu is None or peak_flops_per_s is None:
+        return "n/a"
+    return f"{mfu * peak_flops_per_s / 1e12:.1f}"
+
+
+def percent(value: float | None) -> str:
+    """A utilisation as a percentage, or n/a where FLOPs or the device peak are unknown."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def rate(value: float | None, digits: int) -> str:
+    """A throughput, or n/a for a zero-time iteration (a profile with no costs)."""
+    return "n/a" if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,291 @@
+"""``nest-cp solve``: run a backend on an instance and print or write its plan and result."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+
+import click
+
+from nest_cp import io
+from nest_cp.cli.options import check_writable, int_list, rate, reject_options
+from nest_cp.cli.report import plan_report
+from nest_cp.cost import terms as cost
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.exits import ExitCode
+from nest_cp.model.instance import Instance
+from nest_cp.model.plan import Plan
+from nest_cp.model.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
+from nest_cp.solvers.registry import BACKENDS, HONOURED_OPTIONS, solve
+
+MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used the limit up
+
+
+# solve's options that map to a SolveOptions field or extra key a backend may not honour
+_SOLVE_OPTIONS = {"space": "space", "time_limit": "time_limit_s", "seed": "seed",
+                  "workers": "workers", "hint": "hint", "milp_solver": "milp_solver",
+                  "degrees": "degrees", "vp": "virtual_stages", "recompute": "recompute",
+                  "budget": "budget", "chains": "chains", "flat_bandwidth": "flat_bandwidth_Bps",
+                  "rank_by": "rank_by"}
+_FLAGS = {field: f"--{name.replace('_', '-')}" for name, field in _SOLVE_OPTIONS.items()}
+_FLAGS["hint"] = "--hint/--no-hint"
+
+
+@click.command("solve")
+@click.argument("instance_path", metavar="INSTANCE", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="dp", show_default=True)
+@click.option("--space", type=click.Choice([s.value for s in Space]), default=None,
+              help="Search space (default: structured for dp, full for exact backends).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="cpsat/milp/mcmc: seconds for the whole solve (the "
+              "DP hint included).")
+@click.option("--seed", type=int, default=0, show_default=True, help="cpsat/milp/mcmc.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
+              help="cpsat/milp: solver threads.")
+@click.option("--milp-solver", type=click.Choice(["cbc", "highs"]), default="cbc",
+              show_default=True)
+@click.option("--hint/--no-hint", default=True, show_default=True,
+              help="cpsat/milp: start from the DP plan (hint / warm start).")
+@click.option("--degrees", callback=int_list, default=None,
+              help="fixed: p,d,t[,e] (pipeline, data, tensor[, expert] degrees).")
+@click.option("--vp", type=click.IntRange(min=1), default=None,
+              help="fixed: virtual stages v (interleaved 1F1B; default 1).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
+              default=None, help="fixed: every stage's recompute mode, or full on all but the "
+              "last (default: Megatron's rule, none / selective / full where needed).")
+@click.option("--budget", type=click.IntRange(min=1), default=None,
+              help="mcmc: proposals in total (default 2000).")
+@click.option("--chains", type=click.IntRange(min=1), default=None,
+              help="mcmc: independent chains (default 4).")
+@click.option("--flat-bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="phaze: the one bandwidth (B/s) it plans with (default: the slowest tier's).")
+@click.option("--rank-by", type=click.Choice(["separate", "effective"]), default="separate",
+              show_default=True, help="SDP instances: keep the best plain and the best SDP "
+              "plan apart (the plain one is the plan, SDP's when no plain plan fits), or "
+              "name the better one by FLOP-equivalent time T_eff (DESIGN §7).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
+def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
+                  seed: int, workers: int, milp_solver: str, hint: bool,
+                  degrees: tuple[int, ...], vp: int | None, recompute: str | None,
+                  budget: int | None, chains: int | None, flat_bandwidth: float | None,
+                  rank_by: str, as_json: bool, output: str | None) -> None:
+    """Plan INSTANCE with one backend; exit 1 when no plan fits.
+
+    --time-limit bounds the whole solve of cpsat and milp: the DP plan they start
+    from (--hint) is computed first and its time counts against the limit.  On an
+    instance allowing SDP (training.strategies) the best plain and the best SDP plan
+    are both reported; exit 0 when either exists.
+    """
+    honoured = HONOURED_OPTIONS[backend]
+    for name, field in _SOLVE_OPTIONS.items():
+        if field not in honoured:
+            reject_options((name,), f"with --backend {backend}", flag=_FLAGS[field])
+    if not math.isfinite(time_limit):
+        raise click.BadParameter(f"expected a finite number of seconds, got {time_limit}",
+                                 param_hint="--time-limit")
+    extra = {key: value for key, value in (
+        ("degrees", degrees or None), ("virtual_stages", vp), ("recompute", recompute),
+        ("budget", budget), ("chains", chains), ("flat_bandwidth_Bps", flat_bandwidth))
+        if value is not None}
+    if output is not None:
+        check_writable(output)
+    inst = io.load_instance(instance_path)
+    started = time.monotonic()
+    chosen = Space(space) if space else (
+        Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
+    hint_plan, sdp_hint, hint_s, hinted = None, None, None, None
+    if hint and "hint" in honoured:
+        try:
+            hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
+            hint_plan = hinted.plan
+            sdp_hint = hinted.sdp.plan if hinted.sdp is not None else None
+        except BackendOptionError as exc:  # an instance the DP cannot search exactly: no hint
+            click.echo(f"note: solving without the DP hint: {exc}", err=True)
+        hint_s = time.monotonic() - started
+    time_left = time_limit - (time.monotonic() - started)
+    try:
+        options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),
+                               seed=seed, workers=workers, milp_solver=milp_solver,
+                               hint=hint_plan, sdp_hint=sdp_hint,
+                               progress=sys.stderr.isatty(), extra=extra)
+        result = solve(inst, backend, options)
+    except BackendOptionError as exc:
+        if exc.option in _FLAGS:
+            raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
+        raise
+    result = _with_memory_reason(result, hinted)
+    record = result_record(inst, result)
+    chosen_plan = _chosen_plan(result, record, rank_by)
+    if hint_s is not None:
+        record["hint_wall_time_s"] = hint_s
+    if as_json:
+        click.echo(json.dumps(record, indent=1))
+    else:
+        click.echo(_result_table(record))
+        if result.plan is not None:  # the plain plan's placement map (SDP's table is above)
+            click.echo(plan_report(inst, evaluate(inst, result.plan)))
+    if output and chosen_plan is not None:
+        io.save_plan(chosen_plan, output)
+    sys.exit(ExitCode.OK if chosen_plan is not None else ExitCode.NO_PLAN)
+
+
+def _with_memory_reason(result: SolveResult, hinted: SolveResult | None) -> SolveResult:
+    """An exact backend's proof that no plan fits, with the DP's "by how much at best".
+
+    Memory does not depend on the placement, and every other choice is free in the DP's
+    structured space too (DESIGN §4), so the least excess the DP measured is the full
+    space's as well.  Only when both answers are INFEASIBLE (a disagreement stays visible).
+    """
+    if (hinted is None or result.status is not Status.INFEASIBLE
+            or hinted.status is not Status.INFEASIBLE or result.sdp is not None
+            or not hinted.message or hinted.message == result.message):
+        return result
+    return replace(result, message=hinted.message)
+
+
+def _chosen_plan(result: SolveResult, record: dict, rank_by: str) -> Plan | None:
+    """The plan ``-o`` writes: the plain one, the SDP one when no plain plan fits, or with
+    ``--rank-by effective`` the one of least T_eff (a plain plan's T_eff is its T; ties go
+    to the plain plan).  With ``effective`` the record says which one, ``better``."""
+    sdp = result.sdp
+    if sdp is None or sdp.plan is None:
+        return result.plan
+    if result.plan is None:
+        chosen = "sdp"
+    elif rank_by == "effective":
+        chosen = "sdp" if sdp.effective < result.objective_ticks else "dp"
+    else:
+        chosen = "dp"
+    if rank_by == "effective":
+        record["ranked_by"] = "effective"
+        record["better"] = chosen
+    return sdp.plan if chosen == "sdp" else result.plan
+
+
+def result_record(inst: Instance, result: SolveResult) -> dict:
+    """The JSON form of a result: backend, status, objective, bound, time, throughput, plan."""
+    seconds = throughput = None
+    if result.objective_ticks is not None:
+        seconds = result.objective_ticks * inst.training.tick_s
+        throughput = cost.throughput(inst.training.global_batch, result.objective_ticks,
+                                     inst.training.tick_s) if seconds else None
+    record = {
+        "backend": result.backend, "status": result.status.value, "space": result.space.value,
+        "tolerance_rel": result.tolerance_rel,
+        "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
+        "iteration_time_s": seconds, "throughput_samples_per_s": throughput,
+        "wall_time_s": result.wall_time_s, "message": result.message,
+        "plan": io.plan_to_dict(result.plan) if result.plan is not None else None,
+    }
+    if result.sdp is not None:  # a plain plan's T_eff is its T, at coverage 1
+        record.update(effective_ticks=result.objective_ticks, coverage="1",
+                      memory_saved_bytes=0 if result.plan is not None else None)
+        record["sdp"] = sdp_record(inst, result.sdp)
+    return record
+
+
+def sdp_record(inst: Instance, result: SolveResult) -> dict:
+    """The JSON form of an SDP search's result (DESIGN §7): T, T_eff (rounded up and exact),
+    its bound, coverage, memory saved against plain data parallelism, the worker graph."""
+    record = result_record(inst, result)
+    record.pop("bound_ticks")
+    record.update(
+        effective_ticks=math.ceil(result.effective) if result.effective is not None else None,
+        effective_exact=str(result.effective) if result.effective is not None else None,
+        effective_bound_ticks=math.floor(result.effective_bound)
+        if result.effective_bound is not None else None,
+        effective_bound_exact=str(result.effective_bound)
+        if result.effective_bound is not None else None)
+    for key in ("design", "layout"):
+        if key in result.stats:
+            record[key] = result.stats[key]
+    if result.plan is not None:
+        report = evaluate(inst, result.plan).sdp
+        record.update(level=report.level.value, masking=report.masking.value,
+                      holders=report.holders, workers=len(report.workers),
+                      coverage=str(report.coverage), memory_bytes=report.memory_bytes,
+                      plain_memory_bytes=report.plain_memory_bytes,
+                      memory_saved_bytes=report.memory_saved_bytes,
+                      algebraic_connectivity=report.algebraic_connectivity,
+                      connected=report.connected)
+    return record
+
+
+def _bound_line(record: dict) -> str:
+    """The proven lower bound, or 'none' for a backend that proves nothing (heuristics)."""
+    bound = record["bound_ticks"]
+    if bound is None:
+        return "bound      none (this backend proves no lower bound)"
+    gap = ""
+    if record["objective_ticks"] and bound != record["objective_ticks"]:
+        gap = f", gap at most {(record['objective_ticks'] - bound) / bound:.2%}" if bound else ""
+    return f"bound      {bound} ticks{gap}"
+
+
+def _result_table(record: dict) -> str:
+    status = status_text(record["status"], record["tolerance_rel"])
+    if record["tolerance_rel"] and record["status"] == Status.OPTIMAL.value:
+        status += (f" (proven within the solver's relative tolerance "
+                   f"{record['tolerance_rel']:g}; the bound is what it proved)")
+    lines = [f"backend    {record['backend']} ({record['space']} space)",
+             f"status     {status}"]
+    if record["message"]:
+        lines.append(f"message    {record['message']}")
+    if record["objective_ticks"] is not None:
+        lines += [f"objective  {record['objective_ticks']} ticks "
+                  f"({record['iteration_time_s']:.6f} s/iteration, "
+                  f"{rate(record['throughput_samples_per_s'], 2)} samples/s)",
+                  _bound_line(record)]
+        plan = record["plan"]
+        marks = {"none": "", "selective": "+", "full": "*"}
+        split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
+                           for s in plan["stages"])
+        virtual = plan["virtual_stages"]
+        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
+                     f"microbatch={plan['microbatch']} zero={plan['zero']} "
+                     f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
+                     f"[{split}] (* full, + selective recompute)")
+    wall = f"wall time  {record['wall_time_s']:.3f} s"
+    if record.get("hint_wall_time_s") is not None:
+        wall += f" (after the DP hint: {record['hint_wall_time_s']:.3f} s)"
+    lines.append(wall)
+    if "sdp" in record:
+        lines += _sdp_lines(record["sdp"])
+    if "better" in record:
+        lines.append(f"better by T_eff: {'SDP' if record['better'] == 'sdp' else 'plain'} plan")
+    return "\n".join(lines)
+
+
+def _sdp_lines(sdp: dict) -> list[str]:
+    """The SDP search's part of the solve table (DESIGN §7)."""
+    status = status_text(sdp["status"], sdp["tolerance_rel"])
+    lines = ["", "SDP (subnetwork data parallelism; ranked by T_eff)",
+             f"status     {status}"]
+    if sdp["message"]:
+        lines.append(f"message    {sdp['message']}")
+    if sdp["objective_ticks"] is not None:
+        bound = sdp["effective_bound_ticks"]
+        lines += [f"objective  T = {sdp['objective_ticks']} ticks "
+                  f"({sdp['iteration_time_s']:.6f} s/iteration), T_eff = "
+                  f"{sdp['effective_ticks']} ticks (bound {bound})",
+                  f"plan       tp={sdp['plan']['config']['tp']} ep={sdp['plan']['config']['ep']} "
+                  f"microbatch={sdp['plan']['microbatch']} zero={sdp['plan']['zero']} "
+                  f"recompute={sdp['plan']['stages'][0]['recompute']} d={sdp['workers']} "
+                  f"h={sdp['holders']} (C = {sdp['coverage']}) {sdp['level']} level, "
+                  f"{sdp['masking']} masking"
+                  + (f", {sdp['design']} design on layout {sdp['layout']}"
+                     if "design" in sdp else ""),
+                  f"memory     {sdp['memory_bytes'] / 2**30:.2f} GiB per device, "
+                  f"{sdp['memory_saved_bytes'] / 2**30:.2f} GiB below plain data parallelism",
+                  "workers    algebraic connectivity "
+                  + ("n/a" if sdp["algebraic_connectivity"] is None
+                     else f"{sdp['algebraic_connectivity']:.4g}")
+                  + (" (connected)" if sdp["connected"] else
+                     " (disconnected: workers mix only through the shared parameters)")]
+    lines.append(f"wall time  {sdp['wall_time_s']:.3f} s")
+    return lines

@@ -1,0 +1,265 @@
+"""Integer cost terms of DESIGN §3 and §3.2, shared by the evaluator and every backend.
+
+This module owns the *primitive* terms: each function prices one term of the model
+(a layer's compute and recompute, one intra-layer collective on its groups' paths,
+one point-to-point transfer, one gradient sync, a ZeRO-3 gather, a stage's state
+bytes, kept activations and working set, in-flight counts, T from τ and sync) from
+already-chosen quantities, so a backend that enumerates tiers (the DP) or builds a
+solver model (CP-SAT, MILP) gets exactly the integers the plan evaluator computes.
+Group and pair bottlenecks come from :mod:`nest_cp.model.network`, tick rounding from
+:mod:`nest_cp.model.ticks`.  The composition of these terms into a plan's time and memory
+lives once, in the evaluator (:mod:`nest_cp.cost.evaluate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from nest_cp.model.instance import (
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    IntraConfig,
+    LayerProfile,
+    Optimizer,
+    Phase,
+    RecomputeMode,
+)
+from nest_cp.model.network import NetworkModel, Path, collective_ticks, p2p_ticks
+from nest_cp.model.plan import expert_groups, tensor_groups
+from nest_cp.model.ticks import ceil_div, exact, to_ticks
+
+
+def num_microbatches(global_batch: int, microbatch: int, config: IntraConfig, dp: int) -> int:
+    """m = ceil(B / (b * e * d)): microbatches each replica runs per iteration."""
+    return ceil_div(global_batch, microbatch * config.ep * dp)
+
+
+def in_flight(stage: int, num_stages: int, microbatches: int, virtual_stages: int = 1) -> int:
+    """Microbatches (chunk-microbatches when v > 1) stage s holds in flight (s = 0 first).
+
+    v = 1: k_s = min(S - s, m) (1F1B).  v > 1: n_s = min(v m, 2 (S - s - 1) + (v - 1) S + 1),
+    Megatron's interleaved warm-up count plus one (DESIGN §3.2 b).
+    """
+    if virtual_stages == 1:
+        return min(num_stages - stage, microbatches)
+    return min(virtual_stages * microbatches,
+               2 * (num_stages - stage - 1) + (virtual_stages - 1) * num_stages + 1)
+
+
+def iteration_ticks(microbatches: int, num_stages: int, tau_max: int, sync: int,
+                    virtual_stages: int = 1) -> int:
+    """T = (v m + S - 1) * tau_max + T_sync (tau_max is the slowest chunk when v > 1)."""
+    return (virtual_stages * microbatches + num_stages - 1) * tau_max + sync
+
+
+def compute_ticks(profile: LayerProfile, tick_s: float) -> tuple[int, int]:
+    """(fwd, bwd) ticks of one layer and microbatch, each rounded up once."""
+    return to_ticks(exact(profile.fwd_s), tick_s), to_ticks(exact(profile.bwd_s), tick_s)
+
+
+def recompute_compute_ticks(profile: LayerProfile, mode: RecomputeMode, tick_s: float) -> int:
+    """Forward compute one layer reruns per microbatch: fwd (full), sel_fwd (selective), 0.
+
+    Rounded up once; the same tick count as the layer's forward in :func:`compute_ticks`.
+    Full recomputation also reruns the forward collectives (:func:`layer_collective_ticks`
+    with ``Phase.FWD``).
+    """
+    if mode is RecomputeMode.FULL:
+        return to_ticks(exact(profile.fwd_s), tick_s)
+    if mode is RecomputeMode.SELECTIVE:
+        if profile.sel_fwd_s is None:
+            raise ValueError("selective recomputation needs sel_fwd_s in the profile")
+        return to_ticks(exact(profile.sel_fwd_s), tick_s)
+    return 0
+
+
+def group_size(group: CollectiveGroup, config: IntraConfig) -> int:
+    return config.tp if group is CollectiveGroup.TP else config.ep
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPaths:
+    """Bottleneck paths of one stage replica's intra-layer groups (DESIGN §3.2 f).
+
+    ``tp``: one path per TP group (the t ranks sharing an expert index, e groups);
+    ``ep``: one path per EP group (the e ranks sharing a tensor index, t groups).
+    None stands for a one-device group, which never communicates.
+    """
+
+    tp: tuple[Path | None, ...]
+    ep: tuple[Path | None, ...]
+
+    @classmethod
+    def of_replica(cls, network: NetworkModel, devices: Sequence[int],
+                   config: IntraConfig) -> GroupPaths:
+        """The groups of a stage replica whose rank j sits on ``devices[j]``."""
+        return cls.of_replicas(network, [devices], config)[0]
+
+    @classmethod
+    def of_replicas(cls, network: NetworkModel, replicas: Sequence[Sequence[int]],
+                    config: IntraConfig) -> list[GroupPaths]:
+        """:meth:`of_replica` of each replica of a stage (``replicas[r][j]``: rank j's device)."""
+        def path(devices: Sequence[int], group: tuple[int, ...]) -> Path | None:
+            return None if len(group) == 1 else network.group_path([devices[j] for j in group])
+
+        tp, ep = tensor_groups(config), expert_groups(config)
+        return [cls(tp=tuple(path(devices, group) for group in tp),
+                    ep=tuple(path(devices, group) for group in ep)) for devices in replicas]
+
+    @classmethod
+    def replica_span(cls, path: Path | None) -> GroupPaths:
+        """Every collective priced on one path: DESIGN §3's span of the whole t·e group.
+
+        Not the model any more (§3.2 f prices each group on its own span); kept for
+        the backends that have not moved to per-group pricing yet.
+        """
+        return cls((path,), (path,))
+
+    def of(self, group: CollectiveGroup) -> tuple[Path | None, ...]:
+        return self.tp if group is CollectiveGroup.TP else self.ep
+
+
+def intra_collective_ticks(collective: Collective, config: IntraConfig, paths: GroupPaths,
+                           tick_s: float) -> int:
+    """One intra-layer collective of one microbatch: the price on its slowest group."""
+    size = group_size(collective.group, config)
+    return max((collective_ticks(collective.kind, collective.volume_bytes, size, path, tick_s)
+                if path is not None else 0 for path in paths.of(collective.group)), default=0)
+
+
+def layer_collective_ticks(profile: LayerProfile, config: IntraConfig, paths: GroupPaths,
+                           tick_s: float, phase: Phase | None = None) -> int:
+    """Σ over the layer's collectives (of ``phase``, or all) of each one's slowest group."""
+    return sum(intra_collective_ticks(c, config, paths, tick_s) for c in profile.collectives
+               if phase is None or c.phase is phase)
+
+
+def transfer_ticks(volume_bytes: int, path: Path, tick_s: float) -> int:
+    """Pipeline point-to-point transfer of one activation or gradient."""
+    return p2p_ticks(volume_bytes, path, tick_s)
+
+
+def zero3_gather_ticks(params: int, optimizer: Optimizer, dp: int, path: Path | None,
+                       tick_s: float) -> int:
+    """ZeRO-3 all-gathers of a stage's weights per microbatch: one in fwd, one in bwd."""
+    if path is None or dp <= 1 or params == 0:
+        return 0
+    once = collective_ticks(CollectiveKind.ALL_GATHER, params * optimizer.weight_bytes, dp,
+                            path, tick_s)
+    return 2 * once
+
+
+def sync_collective(zero: int) -> CollectiveKind:
+    """Gradient sync per iteration: all-reduce for ZeRO <= 2, reduce-scatter for ZeRO-3."""
+    return CollectiveKind.REDUCE_SCATTER if zero == 3 else CollectiveKind.ALL_REDUCE
+
+
+def gradient_sync_ticks(params: int, optimizer: Optimizer, zero: int, group_size_: int,
+                        path: Path | None, tick_s: float) -> int:
+    """One gradient synchronisation of ``params`` parameters over ``group_size_`` ranks.
+
+    A stage without parameters of a kind (e.g. no expert parameters) runs no collective.
+    """
+    if path is None or group_size_ <= 1 or params == 0:
+        return 0
+    return collective_ticks(sync_collective(zero), params * optimizer.grad_bytes, group_size_,
+                            path, tick_s)
+
+
+def exposed_sync_ticks(sync: int, backward: int, overlap: bool) -> int:
+    """The part of a stage's gradient sync the iteration waits for (DESIGN §3.2 c).
+
+    With ``overlap_grad_reduce`` the sync runs in buckets during the backward of the last
+    microbatch: max(0, sync - R), R = the stage's backward ticks of one microbatch.
+    """
+    return max(0, sync - backward) if overlap else sync
+
+
+def state_bytes(params, optimizer: Optimizer, zero: int, dp: int):
+    """W * (w/δ3 + g/δ2 + o/δ1), each of the three terms rounded up to whole bytes.
+
+    δi = d when ZeRO stage z >= i, else 1.  ``params`` may be an int or an int64 array
+    (the DP prices whole range matrices with this same function).
+    """
+    return (ceil_div(params * optimizer.weight_bytes, dp if zero >= 3 else 1)
+            + ceil_div(params * optimizer.grad_bytes, dp if zero >= 2 else 1)
+            + ceil_div(params * optimizer.state_bytes, dp if zero >= 1 else 1))
+
+
+def zero3_buffer_bytes(profiles: Sequence[LayerProfile], optimizer: Optimizer, zero: int) -> int:
+    """ZeRO-3 gather buffers (DESIGN §3.2 d): the unsharded weights of the layer computing
+    and of the one prefetched, 2 * max over the stage's layers of params * w; 0 for z < 3."""
+    if zero != 3:
+        return 0
+    return 2 * max(p.params for p in profiles) * optimizer.weight_bytes
+
+
+def kept_activation_bytes(profiles: Sequence[LayerProfile], mode: RecomputeMode) -> int:
+    """Activation bytes one microbatch leaves on a device over ``profiles`` (one chunk).
+
+    none: Σ act_bytes; full: Σ ckpt_bytes; selective: Σ sel_act_bytes (DESIGN §3.2 a).
+    """
+    if mode is RecomputeMode.FULL:
+        return sum(p.ckpt_bytes for p in profiles)
+    if mode is RecomputeMode.SELECTIVE:
+        return sum(_selective_act_bytes(p) for p in profiles)
+    return sum(p.act_bytes for p in profiles)
+
+
+def working_set_bytes(profiles: Sequence[LayerProfile], mode: RecomputeMode) -> int:
+    """Bytes rebuilt while one layer is recomputed: full, the largest act_bytes; selective,
+    the largest act_bytes - sel_act_bytes; none, 0 (DESIGN §3.2 a)."""
+    if mode is RecomputeMode.FULL:
+        return max(p.act_bytes for p in profiles)
+    if mode is RecomputeMode.SELECTIVE:
+        return max(p.act_bytes - _selective_act_bytes(p) for p in profiles)
+    return 0
+
+
+def _selective_act_bytes(profile: LayerProfile) -> int:
+    if profile.sel_act_bytes is None:
+        raise ValueError("selective recomputation needs sel_act_bytes in the profile")
+    return profile.sel_act_bytes
+
+
+def stage_memory_bytes(chunks: Sequence[Sequence[LayerProfile]], mode: RecomputeMode,
+                       in_flight_: int, optimizer: Optimizer, zero: int, dp: int) -> int:
+    """Bytes on one device of a pipeline stage whose chunks hold ``chunks`` (DESIGN §3, §3.2).
+
+    W_s (w/δ3 + g/δ2 + o/δ1) + [z = 3] buffers + in_flight * max over chunks of the
+    chunk's kept activations + the working set; with v = 1 (one chunk) the activations
+    are §3's k_s A_s.  ``in_flight_`` is :func:`in_flight`'s count for the stage.
+    """
+    layers = [p for chunk in chunks for p in chunk]
+    params = sum(p.params for p in layers)
+    return (state_bytes(params, optimizer, zero, dp) + zero3_buffer_bytes(layers, optimizer, zero)
+            + in_flight_ * max(kept_activation_bytes(chunk, mode) for chunk in chunks)
+            + working_set_bytes(layers, mode))
+
+
+def throughput(global_batch: int, total_ticks: int, tick_s: float) -> float:
+    """Samples per second of an iteration of ``total_ticks``."""
+    return float(global_batch / (total_ticks * exact(tick_s))) if total_ticks else math.inf
+
+
+def flops_per_iteration(layer_flops: Sequence[float], config: IntraConfig, microbatch: int,
+                        global_batch: int) -> Fraction:
+    """B samples' worth of the given per-device, per-microbatch forward FLOPs (DESIGN §3.2 e).
+
+    A layer's ``flops`` is one device's share of one microbatch step, which runs on the
+    t·e devices of a replica and processes b·e samples: per sample flops·t·e / (b·e).
+    """
+    per_step = sum(exact(f) for f in layer_flops) * config.devices
+    return per_step * global_batch / (microbatch * config.ep)
+
+
+def utilisation(flops: Fraction, total_ticks: int, tick_s: float, devices: int,
+                peak_flops_per_s: float) -> float | None:
+    """flops / (T * devices * peak): MFU or HFU of an iteration; None for T = 0."""
+    if total_ticks == 0:
+        return None
+    return float(flops / (total_ticks * exact(tick_s) * devices * exact(peak_flops_per_s)))

@@ -1,0 +1,483 @@
+"""Seeded random small instances for the exact backends' tests, benchmark and the soak.
+
+Numbers are synthetic but shaped like transformer layers (milliseconds of
+compute, GB of parameters and activations, MB of boundary tensors, TP
+all-reduces, EP all-to-alls), so every cost term of DESIGN §3 is exercised.
+``draw_tiny_recipe`` / ``tiny_instance`` draw every choice of an instance from one
+seed, from tables of drawers (TRAINING_CHOICES, NETWORK_BUILDERS) that a new
+choice extends by one entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nest_cp.model.instance import (
+    Cluster,
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    GraphNetwork,
+    HierarchicalNetwork,
+    Instance,
+    IntraConfig,
+    Layer,
+    LayerProfile,
+    Link,
+    Optimizer,
+    Phase,
+    RecomputeMode,
+    SdpLevel,
+    SdpMasking,
+    SdpSetup,
+    Strategy,
+    Tier,
+    TrainingSetup,
+    Workload,
+)
+from nest_cp.model.plan import all_layouts
+
+_GB = 10**9
+
+
+def random_instance(seed: int, num_layers: int = 3, tier_sizes: tuple[int, ...] = (2, 2),
+                    configs: tuple[IntraConfig, ...] = (IntraConfig(),),
+                    microbatches: tuple[int, ...] = (1,), zero_stages: tuple[int, ...] = (0,),
+                    recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
+                                                                  RecomputeMode.FULL),
+                    virtual_stages: tuple[int, ...] = (1,), overlap_grad_reduce: bool = False,
+                    global_batch: int = 8, hbm_bytes: int = 80 * _GB, graph: bool = False,
+                    comm_scale: int = 1, num_devices: int | None = None,
+                    identical_blocks: bool = False) -> Instance:
+    """A random instance on a hierarchical network of ``tier_sizes`` (or a random graph).
+
+    ``comm_scale`` multiplies every boundary tensor and collective volume, to make
+    communication (and so placement) matter as much as compute.  ``num_devices``
+    below the product of the tier sizes leaves the last domains partial.  Every
+    profile carries selective-recomputation data (a quarter of the forward rerun,
+    half the activations kept), so any ``recompute_modes`` may be allowed.
+    ``identical_blocks`` gives every layer but the first and the last the second layer's
+    profiles: an embedding, identical blocks and a head, the shape of the preset models
+    (the DP searches v > 1 there by block counting); the random draws are the same.
+    """
+    rng = random.Random(seed)
+    if num_devices is None:
+        num_devices = 1
+        for size in tier_sizes:
+            num_devices *= size
+    layers = tuple(_layer(rng, index, configs, microbatches, comm_scale)
+                   for index in range(num_layers))
+    if identical_blocks and num_layers >= 3:
+        layers = (layers[0], *(Layer(f"block{index}", layers[1].profiles)
+                               for index in range(1, num_layers - 1)), layers[-1])
+    network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
+    cluster = Cluster(num_devices, hbm_bytes, network, name=f"random-{seed}")
+    training = TrainingSetup(global_batch=global_batch, seq_len=1, microbatches=microbatches,
+                             optimizer=Optimizer(2, 2, 12), zero_stages=zero_stages,
+                             recompute_modes=recompute_modes, virtual_stages=virtual_stages,
+                             overlap_grad_reduce=overlap_grad_reduce)
+    return Instance(Workload(f"random-{seed}", layers), cluster, training,
+                    name=f"random-{seed}-L{num_layers}-N{num_devices}")
+
+
+def _hierarchy(rng: random.Random, tier_sizes: tuple[int, ...]) -> HierarchicalNetwork:
+    tiers, bandwidth, latency = [], 1e11, 1e-6
+    for index, size in enumerate(tier_sizes):
+        tiers.append(Tier(f"tier{index}", size, bandwidth, latency))
+        bandwidth = bandwidth / rng.choice((2, 4, 10))
+        latency = latency * rng.choice((2, 5, 10))
+    return HierarchicalNetwork(tuple(tiers))
+
+
+def _random_graph(rng: random.Random, num_devices: int) -> GraphNetwork:
+    """Devices hang off two switches joined by a slow link, plus random direct links."""
+    links = [Link(device, "sw0" if device < num_devices // 2 else "sw1",
+                  rng.choice((5e10, 1e11)), rng.choice((1e-6, 2e-6))) for device in
+             range(num_devices)]
+    links.append(Link("sw0", "sw1", rng.choice((5e9, 1e10)), 1e-5))
+    for _ in range(num_devices // 2):
+        a, b = rng.sample(range(num_devices), 2)
+        links.append(Link(a, b, rng.choice((2e10, 2e11)), rng.choice((5e-7, 3e-6))))
+    return GraphNetwork(("sw0", "sw1"), tuple(links))
+
+
+def _layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int) -> Layer:
+    fwd_ms = rng.choice((0.5, 1.0, 1.5, 2.0))
+    params = rng.choice((1, 2, 3)) * 2 * 10**8
+    act = rng.choice((2, 4, 8)) * 10**9
+    out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
+    experts = rng.random() < 0.3
+    profiles = {}
+    for config in configs:
+        for microbatch in microbatches:
+            profiles[(config, microbatch)] = _profile(fwd_ms, params, act, out, experts,
+                                                      config, microbatch)
+    return Layer(f"layer{index}", profiles)
+
+
+def _profile(fwd_ms, params, act, out, experts, config: IntraConfig, microbatch: int):
+    width = config.tp * config.ep
+    collectives = []
+    if config.tp > 1:
+        for phase in (Phase.FWD, Phase.BWD):
+            collectives.append(Collective(CollectiveKind.ALL_REDUCE, out * microbatch,
+                                          CollectiveGroup.TP, phase))
+    if config.ep > 1 and experts:
+        for phase in (Phase.FWD, Phase.BWD):
+            collectives.append(Collective(CollectiveKind.ALL_TO_ALL, out * microbatch,
+                                          CollectiveGroup.EP, phase))
+    expert_params = params // width if experts else 0
+    dense_params = (params // 4 if experts else params) // config.tp
+    fwd_s = round(fwd_ms * microbatch / config.tp * 1e-3, 9)
+    act_bytes = act * microbatch // config.tp
+    return LayerProfile(
+        fwd_s=fwd_s, bwd_s=round(2 * fwd_ms * microbatch / config.tp * 1e-3, 9),
+        dense_params=dense_params, expert_params=expert_params,
+        act_bytes=act_bytes, ckpt_bytes=out * microbatch,
+        out_bytes=out * microbatch, collectives=tuple(collectives),
+        sel_fwd_s=round(fwd_s / 4, 9), sel_act_bytes=act_bytes // 2)
+
+
+def latency_trap_instance() -> Instance:
+    """Three devices, all pairs at 100 GB/s, but the pair (0, 1) has 1 ms latency.
+
+    Links: 0–1 at 100 GB/s, 1 ms; 0–2 at 100 GB/s, 1 µs; 1–2 at 50 GB/s, 1 µs.  The
+    widest path 0–1 is the direct link (1 ms); 0–2 is direct (1 µs); 1–2 goes via 0
+    (100 GB/s, 1.001 ms).  One bandwidth level, so the canonical order is 0, 1, 2.
+    Two layers whose weights do not fit on one device force S = 2, and a·S·d ≤ 3
+    forces d = 1: every layout then puts the two stages on positions 0 and 1 of the
+    canonical order, devices 0 and 1, paying 1 ms per transfer, while the full space
+    puts them on devices 0 and 2 (1 µs).  So the structural gap is strictly positive.
+    """
+    profile = LayerProfile(fwd_s=1e-3, bwd_s=2e-3, dense_params=10**9, expert_params=0,
+                           act_bytes=10**9, ckpt_bytes=10**7, out_bytes=10**6)
+    layers = tuple(Layer(f"block{i}", {(IntraConfig(), 1): profile}) for i in range(2))
+    links = (Link(0, 1, 1e11, 1e-3), Link(0, 2, 1e11, 1e-6), Link(1, 2, 5e10, 1e-6))
+    cluster = Cluster(3, 20 * 10**9, GraphNetwork((), links), name="latency-trap")
+    training = TrainingSetup(global_batch=4, seq_len=1, microbatches=(1,), zero_stages=(0,),
+                             recompute_modes=(RecomputeMode.NONE,))
+    return Instance(Workload("two-blocks", layers), cluster, training, name="latency-trap")
+
+
+# ------------------------------------------------------------------ tiny random instances
+#
+# The soak (nest_cp.verify.soak) draws one tiny instance per seed.  Every choice the cost
+# model offers is drawn by one entry of a table below, so a new choice (a TrainingSetup
+# field, a profile field, a network kind) is one entry away: add a drawer, nothing else.
+
+
+@dataclass(frozen=True, slots=True)
+class TinyRecipe:
+    """Everything a tiny instance is built from; ``training`` holds TrainingSetup keywords."""
+
+    seed: int
+    num_layers: int
+    num_devices: int
+    network: str                      # a key of NETWORK_BUILDERS
+    configs: tuple[IntraConfig, ...]
+    moe_layers: tuple[bool, ...]      # which layers hold experts
+    memory_scale: float               # HBM as a fraction of the whole model's training state
+    comm_scale: int                   # multiplies boundary and collective volumes
+    training: dict = field(default_factory=dict)
+    sdp: dict | None = None           # SDP draw (DESIGN §7): levels, maskings, holders, units
+
+    def describe(self) -> dict:
+        """Plain data for reports: the kind of instance this is."""
+        return {"layers": self.num_layers, "devices": self.num_devices, "network": self.network,
+                "moe": any(self.moe_layers),
+                "configs": [f"{c.tp}x{c.ep}" for c in self.configs],
+                "memory_scale": round(self.memory_scale, 4),
+                **{name: list(value) if isinstance(value, tuple) else value
+                   for name, value in self.training.items()},
+                **({"sdp": self.sdp} if self.sdp else {})}
+
+
+def _draw_microbatches(rng: random.Random) -> tuple[int, ...]:
+    return tuple(sorted(rng.sample((1, 2, 4), rng.choice((1, 1, 2)))))
+
+
+def _draw_zero_stages(rng: random.Random) -> tuple[int, ...]:
+    return tuple(sorted(rng.sample((0, 1, 2, 3), rng.choice((1, 1, 2, 4)))))
+
+
+def _draw_tick(rng: random.Random) -> float:
+    return rng.choice((1e-9, 1e-9, 1e-9, 1e-8, 1e-6))
+
+
+def _draw_recompute_modes(rng: random.Random) -> tuple[RecomputeMode, ...]:
+    none, selective, full = RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL
+    return rng.choice(((none,), (none, full), (none, full), (none, selective),
+                       (none, selective, full), (none, selective, full), (full,)))
+
+
+def _draw_virtual_stages(rng: random.Random) -> tuple[int, ...]:
+    return rng.choice(((1,), (1,), (1, 2), (1, 2), (1, 3), (1, 2, 4), (2,)))
+
+
+# TrainingSetup keyword -> drawer; a new training choice is one more entry here
+TRAINING_CHOICES: dict[str, Callable[[random.Random], object]] = {
+    "microbatches": _draw_microbatches,
+    "zero_stages": _draw_zero_stages,
+    "recompute_modes": _draw_recompute_modes,
+    "virtual_stages": _draw_virtual_stages,
+    "overlap_grad_reduce": lambda rng: rng.random() < 0.4,
+    "global_batch": lambda rng: rng.choice((2, 4, 8, 8, 16, 32)),
+    "tick_s": _draw_tick,
+}
+
+
+def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
+                     max_structured_plans: int | None = None) -> TinyRecipe:
+    """The recipe of seed ``seed``: 1..max_layers layers, 2..max_devices devices, a hierarchy
+    or a graph, dense or MoE, memory from tight to loose, every training choice drawn.
+
+    With ``max_structured_plans``, choices are dropped at random (a ZeRO stage, a
+    microbatch size, a configuration, recomputation, a layer, devices) until the
+    structured space holds at most that many plans (so brute force stays quick).
+    """
+    recipe = _draw_recipe(random.Random(seed), seed, max_layers, max_devices)
+    shrink = random.Random(f"shrink-{seed}")
+    while max_structured_plans is not None and \
+            structured_plan_count(recipe) > max_structured_plans:
+        recipe = _shrunk(recipe, shrink)
+    return _with_sdp(recipe, random.Random(f"sdp-{seed}"))
+
+
+SDP_SHARE = 0.2  # the share of seeds that also allow SDP (when they have 8 devices or fewer)
+
+
+def _with_sdp(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes also allow SDP (DESIGN §7): both strategies, a drawn level, masking
+    and holder set, and width slices on the maskable layers (all but the first and last of
+    three or more).  Drawn from a stream of its own, so the plain draw of a seed is the
+    same with or without it."""
+    if rng.random() >= SDP_SHARE or recipe.num_devices > 8:
+        return recipe
+    levels = rng.choice((("block",), ("block",), ("neuron",), ("block", "neuron")))
+    maskings = rng.choice((("forward",), ("forward",), ("backward",), ("forward", "backward")))
+    holders = rng.choice(((), (), (1,), (2,), (1, 2)))
+    return dataclasses.replace(recipe, sdp={
+        "levels": levels, "maskings": maskings, "holders": holders,
+        "units": [rng.choice((1, 2, 4)) for _ in range(recipe.num_layers)],
+        "fractions": [rng.choice((0.75, 0.9, 1.0)) for _ in range(recipe.num_layers)]})
+
+
+def structured_plan_count(recipe: TinyRecipe) -> int:
+    """Plans of the structured space (every rank layout per shape, an upper bound): what
+    brute force evaluates."""
+    layers, devices = recipe.num_layers, recipe.num_devices
+    modes = len(recipe.training.get("recompute_modes", (RecomputeMode.NONE, RecomputeMode.FULL)))
+    virtual = recipe.training.get("virtual_stages", (1,))
+    zeros = len(recipe.training.get("zero_stages", (0,)))
+    shapes = 0
+    for config in recipe.configs:
+        for stages in range(1, layers + 1):
+            replicas = devices // (config.devices * stages)
+            splits = sum(math.comb(layers - 1, stages * v - 1) for v in virtual
+                         if stages * v <= layers and (v == 1 or stages >= 2))
+            shapes += replicas * splits * modes ** stages
+    return shapes * zeros * len(recipe.training.get("microbatches", (1,))) * len(all_layouts())
+
+
+def _shrunk(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """The recipe with one choice fewer (never below one of each)."""
+    training = dict(recipe.training)
+    options = []
+    if len(training.get("zero_stages", ())) > 1:
+        options.append("zero_stages")
+    if len(training.get("microbatches", ())) > 1:
+        options.append("microbatches")
+    if len(recipe.configs) > 1:
+        options.append("configs")
+    for name in ("recompute_modes", "virtual_stages"):
+        if len(training.get(name, ())) > 1:
+            options.append(name)
+    if recipe.num_layers > 1:
+        options.append("layers")
+    if not options:
+        return dataclasses.replace(recipe, num_devices=max(2, recipe.num_devices // 2))
+    choice = rng.choice(options)
+    if choice in ("zero_stages", "microbatches", "recompute_modes", "virtual_stages"):
+        values = list(training[choice])
+        values.remove(rng.choice(values))
+        training[choice] = tuple(values)
+        return dataclasses.replace(recipe, training=training)
+    if choice == "configs":
+        configs = list(recipe.configs)
+        configs.remove(rng.choice(configs[1:]))  # keep (1, 1)
+        return dataclasses.replace(recipe, configs=tuple(configs))
+    return dataclasses.replace(recipe, num_layers=recipe.num_layers - 1,
+                               moe_layers=recipe.moe_layers[:-1])
+
+
+def _draw_recipe(rng: random.Random, seed: int, max_layers: int, max_devices: int
+                 ) -> TinyRecipe:
+    num_layers = rng.randint(1, max_layers)
+    num_devices = rng.randint(2, max_devices)
+    widths = [(tp, ep) for tp in (1, 2, 4) for ep in (1, 2, 4) if tp * ep <= num_devices]
+    moe = rng.random() < 0.35
+    if not moe:
+        widths = [(tp, ep) for tp, ep in widths if ep == 1]
+    chosen = rng.sample(widths, min(len(widths), rng.choice((1, 2, 2, 3))))
+    configs = tuple(sorted({IntraConfig(tp, ep) for tp, ep in chosen} | {IntraConfig()},
+                           key=lambda c: (c.tp, c.ep)))
+    moe_layers = tuple(moe and rng.random() < 0.6 for _ in range(num_layers))
+    tight = rng.random() < 0.7
+    memory_scale = math.exp(rng.uniform(math.log(1.0 / num_devices), 0.0)) if tight else 2.0
+    return TinyRecipe(
+        seed=seed, num_layers=num_layers, num_devices=num_devices,
+        network=rng.choices(list(NETWORK_BUILDERS),
+                            [weight for _, weight in NETWORK_BUILDERS.values()])[0],
+        configs=configs, moe_layers=moe_layers,
+        memory_scale=memory_scale, comm_scale=rng.choice((1, 1, 10, 100)),
+        training={name: draw(rng) for name, draw in TRAINING_CHOICES.items()})
+
+
+def tiny_instance(recipe: TinyRecipe) -> Instance:
+    """Build the instance of ``recipe`` (deterministic: the recipe's seed drives the numbers)."""
+    rng = random.Random(f"numbers-{recipe.seed}")
+    microbatches = recipe.training.get("microbatches", (1,))
+    layers = tuple(_tiny_layer(rng, index, recipe.configs, microbatches, recipe.comm_scale,
+                               experts) for index, experts in enumerate(recipe.moe_layers))
+    network = NETWORK_BUILDERS[recipe.network][0](rng, recipe.num_devices)
+    state = sum(layer.profile(IntraConfig(), microbatches[0]).params * 16
+                + layer.profile(IntraConfig(), microbatches[0]).act_bytes for layer in layers)
+    hbm_bytes = max(10**6, int(state * recipe.memory_scale))
+    extra = {}
+    if recipe.sdp:
+        layers = _maskable(layers, recipe.sdp)
+        sdp = recipe.sdp
+        extra = {"strategies": (Strategy.DP, Strategy.SDP), "sdp": SdpSetup(
+            levels=tuple(SdpLevel(level) for level in sdp["levels"]),
+            maskings=tuple(SdpMasking(masking) for masking in sdp["maskings"]),
+            holders=tuple(sdp["holders"]))}
+    training = TrainingSetup(seq_len=1, optimizer=Optimizer(2, 2, 12), **recipe.training,
+                             **extra)
+    cluster = Cluster(recipe.num_devices, hbm_bytes, network, name=f"tiny-{recipe.seed}")
+    return Instance(Workload(f"tiny-{recipe.seed}", layers), cluster, training,
+                    name=f"tiny-{recipe.seed}")
+
+
+def _maskable(layers: tuple[Layer, ...], sdp: dict) -> tuple[Layer, ...]:
+    """The layers with SDP width slices on all but the first and last (all of one or two)."""
+    inner = range(1, len(layers) - 1) if len(layers) >= 3 else range(len(layers))
+    return tuple(_sliced(layer, sdp["units"][index], sdp["fractions"][index])
+                 if index in inner else layer for index, layer in enumerate(layers))
+
+
+def _sliced(layer: Layer, units: int, fraction: float, halve_wgrad: bool = False) -> Layer:
+    """The layer with ``units`` SDP width slices carrying ``fraction`` of every profile
+    (DESIGN §7); ``halve_wgrad`` also sets each weight gradient to half the backward."""
+    def sliced(profile: LayerProfile) -> LayerProfile:
+        fields = {"wgrad_s": round(profile.bwd_s / 2, 9)} if halve_wgrad else {}
+        return dataclasses.replace(profile, sdp_units=units, sdp_fraction=fraction, **fields)
+    return Layer(layer.name, {key: sliced(profile) for key, profile in layer.profiles.items()})
+
+
+def _tiny_layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int,
+                experts: bool) -> Layer:
+    """A transformer-shaped layer; with experts its expert parameters split over ep and its
+    tokens cross an all-to-all.  Also carries the optional v2 profile fields (weight-gradient
+    time, selective recompute, forward FLOPs), which the cost model uses once it prices them."""
+    fwd_ms = rng.choice((0.2, 0.5, 1.0, 1.5, 3.0))
+    params = rng.choice((1, 2, 3, 5)) * 10**8
+    act = rng.choice((1, 2, 4, 8)) * 10**9
+    out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
+    profiles = {}
+    for config in configs:
+        for microbatch in microbatches:
+            base = _profile(fwd_ms, params, act, out, experts, config, microbatch)
+            profiles[(config, microbatch)] = dataclasses.replace(
+                base, wgrad_s=round(base.bwd_s / 2, 12), sel_fwd_s=round(base.fwd_s * 0.3, 12),
+                sel_act_bytes=base.act_bytes * 2 // 5,
+                flops=float(2 * (base.dense_params + base.expert_params) * microbatch))
+    return Layer(f"layer{index}", profiles)
+
+
+def _tiny_hierarchy(rng: random.Random, num_devices: int) -> HierarchicalNetwork:
+    """1-3 tiers, inner sizes 1, 2 or 4, the outer tier covering the rest (domains may be
+    partial); bandwidth usually falls outwards but need not."""
+    inner = [rng.choice((1, 2, 2, 4)) for _ in range(rng.randint(0, 2))]
+    covered = math.prod(inner)
+    sizes = [*inner, -(-num_devices // covered)]
+    tiers, bandwidth, latency = [], rng.choice((5e10, 1e11)), rng.choice((1e-6, 2e-6))
+    for index, size in enumerate(sizes):
+        tiers.append(Tier(f"tier{index}", size, bandwidth, latency))
+        bandwidth = bandwidth / rng.choice((0.5, 1, 2, 4, 10))
+        latency = latency * rng.choice((1, 2, 5, 10))
+    return HierarchicalNetwork(tuple(tiers))
+
+
+def _tiny_switched(rng: random.Random, num_devices: int) -> GraphNetwork:
+    """Leaf switches of 2-4 devices under one spine, uplinks oversubscribed or not; one
+    device pair sometimes gets a direct link, and a leaf a second, parallel uplink."""
+    group = rng.choice((2, 3, 4))
+    leaves = [f"leaf{index}" for index in range(-(-num_devices // group))]
+    links = [Link(device, leaves[device // group], 1e11, 1e-6) for device in range(num_devices)]
+    links += [Link(leaf, "spine", rng.choice((1e10, 2.5e10, 1e11)), rng.choice((2e-6, 5e-6)))
+              for leaf in leaves]
+    if rng.random() < 0.3:
+        links.append(Link(leaves[0], "spine", rng.choice((5e9, 2e11)), rng.choice((1e-7, 1e-5))))
+    if rng.random() < 0.3 and num_devices > 2:
+        a, b = rng.sample(range(num_devices), 2)
+        links.append(Link(a, b, rng.choice((2e10, 2e11)), rng.choice((5e-7, 3e-6))))
+    return GraphNetwork((*leaves, "spine"), tuple(links))
+
+
+def _tiny_ring(rng: random.Random, num_devices: int) -> GraphNetwork:
+    """A ring of direct links, one of them sometimes slow, sometimes doubled by a parallel
+    link of other speed."""
+    links = [Link(device, (device + 1) % num_devices, rng.choice((5e10, 1e11)),
+                  rng.choice((1e-6, 2e-6))) for device in range(num_devices)
+             if num_devices > 2 or device == 0]
+    if rng.random() < 0.4:
+        slow = rng.randrange(len(links))
+        links[slow] = dataclasses.replace(links[slow], bandwidth_Bps=5e9)
+    if rng.random() < 0.3:
+        first = links[0]
+        links.append(Link(first.a, first.b, first.bandwidth_Bps / 2, first.latency_s / 10))
+    return GraphNetwork((), tuple(links))
+
+
+def _tiny_random_graph(rng: random.Random, num_devices: int) -> GraphNetwork:
+    return _random_graph(rng, num_devices)
+
+
+# network kind -> (builder (rng, num_devices) -> network, weight of the kind in the draw):
+# hierarchies are drawn as often as all graph kinds together
+NETWORK_BUILDERS: dict[str, tuple[Callable[[random.Random, int], HierarchicalNetwork |
+                                           GraphNetwork], int]] = {
+    "hierarchy": (_tiny_hierarchy, 3),
+    "graph-switched": (_tiny_switched, 1),
+    "graph-ring": (_tiny_ring, 1),
+    "graph-random": (_tiny_random_graph, 1),
+}
+
+
+def random_sdp_instance(seed: int, num_blocks: int = 2, units: int = 2,
+                        tier_sizes: tuple[int, ...] = (2, 2),
+                        levels: tuple[SdpLevel, ...] = (SdpLevel.BLOCK,),
+                        maskings: tuple[SdpMasking, ...] = (SdpMasking.FORWARD,),
+                        holders: tuple[int, ...] = (),
+                        strategies: tuple[Strategy, ...] = (Strategy.DP, Strategy.SDP),
+                        **options) -> Instance:
+    """A :func:`random_instance` of ``num_blocks`` maskable blocks between an embedding and a
+    head, for SDP (DESIGN §7): each block has ``units`` width slices carrying a random
+    fraction of it, and every profile a weight gradient of half its backward.
+    ``options`` are passed on to :func:`random_instance`."""
+    rng = random.Random(seed)
+    base = random_instance(seed, num_layers=num_blocks + 2, tier_sizes=tier_sizes, **options)
+    layers = []
+    for index, layer in enumerate(base.workload.layers):
+        maskable = 0 < index <= num_blocks
+        fraction = rng.choice((0.75, 0.9, 1.0))
+        layers.append(_sliced(layer, units if maskable else 0, fraction if maskable else 0.0,
+                              halve_wgrad=True))
+    training = dataclasses.replace(base.training, strategies=strategies, sdp=SdpSetup(
+        levels=levels, maskings=maskings, holders=holders))
+    return Instance(Workload(base.workload.name, tuple(layers)), base.cluster, training,
+                    name=f"{base.name}-sdp")

@@ -1,0 +1,185 @@
+"""Reading and writing JSON or YAML documents within the input limits.
+
+The one place a file becomes a Python value (and back): :func:`read_document` refuses
+files over MAX_INPUT_BYTES, integers longer than MAX_INT_DIGITS digits, duplicate keys and
+YAML alias bombs, each with an error naming the file; :func:`write_document` writes through
+a temporary file.  The readers of instances, plans and device files (:mod:`nest_cp.io`,
+:mod:`nest_cp.profiles.devicefile`) build on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path as FsPath
+from typing import Any
+
+import yaml
+
+from nest_cp.model.errors import InstanceFormatError, NestCpError
+from nest_cp.model.limits import MAX_INPUT_BYTES, MAX_INT_DIGITS, MAX_YAML_NODES
+
+
+def read_document(path: str | FsPath, error: type[InstanceFormatError] = InstanceFormatError
+                  ) -> Any:
+    """Parse a JSON or YAML file (by extension; JSON otherwise), within the input limits.
+
+    Files over MAX_INPUT_BYTES (``/dev/zero`` included), integers of more than
+    MAX_INT_DIGITS digits and YAML documents whose aliases expand to more than
+    MAX_YAML_NODES values are refused with a message saying so; an over-long
+    integer is reported at its field by the reader (it parses to a :class:`LongInteger`).
+    """
+    path = FsPath(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise error(f"expected a file of at most {MAX_INPUT_BYTES // 2**20} MiB, got a "
+                        f"larger one", file=str(path))
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise error("expected an existing file, got none", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"expected a readable UTF-8 file ({exc.__class__.__name__})",
+                    file=str(path)) from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader
+        except _DuplicateKey as exc:
+            raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
+                        field=exc.key) from None
+        except _TooLarge as exc:
+            raise error(str(exc), file=str(path)) from None
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", None)
+            at = f" (line {line + 1})" if line is not None else ""
+            raise error(f"expected valid YAML{at}", file=str(path)) from None
+        except RecursionError:
+            raise error("expected YAML nested less deeply", file=str(path)) from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_integer)
+    except _DuplicateKey as exc:
+        raise error(f"expected each key once, got {exc.key!r} twice", file=str(path),
+                    field=exc.key) from None
+    except json.JSONDecodeError as exc:
+        raise error(f"expected valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+                    file=str(path)) from None
+    except RecursionError:
+        raise error("expected JSON nested less deeply", file=str(path)) from None
+
+
+class LongInteger:
+    """An integer literal too long to read (more than MAX_INT_DIGITS digits).
+
+    Kept as a placeholder so the field reading it reports the error with its path
+    (``training.global_batch: expected an integer ..., got a 4000-digit integer``).
+    """
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def _integer(text: str) -> int | LongInteger:
+    digits = len(text.lstrip("+-"))
+    return LongInteger(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+class _TooLarge(ValueError):
+    """A YAML document whose aliases expand past MAX_YAML_NODES values."""
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """JSON objects with a repeated key are rejected (json keeps the last one silently)."""
+    result: dict = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(str(key))
+        result[key] = value
+    return result
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects repeated keys and reads 80e9 or 1e-6 as floats (YAML 1.2).
+
+    PyYAML follows YAML 1.1, where a float needs a dot (8.0e9), so numbers copied from
+    JSON would otherwise arrive as strings.  It also refuses alias "bombs": anchors
+    referenced so often that the document expands to more than MAX_YAML_NODES values
+    (aliases are resolved by reference, but every reader of the result walks the
+    expansion), and reads over-long integers as :class:`LongInteger`.
+    """
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _DuplicateKey(str(key))
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        digits = len(self.construct_scalar(node).replace("_", "").lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            return LongInteger(digits)
+        return super().construct_yaml_int(node)
+
+
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_yaml_int)
+_StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"""),
+    list("-+0123456789"))
+
+
+def _expanded_size(node, sizes: dict[int, int], active: set[int]) -> int:
+    """Values ``node`` stands for with every alias expanded; _TooLarge past MAX_YAML_NODES."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in active:
+        raise _TooLarge("expected YAML without recursive aliases, got an anchor inside itself")
+    active.add(key)
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = []
+    size = 1 + sum(_expanded_size(child, sizes, active) for child in children)
+    active.discard(key)
+    if size > MAX_YAML_NODES:
+        raise _TooLarge(f"expected at most {MAX_YAML_NODES} values with YAML aliases expanded, "
+                        f"got more (an alias bomb?)")
+    sizes[key] = size
+    return size
+
+
+def write_document(data: Any, path: str | FsPath) -> None:
+    """Write JSON, or YAML when the extension says so; written to a temp file then renamed."""
+    path = FsPath(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        text = yaml.safe_dump(data, sort_keys=False)
+    else:
+        text = json.dumps(data, indent=1) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None

@@ -1,0 +1,209 @@
+"""Network queries and collective prices in integer ticks (DESIGN §1.2, §3).
+
+Exact arithmetic: every float of an instance (seconds, bytes per second) is read
+as the decimal it prints as (``Fraction(str(x))``), so 1e6 B / 1e10 B/s is
+exactly 1e-4 s, and each primitive term is rounded *up* to whole ticks once by
+:func:`to_ticks`.  Everything after that is integer arithmetic.
+
+Group prices: a group of devices is priced on its *bottleneck* ``Path``: on a
+hierarchical network the tier that spans it; on a graph, the smallest widest-path
+bandwidth over its pairs and the largest latency over its pairs (each pair's
+latency is the least latency among its widest paths).  A graph may hold parallel
+links between two nodes: each is a path of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+
+import networkx as nx
+
+from nest_cp.model.instance import Cluster, CollectiveKind, GraphNetwork, HierarchicalNetwork
+from nest_cp.model.ticks import exact, to_ticks
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """Bottleneck bandwidth (B/s) and latency (s) of a device pair or group, as exact fractions.
+
+    Hashed once at construction: the evaluator memoises prices by path, and hashing two
+    fractions on every lookup would cost more than the lookup saves.
+    """
+
+    bandwidth_Bps: Fraction
+    latency_s: Fraction
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.bandwidth_Bps, self.latency_s)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def collective_seconds(kind: CollectiveKind | str, volume_bytes: int, group_size: int,
+                       path: Path) -> Fraction:
+    """Ring cost of DESIGN §3 for ``volume_bytes`` per device over ``group_size`` devices."""
+    if group_size <= 1:
+        return Fraction(0)
+    steps = group_size - 1
+    if kind == CollectiveKind.ALL_REDUCE:
+        return 2 * Fraction(steps, group_size) * volume_bytes / path.bandwidth_Bps \
+            + 2 * steps * path.latency_s
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
+                CollectiveKind.ALL_TO_ALL):
+        return Fraction(steps, group_size) * volume_bytes / path.bandwidth_Bps \
+            + steps * path.latency_s
+    raise ValueError(f"expected a collective kind, got {kind!r}")
+
+
+def collective_ticks(kind: CollectiveKind | str, volume_bytes: int, group_size: int,
+                     path: Path, tick_s: float) -> int:
+    """One collective, rounded up to ticks once."""
+    if group_size <= 1:
+        return 0
+    return to_ticks(collective_seconds(kind, volume_bytes, group_size, path), tick_s)
+
+
+def p2p_ticks(volume_bytes: int, path: Path, tick_s: float) -> int:
+    """One point-to-point transfer v/beta + alpha, rounded up to ticks."""
+    return to_ticks(volume_bytes / path.bandwidth_Bps + path.latency_s, tick_s)
+
+
+class NetworkModel:
+    """Pair and group bottlenecks of a cluster's network, and its canonical device order."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.num_devices = cluster.num_devices
+        network = cluster.network
+        if isinstance(network, HierarchicalNetwork):
+            self._domains = network.domain_sizes()
+            self._tier_paths = tuple(Path(exact(t.bandwidth_Bps), exact(t.latency_s))
+                                     for t in network.tiers)
+        else:
+            self._domains = ()
+            self._tier_paths = ()
+
+    @property
+    def is_hierarchical(self) -> bool:
+        return isinstance(self.cluster.network, HierarchicalNetwork)
+
+    # ---------------------------------------------------------- hierarchical
+
+    def tier_of_pairs(self, lowest, highest):
+        """Tier of each device pair: the smallest tier whose domain holds both devices.
+
+        ``lowest`` and ``highest`` are device ids, ints or integer numpy arrays (elementwise,
+        broadcast); a group's tier is that of its smallest and largest id.  Domains are
+        nested blocks of consecutive ids, so the tier is the number of tiers whose domains
+        separate the two; ``num_tiers`` means no tier holds both (hierarchical networks only).
+        """
+        return sum((lowest // size) != (highest // size) for size in self._domains)
+
+    def tier_of(self, devices: Iterable[int]) -> int:
+        """Smallest tier whose domain holds all ``devices`` (hierarchical networks only)."""
+        devices = list(devices)
+        low, high = min(devices), max(devices)
+        tier = int(self.tier_of_pairs(low, high))
+        if tier >= len(self._domains):
+            raise ValueError(f"devices {low} and {high} lie in no common tier domain")
+        return tier
+
+    def tier_path(self, tier: int) -> Path:
+        return self._tier_paths[tier]
+
+    @property
+    def num_tiers(self) -> int:
+        return len(self._tier_paths)
+
+    # ---------------------------------------------------------- both kinds
+
+    def pair_path(self, a: int, b: int) -> Path:
+        """Bottleneck of the device pair (a, b); a != b."""
+        if self._tier_paths:  # hierarchical: the innermost domain (block of ids) holding both
+            for tier, size in enumerate(self._domains):
+                if a // size == b // size:
+                    return self._tier_paths[tier]
+            raise ValueError(f"devices {a} and {b} lie in no common tier domain")
+        return self._graph_pairs[(min(a, b), max(a, b))]
+
+    def group_path(self, devices: Sequence[int]) -> Path | None:
+        """Bottleneck of a group (None for a single device, which never communicates)."""
+        if len(devices) <= 1:
+            return None
+        devices = sorted(set(devices))
+        if len(devices) <= 1:
+            return None
+        if self.is_hierarchical:
+            return self._tier_paths[self.tier_of(devices)]
+        bandwidth, latency = None, Fraction(0)
+        for index, a in enumerate(devices):
+            for b in devices[index + 1:]:
+                path = self._graph_pairs[(a, b)]
+                bandwidth = path.bandwidth_Bps if bandwidth is None else min(
+                    bandwidth, path.bandwidth_Bps)
+                latency = max(latency, path.latency_s)
+        return Path(bandwidth, latency)
+
+    def canonical_order(self) -> tuple[int, ...]:
+        """The device order of the structured space (DESIGN §4).
+
+        Hierarchical: ids 0..N-1.  Graph: single-linkage clustering by widest-path
+        bandwidth — devices joined by the widest bottleneck become neighbours first;
+        clusters merging at one bandwidth are concatenated in order of their
+        smallest id, inner order kept.  Deterministic and locality-preserving: any
+        set of devices that is connected at bandwidth >= w is a contiguous block.
+        """
+        if self.is_hierarchical:
+            return tuple(range(self.num_devices))
+        clusters = [[device] for device in range(self.num_devices)]
+        for bandwidth in sorted({p.bandwidth_Bps for p in self._graph_pairs.values()},
+                                reverse=True):
+            merged: list[list[int]] = []
+            for cluster in sorted(clusters, key=min):
+                for target in merged:
+                    if self._graph_pairs[(min(target[0], cluster[0]), max(
+                            target[0], cluster[0]))].bandwidth_Bps >= bandwidth:
+                        target.extend(cluster)
+                        break
+                else:
+                    merged.append(list(cluster))
+            clusters = merged
+        return tuple(device for cluster in sorted(clusters, key=min) for device in cluster)
+
+    @cached_property
+    def _graph_pairs(self) -> dict[tuple[int, int], Path]:
+        """Widest-path bandwidth and least latency among widest paths, for every device pair.
+
+        The network is a multigraph: parallel links between two nodes are separate paths
+        (their bandwidths are not added).  For each bandwidth threshold B (from the widest
+        down) the links of at least B form a graph in which a node pair is joined by its
+        fastest such link; a device pair first connected at B has widest bottleneck B,
+        and its least latency among those paths is the shortest path there.
+        """
+        network = self.cluster.network
+        if not isinstance(network, GraphNetwork):
+            return {}
+        links = [(link.a, link.b, exact(link.bandwidth_Bps), exact(link.latency_s))
+                 for link in network.links]
+        pairs: dict[tuple[int, int], Path] = {}
+        devices = range(self.num_devices)
+        for bandwidth in sorted({bw for _, _, bw, _ in links}, reverse=True):
+            wide = nx.Graph()
+            wide.add_nodes_from(devices)
+            for a, b, link_bandwidth, latency in links:
+                if link_bandwidth >= bandwidth and (
+                        not wide.has_edge(a, b) or latency < wide[a][b]["lat"]):
+                    wide.add_edge(a, b, lat=latency)
+            for source in devices:
+                lengths = nx.single_source_dijkstra_path_length(wide, source, weight="lat")
+                for target in devices:
+                    if target > source and (source, target) not in pairs and target in lengths:
+                        pairs[(source, target)] = Path(bandwidth, Fraction(lengths[target]))
+            if len(pairs) == self.num_devices * (self.num_devices - 1) // 2:
+                break
+        return pairs

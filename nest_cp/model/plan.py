@@ -1,0 +1,275 @@
+"""The plan (DESIGN §2, §3.2 b) and the rank layouts of the structured space (DESIGN §4, v2).
+
+A rank is (stage s, replica r, intra-stage rank j) with j = t_index + tp * e_index
+(how a stage replica numbers its ranks; where they sit is the layout's business).
+``Plan.placement[s][r][j]`` is its device id.
+
+With v virtual stages (interleaved 1F1B) the layers are split into S·v chunks;
+``Plan.stages`` lists the chunks in layer order and chunk k runs on pipeline stage
+k mod S.  With v = 1 (the default) a chunk is a stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A contiguous run of layers ``first_layer..last_layer`` (inclusive): one pipeline
+    stage, or with v > 1 one chunk of a stage, and that stage's recomputation mode."""
+
+    first_layer: int
+    last_layer: int
+    recompute: RecomputeMode = RecomputeMode.NONE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.recompute, RecomputeMode):
+            raise InstanceFormatError(
+                "expected one of " + ", ".join(repr(m.value) for m in RecomputeMode)
+                + f", got {self.recompute!r}", field="recompute")
+
+    @property
+    def layers(self) -> range:
+        return range(self.first_layer, self.last_layer + 1)
+
+
+Placement = tuple[tuple[tuple[int, ...], ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SdpMask:
+    """The SDP part of a plan (DESIGN §7): level, masking, h and the units each worker holds.
+
+    ``mask[w]`` lists the units worker (replica) w holds, numbered in layer order (a
+    layer's width slices consecutively at neuron level).  Whether the mask is valid for
+    the instance (every unit held by exactly h workers, balanced rows) is the evaluator's
+    question, so that a bad mask is reported naming its field.
+    """
+
+    level: SdpLevel
+    masking: SdpMasking
+    holders: int
+    mask: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.level, SdpLevel):
+            raise InstanceFormatError(f"expected 'block' or 'neuron', got {self.level!r}",
+                                      field="level")
+        if not isinstance(self.masking, SdpMasking):
+            raise InstanceFormatError(f"expected 'forward' or 'backward', got "
+                                      f"{self.masking!r}", field="masking")
+        if not (isinstance(self.holders, int) and self.holders >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.holders!r}",
+                                      field="holders")
+
+    @property
+    def workers(self) -> int:
+        return len(self.mask)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Every choice of DESIGN §2; ``placement`` None means the default Megatron layout.
+
+    ``stages`` are the S·v chunks in layer order (the S stages when v = 1): chunk k runs
+    on stage k mod S, and all chunks of a stage carry the stage's recompute mode.
+    ``placement[s]`` indexes the S pipeline stages.
+    """
+
+    config: IntraConfig
+    microbatch: int
+    zero: int
+    num_replicas: int  # d, the data-parallel degree ("dp" in plan files)
+    stages: tuple[Stage, ...]
+    placement: Placement | None = None
+    virtual_stages: int = 1  # v of interleaved 1F1B; 1 = plain 1F1B
+    strategy: Strategy = Strategy.DP  # SDP plans carry their mask in ``sdp`` (DESIGN §7)
+    sdp: SdpMask | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, Strategy):
+            raise InstanceFormatError(f"expected 'dp' or 'sdp', got {self.strategy!r}",
+                                      field="strategy")
+        if (self.strategy is Strategy.SDP) != (self.sdp is not None):
+            raise InstanceFormatError(
+                "expected an 'sdp' section exactly when the strategy is 'sdp', got "
+                + ("none" if self.sdp is None else f"one with strategy {self.strategy.value!r}"),
+                field="sdp")
+        if not (isinstance(self.microbatch, int) and self.microbatch >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.microbatch!r}",
+                                      field="microbatch")
+        if self.zero not in (0, 1, 2, 3):
+            raise InstanceFormatError(f"expected a ZeRO stage in 0..3, got {self.zero!r}",
+                                      field="zero")
+        if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.num_replicas!r}",
+                                      field="dp")
+        if not (isinstance(self.virtual_stages, int) and not isinstance(self.virtual_stages, bool)
+                and self.virtual_stages >= 1):
+            raise InstanceFormatError(f"expected an integer >= 1, got {self.virtual_stages!r}",
+                                      field="virtual_stages")
+        if not self.stages:
+            raise InstanceFormatError("expected at least one stage, got []", field="stages")
+
+    @property
+    def num_stages(self) -> int:
+        """S, the pipeline depth: len(stages) // v (the evaluator rejects a remainder)."""
+        return len(self.stages) // self.virtual_stages
+
+    @property
+    def num_chunks(self) -> int:
+        """S·v, the number of entries of ``stages``."""
+        return len(self.stages)
+
+    def stage_of_chunk(self, chunk: int) -> int:
+        """The pipeline stage chunk ``chunk`` runs on: chunk mod S."""
+        return chunk % self.num_stages
+
+    def chunks_of_stage(self, stage: int) -> tuple[int, ...]:
+        """Indices into ``stages`` of the chunks stage ``stage`` runs, in layer order."""
+        return tuple(range(stage, self.num_chunks, self.num_stages))
+
+    def stage_layers(self, stage: int) -> tuple[int, ...]:
+        """Every layer pipeline stage ``stage`` holds (all its chunks), in layer order."""
+        return tuple(layer for chunk in self.chunks_of_stage(stage)
+                     for layer in self.stages[chunk].layers)
+
+    def stage_recompute(self, stage: int) -> RecomputeMode:
+        """The recompute mode of pipeline stage ``stage`` (that of its first chunk)."""
+        return self.stages[stage].recompute
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.config.devices
+
+    @property
+    def num_devices_used(self) -> int:
+        return self.config.devices * self.num_stages * self.num_replicas
+
+    def with_placement(self, placement: Placement) -> Plan:
+        return dataclasses.replace(self, placement=placement)
+
+
+def tensor_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
+    """Intra-stage ranks j of each TP group: the t ranks sharing an expert index (DESIGN §3.2 f)."""
+    return tuple(tuple(t + config.tp * e for t in range(config.tp)) for e in range(config.ep))
+
+
+def expert_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
+    """Intra-stage ranks j of each EP group: the e ranks sharing a tensor index (DESIGN §3.2 f)."""
+    return tuple(tuple(t + config.tp * e for e in range(config.ep)) for t in range(config.tp))
+
+
+class Dim(str, Enum):
+    """The four rank dimensions a layout orders."""
+
+    TP = "t"
+    EP = "e"
+    STAGE = "stage"
+    REPLICA = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class RankLayout:
+    """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost.
+
+    Structured space v2 (DESIGN §4): any of the 24 orders, tensor ranks innermost or not.
+    """
+
+    order: tuple[Dim, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.order) != len(Dim) or set(self.order) != set(Dim):
+            raise ValueError(f"expected an order of t, e, stage, replica (each once), "
+                             f"got {[getattr(d, 'value', d) for d in self.order]}")
+
+    @property
+    def name(self) -> str:
+        return ",".join(dim.value for dim in self.order)
+
+    def position(self, stage, replica, rank, config: IntraConfig, num_stages: int, dp: int):
+        """Mixed-radix position of rank (stage, replica, rank) in this layout.
+
+        ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
+        together (the DP places whole stages at once); the result has their shape.
+        """
+        digits = {Dim.TP: rank % config.tp, Dim.EP: rank // config.tp,
+                  Dim.STAGE: stage, Dim.REPLICA: replica}
+        radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
+        position, weight = 0, 1
+        for dim in self.order:
+            position = position + digits[dim] * weight
+            weight *= radix[dim]
+        return position
+
+    def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
+        """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array."""
+        return self.position(np.arange(num_stages, dtype=np.int64)[:, None, None],
+                             np.arange(dp, dtype=np.int64)[None, :, None],
+                             np.arange(config.devices, dtype=np.int64)[None, None, :],
+                             config, num_stages, dp)
+
+    def placement(self, config: IntraConfig, num_stages: int, dp: int,
+                  device_order: tuple[int, ...] | list[int]) -> Placement:
+        """The placement that puts each rank on the device at its position of ``device_order``."""
+        devices = np.asarray(device_order, dtype=np.int64)[
+            self.positions(config, num_stages, dp)].tolist()
+        return tuple(tuple(tuple(ranks) for ranks in replicas) for replicas in devices)
+
+
+MEGATRON_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+NEST_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
+
+
+def all_layouts() -> tuple[RankLayout, ...]:
+    """The 24 layouts of structured space v2, in a deterministic order.
+
+    Megatron's first, then the other five with tensor ranks innermost (the structured
+    space before v2, NEST's among them), then the eighteen others in
+    ``itertools.permutations`` order.  The index is the DP's tie-break.
+    """
+    tensor_first = [RankLayout((Dim.TP, *rest))
+                    for rest in itertools.permutations((Dim.EP, Dim.REPLICA, Dim.STAGE))]
+    tensor_first.remove(MEGATRON_LAYOUT)
+    others = [RankLayout(order) for order in itertools.permutations(
+        (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE)) if order[0] is not Dim.TP]
+    return (MEGATRON_LAYOUT, *tensor_first, *others)
+
+
+def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",
+                   virtual_stages: int = 1) -> tuple[Stage, ...]:
+    """Split ``num_layers`` into S·v contiguous chunks as evenly as possible.
+
+    The last ``num_layers % (S·v)`` chunks get one layer more: they run on the later
+    stages, which hold fewer microbatches in flight under 1F1B, so they have room for
+    it.  ``recompute`` is a mode ("none", "selective", "full") for every stage, or
+    "all-but-last" (Megatron's usual choice: full recomputation except on the last
+    stage, which holds one microbatch in flight).  Chunk k runs on stage k mod S.
+    """
+    chunks = num_stages * virtual_stages
+    if virtual_stages < 1 or not 1 <= chunks <= num_layers:
+        raise ValueError(f"expected 1 <= stages x virtual stages <= {num_layers} layers, "
+                         f"got {num_stages} x {virtual_stages}")
+    if recompute == "all-but-last":
+        modes = [RecomputeMode.FULL] * (num_stages - 1) + [RecomputeMode.NONE]
+    elif recompute in {m.value for m in RecomputeMode}:
+        modes = [RecomputeMode(recompute)] * num_stages
+    else:
+        raise ValueError(f"expected recompute none, selective, full or all-but-last, "
+                         f"got {recompute!r}")
+    base, extra = divmod(num_layers, chunks)
+    stages, first = [], 0
+    for chunk in range(chunks):
+        size = base + (1 if chunk >= chunks - extra else 0)
+        stages.append(Stage(first, first + size - 1, modes[chunk % num_stages]))
+        first += size
+    return tuple(stages)

@@ -1,0 +1,687 @@
+"""Analytic per-layer profiles of transformer models (DESIGN §1.1, source (a); v2 semantics).
+
+``profile_workload(spec, device, seq_len, microbatches, configs, options)`` turns a model
+description (:class:`~nest_cp.profiles.transformer.TransformerSpec`) and a kernel-level device
+model (:class:`~nest_cp.profiles.kernels.DeviceSpec`) into the chain ``embedding, block.0 ..
+block.{L-1}, head`` with one :class:`~nest_cp.model.instance.LayerProfile` per
+(IntraConfig(tp, ep), microbatch b).
+Notation: s sequence, b microbatch, T = s*b tokens of one device, h hidden, f FFN width,
+a heads, h_kv = kv heads * head width, V vocabulary, E experts, k top-k, t = tp, e = ep,
+R = k*T routed token copies a device receives (balanced routing). The full derivation, with
+every formula and the fields filled, is ``docs/profiler.md``; in brief:
+
+**Ops.** Every layer is a list of ops (:class:`_Op`): GEMMs, the attention core and
+memory-bound kernels. Each op has a forward time, a data-gradient time and a weight-gradient
+time, each priced by :mod:`nest_cp.profiles.kernels` from that pass's own FLOPs and bytes: a linear
+layer ``y = x W`` (T x K times K x N) runs the forward GEMM (T, N, K), the data gradient
+``dx = dy W^T`` (T, K, N) and the weight gradient ``dW = x^T dy`` (K, N, T), each with its own
+tile/wave quantisation; flash attention's backward executes 2.5x its forward FLOPs at its
+own (lower) efficiency; a memory-bound op moves its own bytes forward and backward.
+``bwd_s`` = data + weight gradients, ``wgrad_s`` = weight gradients (GEMM weight gradients
+and the embedding's scatter-add; norm scale gradients are fused into the norm's backward and
+counted as data gradient). ``flops`` is the model FLOPs of one microbatch's forward on the
+device: every GEMM's 2*M*N*K and the attention core's 4*b*s^2*(a/t)*d over the full square
+(the convention of Narayanan et al. SC'21 Eq. 3 and Megatron-LM's throughput counter; a
+causal flash kernel executes about half, which the time reflects but ``flops`` does not).
+
+**Attention** is an instance choice (:class:`AttentionKind`): ``flash`` (default; fused,
+the s^2 scores never reach HBM, only the fp32 log-sum-exp per head and token is kept) or
+``materialized`` (QK^T and AV as batched GEMMs, softmax and dropout as memory-bound ops, the
+scores kept for backward; NEST's traced graphs and Korthikanti et al.'s Table 2 assume it).
+
+**Parameters per device** (Megatron-LM sharding): QKV/FC1 column-parallel, output/FC2
+row-parallel, all split by t; norms and row-parallel biases replicated; the word embedding
+and LM head vocabulary-parallel (V padded to a multiple of 128*t); learned position and
+token-type embeddings replicated; a tied head holds no parameters of its own. MoE: the
+router and shared experts are dense (shared experts split by t), each device holds E/e
+routed experts (``expert_params``), each split by t. MLA: the down-projections and their
+norms are replicated over t, the up-projections and the output projection split by heads.
+
+**Activation memory** follows Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: without
+sequence parallelism s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes per GPT block (dropout, GeLU,
+f = 4h, materialised attention), generalised term by term (GQA's narrower K and V, SwiGLU's
+6*s*b*f, no dropout masks without dropout, MoE router, token copies and expert
+intermediates, MLA's latent tensors); with ``sequence_parallel`` the replicated terms are
+split by t too (s*b*h*(34 + 5*a*s/h)/t). Flash attention replaces the 5*a*s^2*b score bytes
+by the 4*a*s*b log-sum-exp. ``ckpt_bytes`` (full recomputation) is the layer input.
+Selective recomputation (``sel_fwd_s``, ``sel_act_bytes``, ``sel_flops``) reruns the
+attention core alone and keeps everything but the core's own stored tensors (the scores, or
+the log-sum-exp); the embedding and the head have no core: nothing rerun, everything kept.
+
+**Collectives per microbatch** (nest_cp.model.instance.Collective; volumes per device in bytes, the
+full tensor for all-gather and reduce-scatter, as DESIGN §3 prices them): without sequence
+parallelism a block all-reduces 2sbh twice forward and twice backward (t > 1); with it, each
+all-reduce becomes an all-gather + reduce-scatter pair and the backward re-gathers the two
+sequence-split GEMM inputs for their weight gradients (Megatron/TE keep the inputs sharded).
+e > 1: all-to-all dispatch and combine of the 2*k*s*b*h routed token bytes, forward and
+backward. Embedding: the vocabulary-parallel all-reduce (reduce-scatter with SP) forward;
+head: the input-gradient all-reduce backward and the cross-entropy's three fp32 all-reduces
+of 4sb forward (an all-gather of the input forward and a reduce-scatter backward with SP).
+
+**SDP units** (DESIGN §7): a transformer block is maskable; at neuron level it has U width
+slices, U = the kv-head groups on the device (kv_heads / t; heads / t for MLA), each holding
+1/U of the attention heads and 1/U of the MLP (and expert) neurons. ``sdp_fraction`` is the
+share of the block's parameters in those slices (all projection and MLP matrices and their
+column biases; norms, router and row-parallel biases stay shared). Embedding and head: 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import (
+    Collective,
+    CollectiveGroup,
+    CollectiveKind,
+    IntraConfig,
+    Layer,
+    LayerProfile,
+    Phase,
+    Workload,
+)
+from nest_cp.model.ticks import ceil_div
+from nest_cp.profiles.kernels import (
+    DeviceSpec,
+    attention_seconds,
+    causal_fraction,
+    gemm_seconds,
+    memory_seconds,
+)
+from nest_cp.profiles.transformer import Activation, ModelKind, Norm, TransformerSpec
+
+__all__ = ["Activation", "AttentionKind", "ModelKind", "Norm", "ProfileOptions",
+           "TransformerSpec", "profile_workload", "total_params"]
+
+BF16_BYTES = 2
+FP32_BYTES = 4
+TOKEN_ID_BYTES = 4
+FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention: 5 matmuls backward (with recomputation) vs 2
+
+
+class AttentionKind(str, Enum):
+    """Fused flash-style attention, or materialised scores (batched GEMMs + softmax)."""
+
+    FLASH = "flash"
+    MATERIALIZED = "materialized"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileOptions:
+    """Instance choices of how the model runs: attention kernel and sequence parallelism."""
+
+    attention: AttentionKind = AttentionKind.FLASH
+    sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attention, AttentionKind):
+            raise ValueError(f"expected an AttentionKind, got {self.attention!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise ValueError(f"expected true or false, got {self.sequence_parallel!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One op of a layer: times of its three passes, its model FLOPs and two tags."""
+
+    name: str
+    fwd_s: float
+    dgrad_s: float
+    wgrad_s: float
+    flops: float
+    core: bool = False  # the attention core: rerun by selective recomputation
+    sliced: bool = False  # carried by the block's SDP width slices
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The sizes one profile is computed for."""
+
+    spec: TransformerSpec
+    seq_len: int
+    microbatch: int
+    config: IntraConfig
+    options: ProfileOptions
+    device: DeviceSpec
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.microbatch
+
+    @property
+    def tp(self) -> int:
+        return self.config.tp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect (only meaningful with t > 1)."""
+        return self.options.sequence_parallel and self.tp > 1
+
+    @property
+    def shard_tokens(self) -> int:
+        """Tokens a replicated op (norm, residual, dropout) handles: T, or T/t with SP."""
+        return ceil_div(self.tokens, self.tp) if self.sp else self.tokens
+
+    @property
+    def routed_tokens(self) -> int:
+        return self.spec.top_k * self.tokens
+
+    @property
+    def activation(self) -> int:
+        """2sbh: one bf16 activation of the hidden width."""
+        return BF16_BYTES * self.tokens * self.spec.hidden
+
+    @property
+    def shard_activation(self) -> int:
+        """2sbh, or its sequence-parallel shard."""
+        return BF16_BYTES * self.shard_tokens * self.spec.hidden
+
+
+# ------------------------------------------------------------------ op builders
+
+
+def _linear(shape: _Shape, name: str, tokens: int, fan_in: int, fan_out: int,
+            sliced: bool = True, batch: int = 1) -> _Op:
+    """``batch`` linear layers y = x W, x: tokens x fan_in, W: fan_in x fan_out (per device)."""
+    device = shape.device
+    return _Op(name,
+               fwd_s=gemm_seconds(device, tokens, fan_out, fan_in, batch),
+               dgrad_s=gemm_seconds(device, tokens, fan_in, fan_out, batch),
+               wgrad_s=gemm_seconds(device, fan_in, fan_out, tokens, batch),
+               flops=2.0 * tokens * fan_in * fan_out * batch, sliced=sliced)
+
+
+def _memory(shape: _Shape, name: str, fwd_bytes: int, bwd_bytes: int, sliced: bool = False,
+            core: bool = False) -> _Op:
+    device = shape.device
+    return _Op(name, memory_seconds(device, fwd_bytes), memory_seconds(device, bwd_bytes), 0.0,
+               0.0, core=core, sliced=sliced)
+
+
+def _norm(shape: _Shape, name: str, width: int, tokens: int | None = None) -> _Op:
+    """A norm over ``width`` features: forward reads x, writes y; backward reads dy, x."""
+    tokens = shape.shard_tokens if tokens is None else tokens
+    size = BF16_BYTES * tokens * width
+    return _memory(shape, name, 2 * size, 3 * size)
+
+
+def _residual(shape: _Shape, name: str) -> _Op:
+    """(Bias-)dropout-add: reads branch and residual, writes the sum (and a 1-byte mask)."""
+    size, mask = shape.shard_activation, (shape.shard_tokens * shape.spec.hidden
+                                          if shape.spec.dropout else 0)
+    return _memory(shape, name, 3 * size + mask, 3 * size + mask)
+
+
+def _activation_fn(shape: _Shape, tokens: int, width: int, batch: int = 1) -> _Op:
+    """GeLU (read x, write y; backward read dy, x, write dx) or SwiGLU (two inputs)."""
+    inputs = 2 if shape.spec.gated_mlp else 1
+    size = BF16_BYTES * tokens * width * batch
+    return _memory(shape, "activation", (inputs + 1) * size, (2 * inputs + 2) * size, sliced=True)
+
+
+# ------------------------------------------------------------------ attention
+
+
+@dataclass(frozen=True, slots=True)
+class _Heads:
+    """Attention widths on one device."""
+
+    heads: int  # query heads per device
+    qk_dim: int  # per head
+    v_dim: int  # per head
+    kv_heads: int  # key/value heads per device (query heads for MLA)
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.qk_dim
+
+    @property
+    def out_width(self) -> int:
+        return self.heads * self.v_dim
+
+
+def _heads(shape: _Shape) -> _Heads:
+    spec, tp = shape.spec, shape.tp
+    latent = spec.latent_attention
+    if latent is not None:
+        heads = spec.num_heads // tp
+        return _Heads(heads, latent.qk_head_dim, latent.v_head_dim, heads)
+    return _Heads(spec.num_heads // tp, spec.head_size, spec.head_size, spec.kv_heads // tp)
+
+
+def _core_model_flops(shape: _Shape, heads: _Heads) -> float:
+    """QK^T and AV over the full s x s square for b samples (model FLOPs)."""
+    return 2.0 * shape.microbatch * shape.seq_len**2 * heads.heads * (heads.qk_dim
+                                                                     + heads.v_dim)
+
+
+def _attention_core(shape: _Shape, heads: _Heads) -> list[_Op]:
+    spec, seq, device = shape.spec, shape.seq_len, shape.device
+    model_flops = _core_model_flops(shape, heads)
+    if shape.options.attention is AttentionKind.FLASH:
+        executed = model_flops * (causal_fraction(seq) if spec.causal else 1.0)
+        return [_Op("attention", attention_seconds(device, executed, seq, backward=False),
+                    attention_seconds(device, FLASH_BACKWARD_FLOPS * executed, seq,
+                                      backward=True),
+                    0.0, model_flops, core=True, sliced=True)]
+    batch = shape.microbatch * heads.heads
+    scores = heads.heads * seq * shape.tokens  # s x s entries per head and sample
+    qk = _Op("scores", gemm_seconds(device, seq, seq, heads.qk_dim, batch),
+             2 * gemm_seconds(device, seq, heads.qk_dim, seq, batch), 0.0,
+             2.0 * seq * seq * heads.qk_dim * batch, core=True, sliced=True)
+    softmax = _memory(shape, "softmax", 2 * BF16_BYTES * scores, 3 * BF16_BYTES * scores,
+                      sliced=True, core=True)
+    ops = [qk, softmax]
+    if spec.dropout:
+        ops.append(_memory(shape, "attention dropout", 5 * scores, 5 * scores, sliced=True,
+                           core=True))
+    ops.append(_Op("context", gemm_seconds(device, seq, heads.v_dim, seq, batch),
+                   gemm_seconds(device, seq, seq, heads.v_dim, batch)
+                   + gemm_seconds(device, seq, heads.v_dim, seq, batch), 0.0,
+                   2.0 * seq * seq * heads.v_dim * batch, core=True, sliced=True))
+    return ops
+
+
+def _attention_ops(shape: _Shape) -> list[_Op]:
+    spec, tokens = shape.spec, shape.tokens
+    heads = _heads(shape)
+    latent = spec.latent_attention
+    ops: list[_Op] = []
+    if latent is None:
+        width = heads.q_width + 2 * heads.kv_heads * heads.qk_dim
+        ops.append(_linear(shape, "qkv", tokens, spec.hidden, width))
+        if not spec.learned_positions:
+            rotated = BF16_BYTES * tokens * (heads.q_width + heads.kv_heads * heads.qk_dim)
+            ops.append(_memory(shape, "rotary", 2 * rotated, 2 * rotated, sliced=True))
+    else:
+        if latent.q_lora_rank:
+            ops += [_linear(shape, "q down", tokens, spec.hidden, latent.q_lora_rank, False),
+                    _norm(shape, "q norm", latent.q_lora_rank, tokens),
+                    _linear(shape, "q up", tokens, latent.q_lora_rank, heads.q_width)]
+        else:
+            ops.append(_linear(shape, "q", tokens, spec.hidden, heads.q_width))
+        kv_down = latent.kv_lora_rank + latent.qk_rope_head_dim
+        kv_up = heads.heads * (latent.qk_nope_head_dim + latent.v_head_dim)
+        rotated = BF16_BYTES * tokens * (heads.heads + 1) * latent.qk_rope_head_dim
+        ops += [_linear(shape, "kv down", tokens, spec.hidden, kv_down, False),
+                _norm(shape, "kv norm", latent.kv_lora_rank, tokens),
+                _linear(shape, "kv up", tokens, latent.kv_lora_rank, kv_up),
+                _memory(shape, "rotary", 2 * rotated, 2 * rotated, sliced=True)]
+    ops += _attention_core(shape, heads)
+    ops.append(_linear(shape, "proj", tokens, heads.out_width, spec.hidden))
+    return ops
+
+
+def _mlp_ops(shape: _Shape, tokens: int, width: int, name: str, batch: int = 1) -> list[_Op]:
+    """The MLP (or ``batch`` grouped experts, ``tokens`` each) of per-device width ``width``."""
+    spec = shape.spec
+    inner = (2 if spec.gated_mlp else 1) * width
+    return [_linear(shape, f"{name} fc1", tokens, spec.hidden, inner, batch=batch),
+            _activation_fn(shape, tokens, width, batch),
+            _linear(shape, f"{name} fc2", tokens, width, spec.hidden, batch=batch)]
+
+
+def _moe_ops(shape: _Shape) -> list[_Op]:
+    spec, tp = shape.spec, shape.tp
+    local = spec.num_experts // shape.config.ep
+    per_expert = ceil_div(shape.routed_tokens, local)
+    copies = BF16_BYTES * shape.routed_tokens * spec.hidden
+    ops = [_linear(shape, "router", shape.shard_tokens, spec.hidden, spec.num_experts, False),
+           _memory(shape, "permute", 4 * copies, 4 * copies)]
+    ops += _mlp_ops(shape, per_expert, ceil_div(spec.expert_width, tp), "expert", local)
+    if spec.shared_experts:
+        ops += _mlp_ops(shape, shape.tokens, ceil_div(spec.shared_experts * spec.expert_width,
+                                                      tp), "shared")
+    return ops
+
+
+def _block_ops(shape: _Shape, moe: bool) -> list[_Op]:
+    ops = [_norm(shape, "norm1", shape.spec.hidden), *_attention_ops(shape),
+           _residual(shape, "residual1"), _norm(shape, "norm2", shape.spec.hidden)]
+    if moe:
+        ops += _moe_ops(shape)
+    else:
+        ops += _mlp_ops(shape, shape.tokens, ceil_div(shape.spec.ffn_hidden, shape.tp), "mlp")
+    return ops + [_residual(shape, "residual2")]
+
+
+def _embedding_ops(shape: _Shape) -> list[_Op]:
+    """Gather (and add positions / token types), dropout; backward: scatter-add (wgrad)."""
+    spec, size = shape.spec, shape.activation
+    tables = 1 + (1 if spec.learned_positions else 0) + (1 if spec.token_types else 0)
+    fwd = TOKEN_ID_BYTES * shape.tokens + tables * 2 * size + (size // 2 if spec.dropout else 0)
+    if spec.kind is ModelKind.ENCODER:
+        fwd += 2 * size
+    scatter = tables * (size + 2 * 2 * size)  # read dy; read and write fp32 gradient rows
+    device = shape.device
+    return [_Op("embedding", memory_seconds(device, fwd), 0.0, memory_seconds(device, scatter),
+                0.0)]
+
+
+def _head_ops(shape: _Shape) -> list[_Op]:
+    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
+    vocab = spec.vocab_shard(tp)
+    logits = BF16_BYTES * tokens * vocab
+    # vocabulary-parallel cross-entropy in fp32: cast (read 2, write 4), max (read 4),
+    # exp and sum (read 4, write 4) forward; softmax - one-hot (read 4, write 4) and the cast
+    # back for the GEMM (read 4, write 2) backward: 18 and 14 bytes per logit.
+    cross_entropy = _memory(shape, "cross-entropy", 9 * logits, 7 * logits)
+    head = [_linear(shape, "logits", tokens, spec.hidden, vocab, False), cross_entropy]
+    if spec.kind is ModelKind.DECODER:
+        return [_norm(shape, "final norm", spec.hidden), *head]
+    return [_linear(shape, "mlm transform", tokens, spec.hidden, spec.hidden, False),
+            _memory(shape, "mlm gelu and norm", 4 * shape.activation, 5 * shape.activation),
+            _linear(shape, "pooler", shape.microbatch, spec.hidden, spec.hidden, False), *head]
+
+
+# ------------------------------------------------------------------ parameters
+
+
+def _mlp_params(spec: TransformerSpec, width: int, tp: int) -> tuple[int, int]:
+    """(sliced, replicated) parameters of one MLP of width ``width``, split by t."""
+    matrices = ceil_div(spec.mlp_matrices * spec.hidden * width, tp)
+    column_biases = ceil_div((spec.mlp_matrices - 1) * width, tp) if spec.bias else 0
+    return matrices + column_biases, spec.hidden if spec.bias else 0
+
+
+def _attention_params(spec: TransformerSpec, tp: int) -> tuple[int, int]:
+    """(sliced, replicated) attention parameters per device."""
+    latent = spec.latent_attention
+    out_bias = spec.hidden if spec.bias else 0
+    if latent is not None:
+        heads = spec.num_heads
+        if latent.q_lora_rank:
+            replicated = spec.hidden * latent.q_lora_rank + latent.q_lora_rank
+            q_up = latent.q_lora_rank * heads * latent.qk_head_dim
+        else:
+            replicated, q_up = 0, spec.hidden * heads * latent.qk_head_dim
+        replicated += spec.hidden * (latent.kv_lora_rank + latent.qk_rope_head_dim) \
+            + latent.kv_lora_rank
+        kv_up = latent.kv_lora_rank * heads * (latent.qk_nope_head_dim + latent.v_head_dim)
+        out = heads * latent.v_head_dim * spec.hidden
+        return ceil_div(q_up + kv_up + out, tp), replicated + out_bias
+    qkv_width = spec.q_hidden + 2 * spec.kv_hidden
+    sliced = ceil_div(spec.hidden * qkv_width + spec.q_hidden * spec.hidden, tp)
+    if spec.bias or spec.qkv_bias:
+        sliced += ceil_div(qkv_width, tp)
+    return sliced, out_bias
+
+
+def _block_params(spec: TransformerSpec, config: IntraConfig,
+                  moe: bool) -> tuple[int, int, int]:
+    """(dense, expert, sliced) parameters of one block on one device."""
+    tp = config.tp
+    attn_sliced, attn_rep = _attention_params(spec, tp)
+    dense = attn_sliced + attn_rep + 2 * spec.norm_params
+    if not moe:
+        mlp_sliced, mlp_rep = _mlp_params(spec, spec.ffn_hidden, tp)
+        return dense + mlp_sliced + mlp_rep, 0, attn_sliced + mlp_sliced
+    router = spec.hidden * spec.num_experts
+    shared_sliced, shared_rep = (_mlp_params(spec, spec.shared_experts * spec.expert_width, tp)
+                                 if spec.shared_experts else (0, 0))
+    expert_sliced, expert_rep = _mlp_params(spec, spec.expert_width, tp)
+    experts = (spec.num_experts // config.ep) * (expert_sliced + expert_rep)
+    sliced = attn_sliced + shared_sliced + (spec.num_experts // config.ep) * expert_sliced
+    return dense + router + shared_sliced + shared_rep, experts, sliced
+
+
+def _embedding_params(spec: TransformerSpec, tp: int) -> int:
+    words = spec.vocab_shard(tp) * spec.hidden
+    positions = (spec.learned_positions + spec.token_types) * spec.hidden
+    norm = spec.norm_params if spec.kind is ModelKind.ENCODER else 0
+    return words + positions + norm
+
+
+def _head_params(spec: TransformerSpec, tp: int) -> int:
+    """Final norm and LM head (decoder) or pooler, MLM transform and decoder bias (encoder)."""
+    lm_head = 0 if spec.tied_embeddings else spec.vocab_shard(tp) * spec.hidden
+    if spec.kind is ModelKind.DECODER:
+        return spec.norm_params + lm_head
+    dense = spec.hidden * spec.hidden + (spec.hidden if spec.bias else 0)
+    decoder_bias = spec.vocab_shard(tp) if spec.bias else 0
+    return 2 * dense + spec.norm_params + lm_head + decoder_bias
+
+
+# ------------------------------------------------------------------ activations
+
+
+def _split(shape: _Shape, replicated: int) -> int:
+    """Bytes of a tensor replicated over t, or its share under sequence parallelism."""
+    return ceil_div(replicated, shape.tp) if shape.sp else replicated
+
+
+def _mask(shape: _Shape) -> int:
+    """A 1-byte dropout mask of the hidden width (0 without dropout)."""
+    return shape.tokens * shape.spec.hidden if shape.spec.dropout else 0
+
+
+def _core_act_bytes(shape: _Shape, heads: _Heads) -> int:
+    """What the attention core alone keeps: scores (materialised) or log-sum-exp (flash)."""
+    if shape.options.attention is AttentionKind.FLASH:
+        return FP32_BYTES * heads.heads * shape.tokens
+    per_entry = 5 if shape.spec.dropout else 2  # softmax out (+ mask + dropped-out probs)
+    return per_entry * heads.heads * shape.seq_len * shape.tokens
+
+
+def _attention_act_bytes(shape: _Shape) -> int:
+    """Korthikanti Table 2 attention terms (without the norm input), generalised."""
+    spec, tokens = shape.spec, shape.tokens
+    heads = _heads(shape)
+    latent = spec.latent_attention
+    replicated = _split(shape, shape.activation + _mask(shape))  # QKV input, dropout mask
+    q = BF16_BYTES * tokens * heads.q_width
+    k = BF16_BYTES * tokens * heads.kv_heads * heads.qk_dim
+    v = BF16_BYTES * tokens * heads.kv_heads * heads.v_dim
+    out = BF16_BYTES * tokens * heads.out_width
+    kept = replicated + q + k + v + out + _core_act_bytes(shape, heads)
+    if latent is not None:  # latent tensors: inputs of the two norms and two up-projections
+        kept += 2 * BF16_BYTES * tokens * (latent.q_lora_rank + latent.kv_lora_rank) \
+            + BF16_BYTES * tokens * latent.qk_rope_head_dim
+    return kept
+
+
+def _mlp_act_bytes(shape: _Shape, moe: bool) -> int:
+    """MLP (or MoE) terms, including the MLP input and dropout mask."""
+    spec, tokens, tp = shape.spec, shape.tokens, shape.tp
+    replicated = _split(shape, shape.activation + _mask(shape))
+    per_token = (6 if spec.gated_mlp else 4)  # intermediates kept, bytes per neuron
+    if not moe:
+        return replicated + ceil_div(per_token * tokens * spec.ffn_hidden, tp)
+    routed = shape.routed_tokens
+    router = 2 * FP32_BYTES * shape.shard_tokens * spec.num_experts  # logits, probabilities
+    copies = 2 * BF16_BYTES * routed * spec.hidden  # expert inputs and outputs
+    experts = ceil_div(per_token * routed * spec.expert_width, tp)
+    shared = ceil_div(per_token * tokens * spec.shared_experts * spec.expert_width, tp)
+    return replicated + router + copies + experts + shared
+
+
+def _block_act_bytes(shape: _Shape, moe: bool) -> int:
+    norm_inputs = _split(shape, 2 * shape.activation)
+    return norm_inputs + _attention_act_bytes(shape) + _mlp_act_bytes(shape, moe)
+
+
+def _embedding_act_bytes(shape: _Shape) -> int:
+    """Token ids, the dropout mask and (encoder) the embedding norm's input."""
+    norm_input = shape.activation if shape.spec.kind is ModelKind.ENCODER else 0
+    return TOKEN_ID_BYTES * shape.tokens + _split(shape, _mask(shape) + norm_input)
+
+
+def _head_act_bytes(shape: _Shape) -> int:
+    """Inputs of the head's norms and GEMMs (2sbh each) and the fp32 logits 4sbV/t."""
+    inputs = 2 if shape.spec.kind is ModelKind.DECODER else 4  # + MLM transform and its norm
+    logits = FP32_BYTES * shape.tokens * shape.spec.vocab_shard(shape.tp)
+    return _split(shape, shape.activation) + (inputs - 1) * shape.activation + logits
+
+
+# ------------------------------------------------------------------ collectives
+
+
+def _tp_pair(shape: _Shape, phase: Phase, gather_first: bool) -> list[Collective]:
+    """One TP all-reduce of 2sbh, or (SP) an all-gather and a reduce-scatter of it."""
+    volume = shape.activation
+    if not shape.sp:
+        return [Collective(CollectiveKind.ALL_REDUCE, volume, CollectiveGroup.TP, phase)]
+    kinds = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+    return [Collective(kind, volume, CollectiveGroup.TP, phase)
+            for kind in (kinds if gather_first else kinds[::-1])]
+
+
+def _block_collectives(shape: _Shape, moe: bool) -> tuple[Collective, ...]:
+    found: list[Collective] = []
+    if shape.tp > 1:
+        for _ in range(2):  # attention, MLP
+            found += _tp_pair(shape, Phase.FWD, gather_first=True)
+            found += _tp_pair(shape, Phase.BWD, gather_first=False)
+        if shape.sp:  # weight-gradient re-gathers of the QKV and FC1 inputs
+            found += [Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                                 Phase.BWD)] * 2
+    if moe and shape.config.ep > 1:
+        volume = BF16_BYTES * shape.routed_tokens * shape.spec.hidden
+        for phase in (Phase.FWD, Phase.FWD, Phase.BWD, Phase.BWD):
+            found.append(Collective(CollectiveKind.ALL_TO_ALL, volume, CollectiveGroup.EP,
+                                    phase))
+    return tuple(found)
+
+
+def _embedding_collectives(shape: _Shape) -> tuple[Collective, ...]:
+    if shape.tp == 1:
+        return ()
+    if shape.sp:
+        return (Collective(CollectiveKind.REDUCE_SCATTER, shape.activation, CollectiveGroup.TP,
+                           Phase.FWD),
+                Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                           Phase.BWD))
+    return (Collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
+                       Phase.FWD),)
+
+
+def _head_collectives(shape: _Shape) -> tuple[Collective, ...]:
+    if shape.tp == 1:
+        return ()
+    statistics = Collective(CollectiveKind.ALL_REDUCE, FP32_BYTES * shape.tokens,
+                            CollectiveGroup.TP, Phase.FWD)
+    if shape.sp:
+        gather = Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                            Phase.FWD)
+        backward = (Collective(CollectiveKind.REDUCE_SCATTER, shape.activation,
+                               CollectiveGroup.TP, Phase.BWD),
+                    Collective(CollectiveKind.ALL_GATHER, shape.activation, CollectiveGroup.TP,
+                               Phase.BWD))
+        return (gather, statistics, statistics, statistics, *backward)
+    input_grad = Collective(CollectiveKind.ALL_REDUCE, shape.activation, CollectiveGroup.TP,
+                            Phase.BWD)
+    return (statistics, statistics, statistics, input_grad)
+
+
+# ------------------------------------------------------------------ profiles
+
+
+def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, out: int,
+             collectives: tuple[Collective, ...], selective: int | None = None,
+             sdp: tuple[int, float] = (0, 0.0)) -> LayerProfile:
+    """Sum the ops; ``selective`` is the core's kept bytes (None: no selective recompute)."""
+    fwd = math.fsum(op.fwd_s for op in ops)
+    wgrad = math.fsum(op.wgrad_s for op in ops)
+    bwd = math.fsum(op.dgrad_s for op in ops) + wgrad
+    fields = {}
+    if selective is not None:
+        core = [op for op in ops if op.core]
+        fields = {"sel_fwd_s": min(fwd, math.fsum(op.fwd_s for op in core)),
+                  "sel_act_bytes": act - selective,
+                  "sel_flops": math.fsum(op.flops for op in core)}
+    return LayerProfile(fwd_s=fwd, bwd_s=bwd, wgrad_s=min(wgrad, bwd), dense_params=params[0],
+                        expert_params=params[1], act_bytes=act, ckpt_bytes=ckpt, out_bytes=out,
+                        collectives=collectives, flops=math.fsum(op.flops for op in ops),
+                        sdp_units=sdp[0], sdp_fraction=sdp[1], **fields)
+
+
+def _embedding_profile(shape: _Shape) -> LayerProfile:
+    return _profile(_embedding_ops(shape), (_embedding_params(shape.spec, shape.tp), 0),
+                    _embedding_act_bytes(shape), TOKEN_ID_BYTES * shape.tokens,
+                    shape.shard_activation, _embedding_collectives(shape), selective=0)
+
+
+def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
+    dense, expert, sliced = _block_params(shape.spec, shape.config, moe)
+    units = max(1, _heads(shape).kv_heads)
+    fraction = min(1.0, sliced / (dense + expert)) if dense + expert else 0.0
+    return _profile(_block_ops(shape, moe), (dense, expert), _block_act_bytes(shape, moe),
+                    shape.shard_activation, shape.shard_activation,
+                    _block_collectives(shape, moe),
+                    selective=_core_act_bytes(shape, _heads(shape)), sdp=(units, fraction))
+
+
+def _head_profile(shape: _Shape) -> LayerProfile:
+    return _profile(_head_ops(shape), (_head_params(shape.spec, shape.tp), 0),
+                    _head_act_bytes(shape), shape.shard_activation, FP32_BYTES,
+                    _head_collectives(shape), selective=0)
+
+
+def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:
+    heads = spec.num_heads if spec.latent_attention is not None else spec.kv_heads
+    if heads % config.tp != 0:
+        kind = "heads" if spec.latent_attention is not None else "kv heads"
+        raise InstanceFormatError(
+            f"expected a tensor width dividing the {heads} {kind} of {spec.name}, "
+            f"got {config.tp}", field="tp")
+    if spec.num_experts % config.ep != 0:
+        raise InstanceFormatError(
+            f"expected an expert width dividing the {spec.num_experts} experts of {spec.name}, "
+            f"got {config.ep}", field="ep")
+
+
+def _validate_sizes(spec: TransformerSpec, seq_len: int, microbatches: Sequence[int],
+                    configs: Sequence[IntraConfig]) -> None:
+    if not (isinstance(seq_len, int) and seq_len >= 1):
+        raise InstanceFormatError(f"expected an integer >= 1, got {seq_len!r}", field="seq_len")
+    if spec.learned_positions and seq_len > spec.learned_positions:
+        raise InstanceFormatError(f"expected at most the {spec.learned_positions} learned "
+                                  f"positions of {spec.name}, got {seq_len}", field="seq_len")
+    if not configs:
+        raise InstanceFormatError("expected at least one (tp, ep) configuration, got none",
+                                  field="configs")
+    if not microbatches or any(not isinstance(b, int) or b < 1 for b in microbatches):
+        raise InstanceFormatError(f"expected microbatch sizes >= 1, got {list(microbatches)}",
+                                  field="microbatches")
+    for config in configs:
+        _validate_config(spec, config)
+
+
+def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
+                     microbatches: Sequence[int], configs: Sequence[IntraConfig],
+                     options: ProfileOptions | None = None) -> Workload:
+    """The chain embedding, num_layers blocks, head, profiled for every (config, microbatch).
+
+    Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``/``configs``)
+    for a tensor width that does not divide the kv heads (Megatron's GQA; no KV replication),
+    an expert width that does not divide the experts (only 1 for dense models), a sequence
+    longer than the learned positions, no configuration, or non-positive sizes.
+    """
+    options = options or ProfileOptions()
+    _validate_sizes(spec, seq_len, microbatches, configs)
+    embedding, dense_block, moe_block, head = {}, {}, {}, {}
+    for config in configs:
+        for microbatch in sorted(set(microbatches)):
+            shape = _Shape(spec, seq_len, microbatch, config, options, device)
+            key = (config, microbatch)
+            embedding[key] = _embedding_profile(shape)
+            dense_block[key] = _block_profile(shape, moe=False)
+            if spec.is_moe:
+                moe_block[key] = _block_profile(shape, moe=True)
+            head[key] = _head_profile(shape)
+    blocks = tuple(Layer(f"block.{index}",
+                         moe_block if spec.is_moe_layer(index) else dense_block)
+                   for index in range(spec.num_layers))
+    return Workload(name=spec.name, layers=(Layer("embedding", embedding), *blocks,
+                                            Layer("head", head)))
+
+
+def total_params(workload: Workload, config: IntraConfig | None = None,
+                 microbatch: int | None = None) -> int:
+    """Parameters held per device summed over every layer (default: tp = ep = 1, first b)."""
+    config = config or IntraConfig()
+    microbatch = microbatch or workload.microbatches(config)[0]
+    return sum(layer.profile(config, microbatch).params for layer in workload.layers)

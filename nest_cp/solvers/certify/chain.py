@@ -1,0 +1,257 @@
+"""Stage prices of one (configuration, microbatch) choice, per tier, with the evaluator's integers.
+
+A *tier* here is a bottleneck a group can be priced on (DESIGN §1.2): on a
+hierarchical network tier k is the path of the tier-k domains, with the domain
+size G_k as its *containment capacity* (a group priced on tier k lies inside one
+tier-k domain); on a graph the tiers are every (pair bandwidth, pair latency)
+combination without a capacity (no containment is reasoned about there), which
+is a superset of the bottlenecks any group can have.
+
+:class:`LayerPrices` holds per-layer prices on every tier and prefix sums;
+:meth:`LayerPrices.stage` prices one stage span exactly as
+:func:`nest_cp.cost.evaluate.evaluate` composes it, given the tier each of its
+families sits on:
+
+- compute: Σ (fwd + bwd) + the recompute mode's rerun (full: Σ fwd, selective:
+  Σ sel_fwd) — :func:`nest_cp.cost.terms.compute_ticks`,
+  :func:`~nest_cp.cost.terms.recompute_compute_ticks`;
+- intra-layer collectives per family (TP, EP): Σ over the family's collectives
+  priced on the family's tier, and under full recomputation the forward ones
+  once more (DESIGN §3.2 a, f);
+- a transfer of the span's last layer output on a pair's tier;
+- gradient sync of the span's dense parameters over d·e ranks and expert
+  parameters over d ranks, and the ZeRO-3 gathers, each rounded once per stage.
+
+Terms rounded per layer (compute, collectives) are summed per layer like the
+evaluator; terms rounded per stage are priced on the stage's totals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nest_cp.cost import terms as cost
+from nest_cp.model.instance import (
+    CollectiveGroup,
+    Instance,
+    IntraConfig,
+    LayerProfile,
+    Phase,
+    RecomputeMode,
+)
+from nest_cp.model.network import NetworkModel, Path, collective_seconds
+from nest_cp.model.ticks import exact
+
+FAMILIES = (CollectiveGroup.TP, CollectiveGroup.EP)
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A bottleneck path and, on a hierarchical network, the domains that realise it.
+
+    ``capacity`` is the number of devices of one domain (None: no containment is
+    modelled for this tier) and ``domains`` the device count of every domain.
+    """
+
+    index: int
+    path: Path
+    capacity: int | None
+    domains: tuple[int, ...] = ()
+
+    def admits(self, group_size: int) -> bool:
+        """Whether a group of ``group_size`` distinct devices can be priced on this tier."""
+        return self.capacity is None or max(self.domains, default=0) >= group_size
+
+
+def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
+    """Tiers of a hierarchical network (with capacities) or the candidate paths of a graph.
+
+    The outermost tier of a hierarchy whose single domain holds every device needs
+    no containment and gets capacity None.
+    """
+    num_devices = network.num_devices
+    if network.is_hierarchical:
+        tiers = []
+        for index, size in enumerate(network.cluster.network.domain_sizes()):
+            full, rest = divmod(num_devices, size)
+            domains = (size,) * full + ((rest,) if rest else ())
+            capacity = None if len(domains) == 1 else size
+            tiers.append(Tier(index, network.tier_path(index), capacity, domains))
+            if len(domains) == 1:
+                break
+        return tuple(tiers)
+    pairs = [network.pair_path(a, b) for a in range(num_devices)
+             for b in range(a + 1, num_devices)]
+    bandwidths = sorted({p.bandwidth_Bps for p in pairs}, reverse=True)
+    latencies = sorted({p.latency_s for p in pairs})
+    return tuple(Tier(index, Path(bandwidth, latency), None)
+                 for index, (bandwidth, latency) in enumerate(
+                     itertools.product(bandwidths, latencies)))
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Layers ``first..last`` of one stage with its recompute mode."""
+
+    first: int
+    last: int
+    mode: RecomputeMode
+
+    @property
+    def layers(self) -> range:
+        return range(self.first, self.last + 1)
+
+
+def _prefix(values) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(np.asarray(values, dtype=object)))).astype(object)
+
+
+class LayerPrices:
+    """Per-layer, per-tier prices of one (configuration, microbatch) choice."""
+
+    def __init__(self, instance: Instance, config: IntraConfig, microbatch: int,
+                 tiers: tuple[Tier, ...]):
+        self.instance, self.config, self.microbatch = instance, config, microbatch
+        self.tiers = tiers
+        training = instance.training
+        self.tick_s, self.optimizer = training.tick_s, training.optimizer
+        self.profiles: list[LayerProfile] = [layer.profile(config, microbatch)
+                                             for layer in instance.workload.layers]
+        tick = self.tick_s
+        fwd_bwd = [cost.compute_ticks(p, tick) for p in self.profiles]
+        self._compute = _prefix([f + b for f, b in fwd_bwd])
+        self._backward = _prefix([b for _, b in fwd_bwd])
+        self._rerun = {mode: _prefix([cost.recompute_compute_ticks(p, mode, tick)
+                                      if mode is not RecomputeMode.SELECTIVE or p.has_selective
+                                      else 0 for p in self.profiles])
+                       for mode in RecomputeMode}
+        self._dense = _prefix([p.dense_params for p in self.profiles])
+        self._expert = _prefix([p.expert_params for p in self.profiles])
+        # collectives[family][tier] / forward-only: prefix sums of per-layer ticks
+        self._collectives: dict[tuple[CollectiveGroup, int, bool], np.ndarray] = {}
+        for family in FAMILIES:
+            size = cost.group_size(family, config)
+            for tier in tiers:
+                for forward_only in (False, True):
+                    per_layer = [self._layer_family_ticks(p, family, size, tier.path,
+                                                          forward_only)
+                                 for p in self.profiles]
+                    self._collectives[family, tier.index, forward_only] = _prefix(per_layer)
+        self.has_family = {family: cost.group_size(family, config) > 1 and any(
+            c.group is family for p in self.profiles for c in p.collectives)
+            for family in FAMILIES}
+        self._memo: dict = {}
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.profiles)
+
+    def _layer_family_ticks(self, profile: LayerProfile, family: CollectiveGroup, size: int,
+                            path: Path, forward_only: bool) -> int:
+        paths = cost.GroupPaths(tp=(path,), ep=(path,))
+        return sum(cost.intra_collective_ticks(c, self.config, paths, self.tick_s)
+                   for c in profile.collectives
+                   if c.group is family and size > 1
+                   and (not forward_only or c.phase is Phase.FWD))
+
+    # ------------------------------------------------------------ range sums
+
+    def compute(self, span: Span) -> int:
+        """Σ (fwd + bwd) + the mode's recomputed forward compute."""
+        return int(self._compute[span.last + 1] - self._compute[span.first]
+                   + self._rerun[span.mode][span.last + 1] - self._rerun[span.mode][span.first])
+
+    def backward(self, span: Span) -> int:
+        return int(self._backward[span.last + 1] - self._backward[span.first])
+
+    def collectives(self, span: Span, family: CollectiveGroup, tier: int) -> int:
+        """The family's collectives of the span on ``tier`` (forward ones again under full
+        recomputation)."""
+        total = self._collectives[family, tier, False]
+        value = total[span.last + 1] - total[span.first]
+        if span.mode is RecomputeMode.FULL:
+            forward = self._collectives[family, tier, True]
+            value += forward[span.last + 1] - forward[span.first]
+        return int(value)
+
+    def dense_params(self, span: Span) -> int:
+        return int(self._dense[span.last + 1] - self._dense[span.first])
+
+    def expert_params(self, span: Span) -> int:
+        return int(self._expert[span.last + 1] - self._expert[span.first])
+
+    # ------------------------------------------------------------ per-stage terms
+
+    def transfer(self, last_layer: int, tier: int) -> int:
+        """One point-to-point transfer of ``last_layer``'s output on ``tier``."""
+        return self._memoised(("p2p", last_layer, tier), lambda: cost.transfer_ticks(
+            self.profiles[last_layer].out_bytes, self.tiers[tier].path, self.tick_s))
+
+    def dense_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
+        size = dp * self.config.ep
+        params = self.dense_params(span)
+        return self._memoised(("dense", params, size, zero, tier), lambda: (
+            cost.gradient_sync_ticks(params, self.optimizer, zero, size,
+                                     self.tiers[tier].path, self.tick_s)))
+
+    def expert_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
+        params = self.expert_params(span)
+        return self._memoised(("expert", params, dp, zero, tier), lambda: (
+            cost.gradient_sync_ticks(params, self.optimizer, zero, dp, self.tiers[tier].path,
+                                     self.tick_s)))
+
+    def zero_gather(self, span: Span, dp: int, zero: int, tier: int) -> int:
+        if zero != 3:
+            return 0
+        params = self.dense_params(span) + self.expert_params(span)
+        return self._memoised(("gather", params, dp, tier), lambda: cost.zero3_gather_ticks(
+            params, self.optimizer, dp, self.tiers[tier].path, self.tick_s))
+
+    def memory(self, span: Span, in_flight: int, zero: int, dp: int) -> int:
+        """Bytes per device of a stage holding ``span`` (``cost.stage_memory_bytes``)."""
+        key = ("memory", span, in_flight, zero, dp if zero else 0)
+        return self._memoised(key, lambda: cost.stage_memory_bytes(
+            [self.profiles[span.first:span.last + 1]], span.mode, in_flight, self.optimizer,
+            zero, dp))
+
+    def _memoised(self, key, price) -> int:
+        if key not in self._memo:
+            self._memo[key] = price()
+        return self._memo[key]
+
+
+
+@dataclass(frozen=True, slots=True)
+class LinearTicks:
+    """ticks(units) = ceil((slope·units + offset) / denominator) for units > 0, 0 otherwise.
+
+    The exact integer form of ``collective_ticks(kind, bytes_per_unit·units, group, path)``
+    (a ring collective's seconds are affine in the volume), so a whole array of
+    parameter counts is priced with integer numpy arithmetic; a differential test
+    checks it against :func:`nest_cp.model.network.collective_ticks`.
+    """
+
+    slope: int
+    offset: int
+    denominator: int
+
+    @classmethod
+    def of_collective(cls, kind, bytes_per_unit: int, group_size: int, path: Path,
+                      tick_s: float) -> LinearTicks:
+        if group_size <= 1:
+            return cls(0, 0, 1)
+        offset = collective_seconds(kind, 0, group_size, path) / exact(tick_s)
+        slope = collective_seconds(kind, bytes_per_unit, group_size, path) / exact(tick_s) \
+            - offset
+        common = math.lcm(slope.denominator, offset.denominator)
+        return cls(int(slope * common), int(offset * common), int(common))
+
+    def of(self, units: np.ndarray) -> np.ndarray:
+        """Elementwise ticks of an integer array (Python integers: no overflow)."""
+        units = np.asarray(units, dtype=object)
+        ticks = -((-(self.slope * units + self.offset)) // self.denominator)
+        return np.where(units > 0, ticks, 0)

@@ -1,0 +1,364 @@
+r"""A relaxation of the full space for one shape, solved by CP-SAT: the strong lower bound.
+
+Setting.  A hierarchical network with tiers k = 0..K−1; tier-k domains hold
+G_k devices and only the outermost tier is unconstrained.  The relaxation is
+valid for the plans of a shape in which every intra-layer group (TP of t ranks,
+EP of e ranks) lies on the innermost tier that admits its size, k_min; the plans
+where some intra group lies higher are bounded separately
+(:func:`nest_cp.solvers.certify.bounds.FastBounds`'s ``raised`` bound).
+
+Classes.  The *class* of a set of groups is the largest tier any of them lies
+on.  A class-k set costs at least its price on tier k (each cost term is a max
+over groups, and one group is on tier k) and all its groups lie inside tier-k
+domains.  Classes used:
+
+- per replica r and pipeline boundary b: the class of its a pairs (rank j of
+  stage b and of stage b + 1) — a replica *breaks* at every level below it;
+- per stage: the class of the dense-sync groups (d·e ranks), of the expert-sync
+  groups and of the ZeRO-3 gather groups (d ranks each).
+
+Replica paths.  A replica's classes form a path through stages: an arc is a
+level-0 run (stages p..p+r−1, all its boundaries class 0) ending in a break of
+class k >= 1 (or the end of the chain); the state before an arc holds the length
+m_ℓ of the current level-ℓ run for the levels ℓ = 1..K−2.  So arc and state give
+every stage of the run its (in-class, out-class) *combo*, and the runs that end
+there.  An integer flow of d units through these arcs is a multiset of replica
+paths; combo[s, c] = 1 when some replica uses combo c at stage s, and then
+
+    τ_max >= compute_s + collectives_s(k_min) + transfer(out_{s−1}, c_in)
+             + transfer(out_s, c_out) + gather_s(class)
+
+— valid because the four terms are those of one stage replica (DESIGN §3).
+
+Packing.  A level-ℓ run of ℓ stages, with the ranks that its intra groups join
+at level ℓ (J_ℓ = t if the TP groups lie at level <= ℓ, times e for EP), is a
+set of a/J_ℓ *items* of ℓ·J_ℓ devices, each inside one tier-ℓ domain.  Items
+pack into the tier-ℓ domains (an arc-flow bin-packing model per level, exact for
+packing; levels are packed independently, a relaxation).  With exactly two
+top-level domains the paths carry which one holds each top-level run (a break of
+the outermost class switches it: the pair must leave the domain), and each
+domain's runs are counted against its devices exactly.  A sync or gather class
+<= ℓ merges, at its stage, the level-ℓ runs of all d replicas: their total size
+(a lower bound: the run up to the arc's end) must fit one tier-ℓ domain.
+
+Objective (m + S − 1)·τ_max + T_sync with T_sync >= dense_s + expert_s (minus
+the stage's backward ticks under overlap).  Dropped, so the model stays a
+relaxation: the nesting of levels, which domain holds what beyond two top-level
+domains, and every break's "different inner domain" side condition.  Every real
+plan of the shape with intra groups at k_min gives a solution of no larger
+objective, so the model's
+optimum — or CP-SAT's proven bound when stopped — bounds the shape.  With a
+cutoff (the incumbent), INFEASIBLE proves the shape holds nothing better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from nest_cp.model.instance import CollectiveGroup
+from nest_cp.solvers.certify.chain import LayerPrices
+from nest_cp.solvers.certify.geometry import NONE, Arc, Geometry, replica_arcs
+from nest_cp.solvers.certify.split import Catalogue, StageOption
+
+
+@dataclass
+class RelaxOutcome:
+    """What CP-SAT proved about one shape's relaxation."""
+
+    status: str            # optimal, feasible, infeasible (nothing below the cutoff), unknown
+    bound: float           # a valid lower bound on every plan of the shape (intra at k_min)
+    objective: int | None  # the relaxation's value of the solution found
+    solution: dict = field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+
+class Relaxation:
+    """The CP-SAT model of the module docstring for one shape."""
+
+    def __init__(self, catalogue: Catalogue, geo: Geometry, overlap: bool = False,
+                 arcs: list[Arc] | None = None):
+        self.catalogue, self.geo, self.overlap = catalogue, geo, overlap
+        self.prices: LayerPrices = catalogue.prices
+        self.shape = catalogue.shape
+        self.model = cp_model.CpModel()
+        self.arcs = arcs if arcs is not None else replica_arcs(self.shape.num_stages, geo)
+        self.classes: dict[str, dict[int, cp_model.IntVar]] = {}  # term -> tier -> literal
+        self._term_upper: dict[str, int] = {}
+        self._build()
+
+    # ------------------------------------------------------------ model
+
+    def _build(self) -> None:
+        model, shape, cat = self.model, self.shape, self.catalogue
+        stages = range(shape.num_stages)
+        # y[s, o] == 1 iff stage s takes option o
+        self.y = {(s, index): model.new_bool_var(f"y_{s}_{index}")
+                  for s in stages for index in range(len(cat.options[s]))}
+        for s in stages:
+            model.add_exactly_one(self.y[s, i] for i in range(len(cat.options[s])))
+        self._link_split()
+        self._flow()
+        tau_max = self._tau()
+        t_sync = self._sync()
+        self.objective = shape.rounds * tau_max + t_sync
+        model.minimize(self.objective)
+
+    def _priced(self, stage: int, price) -> cp_model.LinearExpr:
+        """Σ_o y[stage, o]·price(o): the price of the stage's option."""
+        options = self.catalogue.options[stage]
+        return sum(self.y[stage, i] * int(price(o)) for i, o in enumerate(options)
+                   if price(o))
+
+    def _upper(self, stage: int, price) -> int:
+        return max((int(price(o)) for o in self.catalogue.options[stage]), default=0)
+
+    def _link_split(self) -> None:
+        model, cat = self.model, self.catalogue
+        if cat.chain is not None:
+            model.add(sum(self.y[s, i] * o.blocks for s in range(cat.num_stages)
+                          for i, o in enumerate(cat.options[s])) == cat.chain.blocks)
+            return
+        for s in range(cat.num_stages - 1):
+            ends = {o.span.last for o in cat.options[s]} | \
+                {o.span.first - 1 for o in cat.options[s + 1]}
+            for last in ends:
+                model.add(sum(self.y[s, i] for i, o in enumerate(cat.options[s])
+                              if o.span.last == last)
+                          == sum(self.y[s + 1, i] for i, o in enumerate(cat.options[s + 1])
+                                 if o.span.first == last + 1))
+
+    def _flow(self) -> None:
+        """Replica paths (flow of d units), combos, merged-sync capacities and packing."""
+        model, shape, geo = self.model, self.shape, self.geo
+        dp = shape.dp
+        # flow[arc] = number of replicas whose path takes the arc
+        self.flow = {index: model.new_int_var(0, dp, f"f_{index}")
+                     for index in range(len(self.arcs))}
+        out_of, into = defaultdict(list), defaultdict(list)
+        for index, arc in enumerate(self.arcs):
+            out_of[arc.node].append(index)
+            if arc.end_class != NONE:
+                into[arc.next_node].append(index)
+        starts = geo.start_nodes()
+        # supply[node] = replicas whose path starts there (a side, when sides are tracked)
+        supply = {node: model.new_int_var(0, dp, f"start_{node[2]}") for node in starts}
+        model.add(sum(supply.values()) == dp)
+        for node in set(out_of) | set(into) | set(starts):
+            model.add(sum(self.flow[i] for i in out_of[node]) - sum(
+                self.flow[i] for i in into[node]) == supply.get(node, 0))
+        # combo[s, (in, out)] == 1 iff some replica's stage s has that pair of classes
+        self.combo = {}
+        by_combo = defaultdict(list)
+        for index, arc in enumerate(self.arcs):
+            for stage, key in arc.combos():
+                by_combo[stage, key].append(index)
+        for (stage, key), indices in by_combo.items():
+            literal = model.new_bool_var(f"c_{stage}_{key[0]}_{key[1]}")
+            self.combo[stage, key] = literal
+            for i in indices:
+                model.add(self.flow[i] <= dp * literal)
+            # redundant: the literal is 1 exactly when some replica uses the combo
+            model.add(sum(self.flow[i] for i in indices) >= literal)
+        for stage in range(shape.num_stages):
+            # redundant: every stage has some replica, so some combo
+            model.add_bool_or(literal for (s, _), literal in self.combo.items() if s == stage)
+        self._pack()
+
+    def _pack(self) -> None:
+        """Arc-flow bin packing of every capacity level's items into its domains."""
+        model, geo = self.model, self.geo
+        for level in range(geo.levels):
+            joined = geo.joined[level]
+            pieces = geo.ranks // joined
+            if geo.sides and level == geo.levels - 1:
+                # two top-level domains, each path's runs labelled with theirs: exact counts
+                for side, devices in enumerate(geo.tiers[level].domains):
+                    model.add(sum(self.flow[i] * (arc.runs[level] * joined * pieces)
+                                  for i, arc in enumerate(self.arcs)
+                                  if arc.side == side and level in arc.emits) <= devices)
+                continue
+            demand = defaultdict(list)  # item size -> [(flow index, items per unit flow)]
+            for index, arc in enumerate(self.arcs):
+                if level in arc.emits:
+                    demand[arc.runs[level] * joined].append(index)
+            if not demand:
+                continue
+            sizes = sorted(demand)
+            used = {size: [] for size in sizes}
+            tier = geo.tiers[level]
+            capacities = defaultdict(int)
+            for devices in tier.domains:
+                capacities[devices] += 1
+            for cap, count in capacities.items():
+                # x[cap, u, size] = items of ``size`` starting at position u in domains of cap
+                into = defaultdict(list)
+                out = defaultdict(list)
+                for u in range(cap):
+                    for size in sizes:
+                        if u + size <= cap:
+                            var = model.new_int_var(0, count, f"x_{level}_{cap}_{u}_{size}")
+                            out[u].append(var)
+                            into[u + size].append(var)
+                            used[size].append(var)
+                    loss = model.new_int_var(0, count, f"loss_{level}_{cap}_{u}")
+                    out[u].append(loss)
+                    into[u + 1].append(loss)
+                model.add(sum(out[0]) == count)
+                for u in range(1, cap):
+                    model.add(sum(out[u]) == sum(into[u]))
+            for size in sizes:
+                model.add(sum(used[size]) >= pieces * sum(self.flow[i] for i in demand[size]))
+
+    def _tau(self):
+        model, shape, prices, geo = self.model, self.shape, self.prices, self.geo
+        stages = range(shape.num_stages)
+        pair_tiers = [t.index for t in geo.tiers if t.admits(2)]
+
+        def base(option: StageOption) -> int:
+            return prices.compute(option.span) + sum(
+                prices.collectives(option.span, family, tier)
+                for family, tier in geo.k_min.items())
+
+        # transfer[b, k] = the transfer of boundary b's volume on tier k
+        transfer = {}
+        for b in range(shape.num_stages - 1):
+            for k in pair_tiers:
+                upper = self._upper(b, lambda o, k=k: prices.transfer(o.span.last, k))
+                var = model.new_int_var(0, upper, f"p_{b}_{k}")
+                model.add(var == self._priced(b, lambda o, k=k: prices.transfer(o.span.last, k)))
+                transfer[b, k] = var
+        gather = {s: self._class_term(f"g_{s}", s, shape.dp,
+                                      lambda o, k: prices.zero_gather(o.span, shape.dp,
+                                                                      shape.zero, k), None)
+                  for s in stages} if shape.zero == 3 and shape.dp > 1 else {}
+        upper = max(self._upper(s, base) for s in stages) + 2 * max(
+            (self._upper(b, lambda o, k=k: prices.transfer(o.span.last, k))
+             for b in range(shape.num_stages - 1) for k in pair_tiers), default=0) + sum(
+            self._term_upper[name] for name in self._term_upper if name.startswith("g_"))
+        self.tau_max = model.new_int_var(0, upper, "tau_max")
+        self.base = {}
+        for s in stages:
+            compute = model.new_int_var(0, self._upper(s, base), f"base_{s}")
+            model.add(compute == self._priced(s, base))
+            self.base[s] = compute
+            model.add(self.tau_max >= compute)  # redundant: bounds τ from the split alone
+        for (stage, (cin, cout)), literal in self.combo.items():
+            parts = [self.base[stage]]
+            if cin != NONE:
+                parts.append(transfer[stage - 1, cin])
+            if cout != NONE:
+                parts.append(transfer[stage, cout])
+            if stage in gather:
+                parts.append(gather[stage])
+            model.add(self.tau_max >= sum(parts)).only_enforce_if(literal)
+        return self.tau_max
+
+    def _class_term(self, name: str, stage: int, group: int, price,
+                    widen: CollectiveGroup | None):
+        """A stage-level term priced on its class (one literal per tier admitting ``group``),
+        with the merged-run capacity its class implies at every level at or above it."""
+        model = self.model
+        tiers = [t.index for t in self.geo.tiers if t.admits(group)]
+        # literals[k] == 1 iff the term's groups lie on tier k at worst
+        literals = {k: model.new_bool_var(f"{name}_k{k}") for k in tiers}
+        model.add_exactly_one(literals.values())
+        upper = max(self._upper(stage, lambda o, k=k: price(o, k)) for k in tiers)
+        term = model.new_int_var(0, upper, name)
+        self._term_upper[name] = upper
+        for k, literal in literals.items():
+            model.add(term >= self._priced(stage, lambda o, k=k: price(o, k))
+                      ).only_enforce_if(literal)
+        self.classes[name] = literals
+        self._merge(name, stage, literals, widen)
+        return term
+
+    def _merge(self, name: str, stage: int, literals: dict,
+               widen: CollectiveGroup | None) -> None:
+        """Class <= ℓ puts the groups, and so the level-ℓ runs of every replica through
+        ``stage`` that hold their ranks, inside one tier-ℓ domain."""
+        model, geo = self.model, self.geo
+        for level in range(geo.levels):
+            within = [literal for k, literal in literals.items() if k <= level]
+            if not within:
+                continue
+            per_replica = geo.merged(level, widen if widen in geo.sizes else None)
+            size = sum(self.flow[i] * (arc.runs[level] * per_replica)
+                       for i, arc in enumerate(self.arcs)
+                       if arc.start <= stage < arc.start + arc.length)
+            inside = model.new_bool_var(f"{name}_in{level}")
+            model.add(sum(within) == inside)  # one class literal holds
+            model.add(size <= geo.capacity(level)).only_enforce_if(inside)
+
+    def _sync(self):
+        model, shape, prices = self.model, self.shape, self.prices
+        stages = range(shape.num_stages)
+        dp, ep, zero = shape.dp, shape.config.ep, shape.zero
+        terms = []
+        for s in stages:
+            parts = []
+            if dp * ep > 1:
+                parts.append(self._class_term(
+                    f"dense_{s}", s, dp * ep,
+                    lambda o, k: prices.dense_sync(o.span, dp, zero, k), CollectiveGroup.EP))
+            if dp > 1:
+                parts.append(self._class_term(
+                    f"expert_{s}", s, dp,
+                    lambda o, k: prices.expert_sync(o.span, dp, zero, k), None))
+            terms.append(parts)
+        upper = sum(self._term_upper.get(f"dense_{s}", 0) + self._term_upper.get(
+            f"expert_{s}", 0) for s in stages)
+        t_sync = model.new_int_var(0, upper, "t_sync")
+        for s, parts in enumerate(terms):
+            if not parts:
+                continue
+            total = sum(parts)
+            if self.overlap:
+                total = total - self._priced(s, lambda o: prices.backward(o.span))
+            model.add(t_sync >= total)
+        self.t_sync = t_sync
+        return t_sync
+
+    # ------------------------------------------------------------ solve
+
+    def solve(self, time_limit_s: float, cutoff: int | None = None, seed: int = 0,
+              workers: int = 1, floor: tuple[int, int] | None = None) -> RelaxOutcome:
+        """Solve within ``time_limit_s``; ``cutoff``: only objectives below it matter;
+        ``floor``: (τ, sync) lower bounds already proven (redundant constraints)."""
+        model = self.model
+        if cutoff is not None:
+            model.add(self.objective <= cutoff - 1)
+        if floor is not None:
+            model.add(self.tau_max >= floor[0])
+            model.add(self.t_sync >= floor[1])
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = seed
+        status = solver.solve(model)
+        wall = solver.wall_time
+        if status == cp_model.OPTIMAL:
+            value = int(round(solver.objective_value))
+            return RelaxOutcome("optimal", value, value, self._solution(solver), wall)
+        if status == cp_model.FEASIBLE:
+            return RelaxOutcome("feasible", math.ceil(solver.best_objective_bound - 1e-9),
+                                int(round(solver.objective_value)), self._solution(solver), wall)
+        if status == cp_model.INFEASIBLE:
+            return RelaxOutcome("infeasible", math.inf if cutoff is None else cutoff, None,
+                                {}, wall)
+        return RelaxOutcome("unknown", -math.inf, None, {}, wall)
+
+    def _solution(self, solver: cp_model.CpSolver) -> dict:
+        cat = self.catalogue
+        chosen = [next(o for i, o in enumerate(cat.options[s]) if solver.value(self.y[s, i]))
+                  for s in range(cat.num_stages)]
+        flows = {index: solver.value(var) for index, var in self.flow.items()
+                 if solver.value(var)}
+        classes = {name: next(k for k, lit in literals.items() if solver.value(lit))
+                   for name, literals in self.classes.items()}
+        return {"options": chosen, "flows": {self.arcs[i]: v for i, v in flows.items()},
+                "classes": classes, "tau_max": solver.value(self.tau_max),
+                "t_sync": solver.value(self.t_sync)}

@@ -1,0 +1,382 @@
+"""Certify a DP plan against the full space: a proven interval [lower bound, best plan].
+
+Why the bound is valid.  Every plan belongs to exactly one shape (c, b, S, d, z)
+(:mod:`nest_cp.solvers.certify.split`), so the minimum over shapes of a lower bound per
+shape bounds every plan.  A shape's bound is the least of
+
+- the *main* bound, for its plans whose intra-layer groups lie on their innermost
+  admitting tier: the largest of the placement-free bound
+  (:mod:`nest_cp.solvers.certify.bounds`), one replica's path bound
+  (:mod:`nest_cp.solvers.certify.paths`) and the placement relaxation's proven value
+  (:mod:`nest_cp.solvers.certify.relax`) when it was solved;
+- the *raised* bound, for its other plans (some intra group lies higher).
+
+A shape whose bound reaches the incumbent holds no better plan.  The relaxation
+is solved with the cutoff "objective <= incumbent − 1", so INFEASIBLE proves that.
+
+How it runs.  The placement-free bound is computed for every shape (cheap);
+shapes below the incumbent are visited in order of that bound, each getting its
+raised bound, its path bound (and the uniform plan that path suggests, placed and
+priced), and then, unless that settled it, the relaxation within a per-shape
+share of the time limit (a first pass with a short share, then the unresolved
+ones share what is left).  Whenever a relaxation solution is below the incumbent
+it is placed on the network (:mod:`nest_cp.solvers.certify.realise`) and the plan, priced
+by the evaluator, becomes the incumbent if it is better.  The time limit bounds
+the whole run; a shape never reached keeps its placement-free bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import CollectiveGroup, Instance, RecomputeMode, Strategy
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan
+from nest_cp.model.result import Status
+from nest_cp.solvers.certify.bounds import FastBounds, ShapeBound
+from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.realise import realise
+from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shapes
+
+logger = logging.getLogger(__name__)
+
+FIRST_PASS_S = 20.0       # relaxation time per shape in the first pass (at most)
+FIRST_PASS_SHARE = 0.05   # ... and at most this share of the whole limit
+REALISE_S = 20.0          # time for placing one relaxation solution
+FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
+
+
+@dataclass(slots=True)
+class ShapeOutcome:
+    """What is proven about one shape that the placement-free bound did not prune."""
+
+    label: str
+    fast_bound: float
+    sync_bound: float = 0
+    path_tau: float = 0             # the path bound's τ (0: not computed)
+    path_bound: float = -math.inf
+    raised_bound: float | None = None  # None: not computed yet (it is at least fast_bound)
+    relax_status: str = "not run"
+    relax_bound: float = -math.inf
+    relax_value: int | None = None
+    realised_ticks: int | None = None
+    wall_time_s: float = 0.0
+
+    @property
+    def main_bound(self) -> float:
+        return max(self.fast_bound, self.path_bound, self.relax_bound)
+
+    @property
+    def bound(self) -> float:
+        raised = self.fast_bound if self.raised_bound is None else self.raised_bound
+        return min(self.main_bound, raised)
+
+    @property
+    def decided_by(self) -> str:
+        """The bound that decides this shape: the strongest main bound (the cheapest on a tie),
+        or ``raised`` when the plans with intra groups off their innermost tier weigh less."""
+        raised = self.fast_bound if self.raised_bound is None else self.raised_bound
+        if raised < self.main_bound:
+            return "raised"
+        if self.relax_bound > max(self.fast_bound, self.path_bound):
+            return "relaxation"
+        return "path" if self.path_bound > self.fast_bound else "placement-free"
+
+    def as_dict(self) -> dict:
+        return {"shape": self.label, "decided_by": self.decided_by,
+                "fast_bound": _num(self.fast_bound),
+                "path_bound": _num(self.path_bound),
+                "raised_bound": None if self.raised_bound is None else _num(self.raised_bound),
+                "relax_status": self.relax_status,
+                "relax_bound": _num(self.relax_bound), "relax_value": self.relax_value,
+                "realised_ticks": self.realised_ticks,
+                "wall_time_s": round(self.wall_time_s, 3)}
+
+
+def _num(value: float) -> int | None:
+    return int(value) if math.isfinite(value) else None
+
+
+@dataclass(slots=True)
+class Certificate:
+    """A proven interval [bound_ticks, objective_ticks] for the full space of one instance."""
+
+    status: Status
+    plan: Plan | None
+    objective_ticks: int | None
+    bound_ticks: int | None
+    plan_source: str                 # "hint" (the DP plan) or "relaxation" (a realised plan)
+    closed_by: str                   # which bound decided the lower end
+    hint_ticks: int | None
+    wall_time_s: float
+    shapes_total: int = 0
+    shapes_pruned_fast: int = 0
+    shapes_visited: int = 0
+    shapes_open: int = 0
+    outcomes: list[ShapeOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> float | None:
+        """(best plan − bound) / bound: the interval's relative width."""
+        if self.objective_ticks is None or not self.bound_ticks:
+            return None
+        return (self.objective_ticks - self.bound_ticks) / self.bound_ticks
+
+
+def certify_full(instance: Instance, hint: Plan | None = None, time_limit_s: float = 600.0,
+                 seed: int = 0) -> Certificate:
+    """Lower-bound the full space of ``instance`` and improve on ``hint`` where it can.
+
+    Raises :class:`~nest_cp.model.errors.BackendOptionError` for an instance whose space the
+    bounds do not cover (virtual stages > 1, SDP).
+    """
+    reason = unsupported(instance)
+    if reason is not None:
+        raise BackendOptionError(f"{instance.name}: cannot certify the full space: {reason}",
+                                 option="training")
+    start = time.monotonic()
+    run = _Run(instance, hint, start + time_limit_s, seed)
+    run.fast_pass()
+    run.visit_all(min(FIRST_PASS_S, FIRST_PASS_SHARE * time_limit_s))
+    run.visit_all(None)
+    return run.certificate(time.monotonic() - start)
+
+
+class _Run:
+    def __init__(self, instance: Instance, hint: Plan | None, deadline: float, seed: int):
+        self.instance, self.deadline, self.seed = instance, deadline, seed
+        self.network = NetworkModel(instance.cluster)
+        self.tiers = network_tiers(self.network)
+        self.prices: dict[int, LayerPrices] = {}
+        self.fast: dict[int, FastBounds] = {}
+        self.best_plan, self.best_ticks, self.source = None, None, "hint"
+        self.hint_ticks = None
+        if hint is not None:
+            evaluation = evaluate(instance, hint, self.network)
+            if evaluation.feasible:
+                self.best_plan, self.best_ticks = hint, evaluation.objective_ticks
+                self.hint_ticks = evaluation.objective_ticks
+        self.bounds: list[ShapeBound] = []
+        self.open: dict[str, tuple[Shape, ShapeOutcome]] = {}
+        self.resolved: list[ShapeOutcome] = []
+        self.total = 0
+        self.unreached = math.inf  # least fast bound of shapes the fast pass never reached
+        self.notes: list[str] = []
+
+    def _remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _choice(self, shape: Shape) -> tuple[LayerPrices, FastBounds]:
+        if shape.choice not in self.prices:
+            prices = LayerPrices(self.instance, shape.config, shape.microbatch, self.tiers)
+            self.prices[shape.choice] = prices
+            self.fast[shape.choice] = FastBounds(self.instance, prices, block_chain(prices))
+        return self.prices[shape.choice], self.fast[shape.choice]
+
+    def fast_pass(self) -> None:
+        """The placement-free bound of every shape."""
+        for shape in shapes(self.instance):
+            self.total += 1
+            if self._remaining() <= 0:
+                self.unreached = -math.inf  # nothing is known about the rest
+                self.notes.append("time limit reached during the placement-free pass")
+                break
+            _, fast = self._choice(shape)
+            self.bounds.append(fast.bound(shape))
+        self.bounds.sort(key=lambda b: (b.total, b.shape.label))
+        for bound in self.bounds:
+            if math.isfinite(bound.total) and self._beats(bound.total):
+                self.open[bound.shape.label] = (bound.shape, ShapeOutcome(
+                    bound.shape.label, bound.total, bound.sync))
+
+    def _beats(self, bound: float) -> bool:
+        """Whether a shape with this bound may still hold a plan better than the incumbent."""
+        return self.best_ticks is None or bound < self.best_ticks
+
+    def visit_all(self, share_s: float | None) -> None:
+        """Visit the open shapes in bound order; ``share_s`` caps each (None: share the rest)."""
+        for label in list(self.open):
+            shape, outcome = self.open[label]
+            if not self._beats(outcome.bound):
+                self._resolve(label)
+                continue
+            if outcome.relax_status in FINAL:
+                continue
+            left = self._remaining()
+            if left <= 0:
+                break
+            remaining_open = sum(1 for _, o in self.open.values()
+                                 if o.relax_status not in FINAL)
+            budget = min(share_s, left) if share_s is not None else left / max(1, remaining_open)
+            self._visit(shape, outcome, budget)
+            if not self._beats(outcome.bound):
+                self._resolve(label)
+
+    def _resolve(self, label: str) -> None:
+        self.resolved.append(self.open.pop(label)[1])
+
+    def _visit(self, shape: Shape, outcome: ShapeOutcome, budget_s: float) -> None:
+        began = time.monotonic()
+        prices, fast = self._choice(shape)
+        geo = geometry(prices)
+        if outcome.raised_bound is None and geo is not None:
+            outcome.raised_bound = fast.raised(shape, geo.k_min)
+        if geo is None:
+            outcome.relax_status = "no model"  # a graph network: the placement-free bound
+            outcome.raised_bound = outcome.fast_bound
+            return
+        arcs = replica_arcs(shape.num_stages, geo)
+        if fast.chain is not None and outcome.path_bound == -math.inf:
+            path = PathBound(shape, geo, fast, arcs)
+            outcome.path_tau = path.tau
+            outcome.path_bound = shape.rounds * path.tau + outcome.sync_bound
+            if self._beats(outcome.bound):
+                catalogue = Catalogue(self.instance, prices, shape, fast.chain)
+                solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
+                if solution is not None:
+                    self._realise(catalogue, geo, solution, outcome)
+        if not self._beats(outcome.bound) or self._closed(outcome):
+            outcome.relax_status = "not needed"
+            return
+        catalogue = Catalogue(self.instance, prices, shape, fast.chain)
+        relaxation = Relaxation(catalogue, geo, self.instance.training.overlap_grad_reduce,
+                                arcs)
+        tau_floor = outcome.path_tau
+        floor = (int(tau_floor), int(outcome.sync_bound)) \
+            if math.isfinite(tau_floor) and math.isfinite(outcome.sync_bound) else None
+        result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
+                                  cutoff=self.best_ticks, seed=self.seed, floor=floor)
+        outcome.relax_status = result.status
+        outcome.relax_bound = max(outcome.relax_bound, result.bound)
+        outcome.relax_value = result.objective
+        outcome.wall_time_s += time.monotonic() - began
+        logger.info("%s: relaxation %s bound %s value %s (%.1f s)", shape.label, result.status,
+                    result.bound, result.objective, time.monotonic() - began)
+        if result.solution and result.objective is not None and self._beats(result.objective):
+            self._realise(catalogue, geo, result.solution, outcome)
+
+    def _closed(self, outcome: ShapeOutcome) -> bool:
+        """Whether the shape's best plan found is proven optimal for it."""
+        return outcome.realised_ticks is not None and outcome.realised_ticks <= outcome.bound
+
+    @staticmethod
+    def _cheapest_sync(prices: LayerPrices, shape: Shape, geo):
+        """The tier a path solution gives each stage's sync term: the cheapest one that
+        admits the group and whose domains hold the merged runs of all replicas."""
+        def pick(stage: int, name: str, option, runs: tuple[int, ...]) -> int | None:
+            dp, zero, ep = shape.dp, shape.zero, shape.config.ep
+            widen = None
+            if name == "dense" and dp * ep > 1:
+                group, price = dp * ep, lambda k: prices.dense_sync(option.span, dp, zero, k)
+                widen = CollectiveGroup.EP
+            elif name == "expert" and dp > 1:
+                group, price = dp, lambda k: prices.expert_sync(option.span, dp, zero, k)
+            elif name == "g" and zero == 3 and dp > 1:
+                group, price = dp, lambda k: prices.zero_gather(option.span, dp, zero, k)
+            else:
+                return None
+            tiers = [t.index for t in prices.tiers if t.admits(group) and (
+                t.index >= geo.levels or
+                dp * runs[t.index] * geo.merged(t.index, widen) <= geo.capacity(t.index))]
+            return min(tiers, key=lambda k: (price(k), -k))
+        return pick
+
+    def _realise(self, catalogue: Catalogue, geo, solution: dict,
+                 outcome: ShapeOutcome) -> None:
+        plan = realise(catalogue, geo, solution, min(REALISE_S, max(1.0, self._remaining())),
+                       self.seed)
+        if plan is None:
+            logger.info("%s: the relaxation solution could not be placed", outcome.label)
+            return
+        evaluation = evaluate(self.instance, plan, self.network)
+        if not evaluation.feasible:
+            self.notes.append(f"{outcome.label}: realised plan infeasible: "
+                              f"{evaluation.violations[0]}")
+            return
+        plan, ticks = self._tidy(plan, evaluation.objective_ticks)
+        outcome.realised_ticks = ticks
+        if self._beats(ticks):
+            self.best_plan, self.best_ticks = plan, ticks
+            self.source = "relaxation"
+            logger.info("incumbent %d ticks from %s", self.best_ticks, outcome.label)
+
+    def _tidy(self, plan: Plan, ticks: int) -> tuple[Plan, int]:
+        """Drop recomputation a stage does not need (the relaxation is indifferent between
+        tied modes): keep each change the evaluator prices no slower and still fitting."""
+        for index, stage in enumerate(plan.stages):
+            if stage.recompute is RecomputeMode.NONE or \
+                    RecomputeMode.NONE not in self.instance.training.recompute_modes:
+                continue
+            stages = list(plan.stages)
+            stages[index] = dataclasses.replace(stage, recompute=RecomputeMode.NONE)
+            candidate = dataclasses.replace(plan, stages=tuple(stages))
+            evaluation = evaluate(self.instance, candidate, self.network)
+            if evaluation.feasible and evaluation.objective_ticks <= ticks:
+                plan, ticks = candidate, evaluation.objective_ticks
+        return plan, ticks
+
+    def certificate(self, wall_time_s: float) -> Certificate:
+        open_outcomes = [o for _, o in self.open.values() if self._beats(o.bound)]
+        bounds = [o.bound for o in open_outcomes] + [self.unreached]
+        least = min(bounds)
+        pruned_fast = sum(1 for b in self.bounds if not self._beats(b.total))
+        visited = len([o for o in self.resolved + [o for _, o in self.open.values()]
+                       if o.relax_status != "not run"])
+        if self.best_ticks is None:
+            status = Status.INFEASIBLE if not open_outcomes and least == math.inf \
+                else Status.UNKNOWN
+            return Certificate(status, None, None, None, "none", "no plan", None, wall_time_s,
+                               self.total, pruned_fast, visited, len(open_outcomes),
+                               self._outcomes(), self.notes)
+        bound = min(self.best_ticks, least)
+        status = Status.OPTIMAL if bound >= self.best_ticks else Status.FEASIBLE
+        closed_by = self._closed_by(status, open_outcomes)
+        return Certificate(status, self.best_plan, self.best_ticks,
+                           int(bound) if math.isfinite(bound) else None, self.source,
+                           closed_by, self.hint_ticks, wall_time_s, self.total, pruned_fast,
+                           visited, len(open_outcomes), self._outcomes(), self.notes)
+
+    def _closed_by(self, status: Status, open_outcomes: list[ShapeOutcome]) -> str:
+        """The strongest bound a shape needed ("relaxation" > "path" > "placement-free"), or
+        for an open interval the weakest shape and its bound."""
+        if status is not Status.OPTIMAL:
+            weakest = min(open_outcomes, key=lambda o: o.bound, default=None)
+            if weakest is None:
+                return "open: shapes never reached"
+            return f"open: {weakest.label} ({weakest.decided_by} bound)"
+        used = {outcome.decided_by for outcome in self.resolved}
+        for method in ("relaxation", "raised", "path"):
+            if method in used:
+                return method
+        return "placement-free"
+
+    def _outcomes(self) -> list[ShapeOutcome]:
+        return sorted(self.resolved + [o for _, o in self.open.values()],
+                      key=lambda o: (o.bound, o.label))
+
+
+def unsupported(instance: Instance) -> str | None:
+    """Why the bounds do not cover this instance's full space, or None when they do.
+
+    Interleaved 1F1B (v > 1) prices chunks, not stages, and subnetwork data parallelism
+    (DESIGN §7) prices masked replicas; nothing here bounds either.
+    Overlapped gradient reduction is covered (the exposed sync is bounded below by
+    the sync minus the stage's backward ticks, and by 0).
+    """
+    if instance.training.virtual_stages != (1,):
+        return (f"virtual stages {list(instance.training.virtual_stages)} allowed; only "
+                f"plain 1F1B (v = 1) is bounded")
+    if instance.training.strategies != (Strategy.DP,):
+        return (f"replication strategies {[s.value for s in instance.training.strategies]} "
+                f"allowed; only plain data parallelism is bounded (SDP, DESIGN §7, is not)")
+    return None

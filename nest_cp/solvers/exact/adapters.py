@@ -1,0 +1,341 @@
+"""Two thin adapters that let one skeleton build a CP-SAT model and a MILP.
+
+Both expose the same verbs: new_bool, new_int (a cost term), new_integer (an
+integer that must stay integral, e.g. a rounding carry), add, add_floor (a linear
+floor enforced by literals), total, minimize, hint, solve, value.  The MILP adapter
+declares cost terms continuous: each is pushed down onto the largest enforced
+floor, a sum of integer prices times binaries (and integer carries), so it is
+integral at an optimum.
+Enforcement in the MILP is a big-M with M = the floor's largest coefficient:
+the stage picks exactly one option, so Σ_o opt·price <= M and the relaxed floor
+is <= 0, which the term's lower bound 0 already implies.
+
+Both adapters count the terms they are handed (``terms``) and check their
+``deadline`` while the model is built, so building a model that cannot be
+finished in time stops with :class:`~nest_cp.solvers.exact.budget.OutOfTime`.  A solver
+failure that is nest-cp's fault (an invalid model) is an :class:`InternalError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import pulp
+from ortools.sat.python import cp_model
+
+from nest_cp.model.errors import InternalError, ModelMismatch
+from nest_cp.solvers.exact.budget import Deadline, OutOfTime
+
+logger = logging.getLogger(__name__)
+
+class RawStatus(str, Enum):
+    OPTIMAL = "optimal"        # proven optimal (or proven: nothing below the cutoff)
+    FEASIBLE = "feasible"      # a solution, stopped by the limit
+    INFEASIBLE = "infeasible"  # proven infeasible
+    UNKNOWN = "unknown"        # stopped by the limit without a solution
+
+
+@dataclass(frozen=True, slots=True)
+class RawOutcome:
+    """What a solver proved about one sub-problem model; bound is None when unknown."""
+
+    status: RawStatus
+    objective: float | None
+    bound: float | None
+
+
+def proven_bound(tolerance: float, value: float) -> int:
+    """The integer bound a solver's number proves, less the adapter's relative tolerance
+    (exact integers for CP-SAT, tolerance 0)."""
+    if tolerance == 0:
+        return math.ceil(value - 1e-9)
+    return math.ceil(value * (1 - tolerance) - 1e-6)
+
+
+def check_solver_numbers(label: str, outcome: RawOutcome, evaluated: int, tolerance: float,
+                         what: str = "plan") -> None:
+    """ModelMismatch unless the solver's objective and bound agree with the evaluator's
+    price ``evaluated`` of its own ``what`` (within ``tolerance``; exactly for CP-SAT)."""
+    band = tolerance * abs(evaluated) + (0.5 if tolerance > 0 else 0)
+    objective = outcome.objective
+    if objective is None or objective < evaluated - band:
+        raise ModelMismatch(f"{label}: the solver's objective {objective} is below the "
+                            f"evaluator's {evaluated} ticks for the same {what}")
+    if outcome.status is RawStatus.OPTIMAL and objective > evaluated + band:
+        raise ModelMismatch(f"{label}: the solver proved {objective} ticks optimal, the "
+                            f"evaluator prices its {what} at {evaluated}")
+    if outcome.bound is not None and outcome.bound > evaluated + band:
+        raise ModelMismatch(f"{label}: the solver's bound {outcome.bound} is above the "
+                            f"evaluator's {evaluated} ticks for a {what} it found")
+
+
+class _Building:
+    """Term counting and deadline checks shared by both adapters while a model is built."""
+
+    def __init__(self):
+        self.terms = 0
+        self.deadline = Deadline()
+
+    def _count(self, terms: int) -> None:
+        self.terms += terms
+        self.deadline.tick()
+
+    def solve_within(self, deadline: Deadline, building_s: float, seed: int, workers: int,
+                     label: str) -> RawOutcome:
+        """Solve the built model in what is left of ``deadline`` (raises OutOfTime when
+        nothing is).  The MILP's own overhead, PuLP writing the model out, grows like
+        building it took, so that much more is kept back for it."""
+        time_left = deadline.remaining() - (building_s if self.objective_tolerance_rel > 0
+                                            else 0.0)
+        if time_left <= 0:
+            raise OutOfTime
+        outcome = self.solve(time_left, seed, workers)
+        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", label,
+                    outcome.status.value, outcome.objective, outcome.bound, self.terms,
+                    building_s)
+        return outcome
+
+
+class CpSatAdapter(_Building):
+    """OR-Tools CP-SAT: exact integer arithmetic, so its objective is exact to the tick."""
+
+    objective_tolerance_rel = 0.0
+
+    def __init__(self):
+        super().__init__()
+        self.model = cp_model.CpModel()
+        self._solver: cp_model.CpSolver | None = None
+
+    def new_bool(self, name: str):
+        self._count(1)
+        return self.model.new_bool_var(name)
+
+    def new_int(self, name: str, lower: int, upper: int):
+        self._count(1)
+        return self.model.new_int_var(lower, max(lower, upper), name)
+
+    def new_integer(self, name: str, lower: int, upper: int):
+        return self.new_int(name, lower, upper)
+
+    def add(self, constraint) -> None:
+        self._count(1)
+        if isinstance(constraint, bool):  # a constant comparison, e.g. 0 == 0
+            if not constraint:
+                self.model.add_bool_or([])
+            return
+        self.model.add(constraint)
+
+    def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        self._count(1 + len(literals))
+        constraint = self.model.add(term >= expr)
+        if literals:
+            constraint.only_enforce_if(literals)
+
+    def total(self, terms):
+        terms = list(terms)
+        self._count(len(terms))
+        return cp_model.LinearExpr.sum(terms)
+
+    def minimize(self, expr) -> None:
+        self.model.minimize(expr)
+
+    def hint(self, var, value: int) -> None:
+        self.model.add_hint(var, value)
+
+    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
+        solver.parameters.random_seed = seed
+        solver.parameters.num_workers = workers
+        status = solver.solve(self.model)
+        self._solver = solver
+        if status == cp_model.MODEL_INVALID:
+            raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
+        if status == cp_model.INFEASIBLE:
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
+        # the objective has integer coefficients, so its value and bound are integers that
+        # CP-SAT reports as doubles (428400000.00000006): read them back as integers
+        raw_bound = solver.best_objective_bound
+        bound = math.ceil(raw_bound - 1e-6) if math.isfinite(raw_bound) else None
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            objective = round(solver.objective_value)
+            if status == cp_model.OPTIMAL:
+                return RawOutcome(RawStatus.OPTIMAL, objective, objective)
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound)
+        return RawOutcome(RawStatus.UNKNOWN, None, bound)
+
+    def value(self, var) -> int:
+        return int(self._solver.value(var))
+
+
+class MilpAdapter(_Building):
+    """PuLP with CBC (default) or HiGHS through highspy.
+
+    Both solve in floating point, and PuLP reads CBC's solution file, which prints
+    values with about 8 significant digits: the objective read back can differ
+    from the exact value of the same plan by ~1e-8 relative.  Plans are read from
+    the binaries (rounded) and re-priced exactly; ``objective_tolerance_rel`` is
+    the band within which the solver's number is compared with the evaluator's.
+    """
+
+    objective_tolerance_rel = 1e-7
+    proof_gap_abs = 0.5  # the solver stops as "optimal" once objective - bound < this
+    # binaries may sit 1e-8 off 0/1 (HiGHS' default lets 1e-6 through, which a big-M of
+    # 1e9 ticks turns into a floor hundreds of ticks low)
+    integrality_tolerance = 1e-8
+    HIGHS_LARGE_MATRIX_VALUE = 1e15  # HiGHS' default large_matrix_value: larger is an error
+
+    def __init__(self, solver_name: str = "cbc"):
+        super().__init__()
+        self.problem = pulp.LpProblem("nest_cp", pulp.LpMinimize)
+        self.solver_name = solver_name
+        self._names = 0
+        self._hinted = False
+
+    def new_bool(self, name: str):
+        self._count(1)
+        return self.problem.add_variable(self._unique(name), cat=pulp.LpBinary)
+
+    def new_int(self, name: str, lower: int, upper: int):
+        # Cost terms are continuous and minimised onto their floors, so the upper bound is
+        # redundant; stating it made CBC's preprocessing declare feasible models infeasible
+        # when the optimum sat exactly on it (CBC 2.10).
+        del upper
+        self._count(1)
+        return self.problem.add_variable(self._unique(name), lowBound=lower)
+
+    def new_integer(self, name: str, lower: int, upper: int):
+        """An integer variable (a rounding carry); its upper bound is implied, not stated."""
+        del upper
+        self._count(1)
+        return self.problem.add_variable(self._unique(name), lowBound=lower, cat=pulp.LpInteger)
+
+    def add(self, constraint) -> None:
+        self._count(1)
+        if isinstance(constraint, bool):
+            if not constraint:
+                raise InternalError("the MILP model holds a constant constraint that is false")
+            return
+        self.problem += constraint
+
+    def add_floor(self, term, expr, literals: list, big_m: int) -> None:
+        self._count(1 + len(literals))
+        slack = big_m * (len(literals) - pulp.lpSum(literals)) if literals else 0
+        self.problem += term >= expr - slack
+
+    def total(self, terms):
+        terms = list(terms)
+        self._count(len(terms))
+        return pulp.lpSum(terms)
+
+    def minimize(self, expr) -> None:
+        self.problem += expr
+
+    def hint(self, var, value: int) -> None:
+        var.setInitialValue(value)
+        self._hinted = True
+
+    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
+        if self.solver_name == "highs" and self._beyond_highs():
+            logger.warning("a constraint coefficient reaches %g, which HiGHS refuses: the "
+                           "model is left unsolved (its sub-problem stays open)",
+                           self.HIGHS_LARGE_MATRIX_VALUE)
+            return RawOutcome(RawStatus.UNKNOWN, None, None)
+        # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
+        # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
+        if self.solver_name == "highs":
+            solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+                                     gapAbs=self.proof_gap_abs, threads=workers, random_seed=seed,
+                                     mip_feasibility_tolerance=self.integrality_tolerance)
+        else:
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+                                       gapAbs=self.proof_gap_abs, threads=workers,
+                                       warmStart=self._hinted,
+                                       options=[f"randomCbcSeed {seed + 1}",
+                                                f"integerTolerance {self.integrality_tolerance}"])
+        self.problem.solve(solver)
+        return self._outcome()
+
+    def _beyond_highs(self) -> bool:
+        """Whether a constraint has an entry HiGHS refuses (its ``large_matrix_value``).
+
+        HiGHS drops such rows, and PuLP then misreads the solution (an IndexError); a
+        rounding carry over a stage's exact fractions can need such a coefficient (the
+        least common denominator of its terms' tick prices)."""
+        return any(abs(coefficient) >= self.HIGHS_LARGE_MATRIX_VALUE
+                   for constraint in self.problem.constraints()
+                   for coefficient in constraint.values())
+
+    def _outcome(self) -> RawOutcome:
+        sol_status = self.problem.sol_status
+        objective = pulp.value(self.problem.objective)
+        bound = self._highs_bound()
+        if sol_status == pulp.LpSolutionOptimal:
+            # what the solver proved: its dual bound (HiGHS), or at least the objective less
+            # the absolute gap at which it stops (CBC reports no bound through PuLP)
+            proven = objective - self.proof_gap_abs if bound is None else min(bound, objective)
+            return RawOutcome(RawStatus.OPTIMAL, objective, proven)
+        if sol_status == pulp.LpSolutionIntegerFeasible:
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound)
+        if pulp.LpStatusInfeasible in (sol_status, self.problem.status):
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
+        return RawOutcome(RawStatus.UNKNOWN, None, bound)
+
+    def _highs_bound(self) -> float | None:
+        """HiGHS's proven dual bound; CBC's is not reported through PuLP (None)."""
+        model = getattr(self.problem, "solverModel", None)
+        if self.solver_name != "highs" or model is None:
+            return None
+        bound = model.getInfo().mip_dual_bound
+        return bound if math.isfinite(bound) else None
+
+    def value(self, var) -> int:
+        return int(round(var.varValue or 0))
+
+    def _unique(self, name: str) -> str:
+        self._names += 1
+        return f"{name}_{self._names}"
+
+
+class _HighsWithStart(pulp.HiGHS):
+    """pulp.HiGHS that hands the variables' initial values to HiGHS as a partial start.
+
+    pulp.HiGHS ignores initial values; HiGHS completes a sparse start itself (or
+    drops it when it cannot), so a hint never changes what is proven.
+    """
+
+    def createAndConfigureSolver(self, lp):
+        # highspy prints its banner on stdout when a Highs object is built, before
+        # output_flag can be cleared; it would land in the middle of CLI output.
+        with _c_stdout_silenced():
+            super().createAndConfigureSolver(lp)
+
+    def callSolver(self, lp):
+        hinted = [(var.index, var.varValue) for var in lp.variables()
+                  if var.varValue is not None]
+        if hinted:
+            index, value = zip(*hinted, strict=True)
+            lp.solverModel.setSolution(len(index), np.array(index, dtype=np.int32),
+                                       np.array(value, dtype=np.float64))
+        lp.solverModel.run()
+
+
+@contextlib.contextmanager
+def _c_stdout_silenced():
+    """Send file descriptor 1 to /dev/null for the block (C libraries write to it directly)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -1,0 +1,274 @@
+"""Integer coefficients of the exact models, computed with nest_cp.cost.terms.
+
+Every coefficient is the evaluator's own integer for one chunk option priced on
+one bottleneck ``Path``: the models multiply these constants by 0/1 variables,
+so a solver's objective is the evaluator's objective to the tick.
+
+Terms the evaluator rounds once over a whole stage (gradient syncs of the stage's
+total parameters; memory's optimizer state, sharded and rounded up) are per option
+when a stage is one chunk (v = 1).  With v > 1 the stage total is a sum over its
+chunks, and ceil(Σ_k x_k + c) is split exactly as
+
+    Σ_k ⌊x_k⌋ + ⌊c⌋ + carry,   carry = ⌈Σ_k frac(x_k) + frac(c)⌉ ∈ [0, v + 1]
+
+(:class:`StageRounding`): the floors are option coefficients and the carry a small
+integer variable with D·carry ≥ Σ_k D·frac(x_k) + D·frac(c) for the common
+denominator D, so the large numbers stay in coefficients of 0/1 variables.  The
+rational x of a sync is affine in the parameter count; :meth:`ChunkPricing.sync_ticks`
+recovers it from the cost primitives and tests check it against
+:func:`nest_cp.cost.terms.gradient_sync_ticks`.
+
+Collectives (DESIGN §3.2 f): a stage replica pays, per collective, the slowest of
+its TP (or EP) groups.  Collectives are partitioned into *classes* whose slowest
+group is the same for every member (one class per (kind, volume), or one per group
+kind when the candidate paths are totally ordered by speed or the kind has one
+group per replica), so the model floors one term per class over the groups.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from nest_cp.cost import terms as cost
+from nest_cp.model.instance import CollectiveGroup, Instance, Phase, RecomputeMode
+from nest_cp.model.network import Path, collective_seconds
+from nest_cp.model.ticks import exact
+from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem
+
+ALL = "all"  # the class holding every collective of a group kind
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveClass:
+    """Collectives of one group kind priced together: those with ``signature`` (kind,
+    volume), or every one of the group kind when ``signature`` is ALL."""
+
+    group: CollectiveGroup
+    signature: object
+
+    def holds(self, collective) -> bool:
+        return collective.group is self.group and (
+            self.signature == ALL
+            or self.signature == (collective.kind, collective.volume_bytes))
+
+    @property
+    def key(self) -> str:
+        if self.signature == ALL:
+            return self.group.value
+        kind, volume = self.signature
+        return f"{self.group.value}_{kind.value}_{volume}"
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """x(P) = slope·P + offset ticks (unrounded) for P > 0 parameters; 0 for P = 0."""
+
+    slope: Fraction
+    offset: Fraction
+
+
+class ChunkPricing:
+    """Per-(chunk option, path) prices of one sub-problem, memoised in this object."""
+
+    def __init__(self, instance: Instance, sub: SubProblem):
+        self._training = instance.training
+        self._sub = sub
+        self._profiles = [layer.profile(sub.config, sub.microbatch)
+                          for layer in instance.workload.layers]
+        self._memo: dict[tuple, int] = {}
+
+    @property
+    def tick_s(self) -> float:
+        return self._training.tick_s
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._profiles)
+
+    # ------------------------------------------------------------ compute
+
+    def compute(self, option: ChunkOption) -> int:
+        """fwd + bwd of the span plus the forward its mode reruns."""
+        return self._sub.compute[option]
+
+    def backward(self, option: ChunkOption) -> int:
+        """Σ bwd ticks of one microbatch over the span (what overlapped sync hides behind)."""
+        return sum(cost.compute_ticks(self._profiles[layer], self.tick_s)[1]
+                   for layer in option.layers)
+
+    def dense_params(self, option: ChunkOption) -> int:
+        return sum(self._profiles[layer].dense_params for layer in option.layers)
+
+    def expert_params(self, option: ChunkOption) -> int:
+        return sum(self._profiles[layer].expert_params for layer in option.layers)
+
+    def params(self, option: ChunkOption) -> int:
+        return self.dense_params(option) + self.expert_params(option)
+
+    # ------------------------------------------------------------ collectives
+
+    def collective_groups(self) -> tuple[CollectiveGroup, ...]:
+        """Group kinds with a collective in some layer and a group of two ranks or more."""
+        config = self._sub.config
+        return tuple(group for group in CollectiveGroup
+                     if cost.group_size(group, config) > 1
+                     and any(c.group is group for p in self._profiles for c in p.collectives))
+
+    def collective_classes(self, group: CollectiveGroup, groups_per_replica: int,
+                           candidates: list[Path]) -> tuple[CollectiveClass, ...]:
+        """The classes of the group kind's collectives (module docstring)."""
+        if groups_per_replica == 1 or _totally_ordered(candidates):
+            return (CollectiveClass(group, ALL),)
+        signatures = sorted({(c.kind.value, c.volume_bytes) for p in self._profiles
+                             for c in p.collectives if c.group is group})
+        kinds = {c.kind.value: c.kind for p in self._profiles for c in p.collectives}
+        return tuple(CollectiveClass(group, (kinds[kind], volume)) for kind, volume in signatures)
+
+    def collectives(self, option: ChunkOption, klass: CollectiveClass, path: Path | None) -> int:
+        """The class's collectives of the span on one group's path, each rounded once; under
+        full recomputation the forward ones twice (the rerun forward repeats them)."""
+        if path is None:
+            return 0
+        config = self._sub.config
+        paths = cost.GroupPaths((path,), (path,))
+
+        def price() -> int:
+            total = 0
+            for layer in option.layers:
+                for collective in self._profiles[layer].collectives:
+                    if klass.holds(collective):
+                        once = cost.intra_collective_ticks(collective, config, paths,
+                                                           self.tick_s)
+                        repeats = 2 if (option.mode is RecomputeMode.FULL
+                                        and collective.phase is Phase.FWD) else 1
+                        total += repeats * once
+            return total
+        return self._cached(("coll", klass), option, path, price)
+
+    def cheapest_collectives(self, option: ChunkOption, candidates: dict) -> int:
+        """Every collective of the span on the cheapest path a group of its size can have."""
+        config = self._sub.config
+        total = 0
+        for layer in option.layers:
+            for collective in self._profiles[layer].collectives:
+                size = cost.group_size(collective.group, config)
+                paths = candidates.get(size, [])
+                if size <= 1 or not paths:
+                    continue
+                once = min(cost.intra_collective_ticks(collective, config,
+                                                       cost.GroupPaths((p,), (p,)), self.tick_s)
+                           for p in paths)
+                repeats = 2 if (option.mode is RecomputeMode.FULL
+                                and collective.phase is Phase.FWD) else 1
+                total += repeats * once
+        return total
+
+    # ------------------------------------------------------------ pipeline, ZeRO-3
+
+    def transfer(self, option: ChunkOption, path: Path | None) -> int:
+        """One point-to-point transfer of the span's last layer output on a pair's path."""
+        if path is None:
+            return 0
+        volume = self._profiles[option.last_layer].out_bytes
+        return self._cached("p2p", option, path, lambda: cost.transfer_ticks(
+            volume, path, self.tick_s))
+
+    def transfer_into(self, option: ChunkOption, path: Path | None) -> int:
+        """The transfer of the output of the layer before the span (the activation in)."""
+        if path is None or option.first_layer == 0:
+            return 0
+        boundary = ChunkOption(option.first_layer - 1, option.first_layer - 1, option.mode)
+        return self.transfer(boundary, path)
+
+    def zero_gather(self, option: ChunkOption, path: Path | None) -> int:
+        """ZeRO-3 all-gathers (fwd and bwd) of the chunk's parameters over the d replicas."""
+        if self._sub.zero != 3:
+            return 0
+        return self._cached("gather", option, path, lambda: cost.zero3_gather_ticks(
+            self.params(option), self._training.optimizer, self._sub.dp, path, self.tick_s))
+
+    # ------------------------------------------------------------ gradient sync
+
+    def dense_sync_size(self) -> int:
+        """Ranks of one dense sync group: the d·e ranks of one tensor index."""
+        return self._sub.dp * self._sub.config.ep
+
+    def dense_sync(self, option: ChunkOption, path: Path | None) -> int:
+        """Gradient sync of the span's dense parameters over the d·e ranks of one t index
+        (the stage's sync when the span is the whole stage, v = 1)."""
+        return self._cached("dense", option, path, lambda: cost.gradient_sync_ticks(
+            self.dense_params(option), self._training.optimizer, self._sub.zero,
+            self.dense_sync_size(), path, self.tick_s))
+
+    def expert_sync(self, option: ChunkOption, path: Path | None) -> int:
+        """Gradient sync of the span's expert parameters over the d ranks of one j."""
+        return self._cached("expert", option, path, lambda: cost.gradient_sync_ticks(
+            self.expert_params(option), self._training.optimizer, self._sub.zero,
+            self._sub.dp, path, self.tick_s))
+
+    def sync_of(self, params: int, group_size: int, path: Path | None) -> int:
+        """One gradient sync of ``params`` parameters over ``group_size`` ranks on ``path``."""
+        return cost.gradient_sync_ticks(params, self._training.optimizer, self._sub.zero,
+                                        group_size, path, self.tick_s)
+
+    def sync_ticks(self, group_size: int, path: Path | None) -> Affine | None:
+        """The unrounded ticks of one gradient sync of P parameters over ``group_size`` ranks
+        on ``path`` as slope·P + offset (P > 0); None when it is always free.
+
+        :func:`nest_cp.cost.terms.gradient_sync_ticks` is ⌈slope·P + offset⌉ for P > 0 and 0
+        for P = 0 (the collective is affine in its volume, P·grad bytes).
+        """
+        if path is None or group_size <= 1:
+            return None
+        kind = cost.sync_collective(self._sub.zero)
+        grad = self._training.optimizer.grad_bytes
+        tick = exact(self.tick_s)
+        offset = collective_seconds(kind, 0, group_size, path) / tick
+        slope = collective_seconds(kind, grad, group_size, path) / tick - offset
+        return Affine(slope, offset)
+
+    def _cached(self, term, option: ChunkOption, path: Path | None, price) -> int:
+        key = (term, option, path)
+        if key not in self._memo:
+            self._memo[key] = price()
+        return self._memo[key]
+
+
+@dataclass(frozen=True, slots=True)
+class StageRounding:
+    """⌈Σ_k x(o_k) + c·[nonzero]⌉ split into integer floors and a fractional carry.
+
+    ``floors[option]`` = ⌊x(option)⌋ and ``fractions[option]`` = D·frac(x(option)),
+    ``constant_floor`` = ⌊c⌋ and ``constant_fraction`` = D·frac(c), all integers; the
+    carry is ⌈(Σ fractions + constant_fraction) / D⌉ ≤ number of chunks + 1.
+    """
+
+    floors: dict
+    fractions: dict
+    constant_floor: int
+    constant_fraction: int
+    denominator: int
+
+    @classmethod
+    def of(cls, values: dict, constant: Fraction = Fraction(0)) -> StageRounding:
+        """The split for ``values[option]`` = x(option) (Fractions) and constant c."""
+        denominator = math.lcm(*(Fraction(x).denominator for x in values.values()),
+                               Fraction(constant).denominator)
+        floors = {option: math.floor(x) for option, x in values.items()}
+        fractions = {option: int((x - math.floor(x)) * denominator)
+                     for option, x in values.items()}
+        return cls(floors, fractions, math.floor(constant),
+                   int((constant - math.floor(constant)) * denominator), denominator)
+
+    @property
+    def needs_carry(self) -> bool:
+        return any(self.fractions.values()) or self.constant_fraction > 0
+
+
+def _totally_ordered(paths: list[Path]) -> bool:
+    """Whether one of every two paths is at least as fast in bandwidth and latency."""
+    ordered = sorted(set(paths), key=lambda p: (-p.bandwidth_Bps, p.latency_s))
+    return all(slow.latency_s >= fast.latency_s for fast, slow in zip(ordered, ordered[1:],
+                                                                     strict=False))

@@ -1,0 +1,352 @@
+"""The cost and memory families of the exact model (the vocabulary of its skeleton).
+
+:class:`CostTerms` adds, for one sub-problem, the floored cost terms (coll, bnd,
+gather, dense, expert), tau_max, t_sync and, with v > 1, the coupled stage memory.
+Two kinds of terms:
+
+- *chunk terms*: term >= Σ_o opt[k, o]·price(o, path) for every case (literals, path)
+  of every group the term is priced on; floors with the same literals merge option
+  by option (exact: one option per chunk), and one redundant floor at the cheapest
+  case of each group holds without literals;
+- *stage-rounded terms* (v > 1): a price the evaluator rounds once over the stage's
+  total parameters, ⌈Σ_k x(o_k) + c·has⌉, as integer floors per option plus a
+  carry (nest_cp.solvers.exact.pricing.StageRounding), floored per case like chunk terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from nest_cp.cost import terms as cost
+from nest_cp.model.instance import CollectiveGroup, Instance
+from nest_cp.model.network import NetworkModel
+from nest_cp.solvers.exact.bounds import candidate_paths
+from nest_cp.solvers.exact.groups import Group, RankGroups, stage_pair
+from nest_cp.solvers.exact.placement import StructuredPlacement
+from nest_cp.solvers.exact.pricing import ChunkPricing, StageRounding
+from nest_cp.solvers.exact.subproblems import SubProblem
+
+
+@dataclass(frozen=True, slots=True)
+class _Rounded:
+    """⌈Σ_k x(o_k) + c·has⌉ of one stage as a model expression (exact at integer points)."""
+
+    expression: object
+    upper: int
+    rounding: StageRounding
+    has: object  # 1, or the has[stage, kind] literal
+
+
+class CostTerms:
+    """Adds the cost and memory families of the module docstring for one sub-problem."""
+
+    def __init__(self, adapter, instance: Instance, sub: SubProblem, pricing: ChunkPricing,
+                 placement, opt: dict, network: NetworkModel):
+        self.adapter, self.instance, self.sub, self.pricing = adapter, instance, sub, pricing
+        self.placement, self.opt, self.network = placement, opt, network
+        self._upper: dict[int, int] = {}  # id(term variable) -> its upper bound in ticks
+        self._rounded: dict[tuple, _Rounded] = {}  # (term, stage, path) -> its expression
+
+    # ------------------------------------------------------------ τ
+
+    def tau(self, groups: RankGroups):
+        """tau_max >= τ_c(k, r) for every chunk k and replica r."""
+        sub, adapter = self.sub, self.adapter
+        chunks, replicas = range(sub.num_chunks), range(sub.dp)
+        coll = self._collectives(groups)
+        # bnd[boundary, replica] >= slowest rank's transfer between chunks b and b + 1
+        bnd = {(b, r): self._chunk_term(
+            f"bnd_{b}_{r}", b,
+            [groups.pipe[self._pair(b), r, j] for j in range(sub.config.devices)],
+            self.pricing.transfer)
+            for b in range(sub.num_chunks - 1) for r in replicas}
+        # gather[chunk] >= ZeRO-3 gathers of the chunk's parameters, slowest rank j
+        gather = {k: self._chunk_term(f"gather_{k}", k, self._shards(groups, k % sub.num_stages),
+                                      self.pricing.zero_gather)
+                  for k in chunks if sub.zero == 3 and sub.dp > 1}
+        upper = max(self._largest_compute(k) for k in chunks) \
+            + max((sum(self._upper[id(t)] for t in terms) for terms in coll.values()),
+                  default=0) \
+            + 2 * self._worst(bnd) + self._worst(gather)
+        tau_max = adapter.new_int("tau_max", sub.tau_lower_ticks, upper)
+        for k in chunks:
+            compute = adapter.total(self.opt[k, o] * self.pricing.compute(o)
+                                    for o in sub.options[k])
+            # redundant (every other part is >= 0): lets CP-SAT bound τ from the split
+            # alone, before any placement literal is fixed
+            adapter.add(tau_max >= compute)
+            for r in replicas:
+                parts = [*coll.get((k, r), []), bnd.get((k - 1, r)), bnd.get((k, r)),
+                         gather.get(k)]
+                adapter.add(tau_max >= compute + adapter.total(p for p in parts
+                                                               if p is not None))
+        return tau_max
+
+    def _collectives(self, groups: RankGroups) -> dict:
+        """(chunk, replica) -> its coll[chunk, replica, class] terms, every group kind."""
+        sub, coll = self.sub, {}
+        for kind in self.pricing.collective_groups():
+            size = cost.group_size(kind, sub.config)
+            per_replica = sub.config.devices // size  # groups of this kind per stage replica
+            classes = self.pricing.collective_classes(kind, per_replica,
+                                                      self._candidates(groups, kind, size))
+            for k in range(sub.num_chunks):
+                for r in range(sub.dp):
+                    replica_groups = groups.collective(kind, k % sub.num_stages, r)
+                    for klass in classes:
+                        # coll[chunk, replica, class] >= the class's collectives on the
+                        # slowest group of their kind in the stage replica
+                        coll.setdefault((k, r), []).append(self._chunk_term(
+                            f"coll_{k}_{r}_{klass.key}", k, replica_groups,
+                            lambda o, path, klass=klass: self.pricing.collectives(o, klass,
+                                                                                  path)))
+        return coll
+
+    def _candidates(self, groups: RankGroups, kind: CollectiveGroup, size: int) -> list:
+        """Every path a group of this kind can have here (its classes merge when these are
+        totally ordered by speed)."""
+        if isinstance(self.placement, StructuredPlacement):
+            family = groups.tp if kind is CollectiveGroup.TP else groups.ep
+            return self.placement.paths(family.values())
+        return candidate_paths(self.network, size)
+
+    def _pair(self, boundary: int) -> tuple[int, int]:
+        stages = self.sub.num_stages
+        return stage_pair(boundary % stages, (boundary + 1) % stages)
+
+    def _largest_compute(self, chunk: int) -> int:
+        return max(self.pricing.compute(o) for o in self.sub.options[chunk])
+
+    # ------------------------------------------------------------ sync
+
+    def sync(self, groups: RankGroups):
+        """t_sync >= dense[s] + expert[s] (less the backward it overlaps) for every stage."""
+        sub, adapter = self.sub, self.adapter
+        overlap = self.instance.training.overlap_grad_reduce
+        sync_terms = []
+        for s in range(sub.num_stages):
+            terms = []
+            if self.pricing.dense_sync_size() > 1:
+                # dense[stage] >= dense gradient sync over the d·e ranks, slowest t index
+                terms.append(self._stage_sync(
+                    f"dense_{s}", s, [groups.dense[s, t] for t in range(sub.config.tp)],
+                    self.pricing.dense_params, self.pricing.dense_sync,
+                    self.pricing.dense_sync_size()))
+            if sub.dp > 1:
+                # expert[stage] >= expert gradient sync over the d replicas, slowest rank j
+                terms.append(self._stage_sync(
+                    f"expert_{s}", s, self._shards(groups, s), self.pricing.expert_params,
+                    self.pricing.expert_sync, sub.dp))
+            sync_terms.append([term for term in terms if term is not None])
+        upper = max((sum(self._upper[id(term)] for term in terms) for terms in sync_terms),
+                    default=0)
+        t_sync = adapter.new_int("t_sync", 0, upper)
+        for s, terms in enumerate(sync_terms):
+            if not terms:
+                continue
+            hidden = 0
+            if overlap:  # exposed sync: max(0, sync − R_s), R_s = the stage's backward
+                hidden = adapter.total(self.opt[k, o] * self.pricing.backward(o)
+                                       for k in sub.chunks_of_stage(s)
+                                       for o in sub.options[k] if self.pricing.backward(o))
+            adapter.add(t_sync >= adapter.total(terms) - hidden)
+        return t_sync
+
+    def _stage_sync(self, name: str, stage: int, group_list: list[Group], params, price,
+                    group_size: int):
+        """A sync term of the stage's total parameters: per option for v = 1, rounded once
+        over the stage's chunks for v > 1; None when the stage holds no such parameters."""
+        if self.sub.virtual_stages == 1:
+            return self._chunk_term(name, stage, group_list, price)
+        has = self._has_params(name, stage, params)
+        if has is None:
+            return None
+
+        def rounded(path) -> _Rounded | None:
+            affine = self.pricing.sync_ticks(group_size, path)
+            if affine is None:
+                return None
+            values = {o: affine.slope * params(o) for k in self.sub.chunks_of_stage(stage)
+                      for o in self.sub.options[k]}
+            return self._stage_rounded(name, stage, path, values, affine.offset, has)
+        return self._stage_term(name, stage, group_list, rounded)
+
+    def _has_params(self, name: str, stage: int, params):
+        """has[stage, kind] >= 1 when a chunk of the stage holds such parameters; 1 when
+        every split does, None when none does."""
+        sub, adapter = self.sub, self.adapter
+        chunks = list(sub.chunks_of_stage(stage))
+        if not any(params(o) for k in chunks for o in sub.options[k]):
+            return None
+        if any(all(params(o) for o in sub.options[k]) for k in chunks):
+            return 1
+        # has[stage, kind] == 1 if the stage holds parameters of the kind (free otherwise:
+        # every sync price grows with it, so an optimum sets it to 0 when it may)
+        has = adapter.new_bool(f"has_{name}")
+        for k in chunks:
+            adapter.add(has >= adapter.total(self.opt[k, o] for o in sub.options[k]
+                                             if params(o)))
+        return has
+
+    # ------------------------------------------------------------ memory (v > 1)
+
+    def memory(self) -> None:
+        """state + buffer + n_s·act + work <= usable HBM for every stage (module docstring)."""
+        sub, adapter, pricing = self.sub, self.adapter, self.pricing
+        optimizer = self.instance.training.optimizer
+        limit = self.instance.cluster.usable_hbm_bytes
+        profiles = [layer.profile(sub.config, sub.microbatch)
+                    for layer in self.instance.workload.layers]
+
+        def span(option):
+            return profiles[option.first_layer:option.last_layer + 1]
+
+        for s in range(sub.num_stages):
+            chunks = list(sub.chunks_of_stage(s))
+            state = []
+            for name, per_param, zero_from in (("weights", optimizer.weight_bytes, 3),
+                                               ("grads", optimizer.grad_bytes, 2),
+                                               ("states", optimizer.state_bytes, 1)):
+                # W_s·bytes/δ, rounded up once over the stage's chunks (cost.state_bytes)
+                shards = sub.dp if sub.zero >= zero_from else 1
+                values = {o: Fraction(pricing.params(o) * per_param, shards)
+                          for k in chunks for o in sub.options[k]}
+                state.append(self._stage_rounded(f"mem_{name}", s, None, values,
+                                                 Fraction(0), 1).expression)
+            in_flight = cost.in_flight(s, sub.num_stages, sub.num_microbatches,
+                                       sub.virtual_stages)
+            # act[stage] >= the kept activations of one microbatch of every chunk
+            act = self._stage_max(f"act_{s}", chunks,
+                                  lambda o: cost.kept_activation_bytes(span(o), o.mode))
+            # work[stage] >= the recompute working set of every chunk
+            work = self._stage_max(f"work_{s}", chunks,
+                                   lambda o: cost.working_set_bytes(span(o), o.mode))
+            # buffer[stage] >= the ZeRO-3 gather buffers of every chunk
+            buffer = self._stage_max(f"buffer_{s}", chunks, lambda o: cost.zero3_buffer_bytes(
+                span(o), optimizer, sub.zero))
+            adapter.add(adapter.total([*state, buffer, in_flight * act, work]) <= limit)
+
+    def _stage_max(self, name: str, chunks: list[int], value):
+        """A variable >= value(option) of every chunk's chosen option (their maximum)."""
+        sub, adapter = self.sub, self.adapter
+        upper = max(value(o) for k in chunks for o in sub.options[k])
+        term = adapter.new_int(name, 0, upper)
+        for k in chunks:
+            adapter.add(term >= adapter.total(self.opt[k, o] * value(o)
+                                              for o in sub.options[k] if value(o)))
+        return term
+
+    # ------------------------------------------------------------ floors
+
+    def _chunk_term(self, name: str, chunk: int, group_list: list[Group], price):
+        """A term >= price(option, path) of the chunk's option, for every group and case."""
+        options = self.sub.options[chunk]
+        floors: dict[tuple, tuple] = {}  # literal ids -> (literals, coefficients)
+        cheapest: dict = {}
+        for index, group in enumerate(group_list):
+            cases = [(literals, {o: price(o, path) for o in options})
+                     for literals, path in self.placement.cases(f"{name}_{index}", group)]
+            for literals, coefficients in cases:
+                if any(coefficients.values()):
+                    key = tuple(sorted(id(literal) for literal in literals))
+                    if key in floors:  # same literals: one floor, option by option the max
+                        old = floors[key][1]
+                        coefficients = {o: max(old[o], c) for o, c in coefficients.items()}
+                    floors[key] = (literals, coefficients)
+            if cases:  # the group has one of its cases' paths: at least the cheapest
+                for o in options:
+                    cheapest[o] = max(cheapest.get(o, 0), min(c[o] for _, c in cases))
+        upper = max((max(c.values()) for _, c in floors.values()), default=0)
+        term = self.adapter.new_int(name, 0, upper)
+        self._upper[id(term)] = upper
+        for literals, coefficients in floors.values():
+            self.adapter.add_floor(term, self._priced(chunk, coefficients), literals,
+                                   max(coefficients.values()))
+        if any(cheapest.values()):
+            # redundant: unlike the enforced floors this one survives the LP relaxation
+            # (where big-M floors vanish) and needs no literal to propagate
+            self.adapter.add(term >= self._priced(chunk, cheapest))
+        return term
+
+    def _stage_term(self, name: str, stage: int, group_list: list[Group], rounded):
+        """A term >= rounded(path).expression for every group and case (v > 1)."""
+        floors: dict[tuple, tuple] = {}  # (literal ids, path) -> (literals, _Rounded)
+        cheapest: dict[tuple, StageRounding] = {}  # one per group, duplicates dropped
+        for index, group in enumerate(group_list):
+            cases = self.placement.cases(f"{name}_{index}", group)
+            priced = [(literals, path, rounded(path)) for literals, path in cases]
+            for literals, path, value in priced:
+                if value is not None:
+                    floors[tuple(sorted(id(literal) for literal in literals)), path] = \
+                        (literals, value)
+            if priced and all(value is not None for _, _, value in priced):
+                lowest = _least([value.rounding for _, _, value in priced])
+                cheapest[tuple(sorted(lowest.floors.items(), key=lambda item: item[0].key))
+                         + (lowest.constant_floor,)] = lowest
+        upper = max((value.upper for _, value in floors.values()), default=0)
+        term = self.adapter.new_int(name, 0, upper)
+        self._upper[id(term)] = upper
+        has = next(iter(floors.values()))[1].has if floors else 1
+        for literals, value in floors.values():
+            self.adapter.add_floor(term, value.expression, literals, value.upper)
+        for lowest in cheapest.values():
+            # redundant: each group's price is at least the integer parts of its cheapest
+            # case (option by option), which hold without a literal or a carry.  One floor
+            # per group: a sum over several chunks' options may not take maxima across
+            # groups option by option.
+            self.adapter.add(term >= self._floor_part(stage, lowest, has))
+        return term
+
+    def _stage_rounded(self, name: str, stage: int, path, values: dict, constant: Fraction,
+                       has) -> _Rounded:
+        """⌈Σ_k values[o_k] + constant·has⌉ over the stage's chunks, made once per path."""
+        key = (name, stage, path)
+        if key not in self._rounded:
+            sub, adapter = self.sub, self.adapter
+            rounding = StageRounding.of(values, constant)
+            chunks = list(sub.chunks_of_stage(stage))
+            expression = self._floor_part(stage, rounding, has)
+            upper = sum(max(rounding.floors[o] for o in sub.options[k]) for k in chunks) \
+                + rounding.constant_floor
+            if rounding.needs_carry:
+                # carry[term, stage, path] == ⌈Σ fractional parts⌉: what rounding the
+                # stage's total up once adds to the sum of its chunks' integer parts
+                carry = adapter.new_integer(f"carry_{name}_{len(self._rounded)}", 0,
+                                            len(chunks) + 1)
+                fractions = [self.opt[k, o] * rounding.fractions[o] for k in chunks
+                             for o in sub.options[k] if rounding.fractions[o]]
+                if rounding.constant_fraction:
+                    fractions.append(has * rounding.constant_fraction)
+                adapter.add(rounding.denominator * carry >= adapter.total(fractions))
+                expression = expression + carry
+                upper += len(chunks) + 1
+            self._rounded[key] = _Rounded(expression, upper, rounding, has)
+        return self._rounded[key]
+
+    def _floor_part(self, stage: int, rounding: StageRounding, has):
+        """Σ_k Σ_o opt·⌊x(o)⌋ + ⌊c⌋·has: a rounded stage term less its carry."""
+        sub = self.sub
+        terms = [self.opt[k, o] * rounding.floors[o] for k in sub.chunks_of_stage(stage)
+                 for o in sub.options[k] if rounding.floors[o]]
+        if rounding.constant_floor:
+            terms.append(has * rounding.constant_floor)
+        return self.adapter.total(terms)
+
+    def _priced(self, chunk: int, coefficients: dict):
+        """Σ_o opt[chunk, o]·coefficient[o]: the price of the chunk's chosen option."""
+        return self.adapter.total(self.opt[chunk, o] * c for o, c in coefficients.items() if c)
+
+    def _shards(self, groups: RankGroups, stage: int) -> list[Group]:
+        return [groups.shard[stage, j] for j in range(self.sub.config.devices)]
+
+    def _worst(self, family: dict) -> int:
+        return max((self._upper[id(term)] for term in family.values()), default=0)
+
+
+def _least(roundings: list[StageRounding]) -> StageRounding:
+    """Option by option (and for the constant) the least integer part over the cases of one
+    group: Σ_k min + min <= min over cases of Σ_k + constant, a lower bound on the group's
+    price whatever its case."""
+    floors = {o: min(r.floors[o] for r in roundings) for o in roundings[0].floors}
+    return StageRounding(floors, {}, min(r.constant_floor for r in roundings), 0, 1)

@@ -1,0 +1,152 @@
+"""The backend registry: one entry point, one result record, one referee.
+
+``solve(instance, backend, options)`` runs a backend and checks the plan it
+returns with the plan evaluator: the plan must fit and evaluate to exactly the
+objective the backend reports, or :class:`InvalidPlan` is raised (a backend
+bug, never silently passed on).  Backends are imported lazily by name so each
+lives in its own module and a missing optional solver fails only its backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from collections.abc import Callable
+
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.model.errors import BackendOptionError, InvalidPlan
+from nest_cp.model.instance import Instance, Strategy
+from nest_cp.model.result import SolveOptions, SolveResult, Status
+
+# name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
+BACKENDS: dict[str, str] = {
+    "dp": "nest_cp.dp.planner:solve",
+    "brute": "nest_cp.solvers.brute:solve",
+    "cpsat": "nest_cp.solvers.cpsat:solve",
+    "milp": "nest_cp.solvers.milp:solve",
+    "manual": "nest_cp.solvers.baselines:solve_manual",
+    "phaze": "nest_cp.solvers.baselines:solve_phaze",
+    "mcmc": "nest_cp.solvers.baselines:solve_mcmc",
+    "fixed": "nest_cp.solvers.baselines:solve_fixed",
+}
+
+
+# The SDP search (DESIGN §7) of the backends that search SDP plans, same signature.  On an
+# instance allowing "sdp" the registry runs it beside the plain search and attaches its
+# result as ``SolveResult.sdp``; the other backends search plain plans only.
+SDP_BACKENDS: dict[str, str] = {
+    "dp": "nest_cp.dp.sdp:solve_sdp",
+    "brute": "nest_cp.solvers.brute_sdp:solve",
+    "cpsat": "nest_cp.solvers.exact.sdp_driver:solve_cpsat",
+    "milp": "nest_cp.solvers.exact.sdp_driver:solve_milp",
+}
+
+
+# The options each backend honours: SolveOptions fields and ``extra`` keys.  Anything else
+# given to it would be silently ignored, so the command line refuses it (exit 2).
+# ``rank_by`` (which of the best plain and the best SDP plan is reported first) applies to
+# the backends that search SDP plans.
+HONOURED_OPTIONS: dict[str, frozenset[str]] = {
+    "dp": frozenset({"rank_by"}),
+    "brute": frozenset({"space", "max_placements", "rank_by"}),
+    "cpsat": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "rank_by"}),
+    "milp": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "milp_solver",
+                       "rank_by"}),
+    "manual": frozenset(),
+    "phaze": frozenset({"flat_bandwidth_Bps", "flat_latency_s"}),
+    "mcmc": frozenset({"time_limit_s", "seed", "budget", "chains"}),
+    "fixed": frozenset({"degrees", "microbatch", "zero", "virtual_stages", "recompute"}),
+}
+
+
+def backend_function(name: str, registry: dict[str, str] = BACKENDS
+                     ) -> Callable[[Instance, SolveOptions], SolveResult]:
+    if name not in registry:
+        raise ValueError(f"expected a backend among {', '.join(registry)}, got {name!r}")
+    module_name, function_name = registry[name].split(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def solve(instance: Instance, backend: str, options: SolveOptions | None = None) -> SolveResult:
+    """Run ``backend`` on ``instance`` and certify its plan(s) with the evaluator."""
+    result = run_unrefereed(instance, backend, options)
+    check_result(instance, result)
+    return result
+
+
+def run_unrefereed(instance: Instance, backend: str,
+                   options: SolveOptions | None = None) -> SolveResult:
+    """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
+    anything that uses the result calls :func:`check_result` on it."""
+    options = options or SolveOptions()
+    return _solve_strategies(instance, backend, options)
+
+
+def _solve_strategies(instance: Instance, backend: str, options: SolveOptions) -> SolveResult:
+    """The plain search, and beside it the SDP search when the instance allows SDP.
+
+    The result is the plain search's, with the SDP search's attached as ``sdp``; on an
+    instance allowing only SDP the plain one is INFEASIBLE (no plain plan is allowed).
+    With both strategies the plain search gets half the time limit and the SDP search
+    whatever is left, so the limit bounds the whole solve.
+    """
+    strategies = instance.training.strategies
+    if Strategy.SDP not in strategies:
+        return backend_function(backend)(instance, options)
+    if backend not in SDP_BACKENDS:
+        if Strategy.DP not in strategies:
+            raise BackendOptionError(
+                f"expected a backend that searches SDP plans ({', '.join(SDP_BACKENDS)}) for "
+                f"an instance allowing only 'sdp', got --backend {backend}")
+        return backend_function(backend)(instance, options)
+    started = time.monotonic()
+    if Strategy.DP in strategies:
+        plain = backend_function(backend)(instance, dataclasses.replace(
+            options, time_limit_s=options.time_limit_s / 2))
+    else:
+        plain = SolveResult(backend, Status.INFEASIBLE, space=options.space,
+                            message="no plan fits: plain data parallelism is not allowed "
+                                    "(training.strategies)")
+    left = max(options.time_limit_s - (time.monotonic() - started), MIN_SDP_TIME_S)
+    found = backend_function(backend, SDP_BACKENDS)(
+        instance, dataclasses.replace(options, time_limit_s=left))
+    return dataclasses.replace(plain, sdp=found)
+
+
+MIN_SDP_TIME_S = 0.01  # what the SDP search still gets when the plain one used the limit up
+
+
+def check_result(instance: Instance, result: SolveResult) -> None:
+    """Raise InvalidPlan unless every plan of the result (the plain one and the SDP one)
+    fits and evaluates to its objective (and an SDP plan to its T_eff)."""
+    _check_one(instance, result, Strategy.DP)
+    if result.sdp is not None:
+        _check_one(instance, result.sdp, Strategy.SDP)
+
+
+def _check_one(instance: Instance, result: SolveResult, strategy: Strategy) -> None:
+    if result.plan is not None and result.plan.strategy is not strategy:
+        raise InvalidPlan(f"{result.backend}: returned a {result.plan.strategy.value!r} plan "
+                          f"where a {strategy.value!r} plan was expected")
+    if result.plan is None:
+        if result.status in (Status.OPTIMAL, Status.FEASIBLE):
+            raise InvalidPlan(f"{result.backend}: status {result.status.value} without a plan")
+        return
+    evaluation = evaluate(instance, result.plan)
+    if not evaluation.feasible:
+        raise InvalidPlan(f"{result.backend}: returned plan is infeasible: "
+                          f"{evaluation.violations[0]}")
+    if evaluation.objective_ticks != result.objective_ticks:
+        raise InvalidPlan(f"{result.backend}: reported objective {result.objective_ticks} ticks "
+                          f"but the plan evaluates to {evaluation.objective_ticks}")
+    if result.bound_ticks is not None and result.bound_ticks > result.objective_ticks:
+        raise InvalidPlan(f"{result.backend}: bound {result.bound_ticks} above objective "
+                          f"{result.objective_ticks}")
+    if result.effective is not None and result.effective != evaluation.effective:
+        raise InvalidPlan(f"{result.backend}: reported T_eff {result.effective} but the plan "
+                          f"evaluates to {evaluation.effective}")
+    if result.effective_bound is not None and result.effective is not None and \
+            result.effective_bound > result.effective:
+        raise InvalidPlan(f"{result.backend}: T_eff bound {result.effective_bound} above "
+                          f"T_eff {result.effective}")
