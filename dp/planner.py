@@ -84,6 +84,7 @@ from nest_cp.model.result import SolveResult, Space, Status
 logger = logging.getLogger(__name__)
 
 CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
+STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,20 +152,29 @@ def solve(instance: Instance, options=None,
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
     ``options.progress`` draws a progress bar over the outer choices on a terminal
-    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead); every other option is
-    ignored (the DP has no time limit and no randomness).
+    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead).  The DP has no time
+    limit of its own and no randomness; ``options.extra[STOP_AFTER_S]`` (set by ``solve``
+    when the DP is an exact backend's starting hint, so the hint honours ``--time-limit``)
+    stops the outer loop after that many seconds: the incumbent is returned FEASIBLE with
+    the least lower bound of the outer choices not yet searched (they are visited in
+    increasing bound order, so no plan left out costs less), or UNKNOWN without one.
+    Every other option is ignored.
     ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
     to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
     workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
-    search = _Search(instance, options, all_layouts() if layouts is None else layouts)
+    stop_after = (getattr(options, "extra", None) or {}).get(STOP_AFTER_S)
+    search = _Search(instance, options, all_layouts() if layouts is None else layouts,
+                     None if stop_after is None else start + stop_after)
     best = search.run()
     elapsed = time.perf_counter() - start
     stats = {"outer_choices": search.stats.outer_total,
              "outer_searched": search.stats.outer_searched,
              "layouts_searched": search.stats.layouts_searched,
              "dp_passes": search.stats.dp_passes}
+    if search.stopped_bound is not None:
+        return _stopped(best, search.stopped_bound, elapsed, stats)
     if best.plan is None:
         return SolveResult(backend="dp", status=Status.INFEASIBLE, wall_time_s=elapsed,
                            space=Space.STRUCTURED, message=_infeasible_reason(best),
@@ -172,6 +182,23 @@ def solve(instance: Instance, options=None,
     return SolveResult(backend="dp", status=Status.OPTIMAL, plan=best.plan,
                        objective_ticks=best.objective, bound_ticks=best.objective,
                        wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats)
+
+
+def _stopped(best: Best, unsearched_bound: int, elapsed: float, stats: dict) -> SolveResult:
+    """The result of a search stopped at its time limit (see :func:`solve`)."""
+    if best.plan is None:
+        return SolveResult(backend="dp", status=Status.UNKNOWN, wall_time_s=elapsed,
+                           space=Space.STRUCTURED, stats=stats,
+                           message="stopped at the time limit before finding a plan")
+    return SolveResult(backend="dp", status=Status.FEASIBLE, plan=best.plan,
+                       objective_ticks=best.objective,
+                       bound_ticks=min(best.objective, unsearched_bound),
+                       wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats,
+                       message="stopped at the time limit")
+
+
+class _TimeUp(Exception):
+    """The deadline passed inside one outer choice."""
 
 
 def _infeasible_reason(best: Best) -> str:
@@ -184,7 +211,10 @@ def _infeasible_reason(best: Best) -> str:
 class _Search:
     """The outer enumeration with bounds, and the inner searches of each outer choice."""
 
-    def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...]):
+    def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...],
+                 deadline: float | None = None):
+        self.deadline = deadline  # perf_counter() time to stop at, or None
+        self.stopped_bound: int | None = None  # least bound of the unsearched, if stopped
         self.instance = instance
         self.options = options
         self.layouts = layouts
@@ -209,12 +239,21 @@ class _Search:
             for outer in outers:
                 if not self.best.may_beat(outer.lower_bound, outer.key):
                     break
-                self.stats.outer_searched += 1
-                self._search_outer(outer)
+                try:
+                    self._check_time()
+                    self.stats.outer_searched += 1
+                    self._search_outer(outer)
+                except _TimeUp:  # this outer and every later one (bound order) unsearched
+                    self.stopped_bound = outer.lower_bound
+                    return self.best
                 progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
         if self.best.plan is None:
             self._measure_excess(outers)
         return self.best
+
+    def _check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            raise _TimeUp
 
     def _outer_choices(self) -> _Outers:
         """Every (c, b, S, d, v), sorted by (lower bound, key): built as arrays, handed out
@@ -368,6 +407,7 @@ class _Search:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
+                self._check_time()
                 if layout_index not in geometries:
                     devices = rank_devices(layout, config, num_stages, dp, self.device_order)
                     geometries[layout_index] = tuple(stage_geometries(

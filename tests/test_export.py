@@ -28,8 +28,10 @@ from nest_cp.cli.export.megatron import (
 from nest_cp.cli.export.ranks import rank_roles
 from nest_cp.cli.export.torchtitan import TORCHTITAN_KEYS
 from nest_cp.cli.export.view import LayerKind
+from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import IntraConfig, RecomputeMode
-from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage
+from nest_cp.model.launchers.megatron import MegatronLaunch
+from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage, uniform_stages
 
 DATA = Path(__file__).parent / "data"
 EXPORT = DATA / "export"
@@ -45,6 +47,10 @@ GOLDEN_CASES = {
 }
 SUFFIX = {ExportFormat.MEGATRON: "megatron.sh", ExportFormat.TORCHTITAN: "torchtitan.toml",
           ExportFormat.DEEPSPEED: "deepspeed.json"}
+# (case, format) pairs the launcher cannot run: refused with exit 2 (test_deepspeed_refuses_...)
+REFUSED = {("gpt3-175b-tpuv4-1024", ExportFormat.DEEPSPEED)}
+EXPORTED = [(case, fmt) for case in sorted(GOLDEN_CASES) for fmt in ExportFormat
+            if (case, fmt) not in REFUSED]
 
 
 def _load(case: str):
@@ -62,8 +68,7 @@ def _args(result) -> dict:
     return vars(megatron_parser().parse_args(list(result.args)))
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-@pytest.mark.parametrize("fmt", list(ExportFormat))
+@pytest.mark.parametrize(("case", "fmt"), EXPORTED)
 def test_golden_files(case, fmt):
     """Each format's export of the worked example and the GPT3-175B plan equals its golden."""
     instance, plan = _load(case)
@@ -152,9 +157,8 @@ def test_layout_string_adds_embedding_and_loss_the_workload_lacks():
     assert layout_string(view) == "Et|tL"
 
 
-@pytest.mark.parametrize("fmt", list(ExportFormat))
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-def test_rank_map_realises_the_placement(fmt, case):
+@pytest.mark.parametrize(("case", "fmt"), EXPORTED)
+def test_rank_map_realises_the_placement(case, fmt):
     """Every global rank runs on the device the plan places its role on; nodes hold runs."""
     instance, plan = _load(case)
     result = export_plan(instance, plan, fmt)
@@ -236,17 +240,19 @@ def test_zero_stages_map_to_each_launchers_sharding(zero):
     instance = io.load_instance(SMALL / "tight-l8-d16-h3.json")
     plan = _placed(instance, IntraConfig(), 1, zero, 4, [Stage(0, 3), Stage(4, 7)])
     parsed = _args(export_plan(instance, plan, "megatron"))
-    assert parsed["use_distributed_optimizer"] == (zero == 1)
+    assert parsed["use_distributed_optimizer"] == (zero >= 1)  # FSDP requires it too
     assert parsed["use_megatron_fsdp"] == (zero >= 2)
     assert parsed["data_parallel_sharding_strategy"] == {
-        2: "optim_grads", 3: "optim_grads_params"}.get(zero)
+        2: "optim_grads", 3: "optim_grads_params"}.get(zero, "no_shard")
     titan = tomllib.loads(export_plan(instance, plan, "torchtitan").text)["parallelism"]
     assert titan["data_parallel_shard_degree"] * titan["data_parallel_replicate_degree"] == 4
     assert (titan["data_parallel_shard_degree"] > 1) == (zero >= 1)
+    if zero >= 2:  # the pipeline engine asserts ZeRO < 2: refused, not exported
+        with pytest.raises(BackendOptionError, match="ZeRO-2 and ZeRO-3 are incompatible"):
+            export_plan(instance, plan, "deepspeed")
+        return
     deepspeed = export_plan(instance, plan, "deepspeed")
     assert json.loads(deepspeed.text)["zero_optimization"]["stage"] == zero
-    assert any("incompatible with ZeRO-2 and ZeRO-3" in w for w in deepspeed.warnings) == \
-        (zero >= 2)
 
 
 def _check_keys(document: dict, cited: dict) -> None:
@@ -269,14 +275,20 @@ def test_torchtitan_toml_parses_with_the_cited_keys(case):
     assert degrees["data_parallel_replicate_degree"] * degrees["data_parallel_shard_degree"] * \
         degrees["tensor_parallel_degree"] * degrees["pipeline_parallel_degree"] == \
         view.world_size
-    assert document["training"]["local_batch_size"] // \
-        degrees["pipeline_parallel_microbatch_size"] == view.num_microbatches
+    training = document["training"]
+    if view.num_stages > 1:  # the schedule splits the local batch into m microbatches
+        assert training["local_batch_size"] // \
+            degrees["pipeline_parallel_microbatch_size"] == view.num_microbatches
+    else:  # torchtitan accumulates m steps of one microbatch
+        assert training["local_batch_size"] == view.microbatch
+        assert training["global_batch_size"] // (training["local_batch_size"] *
+                                                 view.data_parallel) == view.num_microbatches
     parts = degrees.get("module_fqns_per_model_part", [])
     assert sum(name.startswith("layers.") for part in parts for name in part) == \
         view.num_decoder_layers
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+@pytest.mark.parametrize("case", [c for c, f in EXPORTED if f is ExportFormat.DEEPSPEED])
 def test_deepspeed_json_uses_the_cited_keys_and_a_consistent_batch(case):
     """DeepSpeed's batch = micro x accumulation x data-parallel ranks, with cited keys only."""
     instance, plan = _load(case)
@@ -290,7 +302,7 @@ def test_deepspeed_json_uses_the_cited_keys_and_a_consistent_batch(case):
 def test_gpt3_batch_rounding_is_warned_about():
     """B = 4096 over 5 data-parallel ranks is exported as 4100 samples, with a warning."""
     instance, plan = _load("gpt3-175b-tpuv4-1024")
-    for fmt in ExportFormat:
+    for fmt in (ExportFormat.MEGATRON, ExportFormat.TORCHTITAN):
         result = export_plan(instance, plan, fmt)
         assert any("uses 4100 = 820 microbatches" in w for w in result.warnings)
 
@@ -415,3 +427,254 @@ def test_export_report_and_tooling_import_only_lower_layers():
         assert not [n for n in names if n.startswith(above)], path
         if path.name in ("progress.py", "executors.py"):
             assert {n for n in names if n.startswith("nest_cp")} <= {"nest_cp.model.errors"}, path
+
+
+# ------------------------------------------------------------------ exports that start
+
+
+def _llama_instance(sequence_parallel: bool, attention: str = "flash"):
+    """Llama2-7B on 16 A100s, tp 1/2, profiled with the given SP and attention."""
+    from nest_cp.profiles import presets
+    from nest_cp.profiles.profiler import AttentionKind, ProfileOptions
+
+    return presets.build_instance(
+        "llama2-7b", 16, "dgx-a100", global_batch=64, tp_widths=(1, 2),
+        recompute_modes=(RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL),
+        options=ProfileOptions(attention=AttentionKind(attention),
+                               sequence_parallel=sequence_parallel))
+
+
+def _shapes():
+    """Plans over every choice the exporters read: t, S, v, d, ZeRO, recompute mix, SP and
+    attention (recorded or not), on the Llama instance, plus the golden cases."""
+    cases = [_load(case) for case in sorted(GOLDEN_CASES)]
+    for sp, attention in ((True, "flash"), (False, "materialized")):
+        instance = _llama_instance(sp, attention)
+        instance = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, virtual_stages=(1, 2), overlap_grad_reduce=sp))
+        last = instance.workload.num_layers - 1
+        for tp, zero, stages in ((2, 0, 1), (2, 1, 2), (2, 2, 1), (1, 3, 1), (2, 3, 2),
+                                 (1, 2, 4)):
+            split = uniform_stages(last + 1, stages, "all-but-last" if zero == 1 else "none")
+            plan = _placed(instance, IntraConfig(tp), 1, zero, 16 // (tp * stages), split)
+            cases.append((instance, plan))
+        split = uniform_stages(last + 1, 4, "selective", 2)
+        plan = Plan(IntraConfig(2), 1, 1, 2, split, virtual_stages=2)
+        cases.append((instance, plan.with_placement(MEGATRON_LAYOUT.placement(
+            IntraConfig(2), 4, 2, tuple(range(16))))))
+    return cases
+
+
+def _evidence(result, view) -> dict[str, bool]:
+    """Which plan and instance choices appear in the artifact itself (args, config, files)."""
+    fmt, args, config = result.format, " ".join(result.args), result.config
+    text = result.text + json.dumps(config) + " ".join(result.files.values())
+    par = config.get("parallelism", {})
+    recompute = {m.value for m in view.stage_recompute}
+    if fmt is ExportFormat.MEGATRON:
+        return {
+            "tp": f"--tensor-model-parallel-size {view.tp}" in args,
+            "ep": view.ep == 1 or f"--expert-model-parallel-size {view.ep}" in args,
+            "stages": f"--pipeline-model-parallel-size {view.num_stages}" in args,
+            "virtual": view.virtual_stages == 1 or "--num-virtual-stages-per-pipeline-rank"
+            in args or "--pipeline-model-parallel-layout" in args,
+            "replicas": f"--global-batch-size {view.samples_per_iteration}" in args,
+            "microbatch": f"--micro-batch-size {view.microbatch}" in args,
+            "zero": ("--use-megatron-fsdp" in args) == (view.zero >= 2)
+            and ("--use-distributed-optimizer" in args) == (view.zero >= 1),
+            "recompute": recompute == {"none"} or "--recompute-granularity" in args,
+            "overlap": ("--overlap-grad-reduce" in args) == view.overlap_grad_reduce,
+            "sequence parallel": ("--sequence-parallel" in args) == view.sequence_parallel,
+            "attention": "--attention-backend" in args,
+            "split": True,  # checked by the layout tests; every split has a spelling
+            "placement": "CUDA_VISIBLE_DEVICES" in text,
+        }
+    if fmt is ExportFormat.TORCHTITAN:
+        return {
+            "tp": par.get("tensor_parallel_degree") == view.tp,
+            "ep": view.ep == 1 or par.get("expert_parallel_degree") == view.ep,
+            "stages": par.get("pipeline_parallel_degree") == view.num_stages,
+            "virtual": (par.get("pipeline_parallel_schedule") == "Interleaved1F1B")
+            == (view.virtual_stages > 1),
+            "replicas": par["data_parallel_replicate_degree"] * par[
+                "data_parallel_shard_degree"] == view.data_parallel,
+            "microbatch": par.get("pipeline_parallel_microbatch_size") == view.microbatch,
+            "zero": (par["data_parallel_shard_degree"] > 1) == (view.zero >= 1)
+            or view.data_parallel == 1,
+            "recompute": config["activation_checkpoint"]["mode"] in recompute,
+            "overlap": view.overlap_grad_reduce or view.data_parallel == 1,  # FSDP/DDP overlap
+            "sequence parallel": view.tp == 1 or view.sequence_parallel,
+            "attention": view.attention is not None and "attention" in text,
+            "split": view.num_stages == 1 or "module_fqns_per_model_part" in par,
+            "placement": "CUDA_VISIBLE_DEVICES" in text,
+        }
+    zero_section = config["zero_optimization"]
+    return {
+        "tp": view.tp == 1 or config.get("tensor_parallel", {}).get("autotp_size") == view.tp,
+        "ep": view.ep == 1,
+        "stages": view.num_stages == 1 or config["pipeline"]["stages"] == view.num_stages,
+        "virtual": view.virtual_stages == 1,
+        "replicas": config["train_batch_size"] == view.samples_per_iteration,
+        "microbatch": config["train_micro_batch_size_per_gpu"] == view.microbatch,
+        "zero": zero_section["stage"] == view.zero,
+        "recompute": recompute == {"none"},
+        "overlap": zero_section["overlap_comm"] == view.overlap_grad_reduce,
+        "sequence parallel": not view.sequence_parallel,
+        "attention": False,
+        "split": view.num_stages == 1 or config["pipeline"]["partition"] == "uniform",
+        "placement": "hostfile" in result.files,
+    }
+
+
+# words a warning about each choice contains, when the artifact cannot carry it
+WARNED_AS = {"tp": "tensor", "ep": "expert", "stages": "pipeline", "virtual": "interleaved",
+             "replicas": "batch", "microbatch": "micro", "zero": "ZeRO",
+             "recompute": "recomput", "overlap": "overlap", "sequence parallel": "sequence",
+             "attention": "attention", "split": "split", "placement": "placement"}
+
+
+def test_every_choice_is_exported_or_named_in_a_warning():
+    """Walking plans over every choice (t, S, v, d, b, ZeRO, recompute, overlap, SP, attention,
+    split, placement) and format: each choice is in the artifact or named in a warning, or
+    the format refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a
+    pipeline)."""
+    walked = refused = 0
+    for instance, plan in _shapes():
+        view = plan_view(instance, plan)
+        for fmt in ExportFormat:
+            try:
+                result = export_plan(instance, plan, fmt)
+            except BackendOptionError as exc:
+                assert fmt is ExportFormat.DEEPSPEED and view.num_stages > 1
+                assert (view.zero >= 2 and "ZeRO" in str(exc)) or \
+                    (view.tp > 1 and "AutoTP" in str(exc))
+                refused += 1
+                continue
+            walked += 1
+            for choice, shown in _evidence(result, view).items():
+                if not shown:
+                    assert any(WARNED_AS[choice].lower() in w.lower()
+                               for w in result.warnings), (fmt, choice, result.warnings)
+    assert walked >= 40 and refused >= 4
+
+
+def _megatron_launches():
+    for instance, plan in _shapes():
+        result = export_plan(instance, plan, "megatron")
+        view = plan_view(instance, plan)
+        yield view, result, MegatronLaunch.parse(list(result.args), view.world_size, result.env)
+
+
+def test_megatron_exports_pass_every_cited_startup_rule():
+    """Every exported Megatron argument list, with the script's environment, passes each
+    cited validate_args / microbatch-calculator / Megatron-FSDP rule, and FSDP plans unset
+    CUDA_DEVICE_MAX_CONNECTIONS where plain TP sets it to 1."""
+    from nest_cp.model.launchers.megatron import startup_violations
+
+    fsdp_tp = 0
+    for view, result, launch in _megatron_launches():
+        assert startup_violations(launch) == [], result.args
+        if view.zero >= 2:
+            assert launch.use_megatron_fsdp and launch.ckpt_format == "fsdp_dtensor"
+            assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in result.text
+            assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in result.text
+            assert not launch.use_tp_pp_dp_mapping
+            fsdp_tp += view.tp > 1
+        elif view.tp > 1:
+            assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in result.text
+    assert fsdp_tp >= 2
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    ({"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}, "FSDP connections"),
+    ({"argv": ["--ckpt-format", "torch_dist"]}, "FSDP checkpoint format"),
+    ({"argv": ["--use-tp-pp-dp-mapping"]}, "FSDP rank order"),
+    ({"argv": ["--global-batch-size", "63"]}, "global batch"),
+    ({"argv": ["--overlap-param-gather"]}, "overlap param gather"),
+    ({"world": 18}, "world size"),
+])
+def test_each_megatron_rule_catches_what_megatron_asserts(change, rule):
+    """The rules are not vacuous: a ZeRO-3, tp=2 export altered the way Megatron-LM asserts
+    against (FSDP with CUDA_DEVICE_MAX_CONNECTIONS=1, another checkpoint format, ...) breaks
+    exactly the named rule."""
+    from nest_cp.model.launchers.megatron import startup_violations
+
+    instance = _llama_instance(True)
+    last = instance.workload.num_layers
+    plan = _placed(instance, IntraConfig(2), 1, 3, 4, uniform_stages(last, 2, "none"))
+    result = export_plan(instance, plan, "megatron")
+    argv = list(result.args) + change.get("argv", [])
+    env = change.get("env", result.env)
+    launch = MegatronLaunch.parse(argv, change.get("world", 16), env)
+    broken = startup_violations(launch)
+    assert broken and all(b.startswith(rule) for b in broken), broken
+
+
+def test_sequence_parallel_and_attention_follow_the_recorded_workload():
+    """An instance made with --sequence-parallel and flash attention exports
+    --sequence-parallel and --attention-backend flash at t = 2; materialised without SP
+    exports unfused and no SP; an instance file that records neither gets a warning."""
+    last = 34
+    for sp, attention, backend in ((True, "flash", "flash"),
+                                   (False, "materialized", "unfused")):
+        instance = _llama_instance(sp, attention)
+        plan = _placed(instance, IntraConfig(2), 1, 1, 8, uniform_stages(last, 1, "none"))
+        parsed = _args(export_plan(instance, plan, "megatron"))
+        assert parsed["sequence_parallel"] is sp and parsed["attention_backend"] == backend
+    instance, plan = _load("worked_example_nest")
+    result = export_plan(instance, plan, "megatron")
+    assert "--attention-backend" not in result.args
+    assert any("does not record which attention kernel" in w for w in result.warnings)
+
+
+def test_recorded_choices_round_trip_through_the_instance_file(tmp_path):
+    """workload.attention and workload.sequence_parallel are written and read back."""
+    instance = _llama_instance(True, "materialized")
+    io.save_instance(instance, tmp_path / "i.json")
+    data = json.loads((tmp_path / "i.json").read_text())
+    assert data["workload"]["attention"] == "materialized"
+    assert data["workload"]["sequence_parallel"] is True
+    read = io.load_instance(tmp_path / "i.json").workload
+    assert (read.attention, read.sequence_parallel) == (instance.workload.attention, True)
+
+
+def test_deepspeed_refuses_what_its_engine_cannot_run_with_exit_2():
+    """`export --format deepspeed` of the GPT3 plan (t = 8 beside 25 stages) is exit 2 with one
+    line naming AutoTP and the cited source; nothing is written."""
+    instance_path, plan_path = GOLDEN_CASES["gpt3-175b-tpuv4-1024"]
+    result = _cli("export", plan_path, "--instance", instance_path, "--format", "deepspeed")
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "AutoTP" in result.output and "deepspeed/utils/groups.py" in result.output
+
+
+def test_deepspeed_hostfile_and_torchtitan_script(tmp_path):
+    """DeepSpeed's hostfile lists `nodeK slots=N` per host; torchtitan's launch script is
+    valid bash that runs torchrun -m torchtitan.train on the TOML it is given."""
+    import subprocess
+
+    instance, plan = _load("interleaved_selective")
+    plan_path = EXPORT / "interleaved_selective.plan.json"
+    instance_path = EXPORT / "interleaved_selective.json"
+    hostfile, config = tmp_path / "hostfile", tmp_path / "ds.json"
+    result = _cli("export", plan_path, "--instance", instance_path, "--format", "deepspeed",
+                  "-o", config, "--hostfile", hostfile)
+    assert result.exit_code == 0, result.output
+    lines = hostfile.read_text().splitlines()
+    assert lines and all(line.split()[1].startswith("slots=") for line in lines)
+    assert json.loads(config.read_text())["train_micro_batch_size_per_gpu"] == 1
+    script, toml = tmp_path / "run.sh", tmp_path / "job.toml"
+    result = _cli("export", plan_path, "--instance", instance_path, "--format", "torchtitan",
+                  "-o", toml, "--script", script)
+    assert result.exit_code == 0, result.output
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "torchrun").write_text('#!/bin/sh\necho "torchrun $*"\n')
+    (stub / "torchrun").chmod(0o755)
+    run = subprocess.run(["bash", str(script), "0", "host0", str(toml)], capture_output=True,
+                         text=True, env={"PATH": f"{stub}:/usr/bin:/bin"}, check=True)
+    assert f"-m torchtitan.train --job.config_file {toml}" in run.stdout
+    assert "--nnodes" in run.stdout
+    wrong = _cli("export", plan_path, "--instance", instance_path, "--format", "megatron",
+                 "--script", script)
+    assert wrong.exit_code == 2

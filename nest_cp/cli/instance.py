@@ -8,7 +8,7 @@ from pathlib import Path as FsPath
 import click
 
 from nest_cp import io
-from nest_cp.cli.options import int_list
+from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import Instance
 
@@ -31,8 +31,18 @@ def instance_list() -> None:
 
 
 def _describe(spec: object) -> str:
+    """The preset's description; for a network, its tiers from the numbers themselves, with
+    bandwidth in GB/s (10^9 B/s per device) as ``instance show`` prints it."""
     text = getattr(spec, "description", None)
-    return text if isinstance(text, str) else ""
+    text = text if isinstance(text, str) else ""
+    tiers = getattr(spec, "tiers", None)
+    if not tiers:
+        return text
+    sizes = " / ".join(f"{t.name} {t.size if t.size is not None else 'rest'}" for t in tiers)
+    bandwidths = " / ".join(f"{t.bandwidth_Bps / 1e9:.4g}" for t in tiers)
+    latencies = " / ".join(f"{t.latency_s * 1e6:.4g}" for t in tiers)
+    return (f"{text.split(':')[0]}: {sizes}; {bandwidths} GB/s per device; {latencies} us; "
+            f"device {spec.default_device}")
 
 
 @instance.command("new")
@@ -78,6 +88,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
 
     if (model is None) == (hf_config is None):
         raise click.UsageError("expected exactly one of --model and --hf-config")
+    check_writable(output)  # before profiling, which may take a while
     chosen: object = model
     if hf_config is not None:
         try:
@@ -126,7 +137,7 @@ def _instance_summary(inst: Instance) -> str:
     if hasattr(network, "tiers"):
         for index, tier in enumerate(network.tiers):
             lines.append(f"  tier {index} {tier.name:<10} size {tier.size:<5} "
-                         f"{tier.bandwidth_Bps / 1e9:>9.3f} GB/s  {tier.latency_s * 1e6:>8.2f} us")
+                         f"{tier.bandwidth_Bps / 1e9:>9.4g} GB/s  {tier.latency_s * 1e6:>8.4g} us")
     else:
         lines.append(f"  graph: {len(network.switches)} switches, {len(network.links)} links")
     opt = training.optimizer

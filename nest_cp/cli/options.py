@@ -6,6 +6,7 @@ from pathlib import Path as FsPath
 
 import click
 
+from nest_cp.model.documents import check_output
 from nest_cp.model.errors import BackendOptionError
 
 
@@ -30,12 +31,22 @@ def reject_options(names: tuple[str, ...], context: str, flag: str | None = None
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
-def check_writable(output: str) -> None:
-    """Fail before a long solve, not after it, when the plan could not be written."""
-    folder = FsPath(output).resolve().parent
-    if not folder.is_dir():
-        raise BackendOptionError(f"{output}: expected an output path in an existing folder, "
-                                 f"got missing folder {folder}")
+def check_writable(*outputs: str | None) -> None:
+    """Fail before a long solve, not after it, when an output could not be written.
+
+    Each path must be one nest-cp may write (:func:`nest_cp.model.documents.check_output`:
+    never a directory, a device other than /dev/null, /dev/full or a terminal, or a symlink
+    to one), and two outputs of one command must be different files.
+    """
+    seen: dict[FsPath, str] = {}
+    for output in outputs:
+        if output is None:
+            continue
+        target, in_place = check_output(output)
+        if not in_place and target in seen:
+            raise BackendOptionError(f"{output}: expected different files for the outputs, got "
+                                     f"the same file as {seen[target]}")
+        seen[target] = output
 
 
 def tflops(mfu: float | None, peak_flops_per_s: float | None) -> str:

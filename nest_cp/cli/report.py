@@ -204,3 +204,24 @@ def plan_report(instance: Instance, evaluation: Evaluation,
                  "k = microbatches in flight):")
     lines += stage_lines(instance, evaluation)
     return "\n".join(lines)
+
+
+RECOMPUTE_MARKS = {"none": "", "selective": "+", "full": "*"}
+
+
+def summary_lines(instance: Instance, evaluation: Evaluation) -> list[str]:
+    """The plan line (degrees and split, as ``solve`` prints it) and the iteration time."""
+    plan = evaluation.plan
+    split = " | ".join(f"{s.first_layer}-{s.last_layer}{RECOMPUTE_MARKS[s.recompute.value]}"
+                       for s in plan.stages)
+    lines = [f"plan       tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+             f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
+             f"dp={plan.num_replicas}  [{split}] (* full, + selective recompute)"]
+    if evaluation.objective_ticks is not None:
+        seconds = evaluation.objective_ticks * instance.training.tick_s
+        rate = evaluation.throughput_samples_per_s
+        lines.append(f"iteration  {evaluation.objective_ticks} ticks ({seconds:.6f} s/iteration"
+                     + (f", {rate:.2f} samples/s)" if rate is not None else ")")
+                     + ("" if evaluation.feasible else "; the plan does not fit (below)"))
+    return lines
+

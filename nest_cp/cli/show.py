@@ -18,12 +18,14 @@ each stage's memory per device against the usable HBM.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from nest_cp.cli.report import GIB, device_groups
 from nest_cp.cost.evaluate import Evaluation
+from nest_cp.model.documents import write_output
 from nest_cp.model.instance import HierarchicalNetwork, Instance
 
 LABEL_LIMIT = 128      # devices up to which every square carries its stage and replica
@@ -120,8 +122,10 @@ def draw_plan(instance: Instance, evaluation: Evaluation, png: str | Path,
     _draw_times(time_axis, instance, evaluation, colours)
     _draw_memory(memory_axis, evaluation, colours)
     figure.suptitle(title or _title(instance, evaluation), fontsize=12)
-    figure.savefig(png, dpi=110)
+    buffer = io.BytesIO()  # drawn in memory, written through the safe writer
+    figure.savefig(buffer, dpi=110, format="png")
     plt.close(figure)
+    write_output(png, buffer.getvalue())
 
 
 def _title(instance: Instance, evaluation: Evaluation) -> str:

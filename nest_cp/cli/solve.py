@@ -15,6 +15,7 @@ from nest_cp.cli.options import check_writable, int_list, rate, reject_options
 from nest_cp.cli.report import plan_report
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import evaluate
+from nest_cp.dp.planner import STOP_AFTER_S
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.exits import ExitCode
 from nest_cp.model.instance import Instance
@@ -100,8 +101,10 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
     hint_plan, sdp_hint, hint_s, hinted = None, None, None, None
     if hint and "hint" in honoured:
-        try:
-            hinted = solve(inst, "dp", SolveOptions(space=Space.STRUCTURED))
+        try:  # the hint's time counts against --time-limit, and stops at it
+            hinted = solve(inst, "dp", SolveOptions(
+                space=Space.STRUCTURED, time_limit_s=time_limit,
+                extra={STOP_AFTER_S: time_limit}))
             hint_plan = hinted.plan
             sdp_hint = hinted.sdp.plan if hinted.sdp is not None else None
         except BackendOptionError as exc:  # an instance the DP cannot search exactly: no hint
@@ -123,14 +126,14 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     chosen_plan = _chosen_plan(result, record, rank_by)
     if hint_s is not None:
         record["hint_wall_time_s"] = hint_s
+    if output and chosen_plan is not None:  # before printing: `solve -o p.json | head` keeps it
+        io.save_plan(chosen_plan, output)
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
         click.echo(_result_table(record))
         if result.plan is not None:  # the plain plan's placement map (SDP's table is above)
             click.echo(plan_report(inst, evaluate(inst, result.plan)))
-    if output and chosen_plan is not None:
-        io.save_plan(chosen_plan, output)
     sys.exit(ExitCode.OK if chosen_plan is not None else ExitCode.NO_PLAN)
 
 

@@ -19,6 +19,7 @@ from nest_cp.io.fields import FieldReader, join_field
 from nest_cp.model.documents import read_document
 from nest_cp.model.errors import InstanceFormatError, PlanFormatError
 from nest_cp.model.instance import (
+    AttentionKind,
     Cluster,
     Collective,
     CollectiveGroup,
@@ -297,7 +298,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
 
 
 def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
-    value = reader.mapping(value, field, {"name", "layers", "provenance"}, ("layers",))
+    value = reader.mapping(value, field, {"name", "layers", "provenance", "attention",
+                                          "sequence_parallel"}, ("layers",))
     if "provenance" in value:
         reader.provenance(value["provenance"], join_field(field, "provenance"))
     layers: list[Layer] = []
@@ -323,10 +325,17 @@ def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
         built = reader.build(layer_field, Layer, name=name, profiles=profiles)
         layers.extend([built] if repeat == 1 else
                       [Layer(f"{name}[{i}]", profiles) for i in range(repeat)])
+    recorded = {}  # how the profiles were made, for launchers (optional)
+    if "attention" in value:
+        recorded["attention"] = reader.choice(value["attention"],
+                                              join_field(field, "attention"), AttentionKind)
+    if "sequence_parallel" in value:
+        recorded["sequence_parallel"] = reader.boolean(value["sequence_parallel"],
+                                                       join_field(field, "sequence_parallel"))
     return reader.build(field, Workload,
                         name=reader.string(value.get("name", "workload"),
                                            join_field(field, "name")),
-                        layers=tuple(layers))
+                        layers=tuple(layers), **recorded)
 
 
 def _profile(reader: FieldReader, raw: Any, field: str

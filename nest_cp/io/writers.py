@@ -99,7 +99,12 @@ def workload_to_dict(workload: Workload) -> dict:
                            layer.profiles.items(), key=lambda kv: (kv[0][0].tp, kv[0][0].ep,
                                                                    kv[0][1]))]})
         previous = layer
-    return {"name": workload.name, "layers": layers}
+    data: dict[str, Any] = {"name": workload.name}
+    if workload.attention is not None:  # how the profiles were made (older files unchanged)
+        data["attention"] = workload.attention.value
+    if workload.sequence_parallel is not None:
+        data["sequence_parallel"] = workload.sequence_parallel
+    return data | {"layers": layers}
 
 
 def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> dict:

@@ -3,14 +3,20 @@
 The one place a file becomes a Python value (and back): :func:`read_document` refuses
 files over MAX_INPUT_BYTES, integers longer than MAX_INT_DIGITS digits, duplicate keys and
 YAML alias bombs, each with an error naming the file; :func:`write_document` writes through
-a temporary file.  The readers of instances, plans and device files (:mod:`nest_cp.io`,
+a temporary file, and :func:`write_output` / :func:`check_output` keep every output path
+safe (no device, directory or symlinked special file replaced; a failed write is an error
+naming the file).  The readers of instances, plans and device files (:mod:`nest_cp.io`,
 :mod:`nest_cp.profiles.devicefile`) build on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import stat
+import tempfile
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -170,16 +176,102 @@ def _expanded_size(node, sizes: dict[int, int], active: set[int]) -> int:
 
 
 def write_document(data: Any, path: str | FsPath) -> None:
-    """Write JSON, or YAML when the extension says so; written to a temp file then renamed."""
+    """Write JSON, or YAML when the extension says so, through :func:`write_output`."""
     path = FsPath(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         text = yaml.safe_dump(data, sort_keys=False)
     else:
         text = json.dumps(data, indent=1) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
+    write_output(path, text)
+
+
+# ------------------------------------------------------------------ output paths
+#
+# nest-cp runs as root on some machines, where a careless write replaces a device node or
+# a directory, or follows a symlink into one.  Every file a command writes goes through
+# write_output, and every command checks its output paths with check_output before it
+# starts work.
+
+
+def check_output(path: str | FsPath) -> tuple[FsPath, bool]:
+    """Where writing ``path`` goes and whether in place; NestCpError when it must not be written.
+
+    A regular file, or a new name in an existing folder, is written to a temporary file
+    beside it and renamed over it (after following symlinks: the link stays, its target is
+    replaced).  A pipe, /dev/null, /dev/full or a terminal is written in place.  Anything
+    else (a directory, a block or other character device, a socket, or a symlink to one)
+    is refused, with the file named.
+    """
+    path = FsPath(path)
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        status = os.stat(path)  # follows symlinks: the type of what would be written
+    except FileNotFoundError:
+        target = FsPath(os.path.realpath(path))
+        if not target.parent.is_dir():
+            raise NestCpError(f"{path}: expected an output path in an existing folder, got "
+                              f"missing folder {target.parent}") from None
+        return target, False
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    mode = status.st_mode
+    if stat.S_ISREG(mode):
+        return FsPath(os.path.realpath(path)), False
+    if stat.S_ISFIFO(mode) or (stat.S_ISCHR(mode) and _stream_device(status.st_rdev)):
+        return path, True
+    raise NestCpError(f"{path}: expected a regular file or a new file name, got "
+                      f"{_file_kind(mode)}; nest-cp does not write into it")
+
+
+def write_output(path: str | FsPath, content: str | bytes) -> None:
+    """Write ``content`` to ``path`` as :func:`check_output` allows; NestCpError naming the
+    file when it may not be written or the write fails (a full disk included), leaving an
+    existing file as it was."""
+    target, in_place = check_output(path)
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    if in_place:
+        try:
+            with open(target, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        return
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                       dir=target.parent)
+    except OSError as exc:
+        raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(tmp, _new_file_mode(target))
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise NestCpError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _stream_device(rdev: int) -> bool:
+    """/dev/null, /dev/full, or a terminal (ttys, the controlling tty, pseudo-terminals)."""
+    for name in ("/dev/null", "/dev/full"):
+        with contextlib.suppress(OSError):
+            if os.stat(name).st_rdev == rdev:
+                return True
+    return os.major(rdev) in (4, 5) or 136 <= os.major(rdev) <= 143
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _new_file_mode(target: FsPath) -> int:
+    """An existing file's permission bits, else 0o666 less the umask (as open() would)."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(os.stat(target).st_mode)
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

@@ -201,14 +201,33 @@ class Layer:
         return self.profiles[(config, microbatch)]
 
 
+class AttentionKind(str, Enum):
+    """Fused flash-style attention, or materialised scores (batched GEMMs + softmax)."""
+
+    FLASH = "flash"
+    MATERIALIZED = "materialized"
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """An ordered chain of layers, each profiled for the same (configuration, microbatch) keys."""
+    """An ordered chain of layers, each profiled for the same (configuration, microbatch) keys.
+
+    ``attention`` and ``sequence_parallel`` record how the profiles were made (the attention
+    kernel, Megatron sequence parallelism with t > 1), for launchers; None when the profiles
+    do not say.  They change no price: the profiles' numbers already carry them.
+    """
 
     name: str
     layers: tuple[Layer, ...]
+    attention: AttentionKind | None = None
+    sequence_parallel: bool | None = None
 
     def __post_init__(self) -> None:
+        _require(self.attention is None or isinstance(self.attention, AttentionKind),
+                 "attention", "one of " + ", ".join(repr(k.value) for k in AttentionKind),
+                 self.attention)
+        _require(self.sequence_parallel is None or isinstance(self.sequence_parallel, bool),
+                 "sequence_parallel", "true or false", self.sequence_parallel)
         _require(1 <= len(self.layers) <= MAX_LAYERS, "layers",
                  f"between 1 and {MAX_LAYERS} layers", len(self.layers))
         keys = set(self.layers[0].profiles)

@@ -52,6 +52,7 @@ from dataclasses import fields
 from typing import Any
 
 from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.limits import MAX_INT, MAX_LAYERS
 from nest_cp.profiles.transformer import (
     Activation,
     LatentAttention,
@@ -60,6 +61,7 @@ from nest_cp.profiles.transformer import (
     TransformerSpec,
 )
 
+MAX_BLOCKS = MAX_LAYERS - 2  # transformer blocks: the chain adds an embedding and a head
 HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "bert", "deepseek_v3")
 
 
@@ -76,7 +78,8 @@ class _Keys:
     def fail(self, key: str, expected: str, got: object) -> None:
         raise InstanceFormatError(f"expected {expected}, got {got!r}", field=self._field(key))
 
-    def integer(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, minimum: int = 1,
+                maximum: int = MAX_INT) -> int:
         if key not in self.data or self.data[key] is None:
             if default is None:
                 raise InstanceFormatError(
@@ -88,7 +91,16 @@ class _Keys:
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             self.fail(key, f"an integer >= {minimum}", value)
+        if value > maximum:
+            self.fail(key, f"an integer <= {maximum}"
+                      + (" (the workload chain adds an embedding and a head)"
+                         if maximum == MAX_BLOCKS else ""), value)
         return value
+
+    def layers(self, key: str) -> int:
+        """A block count, refused before anything is built when the chain would exceed
+        MAX_LAYERS (a config with 10^9 layers would otherwise be profiled layer by layer)."""
+        return self.integer(key, maximum=MAX_BLOCKS)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -144,7 +156,7 @@ def _llama(keys: _Keys, name: str, qkv_bias: bool = False, vocab: int = 32000,
         head_dim = None
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER, hidden=hidden,
                   ffn_hidden=keys.integer("intermediate_size"),
-                  num_layers=keys.integer("num_hidden_layers"), num_heads=heads,
+                  num_layers=keys.layers("num_hidden_layers"), num_heads=heads,
                   num_kv_heads=keys.integer("num_key_value_heads", heads),
                   head_dim=head_dim, vocab=keys.integer("vocab_size", vocab),
                   activation=Activation.SWIGLU, norm=Norm.RMSNORM,
@@ -162,7 +174,7 @@ def _gpt2(keys: _Keys, name: str) -> TransformerSpec:
                                                          "attn_pdrop"))
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER, hidden=hidden,
                   ffn_hidden=keys.integer("n_inner", 4 * hidden),
-                  num_layers=keys.integer("n_layer"), num_heads=keys.integer("n_head"),
+                  num_layers=keys.layers("n_layer"), num_heads=keys.integer("n_head"),
                   vocab=keys.integer("vocab_size", 50257), activation=Activation.GELU,
                   norm=Norm.LAYERNORM, bias=True, dropout=dropout,
                   tied_embeddings=keys.boolean("tie_word_embeddings", True),
@@ -174,7 +186,7 @@ def _bert(keys: _Keys, name: str) -> TransformerSpec:
     return _build(keys.prefix, name=name, kind=ModelKind.ENCODER,
                   hidden=keys.integer("hidden_size"),
                   ffn_hidden=keys.integer("intermediate_size"),
-                  num_layers=keys.integer("num_hidden_layers"),
+                  num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
                   vocab=keys.integer("vocab_size", 30522), tied_embeddings=True,
                   norm=Norm.LAYERNORM, bias=True,
@@ -197,7 +209,7 @@ def _deepseek_v3(keys: _Keys, name: str) -> TransformerSpec:
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER,
                   hidden=keys.integer("hidden_size"),
                   ffn_hidden=keys.integer("intermediate_size"),
-                  num_layers=keys.integer("num_hidden_layers"),
+                  num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
                   head_dim=latent.qk_head_dim, vocab=keys.integer("vocab_size"),
                   activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
@@ -260,8 +272,9 @@ def spec_from_description(description: Any, prefix: str = "transformer") -> Tran
             keys.fail(str(key), "one of the fields " + ", ".join(sorted(allowed)),
                       "unknown field")
     kwargs: dict[str, Any] = {"name": keys.string("name", "transformer")}
-    for key in ("hidden", "ffn_hidden", "num_layers", "num_heads", "vocab"):
+    for key in ("hidden", "ffn_hidden", "num_heads", "vocab"):
         kwargs[key] = keys.integer(key)
+    kwargs["num_layers"] = keys.layers("num_layers")
     kwargs["kind"] = ModelKind.DECODER
     for key, enum in _ENUMS.items():
         if key in description:

@@ -31,10 +31,13 @@ class ExportResult:
     rank_map: RankMap
     args: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)  # set (value) or unset (None)
+    files: dict[str, str] = field(default_factory=dict)  # further artifacts: role -> text
 
     def as_dict(self) -> dict:
         return {"format": self.format.value, "warnings": list(self.warnings),
-                "args": list(self.args), "config": self.config,
+                "args": list(self.args), "config": self.config, "env": self.env,
+                "files": self.files,
                 "rank_order": self.rank_map.order.name,
                 "gpus_per_node": self.rank_map.gpus_per_node,
                 "launch_nodes": self.rank_map.nodes_as_dicts(),
@@ -54,6 +57,12 @@ def common_warnings(view: PlanView) -> list[str]:
             f"need one, so the export uses {view.samples_per_iteration} = "
             f"{view.num_microbatches} microbatches x {view.microbatch} x {view.data_parallel}, "
             f"the samples the plan's iteration time was charged for")
+    if view.sequence_parallel_note:
+        found.append(view.sequence_parallel_note)
+    if view.attention is None:
+        found.append("the workload does not record which attention kernel its profiles assume "
+                     "(flash or materialized): the launcher uses its default, which may not be "
+                     "what the plan was priced with")
     kinds = set(view.layer_kinds)
     if LayerKind.EMBEDDING not in kinds:
         found.append(f"the workload's first layer ({view.layer_names[0]!r}) is not an "

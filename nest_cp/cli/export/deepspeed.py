@@ -27,6 +27,15 @@ no config key.  Rank order (runtime/pipe/topology.py
 ``PipeModelDataParallelTopology``: axes pipe, data, model, the last fastest;
 expert groups are consecutive data-parallel ranks) is the layout
 (t, e, replica, stage); the launch table is in ``--json`` and ``--rank-map``.
+
+What DeepSpeed cannot run at all is refused (exit 2, one line, the rule cited in
+:mod:`nest_cp.model.launchers.deepspeed`): ZeRO-2/3 beside a pipeline (the pipeline
+engine asserts against it) and AutoTP beside a pipeline (AutoTP's mesh has no pipeline
+axis).  Beside the config the export writes a hostfile for DeepSpeed's launcher
+(``nodeK slots=N``, one line per host in node-rank order) and the ``--include`` filter
+naming each host's GPUs; a placement that launcher cannot realise (several agents on a
+host, or a host's ranks not on increasing GPU ids) is a warning pointing to the launch
+table, which torchrun realises.
 """
 
 from __future__ import annotations
@@ -41,9 +50,11 @@ from nest_cp.cli.export.common import (
     placement_warning,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankOrder, rank_map
+from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, rank_map
 from nest_cp.cli.export.view import PlanView
+from nest_cp.model.errors import BackendOptionError, InternalError
 from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.launchers.deepspeed import DeepSpeedLaunch, refusals, startup_violations
 from nest_cp.model.plan import Dim
 
 DEEPSPEED_SOURCE = ("deepspeedai/DeepSpeed deepspeed/runtime/constants.py at commit "
@@ -64,7 +75,20 @@ DEEPSPEED_KEYS: dict[str, type | dict[str, type]] = {
 
 
 def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
-    """The DeepSpeed config (module doc); the launch table goes to ``--json``/``--rank-map``."""
+    """The DeepSpeed config and hostfile (module doc); BackendOptionError for a plan
+    DeepSpeed cannot run."""
+    launch = DeepSpeedLaunch(zero_stage=view.zero, pipeline_stages=view.num_stages,
+                             autotp_size=view.tp, data_parallel=view.data_parallel,
+                             train_batch_size=view.samples_per_iteration,
+                             micro_batch=view.microbatch,
+                             accumulation_steps=view.num_microbatches)
+    refused = refusals(launch)
+    if refused:
+        raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; export it "
+                                 f"for megatron or torchtitan", option="format")
+    broken = startup_violations(launch)
+    if broken:
+        raise InternalError(f"the DeepSpeed export breaks a startup rule: {broken[0]}")
     warnings = common_warnings(view)
     config: dict = {
         "train_batch_size": view.samples_per_iteration,
@@ -87,13 +111,39 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
     if view.ep > 1:
         warnings.append(f"expert parallelism is not a DeepSpeed config key: build the MoE "
                         f"layers with ep_size={view.ep} (deepspeed.moe.layer.MoE)")
-    if view.zero >= 2 and view.num_stages > 1:
-        warnings.append(f"ZeRO-{view.zero} with {view.num_stages} pipeline stages: DeepSpeed "
-                        f"documents PipelineModule as incompatible with ZeRO-2 and ZeRO-3")
+    if view.sequence_parallel:
+        warnings.append(f"Megatron sequence parallelism (priced with tp={view.tp}) has no "
+                        f"DeepSpeed config key: shard norms and dropout by sequence in the "
+                        f"model code, or activation memory exceeds the plan's")
+    if view.attention is not None:
+        warnings.append(f"the profiles assume {view.attention.value} attention, which no "
+                        f"DeepSpeed config key selects: the model code must run it")
     ranks = rank_map(view, DEEPSPEED_ORDER, gpus_per_node)
     warnings += placement_warning(ranks, "DeepSpeed's fixed rank order")
+    hostfile, include, launcher_warning = deepspeed_hosts(ranks)
+    warnings += launcher_warning
     text = json.dumps(config, indent=2) + "\n"
-    return ExportResult(ExportFormat.DEEPSPEED, text, tuple(warnings), ranks, config=config)
+    return ExportResult(ExportFormat.DEEPSPEED, text, tuple(warnings), ranks, config=config,
+                        files={"hostfile": hostfile, "include": include})
+
+
+def deepspeed_hosts(ranks: RankMap) -> tuple[str, str, list[str]]:
+    """The hostfile (``nodeK slots=N`` per host, node-rank order), the ``--include`` filter
+    (``nodeK:g,g@...``) and a warning when DeepSpeed's launcher cannot realise the ranks."""
+    lines = [f"{host_name(node.host)} slots={ranks.gpus_per_node}" for node in ranks.nodes]
+    include = "@".join(f"{host_name(node.host)}:{','.join(map(str, node.gpus))}"
+                       for node in ranks.nodes)
+    unordered = [host_name(node.host) for node in ranks.nodes
+                 if list(node.gpus) != sorted(node.gpus)]
+    warnings = []
+    if not ranks.one_agent_per_host or unordered:
+        lines = sorted(set(lines), key=lines.index)
+        warnings.append("DeepSpeed's launcher starts one agent per hostfile line with its "
+                        "local ranks on increasing GPU ids, which cannot realise this placement"
+                        + (f" (hosts {', '.join(unordered[:4])} run ranks on GPUs out of order)"
+                           if unordered else "")
+                        + ": start the ranks with torchrun from the launch table (--rank-map)")
+    return "\n".join(lines) + "\n", include, warnings
 
 
 def _pipeline(view: PlanView, mode: RecomputeMode, warnings: list[str]) -> dict:

@@ -27,11 +27,18 @@ Mapping (DESIGN §2 and §3 -> Megatron):
   ``selective`` -> ``--recompute-granularity selective`` (core attention).
 - ZeRO 1 -> ``--use-distributed-optimizer``; 2 and 3 -> Megatron-FSDP
   (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads`` or
-  ``optim_grads_params``, which requires ``--ckpt-format fsdp_dtensor``).
+  ``optim_grads_params``, with what Megatron-FSDP requires: ``--use-distributed-optimizer
+  --no-gradient-accumulation-fusion --ckpt-format fsdp_dtensor``, the default rank order,
+  and CUDA_DEVICE_MAX_CONNECTIONS unset, where plain TP needs it set to 1).
+- the attention kernel the workload records -> ``--attention-backend flash`` (flash) or
+  ``unfused`` (materialised scores); unrecorded -> Megatron's default, with a warning.
+
+Every exported argument list is parsed with the cited parser and checked against the
+startup rules of :mod:`nest_cp.model.launchers.megatron` before it is written.
 - overlapped gradient reduction -> ``--overlap-grad-reduce`` (and
   ``--overlap-param-gather`` with the distributed optimizer).
-- TP collectives that are all-gather/reduce-scatter in the profile ->
-  ``--sequence-parallel``.
+- sequence parallelism as the workload records it (else: the profile's TP collectives
+  are all-gather/reduce-scatter) with t > 1 -> ``--sequence-parallel``.
 
 Rank order (megatron/core/parallel_state.py ``initialize_model_parallel``):
 ``tp-cp-ep-dp-pp`` (tensor index fastest, pipeline stage slowest), i.e. the
@@ -47,9 +54,7 @@ warns (:mod:`nest_cp.cli.export.ranks`).
 
 from __future__ import annotations
 
-import argparse
 import shlex
-from dataclasses import dataclass
 
 from nest_cp.cli.export.common import (
     ExportFormat,
@@ -63,7 +68,15 @@ from nest_cp.cli.export.common import (
 from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
 from nest_cp.cli.export.view import LayerKind, PlanView
 from nest_cp.model.errors import InternalError
-from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.instance import AttentionKind, RecomputeMode
+from nest_cp.model.launchers.megatron import (
+    KNOWN_FLAGS,
+    MEGATRON_ARGUMENTS,
+    MegatronArgument,
+    MegatronLaunch,
+    megatron_parser,
+    startup_violations,
+)
 from nest_cp.model.plan import Dim
 
 MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at commit "
@@ -72,56 +85,7 @@ MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at commit 
 DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 TP_PP_DP_ORDER = RankOrder("tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)",
                            (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
-
-
-@dataclass(frozen=True, slots=True)
-class MegatronArgument:
-    """One argument as Megatron-LM declares it: ``value_type`` None for a store_true flag."""
-
-    flag: str
-    value_type: type | None
-    choices: tuple[str, ...] = ()
-
-
-MEGATRON_ARGUMENTS: tuple[MegatronArgument, ...] = (
-    MegatronArgument("--tensor-model-parallel-size", int),
-    MegatronArgument("--pipeline-model-parallel-size", int),
-    MegatronArgument("--expert-model-parallel-size", int),
-    MegatronArgument("--num-layers", int),
-    MegatronArgument("--seq-length", int),
-    MegatronArgument("--micro-batch-size", int),
-    MegatronArgument("--global-batch-size", int),
-    MegatronArgument("--decoder-first-pipeline-num-layers", int),
-    MegatronArgument("--decoder-last-pipeline-num-layers", int),
-    MegatronArgument("--pipeline-model-parallel-layout", str),
-    MegatronArgument("--num-virtual-stages-per-pipeline-rank", int),
-    MegatronArgument("--recompute-granularity", str, ("full", "selective")),
-    MegatronArgument("--recompute-method", str, ("uniform", "block")),
-    MegatronArgument("--recompute-num-layers", int),
-    MegatronArgument("--use-distributed-optimizer", None),
-    MegatronArgument("--use-megatron-fsdp", None),
-    MegatronArgument("--data-parallel-sharding-strategy", str,
-                     ("no_shard", "optim", "optim_grads", "optim_grads_params")),
-    MegatronArgument("--ckpt-format", str,
-                     ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
-    MegatronArgument("--overlap-grad-reduce", None),
-    MegatronArgument("--overlap-param-gather", None),
-    MegatronArgument("--sequence-parallel", None),
-    MegatronArgument("--use-tp-pp-dp-mapping", None),
-)
-_KNOWN = {argument.flag: argument for argument in MEGATRON_ARGUMENTS}
-
-
-def megatron_parser() -> argparse.ArgumentParser:
-    """An argparse parser with exactly the cited arguments (as Megatron: no abbreviations)."""
-    parser = argparse.ArgumentParser(prog="megatron", allow_abbrev=False)
-    for argument in MEGATRON_ARGUMENTS:
-        if argument.value_type is None:
-            parser.add_argument(argument.flag, action="store_true")
-        else:
-            parser.add_argument(argument.flag, type=argument.value_type,
-                                choices=argument.choices or None)
-    return parser
+ATTENTION_BACKEND = {AttentionKind.FLASH: "flash", AttentionKind.MATERIALIZED: "unfused"}
 
 
 class _Args:
@@ -131,7 +95,7 @@ class _Args:
         self.items: list[str] = []
 
     def add(self, flag: str, value: object = None) -> None:
-        if flag not in _KNOWN:
+        if flag not in KNOWN_FLAGS:
             raise InternalError(f"{flag} is not among the cited Megatron-LM arguments")
         self.items.append(flag)
         if value is not None:
@@ -154,14 +118,37 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     _optimizer_args(view, args)
     if view.sequence_parallel:
         args.add("--sequence-parallel")
+    if view.attention is not None:
+        args.add("--attention-backend", ATTENTION_BACKEND[view.attention])
     ranks = _choose_order(view, gpus_per_node)
     if ranks.order is TP_PP_DP_ORDER:
         args.add("--use-tp-pp-dp-mapping")
     warnings += placement_warning(ranks, "Megatron-LM's rank orders (tp-cp-ep-dp-pp, "
                                   "tp-cp-ep-pp-dp)")
-    text = _launch_script(view, args.items, ranks, warnings)
+    env = launch_environment(view)
+    if view.zero >= 2 and view.tp > 1:
+        warnings.append("Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS unset (the script "
+                        "unsets it); with tp > 1 Megatron then warns that TP communication "
+                        "overlaps less well than with 1, which the plan's time does not charge")
+    broken = startup_violations(MegatronLaunch.parse(args.items, view.world_size, env))
+    if broken:  # the mapping above is meant to satisfy every rule: a bug here, not bad input
+        raise InternalError(f"the Megatron-LM export breaks a startup rule: {broken[0]}")
+    text = _launch_script(view, args.items, ranks, warnings, env)
     return ExportResult(ExportFormat.MEGATRON, text, tuple(warnings), ranks,
-                        args=tuple(args.items))
+                        args=tuple(args.items), env=env)
+
+
+def launch_environment(view: PlanView) -> dict[str, str | None]:
+    """What the launch script sets (a value) or unsets (None) before torchrun.
+
+    Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism before
+    Blackwell, and asserts it is not 1 under Megatron-FSDP (model.launchers.megatron).
+    """
+    if view.zero >= 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    if view.tp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 def layout_string(view: PlanView) -> str:
@@ -215,10 +202,12 @@ def _recompute_args(view: PlanView, args: _Args) -> list[str]:
 def _optimizer_args(view: PlanView, args: _Args) -> None:
     if view.zero == 1:
         args.add("--use-distributed-optimizer")
-    elif view.zero in (2, 3):
+    elif view.zero in (2, 3):  # Megatron-FSDP's required configuration (launchers.megatron)
         args.add("--use-megatron-fsdp")
         args.add("--data-parallel-sharding-strategy",
                  "optim_grads" if view.zero == 2 else "optim_grads_params")
+        args.add("--use-distributed-optimizer")
+        args.add("--no-gradient-accumulation-fusion")
         args.add("--ckpt-format", "fsdp_dtensor")
     if view.overlap_grad_reduce:
         args.add("--overlap-grad-reduce")
@@ -229,14 +218,14 @@ def _optimizer_args(view: PlanView, args: _Args) -> None:
 def _choose_order(view: PlanView, gpus_per_node: int) -> RankMap:
     """Megatron's default order, or the tp-pp-dp order when only it gives one agent per host."""
     default = rank_map(view, DEFAULT_ORDER, gpus_per_node)
-    if default.one_agent_per_host or (view.ep > 1 and view.num_stages > 1):
-        return default
+    if default.one_agent_per_host or (view.ep > 1 and view.num_stages > 1) or view.zero >= 2:
+        return default  # Megatron-FSDP takes the default order only (launchers.megatron)
     alternative = rank_map(view, TP_PP_DP_ORDER, gpus_per_node)
     return alternative if alternative.one_agent_per_host else default
 
 
-def _launch_script(view: PlanView, args: list[str], ranks: RankMap,
-                   warnings: list[str]) -> str:
+def _launch_script(view: PlanView, args: list[str], ranks: RankMap, warnings: list[str],
+                   env: dict[str, str | None]) -> str:
     """A bash script: the arguments, the launch table, and one torchrun per node rank."""
     lines = ["#!/usr/bin/env bash",
              "# Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).",
@@ -263,8 +252,9 @@ def _launch_script(view: PlanView, args: list[str], ranks: RankMap,
               'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
               'export CUDA_VISIBLE_DEVICES=$GPUS',
               'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))']
-    if view.tp > 1:
-        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it for TP")
+    for name, value in env.items():
+        lines.append(f"unset {name}  # Megatron-FSDP asserts it is not 1" if value is None
+                     else f"export {name}={value}  # Megatron asserts it for TP")
     lines += ['echo "node rank $NODE_RANK on $HOST: GPUs $GPUS" >&2',
               'exec torchrun --nnodes "${#NODES[@]}" --node-rank "$NODE_RANK" '
               '--nproc-per-node "$NPROC" \\',
@@ -282,3 +272,7 @@ def _pairs(args: list[str]) -> list[list[str]]:
         else:
             grouped[-1].append(item)
     return grouped
+
+
+__all__ = ["MEGATRON_ARGUMENTS", "MegatronArgument", "export_megatron", "launch_environment",
+           "layout_string", "megatron_parser"]

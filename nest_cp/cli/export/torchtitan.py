@@ -18,8 +18,17 @@ Mapping:
   k mod S, torchtitan's looped assignment); the split as
   ``module_fqns_per_model_part``, one list per chunk, in torchtitan's Llama
   module names (``tok_embeddings``, ``layers.N``, ``norm``, ``output``).
-- ``pipeline_parallel_microbatch_size`` b, ``local_batch_size`` m·b (so m
-  microbatches per step), ``global_batch_size`` m·b·d·e.
+- ``pipeline_parallel_microbatch_size`` b, ``global_batch_size`` m·b·d·e; with a
+  pipeline ``local_batch_size`` m·b (the schedule splits it into m microbatches), without
+  one ``local_batch_size`` b (torchtitan accumulates m steps: global / (local x d·e)).
+- tensor parallelism: torchtitan's TP plan always shards norms by sequence (Megatron's
+  sequence parallelism); a plan priced without it gets a warning.  Attention: torchtitan's
+  models run scaled_dot_product_attention (flash kernels); materialised attention gets a
+  warning.
+
+Every config is checked against :mod:`nest_cp.model.launchers.torchtitan` before it is
+written, and the export carries a runnable launch script (one torchrun per node rank,
+``-m torchtitan.train --job.config_file``) beside the TOML.
 - recompute -> ``[activation_checkpoint] mode`` ``none`` / ``full`` /
   ``selective``; torchtitan's selective mode is its op-level policy, not
   DESIGN's attention-core recomputation, so ``selective`` comes with a warning.
@@ -42,9 +51,11 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankOrder, launch_table, rank_map
+from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
 from nest_cp.cli.export.view import LayerKind, PlanView
-from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.errors import InternalError
+from nest_cp.model.instance import AttentionKind, RecomputeMode
+from nest_cp.model.launchers.torchtitan import TorchtitanLaunch, startup_violations
 from nest_cp.model.plan import Dim
 
 TORCHTITAN_SOURCE = ("pytorch/torchtitan torchtitan/config/job_config.py at commit "
@@ -89,27 +100,101 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
         warnings.append("selective recomputation exported as torchtitan's op-level selective "
                         "checkpointing, a different policy from the plan's (attention core "
                         "only): memory and time will differ")
+    local = view.microbatch * (view.num_microbatches if view.num_stages > 1 else 1)
     config = {
         "job": {"description": f"nest-cp plan: {plan_summary(view)}"},
-        "training": {"local_batch_size": view.num_microbatches * view.microbatch,
+        "training": {"local_batch_size": local,
                      "global_batch_size": view.samples_per_iteration, "seq_len": view.seq_len},
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
     }
+    _check_rules(view, parallelism, config["training"])
+    warnings += _model_warnings(view)
     ranks = rank_map(view, TORCHTITAN_ORDER, gpus_per_node)
     warnings += placement_warning(ranks, "torchtitan's fixed rank order")
     header = ["# torchtitan job for a nest-cp plan (nest-cp export --format torchtitan).",
               f"# plan: {plan_summary(view)}", f"# split: {split_text(view)}",
-              f"# keys: {TORCHTITAN_SOURCE}"]
+              f"# keys: {TORCHTITAN_SOURCE}", f"# model: {_model_note(view)}"]
     header += [f"# warning: {warning}" for warning in warnings]
-    footer = ["", f"# launch: torchrun per node rank, rank order {ranks.order.name}; hosts of "
-              f"{ranks.gpus_per_node} GPUs",
+    footer = ["", f"# launch: the launch script (--script), or per node rank, rank order "
+              f"{ranks.order.name}; hosts of {ranks.gpus_per_node} GPUs:",
               "#   CUDA_VISIBLE_DEVICES=<gpus> torchrun --nnodes "
               f"{len(ranks.nodes)} --node-rank <node_rank> --nproc-per-node <count of gpus> "
               "... -m torchtitan.train --job.config_file THIS_FILE"]
     footer += launch_table(ranks)
     text = "\n".join(header) + "\n\n" + dumps_toml(config) + "\n".join(footer) + "\n"
-    return ExportResult(ExportFormat.TORCHTITAN, text, tuple(warnings), ranks, config=config)
+    return ExportResult(ExportFormat.TORCHTITAN, text, tuple(warnings), ranks, config=config,
+                        files={"launch_script": launch_script(view, ranks)})
+
+
+def _check_rules(view: PlanView, parallelism: dict, training: dict) -> None:
+    """InternalError when the config breaks a cited startup rule (the mapping is meant not to)."""
+    launch = TorchtitanLaunch(
+        world_size=view.world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
+        dp_shard=parallelism["data_parallel_shard_degree"], tp=view.tp, pp=view.num_stages,
+        local_batch_size=training["local_batch_size"],
+        global_batch_size=training["global_batch_size"],
+        pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"])
+    broken = startup_violations(launch)
+    if broken:
+        raise InternalError(f"the torchtitan export breaks a startup rule: {broken[0]}")
+
+
+def _model_note(view: PlanView) -> str:
+    attention = "unrecorded" if view.attention is None else view.attention.value
+    return (f"attention {attention} (torchtitan runs scaled_dot_product_attention); gradient "
+            f"reduction overlapped with backward (FSDP/DDP always overlap); sequence "
+            f"parallel {'on' if view.sequence_parallel else 'off'} (torchtitan's TP plan "
+            f"always shards by sequence when tensor_parallel_degree > 1)")
+
+
+def _model_warnings(view: PlanView) -> list[str]:
+    """What torchtitan's models run differently from the profiles: SP off, materialised scores."""
+    found = []
+    if view.tp > 1 and not view.sequence_parallel:
+        found.append(f"the plan was priced without sequence parallelism, but torchtitan's "
+                     f"tensor parallelism (tp={view.tp}) always uses it: less activation "
+                     f"memory, different TP collectives than planned")
+    if not view.overlap_grad_reduce and view.data_parallel > 1:
+        found.append("the plan was priced without overlapping gradient reduction with the "
+                     "backward pass, but torchtitan's FSDP and DDP always overlap it: less "
+                     "exposed sync than planned")
+    if view.attention is AttentionKind.MATERIALIZED:
+        found.append("the profiles assume materialised attention; torchtitan runs "
+                     "scaled_dot_product_attention (flash kernels): less memory and time than "
+                     "planned")
+    return found
+
+
+def launch_script(view: PlanView, ranks: RankMap) -> str:
+    """A bash script starting the node rank given as $1: CUDA_VISIBLE_DEVICES from the launch
+    table, then ``torchrun -m torchtitan.train --job.config_file`` the TOML given as $3."""
+    lines = ["#!/usr/bin/env bash",
+             "# torchtitan launch for a nest-cp plan (nest-cp export --format torchtitan "
+             "--script).",
+             f"# plan: {plan_summary(view)}",
+             f"# rank order: {ranks.order.name}; {len(ranks.nodes)} torchrun agents on hosts "
+             f"of {ranks.gpus_per_node} GPUs (nodeK = devices K*{ranks.gpus_per_node}.."
+             f"K*{ranks.gpus_per_node}+{ranks.gpus_per_node - 1}).",
+             "# usage, on the host of each node rank (replace nodeK by the host's name):",
+             "#   bash THIS_FILE NODE_RANK MASTER_ADDR JOB.toml [torchtitan overrides ...]",
+             "set -euo pipefail"]
+    lines += launch_table(ranks)
+    lines += ["NODES=("]
+    lines += [f'  "{host_name(node.host)} {",".join(map(str, node.gpus))}"'
+              for node in ranks.nodes]
+    lines += [")",
+              'NODE_RANK=${1:?node rank}; MASTER_ADDR=${2:?master address}; '
+              'CONFIG=${3:?job TOML}; shift 3',
+              'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
+              'export CUDA_VISIBLE_DEVICES=$GPUS',
+              'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))',
+              'echo "node rank $NODE_RANK on $HOST: GPUs $GPUS" >&2',
+              'exec torchrun --nnodes "${#NODES[@]}" --node-rank "$NODE_RANK" '
+              '--nproc-per-node "$NPROC" \\',
+              '  --master-addr "$MASTER_ADDR" --master-port 29500 -m torchtitan.train '
+              '--job.config_file "$CONFIG" "$@"']
+    return "\n".join(lines) + "\n"
 
 
 def _data_parallel(view: PlanView) -> tuple[dict, list[str]]:

@@ -19,7 +19,13 @@ from enum import Enum
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import PlanFormatError
-from nest_cp.model.instance import CollectiveGroup, CollectiveKind, Instance, RecomputeMode
+from nest_cp.model.instance import (
+    AttentionKind,
+    CollectiveGroup,
+    CollectiveKind,
+    Instance,
+    RecomputeMode,
+)
 from nest_cp.model.plan import Placement, Plan
 
 RECOMPUTE_STRENGTH = {RecomputeMode.NONE: 0, RecomputeMode.SELECTIVE: 1, RecomputeMode.FULL: 2}
@@ -80,6 +86,8 @@ class PlanView:
     num_devices: int
     fits_memory: bool
     memory_note: str = ""
+    attention: AttentionKind | None = None  # the kernel the profiles assume, if recorded
+    sequence_parallel_note: str = ""  # why the export's SP differs from the profiles', if so
 
     @property
     def devices_per_replica(self) -> int:
@@ -153,16 +161,26 @@ def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanVi
         global_batch=training.global_batch, seq_len=training.seq_len, layer_names=names,
         layer_kinds=tuple(classify_layer(name, index, len(names))
                           for index, name in enumerate(names)),
-        sequence_parallel=_sequence_parallel(instance, plan),
         num_devices=instance.cluster.num_devices, fits_memory=not over,
-        memory_note=over[0] if over else "")
+        memory_note=over[0] if over else "", attention=instance.workload.attention,
+        **_sequence_parallel(instance, plan))
 
 
-def _sequence_parallel(instance: Instance, plan: Plan) -> bool:
-    """Whether the profiles' TP collectives are all-gather/reduce-scatter (Megatron's SP)."""
-    if plan.config.tp == 1:
-        return False
+def _sequence_parallel(instance: Instance, plan: Plan) -> dict:
+    """Megatron sequence parallelism of the plan: as the workload records it, else as its
+    profiles show it (TP collectives all all-gather/reduce-scatter), with a note when the
+    record and the profiles disagree (the export follows the record)."""
+    if plan.config.tp == 1:  # Megatron turns sequence parallelism off without TP
+        return {"sequence_parallel": False}
     kinds = {collective.kind for layer in instance.workload.layers
              for collective in layer.profile(plan.config, plan.microbatch).collectives
              if collective.group is CollectiveGroup.TP}
-    return bool(kinds) and kinds <= {CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER}
+    shown = bool(kinds) and kinds <= {CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER}
+    recorded = instance.workload.sequence_parallel
+    if recorded is None:
+        return {"sequence_parallel": shown}
+    note = "" if not kinds or recorded == shown else (
+        f"the workload records sequence_parallel {str(recorded).lower()} but its "
+        f"tp={plan.config.tp} profiles' TP collectives say {str(shown).lower()}: exported as "
+        f"recorded")
+    return {"sequence_parallel": recorded, "sequence_parallel_note": note}

@@ -16,6 +16,7 @@ MEGATRON_ARGS=(
   --micro-batch-size 1
   --global-batch-size 4100
   --pipeline-model-parallel-layout 'Ett|ttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttL'
+  --attention-backend unfused
 )
 # node_rank  host      CUDA_VISIBLE_DEVICES  global ranks
 # 0          node0     0,1,2,3,4,5,6,7       0-7

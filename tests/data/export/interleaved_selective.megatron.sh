@@ -6,6 +6,7 @@
 # rank order: tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping); 2 torchrun agents on hosts of 2 GPUs (nodeK = devices K*2..K*2+1).
 # usage, on the host of each node rank (replace nodeK by the host's name):
 #   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [model and data arguments ...]
+# warning: the workload does not record which attention kernel its profiles assume (flash or materialized): the launcher uses its default, which may not be what the plan was priced with
 # warning: the workload's first layer ('block[0]') is not an embedding: the launcher still builds one on the first stage, which the plan did not price
 # warning: the workload's last layer ('block[3]') is not an output head: the launcher still builds one (and the loss) on the last stage, which the plan did not price
 set -euo pipefail

@@ -1,0 +1,290 @@
+"""Hostile inputs and output paths: every case answers with the exit-code contract.
+
+Exit codes (nest_cp/model/exits.py): 0 a plan, 1 no plan, 2 bad input or option (one line
+naming the file), 3 internal error.  Output paths: never a directory, a device other than
+/dev/null, /dev/full or a terminal, or a symlink to one; a failed write (a full disk) is exit
+2 naming the file and leaves an existing file as it was; files are written before anything
+is printed.
+"""
+
+import dataclasses
+import errno
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nest_cp import io
+from nest_cp.cli import main
+from nest_cp.model import documents
+from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.registry import solve
+
+DATA = Path(__file__).parent / "data"
+EXPORT = DATA / "export"
+INSTANCE = DATA / "graph_parallel_links.json"  # solves in milliseconds
+EXPORT_INSTANCE = EXPORT / "interleaved_selective.json"
+EXPORT_PLAN = EXPORT / "interleaved_selective.plan.json"
+WORKED = DATA / "worked_example.json"
+WORKED_PLAN = EXPORT / "worked_example_nest.plan.json"
+NEST_CP = Path(sys.executable).parent / "nest-cp"
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _one_error_line(result, code: int = 2, naming: str | None = None) -> None:
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(lines) == 1, result.stderr
+    if naming is not None:
+        assert naming in lines[0], lines[0]
+
+
+# every command with an output path: (arguments before the path, the option)
+WRITERS = {
+    "solve -o": (["solve", INSTANCE], "-o"),
+    "export -o": (["export", WORKED_PLAN, "--instance", WORKED, "--format", "megatron"], "-o"),
+    "export --rank-map": (["export", WORKED_PLAN, "--instance", WORKED, "--format",
+                           "megatron"], "--rank-map"),
+    "export --script": (["export", WORKED_PLAN, "--instance", WORKED, "--format",
+                         "torchtitan"], "--script"),
+    "export --hostfile": (["export", EXPORT_PLAN, "--instance", EXPORT_INSTANCE, "--format",
+                           "deepspeed"], "--hostfile"),
+    "show --png": (["show", WORKED_PLAN, "--instance", WORKED], "--png"),
+    "instance new -o": (["instance", "new", "--model", "llama2-7b", "--devices", "8",
+                         "--network", "dgx-a100"], "-o"),
+}
+
+
+def _png_name(option: str, name: str) -> str:
+    return name + ".png" if option == "--png" and not name.startswith("/dev/") else name
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_directory_is_never_replaced(writer, tmp_path):
+    """An output path that is a directory, or a symlink to one, is exit 2 and stays one."""
+    args, option = WRITERS[writer]
+    folder = tmp_path / ("out.png" if option == "--png" else "out")
+    folder.mkdir()
+    link = tmp_path / _png_name(option, "link")
+    link.symlink_to(folder)
+    for path in (folder, link):
+        result = _cli(*args, option, path)
+        _one_error_line(result)
+        assert folder.is_dir() and not any(folder.iterdir())
+
+
+@pytest.mark.skipif(not Path("/dev/urandom").exists(), reason="needs /dev/urandom")
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_device_node_is_never_written_or_replaced(writer, tmp_path):
+    """A character device other than /dev/null, /dev/full or a terminal, named directly or
+    through a symlink, is refused with exit 2 naming it, before any work; it stays a device."""
+    args, option = WRITERS[writer]
+    link = tmp_path / _png_name(option, "rand")
+    link.symlink_to("/dev/urandom")
+    for path in ("/dev/urandom", link):
+        result = _cli(*args, option, path)
+        _one_error_line(result, naming=str(path))
+        assert "character device" in result.stderr
+    assert stat.S_ISCHR(os.stat("/dev/urandom").st_mode) and link.is_symlink()
+
+
+@pytest.mark.parametrize("writer", ["solve -o", "export -o", "show --png"])
+def test_dev_null_is_written_in_place(writer):
+    """/dev/null is a valid output (in place, never renamed over): exit 0, still a device."""
+    args, option = WRITERS[writer]
+    result = _cli(*args, option, "/dev/null")
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("writer", ["solve -o", "export -o", "export --rank-map"])
+def test_dev_full_is_an_error_naming_the_file(writer):
+    """Writing to /dev/full (a full disk) is exit 2 with one line naming /dev/full."""
+    args, option = WRITERS[writer]
+    result = _cli(*args, option, "/dev/full")
+    _one_error_line(result, naming="/dev/full")
+    assert "No space left" in result.stderr
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_failed_write_keeps_the_old_file_and_names_it(writer, tmp_path, monkeypatch):
+    """A write failing with ENOSPC (faked at the rename) is exit 2 naming the file; the file
+    already there keeps its content and no temporary file is left beside it."""
+    args, option = WRITERS[writer]
+    target = tmp_path / _png_name(option, "out")
+    target.write_text("old\n")
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(documents.os, "replace", full)
+    result = _cli(*args, option, target)
+    _one_error_line(result, naming=str(target))
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+def test_a_symlink_to_a_regular_file_keeps_the_link(tmp_path):
+    """`-o link` where link points to a file replaces the file's content, not the link."""
+    real = tmp_path / "real.json"
+    real.write_text("{}\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    result = _cli("solve", INSTANCE, "-o", link)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and "stages" in json.loads(real.read_text())
+
+
+def test_two_outputs_of_one_command_must_differ(tmp_path):
+    """`export -o x --rank-map x` is exit 2 before anything is written."""
+    out = tmp_path / "x.sh"
+    result = _cli(*WRITERS["export -o"][0], "-o", out, "--rank-map", out)
+    _one_error_line(result, naming=str(out))
+    assert not out.exists()
+
+
+def test_show_png_with_another_extension_is_bad_input(tmp_path):
+    """`show --png out.txt` is exit 2 (bad option), not 3, and writes nothing."""
+    out = tmp_path / "out.txt"
+    result = _cli(*WRITERS["show --png"][0], "--png", out)
+    _one_error_line(result, naming="--png")
+    assert not out.exists()
+
+
+def test_solve_output_survives_a_closed_pipe(tmp_path):
+    """`solve -o plan.json | head -1`: the plan is written before anything is printed."""
+    plan = tmp_path / "plan.json"
+    command = (f"{shlex.quote(str(NEST_CP))} solve {shlex.quote(str(INSTANCE))} -o "
+               f"{shlex.quote(str(plan))} | head -1")
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert run.stdout.startswith("backend")
+    assert io.load_plan(plan).num_stages >= 1
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def _hf(tmp_path, **changes) -> Path:
+    config = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000} | changes
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers"])
+def test_an_hf_config_with_a_billion_layers_is_refused_before_profiling(key, tmp_path,
+                                                                          monkeypatch):
+    """10^9 layers is exit 2 naming the key, and the profiler is never called."""
+    from nest_cp.profiles import presets
+
+    def never(*_, **__):
+        raise AssertionError("profiled a config that should have been refused")
+
+    monkeypatch.setattr(presets, "profile_model", never)
+    result = _cli("instance", "new", "--hf-config", _hf(tmp_path, **{key: 10**9}),
+                  "--devices", "8", "--network", "dgx-a100", "-o", tmp_path / "i.json")
+    _one_error_line(result, naming=key)
+    assert not (tmp_path / "i.json").exists()
+
+
+def test_an_instance_transformer_with_a_billion_layers_is_refused(tmp_path):
+    """An instance file's `transformer` with num_layers 10^9 is exit 2 naming the field."""
+    description = {"name": "huge", "hidden": 256, "ffn_hidden": 512, "num_layers": 10**9,
+                   "num_heads": 4, "vocab": 1000}
+    path = tmp_path / "instance.json"
+    path.write_text(json.dumps({
+        "workload": {"transformer": description},
+        "cluster": {"preset": "dgx-a100", "num_devices": 8},
+        "training": {"global_batch": 8, "seq_len": 128}}))
+    result = _cli("instance", "show", path)
+    _one_error_line(result, naming="num_layers")
+
+
+def test_hostile_sizes_in_an_hf_config_are_bad_input(tmp_path):
+    """Absurd hidden, vocabulary or FFN sizes end in exit 2 (a tick-range error naming the
+    field), never an internal error or a hang."""
+    for changes in ({"hidden_size": 10**18, "num_attention_heads": 1},
+                    {"vocab_size": 9 * 10**18}, {"intermediate_size": 9 * 10**18}):
+        result = _cli("instance", "new", "--hf-config", _hf(tmp_path, **changes), "--devices",
+                      "8", "--network", "dgx-a100", "-o", tmp_path / "i.json")
+        _one_error_line(result)
+
+
+def test_deepspeed_refuses_zero_3_beside_a_pipeline_with_exit_2(tmp_path):
+    """A ZeRO-3 plan with two stages exported for DeepSpeed is exit 2 with one line quoting
+    the pipeline engine's assertion; megatron and torchtitan export it."""
+    plan_path, instance_path = tmp_path / "zero3.json", tmp_path / "instance.json"
+    io.save_plan(dataclasses.replace(io.load_plan(EXPORT_PLAN), zero=3), plan_path)
+    instance = io.load_instance(EXPORT_INSTANCE)
+    io.save_instance(dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, zero_stages=(0, 1, 2, 3))), instance_path)
+    result = _cli("export", plan_path, "--instance", instance_path, "--format", "deepspeed")
+    _one_error_line(result, naming="ZeRO-2 and ZeRO-3 are incompatible with pipeline")
+    for fmt in ("megatron", "torchtitan"):
+        assert _cli("export", plan_path, "--instance", instance_path, "--format",
+                    fmt).exit_code == 0
+
+
+# ------------------------------------------------------------------ the DP hint's time limit
+
+
+class _Clock:
+    """A fake perf_counter advancing one second per reading."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("seconds", [0, 3, 12, 40])
+def test_the_dp_stopped_at_its_limit_returns_a_valid_bound(seconds, monkeypatch):
+    """With STOP_AFTER_S the DP stops after that many (fake) seconds: UNKNOWN without a plan,
+    or FEASIBLE with bound <= the full DP's optimum <= its plan's objective, never OPTIMAL
+    unless it finished."""
+    from nest_cp.dp import planner
+
+    instance = io.load_instance(WORKED)
+    optimum = solve(instance, "dp", SolveOptions(space=Space.STRUCTURED)).objective_ticks
+    monkeypatch.setattr(planner.time, "perf_counter", _Clock())
+    result = solve(instance, "dp", SolveOptions(space=Space.STRUCTURED,
+                                                extra={planner.STOP_AFTER_S: seconds}))
+    if result.status is Status.UNKNOWN:
+        assert result.plan is None
+    elif result.status is Status.FEASIBLE:
+        assert result.bound_ticks <= optimum <= result.objective_ticks
+    else:
+        assert result.status is Status.OPTIMAL and result.objective_ticks == optimum
+    if seconds == 0:
+        assert result.status is Status.UNKNOWN
+
+
+def test_solve_gives_the_dp_hint_the_time_limit(monkeypatch, tmp_path):
+    """`solve --backend cpsat --time-limit T` runs the DP hint with STOP_AFTER_S = T."""
+    from nest_cp.cli import solve as solve_module
+    from nest_cp.dp.planner import STOP_AFTER_S
+
+    seen = []
+    real = solve_module.solve
+
+    def spy(instance, backend, options):
+        seen.append((backend, options.extra.get(STOP_AFTER_S)))
+        return real(instance, backend, options)
+
+    monkeypatch.setattr(solve_module, "solve", spy)
+    result = _cli("solve", WORKED, "--backend", "cpsat", "--time-limit", "7", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert seen[0] == ("dp", 7.0)
