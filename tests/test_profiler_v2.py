@@ -122,6 +122,7 @@ def test_selective_recompute_drops_the_scores():
 def test_gemm_model_reproduces_its_benchmark_and_quantises():
     """The H100 GEMM model gives MAMF's 792.1 TFLOP/s at its shape; one tile too many costs."""
     m, n, k = 6144, 17920, 2816
+    H100 = DEVICES["h100-sxm-uncalibrated"]  # noqa: N806 - the microbenchmark figures
     assert 2 * m * n * k / gemm_seconds(H100, m, n, k) == pytest.approx(792.1e12, rel=1e-9)
     assert quantisation(H100, 128 * 132, 256) == pytest.approx(1.0)  # one full wave
     assert quantisation(H100, 64 * 133, 128) < 0.51  # a second, almost empty wave
@@ -352,3 +353,84 @@ def test_h100_gemm_fixed_time_is_the_fit_to_its_kernel_table():
         return math.sqrt(sum(math.log(gemm_seconds(device, e.m, e.n, e.k, e.batch) / e.seconds)
                              ** 2 for e in table) / len(table))
     assert rms_log(H100) < 0.15 < 0.5 < rms_log(h100_with_gemm_fixed_time(0.0))
+
+
+def test_megatron_split_gives_105_blocks_one_per_chunk(tmp_path):
+    """`evaluate --pp 35 --vp 3` on a 105-block GPT from `instance new --hf-config` gives
+    every chunk one block, the embedding joining the first and the head the last; `--split
+    even` keeps the old split of all 107 layers (two chunks with two layers)."""
+    out = tmp_path / "gpt.json"
+    made = CliRunner().invoke(main, [
+        "instance", "new", "--hf-config", str(DATA / "hf_gpt_105.json"), "--devices", "2520",
+        "--network", "dgx-h100-superpod", "--seq-len", "1024", "--global-batch", "315",
+        "--recompute-modes", "none,full", "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    args = ["evaluate", str(out), "--pp", "35", "--vp", "3", "--dp", "9", "--tp", "8",
+            "--mbs", "1", "--recompute", "full", "--json"]
+    data = json.loads(CliRunner().invoke(main, args).stdout)
+    chunks = sorted((c for s in data["stages"] for c in s["chunks"]), key=lambda c: c["chunk"])
+    sizes = [c["last_layer"] - c["first_layer"] + 1 for c in chunks]
+    assert len(chunks) == 105 and sizes == [2] + [1] * 103 + [2]
+    assert chunks[0]["first_layer"] == 0 and chunks[-1]["last_layer"] == 106
+    even = json.loads(CliRunner().invoke(main, [*args, "--split", "even"]).stdout)
+    even_sizes = sorted(c["last_layer"] - c["first_layer"] + 1
+                        for s in even["stages"] for c in s["chunks"])
+    assert even_sizes == [1] * 103 + [2, 2]
+
+
+def test_tensor_width_beyond_a_node_is_profiled_and_priced_on_the_fabric(tmp_path):
+    """TP 16 on 8-GPU nodes: an instance file asking for it profiles it, and its collectives
+    are priced on the leaf tier the 16-GPU group spans (DESIGN §3's ring on that tier)."""
+    path = tmp_path / "tp16.json"
+    path.write_text(json.dumps({
+        "workload": {"preset": "gpt3-175b", "device": "h100-sxm", "tp": [8, 16]},
+        "cluster": {"preset": "dgx-h100-superpod", "num_devices": 16},
+        "training": {"global_batch": 4, "seq_len": 2048, "recompute": ["full"]}}))
+    instance = load_instance(path)
+    assert {c.tp for c in instance.workload.configs} == {8, 16}
+    result = CliRunner().invoke(main, ["evaluate", str(path), "--pp", "1", "--dp", "1",
+                                       "--tp", "16", "--recompute", "full", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    chunk = json.loads(result.stdout)["stages"][0]["chunks"][0]
+    leaf = instance.cluster.network.tiers[1]
+    block = instance.workload.layers[1].profile(IntraConfig(16, 1), 1)
+    kind, volume = block.collectives[0].kind.value, block.collectives[0].volume_bytes
+    seconds = 2 * 15 / 16 * volume / leaf.bandwidth_Bps + 2 * 15 * leaf.latency_s
+    one = math.ceil(seconds / instance.training.tick_s - 1e-9)
+    assert kind == "all_reduce"
+    assert one > 0 and chunk["collective_ticks"] >= 96 * 4 * one  # 2 fwd + 2 bwd per block
+
+
+def test_shipped_presets_say_whether_calibrated_or_transferred():
+    """a100-80gb carries the fit; h100-sxm and h200-sxm the same sustained fractions of
+    their own microbenchmark figures and the same fixed time per kernel, marked as
+    transferred; the -uncalibrated twins keep the microbenchmark figures."""
+    a100, a100_base = DEVICES["a100-80gb"], DEVICES["a100-80gb-uncalibrated"]
+    assert "transferred_from" not in dict(a100.calibration) and a100.calibration
+    assert not a100_base.calibration and a100_base.kernel_fixed_s == 0
+    for name in ("h100-sxm", "h200-sxm"):
+        device, base = DEVICES[name], DEVICES[f"{name}-uncalibrated"]
+        assert json.loads(dict(device.calibration)["transferred_from"]) == "a100-80gb"
+        assert device.kernel_fixed_s == a100.kernel_fixed_s > 0
+        for field in ("gemm_efficiency", "memory_efficiency", "attention_fwd_efficiency"):
+            assert getattr(device, field) / getattr(base, field) == pytest.approx(
+                getattr(a100, field) / getattr(a100_base, field), rel=1e-12)
+    assert DEVICES["nest-h100"].kernel_fixed_s == 0  # NEST's setup stays as NEST had it
+
+
+def test_fixed_time_per_kernel_is_a_floor_on_every_launched_kernel():
+    """With a fixed time per kernel far above any kernel's own time, a layer's forward and
+    backward are whole multiples of it, and doubling it doubles them (every launched kernel,
+    collectives' launches included, takes exactly that floor)."""
+    spec = MODELS["llama2-7b"]
+    times = {}
+    for floor in (5e-4, 9.9e-4):
+        device = H100.with_efficiencies(kernel_fixed_s=floor)
+        workload = profile_workload(spec, device, 64, [1], [IntraConfig(2, 1)])
+        block = workload.layers[1].profile(IntraConfig(2, 1), 1)
+        fwd_kernels, bwd_kernels = block.fwd_s / floor, block.bwd_s / floor
+        assert fwd_kernels == pytest.approx(round(fwd_kernels)) and round(fwd_kernels) >= 8
+        assert bwd_kernels == pytest.approx(round(bwd_kernels))
+        assert bwd_kernels > fwd_kernels
+        times[floor] = (round(fwd_kernels), round(bwd_kernels))
+    assert times[5e-4] == times[9.9e-4]

@@ -14,8 +14,8 @@ from nest_cp.cli.report import plan_report
 from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import PlanFormatError
 from nest_cp.model.exits import ExitCode
-from nest_cp.model.instance import Instance, IntraConfig
-from nest_cp.model.plan import Plan, uniform_stages
+from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
+from nest_cp.model.plan import Plan, Stage, uniform_stages
 
 
 @click.command("evaluate")
@@ -33,28 +33,31 @@ from nest_cp.model.plan import Plan, uniform_stages
 @click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),
               default="none", show_default=True,
               help="Without PLAN: every stage's mode, or full on all stages but the last.")
+@click.option("--split", type=click.Choice(["auto", "megatron", "even"]), default="auto",
+              show_default=True,
+              help="Without PLAN: megatron = blocks evenly over the pp x vp chunks, the "
+                   "embedding with the first and the head with the last (Megatron-LM); even = "
+                   "every layer of the chain alike; auto = megatron when the chain is "
+                   "embedding, blocks, head.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
                      dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
-                     vp: int, recompute: str, as_json: bool) -> None:
+                     vp: int, recompute: str, split: str, as_json: bool) -> None:
     """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
 
     Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
     instance at all (unknown configuration, bad split or placement).
     """
-    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute")
+    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute",
+                      "split")
     if plan_path is not None:
         reject_options(degree_options, "with a PLAN file")
     inst = io.load_instance(instance_path)
     if plan_path is not None:
         plan = io.load_plan(plan_path)
     elif pp is not None and dp_degree is not None:
-        if pp * vp > inst.workload.num_layers:
-            raise click.BadParameter(f"expected --pp x --vp <= {inst.workload.num_layers} "
-                                     f"layers, got {pp} x {vp}", param_hint="--pp")
         plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
-                    uniform_stages(inst.workload.num_layers, pp, recompute, vp),
-                    virtual_stages=vp)
+                    _split_stages(inst, pp, vp, recompute, split), virtual_stages=vp)
         inst = _admit_choices(inst, plan)
     else:
         raise click.UsageError("expected a PLAN file or both --pp and --dp")
@@ -75,6 +78,32 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     else:
         click.echo(_evaluation_table(inst, evaluation, peak))
     sys.exit(ExitCode.OK if evaluation.feasible else ExitCode.NO_PLAN)
+
+
+def _split_stages(inst: Instance, pp: int, vp: int, recompute: str,
+                  split: str) -> tuple[Stage, ...]:
+    """The pp x vp chunks of a plan from the command line: Megatron-LM's split (l / (p v)
+    blocks per chunk, extras to the middle chunks; the embedding with the first chunk and
+    the head with the last) or every layer of the chain alike; recompute modes by stage."""
+    from nest_cp.harness.runs import megatron_chunks
+
+    layers = inst.workload.layers
+    framed = len(layers) >= 3 and layers[0].name == "embedding" and layers[-1].name == "head"
+    if split == "megatron" and not framed:
+        raise click.BadParameter("expected a chain embedding, blocks..., head for the "
+                                 "Megatron split (use --split even)", param_hint="--split")
+    megatron = split == "megatron" or (split == "auto" and framed)
+    count = len(layers) - 2 if megatron else len(layers)
+    if pp * vp > count:
+        kind = "transformer blocks" if megatron else "layers"
+        raise click.BadParameter(f"expected --pp x --vp <= {count} {kind}, got {pp} x {vp}",
+                                 param_hint="--pp")
+    even = uniform_stages(len(layers), pp, recompute, vp)
+    if not megatron:
+        return even
+    chunks = megatron_chunks(count, pp, vp, RecomputeMode.NONE)
+    return tuple(replace(chunk, recompute=mode.recompute)
+                 for chunk, mode in zip(chunks, even, strict=True))
 
 
 def _admit_choices(inst: Instance, plan: Plan) -> Instance:

@@ -32,7 +32,7 @@ from nest_cp.profiles.profiler import AttentionKind, ProfileOptions
 from nest_cp.profiles.transformer import TransformerSpec
 
 __all__ = ["Prediction", "RecomputeMode", "Run", "build", "load_model", "megatron_chunks",
-           "model_flops_per_iteration", "predict"]
+           "model_flops_per_iteration", "predict", "predict_many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,15 @@ def megatron_chunks(num_blocks: int, pp: int, vp: int,
     return tuple(stages)
 
 
-def build(run: Run, device: DeviceSpec, optimizer: Optimizer) -> tuple[Instance, Plan]:
-    """The instance (profiled for the run's configuration only) and the run's plan."""
+def build(run: Run, device: DeviceSpec, optimizer: Optimizer,
+          workloads: dict | None = None) -> tuple[Instance, Plan]:
+    """The instance (profiled for the run's configuration only) and the run's plan.
+
+    ``workloads`` caches profiles (and instances) across runs priced on the same device:
+    runs that share the model, sequence, widths, microbatch and profile options share one
+    profile, and runs that also share the cluster and training setup one instance (named
+    after the first of them).
+    """
     from nest_cp.profiles.presets import network_cluster, profile_model
 
     config = IntraConfig(run.tp, run.ep)
@@ -108,9 +115,20 @@ def build(run: Run, device: DeviceSpec, optimizer: Optimizer) -> tuple[Instance,
                              overlap_grad_reduce=run.overlap_grad_reduce)
     options = ProfileOptions(attention=run.attention,
                              sequence_parallel=run.sequence_parallel and run.tp > 1)
-    workload = profile_model(run.model, device, training, (config,), options)
-    cluster = _with_device(network_cluster(run.network, run.devices), device)
-    instance = Instance(workload=workload, cluster=cluster, training=training, name=run.name)
+    key = (run.model, run.seq_len, config, run.microbatch, options)
+    workload = None if workloads is None else workloads.get(key)
+    if workload is None:
+        workload = profile_model(run.model, device, training, (config,), options)
+        if workloads is not None:
+            workloads[key] = workload
+    instance_key = (key, run.network, run.devices, training)
+    instance = None if workloads is None else workloads.get(instance_key)
+    if instance is None:
+        cluster = _with_device(network_cluster(run.network, run.devices), device)
+        instance = Instance(workload=workload, cluster=cluster, training=training,
+                            name=run.name)
+        if workloads is not None:
+            workloads[instance_key] = instance
     plan = Plan(config, run.microbatch, run.zero, run.dp,
                 megatron_chunks(run.model.num_layers, run.pp, run.vp, run.recompute),
                 virtual_stages=run.vp)
@@ -121,9 +139,17 @@ def _with_device(cluster: Cluster, device: DeviceSpec) -> Cluster:
     return replace(cluster, hbm_bytes=device.hbm_bytes, peak_flops_per_s=device.peak_flops)
 
 
-def predict(run: Run, device: DeviceSpec, optimizer: Optimizer) -> Prediction:
+def predict_many(runs: list[Run], device: DeviceSpec,
+                 optimizer: Optimizer) -> list[Prediction]:
+    """:func:`predict` for every run, profiling each distinct model shape once."""
+    workloads: dict = {}
+    return [predict(run, device, optimizer, workloads) for run in runs]
+
+
+def predict(run: Run, device: DeviceSpec, optimizer: Optimizer,
+            workloads: dict | None = None) -> Prediction:
     """Evaluate the run's plan on the device; raise InstanceFormatError if it is malformed."""
-    instance, plan = build(run, device, optimizer)
+    instance, plan = build(run, device, optimizer, workloads)
     evaluation = evaluate(instance, plan)
     if evaluation.objective_ticks is None:
         raise InstanceFormatError(f"expected a plan that fits the run: "

@@ -8,6 +8,7 @@ accepted (``"device": "h100-calibrated.json"``, relative to the instance file). 
                 "gemm_efficiency": ..., "attention_fwd_efficiency": ...,
                 "attention_bwd_efficiency": ..., "attention_seq_half": ...,
                 "gemm_fixed_s": ... (optional, default 0), "memory_efficiency": ...,
+                "kernel_fixed_s": ... (optional, default 0),
                 "peak_flops_by_dtype": {"bf16": ...}},
      "calibration": {"base": ..., "hidden_range": [lo, hi], "seq_len_range": [lo, hi],
                      "fitted": {...}, "unconstrained": [...], ...}}
@@ -48,6 +49,7 @@ def device_to_dict(device: DeviceSpec, calibration: dict[str, Any] | None = None
         **{name: getattr(device, name) for name in EFFICIENCY_FIELDS},
         "attention_seq_half": device.attention_seq_half,
         "gemm_fixed_s": device.gemm_fixed_s,
+        "kernel_fixed_s": device.kernel_fixed_s,
         "peak_flops_by_dtype": {dtype.value: peak for dtype, peak in device.peak_flops_by_dtype},
     }}
     if calibration is not None:
@@ -74,8 +76,8 @@ def device_from_dict(data: Any, file: str | None = None) -> DeviceSpec:
     if not isinstance(data, dict) or not isinstance(data.get("device"), dict):
         fail("device", "a mapping", data.get("device") if isinstance(data, dict) else data)
     raw = data["device"]
-    allowed = {"name", "gemm_tiles", "peak_flops_by_dtype", "gemm_fixed_s", *_NUMBERS,
-               *_INTEGERS}
+    allowed = {"name", "gemm_tiles", "peak_flops_by_dtype", "gemm_fixed_s", "kernel_fixed_s",
+               *_NUMBERS, *_INTEGERS}
     for key in raw:
         if key not in allowed:
             fail(f"device.{key}", "one of the fields " + ", ".join(sorted(allowed)),
@@ -97,10 +99,12 @@ def device_from_dict(data: Any, file: str | None = None) -> DeviceSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             fail(f"device.{key}", "an integer >= 0", value)
         kwargs[key] = value
-    fixed = raw.get("gemm_fixed_s", 0.0)  # optional: files written before it existed
-    if isinstance(fixed, bool) or not isinstance(fixed, int | float) or not 0 <= fixed < 1e-3:
-        fail("device.gemm_fixed_s", "seconds in [0, 0.001)", fixed)
-    kwargs["gemm_fixed_s"] = float(fixed)
+    for key in ("gemm_fixed_s", "kernel_fixed_s"):  # optional: older files lack them
+        fixed = raw.get(key, 0.0)
+        if isinstance(fixed, bool) or not isinstance(fixed, int | float) or \
+                not 0 <= fixed < 1e-3:
+            fail(f"device.{key}", "seconds in [0, 0.001)", fixed)
+        kwargs[key] = float(fixed)
     tiles = raw["gemm_tiles"]
     if not isinstance(tiles, list) or not tiles or not all(
             isinstance(tile, list) and len(tile) == 2 for tile in tiles):

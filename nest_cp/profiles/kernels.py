@@ -39,8 +39,10 @@ Executed FLOPs follow FlashAttention's convention: forward ``4 s^2 d`` per head 
 **Memory-bound ops** (norms, activations, residual adds, dropout, softmax, cross-entropy,
 embedding gathers): ``t = bytes / (mem_bandwidth * memory_efficiency)``.
 
-Launch gaps between kernels are not modelled beyond the GEMMs' fixed time (kernels are
-enqueued asynchronously; host-side dispatch that cannot keep up is not priced).
+**Kernels inside a training step** pay ``kernel_fixed_s`` each on top (the profiler adds it
+once per kernel it launches: every op's forward, data-gradient and weight-gradient pass that
+does work): launch gaps and host-side dispatch that isolated microbenchmarks never see. It is
+0 for datasheet presets and fitted by ``nest-cp calibrate`` (DESIGN §1.1, Calibration).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class DType(str, Enum):
 
 EFFICIENCY_FIELDS = ("gemm_efficiency", "attention_fwd_efficiency", "attention_bwd_efficiency",
                      "memory_efficiency")
+# What ``nest-cp calibrate`` may fit (DESIGN §1.1, Calibration): the four efficiencies (each a
+# sustained fraction of peak) and the fixed time per kernel launched inside a training step.
+CALIBRATED_FIELDS = (*EFFICIENCY_FIELDS, "kernel_fixed_s")
+MAX_KERNEL_FIXED_S = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,7 @@ class DeviceSpec:
     peak_flops_by_dtype: tuple[tuple[DType, float], ...] = ()
     calibration: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     gemm_fixed_s: float = 0.0
+    kernel_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.peak_flops > 0, "peak_flops > 0", self.peak_flops)
@@ -113,22 +120,30 @@ class DeviceSpec:
                "attention_seq_half >= 0", self.attention_seq_half)
         _check(isinstance(self.gemm_fixed_s, int | float) and 0 <= self.gemm_fixed_s < 1e-3,
                "gemm_fixed_s in [0, 1e-3) seconds", self.gemm_fixed_s)
+        _check(isinstance(self.kernel_fixed_s, int | float)
+               and 0 <= self.kernel_fixed_s < MAX_KERNEL_FIXED_S,
+               "kernel_fixed_s in [0, 1e-3) seconds", self.kernel_fixed_s)
 
     @property
     def description(self) -> str:
         """One line for listings: peak, kernel efficiencies, bandwidth and capacity."""
         capacity = (f"{self.hbm_bytes // 2**30} GiB" if self.hbm_bytes % 2**30 == 0
                     else f"{self.hbm_bytes / 1e9:g} GB")
-        fitted = " (calibrated)" if self.calibration else ""
+        fitted = ""
+        if self.calibration:
+            transferred = any(key == "transferred_from" for key, _ in self.calibration)
+            fitted = " (calibration transferred)" if transferred else " (calibrated)"
+        if self.kernel_fixed_s:
+            fitted = f", {self.kernel_fixed_s * 1e6:.1f} us per kernel{fitted}"
         return (f"{self.peak_flops / 1e12:g} TFLOP/s bf16, GEMM {self.gemm_efficiency:.3f}, "
                 f"attention {self.attention_fwd_efficiency:.2f}/"
                 f"{self.attention_bwd_efficiency:.2f}, {self.mem_bandwidth_Bps / 1e12:g} TB/s x "
                 f"{self.memory_efficiency:.2f}, {capacity} HBM{fitted}")
 
     def with_efficiencies(self, **values: float) -> DeviceSpec:
-        """A copy with some efficiency parameters replaced (calibration)."""
-        unknown = set(values) - set(EFFICIENCY_FIELDS)
-        _check(not unknown, f"efficiency names among {EFFICIENCY_FIELDS}", sorted(unknown))
+        """A copy with some calibrated parameters replaced (:data:`CALIBRATED_FIELDS`)."""
+        unknown = set(values) - set(CALIBRATED_FIELDS)
+        _check(not unknown, f"parameter names among {CALIBRATED_FIELDS}", sorted(unknown))
         return replace(self, **values)
 
 

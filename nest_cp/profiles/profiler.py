@@ -69,11 +69,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
 
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import (
+    AttentionKind,
     Collective,
     CollectiveGroup,
     CollectiveKind,
@@ -100,13 +100,6 @@ BF16_BYTES = 2
 FP32_BYTES = 4
 TOKEN_ID_BYTES = 4
 FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention: 5 matmuls backward (with recomputation) vs 2
-
-
-class AttentionKind(str, Enum):
-    """Fused flash-style attention, or materialised scores (batched GEMMs + softmax)."""
-
-    FLASH = "flash"
-    MATERIALIZED = "materialized"
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,6 +572,26 @@ def _head_collectives(shape: _Shape) -> tuple[Collective, ...]:
 # ------------------------------------------------------------------ profiles
 
 
+def _launched(shape: _Shape, ops: Sequence[_Op],
+              collectives: Sequence[Collective]) -> list[_Op]:
+    """The ops with the device's fixed time per kernel (``kernel_fixed_s``) added to every
+    pass that launches one (forward, data gradient, weight gradient with work to do), and
+    one more op for the launches of the layer's collective kernels (their transfer time is
+    the cost model's; their launch is compute-stream time like any kernel's)."""
+    gap = shape.device.kernel_fixed_s
+    if not gap:
+        return list(ops)
+    launched = [replace(op, fwd_s=max(op.fwd_s, gap) if op.fwd_s > 0 else 0.0,
+                        dgrad_s=max(op.dgrad_s, gap) if op.dgrad_s > 0 else 0.0,
+                        wgrad_s=max(op.wgrad_s, gap) if op.wgrad_s > 0 else 0.0)
+                for op in ops]
+    forward = sum(c.phase is Phase.FWD for c in collectives)
+    backward = len(collectives) - forward
+    if collectives:
+        launched.append(_Op("collective launches", gap * forward, gap * backward, 0.0, 0.0))
+    return launched
+
+
 def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, out: int,
              collectives: tuple[Collective, ...], selective: int | None = None,
              sdp: tuple[int, float] = (0, 0.0)) -> LayerProfile:
@@ -599,25 +612,30 @@ def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, o
 
 
 def _embedding_profile(shape: _Shape) -> LayerProfile:
-    return _profile(_embedding_ops(shape), (_embedding_params(shape.spec, shape.tp), 0),
+    collectives = _embedding_collectives(shape)
+    return _profile(_launched(shape, _embedding_ops(shape), collectives),
+                    (_embedding_params(shape.spec, shape.tp), 0),
                     _embedding_act_bytes(shape), TOKEN_ID_BYTES * shape.tokens,
-                    shape.shard_activation, _embedding_collectives(shape), selective=0)
+                    shape.shard_activation, collectives, selective=0)
 
 
 def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
     dense, expert, sliced = _block_params(shape.spec, shape.config, moe)
     units = max(1, _heads(shape).kv_heads)
     fraction = min(1.0, sliced / (dense + expert)) if dense + expert else 0.0
-    return _profile(_block_ops(shape, moe), (dense, expert), _block_act_bytes(shape, moe),
-                    shape.shard_activation, shape.shard_activation,
-                    _block_collectives(shape, moe),
+    collectives = _block_collectives(shape, moe)
+    return _profile(_launched(shape, _block_ops(shape, moe), collectives), (dense, expert),
+                    _block_act_bytes(shape, moe), shape.shard_activation,
+                    shape.shard_activation, collectives,
                     selective=_core_act_bytes(shape, _heads(shape)), sdp=(units, fraction))
 
 
 def _head_profile(shape: _Shape) -> LayerProfile:
-    return _profile(_head_ops(shape), (_head_params(shape.spec, shape.tp), 0),
+    collectives = _head_collectives(shape)
+    return _profile(_launched(shape, _head_ops(shape), collectives),
+                    (_head_params(shape.spec, shape.tp), 0),
                     _head_act_bytes(shape), shape.shard_activation, FP32_BYTES,
-                    _head_collectives(shape), selective=0)
+                    collectives, selective=0)
 
 
 def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:
@@ -676,7 +694,8 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                          moe_block if spec.is_moe_layer(index) else dense_block)
                    for index in range(spec.num_layers))
     return Workload(name=spec.name, layers=(Layer("embedding", embedding), *blocks,
-                                            Layer("head", head)))
+                                            Layer("head", head)),
+                    attention=options.attention, sequence_parallel=options.sequence_parallel)
 
 
 def total_params(workload: Workload, config: IntraConfig | None = None,
