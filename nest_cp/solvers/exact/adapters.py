@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from enum import Enum
 
@@ -31,6 +32,7 @@ import pulp
 from ortools.sat.python import cp_model
 
 from nest_cp.model.errors import InternalError, ModelMismatch
+from nest_cp.solvers.cpsat_solver import CheckedSolver
 from nest_cp.solvers.exact.budget import Deadline, OutOfTime
 
 logger = logging.getLogger(__name__)
@@ -44,11 +46,15 @@ class RawStatus(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class RawOutcome:
-    """What a solver proved about one sub-problem model; bound is None when unknown."""
+    """What a solver proved about one sub-problem model; bound is None when unknown; note
+    says why a proof the solver claimed was not accepted (its second proof failed), and
+    disagreed whether the second proof contradicted it (rather than running out of time)."""
 
     status: RawStatus
     objective: float | None
     bound: float | None
+    note: str | None = None
+    disagreed: bool = False
 
 
 def proven_bound(tolerance: float, value: float) -> int:
@@ -82,6 +88,7 @@ class _Building:
     def __init__(self):
         self.terms = 0
         self.deadline = Deadline()
+        self.label = "sub-problem"  # the model's name in the solver's notes
 
     def _count(self, terms: int) -> None:
         self.terms += terms
@@ -96,6 +103,7 @@ class _Building:
                                             else 0.0)
         if time_left <= 0:
             raise OutOfTime
+        self.label = label
         outcome = self.solve(time_left, seed, workers)
         logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", label,
                     outcome.status.value, outcome.objective, outcome.bound, self.terms,
@@ -111,7 +119,7 @@ class CpSatAdapter(_Building):
     def __init__(self):
         super().__init__()
         self.model = cp_model.CpModel()
-        self._solver: cp_model.CpSolver | None = None
+        self._solver: CheckedSolver | None = None
 
     def new_bool(self, name: str):
         self._count(1)
@@ -150,12 +158,13 @@ class CpSatAdapter(_Building):
         self.model.add_hint(var, value)
 
     def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
-        solver.parameters.random_seed = seed
-        solver.parameters.num_workers = workers
+        """Solve in ``time_limit_s``; an OPTIMAL or INFEASIBLE is proven twice (a second
+        CP-SAT run without presolve, :class:`~nest_cp.solvers.cpsat_solver.CheckedSolver`),
+        else it comes back FEASIBLE or UNKNOWN with the lower bound and a note."""
+        solver = self.checked_solver(time_limit_s, seed, workers)
         status = solver.solve(self.model)
         self._solver = solver
+        note, disagreed = solver.note, solver.disagreed
         if status == cp_model.MODEL_INVALID:
             raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
         if status == cp_model.INFEASIBLE:
@@ -168,8 +177,12 @@ class CpSatAdapter(_Building):
             objective = round(solver.objective_value)
             if status == cp_model.OPTIMAL:
                 return RawOutcome(RawStatus.OPTIMAL, objective, objective)
-            return RawOutcome(RawStatus.FEASIBLE, objective, bound)
-        return RawOutcome(RawStatus.UNKNOWN, None, bound)
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound, note, disagreed)
+        return RawOutcome(RawStatus.UNKNOWN, None, bound, note, disagreed)
+
+    def checked_solver(self, time_limit_s: float, seed: int, workers: int) -> CheckedSolver:
+        """The solver of :meth:`solve` (a seam: tests hand in a wrong first answer)."""
+        return CheckedSolver(time_limit_s, workers, seed, label=self.label)
 
     def value(self, var) -> int:
         return int(self._solver.value(var))
@@ -243,25 +256,121 @@ class MilpAdapter(_Building):
         self._hinted = True
 
     def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
-        if self.solver_name == "highs" and self._beyond_highs():
+        """Solve in ``time_limit_s``; an OPTIMAL or INFEASIBLE is proven twice: the same
+        solver solves the model again without presolve in the time left, started from the
+        first run's plan, and must agree, else the outcome is FEASIBLE (UNKNOWN without a
+        plan) with the lower of the two bounds and a note.
+
+        Not the other MILP solver: HiGHS took 10-30 times CBC's time to prove the cutoff
+        models of small instances infeasible.  CBC keeps its preprocessing ("preprocess
+        off" made the CBC 2.10 binary crash on an SDP model)."""
+        began = time.monotonic()
+        first = self._solve_with(time_limit_s, seed, workers)
+        if first.status not in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE):
+            return first
+        kept = {var.name: var.varValue for var in self.problem.variables()}
+        self._hinted = first.status is RawStatus.OPTIMAL  # CBC's warm start: the first plan
+        if not self._hinted:  # no stale values as HiGHS's start after an INFEASIBLE
+            for var in self.problem.variables():
+                var.varValue = None
+        second = self._solve_with(time_limit_s - (time.monotonic() - began), seed, workers,
+                                  presolve=False)
+        if second.objective is not None and not self._solution_holds():
+            # a run stopped at once (the time left was tiny) can report its start or an
+            # unfinished point as a solution; only a point the model admits is one
+            logger.info("%s: the check without presolve returned a point the model does "
+                        "not admit; it proves nothing", self.label)
+            second = RawOutcome(RawStatus.UNKNOWN, None, None)
+        return self._second_opinion(first, second, kept)
+
+    def _solution_holds(self) -> bool:
+        """Whether the variables' values satisfy every bound, integrality and constraint of
+        the model (within a loose relative tolerance: this catches non-solutions, it does
+        not re-derive the solver's own tolerances)."""
+        slack = 1e-6
+        for var in self.problem.variables():
+            value = var.varValue
+            if value is None:
+                return False
+            if var.cat == pulp.LpInteger and abs(value - round(value)) > 1e-5:
+                return False
+            if (var.lowBound is not None and value < var.lowBound - slack * (1 + abs(value))) \
+                    or (var.upBound is not None and value > var.upBound + slack * (1 + abs(value))):
+                return False
+        for constraint in self.problem.constraints():
+            scale = 1 + abs(constraint.constant) + sum(
+                abs(coefficient * var.varValue) for var, coefficient in constraint.items())
+            left = constraint.value()  # the row's activity plus its constant
+            if left is None:
+                return False
+            if (constraint.sense == pulp.LpConstraintLE and left > slack * scale) or \
+                    (constraint.sense == pulp.LpConstraintGE and left < -slack * scale) or \
+                    (constraint.sense == pulp.LpConstraintEQ and abs(left) > slack * scale):
+                return False
+        return True
+
+    def _second_opinion(self, first: RawOutcome, second: RawOutcome,
+                        kept: dict) -> RawOutcome:
+        """The outcome both runs support (the variables then hold the plan it reports)."""
+        band = self.objective_tolerance_rel * abs(first.objective or 0) + 0.5
+        if first.status is second.status is RawStatus.INFEASIBLE:
+            return first
+        if first.status is second.status is RawStatus.OPTIMAL and \
+                abs(first.objective - second.objective) <= band:
+            return RawOutcome(RawStatus.OPTIMAL, second.objective,
+                              min(first.bound, second.bound))
+        planned = [outcome for outcome in (first, second) if outcome.objective is not None]
+        bounds = []
+        for outcome in (first, second):
+            if outcome.status is RawStatus.INFEASIBLE:
+                if not planned:  # (an INFEASIBLE beside a plan is refuted: no bound)
+                    bounds.append(math.inf)
+            else:
+                bounds.append(-math.inf if outcome.bound is None else outcome.bound)
+        disagreed = second.status in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE) or (
+            second.objective is not None and (first.objective is None
+                                              or second.objective < first.objective - band))
+        said = (f"{self.label}: {self.solver_name.upper()}'s {first.status.value} (objective "
+                f"{first.objective}) and its check without presolve ({second.status.value}, "
+                f"objective {second.objective})")
+        note = f"{said} {'disagree' if disagreed else 'could not be checked'}; not proven"
+        (logger.warning if disagreed else logger.info)(note)
+        bound = min(bounds, default=-math.inf)
+        if not planned:
+            return RawOutcome(RawStatus.UNKNOWN, None, bound if math.isfinite(bound) else None,
+                              note, disagreed)
+        best = min(planned, key=lambda outcome: outcome.objective)
+        if best is first:  # the variables hold the second run's values: put the first's back
+            for var in self.problem.variables():
+                var.varValue = kept[var.name]
+        bound = min(bound, best.objective)
+        return RawOutcome(RawStatus.FEASIBLE, best.objective,
+                          bound if math.isfinite(bound) else None, note, disagreed)
+
+    def _solve_with(self, time_limit_s: float, seed: int, workers: int,
+                    presolve: bool = True) -> RawOutcome:
+        solver_name = self.solver_name
+        if solver_name == "highs" and self._beyond_highs():
             logger.warning("a constraint coefficient reaches %g, which HiGHS refuses: the "
                            "model is left unsolved (its sub-problem stays open)",
                            self.HIGHS_LARGE_MATRIX_VALUE)
             return RawOutcome(RawStatus.UNKNOWN, None, None)
         # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
-        if self.solver_name == "highs":
+        if solver_name == "highs":
             solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
                                      gapAbs=self.proof_gap_abs, threads=workers, random_seed=seed,
-                                     mip_feasibility_tolerance=self.integrality_tolerance)
+                                     mip_feasibility_tolerance=self.integrality_tolerance,
+                                     presolve="on" if presolve else "off")
         else:
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
                                        gapAbs=self.proof_gap_abs, threads=workers,
                                        warmStart=self._hinted,
                                        options=[f"randomCbcSeed {seed + 1}",
-                                                f"integerTolerance {self.integrality_tolerance}"])
+                                                f"integerTolerance {self.integrality_tolerance}",
+                                                *([] if presolve else ["presolve off"])])
         self.problem.solve(solver)
-        return self._outcome()
+        return self._outcome(solver_name)
 
     def _beyond_highs(self) -> bool:
         """Whether a constraint has an entry HiGHS refuses (its ``large_matrix_value``).
@@ -273,10 +382,10 @@ class MilpAdapter(_Building):
                    for constraint in self.problem.constraints()
                    for coefficient in constraint.values())
 
-    def _outcome(self) -> RawOutcome:
+    def _outcome(self, solver_name: str) -> RawOutcome:
         sol_status = self.problem.sol_status
         objective = pulp.value(self.problem.objective)
-        bound = self._highs_bound()
+        bound = self._highs_bound(solver_name)
         if sol_status == pulp.LpSolutionOptimal:
             # what the solver proved: its dual bound (HiGHS), or at least the objective less
             # the absolute gap at which it stops (CBC reports no bound through PuLP)
@@ -288,10 +397,10 @@ class MilpAdapter(_Building):
             return RawOutcome(RawStatus.INFEASIBLE, None, None)
         return RawOutcome(RawStatus.UNKNOWN, None, bound)
 
-    def _highs_bound(self) -> float | None:
+    def _highs_bound(self, solver_name: str) -> float | None:
         """HiGHS's proven dual bound; CBC's is not reported through PuLP (None)."""
         model = getattr(self.problem, "solverModel", None)
-        if self.solver_name != "highs" or model is None:
+        if solver_name != "highs" or model is None:
             return None
         bound = model.getInfo().mip_dual_bound
         return bound if math.isfinite(bound) else None

@@ -14,7 +14,10 @@ objective <= incumbent − 1, so a solver's INFEASIBLE there means "nothing bett
 here".
 
 How statuses combine.  A sub-problem is *resolved* when its solver proved
-OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  The result is
+OPTIMAL or INFEASIBLE (with or without cutoff) or it was pruned.  CP-SAT's proofs
+count only when a second solve without presolve confirms them
+(nest_cp.solvers.cpsat_solver); one it contradicts comes back FEASIBLE with the
+lower of the two bounds, and the result is then never OPTIMAL.  The result is
 OPTIMAL iff every sub-problem is resolved and a plan exists; INFEASIBLE iff every
 sub-problem is resolved and none has a plan (then no cutoff was ever active);
 otherwise FEASIBLE with a plan, UNKNOWN without.  The bound is the minimum over
@@ -111,6 +114,7 @@ class _Search:
     solver_runs: int = 0  # models solved (a sub-problem may be solved in both passes)
     pruned: int = 0
     skipped_models: int = 0  # models not started: too big for the time left
+    disagreements: int = 0  # proofs a second solve contradicted: the result is never OPTIMAL
     notes: list[str] = field(default_factory=list)
 
     def offer(self, plan: Plan, ticks: int) -> None:
@@ -283,6 +287,9 @@ class _Run:
                cutoff: int | None) -> float | None:
         """Referee the solver's answer; None when the sub-problem is resolved, else its bound."""
         tolerance = adapter.objective_tolerance_rel
+        if outcome.note:  # a proof the second solve did not confirm: the message says so
+            self.search.notes.append(outcome.note)
+        self.search.disagreements += outcome.disagreed
         if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
             plan = extract_plan(handles, adapter.value)
             evaluation = evaluate(self.instance, plan, self.network)
@@ -365,18 +372,24 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
         open_bounds.append(search.unreached_bound)
     stats = {"solver_runs": search.solver_runs, "subproblems_pruned": search.pruned,
              "subproblems_open": len(search.open), "models_skipped": search.skipped_models,
-             "shapes_unreached": search.unreached_bound < math.inf}
+             "shapes_unreached": search.unreached_bound < math.inf,
+             "solver_disagreements": search.disagreements}
+    limited = bool(open_bounds)  # stopped by the time limit with something unresolved
     if not open_bounds:
         if search.best_plan is None:
             return SolveResult(backend, Status.INFEASIBLE, wall_time_s=wall_time_s, space=space,
                                message="no plan fits in memory", stats=stats,
                                tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
         bound = min([search.best_ticks, *search.tolerance_bounds])
-        return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks, bound,
-                           wall_time_s, space, stats=stats,
-                           tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
+        if not search.disagreements:
+            return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks,
+                               bound, wall_time_s, space, stats=stats,
+                               tolerance_rel=tolerance_rel if search.tolerance_bounds else 0.0)
+        # a solver's proof was contradicted by its second solve: the bound (the lower of the
+        # two runs') holds if one of them is right, but the result is not OPTIMAL
+        open_bounds = [bound]
     bound = min(open_bounds + search.tolerance_bounds, default=-math.inf)
-    message = "; ".join(["time limit", *search.notes])
+    message = "; ".join((["time limit"] if limited else []) + search.notes)
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, bound_ticks=_int_or_none(bound),
                            wall_time_s=wall_time_s, space=space, message=message, stats=stats,

@@ -136,6 +136,7 @@ class _Search:
     solver_runs: int = 0
     pruned: int = 0
     too_large: int = 0  # full-space sub-problems not modelled (MAX_HOLDER_SETS)
+    disagreements: int = 0  # proofs a second solve contradicted: the result is never OPTIMAL
     notes: list[str] = field(default_factory=list)
 
     def offer(self, plan: Plan, effective: Fraction, ticks: int) -> None:
@@ -254,6 +255,9 @@ class _Run:
         solver's claim that no mask fits memory, as CP-SAT's would be.
         """
         tolerance = adapter.objective_tolerance_rel
+        if outcome.note:  # a proof the second solve did not confirm: the message says so
+            self.search.notes.append(outcome.note)
+        self.search.disagreements += outcome.disagreed
         if outcome.status in (RawStatus.OPTIMAL, RawStatus.FEASIBLE):
             plan = extract_sdp_plan(handles, adapter.value)
             evaluation = evaluate(self.instance, plan, self.network)
@@ -293,6 +297,11 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
             return SolveResult(backend, Status.INFEASIBLE, wall_time_s=wall_time_s, space=space,
                                message="no SDP plan fits in memory", stats=stats)
         bound = min([search.best_effective, *search.tolerance_bounds])
+        if search.disagreements:  # a contradicted proof (driver.py): not OPTIMAL
+            return SolveResult(backend, Status.FEASIBLE, search.best_plan, search.best_ticks,
+                               None, wall_time_s, space, message="; ".join(search.notes),
+                               stats=stats, tolerance_rel=tolerance,
+                               effective=search.best_effective, effective_bound=bound)
         return SolveResult(backend, Status.OPTIMAL, search.best_plan, search.best_ticks, None,
                            wall_time_s, space, stats=stats, tolerance_rel=tolerance,
                            effective=search.best_effective, effective_bound=bound)
