@@ -1,23 +1,52 @@
 """Placement-free lower bounds per shape: the cheap first filter of the certification.
 
-For a shape (c, b, S, d, z), every term the placement decides is priced on its
-cheapest possible tier — the cheapest tier that admits the group's size: pipeline
-pairs (2 devices), TP groups (t), EP groups (e), dense sync (d·e), expert sync and
-ZeRO-3 gathers (d) — so each stage's τ and sync are at most their real values
-in every plan of the shape.  With τ_lb = min over memory-feasible splits of max
-over stages of that τ, and σ_lb the same for the sync,
+Placement-free bound.  Covers every plan of a shape (c, b, S, d, z), on any
+network.  Claim: T >= (m + S − 1)·τ_lb + σ_lb, where τ_lb (σ_lb) is the least over
+memory-feasible splits and recompute vectors of the largest stage value of
+:meth:`FastBounds.stage_tau` (:meth:`FastBounds.stage_sync`).
 
-    T >= (m + S − 1)·τ_lb + σ_lb
+Proof.  Fix a plan P of the shape.
 
-(the two minimisations are separate, which can only lower the sum).  Exposed
-sync under ``overlap_grad_reduce`` is bounded by 0.
+1. Cheapest tier.  A group of g devices lies on some tier k (§1.2: the smallest
+   whose domain holds it); a tier-k domain then holds >= g devices, so tier k
+   *admits* g (on a graph every (bandwidth, latency) combination is a tier, and a
+   group's bottleneck is one of them).  A term priced on one group therefore costs
+   at least the least price over the tiers admitting g (:func:`cheapest_tier`).
+2. τ per stage.  τ(s, r) (DESIGN §3, §3.2 a, f) is compute + the mode's rerun
+   (the evaluator's integers, chain) + per collective its slowest group + the two
+   receives (each its slowest pair) + ZeRO-3 gathers.  Fix one group g0 of a
+   family: each of the family's collectives costs at least its price on g0's
+   tier, so the family's sum is at least ``collectives(span, f, tier(g0))`` and by
+   1 at least its cheapest admitting tier's (forward ones again under full
+   recomputation, §3.2 a).  Each receive costs at least one pair's price, so by 1
+   at least the cheapest tier admitting 2, with the sender's real last layer (or,
+   on a block chain, the least over the layers it can be).  Gathers (>= 0) are
+   dropped.  So τ(s, r) >= stage_tau(s).
+3. Sync per stage.  T_sync(P) = max over stages of dense + expert sync (§3), each
+   its slowest group, dense groups d·e ranks and expert groups d: by 1 each is at
+   least its cheapest admitting tier's price.  With ``overlap_grad_reduce`` the
+   exposed sync max(0, sync − R_s) (§3.2 c) is bounded by 0 instead.
+4. P's split is one of those minimised over (its stages fit in memory with
+   k_s = min(S − s, m) in flight, §3; the catalogue offers exactly those), so
+   τ_max(P) >= max_s stage_tau(s) >= τ_lb and T_sync(P) >= σ_lb; minimising the two
+   separately can only lower the sum.  T(P) = (m + S − 1)·τ_max + T_sync (§3).  ∎
 
-Block chains are done with per-stage-kind arrays over block counts (the bound
-then costs O(S·n) per cap of a binary search), explicit spans with
-:func:`nest_cp.solvers.certify.split.min_max_split`.  A stage's prices are replaced by
-their suffix minima over block counts (still at most the real price, and
-non-decreasing), so the blocks a stage may take under a cap form a prefix and
-the stages can share n blocks iff their largest counts sum to at least n.
+Block chains (:mod:`nest_cp.solvers.certify.split`) are done with per-stage rows
+over block counts; :meth:`FastBounds._min_max` states why its search is exact on
+such rows.  Explicit spans use :func:`nest_cp.solvers.certify.split.min_max_split`.
+
+Raised bound (:meth:`FastBounds.raised`).  Covers the other side of the main /
+raised split of a shape (:mod:`nest_cp.solvers.certify.geometry`): the plans in which
+some group of a present family f lies above k_min[f].  Claim: each costs at least
+(m + S − 1)·τ_raised + σ_lb, τ_raised the min-max of step 4 with one stage (any)
+valued by ``stage_tau`` with f priced only on the tiers above k_min[f] that admit
+it.  Proof: such a group G belongs to some stage s* of some replica; G lies on a
+tier k > k_min[f] admitting |G|, every collective of f at stage s* costs at least
+its price on G (its slowest group is no cheaper), so τ(s*, r) >= that raised
+value; every other stage is bounded as in 2; the rest is step 4 with the one
+raised stage chosen by the minimisation (:meth:`FastBounds._min_max` with
+``one_of``, :func:`_span_min_max_with_one`).  The least over families covers every
+raised plan.  ∎  A shape whose family has no tier above k_min gets +inf for it.
 """
 
 from __future__ import annotations
@@ -94,7 +123,9 @@ class FastBounds:
 
     def stage_tau(self, span: Span, receives: bool, sends: bool, sender_last: int | None,
                   raised: tuple | None = None) -> float:
-        """τ of a stage with every term on its cheapest tier (ZeRO-3 gathers dropped).
+        """τ of a stage with every term on its cheapest tier (ZeRO-3 gathers dropped): at
+        most τ(s, r) of every replica of every plan holding ``span`` there (the module
+        docstring, step 2; with ``raised``, "Raised bound").
 
         ``raised = (family, k_min)``: that family's groups priced only on tiers above
         k_min (some group of it lies there); inf when no such tier exists.
@@ -127,7 +158,8 @@ class FastBounds:
         return [chain.head] + ([0] if chain.head else [])
 
     def stage_sync(self, span: Span, dp: int, zero: int) -> int:
-        """Dense + expert gradient sync of a stage on their cheapest tiers (0 with overlap)."""
+        """Dense + expert gradient sync of a stage on their cheapest tiers (0 with overlap):
+        at most the stage's (exposed) sync in every plan (the module docstring, step 3)."""
         if self.overlap:
             return 0
         prices, config = self.prices, self.prices.config
@@ -140,6 +172,7 @@ class FastBounds:
     # ------------------------------------------------------------ per shape
 
     def bound(self, shape: Shape) -> ShapeBound:
+        """The placement-free bound of the shape (proof: the module docstring)."""
         if self.chain is None:
             return self._span_bound(shape)
         tau = self._block_tau(shape)
@@ -165,7 +198,8 @@ class FastBounds:
 
     def raised(self, shape: Shape, k_min: dict) -> float:
         """Bound on the shape's plans where some intra group of a family f lies above its
-        innermost admitting tier k_min[f]: one stage pays that family on a higher tier."""
+        innermost admitting tier k_min[f]: one stage pays that family on a higher tier
+        (proof: the module docstring, "Raised bound").  +inf when no family can be raised."""
         best = math.inf
         for family, lowest in k_min.items():
             value = self._raised_tau(shape, (family, lowest))
@@ -249,7 +283,11 @@ class FastBounds:
 
     def _max_fit(self, kind: Kind, in_flight: int, mode: RecomputeMode, zero: int,
                  dp: int) -> int:
-        """Most blocks a stage of this kind fits in memory with (-1: not even the fewest)."""
+        """Most blocks a stage of this kind fits in memory with (-1: not even the fewest).
+
+        Binary search is exact: a stage's bytes (§3, §3.2 a, d: state of its parameters,
+        in-flight activations, the working set and ZeRO-3 buffers, each a sum or a max of
+        non-negative per-layer terms) never fall when it gains a block."""
         key = (kind, in_flight, mode, zero, dp if zero else 0)
         if key not in self._fit_cache:
             fitting = [blocks for blocks in range(self.chain.blocks + 1)
@@ -340,13 +378,32 @@ class FastBounds:
 
     def _min_max(self, rows: list[np.ndarray], shape: Shape,
                  one_of: list[np.ndarray] | None = None) -> float:
-        """Least cap under which the stages' largest block counts reach n (rows are
-        non-decreasing up to where they turn INF).  With ``one_of``, one stage (any)
-        takes its row from ``one_of`` instead (whose values are at least ``rows``')."""
+        """min over block counts (c_s) with Σ c_s = n, c_s >= the stage's fewest, of
+        max_s row_s(c_s) — or a lower bound on it; with ``one_of``, one stage (any) is
+        valued by its ``one_of`` row instead.  +inf when no counts qualify.
+
+        Rows are non-decreasing in the count (INF counts as largest): each is a minimum,
+        over modes, of a suffix-minimum row cut to INF past the counts that fit, and a
+        minimum of non-decreasing rows is non-decreasing.  ``one_of`` rows are >= ``rows``
+        entrywise (a raised family is priced on a subset of the tiers).
+
+        Proof.  For a cap, ``largest`` is per stage the most blocks whose row value is
+        <= cap (a prefix of counts, by monotonicity), -1 when not even the fewest qualify.
+        If counts (c_s) have max_s row_s(c_s) <= cap then every c_s <= largest_s, so
+        Σ largest_s >= n (with ``one_of``: the raised stage s* has c_{s*} <= its ``one_of``
+        largest, so Σ largest − (largest_{s*} − raised_{s*}) >= n, and the code takes the
+        least loss over s*): ``holds(cap)``.  ``holds`` is monotone in the cap and changes
+        only at values occurring in some row (normal or ``one_of``); so the least such
+        value that holds is <= the true min-max.  All of them are candidates: a min-max
+        whose binding stage is a normal one ends on a normal row's value, and searching
+        the ``one_of`` values alone overshot it.  ∎
+        """
         matrix = np.stack(rows)
         other = None if one_of is None else np.stack(one_of)
         lows = np.array([self._min_blocks(s, shape.num_stages) for s in range(len(rows))])
-        finite = np.unique(matrix[matrix < INF] if other is None else other[other < INF])
+        # candidate caps: every finite value of every row, normal and raised (see the proof)
+        values = matrix if other is None else np.concatenate((matrix.ravel(), other.ravel()))
+        finite = np.unique(values[values < INF])
         if finite.size == 0:
             return math.inf
 
@@ -390,7 +447,12 @@ class FastBounds:
 def _span_min_max_with_one(catalogue: Catalogue, normal, raised) -> float:
     """min over splits of max over stages, one stage (any) valued by ``raised`` and the
     others by ``normal``.  value[s, first, pending] over suffixes; ``pending``: the raised
-    stage is still to come."""
+    stage is still to come.
+
+    Exact: every split of offered options with one stage marked raised is one path of
+    this DP (stages in order, each option starting where the previous one ended), and
+    the DP keeps at every (stage, first layer, pending) the least max over the suffixes;
+    max is monotone, so the least suffix value gives the least total."""
     num_layers = catalogue.prices.num_layers
     value = {(catalogue.num_stages, num_layers, False): 0}
     for stage in reversed(range(catalogue.num_stages)):

@@ -7,10 +7,11 @@ tier-k domain); on a graph the tiers are every (pair bandwidth, pair latency)
 combination without a capacity (no containment is reasoned about there), which
 is a superset of the bottlenecks any group can have.
 
-:class:`LayerPrices` holds per-layer prices on every tier and prefix sums;
-:meth:`LayerPrices.stage` prices one stage span exactly as
+:class:`LayerPrices` holds per-layer prices on every tier and prefix sums; its
+range sums and per-stage terms price one stage span exactly as
 :func:`nest_cp.cost.evaluate.evaluate` composes it, given the tier each of its
-families sits on:
+families sits on (the identity every bound of this package starts from; a test
+checks it against the evaluator):
 
 - compute: Σ (fwd + bwd) + the recompute mode's rerun (full: Σ fwd, selective:
   Σ sel_fwd) — :func:`nest_cp.cost.terms.compute_ticks`,
@@ -24,6 +25,11 @@ families sits on:
 
 Terms rounded per layer (compute, collectives) are summed per layer like the
 evaluator; terms rounded per stage are priced on the stage's totals.
+
+Why every group's price is one of these tiers'.  Hierarchical: a group's path is
+the path of its tier (DESIGN §1.2), and a tier-k group fits one tier-k domain, so
+tier k *admits* its size.  Graph: a group's bottleneck is (least bandwidth, largest
+latency) over its pairs, one of the (bandwidth, latency) combinations listed.
 """
 
 from __future__ import annotations

@@ -1,18 +1,56 @@
 """Capacity levels of a hierarchical network and the replica paths over them.
 
-The *class* of a set of groups is the largest tier any of them lies on: a class-k
-set costs at least its price on tier k and all its groups lie inside tier-k
-domains.  Tiers with a capacity (every tier but the unconstrained outermost one)
-are the *capacity levels*.  A replica's pipeline boundaries have classes; a
-boundary of class k *breaks* the replica's runs at every level below k.
+Terms.  Tiers k = 0..K−1 as :func:`~nest_cp.solvers.certify.chain.network_tiers`
+lists them (cut at the first tier with one domain); tiers with a capacity are the
+*capacity levels* ℓ = 0..levels−1 and tier ``levels`` = K−1 is the unconstrained
+outermost one.  The *tier* of a set of devices is the smallest k whose domain
+holds them all (DESIGN §1.2; domains are nested blocks of ids, so a set on tier
+k lies inside one tier-ℓ domain for every ℓ >= k).  The *class* of a set of
+groups is the largest tier any of them lies on.
 
-An :class:`Arc` is one level-0 run of a replica path (stages p..p+r−1, all its
-boundaries class 0) ending in a break of class k >= 1, or at the end of the chain.
-The state before an arc holds the length m_ℓ of the current level-ℓ run for the
-levels ℓ = 1..K−2, so arc and state give every stage of the run its (in-class,
-out-class) *combo* and the runs that end there.  Runs never exceed what a domain
-holds: a level-ℓ run of ℓ stages keeps ℓ·J_ℓ ranks in one tier-ℓ domain, where J_ℓ
-is the number of a stage replica's ranks its intra groups join at that level.
+A plan of a shape is *main* when every intra-layer group of every present family
+f (size > 1 and some collective; ``k_min``) lies on k_min[f], the innermost tier
+that admits its size (no group lies lower: a tier-k group fits one tier-k domain).
+At level ℓ the families with k_min[f] <= ℓ are *joined*; J_ℓ is the product of
+their sizes, and a *piece* is a set of J_ℓ ranks of one stage replica connected by
+joined groups (all a = t·e ranks when both families are joined: TP groups are the
+rows, EP groups the columns of the t × e grid of ranks j = t_index + t·e_index).
+
+Lemma (replica paths).  Take a main plan and one replica r.  Give boundary b
+(stage b → b + 1) the class c_b of its a pairs (rank j to rank j, DESIGN §3).
+Cut the stages into maximal level-0 runs (stages joined by class-0 boundaries);
+each run is an :class:`Arc` whose state holds, for ℓ = 1..levels−1, the length
+m_ℓ of the level-ℓ run (stages joined by boundaries of class <= ℓ) before it.
+Then (i) consecutive arcs of r form a path of :func:`replica_arcs` from a start
+node, and (ii) every stage gets the combo (c_{s−1}, c_s) its arc gives it.
+
+Proof.  (ii) Inside an arc the boundaries have class 0.  The break b after an
+arc has class k >= 1 and admits a pair (it holds one, on tier k); the next state
+keeps m_ℓ for ℓ >= k and zeroes the levels below k, exactly as the level-ℓ runs
+continue through a class-k break iff ℓ >= k.  The in-class of the next arc is
+recovered from the state as the lowest ℓ with m_ℓ > 0, which is k when
+k <= levels−1, and the outermost tier otherwise (the only tier above the capacity
+levels).  (i) The only other condition an arc checks is run·J_ℓ <= G_ℓ for every
+level ℓ and every level-ℓ run.  For one piece P and a level-ℓ run R: the pairs of
+R's boundaries lie on tiers <= ℓ, so each rank's devices over R share one tier-ℓ
+domain; the joined groups of P lie on tiers <= ℓ, so P's devices at each stage of R
+share one too; hence P × R, |R|·J_ℓ distinct devices (the placement is injective,
+§2), lies in one tier-ℓ domain of at most G_ℓ devices.  ∎
+
+The same argument shows what the relaxation packs: every maximal level-ℓ run of
+every replica gives a/J_ℓ disjoint *items* of |R|·J_ℓ devices, each inside one
+tier-ℓ domain.  A run that a higher-class break cuts may continue for some pieces
+(the class is the largest pair's); counting it as two items only splits items, so
+it stays a relaxation.
+
+Sides.  When the top capacity level has exactly two domains and J at that level is
+all a ranks, a path also carries the domain (*side*) holding its current top-level
+run: all a ranks of a stage lie in one top-level domain, a break of the outermost
+class has some pair in two different top-level domains, so the next stage's ranks
+are in the other one; a break of a lower class keeps them in the same one.  When
+J < a this fails — the pieces lie in either domain independently and a break moves
+only some of them (a stage of e = 2 ranks without EP collectives, or a TP group
+wider than a top-level domain, is split across both) — so sides are not tracked.
 """
 
 from __future__ import annotations
@@ -116,9 +154,15 @@ def geometry(prices: LayerPrices) -> Geometry | None:
         members = frozenset(f for f, k in k_min.items() if k <= tier.index)
         families.append(members)
         joined.append(math.prod(sizes[f] for f in members))
-    top_domains = len(tiers[len(joined) - 1].domains)
+    top = len(joined) - 1
+    # Sides are tracked only when a stage replica's a ranks are one item at the top capacity
+    # level (its intra groups join all of them there): then a break of the outermost class
+    # moves the whole replica to the other domain.  Otherwise its pieces may sit in
+    # different top-level domains and flip independently (the pair of one rank j leaves the
+    # domain, another's does not), so the general packing is used.
+    whole = joined[top] == config.devices
     return Geometry(tiers, tuple(joined), tuple(families), k_min, config.devices, sizes,
-                    2 if top_domains == 2 else 0)
+                    2 if whole and len(tiers[top].domains) == 2 else 0)
 
 
 def replica_arcs(num_stages: int, geo: Geometry) -> list[Arc]:

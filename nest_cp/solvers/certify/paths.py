@@ -1,20 +1,50 @@
 """One replica's path: a cheap lower bound, and the uniform plan it suggests.
 
-Bound (block chains, intra groups on their innermost tiers).  Every plan of the
-shape has some replica, and τ_max is at least that replica's slowest stage, whose
-price depends on the replica's combos (:mod:`nest_cp.solvers.certify.geometry`).  For a cap
-on τ, each (stage, combo) can hold at most x blocks — the largest count whose
-cheapest memory-feasible mode prices within the cap, transfers on the combo's
-tiers (:meth:`nest_cp.solvers.certify.bounds.FastBounds.combo_rows`); the cap is feasible
-iff some arc path holds all n blocks, a longest-path DP over the arcs.  Binary
-search on the cap gives τ_path, and (m + S − 1)·τ_path + σ_lb bounds the shape
-(σ_lb the placement-free sync bound).  Packing and the other replicas are
-ignored; the relaxation (:mod:`nest_cp.solvers.certify.relax`) adds them.
+Bound.  Covers the *main* plans of a shape (c, b, S, d, z) on a block chain: every
+intra-layer group on its innermost admitting tier k_min
+(:mod:`nest_cp.solvers.certify.geometry`).  Claim: every such plan has
+T >= (m + S − 1)·τ_path + σ_lb, with σ_lb the placement-free sync bound
+(:meth:`nest_cp.solvers.certify.bounds.FastBounds.bound`) and τ_path from the search
+below; τ_path = +inf (no main plan) when no replica path exists.
 
-Suggestion.  The path and split that attain τ_path, taken by every replica, with
-each stage's sync on its cheapest admitting tier, is a relaxation solution; when
-:mod:`nest_cp.solvers.certify.realise` places it and the evaluator prices it at the bound,
-the shape is solved without a model.
+Proof.  Fix a main plan P, any replica r, and write c_s for the blocks stage s
+holds (:mod:`nest_cp.solvers.certify.split`: the counts determine every stage's
+layers up to identical blocks).
+
+1. By the replica-path lemma (geometry), r's boundary classes form a path of
+   arcs from a start node, and give stage s the combo (c_in, c_out) of its arc.
+2. For stage s of r, τ(s, r) (DESIGN §3, §3.2 a, f) is at least the
+   ``combo_rows`` entry at c_s: compute and the mode's rerun are the evaluator's
+   integers (chain); every collective of a present family costs its slowest group,
+   and all groups lie on k_min, so it costs exactly its tier-k_min price (forward
+   ones twice under full recomputation); the activation received from s − 1 costs
+   its slowest pair, at least the pair of the largest tier c_in (a max is at least
+   each of its terms — tiers need not be monotone in price), with the sender's
+   last layer one of ``_possible_senders`` (the row takes the least); likewise the
+   gradient from s + 1 on c_out with s's own last layer; ZeRO-3 gathers (>= 0) are
+   dropped.  The mode is one that fits in memory at stage s (k_s = min(S − s, m),
+   §3), and the row is the least over those modes.  Suffix minima over counts
+   only lower a row, so every row is non-decreasing and still <= the real value.
+3. Let cap = τ_max(P) (§3: the largest τ(s, r') over stages and replicas), so
+   τ(s, r) <= cap for every s.  By 2, c_s <= x_s(cap), the most blocks whose row
+   value is <= cap (non-decreasing rows: a prefix of counts); and c_s is at least
+   the fewest the stage must hold, so no stage of r's path is -1.  Hence the
+   longest-path DP over arcs (its value at a node is the most blocks a path from
+   there can hold) gives >= Σ_s c_s = n along r's path: ``holds(cap)``.
+4. ``holds`` is monotone in the cap, and changes only at values that occur in
+   some row, so the least row value v with ``holds(v)`` (binary search over all
+   of them) is <= cap = τ_max(P).  No arc at all means no replica path, so by 1 no
+   main plan: +inf (``self.rows`` is then empty).
+5. T(P) = (m + S − 1)·τ_max(P) + T_sync(P) (§3) and T_sync(P) >= σ_lb, which
+   bounds every plan of the shape.  ∎
+
+Packing and the other replicas are ignored here; the relaxation
+(:mod:`nest_cp.solvers.certify.relax`) adds them.
+
+Suggestion (not a bound).  The path and split that attain τ_path, taken by every
+replica, with each stage's sync on its cheapest admitting tier, is a relaxation
+solution; :mod:`nest_cp.solvers.certify.realise` may place it, and only the
+evaluator's price of the placed plan counts.
 """
 
 from __future__ import annotations
@@ -41,6 +71,8 @@ class PathBound:
         self.tau = self._search()
 
     def _search(self) -> float:
+        if not self.rows:
+            return math.inf  # no replica path exists: the shape has no main plan
         caps = np.unique(np.concatenate([np.stack(r).ravel() for r in self.rows.values()]))
         caps = caps[caps < INF]
         if caps.size == 0 or self._longest(int(caps[-1]))[0] < self.fast.chain.blocks:

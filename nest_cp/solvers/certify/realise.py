@@ -36,6 +36,7 @@ from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.relax import NONE, Arc, Geometry
 from nest_cp.solvers.certify.slices import SlicePlacement
 from nest_cp.solvers.certify.split import Catalogue
+from nest_cp.solvers.cpsat_solver import new_solver
 
 logger = logging.getLogger(__name__)
 
@@ -242,10 +243,8 @@ class _TopLevel:
                         for i, run in enumerate(self.example[path])) for p in full}
         for a, b in zip(full, full[1:], strict=False):
             model.add(loads[a] >= loads[b])
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = time_limit_s
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = seed
+        # only an assignment is read (its plan is priced by the evaluator): no proof to confirm
+        solver = new_solver(time_limit_s, workers=1, seed=seed)
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             logger.info("realise: top-level assignment %s", solver.status_name(status))

@@ -1,54 +1,80 @@
 r"""A relaxation of the full space for one shape, solved by CP-SAT: the strong lower bound.
 
-Setting.  A hierarchical network with tiers k = 0..K−1; tier-k domains hold
-G_k devices and only the outermost tier is unconstrained.  The relaxation is
-valid for the plans of a shape in which every intra-layer group (TP of t ranks,
-EP of e ranks) lies on the innermost tier that admits its size, k_min; the plans
-where some intra group lies higher are bounded separately
-(:func:`nest_cp.solvers.certify.bounds.FastBounds`'s ``raised`` bound).
+Covers the *main* plans of a shape (c, b, S, d, z) on a hierarchical network:
+every intra-layer group of a present family on its innermost admitting tier
+k_min (:mod:`nest_cp.solvers.certify.geometry`, which also defines tiers, classes,
+pieces, items and arcs); the other plans are bounded by the raised bound
+(:class:`nest_cp.solvers.certify.bounds.FastBounds`).
 
-Classes.  The *class* of a set of groups is the largest tier any of them lies
-on.  A class-k set costs at least its price on tier k (each cost term is a max
-over groups, and one group is on tier k) and all its groups lie inside tier-k
-domains.  Classes used:
+Variables.  y[s, o]: stage s takes option o (memory-feasible spans,
+:mod:`~nest_cp.solvers.certify.split`); flow[arc]: replicas whose path takes the
+arc (d units); combo[s, c]: some replica's stage s has combo c; per stage, a class
+literal for its dense-sync, expert-sync and ZeRO-3 gather groups; arc-flow bin
+packing counts per capacity level; τ_max, T_sync.
 
-- per replica r and pipeline boundary b: the class of its a pairs (rank j of
-  stage b and of stage b + 1) — a replica *breaks* at every level below it;
-- per stage: the class of the dense-sync groups (d·e ranks), of the expert-sync
-  groups and of the ZeRO-3 gather groups (d ranks each).
+Claim.  Every main plan P of the shape gives an assignment satisfying every
+constraint with objective (m + S − 1)·τ_max + T_sync <= T(P).  Hence the model's
+optimum — or CP-SAT's proven bound when stopped — is at most the least main plan;
+with the cutoff "objective <= incumbent − 1", INFEASIBLE proves no main plan is
+below the incumbent.  (A solver's OPTIMAL or INFEASIBLE is a claim until a second
+solve agrees: the solver construction below confirms it, DESIGN §4.)
 
-Replica paths.  A replica's classes form a path through stages: an arc is a
-level-0 run (stages p..p+r−1, all its boundaries class 0) ending in a break of
-class k >= 1 (or the end of the chain); the state before an arc holds the length
-m_ℓ of the current level-ℓ run for the levels ℓ = 1..K−2.  So arc and state give
-every stage of the run its (in-class, out-class) *combo*, and the runs that end
-there.  An integer flow of d units through these arcs is a multiset of replica
-paths; combo[s, c] = 1 when some replica uses combo c at stage s, and then
+Proof.  Fix a main plan P.  Set y to P's split (its stages fit, so their options
+are offered; a block chain's counts sum to n and explicit spans chain up — the
+linking constraints), flow[arc] to the number of replicas whose path, by the
+replica-path lemma (geometry), takes that arc, combo[s, c] = 1 iff some replica
+uses c at s, each class literal to the largest tier of its groups in P, and
+τ_max, T_sync to the least values the constraints allow.  Then:
 
-    τ_max >= compute_s + collectives_s(k_min) + transfer(out_{s−1}, c_in)
-             + transfer(out_s, c_out) + gather_s(class)
+1. Flow: each replica is one unit from its start node (its side, when sides are
+   tracked) along a path of arcs, so conservation and Σ supply = d hold; the
+   combo links (flow <= d·combo, Σ flow >= combo) hold by the choice of combo,
+   and every stage has some combo (every stage has a replica).
+2. τ rows: for a used combo (c_in, c_out) at stage s, take a replica r using it.
+   τ(s, r) (DESIGN §3, §3.2 a, f) >= base_s + transfer(b = s−1, c_in) +
+   transfer(b = s, c_out) + gather_s: compute and rerun are the evaluator's
+   integers; every collective of a present family costs its slowest group, all on
+   k_min (main plan), so exactly its tier-k_min price; each receive costs its
+   slowest pair, at least the pair on the boundary's class tier (a max is at
+   least any of its terms; tiers need not be monotone in price), with volume the
+   out_bytes of the sender's last layer (boundary b = stage b's); the ZeRO-3
+   gathers (z = 3: one group per rank j over the d replicas, §3) cost their
+   slowest group, at least the price on the class tier.  So τ_max(P) is at least
+   every row; the redundant rows τ_max >= base_s follow.
+3. Sync: T_sync(P) = max over stages of (slowest dense group + slowest expert
+   group), each at least its price on its class tier (§3); with
+   ``overlap_grad_reduce`` the exposed sync is max(0, sync − R_s), R_s the stage's
+   Σ bwd (§3.2 c): at least sync − R_s and at least 0 (the variable's domain).
+4. Packing, level ℓ: by the lemma every maximal level-ℓ run R of every replica
+   gives a/J_ℓ disjoint items of |R|·J_ℓ devices, each inside one tier-ℓ domain
+   (a run cut early by a higher break is at worst split in two, which packs no
+   worse); the run ends at the arc that *emits* ℓ, whose ``runs[ℓ]`` is |R|.  So the
+   items fit the tier-ℓ domains (their device counts, partial domains included),
+   which the arc-flow model states exactly for one level; levels are packed
+   independently (a relaxation).  With sides (two top-level domains, J = a at the
+   top level), each side's top-level runs lie in that domain: Σ over its runs of
+   |R|·a <= its devices.
+5. Merge: if a sync or gather term has class <= ℓ, each of its groups (one rank
+   index over the d replicas; for dense sync, one tensor index over the d·e ranks)
+   lies in one tier-ℓ domain D.  Each group member (s, r, j) lies in an item of
+   length >= the arc's ``runs[ℓ]`` (the level-ℓ run through s up to the arc's end)
+   inside one tier-ℓ domain, which must be D; the items of different replicas are
+   disjoint, and a replica's group members fall in ``merged(ℓ, widen)`` ranks'
+   worth of pieces (the joined families, widened by EP for the dense sync).  So
+   Σ_r runs[ℓ]·merged <= G_ℓ.
+6. Floors and domains: the floor rows (τ_max >= τ_path, T_sync >= σ_lb) are met
+   by τ_max(P) and T_sync(P), since τ_path and σ_lb are proven bounds on them
+   (paths, bounds).  So the least values of τ_max and T_sync are at most τ_max(P)
+   and T_sync(P), which lie inside the variables' domains: every term of P is at
+   most its largest price over the tiers admitting its group, and the domains
+   reach the largest base plus two largest transfers plus every gather term's
+   largest (τ_max), and the sum of every stage's largest syncs (T_sync).
+7. Objective: (m + S − 1)·τ_max + T_sync <= (m + S − 1)·τ_max(P) + T_sync(P) = T(P)
+   (§3).  ∎
 
-— valid because the four terms are those of one stage replica (DESIGN §3).
-
-Packing.  A level-ℓ run of ℓ stages, with the ranks that its intra groups join
-at level ℓ (J_ℓ = t if the TP groups lie at level <= ℓ, times e for EP), is a
-set of a/J_ℓ *items* of ℓ·J_ℓ devices, each inside one tier-ℓ domain.  Items
-pack into the tier-ℓ domains (an arc-flow bin-packing model per level, exact for
-packing; levels are packed independently, a relaxation).  With exactly two
-top-level domains the paths carry which one holds each top-level run (a break of
-the outermost class switches it: the pair must leave the domain), and each
-domain's runs are counted against its devices exactly.  A sync or gather class
-<= ℓ merges, at its stage, the level-ℓ runs of all d replicas: their total size
-(a lower bound: the run up to the arc's end) must fit one tier-ℓ domain.
-
-Objective (m + S − 1)·τ_max + T_sync with T_sync >= dense_s + expert_s (minus
-the stage's backward ticks under overlap).  Dropped, so the model stays a
-relaxation: the nesting of levels, which domain holds what beyond two top-level
-domains, and every break's "different inner domain" side condition.  Every real
-plan of the shape with intra groups at k_min gives a solution of no larger
-objective, so the model's
-optimum — or CP-SAT's proven bound when stopped — bounds the shape.  With a
-cutoff (the incumbent), INFEASIBLE proves the shape holds nothing better.
+Dropped, so the model stays a relaxation: the nesting of levels, which domain
+holds what beyond two top-level domains, and every break's "different inner
+domain" side condition.
 """
 
 from __future__ import annotations
@@ -63,6 +89,7 @@ from nest_cp.model.instance import CollectiveGroup
 from nest_cp.solvers.certify.chain import LayerPrices
 from nest_cp.solvers.certify.geometry import NONE, Arc, Geometry, replica_arcs
 from nest_cp.solvers.certify.split import Catalogue, StageOption
+from nest_cp.solvers.cpsat_solver import CheckedSolver
 
 
 @dataclass
@@ -334,10 +361,8 @@ class Relaxation:
         if floor is not None:
             model.add(self.tau_max >= floor[0])
             model.add(self.t_sync >= floor[1])
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = seed
+        # OPTIMAL and INFEASIBLE are proven twice, else downgraded (cpsat_solver.CheckedSolver)
+        solver = CheckedSolver(time_limit_s, workers, seed, label=f"{self.shape.label} relaxation")
         status = solver.solve(model)
         wall = solver.wall_time
         if status == cp_model.OPTIMAL:

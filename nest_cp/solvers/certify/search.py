@@ -1,18 +1,28 @@
 """Certify a DP plan against the full space: a proven interval [lower bound, best plan].
 
-Why the bound is valid.  Every plan belongs to exactly one shape (c, b, S, d, z)
-(:mod:`nest_cp.solvers.certify.split`), so the minimum over shapes of a lower bound per
-shape bounds every plan.  A shape's bound is the least of
+Why the bound is valid.  The certificate's lower end is min(incumbent, least
+bound over the shapes still open, −inf if the placement-free pass was cut short).
 
-- the *main* bound, for its plans whose intra-layer groups lie on their innermost
-  admitting tier: the largest of the placement-free bound
-  (:mod:`nest_cp.solvers.certify.bounds`), one replica's path bound
-  (:mod:`nest_cp.solvers.certify.paths`) and the placement relaxation's proven value
-  (:mod:`nest_cp.solvers.certify.relax`) when it was solved;
-- the *raised* bound, for its other plans (some intra group lies higher).
-
-A shape whose bound reaches the incumbent holds no better plan.  The relaxation
-is solved with the cutoff "objective <= incumbent − 1", so INFEASIBLE proves that.
+1. Every plan (v = 1, plain data parallelism: :func:`unsupported` refuses the rest)
+   belongs to exactly one shape (c, b, S, d, z) (:mod:`nest_cp.solvers.certify.split`),
+   so the least over shapes of a bound per shape bounds every plan.
+2. Every shape gets the placement-free bound (:mod:`nest_cp.solvers.certify.bounds`),
+   valid for all its plans; a shape whose bound reaches the incumbent holds no
+   better plan and is dropped.
+3. On a hierarchical network the plans of a visited shape split into *main*
+   (every intra group on its innermost admitting tier) and *raised* (some group
+   above it), :mod:`nest_cp.solvers.certify.geometry`.  The shape's bound is
+   min(main bound, raised bound), where the main bound is the largest of the
+   placement-free bound, the path bound (:mod:`nest_cp.solvers.certify.paths`) and
+   the relaxation's proven value (:mod:`nest_cp.solvers.certify.relax`) — each valid
+   for every main plan — and the raised bound (bounds) is valid for every raised
+   plan.  A shape with no replica path has no main plan: main bound +inf.  On a
+   graph no such split is made: the placement-free bound alone.
+4. The relaxation is solved with the cutoff "objective <= incumbent − 1", so its
+   INFEASIBLE proves the shape's main plans cost at least the incumbent; its
+   status counts only as the solver construction confirms it (DESIGN §4 v3).
+5. The upper end is a plan priced by the evaluator (the hint, or a realised
+   relaxation solution): never a solver's number.
 
 How it runs.  The placement-free bound is computed for every shape (cheap);
 shapes below the incumbent are visited in order of that bound, each getting its
@@ -77,6 +87,7 @@ class ShapeOutcome:
 
     @property
     def bound(self) -> float:
+        """min(main bound, raised bound): every plan of the shape is main or raised."""
         raised = self.fast_bound if self.raised_bound is None else self.raised_bound
         return min(self.main_bound, raised)
 
@@ -108,7 +119,11 @@ def _num(value: float) -> int | None:
 
 @dataclass(slots=True)
 class Certificate:
-    """A proven interval [bound_ticks, objective_ticks] for the full space of one instance."""
+    """A proven interval [bound_ticks, objective_ticks] for the full space of one instance.
+
+    Without a plan (status UNKNOWN) ``bound_ticks`` is still the proven lower bound when one
+    is finite; INFEASIBLE has neither.
+    """
 
     status: Status
     plan: Plan | None
@@ -335,7 +350,9 @@ class _Run:
         if self.best_ticks is None:
             status = Status.INFEASIBLE if not open_outcomes and least == math.inf \
                 else Status.UNKNOWN
-            return Certificate(status, None, None, None, "none", "no plan", None, wall_time_s,
+            # no plan found, but every plan of the space still costs at least ``least``
+            known = int(least) if status is Status.UNKNOWN and math.isfinite(least) else None
+            return Certificate(status, None, None, known, "none", "no plan", None, wall_time_s,
                                self.total, pruned_fast, visited, len(open_outcomes),
                                self._outcomes(), self.notes)
         bound = min(self.best_ticks, least)

@@ -15,6 +15,10 @@ honoured by the real tiers:
 The relaxation's value is then the plan's price on every term it models, so a
 feasible placement prices at the relaxation's value (the evaluator checks it).
 The model has one Boolean per (slice, tier-0 domain): used only when that is small.
+
+No bound rests on this module: it only proposes plans, and a plan counts at the
+evaluator's price alone (a failed or wrong placement loses an upper bound, never
+a lower one).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from nest_cp.model.instance import CollectiveGroup
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.geometry import NONE, Geometry
 from nest_cp.solvers.certify.split import Catalogue
+from nest_cp.solvers.cpsat_solver import new_solver
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +167,8 @@ class SlicePlacement:
 
     def solve(self, time_limit_s: float, seed: int = 0) -> Plan | None:
         self.build()
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.1, time_limit_s)
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = seed
+        # only a plan is read (and priced by the evaluator): no proof to confirm
+        solver = new_solver(max(0.1, time_limit_s), workers=1, seed=seed)
         status = solver.solve(self.model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             logger.info("slice placement: %s", solver.status_name(status))

@@ -1,20 +1,31 @@
 """Shapes (the outer choices) and the stage options of a shape's split.
 
 A *shape* fixes (c, b, S, d, z): everything that is not split, recomputation or
-placement.  Every plan belongs to exactly one shape, so a lower bound per shape
-and the minimum over shapes bound the whole full space (DESIGN §4).
+placement.  Every plan of the full space with v = 1 (DESIGN §2, §4) fixes exactly
+one configuration c, microbatch b, depth S, degree d with a·S·d <= N and ZeRO
+stage z, so it belongs to exactly one shape of :func:`shapes` (m = ceil(B / (b·e·d))
+follows); a lower bound per shape and the minimum over shapes bound the whole
+space.
 
 Splits.  When the chain is a *block chain* — at most one distinct layer before
 and one after n identical blocks (embedding + identical transformer blocks +
 head, as every model of the paper grid) — a stage is a block count plus the
 fixed ends: stage 0 holds the first layer and c_0 >= 0 blocks, the last stage
 c_{S−1} >= 0 blocks and the last layer, a middle stage c_s >= 1 blocks, with
-Σ c_s = n.  This removes the split symmetry: a middle stage's prices do not
-depend on where its blocks sit.  Any other chain is split into explicit spans.
+Σ c_s = n.  Lemma: every contiguous split of non-empty stages is one such count
+vector, and every price of a stage (compute, rerun, collectives on any tier, the
+out_bytes it sends, its bytes in memory, its gradient bytes) equals that of the
+representative span of its count.  Proof: stages are contiguous and cover the
+chain in order, so stage 0 starts with the head and the last stage ends with the
+tail (S = 1: one stage holds all); a middle stage holds only blocks; every price
+is a function of the stage's multiset of layer profiles (and its last layer's
+out_bytes), and identical blocks have identical profiles.  ∎  Any other chain is
+split into explicit spans.
 
 A stage option is a span (a representative one for block counts) with a
 recompute mode; only options that fit in memory at their position (k_s =
-min(S − s, m) microbatches in flight) are offered.
+min(S − s, m) microbatches in flight, DESIGN §3) are offered: a plan whose stage
+does not fit is infeasible, not a plan.
 """
 
 from __future__ import annotations
@@ -185,10 +196,10 @@ class Catalogue:
 def min_max_split(catalogue: Catalogue, value) -> float:
     """min over splits made of offered options of max over stages of ``value(option)``.
 
-    ``value`` must not decrease when a stage gains a layer of the same mode's kind
-    (true of every price here); +inf when no split exists.  Block chains: binary
-    search on the cap, each stage taking as many blocks as the cap allows.  Spans:
-    the min-max DP over (stage, first layer).
+    +inf when no split exists.  Exact on explicit spans: every split of offered
+    options is one path of the DP over (stage, first layer), which keeps per state
+    the least max over suffixes (max is monotone).  Block chains:
+    :func:`_block_min_max`.
     """
     if catalogue.chain is not None:
         return _block_min_max(catalogue, value)
@@ -211,6 +222,8 @@ def _block_min_max(catalogue: Catalogue, value) -> float:
     Per stage, the block counts whose cheapest option is within the cap; the blocks
     can be shared iff a choice of one count per stage sums to n (a reachability
     bitset over totals, so no monotonicity is assumed); binary search on the cap.
+    Exact: ``holds`` is monotone in the cap and changes only at the option values,
+    all of which are candidates, so the least one that holds is the min-max.
     """
     per_stage: list[dict[int, int]] = []  # blocks -> least value over the stage's options
     for stage in range(catalogue.num_stages):
