@@ -12,13 +12,33 @@ DP plan on even seeds, and brute force in the full space where it has at most
 :func:`nest_cp.solvers.registry.solve`, so the evaluator re-checks every plan and objective;
 the runs are then compared by :mod:`nest_cp.verify.certify` (no plan below another
 run's proven bound or optimum, no plan where infeasibility is proven, the DP equal
-to every structured optimum).  About a fifth of the seeds with at most 8 devices
-also allow SDP (DESIGN §7; :data:`nest_cp.harness.generators.SDP_SHARE`): every backend's SDP
-search is then compared the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and
-the full-space brute force runs only where its SDP enumeration is small enough too.
-A run that raises (an internal error, a crash) is a
-disagreement too.  An exact run stopped by its time limit is counted as open, not as
-a disagreement, unless it contradicts another run.
+to every structured optimum).  About a fifth of the other seeds (not the certificate's
+draw below) with at most 8 devices also allow SDP (DESIGN §7;
+:data:`nest_cp.harness.generators.SDP_SHARE`): every backend's SDP search is then compared
+the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and the full-space brute force
+runs only where its SDP enumeration is small enough too.  A run that raises (an internal
+error, a crash) is a disagreement too.  An exact run stopped by its time limit is counted
+as open, not as a disagreement, unless it contradicts another run.
+
+The full-space certificate.  On every seed whose full space brute force can enumerate
+(at most ``max_full_placements`` placements) and whose space the certificate's bounds
+cover (:func:`nest_cp.solvers.certify.unsupported`: v = 1 only, no SDP), brute force runs
+in the full space (if the sample has not run it already) and
+:func:`nest_cp.solvers.certify.certify_full` (the certificate of ``verify --certify-full``,
+``certify_time_limit_s``, the DP plan as hint on seeds 0 and 1 mod 4, no hint on the
+others) is checked against it (:func:`certificate_violations`): its lower bound is at
+most the exhaustive optimum, which is at most its best plan; the best plan evaluates to
+the objective it claims; an OPTIMAL certificate's best plan is the optimum; INFEASIBLE
+only where brute force finds no plan (and a best plan only where it finds one).  Every
+violation, and a certificate that raises, is a disagreement, counted by kind in the
+report; seeds where the check is not possible are counted as skipped, by reason.  A
+share of the seeds (:data:`nest_cp.harness.generators.CERTIFY_SHARE`, 25%, chosen by a
+stream of their own, so every other seed draws what it drew before) is drawn like the
+instances on which the certificate once claimed bounds above the optimum: uneven
+hierarchies (tiers of size 1 or 3, outer tiers as fast or faster than inner ones, partial
+domains), expert width 2 without EP collectives, identical blocks, memory mostly tight,
+recompute modes, overlap, and virtual stages on a few (skipped: the bounds do not cover
+v > 1), at most 6 devices.
 
 Every disagreement is saved as a reproducer instance under ``tests/data/soak/``
 (``tests/test_soak.py`` replays them).  Results are appended, one JSON line per seed,
@@ -36,6 +56,7 @@ import logging
 import math
 import platform
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,13 +65,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nest_cp import __version__
+from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.executors import Executor, LocalExecutor
-from nest_cp.harness.generators import draw_tiny_recipe, tiny_instance
+from nest_cp.harness.generators import CERTIFY_SHARE, draw_tiny_recipe, tiny_instance
 from nest_cp.io.writers import instance_to_dict
 from nest_cp.model.documents import write_document
 from nest_cp.model.instance import Strategy
 from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
 from nest_cp.solvers import brute_sdp
+from nest_cp.solvers.certify import Certificate, certify_full, unsupported
 from nest_cp.solvers.registry import solve
 from nest_cp.verify import certify
 from nest_cp.verify import sdp as sdp_records
@@ -59,6 +82,17 @@ from nest_cp.verify.cache import DEFAULT_CACHE_DIR, code_fingerprint, digest, so
 LOGGER = logging.getLogger(__name__)
 
 REPRODUCER_DIR = Path("tests/data/soak")
+CERTIFY_BACKEND = "certify-full"
+SKIPPED = "SKIPPED"  # status of a certificate run the soak did not make (the reason beside it)
+# what a full-space certificate can get wrong, by kind, as the report counts them
+VIOLATION_KINDS = {
+    "bound": "bound above the exhaustive optimum",
+    "optimal": "wrong OPTIMAL",
+    "mispriced": "best plan mispriced",
+    "infeasible": "wrong INFEASIBLE",
+    "below": "best plan below the exhaustive optimum",
+    "error": "certify_full raised",
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +107,7 @@ class SoakOptions:
     max_structured_plans: int = 1_000
     max_full_placements: int = 5_000
     max_full_sdp_plans: int = 20_000  # full-space SDP brute force (masks x placements x ...)
+    certify_time_limit_s: float = 5.0  # certify_full's limit on every seed it is checked on
 
     def protocol_key(self) -> str:
         """What makes two runs the same soak: the protocol (not the count) and the code."""
@@ -100,7 +135,8 @@ def soak_item(task: SoakTask) -> dict:
     """Draw, solve and cross-check one seed; a JSON-ready record (never raises)."""
     started = time.perf_counter()
     options, seed = task.options, task.seed
-    recipe = draw_tiny_recipe(seed, max_structured_plans=options.max_structured_plans)
+    recipe = draw_tiny_recipe(seed, max_structured_plans=options.max_structured_plans,
+                              max_full_placements=options.max_full_placements)
     record = {"seed": seed, "kind": recipe.describe(), "sampled": in_sample(seed, options),
               "runs": [], "failures": []}
     try:
@@ -137,9 +173,11 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
                 Strategy.SDP not in instance.training.strategies
                 or brute_sdp.within_size(instance, Space.FULL, options.max_full_sdp_plans)):
             _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
-    failures += _contradictions(runs)
+    _check_certificate(instance, seed, options, dp_plan, runs, failures)
+    backends = [run for run in runs if run["backend"] != CERTIFY_BACKEND]
+    failures += _contradictions(backends)
     # the same checks on the SDP searches, ranked by T_eff (nest_cp.verify.sdp)
-    failures += [f"sdp: {failure}" for failure in _contradictions(sdp_records.views(runs))]
+    failures += [f"sdp: {failure}" for failure in _contradictions(sdp_records.views(backends))]
     return runs, list(dict.fromkeys(failures))
 
 
@@ -147,6 +185,117 @@ def _contradictions(runs: list[dict]) -> list[str]:
     """What the usable runs (or SDP views) say against each other and the DP."""
     usable = [run for run in runs if run["status"] not in certify.UNUSABLE_STATUSES]
     return certify.consistency_failures(usable) + certify.algorithmic_certificate(usable)[1]
+
+
+# ------------------------------------------------------------------ full-space certificate
+
+
+def certify_skip_reason(instance, options: SoakOptions) -> str | None:
+    """Why the soak does not check certify_full on ``instance`` against exhaustive search
+    (the bounds do not cover its space, or the full space is too large), or None."""
+    reason = unsupported(instance)
+    if reason is not None:
+        return "unsupported: " + re.sub(r"\[[^\]]*\]", "[...]", reason.split(";")[0])
+    if full_placements(instance) > options.max_full_placements:
+        return f"full space above {options.max_full_placements} placements"
+    return None
+
+
+def certify_hinted(seed: int) -> bool:
+    """Whether certify_full gets the DP plan as hint on this seed (half of the seeds)."""
+    return seed % 4 < 2
+
+
+def _check_certificate(instance, seed: int, options: SoakOptions, dp_plan, runs: list[dict],
+                       failures: list[str]) -> None:
+    """Certify the full space and check the certificate against exhaustive search (brute
+    force in the full space, run here unless the sample already ran it); records one
+    ``certify-full`` run (SKIPPED with the reason where the check is impossible)."""
+    reason = certify_skip_reason(instance, options)
+    exhaustive = None
+    if reason is None:
+        exhaustive = next((run for run in runs if run["backend"] == "brute"
+                           and run["space"] == Space.FULL.value), None)
+        if exhaustive is None:
+            _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
+            exhaustive = runs[-1]
+        if exhaustive["status"] not in (Status.OPTIMAL.value, Status.INFEASIBLE.value):
+            reason = "exhaustive search failed"
+    if reason is not None:
+        runs.append(_certificate_record(None, None, None, [], 0.0, reason))
+        return
+    hint = dp_plan if certify_hinted(seed) else None
+    started = time.perf_counter()
+    try:
+        certificate = certify_full(instance, hint, options.certify_time_limit_s, seed % 1000)
+    except Exception as exc:  # noqa: BLE001 - a crash is a disagreement (cx6)
+        runs.append(_certificate_record(None, hint is not None, exhaustive, ["error"],
+                                        time.perf_counter() - started,
+                                        message=f"{type(exc).__name__}: {exc}"))
+        failures.append(f"{CERTIFY_BACKEND}: {VIOLATION_KINDS['error']}: "
+                        f"{type(exc).__name__}: {exc}")
+        return
+    violations = certificate_violations(instance, certificate, exhaustive)
+    runs.append(_certificate_record(certificate, hint is not None, exhaustive,
+                                    [kind for kind, _ in violations],
+                                    time.perf_counter() - started))
+    failures += [f"{CERTIFY_BACKEND} ({'hint' if hint is not None else 'no hint'}): "
+                 f"{VIOLATION_KINDS[kind]}: {text}" for kind, text in violations]
+
+
+def certificate_violations(instance, certificate: Certificate, exhaustive: dict
+                           ) -> list[tuple[str, str]]:
+    """Every claim of ``certificate`` that exhaustive search of the full space (``exhaustive``,
+    a run record of brute force: OPTIMAL with the optimum, or INFEASIBLE) or the evaluator
+    refutes, as (kind of :data:`VIOLATION_KINDS`, sentence with the numbers).
+
+    Checked: bound <= optimum <= the best plan's objective; the best plan evaluates to its
+    claimed objective; OPTIMAL only at the optimum; INFEASIBLE only where brute force finds
+    no plan; no plan where it finds none."""
+    optimum = exhaustive["objective_ticks"] \
+        if exhaustive["status"] == Status.OPTIMAL.value else None
+    status, bound, best = certificate.status, certificate.bound_ticks, certificate.objective_ticks
+    found = []
+    if certificate.plan is not None:
+        evaluation = evaluate(instance, certificate.plan)
+        if not evaluation.feasible:
+            found.append(("mispriced", f"its best plan (claimed {best} ticks) does not fit: "
+                                       f"{evaluation.violations[0]}"))
+        elif evaluation.objective_ticks != best:
+            found.append(("mispriced", f"its best plan is claimed at {best} ticks, the "
+                                       f"evaluator prices it at {evaluation.objective_ticks}"))
+    elif best is not None:
+        found.append(("mispriced", f"claims a best plan of {best} ticks but returns none"))
+    if optimum is None:
+        if best is not None:
+            found.append(("below", f"a plan of {best} ticks where brute force finds none"))
+        return found
+    if bound is not None and bound > optimum:
+        found.append(("bound", f"{status.value} bound {bound} > optimum {optimum} ticks"))
+    if status is Status.OPTIMAL and best != optimum:
+        found.append(("optimal", f"OPTIMAL at {best} ticks, the optimum is {optimum}"))
+    if status is Status.INFEASIBLE:
+        found.append(("infeasible", f"INFEASIBLE, but brute force finds {optimum} ticks"))
+    if best is not None and best < optimum:
+        found.append(("below", f"best plan {best} < exhaustive optimum {optimum} ticks"))
+    return found
+
+
+def _certificate_record(certificate: Certificate | None, hinted: bool | None,
+                        exhaustive: dict | None, violations: list[str], wall_time_s: float,
+                        skipped: str | None = None, message: str = "") -> dict:
+    status = SKIPPED if skipped else "ERROR" if certificate is None else \
+        certificate.status.value
+    return {"backend": CERTIFY_BACKEND, "space": Space.FULL.value, "status": status,
+            "objective_ticks": None if certificate is None else certificate.objective_ticks,
+            "bound_ticks": None if certificate is None else certificate.bound_ticks,
+            "tolerance_rel": 0.0, "wall_time_s": round(wall_time_s, 4),
+            "message": skipped or message or (certificate.closed_by if certificate else ""),
+            "source": "soak",
+            "certify": {"hint": hinted, "skipped": skipped, "violations": violations,
+                        "exhaustive_status": None if exhaustive is None else exhaustive["status"],
+                        "exhaustive_ticks": None if exhaustive is None else
+                        exhaustive["objective_ticks"]}}
 
 
 def _run(instance, backend: str, options: SolveOptions, runs: list[dict],
@@ -248,7 +397,8 @@ def save_reproducers(records: list[dict], options: SoakOptions,
         if record["verdict"] != "disagree":
             continue
         recipe = draw_tiny_recipe(record["seed"],
-                                  max_structured_plans=options.max_structured_plans)
+                                  max_structured_plans=options.max_structured_plans,
+                                  max_full_placements=options.max_full_placements)
         try:
             document = instance_to_dict(tiny_instance(recipe))
         except Exception:  # noqa: BLE001 - the generator itself failed: keep the recipe
@@ -282,6 +432,8 @@ def summary(records: list[dict]) -> dict:
     for record in records:
         kind = record["kind"]
         kinds["graph" if kind["network"].startswith("graph") else "hierarchy"] += 1
+        if kind["network"] == "hierarchy-uneven":
+            kinds["drawn like the certificate's counterexamples"] += 1
         kinds["MoE" if kind["moe"] else "dense"] += 1
         if "sdp" in kind:
             kinds["SDP allowed"] += 1
@@ -297,14 +449,39 @@ def summary(records: list[dict]) -> dict:
             "agreements": sum(r["verdict"] == "agree" for r in records),
             "disagreements": sum(r["verdict"] == "disagree" for r in records),
             "sampled": sum(r["sampled"] for r in records), "exact_runs_open": open_runs,
-            "statuses": dict(sorted(statuses.items())), "kinds": dict(sorted(kinds.items()))}
+            "statuses": dict(sorted(statuses.items())), "kinds": dict(sorted(kinds.items())),
+            "certificates": certificate_summary(records)}
+
+
+def certificate_summary(records: list[dict]) -> dict:
+    """Counts of the full-space certificate checks: seeds checked against exhaustive search
+    (with and without the DP's hint), certificate statuses, seeds with each kind of
+    violation, and the seeds skipped by reason."""
+    checked, hinted, statuses, skipped = 0, 0, Counter(), Counter()
+    violations: dict[str, list[int]] = {kind: [] for kind in VIOLATION_KINDS}
+    for record in records:
+        for run in record["runs"]:
+            if run["backend"] != CERTIFY_BACKEND:
+                continue
+            details = run["certify"]
+            if details["skipped"]:
+                skipped[details["skipped"]] += 1
+                continue
+            checked += 1
+            hinted += bool(details["hint"])
+            statuses[run["status"]] += 1
+            for kind in dict.fromkeys(details["violations"]):
+                violations[kind].append(record["seed"])
+    return {"checked": checked, "hinted": hinted, "statuses": dict(sorted(statuses.items())),
+            "violations": violations, "skipped": dict(skipped.most_common())}
 
 
 def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
                   jobs: int, reproducers: list[Path]) -> str:
     """reports/soak.md: counts, disagreements with their reproducers, and the protocol."""
     counts = summary(records)
-    lines = ["# Soak: DP, brute force, CP-SAT and MILP on seeded random tiny instances", "",
+    lines = ["# Soak: DP, brute force, CP-SAT, MILP and the full-space certificate on seeded "
+             "random tiny instances", "",
              f"- instances: {counts['instances']} (seeds {options.first_seed}.."
              f"{options.first_seed + options.count - 1})",
              f"- agreements: {counts['agreements']}",
@@ -315,6 +492,7 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
              f"process(es); sum over seeds {sum(r['wall_time_s'] for r in records):.0f} s",
              "", "## Instances", ""]
     lines += [f"- {name}: {count}" for name, count in counts["kinds"].items()]
+    lines += ["", *_certificate_lines(counts["certificates"])]
     lines += ["", "## Runs by backend, space and status", "", "| run | count |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in counts["statuses"].items()]
     lines += ["", "## Disagreements", ""]
@@ -336,6 +514,18 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
               "allows SDP, compared by T_eff), CP-SAT and the MILP (HiGHS on even "
               "seeds, CBC on odd; the DP plan as hint on even seeds) in both spaces on the "
               "seeded sample, with brute force in the full space where it is small enough. "
+              "On every seed whose full space brute force can enumerate (at most "
+              f"{options.max_full_placements} placements) and whose space the certificate "
+              "covers, `certify_full` (the certificate of `verify --certify-full`, "
+              f"{options.certify_time_limit_s:g} s, the DP plan as hint on seeds 0 and 1 "
+              "mod 4, none on the others) is checked against brute force in the full space: "
+              "bound <= exhaustive optimum <= its best plan, the best plan priced as claimed, "
+              "OPTIMAL only at the optimum, INFEASIBLE only where brute force finds no plan. "
+              f"A share of the seeds ({CERTIFY_SHARE:.0%}, chosen by a stream of "
+              "their own) is drawn like the instances the certificate once got wrong "
+              "(uneven hierarchies with tiers of size 1 or 3 and outer tiers as fast or "
+              "faster, expert width 2 without EP collectives, identical blocks, tight "
+              "memory, every v2 choice). "
               "Every plan is re-evaluated by the plan evaluator.", "",
               f"- options: {json.dumps(asdict(options), sort_keys=True)}",
               f"- protocol key (with the code fingerprint): {options.protocol_key()}",
@@ -343,3 +533,20 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
               f"- machine: {platform.platform()}, {platform.machine()}",
               f"- date (UTC): {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"]
     return "\n".join(lines) + "\n"
+
+
+def _certificate_lines(counts: dict) -> list[str]:
+    """The report's section on the full-space certificate against exhaustive search."""
+    lines = ["## Full-space certificate (`certify_full`) against exhaustive search", "",
+             f"- seeds checked against exhaustive full-space search: {counts['checked']} "
+             f"({counts['hinted']} with the DP plan as hint, "
+             f"{counts['checked'] - counts['hinted']} without)",
+             "- certificate statuses: " + (", ".join(
+                 f"{status} {count}" for status, count in counts["statuses"].items()) or "none")]
+    for kind, label in VIOLATION_KINDS.items():
+        seeds = counts["violations"][kind]
+        listed = f" (seeds {', '.join(map(str, seeds[:20]))}{', ...' if len(seeds) > 20 else ''})"
+        lines.append(f"- {label}: {len(seeds)}{listed if seeds else ''}")
+    lines.append(f"- skipped: {sum(counts['skipped'].values())}")
+    lines += [f"  - {reason}: {count}" for reason, count in counts["skipped"].items()]
+    return lines

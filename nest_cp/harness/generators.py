@@ -184,6 +184,7 @@ class TinyRecipe:
     comm_scale: int                   # multiplies boundary and collective volumes
     training: dict = field(default_factory=dict)
     sdp: dict | None = None           # SDP draw (DESIGN §7): levels, maskings, holders, units
+    identical_blocks: bool = False    # layers between the first and the last are one block
 
     def describe(self) -> dict:
         """Plain data for reports: the kind of instance this is."""
@@ -193,7 +194,8 @@ class TinyRecipe:
                 "memory_scale": round(self.memory_scale, 4),
                 **{name: list(value) if isinstance(value, tuple) else value
                    for name, value in self.training.items()},
-                **({"sdp": self.sdp} if self.sdp else {})}
+                **({"sdp": self.sdp} if self.sdp else {}),
+                **({"identical_blocks": True} if self.identical_blocks else {})}
 
 
 def _draw_microbatches(rng: random.Random) -> tuple[int, ...]:
@@ -231,14 +233,21 @@ TRAINING_CHOICES: dict[str, Callable[[random.Random], object]] = {
 
 
 def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
-                     max_structured_plans: int | None = None) -> TinyRecipe:
+                     max_structured_plans: int | None = None,
+                     max_full_placements: int | None = None) -> TinyRecipe:
     """The recipe of seed ``seed``: 1..max_layers layers, 2..max_devices devices, a hierarchy
     or a graph, dense or MoE, memory from tight to loose, every training choice drawn.
 
     With ``max_structured_plans``, choices are dropped at random (a ZeRO stage, a
     microbatch size, a configuration, recomputation, a layer, devices) until the
     structured space holds at most that many plans (so brute force stays quick).
+    A share of the seeds (:data:`CERTIFY_SHARE`, chosen by a stream of its own) is drawn
+    by :func:`_certify_recipe` instead, shrunk also until the full space has at most
+    ``max_full_placements`` placements; every other seed draws what it drew before.
     """
+    if random.Random(f"certify-{seed}").random() < CERTIFY_SHARE:
+        return _certify_recipe(seed, min(max_layers, 4), min(max_devices, 6),
+                               max_structured_plans, max_full_placements)
     recipe = _draw_recipe(random.Random(seed), seed, max_layers, max_devices)
     shrink = random.Random(f"shrink-{seed}")
     while max_structured_plans is not None and \
@@ -248,6 +257,7 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
 
 
 SDP_SHARE = 0.2  # the share of seeds that also allow SDP (when they have 8 devices or fewer)
+CERTIFY_SHARE = 0.25  # the share of seeds drawn like the instances --certify-full got wrong
 
 
 def _with_sdp(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
@@ -264,6 +274,71 @@ def _with_sdp(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
         "levels": levels, "maskings": maskings, "holders": holders,
         "units": [rng.choice((1, 2, 4)) for _ in range(recipe.num_layers)],
         "fractions": [rng.choice((0.75, 0.9, 1.0)) for _ in range(recipe.num_layers)]})
+
+
+def _certify_recipe(seed: int, max_layers: int, max_devices: int,
+                    max_structured_plans: int | None, max_full_placements: int | None
+                    ) -> TinyRecipe:
+    """A recipe shaped like the instances on which the full-space certificate claimed bounds
+    above the optimum, small enough for exhaustive search of the full space: uneven
+    hierarchies (tiers of size 1 or 3, outer tiers as fast as or faster than inner ones,
+    partial domains), expert width 2 on layers without experts (no EP collective), identical
+    blocks (block chains), memory mostly tight, and every v2 choice (recompute modes,
+    overlapped gradient reduction; virtual stages on a few, which certification skips).
+    Drawn from streams of its own, then shrunk like the plain draw until both brute-force
+    budgets hold."""
+    rng = random.Random(f"certify-draw-{seed}")
+    num_layers = rng.randint(1, max_layers)
+    num_devices = rng.randint(2, max_devices)
+    widths = [(tp, ep) for tp in (1, 2, 4) for ep in (1, 2) if tp * ep <= num_devices]
+    moe = rng.random() < 0.5
+    if not moe:
+        widths = [(tp, ep) for tp, ep in widths if ep == 1]
+    chosen = rng.sample(widths, min(len(widths), rng.choice((1, 2, 2, 3))))
+    configs = tuple(sorted({IntraConfig(tp, ep) for tp, ep in chosen} | {IntraConfig()},
+                           key=lambda c: (c.tp, c.ep)))
+    experts = moe and rng.random() < 0.5  # else ep > 1 without any EP collective
+    identical = num_layers >= 2 and rng.random() < 0.5
+    moe_layers = [experts and rng.random() < 0.6 for _ in range(num_layers)]
+    if identical:  # one flag for all, so it stays true to the layers when layers are dropped
+        moe_layers = [moe_layers[0]] * num_layers
+    tight = rng.random() < 0.8
+    memory_scale = math.exp(rng.uniform(math.log(1.0 / num_devices), 0.0)) if tight else 2.0
+    training = {name: draw(rng) for name, draw in TRAINING_CHOICES.items()}
+    training["virtual_stages"] = (1,) if rng.random() < 0.85 else (1, 2)
+    training["overlap_grad_reduce"] = rng.random() < 0.5
+    recipe = TinyRecipe(seed=seed, num_layers=num_layers, num_devices=num_devices,
+                        network="hierarchy-uneven", configs=configs,
+                        moe_layers=tuple(moe_layers), memory_scale=memory_scale,
+                        comm_scale=rng.choice((1, 10, 100)), training=training,
+                        identical_blocks=identical)
+    shrink = random.Random(f"certify-shrink-{seed}")
+    while (max_structured_plans is not None
+           and structured_plan_count(recipe) > max_structured_plans) or \
+            (max_full_placements is not None
+             and full_placement_count(recipe) > max_full_placements):
+        recipe = _shrunk(recipe, shrink)
+    return recipe
+
+
+def _block_of(index: int, num_layers: int) -> int:
+    """The layer whose profiles layer ``index`` repeats in an identical-blocks recipe: the
+    block (layer 1; layer 0 for two layers) for every layer between an embedding (with
+    three layers or more) and a head (with four or more)."""
+    first = 1 if num_layers >= 3 else 0
+    last = num_layers - 1 if num_layers >= 4 else num_layers
+    return first if first <= index < last else index
+
+
+def full_placement_count(recipe: TinyRecipe) -> int:
+    """Injective placements a full-space brute force of the recipe's instance enumerates."""
+    devices = recipe.num_devices
+    total = 0
+    for config in recipe.configs:
+        for stages in range(1, recipe.num_layers + 1):
+            for replicas in range(1, devices // (config.devices * stages) + 1):
+                total += math.perm(devices, config.devices * stages * replicas)
+    return total * len(set(recipe.training.get("microbatches", (1,))))
 
 
 def structured_plan_count(recipe: TinyRecipe) -> int:
@@ -330,8 +405,8 @@ def _draw_recipe(rng: random.Random, seed: int, max_layers: int, max_devices: in
     memory_scale = math.exp(rng.uniform(math.log(1.0 / num_devices), 0.0)) if tight else 2.0
     return TinyRecipe(
         seed=seed, num_layers=num_layers, num_devices=num_devices,
-        network=rng.choices(list(NETWORK_BUILDERS),
-                            [weight for _, weight in NETWORK_BUILDERS.values()])[0],
+        network=rng.choices([kind for kind, (_, weight) in NETWORK_BUILDERS.items() if weight],
+                            [weight for _, weight in NETWORK_BUILDERS.values() if weight])[0],
         configs=configs, moe_layers=moe_layers,
         memory_scale=memory_scale, comm_scale=rng.choice((1, 1, 10, 100)),
         training={name: draw(rng) for name, draw in TRAINING_CHOICES.items()})
@@ -343,6 +418,9 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
     microbatches = recipe.training.get("microbatches", (1,))
     layers = tuple(_tiny_layer(rng, index, recipe.configs, microbatches, recipe.comm_scale,
                                experts) for index, experts in enumerate(recipe.moe_layers))
+    if recipe.identical_blocks:
+        layers = tuple(Layer(layer.name, layers[_block_of(index, len(layers))].profiles)
+                       for index, layer in enumerate(layers))
     network = NETWORK_BUILDERS[recipe.network][0](rng, recipe.num_devices)
     state = sum(layer.profile(IntraConfig(), microbatches[0]).params * 16
                 + layer.profile(IntraConfig(), microbatches[0]).act_bytes for layer in layers)
@@ -412,6 +490,21 @@ def _tiny_hierarchy(rng: random.Random, num_devices: int) -> HierarchicalNetwork
     return HierarchicalNetwork(tuple(tiers))
 
 
+def _tiny_uneven_hierarchy(rng: random.Random, num_devices: int) -> HierarchicalNetwork:
+    """2-4 tiers: inner sizes 1, 2 or 3, the outer tier covering the rest (domains may be
+    partial, the outer tier may have size 1), sometimes one more top tier of size 1; each
+    tier's bandwidth from 1/100 to 4 times the one below (outer tiers may be faster)."""
+    inner = [rng.choice((1, 2, 2, 3)) for _ in range(rng.randint(1, 2))]
+    covered = math.prod(inner)
+    sizes = [*inner, -(-num_devices // covered)] + ([1] if rng.random() < 0.2 else [])
+    tiers, bandwidth, latency = [], rng.choice((5e10, 1e11)), rng.choice((1e-6, 5e-6))
+    for index, size in enumerate(sizes):
+        tiers.append(Tier(f"tier{index}", size, bandwidth, latency))
+        bandwidth = bandwidth / rng.choice((0.25, 0.5, 1, 2, 10, 100))
+        latency = latency * rng.choice((0.5, 1, 2, 10))
+    return HierarchicalNetwork(tuple(tiers))
+
+
 def _tiny_switched(rng: random.Random, num_devices: int) -> GraphNetwork:
     """Leaf switches of 2-4 devices under one spine, uplinks oversubscribed or not; one
     device pair sometimes gets a direct link, and a leaf a second, parallel uplink."""
@@ -455,6 +548,7 @@ NETWORK_BUILDERS: dict[str, tuple[Callable[[random.Random, int], HierarchicalNet
     "graph-switched": (_tiny_switched, 1),
     "graph-ring": (_tiny_ring, 1),
     "graph-random": (_tiny_random_graph, 1),
+    "hierarchy-uneven": (_tiny_uneven_hierarchy, 0),  # the certify draw's (_certify_recipe)
 }
 
 
