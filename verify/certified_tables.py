@@ -22,13 +22,16 @@ WITHIN = 0.01  # the issue's goal: interval width <= 1 %
 LEGEND = (
     "T_dp: the evaluator's price of the DP plan (structured space); best: the best plan "
     "any method found, priced by the evaluator; bound: the proven lower bound on every plan "
-    "of the full space (DESIGN §4); width = (best − bound) / bound; the structural gap "
+    "of the full space; width = (best − bound) / bound; the structural gap "
     "(T_dp − T_opt) / T_opt lies in [(T_dp − best) / best, (T_dp − bound) / bound]. "
     "OPTIMAL: bound = best. DP gap in the per-model summary: the interval's lower end "
     "(the gap itself where the optimum is proven). Closed by: the strongest bound a shape "
     "needed "
     "(placement-free: cheapest tier per group; path: one replica's run structure; "
-    "relaxation: CP-SAT placement relaxation with domain packing).")
+    "relaxation: CP-SAT placement relaxation with domain packing). 2nd proof: of the "
+    "relaxations solved to OPTIMAL or INFEASIBLE, how many a second CP-SAT run without "
+    "presolve confirmed; a disagreeing or unchecked one counts only with the lower of the "
+    "two runs' bounds.")
 
 
 def _ms(ticks: int | None) -> str:
@@ -61,7 +64,19 @@ def model_and_cluster(record: dict) -> tuple[str, str]:
 
 
 HEADER = ["instance", "N", "L", "T_dp", "best", "bound", "width", "DP gap", "status",
-          "best from", "closed by", "time [s]"]
+          "best from", "closed by", "2nd proof", "time [s]"]
+
+
+def second_proof_text(record: dict) -> str:
+    """'agreed/claimed' relaxation proofs (each OPTIMAL or INFEASIBLE solved again without
+    presolve), with the disagreements and unchecked ones named; '—' for older records."""
+    proofs = record.get("second_proofs")
+    if proofs is None:
+        return "—"
+    claimed = sum(proofs.values())
+    text = f"{proofs['agreed']}/{claimed}"
+    extra = [f"{proofs[kind]} {kind}" for kind in ("disagreed", "unchecked") if proofs[kind]]
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
 
 def row(record: dict, ticks: bool) -> list[str]:
@@ -73,7 +88,8 @@ def row(record: dict, ticks: bool) -> list[str]:
     return [record["instance"], str(record["sizes"]["devices"]), str(record["sizes"]["layers"]),
             show(record["dp"]["objective_ticks"]), show(record["objective_ticks"]),
             show(record["bound_ticks"]), _percent(width(record)), gap_text, record["status"],
-            record["plan_source"], record["closed_by"], f"{record['wall_time_s']:.1f}"]
+            record["plan_source"], record["closed_by"], second_proof_text(record),
+            f"{record['wall_time_s']:.1f}"]
 
 
 # ------------------------------------------------------------------ summaries

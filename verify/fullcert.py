@@ -116,8 +116,18 @@ def _certify(path: Path, instance: Instance, sha: str, options: FullCertOptions)
                         if certificate.bound_ticks is not None
                         and o.bound < (certificate.objective_ticks or 0)][:5],
         "binding": _binding_counts(certificate),
+        "second_proofs": _second_proofs(certificate),
         "time_limit_s": options.time_limit_s, "seed": options.seed, "notes": notes,
     }
+
+
+def _second_proofs(certificate) -> dict[str, int]:
+    """How the relaxation proofs the certificate rests on were checked: each OPTIMAL or
+    INFEASIBLE relaxation is solved again without presolve ("agreed"); "disagreed" and
+    "unchecked" ones were downgraded to their lower bound (nest_cp.solvers.cpsat_solver)."""
+    counts = Counter(outcome.second_proof for outcome in certificate.outcomes
+                     if outcome.second_proof != "none")
+    return {kind: counts[kind] for kind in ("agreed", "disagreed", "unchecked")}
 
 
 def _binding_counts(certificate) -> dict[str, int]:

@@ -101,6 +101,10 @@ class RelaxOutcome:
     objective: int | None  # the relaxation's value of the solution found
     solution: dict = field(default_factory=dict)
     wall_time_s: float = 0.0
+    # the second proof (cpsat_solver.CheckedSolver): "agreed" (the status is proven twice),
+    # "disagreed" (the two runs contradict each other: logged, the model saved), "unchecked"
+    # (the first run's proof could not be checked in time) or "none" (no proof was claimed)
+    second_proof: str = "none"
 
 
 class Relaxation:
@@ -365,16 +369,20 @@ class Relaxation:
         solver = CheckedSolver(time_limit_s, workers, seed, label=f"{self.shape.label} relaxation")
         status = solver.solve(model)
         wall = solver.wall_time
+        proof = ("agreed" if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) else
+                 "disagreed" if solver.disagreed else
+                 "unchecked" if solver.note else "none")
         if status == cp_model.OPTIMAL:
             value = int(round(solver.objective_value))
-            return RelaxOutcome("optimal", value, value, self._solution(solver), wall)
+            return RelaxOutcome("optimal", value, value, self._solution(solver), wall, proof)
         if status == cp_model.FEASIBLE:
             return RelaxOutcome("feasible", math.ceil(solver.best_objective_bound - 1e-9),
-                                int(round(solver.objective_value)), self._solution(solver), wall)
+                                int(round(solver.objective_value)), self._solution(solver), wall,
+                                proof)
         if status == cp_model.INFEASIBLE:
             return RelaxOutcome("infeasible", math.inf if cutoff is None else cutoff, None,
-                                {}, wall)
-        return RelaxOutcome("unknown", -math.inf, None, {}, wall)
+                                {}, wall, proof)
+        return RelaxOutcome("unknown", -math.inf, None, {}, wall, proof)
 
     def _solution(self, solver: cp_model.CpSolver) -> dict:
         cat = self.catalogue

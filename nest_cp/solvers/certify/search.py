@@ -80,6 +80,7 @@ class ShapeOutcome:
     relax_value: int | None = None
     realised_ticks: int | None = None
     wall_time_s: float = 0.0
+    second_proof: str = "none"  # of the relaxation's status (RelaxOutcome.second_proof)
 
     @property
     def main_bound(self) -> float:
@@ -109,7 +110,7 @@ class ShapeOutcome:
                 "raised_bound": None if self.raised_bound is None else _num(self.raised_bound),
                 "relax_status": self.relax_status,
                 "relax_bound": _num(self.relax_bound), "relax_value": self.relax_value,
-                "realised_ticks": self.realised_ticks,
+                "realised_ticks": self.realised_ticks, "second_proof": self.second_proof,
                 "wall_time_s": round(self.wall_time_s, 3)}
 
 
@@ -272,6 +273,7 @@ class _Run:
         result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
                                   cutoff=self.best_ticks, seed=self.seed, floor=floor)
         outcome.relax_status = result.status
+        outcome.second_proof = result.second_proof
         outcome.relax_bound = max(outcome.relax_bound, result.bound)
         outcome.relax_value = result.objective
         outcome.wall_time_s += time.monotonic() - began
