@@ -34,14 +34,20 @@ from nest_cp.verify.cli import verify_command
 
 DATA = Path(__file__).parent / "data" / "certify"
 CASES = ("cx1_two_domain_sides", "cx2_raised_minmax_optimal", "cx3_raised_minmax_bound",
-         "cx5_sides_natural_nohint", "cx6_pathbound_crash", "cx8_cpsat_presolve_instance")
+         "cx4_cpsat_presolve_relaxation", "cx5_sides_natural_nohint", "cx6_pathbound_crash",
+         "cx8_cpsat_presolve_instance")
+# cx4 ships the best plan of the shape whose relaxation CP-SAT got wrong, not the optimum of
+# the space: the optimum is at most its price, so the bound must be too.
+SHAPE_PLAN_ONLY = {"cx4_cpsat_presolve_relaxation": "shape_optimal_plan.json"}
 TIME_LIMIT_S = 10.0
 
 
 def _optimum(case: str) -> int:
-    """The evaluator's price of the case's optimal plan (found by exhaustive search)."""
+    """The evaluator's price of the case's optimal plan (found by exhaustive search), or for
+    cx4 of a plan no cheaper than the optimum."""
     instance = load_instance(DATA / case / "instance.json")
-    plan = plan_from_dict(json.loads((DATA / case / "optimal_plan.json").read_text()))
+    name = SHAPE_PLAN_ONLY.get(case, "optimal_plan.json")
+    plan = plan_from_dict(json.loads((DATA / case / name).read_text()))
     evaluation = evaluate(instance, plan)
     assert evaluation.feasible, evaluation.violations
     return evaluation.objective_ticks
@@ -58,7 +64,8 @@ def test_api_bound_without_hint_is_below_the_optimum(case: str):
     if certificate.plan is not None:
         evaluation = evaluate(instance, certificate.plan)
         assert evaluation.feasible and evaluation.objective_ticks == certificate.objective_ticks
-        assert certificate.objective_ticks >= optimum
+        if case not in SHAPE_PLAN_ONLY:
+            assert certificate.objective_ticks >= optimum
         assert certificate.bound_ticks <= certificate.objective_ticks
 
 
@@ -74,7 +81,8 @@ def test_cli_bound_is_below_the_optimum(case: str, tmp_path: Path):
     assert record["bound_ticks"] is not None
     assert record["bound_ticks"] <= _optimum(case)
     if record["status"] == "OPTIMAL":
-        assert record["objective_ticks"] == _optimum(case)
+        assert (record["objective_ticks"] <= _optimum(case) if case in SHAPE_PLAN_ONLY
+                else record["objective_ticks"] == _optimum(case))
 
 
 def test_raised_min_max_matches_enumeration_of_block_counts():
