@@ -65,7 +65,7 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
+from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
 from nest_cp.cli.export.view import LayerKind, PlanView
 from nest_cp.model.errors import InternalError
 from nest_cp.model.instance import AttentionKind, RecomputeMode
@@ -243,15 +243,7 @@ def _launch_script(view: PlanView, args: list[str], ranks: RankMap, warnings: li
     lines += [f"  {' '.join(shlex.quote(part) for part in pair)}" for pair in _pairs(args)]
     lines += [")"]
     lines += launch_table(ranks)
-    lines += ["NODES=("]
-    lines += [f'  "{host_name(node.host)} {",".join(map(str, node.gpus))}"'
-              for node in ranks.nodes]
-    lines += [")",
-              'NODE_RANK=${1:?node rank}; MASTER_ADDR=${2:?master address}; '
-              'SCRIPT=${3:?training script}; shift 3',
-              'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
-              'export CUDA_VISIBLE_DEVICES=$GPUS',
-              'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))']
+    lines += node_selection(ranks, "SCRIPT", "training script")
     for name, value in env.items():
         lines.append(f"unset {name}  # Megatron-FSDP asserts it is not 1" if value is None
                      else f"export {name}={value}  # Megatron asserts it for TP")

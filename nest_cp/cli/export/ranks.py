@@ -161,3 +161,18 @@ def launch_table(rank_map_: RankMap, comment: str = "#") -> list[str]:
         lines.append(f"{comment} {node.node_rank:<10} {host_name(node.host):<9} "
                      f"{','.join(map(str, node.gpus)):<21} {ranks}")
     return lines
+
+
+def node_selection(rank_map_: RankMap, argument: str, what: str) -> list[str]:
+    """Shell lines of a launch script that pick this node's host and GPUs from its node rank
+    (first argument), read the master address (second) and ``argument`` (third, ``what``),
+    then export CUDA_VISIBLE_DEVICES and set NPROC, the torchrun processes of the node."""
+    lines = ["NODES=("]
+    lines += [f'  "{host_name(node.host)} {",".join(map(str, node.gpus))}"'
+              for node in rank_map_.nodes]
+    return lines + [")",
+                    'NODE_RANK=${1:?node rank}; MASTER_ADDR=${2:?master address}; '
+                    f'{argument}=${{3:?{what}}}; shift 3',
+                    'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
+                    'export CUDA_VISIBLE_DEVICES=$GPUS',
+                    'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))']

@@ -51,7 +51,7 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, launch_table, rank_map
+from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
 from nest_cp.cli.export.view import LayerKind, PlanView
 from nest_cp.model.errors import InternalError
 from nest_cp.model.instance import AttentionKind, RecomputeMode
@@ -180,15 +180,8 @@ def launch_script(view: PlanView, ranks: RankMap) -> str:
              "#   bash THIS_FILE NODE_RANK MASTER_ADDR JOB.toml [torchtitan overrides ...]",
              "set -euo pipefail"]
     lines += launch_table(ranks)
-    lines += ["NODES=("]
-    lines += [f'  "{host_name(node.host)} {",".join(map(str, node.gpus))}"'
-              for node in ranks.nodes]
-    lines += [")",
-              'NODE_RANK=${1:?node rank}; MASTER_ADDR=${2:?master address}; '
-              'CONFIG=${3:?job TOML}; shift 3',
-              'read -r HOST GPUS <<< "${NODES[$NODE_RANK]}"',
-              'export CUDA_VISIBLE_DEVICES=$GPUS',
-              'NPROC=$(( $(tr -cd , <<< "$GPUS" | wc -c) + 1 ))',
+    lines += node_selection(ranks, "CONFIG", "job TOML")
+    lines += [
               'echo "node rank $NODE_RANK on $HOST: GPUs $GPUS" >&2',
               'exec torchrun --nnodes "${#NODES[@]}" --node-rank "$NODE_RANK" '
               '--nproc-per-node "$NPROC" \\',
