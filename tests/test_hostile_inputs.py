@@ -61,6 +61,8 @@ WRITERS = {
     "show --png": (["show", WORKED_PLAN, "--instance", WORKED], "--png"),
     "instance new -o": (["instance", "new", "--model", "llama2-7b", "--devices", "8",
                          "--network", "dgx-a100"], "-o"),
+    "table -o": (["table", Path(__file__).parent.parent / "reports" / "results.json", "-f",
+                  "md"], "-o"),
 }
 
 

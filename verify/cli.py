@@ -24,7 +24,7 @@ import click
 
 from nest_cp.harness.executors import Executor, ExecutorKind, executor_options, make_executor
 from nest_cp.io.readers import load_instance
-from nest_cp.model.documents import read_document
+from nest_cp.model.documents import read_document, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.model.progress import Progress
@@ -75,14 +75,12 @@ def _options_summary(tasks: list[Task]) -> dict:
 
 
 def write_outputs(document: dict, out_dir: Path) -> None:
-    """results.json and the three tables, each written atomically."""
+    """results.json and the three tables, each written atomically by the one safe writer."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {"results.json": json.dumps(document, indent=1) + "\n"}
     outputs |= {f"gap_table.{fmt}": tables.render(document, fmt) for fmt in tables.FORMATS}
     for name, text in outputs.items():
-        tmp = out_dir / f"{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
+        write_output(out_dir / name, text)
 
 
 @click.command("verify", cls=GuardedCommand)
@@ -246,7 +244,7 @@ def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
     if out_file is None:
         click.echo(text, nl=False)
     else:
-        out_file.write_text(text, encoding="utf-8")
+        write_output(out_file, text)
 
 
 @click.command("soak", cls=GuardedCommand)
@@ -292,9 +290,7 @@ def soak_command(count: int, first_seed: int, sample_rate: float, exact_time_lim
                                       on_record=lambda record: bar.advance())
     written = soak.save_reproducers(records, options, reproducers)
     text = soak.render_report(records, options, wall, jobs, written)
-    tmp = out_file.with_name(out_file.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out_file)
+    write_output(out_file, text)
     counts = soak.summary(records)
     click.echo(f"{counts['instances']} instances: {counts['agreements']} agree, "
                f"{counts['disagreements']} disagree; wrote {out_file}")

@@ -25,7 +25,7 @@ from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.executors import Executor, run_ordered
 from nest_cp.io.readers import load_instance, plan_from_dict
 from nest_cp.io.writers import plan_to_dict
-from nest_cp.model.documents import read_document
+from nest_cp.model.documents import read_document, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.instance import Instance
 from nest_cp.model.network import NetworkModel
@@ -226,15 +226,14 @@ def run_all(files: list[Path], options: FullCertOptions, executor: Executor,
 
 
 def write_outputs(document: dict, out_dir: Path) -> None:
-    """certified.json and certified.{md,csv,tex}, each written atomically."""
+    """certified.json and certified.{md,csv,tex}, each written atomically by the one safe
+    writer."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {"certified.json": json.dumps(document, indent=1) + "\n"}
     outputs |= {f"certified.{fmt}": certified_tables.render(document, fmt)
                 for fmt in certified_tables.FORMATS}
     for name, text in outputs.items():
-        tmp = out_dir / f"{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
+        write_output(out_dir / name, text)
 
 
 def read_records(path: Path) -> dict:
