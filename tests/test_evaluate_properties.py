@@ -132,15 +132,18 @@ def test_iteration_at_least_pipeline_compute(case):
 @SETTINGS
 @given(instances_and_plans())
 def test_overlap_exposes_exactly_the_sync_beyond_the_backward(case):
-    """Each stage exposes max(0, sync - R) with overlap and all of its sync without, and
-    turning overlap on never lengthens the iteration."""
+    """Each stage exposes max(0, sync - R) with overlap and all of its sync without (for
+    ZeRO 1/2 the gradient phase so, plus its weight gather), and turning overlap on never
+    lengthens the iteration."""
     instance, plan = case
     overlap = instance.training.overlap_grad_reduce
     result = evaluate(instance, plan)
     for stage in result.stages:
-        expected = max(0, stage.sync_ticks - stage.backward_ticks) if overlap \
-            else stage.sync_ticks
-        assert stage.exposed_sync_ticks == expected
+        reduce = max(0, stage.reduce_ticks - stage.backward_ticks) if overlap \
+            else stage.reduce_ticks
+        gather = max(0, stage.gather_ticks - stage.forward_ticks) \
+            if instance.training.overlap_param_gather else stage.gather_ticks
+        assert stage.exposed_sync_ticks == reduce + gather
     switched = replace(instance, training=replace(instance.training,
                                                   overlap_grad_reduce=not overlap))
     with_overlap, without = (result, evaluate(switched, plan)) if overlap else \
@@ -174,7 +177,9 @@ def v1_cases(draw):
 
 
 def _design3(instance: Instance, plan: Plan) -> tuple[int, list[int]]:
-    """DESIGN §3 written out for t = e = 1 plans: (T, memory per stage), from the formulas."""
+    """DESIGN §3 written out for t = e = 1 plans: (T, memory per stage), from the formulas,
+    with v3's sync (docs/cost-model.md §5): groups priced by ``group_path`` (which counts
+    the ring channels, a), ZeRO 1/2 as a reduce-scatter plus an all-gather (c)."""
     network, tick = NetworkModel(instance.cluster), Fraction(1, 10**9)
     training, num_stages, dp = instance.training, plan.num_stages, plan.num_replicas
     opt = training.optimizer
@@ -202,9 +207,15 @@ def _design3(instance: Instance, plan: Plan) -> tuple[int, list[int]]:
                if s + 1 < num_stages else 0) for r in range(dp)))
         params = sum(p.params for p in profiles)
         group = network.group_path([plan.placement[s][r][0] for r in range(dp)])
-        syncs.append(0 if dp == 1 or params == 0 else ticks(
-            2 * Fraction(dp - 1, dp) * params * opt.grad_bytes / group.bandwidth_Bps
-            + 2 * (dp - 1) * group.latency_s))
+        if dp == 1 or params == 0:
+            syncs.append(0)
+        elif plan.zero == 0:
+            syncs.append(ticks(2 * Fraction(dp - 1, dp) * params * opt.grad_bytes
+                               / group.bandwidth_Bps + 2 * (dp - 1) * group.latency_s))
+        else:  # v3 (c): reduce-scatter of the gradients, all-gather of the weights
+            syncs.append(sum(ticks(Fraction(dp - 1, dp) * params * size / group.bandwidth_Bps
+                                   + (dp - 1) * group.latency_s)
+                             for size in (opt.grad_bytes, opt.weight_bytes)))
         shard = [dp if plan.zero >= level else 1 for level in (3, 2, 1)]
         state = sum(-(-params * size // ways) for size, ways in zip(
             (opt.weight_bytes, opt.grad_bytes, opt.state_bytes), shard))

@@ -207,7 +207,7 @@ def test_tp_and_ep_collectives_priced_on_their_own_groups():
     network = NetworkModel(instance.cluster)
     profile = instance.workload.layers[0].profile(IntraConfig(2, 2), 1)
     old = layer_collective_ticks(profile, IntraConfig(2, 2), GroupPaths.replica_span(
-        network.group_path([0, 1, 2, 3])), instance.training.tick_s)
+        network.tier_path(1)), instance.training.tick_s)
     assert old == 3_060_000
 
 

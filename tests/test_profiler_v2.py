@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from nest_cp.harness.runs import megatron_chunks
 from nest_cp.io.readers import load_instance
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.network import NetworkModel
 from nest_cp.profiles import reference_formulas as megatron
 from nest_cp.profiles.hfconfig import spec_from_description, spec_from_hf_config
 from nest_cp.profiles.kernel_tables import H100_GEMM_OPENXLA
@@ -380,7 +382,8 @@ def test_megatron_split_gives_105_blocks_one_per_chunk(tmp_path):
 
 def test_tensor_width_beyond_a_node_is_profiled_and_priced_on_the_fabric(tmp_path):
     """TP 16 on 8-GPU nodes: an instance file asking for it profiles it, and its collectives
-    are priced on the leaf tier the 16-GPU group spans (DESIGN §3's ring on that tier)."""
+    are priced on the leaf tier the 16-GPU group spans, with one ring channel per node's
+    member (cost model §5 a: eight per node)."""
     path = tmp_path / "tp16.json"
     path.write_text(json.dumps({
         "workload": {"preset": "gpt3-175b", "device": "h100-sxm", "tp": [8, 16]},
@@ -392,11 +395,14 @@ def test_tensor_width_beyond_a_node_is_profiled_and_priced_on_the_fabric(tmp_pat
                                        "--tp", "16", "--recompute", "full", "--json"])
     assert result.exit_code in (0, 1), result.output
     chunk = json.loads(result.stdout)["stages"][0]["chunks"][0]
-    leaf = instance.cluster.network.tiers[1]
+    network = NetworkModel(instance.cluster)
+    leaf = network.tier_path(1)
+    fabric = network.group_path(list(range(16)))  # eight ring channels, one per NIC (§5 a)
+    assert fabric.bandwidth_Bps == min(8 * leaf.bandwidth_Bps, network.tier_path(0).bandwidth_Bps)
     block = instance.workload.layers[1].profile(IntraConfig(16, 1), 1)
     kind, volume = block.collectives[0].kind.value, block.collectives[0].volume_bytes
-    seconds = 2 * 15 / 16 * volume / leaf.bandwidth_Bps + 2 * 15 * leaf.latency_s
-    one = math.ceil(seconds / instance.training.tick_s - 1e-9)
+    seconds = 2 * Fraction(15, 16) * volume / fabric.bandwidth_Bps + 2 * 15 * leaf.latency_s
+    one = math.ceil(seconds / Fraction(str(instance.training.tick_s)))
     assert kind == "all_reduce"
     assert one > 0 and chunk["collective_ticks"] >= 96 * 4 * one  # 2 fwd + 2 bwd per block
 

@@ -54,23 +54,25 @@ def _plain(plan):
 
 
 def test_worked_example_plain_dp(worked, grouped):
-    """§7: plain DP over 4 workers: tau 7,500,000, sync 720,060,000, T = T_eff = 735,060,000,
+    """§7 under v3: plain DP over 4 workers, two per node (k = 2 channels at 2e10 B/s):
+    tau 7,500,000, sync 360,060,000 (one channel: 720,060,000), T = T_eff = 375,060,000,
     memory 47.9e9."""
     result = evaluate(worked, _plain(grouped))
-    assert result.tau_max_ticks == 7_500_000 and result.sync_ticks == 720_060_000
-    assert result.objective_ticks == 735_060_000 and result.effective == 735_060_000
+    assert result.tau_max_ticks == 7_500_000 and result.sync_ticks == 360_060_000
+    assert result.objective_ticks == 375_060_000 and result.effective == 375_060_000
     assert result.stages[0].memory_bytes == 47_900_000_000
 
 
 def test_worked_example_forward_grouped(worked, grouped):
-    """§7 forward masking, grouped: tau_w 4,500,000, sync 120,060,000 + 20,002,000, T
-    149,062,000, T_eff 745,310,000/3 (248,436,667 rounded up), memory 27.9e9, 20e9 saved."""
+    """§7 forward masking, grouped, under v3: tau_w 4,500,000, sync 60,060,000 (shared, two
+    channels) + 20,002,000, T 89,062,000, T_eff 445,310,000/3 (148,436,667 rounded up),
+    memory 27.9e9, 20e9 saved."""
     result = evaluate(worked, grouped)
     report = result.sdp
     assert result.feasible and result.tau_max_ticks == 4_500_000
-    assert result.sync_ticks == 140_062_000 and result.objective_ticks == 149_062_000
-    assert report.effective == Fraction(149_062_000 * 4 * 7_500_000, 4 * 4_500_000)
-    assert report.effective_ticks == 248_436_667 and report.full_compute_ticks == 7_500_000
+    assert result.sync_ticks == 80_062_000 and result.objective_ticks == 89_062_000
+    assert report.effective == Fraction(445_310_000, 3)
+    assert report.effective_ticks == 148_436_667 and report.full_compute_ticks == 7_500_000
     assert report.memory_bytes == 27_900_000_000
     assert report.plain_memory_bytes == 47_900_000_000
     assert report.memory_saved_bytes == 20_000_000_000
@@ -78,21 +80,23 @@ def test_worked_example_forward_grouped(worked, grouped):
 
 
 def test_worked_example_strided_mask_pays_the_slow_tier(worked):
-    """§7: the strided mask (blocks held by {0, 2} and {1, 3}) all-reduces each block on
-    tier 1 (200,020,000): T = 329,080,000."""
+    """§7 under v3: the strided mask (blocks held by {0, 2} and {1, 3}, one per node: k = 1)
+    all-reduces each block on tier 1 (200,020,000): T = 269,080,000, T_eff -> 448,466,667."""
     result = evaluate(worked, load_plan(DATA / "plan_sdp_strided.json"))
-    assert result.objective_ticks == 329_080_000
-    assert result.sync_ticks == 120_060_000 + 200_020_000
+    assert result.objective_ticks == 269_080_000
+    assert result.sync_ticks == 60_060_000 + 200_020_000
+    assert result.sdp.effective_ticks == 448_466_667
 
 
 def test_worked_example_backward_masking(worked):
-    """§7 backward masking, grouped: tau_w 6,500,000, sync 540,122,000 (two 200,030,000
-    broadcasts added), T 553,122,000, T_eff 553,122,000 * 15/13 -> 638,217,693, memory 33.9e9."""
+    """§7 backward masking, grouped, under v3: tau_w 6,500,000, sync 280,122,000 (two
+    100,030,000 broadcasts on two channels added), T 293,122,000, T_eff 4,396,830,000/13 ->
+    338,217,693, memory 33.9e9."""
     result = evaluate(worked, load_plan(DATA / "plan_sdp_backward.json"))
     assert result.tau_max_ticks == 6_500_000
-    assert result.sync_ticks == 540_122_000 and result.objective_ticks == 553_122_000
-    assert result.sdp.effective == Fraction(553_122_000 * 15, 13)
-    assert result.sdp.effective_ticks == 638_217_693
+    assert result.sync_ticks == 280_122_000 and result.objective_ticks == 293_122_000
+    assert result.sdp.effective == Fraction(4_396_830_000, 13)
+    assert result.sdp.effective_ticks == 338_217_693
     assert result.sdp.memory_bytes == 33_900_000_000
 
 
@@ -116,8 +120,8 @@ def test_overlap_hides_sync_behind_each_workers_backward(worked, grouped):
     instance = dataclasses.replace(worked, training=dataclasses.replace(
         worked.training, overlap_grad_reduce=True))
     result = evaluate(instance, grouped)
-    assert result.exposed_sync_ticks == 140_062_000 - 3_000_000
-    assert result.objective_ticks == 2 * 4_500_000 + 140_062_000 - 3_000_000
+    assert result.exposed_sync_ticks == 80_062_000 - 3_000_000
+    assert result.objective_ticks == 2 * 4_500_000 + 80_062_000 - 3_000_000
 
 
 def test_full_recompute_reruns_the_held_forward(worked, grouped):
@@ -283,12 +287,12 @@ def test_evaluate_sdp_plan_prints_workers_t_eff_and_memory_saved():
     carries them under "sdp"."""
     result = _run("evaluate", DATA / "sdp_worked_example.json", DATA / "plan_sdp_grouped.json")
     assert result.exit_code == 0, result.output
-    assert "T_eff = 248436667 ticks" in result.output and "20000000000 bytes saved" in \
+    assert "T_eff = 148436667 ticks" in result.output and "20000000000 bytes saved" in \
         result.output
     data = json.loads(_run("evaluate", DATA / "sdp_worked_example.json",
                            DATA / "plan_sdp_grouped.json", "--json").output)
     assert data["strategy"] == "sdp" and data["mfu"] is None
-    assert data["sdp"]["effective_exact"] == "745310000/3"
+    assert data["sdp"]["effective_exact"] == "445310000/3"
     assert data["sdp"]["memory_saved_bytes"] == 20_000_000_000
     assert data["sdp"]["connected"] is False
 

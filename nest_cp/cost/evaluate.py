@@ -36,9 +36,13 @@ same intra-stage rank j (the slowest j pays).  With τ = max over chunks and rep
     T = (v·m + S − 1)·τ + max_s exposed(sync_s),
 
 exposed(sync_s) = sync_s, or max(0, sync_s − R_s) with ``overlap_grad_reduce``
-(R_s = the stage's backward ticks of one microbatch).  Memory of stage s: its state,
-ZeRO-3 buffers, in-flight microbatches times the largest chunk's kept activations,
-and the recompute working set (:func:`nest_cp.cost.terms.stage_memory_bytes`).
+(R_s = the stage's backward ticks of one microbatch); for ZeRO 1 and 2 the sync is a
+reduce-scatter RS_s then an all-gather AG_s of the weights, exposed as the sum of the
+reduce-scatter's part (as above) and AG_s, or max(0, AG_s − F_s) with
+``overlap_param_gather`` (F_s = the stage's forward ticks of one microbatch; cost model
+§5 c, d in docs/cost-model.md).  Memory of stage s: its state, ZeRO-3 buffers,
+in-flight microbatches times the largest chunk's kept activations, and the recompute
+working set (:func:`nest_cp.cost.terms.stage_memory_bytes`).
 """
 
 from __future__ import annotations
@@ -108,9 +112,11 @@ class StageReport:
     """One pipeline stage: its chunks (one when v = 1), sync and memory.
 
     ``time_ticks`` and its terms (``compute_ticks`` ...) are those of the stage's slowest
-    chunk.  ``sync_ticks`` is the stage's whole gradient sync, ``exposed_sync_ticks`` the
-    part the iteration waits for (all of it unless gradient reduction overlaps the
-    ``backward_ticks`` of one microbatch).
+    chunk.  ``sync_ticks`` is the stage's whole gradient sync: its gradient phase
+    (all-reduce, or reduce-scatter for ZeRO >= 1) plus ``gather_ticks``, the all-gather of
+    the updated weights (ZeRO 1 and 2, docs/cost-model.md §5 c); ``exposed_sync_ticks`` the part
+    the iteration waits for (all of it unless gradient reduction overlaps the
+    ``backward_ticks`` of one microbatch, or the weight gather the ``forward_ticks``).
     """
 
     index: int
@@ -122,6 +128,13 @@ class StageReport:
     in_flight: int
     memory_bytes: int
     memory_limit_bytes: int
+    gather_ticks: int = 0
+    forward_ticks: int = 0
+
+    @property
+    def reduce_ticks(self) -> int:
+        """The gradient phase of the sync: all-reduce (ZeRO-0) or reduce-scatter."""
+        return self.sync_ticks - self.gather_ticks
 
     @property
     def slowest_chunk(self) -> ChunkReport:
@@ -215,6 +228,8 @@ class Evaluation:
                 "stage": s.index, "first_layer": s.first_layer, "last_layer": s.last_layer,
                 "recompute": s.recompute.value, **_terms_of(s), "sync_ticks": s.sync_ticks,
                 "backward_ticks": s.backward_ticks, "exposed_sync_ticks": s.exposed_sync_ticks,
+                **({"gather_ticks": s.gather_ticks, "forward_ticks": s.forward_ticks}
+                   if s.gather_ticks else {}),
                 "in_flight": s.in_flight, "memory_bytes": s.memory_bytes,
                 "memory_limit_bytes": s.memory_limit_bytes,
                 "chunks": [c.as_dict() for c in s.chunks],
@@ -315,10 +330,11 @@ class _Terms:
         return self._once(("transfer", volume_bytes, path),
                           lambda: cost.transfer_ticks(volume_bytes, path, self.tick_s))
 
-    def gradient_sync(self, params: int, zero: int, group_size: int, path: Path | None) -> int:
-        """:func:`cost.gradient_sync_ticks`: one gradient synchronisation."""
+    def gradient_sync(self, params: int, zero: int, group_size: int,
+                      path: Path | None) -> tuple[int, int]:
+        """:func:`cost.gradient_sync_parts`: one sync's (gradient phase, weight gather)."""
         return self._once(("sync", params, zero, group_size, path), lambda: (
-            cost.gradient_sync_ticks(params, self.optimizer, zero, group_size, path,
+            cost.gradient_sync_parts(params, self.optimizer, zero, group_size, path,
                                      self.tick_s)))
 
     def iteration_flops(self, layer_flops: tuple[float, ...], config: IntraConfig,
@@ -491,7 +507,8 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     for s in range(num_stages):
         own = plan.chunks_of_stage(s)
         layers = [p for k in own for p in profiles[k]]
-        sync = _sync_ticks(terms, plan, s, layers)
+        reduce, gather = _sync_ticks(terms, plan, s, layers)
+        forward = sum(terms.compute(p)[0] for p in layers)
         backward = sum(terms.compute(p)[1] for p in layers)
         memory = _stage_memory(instance, plan, profiles, s)
         if memory > limit:
@@ -499,9 +516,11 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
                               f"{limit} by {memory - limit}")
         reports.append(StageReport(
             index=s, recompute=plan.stage_recompute(s), chunks=tuple(chunks[k] for k in own),
-            sync_ticks=sync, backward_ticks=backward,
-            exposed_sync_ticks=cost.exposed_sync_ticks(sync, backward,
-                                                       training.overlap_grad_reduce),
+            sync_ticks=reduce + gather, backward_ticks=backward,
+            exposed_sync_ticks=cost.exposed_sync_ticks(
+                reduce, backward, training.overlap_grad_reduce, gather, forward,
+                training.overlap_param_gather),
+            gather_ticks=gather, forward_ticks=forward if gather else 0,
             in_flight=cost.in_flight(s, num_stages, microbatches, virtual),
             memory_bytes=memory, memory_limit_bytes=limit))
 
@@ -621,21 +640,25 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     return ticks
 
 
-def _sync_ticks(terms: _Terms, plan: Plan, stage: int, layers: list[LayerProfile]) -> int:
-    """Data-parallel gradient sync of one stage: dense over d*e ranks, expert over d ranks."""
+def _sync_ticks(terms: _Terms, plan: Plan, stage: int,
+                layers: list[LayerProfile]) -> tuple[int, int]:
+    """Data-parallel gradient sync of one stage, dense over d*e ranks, expert over d ranks:
+    (gradient phase, weight gather), each the slowest dense group's plus the slowest expert
+    group's (docs/cost-model.md §5 c)."""
     config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
     group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
-    dense_ticks = max(
-        terms.gradient_sync(dense, plan.zero, dp * config.ep,
-                            group_path([placement[r][t + config.tp * e]
-                                        for r in range(dp) for e in range(config.ep)]))
-        for t in range(config.tp))
-    expert_ticks = max(
-        terms.gradient_sync(expert, plan.zero, dp, group_path([placement[r][j] for r in range(dp)]))
-        for j in range(config.devices))
-    return dense_ticks + expert_ticks
+    dense_parts = [terms.gradient_sync(dense, plan.zero, dp * config.ep,
+                                       group_path([placement[r][t + config.tp * e]
+                                                   for r in range(dp)
+                                                   for e in range(config.ep)]))
+                   for t in range(config.tp)]
+    expert_parts = [terms.gradient_sync(expert, plan.zero, dp,
+                                        group_path([placement[r][j] for r in range(dp)]))
+                    for j in range(config.devices)]
+    return tuple(max(part[phase] for part in dense_parts)
+                 + max(part[phase] for part in expert_parts) for phase in (0, 1))
 
 
 def _utilisation(instance: Instance, plan: Plan, terms: _Terms,

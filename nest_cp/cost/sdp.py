@@ -14,6 +14,12 @@ a plan's per-worker times, memory and sync exactly as DESIGN §7 states:
     T     = m · max_w τ_w + max_w exposed(sync_w),
     T_eff = T · d · C_full / Σ_w C_w   (an exact rational).
 
+With ZeRO 1 or 2 each all-reduce is a reduce-scatter then an all-gather of the weights
+over the same group (docs/cost-model.md §5 c); the broadcasts stay in the gradient phase.  A
+worker's sync then has two phases, each the slowest rank's: exposed(sync_w) is the
+gradient phase's part beyond R_w (with ``overlap_grad_reduce``, else all of it) plus the
+gathers' part beyond F_w, the forward ticks inside τ_w (with ``overlap_param_gather``).
+
 *Shares.*  A layer splits into its shared part and its units.  Block level: a layer
 with ``sdp_units`` > 0 is one unit carrying all of it (its shared part is empty);
 neuron level: U width slices, each carrying f/U of the layer's *width* quantities
@@ -295,6 +301,8 @@ class WorkerReport:
     sync_ticks: int
     exposed_sync_ticks: int
     memory_bytes: int
+    gather_ticks: int = 0  # of sync_ticks: the weight all-gathers (ZeRO 1, 2)
+    forward_ticks: int = 0  # F_w, which an overlapped weight gather hides behind
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -386,13 +394,17 @@ def price_sdp(instance: Instance, plan: Plan, network: NetworkModel) -> SdpRepor
         paths = cost.GroupPaths.of_replica(network, plan.placement[0][worker], plan.config)
         collectives = _collective_ticks(run, plan.config, paths, training.tick_s)
         recompute = _recompute_ticks(run, mode, plan.config, paths, training.tick_s)
-        sync = max(rank_sync[rank].worker(row) for rank in range(plan.config.devices))
+        parts = [rank_sync[rank].worker(row) for rank in range(plan.config.devices)]
+        reduce, gather = (max(part[phase] for part in parts) for phase in (0, 1))
+        forward = sum(share.fwd_ticks for share in run)
         reports.append(WorkerReport(
             worker=worker, units=len(row), time_ticks=compute + recompute + collectives,
             compute_ticks=compute, recompute_ticks=recompute, collective_ticks=collectives,
-            backward_ticks=backward, sync_ticks=sync,
-            exposed_sync_ticks=cost.exposed_sync_ticks(sync, backward,
-                                                       training.overlap_grad_reduce),
+            backward_ticks=backward, sync_ticks=reduce + gather,
+            exposed_sync_ticks=cost.exposed_sync_ticks(
+                reduce, backward, training.overlap_grad_reduce, gather, forward,
+                training.overlap_param_gather),
+            gather_ticks=gather, forward_ticks=forward,
             memory_bytes=_memory_bytes(table, held, run, sdp.masking, mode, training.optimizer,
                                        plan.zero, workers, sdp.holders)))
     tau_max = max(r.time_ticks for r in reports)
@@ -479,19 +491,22 @@ class _RankSync:
         self.network, self.plan, self.rank = network, plan, rank
         self.optimizer, self.tick_s = optimizer, tick_s
         everyone = tuple(range(plan.num_replicas))
-        self.shared = self._all_reduce(sum(s.dense_params for s in table.shared),
-                                       sum(s.expert_params for s in table.shared), everyone)
-        if plan.sdp.masking is SdpMasking.BACKWARD:
+        reduce, gather = self._all_reduce(sum(s.dense_params for s in table.shared),
+                                          sum(s.expert_params for s in table.shared), everyone)
+        if plan.sdp.masking is SdpMasking.BACKWARD:  # broadcasts: in the gradient phase
             path = self._expert_path(everyone)
-            self.shared += sum(broadcast_ticks(unit.params * optimizer.weight_bytes,
-                                               len(everyone), path, tick_s)
-                               for unit in table.units)
+            reduce += sum(broadcast_ticks(unit.params * optimizer.weight_bytes,
+                                          len(everyone), path, tick_s)
+                          for unit in table.units)
+        self.shared = (reduce, gather)
         self.units = [self._all_reduce(unit.dense_params, unit.expert_params, holders)
                       for unit, holders in zip(table.units, holder_sets, strict=True)]
 
-    def worker(self, row: Sequence[int]) -> int:
-        """The rank's sync ticks for the worker holding the units ``row``."""
-        return self.shared + sum(self.units[unit] for unit in row)
+    def worker(self, row: Sequence[int]) -> tuple[int, int]:
+        """The rank's sync ticks for the worker holding the units ``row``: (gradient phase,
+        weight gathers), each summed over its collectives."""
+        return tuple(self.shared[phase] + sum(self.units[unit][phase] for unit in row)
+                     for phase in (0, 1))
 
     def _dense_path(self, workers: Sequence[int]) -> Path | None:
         """Dense gradients: the e ranks of each worker that share rank j's tensor index."""
@@ -504,12 +519,16 @@ class _RankSync:
         """Expert gradients (and weight broadcasts): rank j of each worker."""
         return self.network.group_path([self.plan.placement[0][w][self.rank] for w in workers])
 
-    def _all_reduce(self, dense_params: int, expert_params: int, workers: Sequence[int]) -> int:
+    def _all_reduce(self, dense_params: int, expert_params: int,
+                    workers: Sequence[int]) -> tuple[int, int]:
+        """One parameter set's gradient sync over ``workers``: (all-reduce or reduce-scatter,
+        weight all-gather); ZeRO 1/2 split the all-reduce in two (docs/cost-model.md §5 c)."""
         ep, zero = self.plan.config.ep, self.plan.zero
-        return (cost.gradient_sync_ticks(dense_params, self.optimizer, zero, len(workers) * ep,
+        dense = cost.gradient_sync_parts(dense_params, self.optimizer, zero, len(workers) * ep,
                                          self._dense_path(workers), self.tick_s)
-                + cost.gradient_sync_ticks(expert_params, self.optimizer, zero, len(workers),
-                                           self._expert_path(workers), self.tick_s))
+        expert = cost.gradient_sync_parts(expert_params, self.optimizer, zero, len(workers),
+                                          self._expert_path(workers), self.tick_s)
+        return dense[0] + expert[0], dense[1] + expert[1]
 
 
 def mask_memory_bytes(table: UnitTable, mask: Sequence[Sequence[int]], holders: int,

@@ -154,29 +154,51 @@ def zero3_gather_ticks(params: int, optimizer: Optimizer, dp: int, path: Path | 
 
 
 def sync_collective(zero: int) -> CollectiveKind:
-    """Gradient sync per iteration: all-reduce for ZeRO <= 2, reduce-scatter for ZeRO-3."""
-    return CollectiveKind.REDUCE_SCATTER if zero == 3 else CollectiveKind.ALL_REDUCE
+    """The gradient phase of the sync: an all-reduce for ZeRO-0, a reduce-scatter for ZeRO
+    1-3 (Megatron's distributed optimizer, docs/cost-model.md §5 c; ZeRO-3's gathers are in τ)."""
+    return CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
+
+
+def gathers_weights(zero: int) -> bool:
+    """Whether the sync ends with an all-gather of the updated weights (ZeRO 1 and 2)."""
+    return zero in (1, 2)
+
+
+def gradient_sync_parts(params: int, optimizer: Optimizer, zero: int, group_size_: int,
+                        path: Path | None, tick_s: float) -> tuple[int, int]:
+    """(gradient phase, weight gather) of one sync of ``params`` parameters, each rounded alone.
+
+    z = 0: (all-reduce of P·g, 0); z = 1, 2: (reduce-scatter of P·g, all-gather of P·w);
+    z = 3: (reduce-scatter of P·g, 0).  A stage without parameters of a kind (e.g. no expert
+    parameters) runs no collective.
+    """
+    if path is None or group_size_ <= 1 or params == 0:
+        return 0, 0
+    reduce = collective_ticks(sync_collective(zero), params * optimizer.grad_bytes, group_size_,
+                              path, tick_s)
+    gather = collective_ticks(CollectiveKind.ALL_GATHER, params * optimizer.weight_bytes,
+                              group_size_, path, tick_s) if gathers_weights(zero) else 0
+    return reduce, gather
 
 
 def gradient_sync_ticks(params: int, optimizer: Optimizer, zero: int, group_size_: int,
                         path: Path | None, tick_s: float) -> int:
-    """One gradient synchronisation of ``params`` parameters over ``group_size_`` ranks.
+    """One whole gradient synchronisation: the sum of :func:`gradient_sync_parts`."""
+    return sum(gradient_sync_parts(params, optimizer, zero, group_size_, path, tick_s))
 
-    A stage without parameters of a kind (e.g. no expert parameters) runs no collective.
+
+def exposed_sync_ticks(reduce: int, backward: int, overlap: bool, gather: int = 0,
+                       forward: int = 0, overlap_gather: bool = False) -> int:
+    """The part of a stage's gradient sync the iteration waits for (docs/cost-model.md §3, §5 d).
+
+    With ``overlap_grad_reduce`` the gradient phase runs in buckets during the backward of
+    the last microbatch: max(0, reduce - R), R = the stage's backward ticks of one
+    microbatch; with ``overlap_param_gather`` the weight gather runs behind the next
+    iteration's first forward: max(0, gather - F), F = its forward ticks.  The exposed sync
+    is the sum of the two parts.
     """
-    if path is None or group_size_ <= 1 or params == 0:
-        return 0
-    return collective_ticks(sync_collective(zero), params * optimizer.grad_bytes, group_size_,
-                            path, tick_s)
-
-
-def exposed_sync_ticks(sync: int, backward: int, overlap: bool) -> int:
-    """The part of a stage's gradient sync the iteration waits for (DESIGN §3.2 c).
-
-    With ``overlap_grad_reduce`` the sync runs in buckets during the backward of the last
-    microbatch: max(0, sync - R), R = the stage's backward ticks of one microbatch.
-    """
-    return max(0, sync - backward) if overlap else sync
+    return ((max(0, reduce - backward) if overlap else reduce)
+            + (max(0, gather - forward) if overlap_gather else gather))
 
 
 def state_bytes(params, optimizer: Optimizer, zero: int, dp: int):

@@ -137,10 +137,19 @@ def _cluster_preset(name: str, options: dict, base_dir: FsPath | None) -> Cluste
     return presets.cluster_from_preset(name, options, base_dir)
 
 
+def _efficiency(reader: FieldReader, value: dict, field: str) -> float:
+    """A tier's or link's ``efficiency`` (default 1): a number in (0, 1]."""
+    efficiency = reader.number(value.get("efficiency", 1.0), join_field(field, "efficiency"),
+                               positive=True)
+    if efficiency > 1:
+        reader.fail(join_field(field, "efficiency"), "a number in (0, 1]", efficiency)
+    return efficiency
+
+
 def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
     allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
                "recompute", "allow_recompute", "virtual_stages", "overlap_grad_reduce",
-               "schedule", "tick_s", "strategies", "sdp"}
+               "overlap_param_gather", "tp_comm_overlap", "schedule", "tick_s", "strategies", "sdp"}
     value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
     kwargs: dict[str, Any] = {
         "global_batch": reader.integer(value["global_batch"], join_field(field, "global_batch"), 1),
@@ -181,9 +190,9 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
         kwargs["virtual_stages"] = tuple(
             reader.integer(v, join_field(field, f"virtual_stages[{i}]"), 1)
             for i, v in enumerate(counts))
-    if "overlap_grad_reduce" in value:
-        kwargs["overlap_grad_reduce"] = reader.boolean(value["overlap_grad_reduce"],
-                                                       join_field(field, "overlap_grad_reduce"))
+    for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+        if flag in value:
+            kwargs[flag] = reader.boolean(value[flag], join_field(field, flag))
     if "schedule" in value:
         kwargs["schedule"] = reader.choice(value["schedule"], join_field(field, "schedule"),
                                            Schedule)
@@ -252,7 +261,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
         tiers = []
         for index, tier in enumerate(reader.seq(net["tiers"], join_field(net_field, "tiers"))):
             tier_field = join_field(net_field, f"tiers[{index}]")
-            tier = reader.mapping(tier, tier_field, {"name", "size", "bandwidth_Bps", "latency_s"},
+            tier = reader.mapping(tier, tier_field,
+                                  {"name", "size", "bandwidth_Bps", "latency_s", "efficiency"},
                                   ("size", "bandwidth_Bps", "latency_s"))
             tiers.append(reader.build(
                 tier_field, Tier, name=reader.string(tier.get("name", f"tier{index}"),
@@ -260,7 +270,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
                 size=reader.integer(tier["size"], join_field(tier_field, "size"), 1),
                 bandwidth_Bps=reader.number(tier["bandwidth_Bps"],
                                             join_field(tier_field, "bandwidth_Bps"), positive=True),
-                latency_s=reader.number(tier["latency_s"], join_field(tier_field, "latency_s"))))
+                latency_s=reader.number(tier["latency_s"], join_field(tier_field, "latency_s")),
+                efficiency=_efficiency(reader, tier, tier_field)))
         network: Any = HierarchicalNetwork(tuple(tiers))
     elif kind == "graph":
         reader.mapping(net, net_field, {"kind", "switches", "links"}, ("links",))
@@ -270,7 +281,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
         links = []
         for index, link in enumerate(reader.seq(net["links"], join_field(net_field, "links"))):
             link_field = join_field(net_field, f"links[{index}]")
-            link = reader.mapping(link, link_field, {"a", "b", "bandwidth_Bps", "latency_s"},
+            link = reader.mapping(link, link_field,
+                                  {"a", "b", "bandwidth_Bps", "latency_s", "efficiency"},
                                   ("a", "b", "bandwidth_Bps", "latency_s"))
             ends = {}
             for end in ("a", "b"):
@@ -283,7 +295,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
                 link_field, Link, a=ends["a"], b=ends["b"],
                 bandwidth_Bps=reader.number(link["bandwidth_Bps"],
                                             join_field(link_field, "bandwidth_Bps"), positive=True),
-                latency_s=reader.number(link["latency_s"], join_field(link_field, "latency_s"))))
+                latency_s=reader.number(link["latency_s"], join_field(link_field, "latency_s")),
+                efficiency=_efficiency(reader, link, link_field)))
         network = reader.build(net_field, GraphNetwork, switches=switches, links=tuple(links))
     else:
         reader.fail(join_field(net_field, "kind"), "'hierarchical' or 'graph'", kind)

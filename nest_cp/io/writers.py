@@ -51,6 +51,9 @@ def training_to_dict(training: TrainingSetup) -> dict:
         "recompute": [mode.value for mode in training.recompute_modes],
         "virtual_stages": list(training.virtual_stages),
         "overlap_grad_reduce": training.overlap_grad_reduce,
+        # written only when set, so files without them read and write back unchanged
+        **{flag: True for flag in ("overlap_param_gather", "tp_comm_overlap")
+           if getattr(training, flag)},
         "schedule": training.schedule.value, "tick_s": training.tick_s,
         **_strategies_to_dict(training),
     }
@@ -70,16 +73,21 @@ def _strategies_to_dict(training: TrainingSetup) -> dict:
     return {"strategies": [strategy.value for strategy in training.strategies], "sdp": sdp}
 
 
+def _efficiency(tier_or_link) -> dict:
+    """``efficiency`` when below 1 (files without it read and write back unchanged)."""
+    return {} if tier_or_link.efficiency == 1 else {"efficiency": tier_or_link.efficiency}
+
+
 def cluster_to_dict(cluster: Cluster) -> dict:
     network = cluster.network
     if isinstance(network, HierarchicalNetwork):
         net = {"kind": "hierarchical", "tiers": [
             {"name": t.name, "size": t.size, "bandwidth_Bps": t.bandwidth_Bps,
-             "latency_s": t.latency_s} for t in network.tiers]}
+             "latency_s": t.latency_s, **_efficiency(t)} for t in network.tiers]}
     else:
         net = {"kind": "graph", "switches": list(network.switches), "links": [
             {"a": link.a, "b": link.b, "bandwidth_Bps": link.bandwidth_Bps,
-             "latency_s": link.latency_s} for link in network.links]}
+             "latency_s": link.latency_s, **_efficiency(link)} for link in network.links]}
     data = {"name": cluster.name, "num_devices": cluster.num_devices,
             "hbm_bytes": cluster.hbm_bytes, "hbm_reserve": cluster.hbm_reserve, "network": net}
     if cluster.peak_flops_per_s is not None:

@@ -60,6 +60,10 @@ def _pos_number(value: object, name: str) -> None:
     _require(_is_number(value) and value > 0, name, "a finite number > 0", value)
 
 
+def _efficiency(value: object) -> None:
+    _require(_is_number(value) and 0 < value <= 1, "efficiency", "a number in (0, 1]", value)
+
+
 # --------------------------------------------------------------------- workload
 
 
@@ -271,6 +275,7 @@ class Tier:
     size: int
     bandwidth_Bps: float
     latency_s: float
+    efficiency: float = 1.0  # the share of bandwidth_Bps collectives reach (cost model §5 b)
 
     def __post_init__(self) -> None:
         _require(isinstance(self.name, str) and self.name != "", "name", "a non-empty string",
@@ -278,6 +283,7 @@ class Tier:
         _pos_int(self.size, "size")
         _pos_number(self.bandwidth_Bps, "bandwidth_Bps")
         _nonneg_number(self.latency_s, "latency_s")
+        _efficiency(self.efficiency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +312,12 @@ class Link:
     b: int | str
     bandwidth_Bps: float
     latency_s: float
+    efficiency: float = 1.0  # the share of bandwidth_Bps transfers reach (cost model §5 b)
 
     def __post_init__(self) -> None:
         _pos_number(self.bandwidth_Bps, "bandwidth_Bps")
         _nonneg_number(self.latency_s, "latency_s")
+        _efficiency(self.efficiency)
         _require(self.a != self.b, "b", "a link between two different nodes", self.b)
 
 
@@ -530,6 +538,8 @@ class TrainingSetup:
     recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE, RecomputeMode.FULL)
     virtual_stages: tuple[int, ...] = (1,)  # allowed v of interleaved 1F1B; (1,) = plain 1F1B
     overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False  # Megatron's --overlap-param-gather (cost model §5 d)
+    tp_comm_overlap: bool = False  # Megatron's --tp-comm-overlap (cost model §5 e)
     schedule: Schedule = Schedule.ONE_F_ONE_B
     tick_s: float = 1e-9
     strategies: tuple[Strategy, ...] = (Strategy.DP,)  # replication strategies (DESIGN §7)
@@ -548,6 +558,13 @@ class TrainingSetup:
         _choices(self.virtual_stages, "virtual_stages", _pos_int, "distinct counts")
         _require(isinstance(self.overlap_grad_reduce, bool), "overlap_grad_reduce",
                  "true or false", self.overlap_grad_reduce)
+        _require(isinstance(self.overlap_param_gather, bool), "overlap_param_gather",
+                 "true or false", self.overlap_param_gather)
+        # §5 e is specified but no backend prices it yet: a plan priced without it would be
+        # a wrong answer, so the flag is refused rather than ignored
+        _require(self.tp_comm_overlap is False, "tp_comm_overlap",
+                 "false (tensor-parallel communication overlap is not priced yet: "
+                 "docs/cost-model.md §5 e)", self.tp_comm_overlap)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
         _pos_number(self.tick_s, "tick_s")
         _require(len(self.strategies) >= 1, "strategies", "a non-empty list", self.strategies)
@@ -631,10 +648,12 @@ def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = 
     """
     network, devices = instance.cluster.network, instance.cluster.num_devices
     if isinstance(network, GraphNetwork):
-        bandwidth = min(exact(link.bandwidth_Bps) for link in network.links)
+        bandwidth = min(exact(link.bandwidth_Bps) * exact(link.efficiency)
+                        for link in network.links)
         latency = sum(exact(link.latency_s) for link in network.links)
     else:
-        bandwidth = min(exact(tier.bandwidth_Bps) for tier in network.tiers)
+        bandwidth = min(exact(tier.bandwidth_Bps) * exact(tier.efficiency)
+                        for tier in network.tiers)
         latency = max(exact(tier.latency_s) for tier in network.tiers)
     training = instance.training
     optimizer, layers = training.optimizer, instance.workload.num_layers

@@ -6,8 +6,9 @@ exactly 1e-4 s, and each primitive term is rounded *up* to whole ticks once by
 :func:`to_ticks`.  Everything after that is integer arithmetic.
 
 Group prices: a group of devices is priced on its *bottleneck* ``Path``: on a
-hierarchical network the tier that spans it; on a graph, the smallest widest-path
-bandwidth over its pairs and the largest latency over its pairs (each pair's
+hierarchical network the tier that spans it, with as many parallel ring channels as the
+group's fewest members in one tier-0 domain (docs/cost-model.md §5 a); on a graph, the
+smallest widest-path bandwidth over its pairs and the largest latency over its pairs (each pair's
 latency is the least latency among its widest paths).  A graph may hold parallel
 links between two nodes: each is a path of its own.
 """
@@ -73,6 +74,14 @@ def p2p_ticks(volume_bytes: int, path: Path, tick_s: float) -> int:
     return to_ticks(volume_bytes / path.bandwidth_Bps + path.latency_s, tick_s)
 
 
+def effective_bandwidth(tier_or_link) -> Fraction:
+    """β of a tier or graph link: bandwidth_Bps × efficiency, exactly (docs/cost-model.md §5 b).
+
+    On graphs links are scaled before the widest-path search, so routing and the canonical
+    device order see effective bandwidths."""
+    return exact(tier_or_link.bandwidth_Bps) * exact(tier_or_link.efficiency)
+
+
 class NetworkModel:
     """Pair and group bottlenecks of a cluster's network, and its canonical device order."""
 
@@ -82,11 +91,12 @@ class NetworkModel:
         network = cluster.network
         if isinstance(network, HierarchicalNetwork):
             self._domains = network.domain_sizes()
-            self._tier_paths = tuple(Path(exact(t.bandwidth_Bps), exact(t.latency_s))
+            self._tier_paths = tuple(Path(effective_bandwidth(t), exact(t.latency_s))
                                      for t in network.tiers)
         else:
             self._domains = ()
             self._tier_paths = ()
+        self._channel_paths: dict[tuple[int, int], Path] = {}
 
     @property
     def is_hierarchical(self) -> bool:
@@ -116,6 +126,42 @@ class NetworkModel:
     def tier_path(self, tier: int) -> Path:
         return self._tier_paths[tier]
 
+    def channel_path(self, tier: int, channels: int) -> Path:
+        """The path of a collective over a group spanning ``tier`` with at least ``channels``
+        members in every tier-0 domain it touches (docs/cost-model.md §5 a): NCCL runs one ring
+        channel per member's link, β = max(β_K, min(k·β_K, β_0)); latency as the tier's.
+
+        Tier 0 and k = 1 are the tier's own path.  Point-to-point transfers never use this.
+        """
+        if tier == 0 or channels <= 1:
+            return self._tier_paths[tier]
+        key = (tier, channels)
+        path = self._channel_paths.get(key)
+        if path is None:
+            own, inner = self._tier_paths[tier], self._tier_paths[0]
+            bandwidth = max(own.bandwidth_Bps, min(channels * own.bandwidth_Bps,
+                                                   inner.bandwidth_Bps))
+            path = own if bandwidth == own.bandwidth_Bps else Path(bandwidth, own.latency_s)
+            self._channel_paths[key] = path
+        return path
+
+    def max_useful_channels(self, tier: int) -> int:
+        """The k beyond which more channels price no faster on ``tier`` (1 for tier 0): the
+        least k with k·β_K >= β_0, at most the tier-0 domain size."""
+        if tier == 0:
+            return 1
+        own, inner = self._tier_paths[tier].bandwidth_Bps, self._tier_paths[0].bandwidth_Bps
+        needed = max(1, -(-inner // own))  # ceil(β_0 / β_K)
+        return int(min(needed, self._domains[0]))
+
+    def channels_of(self, devices: Sequence[int]) -> int:
+        """k: the fewest members ``devices`` (distinct) have in any tier-0 domain they touch."""
+        counts: dict[int, int] = {}
+        size = self._domains[0]
+        for device in devices:
+            counts[device // size] = counts.get(device // size, 0) + 1
+        return min(counts.values())
+
     @property
     def num_tiers(self) -> int:
         return len(self._tier_paths)
@@ -139,7 +185,7 @@ class NetworkModel:
         if len(devices) <= 1:
             return None
         if self.is_hierarchical:
-            return self._tier_paths[self.tier_of(devices)]
+            return self.channel_path(self.tier_of(devices), self.channels_of(devices))
         bandwidth, latency = None, Fraction(0)
         for index, a in enumerate(devices):
             for b in devices[index + 1:]:
@@ -188,7 +234,7 @@ class NetworkModel:
         network = self.cluster.network
         if not isinstance(network, GraphNetwork):
             return {}
-        links = [(link.a, link.b, exact(link.bandwidth_Bps), exact(link.latency_s))
+        links = [(link.a, link.b, effective_bandwidth(link), exact(link.latency_s))
                  for link in network.links]
         pairs: dict[tuple[int, int], Path] = {}
         devices = range(self.num_devices)

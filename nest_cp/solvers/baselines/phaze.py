@@ -72,7 +72,8 @@ def flat_instance(instance: Instance, network: NetworkModel, extra: dict) -> Ins
 
 
 def _slowest_path(network: NetworkModel) -> tuple[float, float]:
-    """(bandwidth_Bps, latency_s) of the narrowest link class any two devices can meet.
+    """(bandwidth_Bps, latency_s) of the narrowest link class any two devices can meet
+    (effective bandwidths: × efficiency).
 
     Hierarchical: the slowest of the tiers the cluster's devices span (latency
     breaks ties).  Graph: the narrowest device pair's bottleneck.
@@ -82,9 +83,10 @@ def _slowest_path(network: NetworkModel) -> tuple[float, float]:
         return 1.0, 0.0  # a single device never communicates
     cluster_network = network.cluster.network
     if isinstance(cluster_network, HierarchicalNetwork):
-        spanned = cluster_network.tiers[:network.tier_of((0, devices - 1)) + 1]
-        tier = min(spanned, key=lambda tier: (tier.bandwidth_Bps, -tier.latency_s))
-        return tier.bandwidth_Bps, tier.latency_s
+        spanned = [network.tier_path(tier) for tier in range(network.tier_of((0, devices - 1))
+                                                             + 1)]
+        path = min(spanned, key=lambda path: (path.bandwidth_Bps, -path.latency_s))
+        return float(path.bandwidth_Bps), float(path.latency_s)
     pairs = (network.pair_path(a, b) for a in range(devices) for b in range(a + 1, devices))
     path = min(pairs, key=lambda path: (path.bandwidth_Bps, -path.latency_s))
     return float(path.bandwidth_Bps), float(path.latency_s)
