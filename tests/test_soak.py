@@ -42,7 +42,8 @@ def test_two_hundred_seed_sample_agrees(tmp_path: Path):
     assert disagreements == []
     assert counts["instances"] == 200 and 10 <= counts["sampled"] <= 35
     assert {"graph", "hierarchy", "MoE", "dense", "no plan fits", "has a plan",
-            "SDP allowed", "SDP plan fits"} <= set(counts["kinds"])
+            "SDP allowed", "SDP plan fits", "efficiency < 1", "ZeRO 1/2 with g != w",
+            "ZeRO 1/2 with both overlaps"} <= set(counts["kinds"])
     ran = {(run["backend"], run["space"]) for r in records for run in r["runs"]}
     assert {("dp", "structured"), ("brute", "structured"), ("cpsat", "full"),
             ("milp", "structured"), ("brute", "full"), ("certify-full", "full")} <= ran

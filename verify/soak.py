@@ -435,6 +435,15 @@ def summary(records: list[dict]) -> dict:
         if kind["network"] == "hierarchy-uneven":
             kinds["drawn like the certificate's counterexamples"] += 1
         kinds["MoE" if kind["moe"] else "dense"] += 1
+        v3 = kind.get("v3")
+        if v3 and min(v3["efficiencies"]) < 1:
+            kinds["efficiency < 1"] += 1
+        if v3 and v3["optimizer"][0] != v3["optimizer"][1] and \
+                {1, 2} & set(kind.get("zero_stages", ())):
+            kinds["ZeRO 1/2 with g != w"] += 1
+        if kind.get("overlap_param_gather") and kind.get("overlap_grad_reduce") and \
+                {1, 2} & set(kind.get("zero_stages", ())):
+            kinds["ZeRO 1/2 with both overlaps"] += 1
         if "sdp" in kind:
             kinds["SDP allowed"] += 1
             sdp = next((run.get("sdp") for run in record["runs"] if run["backend"] == "dp"),

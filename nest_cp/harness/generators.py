@@ -185,6 +185,7 @@ class TinyRecipe:
     training: dict = field(default_factory=dict)
     sdp: dict | None = None           # SDP draw (DESIGN §7): levels, maskings, holders, units
     identical_blocks: bool = False    # layers between the first and the last are one block
+    v3: dict | None = None            # cost model v3 draw: tier / link efficiencies, optimizer
 
     def describe(self) -> dict:
         """Plain data for reports: the kind of instance this is."""
@@ -195,7 +196,8 @@ class TinyRecipe:
                 **{name: list(value) if isinstance(value, tuple) else value
                    for name, value in self.training.items()},
                 **({"sdp": self.sdp} if self.sdp else {}),
-                **({"identical_blocks": True} if self.identical_blocks else {})}
+                **({"identical_blocks": True} if self.identical_blocks else {}),
+                **({"v3": self.v3} if self.v3 else {})}
 
 
 def _draw_microbatches(rng: random.Random) -> tuple[int, ...]:
@@ -245,15 +247,35 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
     by :func:`_certify_recipe` instead, shrunk also until the full space has at most
     ``max_full_placements`` placements; every other seed draws what it drew before.
     """
+    v3 = random.Random(f"v3-{seed}")
     if random.Random(f"certify-{seed}").random() < CERTIFY_SHARE:
-        return _certify_recipe(seed, min(max_layers, 4), min(max_devices, 6),
-                               max_structured_plans, max_full_placements)
+        return _with_v3(_certify_recipe(seed, min(max_layers, 4), min(max_devices, 6),
+                                        max_structured_plans, max_full_placements), v3)
     recipe = _draw_recipe(random.Random(seed), seed, max_layers, max_devices)
     shrink = random.Random(f"shrink-{seed}")
     while max_structured_plans is not None and \
             structured_plan_count(recipe) > max_structured_plans:
         recipe = _shrunk(recipe, shrink)
-    return _with_sdp(recipe, random.Random(f"sdp-{seed}"))
+    return _with_v3(_with_sdp(recipe, random.Random(f"sdp-{seed}")), v3)
+
+
+V3_SHARE = 0.5  # the share of seeds that also draw cost model v3's choices
+
+
+def _with_v3(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes also draw cost model v3's choices (docs/cost-model.md §5): efficiencies
+    below 1 on tiers and links, Megatron's 2/4/12 optimizer bytes (so the ZeRO 1/2 sync's
+    reduce-scatter and all-gather differ from an all-reduce) and ``overlap_param_gather``.
+    Multi-channel groups need no draw: hierarchies with inner sizes 2-4 make them.  From a
+    stream of its own, so the rest of a seed's draw is unchanged."""
+    if rng.random() >= V3_SHARE:
+        return recipe
+    training = dict(recipe.training)
+    training["overlap_param_gather"] = rng.random() < 0.5
+    efficiencies = [rng.choice((1.0, 0.9, 0.8, 0.5, 0.37)) for _ in range(rng.randint(1, 3))]
+    optimizer = list(rng.choice(((2, 2, 12), (2, 4, 12), (2, 4, 12), (4, 4, 8))))
+    return dataclasses.replace(recipe, training=training, v3={
+        "efficiencies": efficiencies, "optimizer": optimizer})
 
 
 SDP_SHARE = 0.2  # the share of seeds that also allow SDP (when they have 8 devices or fewer)
@@ -422,6 +444,10 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
         layers = tuple(Layer(layer.name, layers[_block_of(index, len(layers))].profiles)
                        for index, layer in enumerate(layers))
     network = NETWORK_BUILDERS[recipe.network][0](rng, recipe.num_devices)
+    optimizer = Optimizer(2, 2, 12)
+    if recipe.v3:
+        network = _with_efficiencies(network, recipe.v3["efficiencies"])
+        optimizer = Optimizer(*recipe.v3["optimizer"])
     state = sum(layer.profile(IntraConfig(), microbatches[0]).params * 16
                 + layer.profile(IntraConfig(), microbatches[0]).act_bytes for layer in layers)
     hbm_bytes = max(10**6, int(state * recipe.memory_scale))
@@ -433,11 +459,21 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
             levels=tuple(SdpLevel(level) for level in sdp["levels"]),
             maskings=tuple(SdpMasking(masking) for masking in sdp["maskings"]),
             holders=tuple(sdp["holders"]))}
-    training = TrainingSetup(seq_len=1, optimizer=Optimizer(2, 2, 12), **recipe.training,
-                             **extra)
+    training = TrainingSetup(seq_len=1, optimizer=optimizer, **recipe.training, **extra)
     cluster = Cluster(recipe.num_devices, hbm_bytes, network, name=f"tiny-{recipe.seed}")
     return Instance(Workload(f"tiny-{recipe.seed}", layers), cluster, training,
                     name=f"tiny-{recipe.seed}")
+
+
+def _with_efficiencies(network, efficiencies: list[float]):
+    """The network with tier (or link) i at ``efficiencies[i % len]`` of its bandwidth."""
+    if isinstance(network, HierarchicalNetwork):
+        return HierarchicalNetwork(tuple(
+            dataclasses.replace(tier, efficiency=efficiencies[index % len(efficiencies)])
+            for index, tier in enumerate(network.tiers)))
+    return dataclasses.replace(network, links=tuple(
+        dataclasses.replace(link, efficiency=efficiencies[index % len(efficiencies)])
+        for index, link in enumerate(network.links)))
 
 
 def _maskable(layers: tuple[Layer, ...], sdp: dict) -> tuple[Layer, ...]:
