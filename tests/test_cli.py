@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nest_cp import load_instance
 from nest_cp.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -88,6 +89,68 @@ def test_gpt3_manual_plan_at_1024_devices_fits(tmp_path):
     data = json.loads(result.output)
     assert data["feasible"] and len(data["stages"]) == 32
     assert data["objective_ticks"] > 0
+
+
+def test_instance_new_records_overlap_flags_and_shows_tier_efficiency(tmp_path):
+    """`instance new --overlap-grad-reduce --overlap-param-gather` writes both flags, and its
+    summary prints each tier's bandwidth, efficiency and priced bandwidth (NVLink 4 at 0.822
+    of 450 GB/s = 369.9 GB/s on the DGX H100 SuperPOD)."""
+    path = tmp_path / "tiny.json"
+    made = _run("instance", "new", "--hf-config", DATA / "hf_tiny_llama.json", "--devices", "16",
+                "--network", "dgx-h100-superpod", "--overlap-grad-reduce",
+                "--overlap-param-gather", "-o", path)
+    assert made.exit_code == 0, made.output
+    assert "450 GB/s x 0.822 =     369.9 GB/s" in made.output
+    assert "overlap: grad reduce on, param gather on, tp comm off" in made.output
+    training = load_instance(path).training
+    assert training.overlap_grad_reduce and training.overlap_param_gather
+    shown = _run("instance", "show", path)
+    assert "x 0.94" in shown.output and "param gather on" in shown.output
+
+
+def test_instance_new_refuses_tp_comm_overlap_before_profiling(tmp_path):
+    """--tp-comm-overlap is specified (docs/cost-model.md §5 e) but priced by no backend, so the
+    instance is refused: one line naming the field, exit 2, no file."""
+    result = _run("instance", "new", "--hf-config", DATA / "hf_tiny_llama.json", "--devices",
+                  "16", "--network", "dgx-h100-superpod", "--tp-comm-overlap", "-o",
+                  tmp_path / "x.json")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "tp_comm_overlap" in result.output and "§5 e" in result.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_evaluate_splits_sync_into_charged_and_hidden(tmp_path):
+    """docs/cost-model.md §5 d's example: S = 1, d = 4, ZeRO 1, Megatron's 2/4/12 bytes, both
+    overlap flags: the reduce-scatter (300.030 ms) hides 4 ms behind R, the weight all-gather
+    (150.030 ms) 2 ms behind F; the table and --json show both, and T = 456,060,000."""
+    data = json.loads((DATA / "worked_example.json").read_text())
+    data["training"].update(optimizer={"weight_bytes": 2, "grad_bytes": 4, "state_bytes": 12},
+                            zero_stages=[0, 1], overlap_grad_reduce=True,
+                            overlap_param_gather=True)
+    path = tmp_path / "both_flags.json"
+    path.write_text(json.dumps(data))
+    table = _run("evaluate", path, "--pp", "1", "--dp", "4", "--zero", "1")
+    assert table.exit_code == 0, table.output
+    row = next(line.split() for line in table.output.splitlines()
+               if line.split()[:2] == ["0", "reduce-scatter"])
+    assert row[2:] == ["300.030", "296.030", "4.000", "4.000",
+                       "150.030", "148.030", "2.000", "2.000"]
+    result = json.loads(_run("evaluate", path, "--pp", "1", "--dp", "4", "--zero", "1",
+                             "--json").stdout)
+    split = result["stages"][0]["sync_split"]
+    assert (split["reduce_charged_ticks"], split["gather_charged_ticks"]) == (296_030_000,
+                                                                              148_030_000)
+    assert result["objective_ticks"] == 456_060_000
+
+
+def test_evaluate_all_reduce_sync_without_overlap_is_charged_in_full():
+    """ZeRO 0 syncs by all-reduce and, without overlap, the worked example's 20.002 ms per
+    stage are all charged: nothing hidden, no weight gather."""
+    result = _run("evaluate", DATA / "worked_example.json", DATA / "plan_megatron_default.json")
+    rows = [line.split() for line in result.output.splitlines()
+            if line.split()[1:2] == ["all-reduce"]]
+    assert rows == [[stage, "all-reduce", "20.002", "20.002", "0.000", "2.000", "-"]
+                    for stage in ("0", "1")]
 
 
 def test_instance_new_unknown_model_exit_2(tmp_path):
@@ -448,7 +511,8 @@ def test_evaluate_options_outside_the_search_space_are_priced_with_a_note():
     assert narrow.exit_code == 0, narrow.output
     assert "outside the instance's search space (ZeRO stage 1)" in narrow.output
     data = json.loads(narrow.output[narrow.output.index("{"):])
-    # ZeRO-1 syncs as an all-reduce (DESIGN §3), so the Megatron-layout time is unchanged.
+    # ZeRO-1 syncs as a reduce-scatter plus an all-gather (docs/cost-model.md §5 c): with
+    # g = w = 2 bytes their ticks add up to the all-reduce's, so the time is unchanged.
     assert data["objective_ticks"] == 35_552_000
     allowed = _run("evaluate", DATA / "interleaved_example.json", "--pp", "2", "--dp", "1",
                    "--vp", "2", "--json")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from nest_cp.cost.evaluate import evaluate
@@ -14,6 +16,7 @@ from nest_cp.model.instance import (
     RecomputeMode,
     TrainingSetup,
 )
+from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.profiles.presets import (
     DEVICES,
@@ -51,7 +54,8 @@ def test_required_names_exist():
     """Every preset name other code relies on is registered."""
     assert {"bert-large", "llama2-7b", "llama3-70b", "gpt3-175b", "mixtral-8x7b"} <= set(MODELS)
     assert {"h100-sxm", "a100-80gb", "tpuv4"} <= set(DEVICES)
-    assert {"nest-tpuv4-fattree", "nest-h100-spineleaf", "dgx-h100-superpod"} <= set(NETWORKS)
+    assert {"nest-tpuv4-fattree", "nest-h100-spineleaf", "dgx-h100-superpod", "dgx-a100",
+            "dgx-a100-superpod"} <= set(NETWORKS)
     for network in NETWORKS.values():
         assert network.default_device in DEVICES and network.description
 
@@ -74,6 +78,7 @@ def test_nest_setups_match_design():
     assert [t.bandwidth_Bps / GiB for t in h100.network.tiers] == [900, 12.5, 50]
     for cluster in (tpu, h100):
         assert [t.latency_s for t in cluster.network.tiers] == [100e-6, 200e-6, 300e-6]
+        assert [t.efficiency for t in cluster.network.tiers] == [1, 1, 1]  # NEST's line rate
     assert tpu.hbm_bytes == 64 * GiB and h100.hbm_bytes == 90 * GiB
 
 
@@ -90,7 +95,30 @@ def test_superpod_tiers():
     tiers = cluster.network.tiers
     assert [t.size for t in tiers] == [8, 32, 4]
     assert [t.bandwidth_Bps for t in tiers] == [450e9, 50e9, 50e9]
+    # nccl-tests bus bandwidth over peak: NVLink 4 370 of 450 GB/s, NDR 47 of 50 GB/s per NIC
+    assert [t.efficiency for t in tiers] == [0.822, 0.94, 0.94]
     assert cluster.hbm_bytes == DEVICES["h100-sxm"].hbm_bytes
+
+
+def test_a100_superpod_tiers():
+    """DGX A100 SuperPOD (Selene): NVLink 3 nodes of 8 at 300 GB/s, scalable units of 20 nodes
+    and a spine at one HDR 200 Gb/s port per GPU, at nccl-tests' 230 / 300 and 24 / 25."""
+    cluster = network_cluster("dgx-a100-superpod", 1120)
+    tiers = cluster.network.tiers
+    assert [t.size for t in tiers] == [8, 20, 7]
+    assert [t.bandwidth_Bps for t in tiers] == [300e9, 25e9, 25e9]
+    assert [t.efficiency for t in tiers] == [0.767, 0.96, 0.96]
+    assert cluster.hbm_bytes == DEVICES["a100-80gb"].hbm_bytes
+
+
+def test_dgx_h100_group_drives_every_nic_of_its_nodes():
+    """A group with all eight GPUs of each of two DGX H100 nodes runs eight channels, one per
+    ConnectX-7 (docs/cost-model.md §5 a): min(8 x 47e9, 369.9e9) B/s, NVLink-bound; one GPU
+    per node drives one NIC at 47e9 B/s."""
+    network = NetworkModel(network_cluster("dgx-h100-superpod", 16))
+    assert network.group_path(range(16)).bandwidth_Bps == Fraction(3699, 10) * 10**9
+    assert network.group_path([0, 8]).bandwidth_Bps == 47 * 10**9
+    assert network.max_useful_channels(1) == 8
 
 
 @pytest.mark.parametrize(("model", "seq_len"), [("bert-large", 512), ("llama2-7b", 4096),

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import click
 
 from nest_cp import io
 from nest_cp.cli.options import percent, rate, reject_options, tflops
 from nest_cp.cli.report import plan_report
-from nest_cp.cost.evaluate import Evaluation, evaluate
+from nest_cp.cost import terms
+from nest_cp.cost.evaluate import Evaluation, StageReport, evaluate
 from nest_cp.model.errors import PlanFormatError
 from nest_cp.model.exits import ExitCode
 from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
@@ -74,6 +75,9 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
         data = evaluation.as_dict()
         data["tflops_per_gpu"] = (None if evaluation.mfu is None or peak is None
                                   else evaluation.mfu * peak / 1e12)
+        if evaluation.sdp is None:
+            for stage, report in zip(data["stages"], evaluation.stages, strict=True):
+                stage["sync_split"] = _sync_split(inst, evaluation, report).as_dict()
         click.echo(json.dumps(data, indent=1))
     else:
         click.echo(_evaluation_table(inst, evaluation, peak))
@@ -147,7 +151,7 @@ def _evaluation_table(inst: Instance, evaluation: Evaluation,
         return "\n".join([head, "not evaluable:"] + [f"  - {v}" for v in evaluation.violations])
     tick_ms = inst.training.tick_s * 1e3
     tau = "tau_chunk" if plan.virtual_stages > 1 else "tau_max"
-    rows = [head, plan_report(inst, evaluation),
+    rows = [head, plan_report(inst, evaluation), *_sync_lines(inst, evaluation),
             f"microbatches per replica m = {evaluation.num_microbatches}, "
             f"{tau} = {evaluation.tau_max_ticks} ticks ({evaluation.tau_max_ticks * tick_ms:.3f}"
             f" ms), T_sync = {evaluation.exposed_sync_ticks} ticks exposed of "
@@ -163,8 +167,92 @@ def _evaluation_table(inst: Instance, evaluation: Evaluation,
     return "\n".join(rows)
 
 
+@dataclass(frozen=True, slots=True)
+class _SyncSplit:
+    """One stage's data-parallel sync split into what the iteration is charged and what
+    overlapping hides (docs/cost-model.md §3 and §5 c-d).
+
+    The gradient phase (an all-reduce for ZeRO-0, else a reduce-scatter) can hide behind the
+    backward ticks R of one microbatch (``overlap_grad_reduce``); ZeRO 1 and 2 end with an
+    all-gather of the updated weights, which can hide behind the forward ticks F of the next
+    iteration's first microbatch (``overlap_param_gather``).
+    """
+
+    phase: str
+    reduce_ticks: int
+    reduce_charged_ticks: int
+    backward_ticks: int
+    gather_ticks: int
+    gather_charged_ticks: int
+    forward_ticks: int
+
+    @property
+    def reduce_hidden_ticks(self) -> int:
+        return self.reduce_ticks - self.reduce_charged_ticks
+
+    @property
+    def gather_hidden_ticks(self) -> int:
+        return self.gather_ticks - self.gather_charged_ticks
+
+    def as_dict(self) -> dict:
+        return {"phase": self.phase, "reduce_ticks": self.reduce_ticks,
+                "reduce_charged_ticks": self.reduce_charged_ticks,
+                "reduce_hidden_ticks": self.reduce_hidden_ticks,
+                "backward_ticks": self.backward_ticks, "gather_ticks": self.gather_ticks,
+                "gather_charged_ticks": self.gather_charged_ticks,
+                "gather_hidden_ticks": self.gather_hidden_ticks,
+                "forward_ticks": self.forward_ticks}
+
+
+def _sync_split(inst: Instance, evaluation: Evaluation, stage: StageReport) -> _SyncSplit:
+    """The stage's sync split by the evaluator's own exposure rule, applied to each phase
+    alone (the two charged parts add up to the stage's exposed sync)."""
+    training = inst.training
+    reduce, gather = stage.reduce_ticks, stage.gather_ticks
+    return _SyncSplit(
+        phase=terms.sync_collective(evaluation.plan.zero).value.replace("_", "-"),
+        reduce_ticks=reduce,
+        reduce_charged_ticks=terms.exposed_sync_ticks(reduce, stage.backward_ticks,
+                                                      training.overlap_grad_reduce),
+        backward_ticks=stage.backward_ticks, gather_ticks=gather,
+        gather_charged_ticks=terms.exposed_sync_ticks(0, 0, False, gather, stage.forward_ticks,
+                                                      training.overlap_param_gather),
+        forward_ticks=stage.forward_ticks)
+
+
+def _sync_lines(inst: Instance, evaluation: Evaluation) -> list[str]:
+    """Per stage, the data-parallel sync charged and hidden (ms), by phase: the gradient
+    phase behind the backward R, the ZeRO 1/2 weight gather behind the forward F."""
+    if not any(stage.sync_ticks for stage in evaluation.stages):
+        return []
+    training, tick_s = inst.training, inst.training.tick_s
+
+    def ms(ticks: int) -> str:
+        return f"{ticks * tick_s * 1e3:.3f}"
+
+    rows = ["data-parallel sync per stage (ms; charged = in T_sync, hidden = overlapped; "
+            "docs/cost-model.md §5 c-d): the gradient phase",
+            f"  hides behind the backward R with overlap_grad_reduce "
+            f"({'on' if training.overlap_grad_reduce else 'off'}), the ZeRO 1/2 weight gather "
+            f"behind the forward F with overlap_param_gather "
+            f"({'on' if training.overlap_param_gather else 'off'})",
+            f"  {'stage':>5} {'gradient phase':>14} {'ms':>10} {'charged':>10} {'hidden':>10} "
+            f"{'behind R':>10} {'weight gather':>13} {'charged':>10} {'hidden':>10} "
+            f"{'behind F':>10}"]
+    for stage in evaluation.stages:
+        split = _sync_split(inst, evaluation, stage)
+        gather = (f"{ms(split.gather_ticks):>13} {ms(split.gather_charged_ticks):>10} "
+                  f"{ms(split.gather_hidden_ticks):>10} {ms(split.forward_ticks):>10}"
+                  if split.gather_ticks else f"{'-':>13} {'':>10} {'':>10} {'':>10}")
+        rows.append(f"  {stage.index:>5} {split.phase:>14} {ms(split.reduce_ticks):>10} "
+                    f"{ms(split.reduce_charged_ticks):>10} {ms(split.reduce_hidden_ticks):>10} "
+                    f"{ms(split.backward_ticks):>10} {gather}".rstrip())
+    return rows
+
+
 def _sdp_evaluation_table(evaluation: Evaluation) -> str:
-    """An SDP plan (DESIGN §7): one row per worker, then T, T_eff and the memory saved."""
+    """An SDP plan (docs/cost-model.md §6): one row per worker, then T, T_eff and the
+    memory saved."""
     plan, report = evaluation.plan, evaluation.sdp
     head = (f"plan: SDP {report.level.value} level, {report.masking.value} masking, "
             f"h={report.holders} of d={len(report.workers)} workers (C = {report.coverage}), "

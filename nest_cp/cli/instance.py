@@ -10,7 +10,7 @@ import click
 from nest_cp import io
 from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
-from nest_cp.model.instance import Instance
+from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, TrainingSetup
 
 
 @click.group()
@@ -40,9 +40,10 @@ def _describe(spec: object) -> str:
         return text
     sizes = " / ".join(f"{t.name} {t.size if t.size is not None else 'rest'}" for t in tiers)
     bandwidths = " / ".join(f"{t.bandwidth_Bps / 1e9:.4g}" for t in tiers)
+    efficiencies = " / ".join(f"{t.efficiency:g}" for t in tiers)
     latencies = " / ".join(f"{t.latency_s * 1e6:.4g}" for t in tiers)
-    return (f"{text.split(':')[0]}: {sizes}; {bandwidths} GB/s per device; {latencies} us; "
-            f"device {spec.default_device}")
+    return (f"{text.split(':')[0]}: {sizes}; {bandwidths} GB/s per device at efficiency "
+            f"{efficiencies}; {latencies} us; device {spec.default_device}")
 
 
 @instance.command("new")
@@ -67,18 +68,28 @@ def _describe(spec: object) -> str:
 @click.option("--virtual-stages", default="1", show_default=True, callback=int_list,
               help="Allowed virtual-stage counts v of interleaved 1F1B, e.g. 1,2,4.")
 @click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False,
-              show_default=True, help="Gradient reduction overlaps the backward pass.")
+              show_default=True, help="Gradient reduction overlaps the backward pass "
+                                      "(Megatron's --overlap-grad-reduce).")
+@click.option("--overlap-param-gather/--no-overlap-param-gather", default=False,
+              show_default=True,
+              help="ZeRO 1/2's weight all-gather overlaps the next forward pass (Megatron's "
+                   "--overlap-param-gather; docs/cost-model.md §5 d).")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
+              help="Megatron's --tp-comm-overlap. Specified (docs/cost-model.md §5 e) but not "
+                   "priced by any backend yet, so an instance with it is refused (exit 2).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
                  device: str | None, global_batch: int, seq_len: int | None,
                  microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
                  recompute_modes: str, virtual_stages: tuple[int, ...],
-                 overlap_grad_reduce: bool, output: str) -> None:
+                 overlap_grad_reduce: bool, overlap_param_gather: bool, tp_comm_overlap: bool,
+                 output: str) -> None:
     """Write an instance built with the analytic profiler from a preset or an HF config.
 
     The DP and exact backends search only the defaults of --recompute-modes,
     --virtual-stages and --overlap-grad-reduce; `evaluate` and `brute` take any.
+    The cost model is described in docs/cost-model.md.
     """
 
     from nest_cp.model.instance import RecomputeMode
@@ -89,6 +100,9 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     if (model is None) == (hf_config is None):
         raise click.UsageError("expected exactly one of --model and --hf-config")
     check_writable(output)  # before profiling, which may take a while
+    flags = {"virtual_stages": virtual_stages, "overlap_grad_reduce": overlap_grad_reduce,
+             "overlap_param_gather": overlap_param_gather, "tp_comm_overlap": tp_comm_overlap}
+    TrainingSetup(global_batch=global_batch, seq_len=seq_len or 1, **flags)  # refuse them early
     chosen: object = model
     if hf_config is not None:
         try:
@@ -110,12 +124,13 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
                                    device=device, global_batch=global_batch, seq_len=seq_len,
                                    microbatches=microbatches, options=options,
                                    recompute_modes=modes)
-    built = replace(built, training=replace(built.training, virtual_stages=virtual_stages,
-                                            overlap_grad_reduce=overlap_grad_reduce))
+    built = replace(built, training=replace(built.training, **flags))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
                f"{built.cluster.num_devices} devices, {len(built.choices)} (config, microbatch) "
                f"choices")
+    click.echo("\n".join(_tier_lines(built.cluster.network)))
+    click.echo(_overlap_line(built.training))
 
 
 @instance.command("show")
@@ -133,19 +148,37 @@ def _instance_summary(inst: Instance) -> str:
              + ", ".join(f"tp{c.tp}/ep{c.ep}" for c in workload.configs),
              f"cluster    {cluster.name}: {cluster.num_devices} devices, "
              f"{cluster.hbm_bytes / 2**30:.1f} GiB HBM (usable {cluster.usable_hbm_bytes} B)"]
-    network = cluster.network
-    if hasattr(network, "tiers"):
-        for index, tier in enumerate(network.tiers):
-            lines.append(f"  tier {index} {tier.name:<10} size {tier.size:<5} "
-                         f"{tier.bandwidth_Bps / 1e9:>9.4g} GB/s  {tier.latency_s * 1e6:>8.4g} us")
-    else:
-        lines.append(f"  graph: {len(network.switches)} switches, {len(network.links)} links")
+    lines += _tier_lines(cluster.network)
     opt = training.optimizer
     lines.append(f"training   batch {training.global_batch}, seq {training.seq_len}, microbatches "
                  f"{list(training.microbatches)}, ZeRO {list(training.zero_stages)}, recompute "
                  f"{'/'.join(m.value for m in training.recompute_modes)}, virtual stages "
-                 f"{list(training.virtual_stages)}, overlap grad reduce "
-                 f"{'on' if training.overlap_grad_reduce else 'off'}, optimizer "
+                 f"{list(training.virtual_stages)}, optimizer "
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
+    lines.append(f"           {_overlap_line(training)}")
     return "\n".join(lines)
+
+
+def _tier_lines(network: HierarchicalNetwork | GraphNetwork) -> list[str]:
+    """One line per tier: size, bandwidth per device, the efficiency collectives reach and
+    the bandwidth the cost model prices with (docs/cost-model.md §5 b), latency; or a graph's
+    counts."""
+    if isinstance(network, GraphNetwork):
+        efficiencies = sorted({link.efficiency for link in network.links})
+        return [f"  graph: {len(network.switches)} switches, {len(network.links)} links, "
+                f"efficiency {', '.join(f'{e:g}' for e in efficiencies)}"]
+    return [f"  tier {index} {tier.name:<10} size {tier.size:<5} "
+            f"{tier.bandwidth_Bps / 1e9:>9.4g} GB/s x {tier.efficiency:<5g} = "
+            f"{tier.bandwidth_Bps * tier.efficiency / 1e9:>9.4g} GB/s  "
+            f"{tier.latency_s * 1e6:>8.4g} us"
+            for index, tier in enumerate(network.tiers)]
+
+
+def _overlap_line(training: TrainingSetup) -> str:
+    """The communication-overlap flags of a training setup (docs/cost-model.md §3, §5 d-e)."""
+    def state(flag: bool) -> str:
+        return "on" if flag else "off"
+
+    return (f"overlap: grad reduce {state(training.overlap_grad_reduce)}, param gather "
+            f"{state(training.overlap_param_gather)}, tp comm {state(training.tp_comm_overlap)}")

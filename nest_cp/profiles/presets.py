@@ -34,7 +34,14 @@ Decisions (documented here because they change numbers):
   DGX H100, RA-11333-001). Non-blocking means leaf and spine give the same 50e9 B/s; traffic
   between different rails is assumed to run at the same rate (NCCL PXN via NVLink). The
   latencies 1 / 2 / 3 µs (NVLink, one leaf hop, leaf-spine-leaf) are an assumption of the
-  order NCCL measures, not a datasheet number.
+  order NCCL measures, not a datasheet number. The inter-node tiers are per GPU, so a
+  DGX H100 node's eight 400 Gb/s ConnectX-7 ports are eight channels: a collective with all
+  eight GPUs of every node it touches runs on all eight NICs (docs/cost-model.md §5 a).
+- **Link efficiency** (docs/cost-model.md §5 b). A tier's ``efficiency`` is the bus bandwidth
+  nccl-tests measures for a large ring all-reduce over the link's peak per direction
+  (github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md defines bus bandwidth). The
+  figures, each from an NCCL maintainer's answer, are below (``_NVLINK4_EFFICIENCY`` ...).
+  NEST's setups keep efficiency 1: they reproduce NEST's own pricing at line rate.
 """
 
 from __future__ import annotations
@@ -303,6 +310,7 @@ class TierSpec:
     size: int | None
     bandwidth_Bps: float
     latency_s: float
+    efficiency: float = 1.0  # the fraction of bandwidth_Bps collectives reach (§5 b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,9 +327,29 @@ class NetworkPreset:
         inner = math.prod(spec.size for spec in self.tiers if spec.size is not None)
         return HierarchicalNetwork(tuple(
             Tier(spec.name, spec.size if spec.size is not None else -(-num_devices // inner),
-                 spec.bandwidth_Bps, spec.latency_s)
+                 spec.bandwidth_Bps, spec.latency_s, spec.efficiency)
             for spec in self.tiers))
 
+
+# Link efficiencies: nccl-tests ring all-reduce bus bandwidth over the link's peak per
+# direction, rounded to three digits (module docstring, docs/cost-model.md §5 b). Each figure
+# is an NCCL maintainer's answer on GitHub.
+# NVLink 4 (H100, 450 GB/s): "NCCL can get an effective NVLink bandwidth of 370GB/s ... when
+# running with NCCL_ALGO=RING" (@sjeaugey, github.com/NVIDIA/nccl-tests/issues/212):
+# 370 / 450. The NVLink SHARP (NVLS) all-reduce reports ~480 GB/s there, not a ring's figure.
+_NVLINK4_EFFICIENCY = 0.822
+# NVLink 3 (A100, 300 GB/s): "some other bottlenecks on the GPUs limits it to ~230GB/s"
+# (@sjeaugey, github.com/NVIDIA/nccl-tests/issues/149): 230 / 300.
+_NVLINK3_EFFICIENCY = 0.767
+# InfiniBand NDR 400 Gb/s (ConnectX-7, 50 GB/s): "For NDR @ 400Gbps you should see
+# 46-48GB/s per NIC" (@AddyLaddy, github.com/NVIDIA/nccl-tests/issues/290): the middle,
+# 47 / 50. The same ConnectX-7 at 400 Gb/s over RoCE reaches "up to 48-49GB/s per NIC"
+# (issues/267), so the figure also serves the RoCE preset, on the low side.
+_NDR400_EFFICIENCY = 0.94
+# InfiniBand HDR 200 Gb/s (ConnectX-6, 25 GB/s): "On an Nvidia DGX-A100 system we have
+# 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW" (@AddyLaddy,
+# github.com/NVIDIA/nccl/issues/812, quoted in issues/1576): 192 / 8 = 24 of 25 GB/s per NIC.
+_HDR200_EFFICIENCY = 0.96
 
 NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
     # NEST's TPUv4-like fat-tree (DESIGN §6; nest/Estimator/configs.py defaults): 8 devices per
@@ -346,11 +374,13 @@ NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
     # units of 32 nodes on NDR 400 Gb/s leaves, spine above (see the module docstring).
     "dgx-h100-superpod": NetworkPreset(
         name="dgx-h100-superpod",
-        description="DGX H100 SuperPOD: NVLink 8 GPUs at 450 GB/s per direction, NDR 400 Gb/s "
-                    "rail-optimised leaf (32 nodes) and spine, 1 / 2 / 3 us",
+        description="DGX H100 SuperPOD: NVLink 8 GPUs at 450 GB/s per direction, 8 x NDR 400 "
+                    "Gb/s per node (one per GPU), rail-optimised leaf (32 nodes) and spine, "
+                    "1 / 2 / 3 us",
         default_device="h100-sxm",
-        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("leaf", 32, 50e9, 2e-6),
-               TierSpec("spine", None, 50e9, 3e-6))),
+        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6, _NVLINK4_EFFICIENCY),
+               TierSpec("leaf", 32, 50e9, 2e-6, _NDR400_EFFICIENCY),
+               TierSpec("spine", None, 50e9, 3e-6, _NDR400_EFFICIENCY))),
     # NVIDIA DGX A100 (DGX A100 System Architecture, WP-10083-001, and datasheet): 8 A100 SXM
     # on six NVSwitches, NVLink 3 at 12 links x 25 GB/s = 300 GB/s per direction (600 GB/s
     # bidirectional, the datasheet figure); eight single-port ConnectX-6 HDR 200 Gb/s
@@ -361,7 +391,23 @@ NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
         description="DGX A100 nodes: NVLink 8 GPUs at 300 GB/s per direction, HDR 200 Gb/s "
                     "InfiniBand per GPU, 1 / 2 us",
         default_device="a100-80gb",
-        tiers=(TierSpec("nvlink", 8, 300e9, 1e-6), TierSpec("fabric", None, 25e9, 2e-6))),
+        tiers=(TierSpec("nvlink", 8, 300e9, 1e-6, _NVLINK3_EFFICIENCY),
+               TierSpec("fabric", None, 25e9, 2e-6, _HDR200_EFFICIENCY))),
+    # NVIDIA DGX SuperPOD with DGX A100 (the design of NVIDIA's Selene; DGX SuperPOD Reference
+    # Architecture for DGX A100): the DGX A100 nodes above (NVLink 3, 300 GB/s per direction;
+    # eight HDR 200 Gb/s compute ports per node, one per GPU, 25e9 B/s) in scalable units of
+    # 20 nodes (160 GPUs) on a rail-optimised, non-blocking HDR fat tree: leaf tier = one
+    # scalable unit, spine above, both at the per-GPU 25e9 B/s. The unit size is the reference
+    # architecture's; latencies 1 / 2 / 3 us are assumptions, as for the H100 SuperPOD.
+    "dgx-a100-superpod": NetworkPreset(
+        name="dgx-a100-superpod",
+        description="DGX A100 SuperPOD (Selene): NVLink 8 GPUs at 300 GB/s per direction, "
+                    "8 x HDR 200 Gb/s per node (one per GPU), scalable units of 20 nodes and a "
+                    "spine, 1 / 2 / 3 us",
+        default_device="a100-80gb",
+        tiers=(TierSpec("nvlink", 8, 300e9, 1e-6, _NVLINK3_EFFICIENCY),
+               TierSpec("su", 20, 25e9, 2e-6, _HDR200_EFFICIENCY),
+               TierSpec("spine", None, 25e9, 3e-6, _HDR200_EFFICIENCY))),
     # Meta's Llama 3 training cluster (Dubey et al. 2024, arXiv 2407.21783, §3.3.1): H100 SXM
     # servers of 8 GPUs on NVLink (450 GB/s per direction, as the SuperPOD), one 400 Gb/s
     # RoCE NIC per GPU (50e9 B/s), a three-layer Clos: 16 GPUs (2 servers) per rack switch,
@@ -372,8 +418,10 @@ NETWORKS: Mapping[str, NetworkPreset] = MappingProxyType({
         description="Llama 3's RoCE cluster: NVLink 8 GPUs at 450 GB/s, 400 Gb/s per GPU to "
                     "racks of 16 and pods of 3,072 at full bisection, 1:7 above the pod",
         default_device="h100-sxm",
-        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6), TierSpec("rack", 2, 50e9, 2e-6),
-               TierSpec("pod", 192, 50e9, 3e-6), TierSpec("aggregation", None, 50e9 / 7, 5e-6))),
+        tiers=(TierSpec("nvlink", 8, 450e9, 1e-6, _NVLINK4_EFFICIENCY),
+               TierSpec("rack", 2, 50e9, 2e-6, _NDR400_EFFICIENCY),
+               TierSpec("pod", 192, 50e9, 3e-6, _NDR400_EFFICIENCY),
+               TierSpec("aggregation", None, 50e9 / 7, 5e-6, _NDR400_EFFICIENCY))),
 })
 
 # ------------------------------------------------------------------ builders
