@@ -270,11 +270,11 @@ LEGEND = ("T: iteration time of the best plan found, in ms with each instance's 
           "independent stored result, snapshot same / snapshot changed for a regression "
           "snapshot of the DP's own earlier answer (which proves nothing), missing, stale; "
           "dp v/rc: the DP plan's virtual stages v (interleaved 1F1B) and the recompute modes "
-          "its stages use (none, sel = selective, full; DESIGN §3.2).")
+          "its stages use (none, sel = selective, full; docs/cost-model.md §3).")
 
 
-SDP_LEGEND = ("SDP (subnetwork data parallelism, DESIGN §7): the best SDP plan of each "
-              "backend, ranked by FLOP-equivalent time T_eff = T · d · C_full / Σ_w C_w, kept "
+SDP_LEGEND = ("SDP (subnetwork data parallelism, docs/cost-model.md §6): the best SDP plan of "
+              "each backend, ranked by FLOP-equivalent time T_eff = T · d · C_full / Σ_w C_w, kept "
               "apart from the plain plans above; cert: the DP's SDP optimum equals the exact "
               "optimum of the structured SDP space (grouped and cyclic designs × rank layouts); "
               "gap: against the exact optimum over every valid mask and placement.")
@@ -434,8 +434,8 @@ def render_latex(document: dict) -> str:
         header_ = [f"{column}_eff" if column.endswith(" T") else column
                    for column in LATEX_HEADER]
         lines += _latex_table(header_, [latex_row(r, exact) for r in sdp_rows],
-                              "SDP (DESIGN §7): the best SDP plan of each backend ranked by "
-                              "FLOP-equivalent time T_eff, apart from the plain plans; cert.: "
+                              "SDP (docs/cost-model.md §6): the best SDP plan of each "
+                              "backend ranked by FLOP-equivalent time T_eff, apart from the plain plans; cert.: "
                               "the DP's SDP optimum equals the exact structured SDP optimum; "
                               "gap: against every valid mask and placement. Times in ms; "
                               + LATEX_CHOICES) + [""]

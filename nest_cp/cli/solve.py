@@ -67,7 +67,7 @@ _FLAGS["hint"] = "--hint/--no-hint"
 @click.option("--rank-by", type=click.Choice(["separate", "effective"]), default="separate",
               show_default=True, help="SDP instances: keep the best plain and the best SDP "
               "plan apart (the plain one is the plan, SDP's when no plain plan fits), or "
-              "name the better one by FLOP-equivalent time T_eff (DESIGN §7).")
+              "name the better one by FLOP-equivalent time T_eff (docs/cost-model.md §6).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
 def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
