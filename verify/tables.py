@@ -435,7 +435,8 @@ def render_latex(document: dict) -> str:
                    for column in LATEX_HEADER]
         lines += _latex_table(header_, [latex_row(r, exact) for r in sdp_rows],
                               "SDP (docs/cost-model.md §6): the best SDP plan of each "
-                              "backend ranked by FLOP-equivalent time T_eff, apart from the plain plans; cert.: "
+                              "backend ranked by FLOP-equivalent time T_eff, apart from the "
+                              "plain plans; cert.: "
                               "the DP's SDP optimum equals the exact structured SDP optimum; "
                               "gap: against every valid mask and placement. Times in ms; "
                               + LATEX_CHOICES) + [""]
