@@ -17,10 +17,15 @@ recompute mode ρ (DESIGN §3, §3.2):
 
 where each collective costs its slowest TP or EP group of the replica (§3.2 f);
 ``activation`` / ``gradient`` say whether the chunk receives them (not the first /
-last chunk).  Per stage, over the stage's parameter totals (all its chunks):
+last chunk).  Per stage, over the stage's parameter totals (all its chunks), with
+each phase of the sync (gradient phase RS: all-reduce for z = 0, reduce-scatter
+otherwise; weight gather AG: an all-gather for z ∈ {1, 2}, else none) priced on its
+slowest group (cost model §5 c):
 
-    sync = max over dense groups of sync(dense) + max over d-groups of sync(expert),
-    exposed = max(0, sync − Σ bwd) with overlap_grad_reduce, else sync (§3.2 c),
+    RS = max over dense groups of RS(dense) + max over d-groups of RS(expert),
+    AG likewise,
+    exposed = [overlap_grad_reduce ? max(0, RS − Σ bwd) : RS]
+              + [overlap_param_gather ? max(0, AG − Σ fwd) : AG]   (§3.2 c, §5 d),
 
 and the memory pieces state(params) + [z = 3] buffers (§3.2 d).
 """
@@ -123,31 +128,45 @@ class RangePrices:
     # ------------------------------------------------------------ sync
 
     def sync(self, table: LayerTable, geometry: StageGeometry, dp: int, zero: int,
-             dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
-        """A stage's gradient sync for (arrays of) its dense and expert parameter totals."""
-        total = np.zeros(np.shape(dense), dtype=np.int64)
+             dense: np.ndarray, expert: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A stage's gradient sync for (arrays of) its dense and expert parameter totals:
+        (RS_s, AG_s), its gradient phase and its weight gather (0 unless ZeRO 1 or 2), each
+        the slowest dense group's plus the slowest expert group's (cost model §5 c)."""
+        reduce = np.zeros(np.shape(dense), dtype=np.int64)
+        gather = np.zeros(np.shape(dense), dtype=np.int64)
         for params, size, groups in ((dense, dp * table.config.ep, geometry.dense_groups),
                                      (expert, dp, geometry.replica_groups)):
-            if groups:
-                total = total + np.max([self.sync_form(zero, size, path).of_array(params)
-                                        for path in groups], axis=0)
-        return total
+            if not groups:
+                continue
+            forms = [self.sync_forms(zero, size, path) for path in groups]
+            reduce = reduce + np.max([form.of_array(params) for form, _ in forms], axis=0)
+            if forms[0][1] is not None:
+                gather = gather + np.max([form.of_array(params) for _, form in forms], axis=0)
+        return reduce, gather
 
     def exposed(self, table: LayerTable, geometry: StageGeometry, dp: int, zero: int,
-                dense: np.ndarray, expert: np.ndarray, backward: np.ndarray) -> np.ndarray:
-        """The part of the sync the iteration waits for (DESIGN §3.2 c), elementwise."""
-        sync = self.sync(table, geometry, dp, zero, dense, expert)
-        if self.instance.training.overlap_grad_reduce:
-            return np.maximum(0, sync - backward)
-        return sync
+                dense: np.ndarray, expert: np.ndarray, backward: np.ndarray,
+                forward: np.ndarray) -> np.ndarray:
+        """The part of the sync the iteration waits for, elementwise: the gradient phase
+        beyond the stage's ``backward`` ticks with overlap_grad_reduce (else all of it) plus
+        the weight gather beyond its ``forward`` ticks with overlap_param_gather (else all of
+        it), as :func:`nest_cp.cost.terms.exposed_sync_ticks` (cost model §5 d)."""
+        reduce, gather = self.sync(table, geometry, dp, zero, dense, expert)
+        training = self.instance.training
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward)
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward)
+        return reduce + gather
 
     def exposed_range(self, table: LayerTable, geometry: StageGeometry, dp: int,
                       zero: int) -> np.ndarray:
         """exposed(f, l) of a stage holding layers f..l (v = 1), as an L x L matrix."""
         key = ("exposed", geometry.dense_groups, geometry.replica_groups, dp,
-               cost.sync_collective(zero))
+               cost.sync_collective(zero), cost.gathers_weights(zero))
         return self._cached(table, key, lambda: self.exposed(
-            table, geometry, dp, zero, table.dense_range, table.expert_range, table.bwd_range))
+            table, geometry, dp, zero, table.dense_range, table.expert_range, table.bwd_range,
+            table.fwd_range))
 
     # ------------------------------------------------------------ memory
 
@@ -168,13 +187,15 @@ class RangePrices:
         return self._form(("gather", dp, path), lambda: pricing.zero3_gather_form(
             self.instance, dp, self.ids.paths[path]))
 
-    def sync_form(self, zero: int, size: int, path: int) -> pricing.LinearTicks:
-        """Sync over ``size`` ranks on the path with id ``path``."""
-        kind = cost.sync_collective(zero)
-        return self._form(("sync", kind, size, path), lambda: pricing.sync_form(
-            self.instance, zero, size, self.ids.paths[path]))
+    def sync_forms(self, zero: int, size: int, path: int
+                   ) -> tuple[pricing.LinearTicks, pricing.LinearTicks | None]:
+        """Sync over ``size`` ranks on the path with id ``path``: the forms of its gradient
+        phase and of its weight gather (None unless ZeRO 1 or 2)."""
+        key = ("sync", cost.sync_collective(zero), cost.gathers_weights(zero), size, path)
+        return self._form(key, lambda: pricing.sync_forms(self.instance, zero, size,
+                                                          self.ids.paths[path]))
 
-    def _form(self, key: tuple, build) -> pricing.LinearTicks:
+    def _form(self, key: tuple, build):
         if key not in self._forms:
             self._forms[key] = build()
         return self._forms[key]

@@ -41,6 +41,7 @@ class SplitEnumeration:
         self.own = [list(range(stage, num_chunks, num_stages)) for stage in range(num_stages)]
         self.dense = self._stage_sums(table.dense_range)
         self.expert = self._stage_sums(table.expert_range)
+        self.forward = self._stage_sums(table.fwd_range)
         self.backward = self._stage_sums(table.bwd_range)
         params_max = self._stage_max(table.params_max_range)
         fixed = prices.fixed_memory(table, shape.dp, shape.zero, self.dense + self.expert,
@@ -82,7 +83,8 @@ class SplitEnumeration:
         tau = stage_times.min(axis=2).max(axis=1)
         exposed = np.stack([self.prices.exposed(table, geometry, shape.dp, shape.zero,
                                                 self.dense[:, stage], self.expert[:, stage],
-                                                self.backward[:, stage])
+                                                self.backward[:, stage],
+                                                self.forward[:, stage])
                             for stage, geometry in enumerate(geometries)], axis=1)
         objective = np.where(tau < INF, shape.rounds * tau + exposed.max(axis=1), INF)
         best = int(objective.argmin())

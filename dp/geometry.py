@@ -16,9 +16,13 @@ every placement-dependent term of stage s is a function of a few bottleneck
   and of the d·e groups of each tensor rank t (dense sync).
 
 Replicas with the same paths cost the same, so a :class:`StageGeometry` keeps
-each distinct combination once.  On a hierarchical network a path is a tier and
-the whole computation is vectorised over ranks (with
-:meth:`NetworkModel.tier_of_pairs`); on a graph it is done rank by rank.
+each distinct combination once.  On a hierarchical network a pair's path is its
+tier's and a group's is :meth:`NetworkModel.channel_path` of the tier it spans and
+its fewest members in one tier-0 domain (cost model §5 a), and the whole
+computation is vectorised over ranks (with :meth:`NetworkModel.tier_of_pairs` and
+a sort of the groups' tier-0 domain ids); on a graph it is done rank by rank, with
+:meth:`NetworkModel.group_path`, which is also the reference the vectorised
+computation is tested against.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
 
-MAX_CODED_TIERS = 15  # four tier bitmasks share one int64 code per replica
+CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
 
 
 class PathIds:
-    """Integer ids of the bottleneck paths met so far: tier k has id k on a tiered network."""
+    """Integer ids of the bottleneck paths met so far: tier k has id k on a tiered network
+    (the path of its point-to-point pairs and one-channel groups); multi-channel group
+    paths (cost model §5 a) get the next ids as they are met."""
 
     def __init__(self, network: NetworkModel):
         self.paths: list[Path] = [network.tier_path(tier) for tier in range(network.num_tiers)]
@@ -93,9 +99,26 @@ def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
     ``wrap``: the first and last stage also exchange the chunk boundaries of
     interleaved 1F1B (stage 0 receives from S − 1, S − 1 from 0).
     """
-    if network.is_hierarchical and network.num_tiers <= MAX_CODED_TIERS:
-        return _hierarchical_geometries(network, devices, config, wrap)
+    if network.is_hierarchical:
+        geometries = _hierarchical_geometries(network, ids, devices, config, wrap)
+        if geometries is not None:
+            return geometries
     return _graph_geometries(network, ids, devices, config, wrap)
+
+
+def fastest_group_paths(network: NetworkModel, group_size: int) -> list[Path]:
+    """On a tiered network, the fastest path each tier can give a group of ``group_size``
+    distinct devices (group_size >= 2): for every tier whose domains hold that many.
+
+    A group spanning tier K >= 1 touches two tier-0 domains at least, so it has at most
+    min(group_size // 2, G_0) members in the one it has fewest in, and its path
+    (cost model §5 a) is at most as fast as :meth:`NetworkModel.channel_path` with that
+    many channels: no collective over such a group costs less than on one of these paths.
+    """
+    domains = network.cluster.network.domain_sizes()
+    channels = min(group_size // 2, domains[0])
+    return [network.channel_path(tier, channels) for tier, size in enumerate(domains)
+            if size >= group_size]
 
 
 def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | None]]:
@@ -112,9 +135,52 @@ def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | 
 # ------------------------------------------------------------------ hierarchical
 
 
-def _group_tiers(network: NetworkModel, devices: np.ndarray, axis: int) -> np.ndarray:
-    """Tier spanning the devices along ``axis`` (one group per remaining index)."""
-    return network.tier_of_pairs(devices.min(axis=axis), devices.max(axis=axis))
+def _fewest_per_domain(devices: np.ndarray, axis: int, domain_size: int) -> np.ndarray:
+    """k of the group along ``axis``: its fewest members in one tier-0 domain it touches.
+
+    Vectorised over the other axes: the domain ids of each group are sorted, and k is the
+    shortest run of equal ids (a group's devices are distinct).
+    """
+    domains = np.sort(np.moveaxis(devices, axis, -1) // domain_size, axis=-1)
+    size = domains.shape[-1]
+    index = np.arange(size)
+    starts = np.ones(domains.shape, dtype=bool)
+    starts[..., 1:] = domains[..., 1:] != domains[..., :-1]
+    ends = np.ones(domains.shape, dtype=bool)
+    ends[..., :-1] = starts[..., 1:]
+    run_start = np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
+    return np.where(ends, index - run_start + 1, size).min(axis=-1)
+
+
+class _GroupPathCodes:
+    """Path ids of collective groups on a tiered network, vectorised over groups.
+
+    A group spanning tier K with k members at least in every tier-0 domain it touches runs
+    on :meth:`NetworkModel.channel_path` (K, k) (cost model §5 a).  k only matters up to
+    :meth:`NetworkModel.max_useful_channels` (K), so (K, min(k, that)) is coded as one
+    small integer and each code met is turned into a path id once.
+    """
+
+    def __init__(self, network: NetworkModel, ids: PathIds):
+        self.network, self.ids = network, ids
+        self.useful = np.array([network.max_useful_channels(tier)
+                                for tier in range(network.num_tiers)], dtype=np.int64)
+        self.stride = int(self.useful.max())
+        self.domain_size = network.cluster.network.domain_sizes()[0]  # G_0
+        self._path_ids = np.full(network.num_tiers * self.stride, -1, dtype=np.int64)
+
+    def of(self, devices: np.ndarray, axis: int) -> np.ndarray:
+        """The path id of the group along ``axis`` (one group per remaining index)."""
+        tiers = np.asarray(self.network.tier_of_pairs(devices.min(axis=axis),
+                                                      devices.max(axis=axis)), dtype=np.int64)
+        codes = tiers * self.stride
+        if self.stride > 1:  # some tier runs faster with more channels
+            channels = _fewest_per_domain(devices, axis, self.domain_size)
+            codes = codes + np.minimum(channels, self.useful[tiers]) - 1
+        for code in np.unique(codes[self._path_ids[codes] < 0]).tolist():
+            tier, channels = divmod(code, self.stride)
+            self._path_ids[code] = self.ids.id_of(self.network.channel_path(tier, channels + 1))
+        return self._path_ids[codes]
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
@@ -125,23 +191,35 @@ def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
     return [tuple(row[keep].tolist()) for row, keep in zip(ordered, fresh)]
 
 
-def _mask_tiers(mask: int, num_tiers: int) -> tuple[int, ...]:
-    return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
+def _bit_mask(indices: np.ndarray, axis: int) -> np.ndarray:
+    """Bitmask of the (small, non-negative) ``indices`` along ``axis``."""
+    return np.bitwise_or.reduce(np.left_shift(np.int64(1), indices), axis=axis)
 
 
-def _tier_mask(tiers: np.ndarray, axis: int) -> np.ndarray:
-    """Bitmask of the tiers along ``axis``."""
-    return np.bitwise_or.reduce(np.left_shift(np.int64(1), tiers), axis=axis)
+def _hierarchical_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                             config: IntraConfig, wrap: bool) -> list[StageGeometry] | None:
+    """The stage geometries, vectorised over ranks; None when a replica's path sets do not
+    fit one int64 code (more than ``CODE_BITS`` bits), for the rank-by-rank fallback.
 
-
-def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
-                             config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    Each replica is coded as four bitmasks: of the TP and of the EP groups' paths (bits
+    indexing the distinct group path ids of the placement) and of the tiers of its
+    activation and gradient pairs (point-to-point: a pair's path is its tier's, id = tier).
+    """
     num_stages, dp, _ = devices.shape
     num_tiers = network.num_tiers
+    groups = _GroupPathCodes(network, ids)
     by_index = devices.reshape(num_stages, dp, config.ep, config.tp)  # [s, r, e_index, t_index]
+    no_group = np.zeros((num_stages, dp, 0), dtype=np.int64)
+    tp_ids = groups.of(by_index, 3) if config.tp > 1 else no_group
+    ep_ids = groups.of(by_index, 2) if config.ep > 1 else no_group
+    local_ids, local = np.unique(np.concatenate((tp_ids.ravel(), ep_ids.ravel())),
+                                 return_inverse=True)
+    width = len(local_ids)
+    if 2 * width + 2 * num_tiers > CODE_BITS:
+        return None
     zeros = np.zeros((num_stages, dp), dtype=np.int64)
-    tp_mask = _tier_mask(_group_tiers(network, by_index, 3), 2) if config.tp > 1 else zeros
-    ep_mask = _tier_mask(_group_tiers(network, by_index, 2), 2) if config.ep > 1 else zeros
+    tp_mask = _bit_mask(local[:tp_ids.size].reshape(tp_ids.shape), 2) if tp_ids.size else zeros
+    ep_mask = _bit_mask(local[tp_ids.size:].reshape(ep_ids.shape), 2) if ep_ids.size else zeros
     activation_from, gradient_from = _senders(num_stages, wrap)
 
     def pair_mask(senders: list[int | None]) -> np.ndarray:
@@ -152,26 +230,34 @@ def _hierarchical_geometries(network: NetworkModel, devices: np.ndarray,
             source = devices[[senders[s] for s in stages]]
             target = devices[stages]
             tiers = network.tier_of_pairs(np.minimum(source, target), np.maximum(source, target))
-            mask[stages] = _tier_mask(tiers, 2)
+            mask[stages] = _bit_mask(tiers, 2)
         return mask
 
-    width = 1 << num_tiers
-    codes = tp_mask + width * (ep_mask + width * (
-        pair_mask(activation_from) + width * pair_mask(gradient_from)))
+    codes = tp_mask + (ep_mask << width) + (pair_mask(activation_from) << 2 * width) \
+        + (pair_mask(gradient_from) << 2 * width + num_tiers)
     no_groups = [()] * num_stages
-    replica_sets = _row_sets(_group_tiers(network, devices, 1)) if dp > 1 else no_groups
+    replica_sets = _row_sets(groups.of(devices, 1)) if dp > 1 else no_groups
     dense_sets = no_groups
     if dp * config.ep > 1:
         by_tensor_rank = devices.reshape(num_stages, dp * config.ep, config.tp)
-        dense_sets = _row_sets(_group_tiers(network, by_tensor_rank, 1))
+        dense_sets = _row_sets(groups.of(by_tensor_rank, 1))
+
+    def group_ids(mask: int) -> tuple[int, ...]:  # local_ids ascend: so do the ids
+        return tuple(int(local_ids[bit]) for bit in range(width) if mask >> bit & 1)
+
+    def tiers_of(mask: int) -> tuple[int, ...]:
+        return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
+
     decoded: dict[int, ReplicaPaths] = {}
     known: dict[tuple, StageGeometry] = {}
     geometries = []
     for stage, code_set in enumerate(_row_sets(codes)):
         for code in code_set:
             if code not in decoded:
-                masks = [(code >> (num_tiers * part)) % width for part in range(4)]
-                decoded[code] = ReplicaPaths(*(_mask_tiers(mask, num_tiers) for mask in masks))
+                pairs = code >> 2 * width
+                decoded[code] = ReplicaPaths(
+                    group_ids(code % (1 << width)), group_ids((code >> width) % (1 << width)),
+                    tiers_of(pairs % (1 << num_tiers)), tiers_of(pairs >> num_tiers))
         key = (code_set, replica_sets[stage], dense_sets[stage])
         if key not in known:
             known[key] = StageGeometry(tuple(decoded[code] for code in code_set),

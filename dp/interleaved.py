@@ -2,7 +2,8 @@ r"""Interleaved 1F1B (v > 1): exact search over splits into S·v chunks (DESIGN 
 
 With K = S·v chunks, chunk k on stage k mod S, a stage's memory (its parameters
 over all its chunks, in-flight count × its largest chunk activation, working set)
-and its sync (gradients of all its chunks, exposed part minus their backward)
+and its sync (gradients of all its chunks, exposed part minus their backward and,
+for the weight gather, their forward)
 couple chunks that are not adjacent in the chain, so the v = 1 suffix recurrence
 does not apply.  For one outer choice (c, b, S, d, v, z) and layout, with
 R = v·m + S − 1, we minimise
@@ -260,13 +261,13 @@ class _BlockCounts:
     # ------------------------------------------------------------ stage totals
 
     def _stage_ends(self) -> dict[str, np.ndarray]:
-        """Per stage: dense, expert, backward sums of its leading / trailing layer, and the
+        """Per stage: dense, expert, forward, backward sums of its leading / trailing layer, and the
         largest layer parameters and working sets (every stage holds blocks; stage 0 the
         leading layer, stage S − 1 the trailing one)."""
         table, blocks, num_stages = self.shape.table, self.blocks, self.shape.num_stages
         block = blocks.leading
         ends = {name: np.zeros(num_stages, dtype=np.int64)
-                for name in ("dense", "expert", "backward")}
+                for name in ("dense", "expert", "forward", "backward")}
         ends["params_max"] = np.full(num_stages, table.params_max_range[block, block])
         for mode in self.modes:
             ends[mode] = np.full(num_stages, table.work_range[mode][block, block])
@@ -276,6 +277,7 @@ class _BlockCounts:
             for layer in layers[stage]:
                 ends["dense"][stage] += table.dense_range[layer, layer]
                 ends["expert"][stage] += table.expert_range[layer, layer]
+                ends["forward"][stage] += table.fwd_range[layer, layer]
                 ends["backward"][stage] += table.bwd_range[layer, layer]
                 ends["params_max"][stage] = max(ends["params_max"][stage],
                                                 table.params_max_range[layer, layer])
@@ -392,13 +394,14 @@ class _BlockCounts:
                             times[index, kind, mode_index] = read[kind]
         dense = self._totals("dense", table.dense_range)
         expert = self._totals("expert", table.expert_range)
+        forward = self._totals("forward", table.fwd_range)
         backward = self._totals("backward", table.bwd_range)
         exposed = np.empty_like(dense)
         for index, geometry in enumerate(distinct):
             stages = geometry_id == index
             exposed[stages] = self.prices.exposed(table, geometry, shape.dp, shape.zero,
                                                   dense[stages], expert[stages],
-                                                  backward[stages])
+                                                  backward[stages], forward[stages])
         return times, geometry_id, exposed
 
     def _walk(self, variant: int, kind_times: np.ndarray, geometry_id: np.ndarray,

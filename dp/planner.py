@@ -13,7 +13,9 @@ allowed recompute mode shared by its chunks.  A chunk of layers f..l costs
 the mode's rerun (full: the forward collectives too), each collective on its
 slowest TP / EP group, receives on the actual pairs (wrapping S − 1 → 0 when
 v > 1), ZeRO-3 gathers and buffers, in-flight counts of 1F1B or of Megatron's
-interleaved schedule, sync minus the overlapped backward.  The objective is
+interleaved schedule, the sync as an all-reduce (z = 0) or a reduce-scatter (and for
+z ∈ {1, 2} an all-gather of the weights), each group on its multi-channel path (cost
+model §5 a, c) and each phase minus the compute it overlaps (§5 d).  The objective is
 
     T = (v·m + S − 1) · max_k τ_k + max_s exposed_s.
 
@@ -35,18 +37,18 @@ recurrence and correctness argument in its docstring):
 Bounds and pruning (all exact).  Outer (c, b, S, d, v) are visited in increasing
 order of (v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into
 K chunks of chunk times with every collective and receive on its cheapest possible
-tier (placement, memory, recompute and ZeRO ignored); the search stops at the
+path (placement, memory, recompute and ZeRO ignored); the search stops at the
 first bound that cannot beat the incumbent.  Per z the bound is refined by the
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
-sync (without overlap: of the stage holding the most parameters; with overlap: the
-mean over stages of sync minus backward), on their cheapest tiers,
-and for v = 1 by the same min-max split restricted to splits that fit memory
+sync (the parts never overlapped, of the stage holding the most parameters; and the
+mean over stages of the sync minus the compute it may overlap), on their cheapest
+paths, and for v = 1 by the same min-max split restricted to splits that fit memory
 (placement-free, so one pass serves every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
-that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 0, 1 and 2 price τ
-and sync identically and only shrink memory as z grows: only the largest allowed
-one is searched (and z = 3 only where it differs, d·e > 1).  Layouts whose order
-without radix-1 dimensions coincides give equal placements, and layouts whose
+that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 1 and 2 price τ
+and sync identically and 2 only shrinks memory: only the larger allowed one is
+searched (and z = 0 and z = 3 only where they differ from it, d·e > 1).  Layouts
+whose order without radix-1 dimensions coincides give equal placements, and layouts whose
 stages meet the same paths (equal stage geometries) are priced alike: only the
 first of either is searched.
 
@@ -69,7 +71,13 @@ import numpy as np
 
 from nest_cp.cost import terms as cost
 from nest_cp.dp.compose import RangePrices, Shape
-from nest_cp.dp.geometry import PathIds, effective_order, rank_devices, stage_geometries
+from nest_cp.dp.geometry import (
+    PathIds,
+    effective_order,
+    fastest_group_paths,
+    rank_devices,
+    stage_geometries,
+)
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable, range_sums
@@ -290,7 +298,7 @@ class _Search:
 
     def _chunk_time_bounds(self, choice_index: int) -> dict[int, int]:
         """For every chunk count K, the least max τ over splits into K chunks with every
-        term on its cheapest possible tier: a lower bound for any S·v = K, d, z, layout."""
+        term on its cheapest possible path: a lower bound for any S·v = K, d, z, layout."""
         table = self._table(choice_index)
         bounds = {}
         for num_chunks in range(1, table.num_layers + 1):
@@ -301,12 +309,13 @@ class _Search:
         return bounds
 
     def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
-        """(K, W, W) chunk times with collectives and receives on their cheapest tier.
+        """(K, W, W) chunk times with collectives and receives on their cheapest path.
 
         Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
         entry is at most the real τ of that chunk, for any d, z, mode and layout: each
-        collective costs at least its price on one group, and a group of g devices spans a
-        tier whose domains hold g devices.  The last few arrays are kept (read-only).
+        collective costs at least its price on one group, a group of g devices runs on a
+        path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
+        a tier's path.  The last few arrays are kept (read-only).
         """
         key = (table.config, table.microbatch, num_chunks)
         if key in self._cheapest:
@@ -315,14 +324,17 @@ class _Search:
             per_layer = table.compute.copy()
             received = np.zeros_like(per_layer)
             if self.network.is_hierarchical:
-                paths, config = self.ids.paths, table.config
+                network, config = self.network, table.config
                 if config.tp > 1:
-                    per_layer += np.min([np.diag(table.collective_range((paths[tier],), ()))
-                                         for tier in self._tiers_spanning(config.tp)], axis=0)
+                    per_layer += np.min([np.diag(table.collective_range((path,), ()))
+                                         for path in fastest_group_paths(network, config.tp)],
+                                        axis=0)
                 if config.ep > 1:
-                    per_layer += np.min([np.diag(table.collective_range((), (paths[tier],)))
-                                         for tier in self._tiers_spanning(config.ep)], axis=0)
-                received = np.min([table.transfers(path) for path in paths], axis=0)
+                    per_layer += np.min([np.diag(table.collective_range((), (path,)))
+                                         for path in fastest_group_paths(network, config.ep)],
+                                        axis=0)
+                received = np.min([table.transfers(network.tier_path(tier))
+                                   for tier in range(network.num_tiers)], axis=0)
             table.cache["cheapest"] = (range_sums(per_layer),
                                        np.concatenate(([0], received[:-1])), received)
         base, activation, received = table.cache["cheapest"]
@@ -335,11 +347,6 @@ class _Search:
         self._cheapest[key] = weight
         return weight
 
-    def _tiers_spanning(self, group_size: int) -> list[int]:
-        """Tiers a group of ``group_size`` distinct devices may span (hierarchical networks)."""
-        domains = self.instance.cluster.network.domain_sizes()
-        return [tier for tier, size in enumerate(domains) if size >= group_size]
-
     def _table(self, choice_index: int) -> LayerTable:
         if choice_index not in self.tables:
             config, microbatch = self.instance.choices[choice_index]
@@ -347,16 +354,22 @@ class _Search:
         return self.tables[choice_index]
 
     def _zero_stages(self, config: IntraConfig, dp: int) -> list[int]:
-        """The ZeRO stages worth searching: the largest allowed of 0..2, and 3 if allowed.
+        """The ZeRO stages worth searching: 0, the larger allowed of 1 and 2, and 3.
 
-        Stages 0, 1 and 2 price τ and sync identically and only shrink memory as z grows,
-        so the largest allowed one is at least as good as the others (it is the one
-        reported on ties).  With d = 1 and e = 1, stage 3 prices like them and only adds
-        its gather buffers, so it is dropped unless it is the only one allowed.
+        Stages 1 and 2 price τ and sync identically (reduce-scatter then all-gather, cost
+        model §5 c) and 2 only shrinks memory, so the larger allowed one is at least as
+        good (it is the one reported on ties).  Stage 0 syncs by an all-reduce instead,
+        which may be cheaper or dearer (separate rounding, g != w, overlap), so it is
+        searched too — except with d = e = 1, where no sync runs, τ is the same and memory
+        is no smaller than under 1 or 2.  With d = e = 1, stage 3 prices like them and only
+        adds its gather buffers, so it is dropped unless it is the only one allowed.
         """
         allowed = set(self.instance.training.zero_stages)
-        kept = sorted(allowed - {3})[-1:]
-        if 3 in allowed and (dp > 1 or config.ep > 1 or not kept):
+        syncs = dp * config.ep > 1
+        kept = sorted(allowed & {1, 2})[-1:]
+        if 0 in allowed and (syncs or not kept):
+            kept.insert(0, 0)
+        if 3 in allowed and (syncs or not kept):
             kept.append(3)
         return kept
 
@@ -525,50 +538,71 @@ class _Search:
         return shape.rounds * -(-total // shape.num_chunks)
 
     def _gather_bound(self, shape: Shape) -> int:
-        """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters."""
+        """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
+
+        That chunk holds at least ceil(P / K) of them, its gathers run over d-replica groups,
+        each on a path no faster than one of :func:`fastest_group_paths` (d), and a gather
+        costs no less for more parameters."""
         if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
         heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // shape.num_chunks)
-        return min(2 * self.prices.gather_form(shape.dp, tier).of(heaviest)
-                   for tier in self._tiers_spanning(shape.dp))
+        return min(2 * self.prices.gather_form(shape.dp, self.ids.id_of(path)).of(heaviest)
+                   for path in fastest_group_paths(self.network, shape.dp))
 
     def _sync_bound(self, shape: Shape) -> int:
-        """A lower bound on max_s exposed_s from the cheapest tiers a sync group may span.
+        """A lower bound on max_s exposed_s, from the fastest paths a sync group may have.
 
-        Without overlap: the sync of the stage holding the most dense (expert) parameters,
-        at least ceil(P / S).  With overlapped reduction exposed_s = max(0, sync_s − R_s),
-        so max_s exposed_s >= (Σ_s sync_s − Σ_s R_s) / S, where Σ_s R_s is the backward of
-        every layer and each stage's sync is a ceil((slope·P_s + offset) / den) >= (slope·P_s
-        + offset) / den, the offset paid by every stage holding parameters of the kind (all
-        S of them when every layer has some, at least one otherwise).
+        Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
+        cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
+        d) of its price on the kind's slowest group, so at least its price on any one
+        group; a group of g devices runs on a path no faster than one of
+        :func:`fastest_group_paths` (g) (§5 a), and a price never falls as the parameter
+        count grows.  Two bounds, of which the larger is returned:
+
+        - Parts the iteration always waits for in full (RS without overlap_grad_reduce, AG
+          without overlap_param_gather, §5 d): the stage holding the most parameters of
+          a kind, at least ceil(P / S), pays them on one of its groups' paths — at least
+          the least, over the fastest paths, of those parts' prices at ceil(P / S).
+        - max_s exposed_s >= (Σ_s exposed_s) / S >= (Σ_s (RS_s + AG_s) − [overlap_grad_reduce]
+          Σ_s R_s − [overlap_param_gather] Σ_s F_s) / S, as max(0, x − y) >= x − y; Σ_s R_s
+          (Σ_s F_s) is the backward (forward) of every layer.  On a path p a phase costs
+          ceil((a_p·P_s + b_p) / den_p) >= α_p·P_s + β_p (α_p = a_p / den_p, β_p =
+          b_p / den_p) for P_s > 0, and stages may run on different paths, so Σ_s of it >=
+          (min_p α_p)·P + H·(min_p β_p), H the stages holding parameters of the kind (all S
+          when every layer has some, at least one otherwise).
         """
         if not self.network.is_hierarchical:
             return 0
+        training = self.instance.training
         table, num_stages = shape.table, shape.num_stages
         last = table.num_layers - 1
         kinds = ((table.dense_range, shape.dp * table.config.ep),
                  (table.expert_range, shape.dp))
-        if not self.instance.training.overlap_grad_reduce:
-            bound = 0
-            for params_range, size in kinds:
-                params = int(params_range[0, last])
-                if size > 1 and params > 0:
-                    heaviest = -(-params // num_stages)
-                    bound = max(bound, min(self.prices.sync_form(shape.zero, size, tier).of(
-                        heaviest) for tier in self._tiers_spanning(size)))
-            return bound
-        total = Fraction(0)
+        in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
+        heaviest_bound, total = 0, Fraction(0)
         for params_range, size in kinds:
             params = int(params_range[0, last])
-            if size > 1 and params > 0:
-                holders = num_stages if (np.diag(params_range) > 0).all() else 1
-                forms = [self.prices.sync_form(shape.zero, size, tier)
-                         for tier in self._tiers_spanning(size)]
-                total += min(Fraction(form.slope * params + holders * form.offset,
-                                      form.denominator) for form in forms)
-        excess = total - int(table.bwd_range[0, last])
-        return max(0, math.ceil(excess / num_stages))
+            if size <= 1 or params == 0:
+                continue
+            forms = [[form for form in self.prices.sync_forms(
+                shape.zero, size, self.ids.id_of(path)) if form is not None]
+                for path in fastest_group_paths(self.network, size)]
+            heaviest = -(-params // num_stages)
+            heaviest_bound = max(heaviest_bound, min(
+                sum(form.of(heaviest) for form, full in zip(phases, in_full) if full)
+                for phases in forms))
+            holders = num_stages if (np.diag(params_range) > 0).all() else 1
+            for phase in range(len(forms[0])):
+                total += min(Fraction(path_forms[phase].slope, path_forms[phase].denominator)
+                             for path_forms in forms) * params
+                total += holders * min(Fraction(path_forms[phase].offset,
+                                                path_forms[phase].denominator)
+                                       for path_forms in forms)
+        hidden = (int(table.bwd_range[0, last]) if training.overlap_grad_reduce else 0) \
+            + (int(table.fwd_range[0, last]) if training.overlap_param_gather
+               and cost.gathers_weights(shape.zero) else 0)
+        return max(heaviest_bound, math.ceil((total - hidden) / num_stages))
 
 
 def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,

@@ -123,6 +123,7 @@ class LayerTable:
         self.compute = fwd_bwd.sum(axis=1)
         self.out_bytes = self._column("out_bytes")
         self.compute_range = range_sums(self.compute)
+        self.fwd_range = range_sums(self.fwd)
         self.bwd_range = range_sums(self.bwd)
         self.dense_range = range_sums(self._column("dense_params"))
         self.expert_range = range_sums(self._column("expert_params"))
@@ -176,9 +177,16 @@ def zero3_gather_form(instance: Instance, dp: int, path: Path) -> LinearTicks:
                              path, training.tick_s)
 
 
-def sync_form(instance: Instance, zero: int, group_size: int, path: Path) -> LinearTicks:
-    """Gradient sync of a stage over ``group_size`` ranks as a linear form in its parameters."""
+def sync_forms(instance: Instance, zero: int, group_size: int,
+               path: Path) -> tuple[LinearTicks, LinearTicks | None]:
+    """A stage's gradient sync over ``group_size`` ranks as linear forms in its parameters:
+    the gradient phase (all-reduce for ZeRO-0, else reduce-scatter, of P·g) and, for ZeRO 1
+    and 2, the all-gather of the updated weights (P·w; None otherwise), each rounded alone
+    as :func:`nest_cp.cost.terms.gradient_sync_parts` rounds them (cost model §5 c)."""
     training = instance.training
-    return linear_collective(cost.sync_collective(zero), training.optimizer.grad_bytes,
-                             group_size, path, training.tick_s)
-
+    reduce = linear_collective(cost.sync_collective(zero), training.optimizer.grad_bytes,
+                               group_size, path, training.tick_s)
+    gather = linear_collective(CollectiveKind.ALL_GATHER, training.optimizer.weight_bytes,
+                               group_size, path, training.tick_s) \
+        if cost.gathers_weights(zero) else None
+    return reduce, gather

@@ -1,19 +1,21 @@
 r"""The DP's SDP search: the best SDP plan of the structured space (DESIGN §7).
 
 Space.  For every (configuration c, microbatch b) of ``instance.choices``, worker count
-d >= 2 with a·d <= N, allowed level, masking and holder count h, the largest allowed
-ZeRO stage z <= 2 (0, 1 and 2 price time identically and only shrink memory), an
-allowed recompute mode, a design (grouped, cyclic: :func:`nest_cp.cost.sdp.design_mask`) and
-a rank layout λ of ``all_layouts()`` (S = 1; layouts giving equal placements searched
-once).  Objective: the least T_eff, exactly as a rational; ties to the least T, then
-the least key (choice index, d, h, level, masking, mode, design, layout).
+d >= 2 with a·d <= N, allowed level, masking and holder count h, ZeRO stage z = 0 and
+the larger allowed of 1 and 2 (1 and 2 price time identically — each all-reduce split
+into a reduce-scatter and an all-gather, cost model §5 c — and 2 only shrinks memory;
+0 keeps the all-reduces), an allowed recompute mode, a design (grouped, cyclic:
+:func:`nest_cp.cost.sdp.design_mask`) and a rank layout λ of ``all_layouts()`` (S = 1;
+layouts giving equal placements searched once).  Objective: the least T_eff, exactly as
+a rational; ties to the least T, then the least key (choice index, d, h, level, masking,
+z, mode, design, layout).
 
-Sub-problems.  (c, b, d, h, level, masking) fixes m = ceil(B / (b·e·d)) and, because
+Sub-problems.  (c, b, d, h, level, masking, z) fixes m = ceil(B / (b·e·d)) and, because
 every unit is held by exactly h workers, Σ_w C_w (forward masking: d·C_shared +
 h·Σ_u C_u; backward: d·C_all − (d − h)·Σ_u wgrad_u), so within a sub-problem T_eff
 is T times a constant, and
 
-    T ≥ m·ceil(Σ_w C_w / d) + (cheapest shared all-reduce)   ⇒   a bound on T_eff.
+    T ≥ m·ceil(Σ_w C_w / d) + (cheapest sync floor)   ⇒   a bound on T_eff.
 
 Sub-problems are visited in order of that bound and skipped once it cannot beat the
 incumbent; a sub-problem whose average worker memory (a lower bound on the largest)
@@ -25,12 +27,17 @@ shares the evaluator uses):
 
     C_w    = C_shared + M·C_u                    (backward: C_all − Σ wgrad_u + M·wgrad)
     τ_w    = C_w + recompute_w + coll_shared(σ_w) + M·coll_u(σ_w)
-    sync_w = max_j ( shared_j + M·unit_sync[:, j] + broadcast_j )
+    RS_w   = max_j ( shared_j + M·unit_sync[:, j] + broadcast_j )   (gradient phase)
+    AG_w   = max_j ( shared_j + M·unit_sync[:, j] )                  (weight gathers)
+    exposed_w = [overlap_grad_reduce ? max(0, RS_w − R_w) : RS_w]
+                + [overlap_param_gather ? max(0, AG_w − F_w) : AG_w]      (§5 d)
     mem_w  = state(P_shared, d) + state(M·P_u, h) [+ (ΣP_u − M·P_u)·w] + kept_w + max_l view_{w,l}
 
 where σ_w are the paths of worker w's own TP / EP groups (workers with equal paths
-share one computation) and unit_sync[u, j] prices unit u's all-reduce on the span of
-its holders' ranks.  ``tests/test_sdp_backends.py`` checks these numbers against the evaluator.
+share one computation), unit_sync[u, j] prices unit u's sync (each phase apart) on
+the path of its holders' ranks (multi-channel on tiered networks, §5 a), and R_w /
+F_w are the backward / forward ticks inside τ_w.  ``tests/test_sdp_backends.py`` checks
+these numbers against the evaluator.
 """
 
 from __future__ import annotations
@@ -52,9 +59,8 @@ from nest_cp.cost.sdp import (
     effective_ticks,
     unit_table,
 )
-from nest_cp.dp.geometry import rank_devices
+from nest_cp.dp.geometry import fastest_group_paths, rank_devices
 from nest_cp.model.instance import (
-    CollectiveKind,
     Instance,
     IntraConfig,
     Phase,
@@ -63,7 +69,7 @@ from nest_cp.model.instance import (
     SdpMasking,
     Strategy,
 )
-from nest_cp.model.network import NetworkModel, Path, collective_ticks
+from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Plan, RankLayout, SdpMask, Stage, all_layouts
 from nest_cp.model.result import SolveResult, Space, Status
 
@@ -84,7 +90,7 @@ class _Mask:
 
 @dataclass(frozen=True, slots=True)
 class SubProblem:
-    """(c, b, d, h, level, masking) with its bound on T_eff and Σ_w C_w."""
+    """(c, b, d, h, level, masking, z) with its bound on T_eff and Σ_w C_w."""
 
     bound: Fraction
     choice_index: int
@@ -92,12 +98,13 @@ class SubProblem:
     holders: int
     level: SdpLevel
     masking: SdpMasking
+    zero: int
     worker_compute: int  # Σ_w C_w, the same for every mask of the sub-problem
 
     @property
     def key(self) -> tuple:
         return (self.choice_index, self.workers, self.holders, _index(SdpLevel, self.level),
-                _index(SdpMasking, self.masking))
+                _index(SdpMasking, self.masking), self.zero)
 
 
 @dataclass(slots=True)
@@ -149,12 +156,11 @@ def price_plan(instance: Instance, plan: Plan) -> tuple[int, int]:
     """(T, the largest worker memory) of a placed SDP plan, priced by this module's
     vectorised algorithm: what the differential tests compare with the evaluator."""
     search = _SdpSearch(instance)
-    search.zero = plan.zero
     choice_index = instance.choices.index((plan.config, plan.microbatch))
     vectors = search._vectors(choice_index, plan.sdp.level)
     masking, workers, holders = plan.sdp.masking, plan.num_replicas, plan.sdp.holders
     sub = SubProblem(Fraction(0), choice_index, workers, holders, plan.sdp.level, masking,
-                     vectors.worker_compute(masking, workers, holders))
+                     plan.zero, vectors.worker_compute(masking, workers, holders))
     matrix = vectors.matrix(plan.sdp.mask)
     mode = plan.stages[0].recompute
     rounds = cost.num_microbatches(instance.training.global_batch, plan.microbatch,
@@ -190,8 +196,8 @@ class _SdpSearch:
         self.order = np.array(self.network.canonical_order(), dtype=np.int64)
         self.limit = instance.cluster.usable_hbm_bytes
         training = instance.training
-        low = [z for z in training.zero_stages if z <= 2]
-        self.zero = max(low) if low else None
+        split = sorted(set(training.zero_stages) & {1, 2})[-1:]
+        self.zeros = [0] * (0 in training.zero_stages) + split  # z 1 and 2 sync alike
         self.modes = [mode for mode in MODE_ORDER if mode in training.recompute_modes]
         self.vectors: dict[tuple[int, SdpLevel], _UnitVectors] = {}
         self.best = SdpBest()
@@ -199,11 +205,12 @@ class _SdpSearch:
         self._masks: dict[tuple, _Mask | None] = {}
         self._floors: dict[tuple, int] = {}  # cheapest prices of the bounds, memoised
         self._group_paths: dict[tuple, cost.GroupPaths] = {}
+        self._paths: dict[tuple[int, ...], Path] = {}
 
     # ------------------------------------------------------------ outer loop
 
     def run(self) -> SdpBest:
-        if self.zero is None:
+        if not self.zeros:
             return self.best
         subproblems = self._subproblems()
         self.best.subproblems = len(subproblems)
@@ -224,25 +231,47 @@ class _SdpSearch:
                 vectors = self._vectors(choice_index, level)
                 if not vectors.table.num_units:
                     continue
-                for workers in range(2, devices // config.devices + 1):
+                for workers, holders, zero in self._shapes(config, devices):
                     rounds = cost.num_microbatches(training.global_batch, microbatch, config,
                                                    workers)
-                    sync_floor = self._shared_sync_floor(vectors, workers, config)
-                    for holders in training.sdp.holder_counts(workers):
-                        units_floor = self._unit_sync_floor(vectors, workers, holders, config)
-                        for masking in training.sdp.maskings:
-                            total = vectors.worker_compute(masking, workers, holders)
-                            floor = sync_floor + units_floor
-                            if masking is SdpMasking.BACKWARD:
-                                floor += self._broadcast_floor(vectors, workers)
-                            if training.overlap_grad_reduce:  # exposed = max(0, sync - R_w)
-                                floor = max(0, floor - vectors.backward_ceiling)
-                            bound = effective_ticks(
-                                rounds * -(-total // workers) + floor, workers,
-                                vectors.table.full_compute_ticks, total)
-                            found.append(SubProblem(bound, choice_index, workers, holders,
-                                                    level, masking, total))
+                    floor = self._shared_sync_floor(vectors, workers, config, zero) \
+                        + self._unit_sync_floor(vectors, workers, holders, config, zero)
+                    for masking in training.sdp.maskings:
+                        total = vectors.worker_compute(masking, workers, holders)
+                        bound = effective_ticks(
+                            rounds * -(-total // workers)
+                            + self._exposed_floor(vectors, workers, masking, zero, floor),
+                            workers, vectors.table.full_compute_ticks, total)
+                        found.append(SubProblem(bound, choice_index, workers, holders,
+                                                level, masking, zero, total))
         return found
+
+    def _shapes(self, config: IntraConfig, devices: int):
+        """Every allowed (d, h, z) of a configuration."""
+        for workers in range(2, devices // config.devices + 1):
+            for holders in self.instance.training.sdp.holder_counts(workers):
+                for zero in self.zeros:
+                    yield workers, holders, zero
+
+    def _exposed_floor(self, vectors: _UnitVectors, workers: int, masking: SdpMasking,
+                       zero: int, floor: int) -> int:
+        """A floor on every worker's exposed sync, from ``floor`` on its shared and held
+        units' syncs (both phases).
+
+        Every worker's sync_w = RS_w + AG_w is at least ``floor`` plus, under backward
+        masking, the broadcasts; exposed_w >= sync_w − [overlap_grad_reduce] R_w −
+        [overlap_param_gather, z ∈ {1, 2}] F_w (cost model §5 d, as max(0, x − y) >=
+        x − y), and R_w, F_w are at most the backward and forward of the shared part and
+        every unit.
+        """
+        training = self.instance.training
+        if masking is SdpMasking.BACKWARD:
+            floor += self._broadcast_floor(vectors, workers)
+        if training.overlap_grad_reduce:
+            floor -= vectors.backward_ceiling
+        if training.overlap_param_gather and cost.gathers_weights(zero):
+            floor -= vectors.forward_ceiling
+        return max(0, floor)
 
     def _vectors(self, choice_index: int, level: SdpLevel) -> _UnitVectors:
         key = (choice_index, level)
@@ -252,33 +281,30 @@ class _SdpSearch:
                                                         level), self.instance.workload.num_layers)
         return self.vectors[key]
 
-    def _shared_sync_floor(self, vectors: _UnitVectors, workers: int,
-                           config: IntraConfig) -> int:
-        """The shared all-reduce on the cheapest tier any d·e (d) distinct devices span."""
+    def _shared_sync_floor(self, vectors: _UnitVectors, workers: int, config: IntraConfig,
+                           zero: int) -> int:
+        """The shared sync on the fastest path any d·e (d) distinct devices may have."""
         if not self.network.is_hierarchical:
             return 0
-        domains = self.instance.cluster.network.domain_sizes()
-        floor = 0
+        training, floor = self.instance.training, 0
         for params, size in ((vectors.shared_dense, workers * config.ep),
                              (vectors.shared_expert, workers)):
             if params and size > 1:
-                floor += min(cost.gradient_sync_ticks(params, self.instance.training.optimizer,
-                                                      self.zero, size,
-                                                      self.network.tier_path(tier),
-                                                      self.instance.training.tick_s)
-                             for tier, span in enumerate(domains) if span >= size)
+                floor += self._cheapest(lambda path, params=params, size=size:
+                                        cost.gradient_sync_ticks(params, training.optimizer,
+                                                                 zero, size, path,
+                                                                 training.tick_s), size)
         return floor
 
     def _cheapest(self, price, size: int) -> int:
-        """min over the tiers a group of ``size`` distinct devices may span of price(path)."""
-        domains = self.instance.cluster.network.domain_sizes()
-        return min(price(self.network.tier_path(tier))
-                   for tier, span in enumerate(domains) if span >= size)
+        """min of price(path) over :func:`fastest_group_paths` (size): no group of ``size``
+        distinct devices runs on a faster path (cost model §5 a)."""
+        return min(price(path) for path in fastest_group_paths(self.network, size))
 
     def _unit_sync_floor(self, vectors: _UnitVectors, workers: int, holders: int,
-                         config: IntraConfig) -> int:
-        """Every worker holds U_b·h/d units of each design block b and all-reduces each over
-        its h holders: at least the cheapest U_b·h/d such all-reduces of the block."""
+                         config: IntraConfig, zero: int) -> int:
+        """Every worker holds U_b·h/d units of each design block b and syncs each over its h
+        holders: at least the cheapest U_b·h/d such syncs of the block."""
         if not self.network.is_hierarchical:
             return 0
         training, floor = self.instance.training, 0
@@ -292,11 +318,11 @@ class _SdpSearch:
                 for params, size in ((int(vectors.dense[unit]), holders * config.ep),
                                      (int(vectors.expert[unit]), holders)):
                     if params and size > 1:
-                        key = ("all-reduce", params, size)
+                        key = ("sync", params, size, zero)
                         if key not in self._floors:
                             self._floors[key] = self._cheapest(
                                 lambda path, params=params, size=size:
-                                cost.gradient_sync_ticks(params, training.optimizer, self.zero,
+                                cost.gradient_sync_ticks(params, training.optimizer, zero,
                                                          size, path, training.tick_s), size)
                         price += self._floors[key]
                 prices.append(price)
@@ -304,7 +330,7 @@ class _SdpSearch:
         return floor
 
     def _broadcast_floor(self, vectors: _UnitVectors, workers: int) -> int:
-        """Backward masking: every unit's weights broadcast over d ranks, cheapest tier."""
+        """Backward masking: every unit's weights broadcast over d ranks, fastest path."""
         if not self.network.is_hierarchical:
             return 0
         training = self.instance.training
@@ -318,7 +344,7 @@ class _SdpSearch:
         """Average worker memory under the leanest allowed mode exceeds HBM (exact bound)."""
         vectors = self._vectors(sub.choice_index, sub.level)
         least = min(vectors.average_memory(sub, mode, self.instance.training.optimizer,
-                                           self.zero) for mode in self.modes)
+                                           sub.zero) for mode in self.modes)
         if least <= self.limit:
             return False
         if self.best.average_excess_bytes is None or \
@@ -382,7 +408,7 @@ class _SdpSearch:
         optimizer = self.instance.training.optimizer
         least = None
         for mode in self.modes:
-            memory = int(vectors.memory(matrix, sub, mode, optimizer, self.zero).max())
+            memory = int(vectors.memory(matrix, sub, mode, optimizer, sub.zero).max())
             if memory <= self.limit:
                 return mode
             least = memory if least is None else min(least, memory)
@@ -401,7 +427,7 @@ class _SdpSearch:
         best.effective, best.objective, best.key = effective, total, key
         best.design, best.layout = design, layout
         layers = self.instance.workload.num_layers
-        best.plan = Plan(config, microbatch, self.zero, sub.workers,
+        best.plan = Plan(config, microbatch, sub.zero, sub.workers,
                          (Stage(0, layers - 1, mode),), placement,
                          strategy=Strategy.SDP,
                          sdp=SdpMask(sub.level, sub.masking, sub.holders, rows))
@@ -432,9 +458,12 @@ class _SdpSearch:
                 extra = extra + self._collective_terms(matrix[members], sub.masking, shared_fwd,
                                                        per_unit_fwd)
             tau[members] += extra
-        sync = self._sync(vectors, matrix, holder_sets, workers, sub, config)
-        exposed = np.maximum(sync - backward, 0) if training.overlap_grad_reduce else sync
-        return rounds * int(tau.max()) + int(exposed.max())
+        reduce, gather = self._sync(vectors, matrix, holder_sets, workers, sub, config)
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(reduce - backward, 0)
+        if training.overlap_param_gather:
+            gather = np.maximum(gather - vectors.forward(matrix, sub.masking), 0)
+        return rounds * int(tau.max()) + int((reduce + gather).max())
 
     @staticmethod
     def _collective_terms(matrix: np.ndarray, masking: SdpMasking, shared: int,
@@ -444,10 +473,11 @@ class _SdpSearch:
         return shared + matrix @ per_unit
 
     def _sync(self, vectors: _UnitVectors, matrix: np.ndarray, holder_sets, workers,
-              sub: SubProblem, config: IntraConfig) -> np.ndarray:
-        """sync_w: the slowest rank j of each worker (module docstring).
+              sub: SubProblem, config: IntraConfig) -> tuple[np.ndarray, np.ndarray]:
+        """(RS_w, AG_w): each phase of the sync of the slowest rank j of each worker
+        (module docstring); the broadcasts of backward masking are in the gradient phase.
 
-        A unit's all-reduce depends only on its volume and its holder set, so it is priced
+        A unit's sync depends only on its volume and its holder set, so it is priced
         once per distinct (holder set, dense params, expert params).
         """
         training = self.instance.training
@@ -457,31 +487,33 @@ class _SdpSearch:
             (holders, int(vectors.dense[u]), int(vectors.expert[u])), len(distinct))
             for u, holders in enumerate(holder_sets)],
             dtype=np.int64)
-        worst = np.zeros(sub.workers, dtype=np.int64)
+        worst = np.zeros((2, sub.workers), dtype=np.int64)
         for rank in range(config.devices):
-            shared = (self._all_reduce(vectors.shared_dense, everyone, workers, rank, config,
-                                       dense=True)
-                      + self._all_reduce(vectors.shared_expert, everyone, workers, rank, config,
-                                         dense=False))
-            priced = np.array([
-                self._all_reduce(dense, holders, workers, rank, config, dense=True)
-                + self._all_reduce(expert, holders, workers, rank, config, dense=False)
-                for holders, dense, expert in distinct], dtype=np.int64)
-            per_unit = priced[groups] if len(groups) else np.zeros(0, dtype=np.int64)
+            shared = np.add(
+                self._parts(vectors.shared_dense, everyone, workers, rank, config, sub.zero,
+                            dense=True),
+                self._parts(vectors.shared_expert, everyone, workers, rank, config, sub.zero,
+                            dense=False))
+            priced = np.array([np.add(
+                self._parts(dense, holders, workers, rank, config, sub.zero, dense=True),
+                self._parts(expert, holders, workers, rank, config, sub.zero, dense=False))
+                for holders, dense, expert in distinct], dtype=np.int64).reshape(-1, 2)
+            per_unit = priced[groups] if len(groups) else np.zeros((0, 2), dtype=np.int64)
             if sub.masking is SdpMasking.BACKWARD:
-                path = self.network.group_path([workers[w][rank] for w in everyone])
+                path = self._path(tuple(workers[w][rank] for w in everyone))
                 volumes, counts = np.unique(vectors.params, return_counts=True)
-                shared += sum(int(count) * broadcast_ticks(
+                shared[0] += sum(int(count) * broadcast_ticks(
                     int(volume) * training.optimizer.weight_bytes, sub.workers, path,
                     training.tick_s) for volume, count in zip(volumes, counts, strict=True))
-            worst = np.maximum(worst, shared + matrix @ per_unit)
-        return worst
+            worst = np.maximum(worst, shared[:, None] + (matrix @ per_unit).T)
+        return worst[0], worst[1]
 
-    def _all_reduce(self, params: int, members: tuple[int, ...], workers, rank: int,
-                    config: IntraConfig, dense: bool) -> int:
-        """One gradient all-reduce of rank ``rank`` over the workers ``members`` (cached)."""
+    def _parts(self, params: int, members: tuple[int, ...], workers, rank: int,
+               config: IntraConfig, zero: int, dense: bool) -> tuple[int, int]:
+        """One gradient sync of rank ``rank`` over the workers ``members``, (gradient phase,
+        weight gather) as :func:`nest_cp.cost.terms.gradient_sync_parts` (cached)."""
         if params == 0:
-            return 0
+            return 0, 0
         if dense:
             tensor = rank % config.tp
             devices = tuple(workers[w][tensor + config.tp * e] for w in members
@@ -489,20 +521,21 @@ class _SdpSearch:
         else:
             devices = tuple(workers[w][rank] for w in members)
         if len(devices) <= 1:
-            return 0
+            return 0, 0
         path = self._path(devices)
-        key = (params, len(devices), path)
+        key = (params, len(devices), path, zero)
         if key not in self._ticks:
             training = self.instance.training
-            self._ticks[key] = collective_ticks(
-                CollectiveKind.ALL_REDUCE, params * training.optimizer.grad_bytes,
-                len(devices), path, training.tick_s)
+            self._ticks[key] = cost.gradient_sync_parts(params, training.optimizer, zero,
+                                                        len(devices), path, training.tick_s)
         return self._ticks[key]
 
     def _path(self, devices: tuple[int, ...]) -> Path:
-        if self.network.is_hierarchical:  # the tier of the lowest and highest device
-            return self.network.group_path((min(devices), max(devices)))
-        return self.network.group_path(devices)
+        """:meth:`NetworkModel.group_path` of ``devices`` (multi-channel on tiered networks,
+        cost model §5 a), cached per device tuple."""
+        if devices not in self._paths:
+            self._paths[devices] = self.network.group_path(devices)
+        return self._paths[devices]
 
 
 def _holder_sets(rows, units: int) -> list[tuple[int, ...]]:
@@ -560,6 +593,11 @@ class _UnitVectors:
         """No worker's backward ticks R_w exceed the shared ones plus every unit's."""
         return self.shared_bwd + int(self.bwd.sum())
 
+    @property
+    def forward_ceiling(self) -> int:
+        """No worker's forward ticks F_w exceed the shared ones plus every unit's."""
+        return self.shared_fwd + int(self.fwd.sum())
+
     def worker_compute(self, masking: SdpMasking, workers: int, holders: int) -> int:
         """Σ_w C_w: the same for every mask holding each unit exactly h times."""
         units = int((self.fwd + self.bwd).sum())
@@ -576,6 +614,12 @@ class _UnitVectors:
                     self.shared_bwd + int(self.bwd.sum()) - masked)
         return (self.shared_compute + matrix @ (self.fwd + self.bwd),
                 self.shared_bwd + matrix @ self.bwd)
+
+    def forward(self, matrix: np.ndarray, masking: SdpMasking) -> np.ndarray:
+        """F_w: the forward ticks of every worker (every unit's under backward masking)."""
+        if masking is SdpMasking.BACKWARD:
+            return np.full(len(matrix), self.forward_ceiling, dtype=np.int64)
+        return self.shared_fwd + matrix @ self.fwd
 
     def rerun(self, matrix: np.ndarray, masking: SdpMasking, mode: RecomputeMode) -> np.ndarray:
         """Recomputed forward compute of every worker (collectives added by the caller)."""

@@ -361,7 +361,7 @@ def test_vectorised_tier_geometry_equals_rank_by_rank(seed, layout_index, wrap):
     devices = rank_devices(all_layouts()[layout_index], config, num_stages, dp,
                            np.array(network.canonical_order()))
     ids = PathIds(network)
-    vectorised = geometry._hierarchical_geometries(network, devices, config, wrap)
+    vectorised = geometry._hierarchical_geometries(network, ids, devices, config, wrap)
     rank_by_rank = geometry._graph_geometries(network, ids, devices, config, wrap)
     assert resolved(vectorised, ids) == resolved(rank_by_rank, ids)
 
