@@ -38,19 +38,25 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-# (model, devices, network, DESIGN §3.2 choices, DP target seconds or None,
-#  evaluation target as a share of the DP's wall time or None)
+# (model, devices, network, choices: "v1" the preset instance, "v2" with the v2 choices,
+#  "v3" also with the v3 ones; DP target seconds or None; evaluation target as a share of
+#  the DP's wall time or None)
 SPEED_CASES = (
-    ("gpt3-175b", 1024, "nest-tpuv4-fattree", False, 5.0, None),
-    ("gpt3-175b", 16384, "nest-tpuv4-fattree", False, 60.0, 0.10),
-    ("gpt3-175b", 131072, "nest-tpuv4-fattree", False, None, 0.10),
-    ("llama3-70b", 1024, "nest-tpuv4-fattree", False, 5.0, None),
-    ("mixtral-8x7b", 1024, "nest-tpuv4-fattree", False, 5.0, None),
-    ("gpt3-175b", 1024, "nest-tpuv4-fattree", True, 5.0, None),
-    ("gpt3-175b", 16384, "nest-tpuv4-fattree", True, 60.0, 0.10),
+    ("gpt3-175b", 1024, "nest-tpuv4-fattree", "v1", 5.0, None),
+    ("gpt3-175b", 16384, "nest-tpuv4-fattree", "v1", 60.0, 0.10),
+    ("gpt3-175b", 131072, "nest-tpuv4-fattree", "v1", None, 0.10),
+    ("llama3-70b", 1024, "nest-tpuv4-fattree", "v1", 5.0, None),
+    ("mixtral-8x7b", 1024, "nest-tpuv4-fattree", "v1", 5.0, None),
+    ("gpt3-175b", 1024, "nest-tpuv4-fattree", "v2", 5.0, None),
+    ("gpt3-175b", 16384, "nest-tpuv4-fattree", "v2", 60.0, 0.10),
+    ("gpt3-175b", 1024, "nest-tpuv4-fattree", "v3", 2.5, None),
+    ("gpt3-175b", 16384, "nest-tpuv4-fattree", "v3", 3.0, 0.10),
+    ("gpt3-175b", 131072, "nest-tpuv4-fattree", "v3", 15.0, 0.10),
 )
 V2_VIRTUAL_STAGES = (1, 2, 4)
 PEAK_TARGET_BYTES = 2 * 2**30
+V3_PEAK_TARGET_BYTES = 2**30  # the v3 cases' target (issue 22)
+V3_ZERO_STAGES = (0, 1, 2, 3)
 # DESIGN §6: NEST's manual (p, d, t[, e]) at 128 devices; Mixtral's expert width 4 (its setup).
 MANUAL_AT_128 = {
     "bert-large": (8, 16, 1),
@@ -86,33 +92,36 @@ def _machine() -> dict:
 # ------------------------------------------------------------------ speed
 
 
-def _speed_case(model: str, devices: int, network: str, v2: bool, target_s: float | None,
-                eval_share_target: float | None) -> dict:
+def _speed_case(model: str, devices: int, network: str, choice_set: str,
+                target_s: float | None, eval_share_target: float | None) -> dict:
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        measured = pool.submit(_timed_solve, model, devices, network, v2).result()
-    measured.update(model=model, devices=devices, network=network, v2=v2, target_s=target_s,
-                    eval_share_target=eval_share_target, meets_target=_meets(
-                        measured, target_s, eval_share_target))
-    logger.info("dp %s %d %s%s: %s, DP %s s, evaluation %s s, %.0f MiB", model, devices,
-                network, " (v2)" if v2 else "", measured["status"], measured["wall_time_s"],
+        measured = pool.submit(_timed_solve, model, devices, network, choice_set).result()
+    peak_target = V3_PEAK_TARGET_BYTES if choice_set == "v3" else PEAK_TARGET_BYTES
+    measured.update(model=model, devices=devices, network=network, choice_set=choice_set,
+                    target_s=target_s, eval_share_target=eval_share_target,
+                    peak_target_bytes=peak_target, meets_target=_meets(
+                        measured, target_s, eval_share_target, peak_target))
+    logger.info("dp %s %d %s (%s): %s, DP %s s, evaluation %s s, %.0f MiB", model, devices,
+                network, choice_set, measured["status"], measured["wall_time_s"],
                 measured["evaluation_s"], measured["peak_rss_bytes"] / 2**20)
     return measured
 
 
-def _meets(measured: dict, target_s: float | None, eval_share_target: float | None) -> bool:
+def _meets(measured: dict, target_s: float | None, eval_share_target: float | None,
+           peak_target: int) -> bool:
     """Solved, the plan refereed, within the DP, memory and evaluation-share targets."""
     if measured["evaluation_s"] is None or measured["referee"] != "accepted":
         return False
     share = measured["evaluation_s"] / max(measured["wall_time_s"], 1e-9)
     return ((target_s is None or measured["wall_time_s"] <= target_s)
-            and measured["peak_rss_bytes"] <= PEAK_TARGET_BYTES
+            and measured["peak_rss_bytes"] <= peak_target
             and (eval_share_target is None or share <= eval_share_target))
 
 
-def v2_instance(model: str, devices: int, network: str):
-    """The preset instance with DESIGN §3.2's choices allowed (module docstring), and a note
-    on what is left out."""
+def v2_instance(model: str, devices: int, network: str, v3: bool = False):
+    """The preset instance with the v2 choices allowed (module docstring), with ``v3`` also
+    ZeRO 0-3 and ``overlap_param_gather``; and a note on what is left out."""
     import dataclasses
 
     from nest_cp.model.instance import RecomputeMode
@@ -124,26 +133,31 @@ def v2_instance(model: str, devices: int, network: str):
     modes = tuple(RecomputeMode) if selective else (RecomputeMode.NONE, RecomputeMode.FULL)
     training = dataclasses.replace(instance.training, virtual_stages=V2_VIRTUAL_STAGES,
                                    recompute_modes=modes, overlap_grad_reduce=True)
+    if v3:
+        training = dataclasses.replace(training, zero_stages=V3_ZERO_STAGES,
+                                       overlap_param_gather=True)
     note = "" if selective else ("selective left out: the profiler does not fill sel_fwd_s / "
                                  "sel_act_bytes yet")
     return dataclasses.replace(instance, training=training), note
 
 
-def _timed_solve(model: str, devices: int, network: str, v2: bool) -> dict:
+def _timed_solve(model: str, devices: int, network: str, choice_set: str) -> dict:
     """In the child: build the instance, time the DP, then time the referee on its plan."""
     from nest_cp.model.errors import BackendOptionError, InvalidPlan
     from nest_cp.profiles.presets import build_instance
     from nest_cp.solvers.registry import SolveOptions, check_result, run_unrefereed
 
-    if v2:
-        instance, note = v2_instance(model, devices, network)
+    if choice_set != "v1":
+        instance, note = v2_instance(model, devices, network, v3=choice_set == "v3")
     else:
         instance, note = build_instance(model=model, devices=devices, network=network), ""
     row = {"wall_time_s": None, "evaluation_s": None, "peak_rss_bytes": 0, "status": None,
            "objective_ticks": None, "plan": None, "stats": {}, "referee": None, "note": note,
            "choices": {"virtual_stages": list(instance.training.virtual_stages),
                        "recompute": [m.value for m in instance.training.recompute_modes],
-                       "overlap_grad_reduce": instance.training.overlap_grad_reduce}}
+                       "overlap_grad_reduce": instance.training.overlap_grad_reduce,
+                       "overlap_param_gather": instance.training.overlap_param_gather,
+                       "zero_stages": list(instance.training.zero_stages)}}
     start = time.perf_counter()
     try:
         result = run_unrefereed(instance, "dp", SolveOptions())
@@ -241,8 +255,10 @@ def _markdown(report: dict) -> str:
         "",
         "Choices: v1 = the preset instance (v = 1, recompute none/full, no overlap); "
         "v2 = virtual stages [1, 2, 4], the recompute modes listed, overlapped gradient "
-        "reduction. Targets: DP seconds (issue 13) and evaluation as a share of the DP "
-        "(issue 14, at 16,384 and 131,072 devices).",
+        "reduction; v3 = v2 and ZeRO 0-3 with overlapped parameter gathers, priced by cost "
+        "model v3 (docs/cost-model.md §5). Targets: DP seconds (issue 13; v3: issue 22) and "
+        "evaluation as a share of the DP (issue 14, at 16,384 and 131,072 devices); peak "
+        "<= 2 GiB (v3: 1 GiB).",
         "",
         "| model | devices | choices | status | DP (s) | target (s) | evaluation (s) | "
         "eval / DP | target | peak (MiB) | plan p/d/t/e/z/v | outer searched / total | "
@@ -251,7 +267,8 @@ def _markdown(report: dict) -> str:
     ]
     notes = []
     for row in report["speed"]:
-        choices = "v1" if not row["v2"] else "v2: " + "/".join(row["choices"]["recompute"])
+        choices = row["choice_set"] if row["choice_set"] == "v1" else \
+            f"{row['choice_set']}: " + "/".join(row["choices"]["recompute"])
         dp_s, eval_s = row["wall_time_s"], row["evaluation_s"]
         share = f"{eval_s / max(dp_s, 1e-9):.1%}" if dp_s is not None and eval_s is not None \
             else "n/a"
