@@ -89,8 +89,9 @@ def _certify(path: Path, instance: Instance, sha: str, options: FullCertOptions)
     notes = list(certificate.notes)
     if dp.objective_ticks is not None and dp.objective_ticks != dp_ticks:
         notes.append(f"the DP reports {dp.objective_ticks} ticks for its plan, the evaluator "
-                     f"(the referee, DESIGN §3.2) prices it at {dp_ticks}: the DP does not "
-                     f"price §3.2 yet; its T here is the evaluator's")
+                     f"(the referee, docs/cost-model.md) prices it at {dp_ticks}: the DP does "
+                     f"not price every rule of the cost model yet; its T here is the "
+                     f"evaluator's")
     best = certificate.plan
     return {
         "instance": path.name.removesuffix(".json"), "path": str(path), "sha256": sha,

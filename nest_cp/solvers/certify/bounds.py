@@ -10,22 +10,38 @@ Proof.  Fix a plan P of the shape.
 1. Cheapest tier.  A group of g devices lies on some tier k (§1.2: the smallest
    whose domain holds it); a tier-k domain then holds >= g devices, so tier k
    *admits* g (on a graph every (bandwidth, latency) combination is a tier, and a
-   group's bottleneck is one of them).  A term priced on one group therefore costs
-   at least the least price over the tiers admitting g (:func:`cheapest_tier`).
+   group's bottleneck is one of them).  On tier k the group runs with some number
+   of ring channels (cost model §5 a), and its path is never faster than
+   :meth:`~nest_cp.solvers.certify.chain.Tier.collective_path` of g, on which
+   chain prices every group term (a ring collective's ticks never rise with β).
+   A term priced on one group therefore costs at least the least price over the
+   tiers admitting g (:func:`cheapest_tier`).
 2. τ per stage.  τ(s, r) (DESIGN §3, §3.2 a, f) is compute + the mode's rerun
    (the evaluator's integers, chain) + per collective its slowest group + the two
    receives (each its slowest pair) + ZeRO-3 gathers.  Fix one group g0 of a
    family: each of the family's collectives costs at least its price on g0's
-   tier, so the family's sum is at least ``collectives(span, f, tier(g0))`` and by
-   1 at least its cheapest admitting tier's (forward ones again under full
-   recomputation, §3.2 a).  Each receive costs at least one pair's price, so by 1
-   at least the cheapest tier admitting 2, with the sender's real last layer (or,
-   on a block chain, the least over the layers it can be).  Gathers (>= 0) are
-   dropped.  So τ(s, r) >= stage_tau(s).
-3. Sync per stage.  T_sync(P) = max over stages of dense + expert sync (§3), each
-   its slowest group, dense groups d·e ranks and expert groups d: by 1 each is at
-   least its cheapest admitting tier's price.  With ``overlap_grad_reduce`` the
-   exposed sync max(0, sync − R_s) (§3.2 c) is bounded by 0 instead.
+   path, so (step 1: chain prices g0's tier with the most channels a group of its
+   size can have there) the family's sum is at least
+   ``collectives(span, f, tier(g0))`` and by 1 at least its cheapest admitting
+   tier's (forward ones again under full recomputation, §3.2 a).  Each receive
+   costs at least one pair's price, so by 1 at least the cheapest tier admitting
+   2 (a transfer runs one channel on the tier's own path), with the sender's real
+   last layer (or, on a block chain, the least over the layers it can be).
+   Gathers (>= 0) are dropped.  So τ(s, r) >= stage_tau(s).
+3. Sync per stage.  T_sync(P) = max over stages of the exposed sync
+   E(RS_s, AG_s) (§3.2 c, cost model §5 c, d): RS_s (AG_s) is the gradient phase
+   (weight gather) of the slowest dense group plus that of the slowest expert
+   group, dense groups d·e ranks and expert groups d, and
+   E(RS, AG) = (max(0, RS − R_s) or RS) + (max(0, AG − F_s) or AG) as the overlap
+   flags say (``cost.exposed_sync_ticks``), R_s / F_s the span's backward /
+   forward ticks.  Fix any dense group G_d and expert group G_e: a max is at
+   least each of its terms, so RS_s >= RS(G_d) + RS(G_e) and AG_s >= AG(G_d) +
+   AG(G_e), and E never falls when either argument grows, so E(RS_s, AG_s) >=
+   E(RS(G_d) + RS(G_e), AG(G_d) + AG(G_e)).  G_d lies on a tier t_d admitting d·e,
+   and by 1 each of its phases costs at least its price on t_d (both phases run
+   on the group's one path); likewise G_e on t_e.  So the exposed sync is at least
+   the least over admitting pairs (t_d, t_e) of E of those prices
+   (:meth:`FastBounds.stage_sync`).
 4. P's split is one of those minimised over (its stages fit in memory with
    k_s = min(S − s, m) in flight, §3; the catalogue offers exactly those), so
    τ_max(P) >= max_s stage_tau(s) >= τ_lb and T_sync(P) >= σ_lb; minimising the two
@@ -42,7 +58,8 @@ some group of a present family f lies above k_min[f].  Claim: each costs at leas
 valued by ``stage_tau`` with f priced only on the tiers above k_min[f] that admit
 it.  Proof: such a group G belongs to some stage s* of some replica; G lies on a
 tier k > k_min[f] admitting |G|, every collective of f at stage s* costs at least
-its price on G (its slowest group is no cheaper), so τ(s*, r) >= that raised
+its price on G (its slowest group is no cheaper), at least chain's price on tier k
+(step 1's channels), so τ(s*, r) >= that raised
 value; every other stage is bounded as in 2; the rest is step 4 with the one
 raised stage chosen by the minimisation (:meth:`FastBounds._min_max` with
 ``one_of``, :func:`_span_min_max_with_one`).  The least over families covers every
@@ -58,7 +75,7 @@ from enum import Enum
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.model.instance import Instance, RecomputeMode
+from nest_cp.model.instance import CollectiveKind, Instance, RecomputeMode
 from nest_cp.solvers.certify.chain import FAMILIES, LayerPrices, LinearTicks, Span, Tier
 from nest_cp.solvers.certify.split import BlockChain, Catalogue, Shape, min_max_split
 
@@ -112,7 +129,9 @@ class FastBounds:
         self.tiers = prices.tiers
         self.limit = instance.cluster.usable_hbm_bytes
         self.modes = [m for m in RecomputeMode if m in instance.training.recompute_modes]
-        self.overlap = instance.training.overlap_grad_reduce
+        training = instance.training
+        self.overlap = training.overlap_grad_reduce
+        self.overlap_gather = training.overlap_param_gather
         self._tau_cache: dict = {}
         self._fit_cache: dict = {}
         self._tau_rows: dict = {}
@@ -158,16 +177,31 @@ class FastBounds:
         return [chain.head] + ([0] if chain.head else [])
 
     def stage_sync(self, span: Span, dp: int, zero: int) -> int:
-        """Dense + expert gradient sync of a stage on their cheapest tiers (0 with overlap):
-        at most the stage's (exposed) sync in every plan (the module docstring, step 3)."""
-        if self.overlap:
-            return 0
+        """The exposed sync of a stage with its dense and expert groups on the pair of
+        admitting tiers that exposes least: at most the stage's exposed sync in every plan
+        (the module docstring, step 3)."""
         prices, config = self.prices, self.prices.config
-        dense = cheapest_tier(self.tiers, dp * config.ep,
-                              lambda tier: prices.dense_sync(span, dp, zero, tier))
-        expert = cheapest_tier(self.tiers, dp, lambda tier: prices.expert_sync(span, dp, zero,
-                                                                               tier))
-        return dense + expert
+        dense = self._sync_parts(dp * config.ep,
+                                 lambda tier: prices.dense_sync_parts(span, dp, zero, tier))
+        expert = self._sync_parts(dp, lambda tier: prices.expert_sync_parts(span, dp, zero,
+                                                                           tier))
+        backward, forward = prices.backward(span), prices.forward(span)
+        return min(cost.exposed_sync_ticks(d[0] + e[0], backward, self.overlap, d[1] + e[1],
+                                           forward, self.overlap_gather)
+                   for d in dense for e in expert)
+
+    def _sync_parts(self, group: int, parts) -> list:
+        """(gradient phase, weight gather) of one group on every tier admitting it."""
+        if group <= 1:
+            return [(0, 0)]
+        return [parts(tier.index) for tier in self.tiers if tier.admits(group)]
+
+    def _exposed(self, reduce: np.ndarray, gather: np.ndarray, backward: np.ndarray,
+                 forward: np.ndarray) -> np.ndarray:
+        """``cost.exposed_sync_ticks`` elementwise on integer (object) arrays."""
+        reduce = np.maximum(0, reduce - backward) if self.overlap else reduce
+        gather = np.maximum(0, gather - forward) if self.overlap_gather else gather
+        return reduce + gather
 
     # ------------------------------------------------------------ per shape
 
@@ -327,9 +361,6 @@ class FastBounds:
         return self._tau_cache[key]
 
     def _block_sync(self, shape: Shape) -> float:
-        if self.overlap:
-            return 0
-
         def row(kind: Kind, mode: RecomputeMode) -> np.ndarray:
             key = (kind, shape.dp, shape.zero)
             if key not in self._sync_rows:
@@ -339,26 +370,45 @@ class FastBounds:
         return self._min_max(self._stage_rows(shape, row), shape)
 
     def _sync_row(self, kind: Kind, dp: int, zero: int) -> np.ndarray:
-        """Suffix minima over block counts of the cheapest dense + expert sync of a stage."""
+        """Suffix minima over block counts of :meth:`stage_sync` (the same least over pairs
+        of admitting tiers, each phase priced by :class:`LinearTicks`)."""
         if kind not in self._params:
             spans = [self._kind_span(kind, blocks, RecomputeMode.NONE)
                      for blocks in range(self.chain.blocks + 1)]
+
+            def column(value) -> np.ndarray:
+                return np.array([value(s) if s else 0 for s in spans], dtype=object)
+
+            prices = self.prices
             self._params[kind] = (
-                np.array([s is not None for s in spans]),
-                np.array([self.prices.dense_params(s) if s else 0 for s in spans], dtype=object),
-                np.array([self.prices.expert_params(s) if s else 0 for s in spans],
-                         dtype=object))
-        valid, dense, expert = self._params[kind]
-        total = np.zeros(len(valid), dtype=object)
-        kind_of_sync = cost.sync_collective(zero)
-        grad_bytes, tick_s = self.prices.optimizer.grad_bytes, self.prices.tick_s
-        for group, params in ((dp * self.prices.config.ep, dense), (dp, expert)):
-            if group > 1:
-                total = total + np.min(np.stack([
-                    LinearTicks.of_collective(kind_of_sync, grad_bytes, group, tier.path,
-                                              tick_s).of(params)
-                    for tier in self.tiers if tier.admits(group)]), axis=0)
-        row = np.where(valid, total, INF).astype(np.int64)
+                np.array([s is not None for s in spans]), column(prices.dense_params),
+                column(prices.expert_params), column(prices.backward), column(prices.forward))
+        valid, dense, expert, backward, forward = self._params[kind]
+        optimizer, tick_s = self.prices.optimizer, self.prices.tick_s
+
+        def parts(group: int, params: np.ndarray) -> list[tuple]:
+            """(gradient phase, weight gather) arrays of one group on each admitting tier."""
+            if group <= 1:
+                return [(0, 0)]
+            found = []
+            for tier in self.tiers:
+                if not tier.admits(group):
+                    continue
+                path = tier.collective_path(group)
+                reduce = LinearTicks.of_collective(cost.sync_collective(zero),
+                                                   optimizer.grad_bytes, group, path, tick_s)
+                gather = LinearTicks.of_collective(CollectiveKind.ALL_GATHER,
+                                                   optimizer.weight_bytes, group, path, tick_s)
+                found.append((reduce.of(params),
+                              gather.of(params) if cost.gathers_weights(zero) else 0))
+            return found
+
+        exposed = [self._exposed(d[0] + e[0], d[1] + e[1], backward, forward)
+                   for d in parts(dp * self.prices.config.ep, dense)
+                   for e in parts(dp, expert)]
+        least = np.min(np.stack([np.broadcast_to(np.asarray(x, dtype=object), valid.shape)
+                                 for x in exposed]), axis=0)
+        row = np.where(valid, least, INF).astype(np.int64)
         return np.minimum.accumulate(row[::-1])[::-1]
 
     def _stage_rows(self, shape: Shape, row_of) -> list[np.ndarray]:

@@ -10,8 +10,11 @@ is a superset of the bottlenecks any group can have.
 :class:`LayerPrices` holds per-layer prices on every tier and prefix sums; its
 range sums and per-stage terms price one stage span exactly as
 :func:`nest_cp.cost.evaluate.evaluate` composes it, given the tier each of its
-families sits on (the identity every bound of this package starts from; a test
-checks it against the evaluator):
+families sits on and, for a group spanning tier k >= 1, that it runs the most
+ring channels a group of its size can have there (:meth:`Tier.collective_path`;
+with fewer channels the real price is higher, so these prices are lower bounds —
+the identity and inequality every bound of this package starts from; a test
+checks the identity against the evaluator):
 
 - compute: Σ (fwd + bwd) + the recompute mode's rerun (full: Σ fwd, selective:
   Σ sel_fwd) — :func:`nest_cp.cost.terms.compute_ticks`,
@@ -21,15 +24,27 @@ checks it against the evaluator):
   once more (DESIGN §3.2 a, f);
 - a transfer of the span's last layer output on a pair's tier;
 - gradient sync of the span's dense parameters over d·e ranks and expert
-  parameters over d ranks, and the ZeRO-3 gathers, each rounded once per stage.
+  parameters over d ranks, as its two phases (all-reduce or reduce-scatter, then
+  for ZeRO 1 and 2 the weights' all-gather, each rounded alone, cost model
+  §5 c), and the ZeRO-3 gathers, each rounded once per stage;
+- the span's forward and backward ticks of one microbatch, which an overlapped
+  weight gather and gradient reduction hide behind (§3.2 c, §5 d).
 
 Terms rounded per layer (compute, collectives) are summed per layer like the
 evaluator; terms rounded per stage are priced on the stage's totals.
 
-Why every group's price is one of these tiers'.  Hierarchical: a group's path is
-the path of its tier (DESIGN §1.2), and a tier-k group fits one tier-k domain, so
-tier k *admits* its size.  Graph: a group's bottleneck is (least bandwidth, largest
-latency) over its pairs, one of the (bandwidth, latency) combinations listed.
+Why every group's price is at least one of these tiers'.  Hierarchical: a
+group's path is the path of its tier with as many ring channels as its fewest
+members in one tier-0 domain (DESIGN §1.2, cost model §5 a), and a tier-k group
+fits one tier-k domain, so tier k *admits* its size.  A tier prices a collective
+over g devices on :meth:`Tier.collective_path`, the fastest path any g-device
+group of that tier can have (its docstring proves it), so every price here is at
+most the real one.  Graph: a group's bottleneck is (least bandwidth, largest
+latency) over its pairs, one of the (bandwidth, latency) combinations listed;
+graph collectives run one channel (§5 a).  Point-to-point transfers run one
+channel on every network, so they are priced on the tier's own path.  Paths come
+from :class:`~nest_cp.model.network.NetworkModel`, so β is already the effective
+bandwidth (§5 b).
 """
 
 from __future__ import annotations
@@ -67,10 +82,34 @@ class Tier:
     path: Path
     capacity: int | None
     domains: tuple[int, ...] = ()
+    # channel_paths[k - 1]: a collective's path with k ring channels, k up to the most that
+    # are faster (NetworkModel.channel_path); empty on graphs and a lone path on tier 0
+    channel_paths: tuple[Path, ...] = ()
+    node_size: int = 1  # G_0: devices of one tier-0 domain (hierarchical networks)
 
     def admits(self, group_size: int) -> bool:
         """Whether a group of ``group_size`` distinct devices can be priced on this tier."""
         return self.capacity is None or max(self.domains, default=0) >= group_size
+
+    def collective_path(self, group_size: int) -> Path:
+        """The fastest path a collective over ``group_size`` distinct devices that lie on
+        this tier can be priced on (cost model §5 a).
+
+        Proof that no such group is priced on a faster one.  On tier K >= 1 of a hierarchy
+        a group is not inside one tier-0 domain, so it touches n >= 2 of them, and
+        n >= ceil(g / G_0) as each holds at most G_0 of its devices; its channel count k,
+        its fewest members in a touched domain, is then at most
+        g // max(2, ceil(g / G_0)).  Its β = max(β_K, min(k·β_K, β_0)) never falls as k
+        grows and stops rising at ``max_useful_channels`` (the path list's length), with
+        the latency fixed, so every ring collective's seconds are least at the largest k
+        allowed: k = min(that cap, the list's length).  Tier 0, graphs (one channel) and
+        one-channel tiers: the tier's own path, the only one.
+        """
+        if len(self.channel_paths) <= 1:
+            return self.path
+        touched = max(2, -(-group_size // self.node_size))
+        channels = max(1, min(len(self.channel_paths), group_size // touched))
+        return self.channel_paths[channels - 1]
 
 
 def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
@@ -82,11 +121,15 @@ def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
     num_devices = network.num_devices
     if network.is_hierarchical:
         tiers = []
-        for index, size in enumerate(network.cluster.network.domain_sizes()):
+        sizes = network.cluster.network.domain_sizes()
+        for index, size in enumerate(sizes):
             full, rest = divmod(num_devices, size)
             domains = (size,) * full + ((rest,) if rest else ())
             capacity = None if len(domains) == 1 else size
-            tiers.append(Tier(index, network.tier_path(index), capacity, domains))
+            channels = tuple(network.channel_path(index, k)
+                             for k in range(1, network.max_useful_channels(index) + 1))
+            tiers.append(Tier(index, network.tier_path(index), capacity, domains, channels,
+                              sizes[0]))
             if len(domains) == 1:
                 break
         return tuple(tiers)
@@ -130,6 +173,7 @@ class LayerPrices:
         tick = self.tick_s
         fwd_bwd = [cost.compute_ticks(p, tick) for p in self.profiles]
         self._compute = _prefix([f + b for f, b in fwd_bwd])
+        self._forward = _prefix([f for f, _ in fwd_bwd])
         self._backward = _prefix([b for _, b in fwd_bwd])
         self._rerun = {mode: _prefix([cost.recompute_compute_ticks(p, mode, tick)
                                       if mode is not RecomputeMode.SELECTIVE or p.has_selective
@@ -143,7 +187,8 @@ class LayerPrices:
             size = cost.group_size(family, config)
             for tier in tiers:
                 for forward_only in (False, True):
-                    per_layer = [self._layer_family_ticks(p, family, size, tier.path,
+                    per_layer = [self._layer_family_ticks(p, family, size,
+                                                          tier.collective_path(size),
                                                           forward_only)
                                  for p in self.profiles]
                     self._collectives[family, tier.index, forward_only] = _prefix(per_layer)
@@ -172,7 +217,12 @@ class LayerPrices:
                    + self._rerun[span.mode][span.last + 1] - self._rerun[span.mode][span.first])
 
     def backward(self, span: Span) -> int:
+        """R_s: Σ bwd of one microbatch (recompute, receives and collectives excluded)."""
         return int(self._backward[span.last + 1] - self._backward[span.first])
+
+    def forward(self, span: Span) -> int:
+        """F_s: Σ fwd of one microbatch (recompute and collectives excluded)."""
+        return int(self._forward[span.last + 1] - self._forward[span.first])
 
     def collectives(self, span: Span, family: CollectiveGroup, tier: int) -> int:
         """The family's collectives of the span on ``tier`` (forward ones again under full
@@ -197,25 +247,33 @@ class LayerPrices:
         return self._memoised(("p2p", last_layer, tier), lambda: cost.transfer_ticks(
             self.profiles[last_layer].out_bytes, self.tiers[tier].path, self.tick_s))
 
+    def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``."""
+        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier)
+
+    def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``."""
+        return self._sync_parts(self.expert_params(span), dp, zero, tier)
+
     def dense_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
-        size = dp * self.config.ep
-        params = self.dense_params(span)
-        return self._memoised(("dense", params, size, zero, tier), lambda: (
-            cost.gradient_sync_ticks(params, self.optimizer, zero, size,
-                                     self.tiers[tier].path, self.tick_s)))
+        """The whole dense sync of one group on ``tier``: both phases."""
+        return sum(self.dense_sync_parts(span, dp, zero, tier))
 
     def expert_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
-        params = self.expert_params(span)
-        return self._memoised(("expert", params, dp, zero, tier), lambda: (
-            cost.gradient_sync_ticks(params, self.optimizer, zero, dp, self.tiers[tier].path,
-                                     self.tick_s)))
+        """The whole expert sync of one group on ``tier``: both phases."""
+        return sum(self.expert_sync_parts(span, dp, zero, tier))
+
+    def _sync_parts(self, params: int, size: int, zero: int, tier: int) -> tuple[int, int]:
+        return self._memoised(("sync", params, size, zero, tier), lambda: (
+            cost.gradient_sync_parts(params, self.optimizer, zero, size,
+                                     self.tiers[tier].collective_path(size), self.tick_s)))
 
     def zero_gather(self, span: Span, dp: int, zero: int, tier: int) -> int:
         if zero != 3:
             return 0
         params = self.dense_params(span) + self.expert_params(span)
         return self._memoised(("gather", params, dp, tier), lambda: cost.zero3_gather_ticks(
-            params, self.optimizer, dp, self.tiers[tier].path, self.tick_s))
+            params, self.optimizer, dp, self.tiers[tier].collective_path(dp), self.tick_s))
 
     def memory(self, span: Span, in_flight: int, zero: int, dp: int) -> int:
         """Bytes per device of a stage holding ``span`` (``cost.stage_memory_bytes``)."""

@@ -16,8 +16,9 @@ layers up to identical blocks).
 2. For stage s of r, τ(s, r) (DESIGN §3, §3.2 a, f) is at least the
    ``combo_rows`` entry at c_s: compute and the mode's rerun are the evaluator's
    integers (chain); every collective of a present family costs its slowest group,
-   and all groups lie on k_min, so it costs exactly its tier-k_min price (forward
-   ones twice under full recomputation); the activation received from s − 1 costs
+   and all groups lie on k_min, so it costs at least its tier-k_min price (chain
+   prices a group with the most ring channels its size allows there, cost model
+   §5 a; forward ones twice under full recomputation); the activation received from s − 1 costs
    its slowest pair, at least the pair of the largest tier c_in (a max is at least
    each of its terms — tiers need not be monotone in price), with the sender's
    last layer one of ``_possible_senders`` (the row takes the least); likewise the

@@ -34,17 +34,29 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    τ(s, r) (DESIGN §3, §3.2 a, f) >= base_s + transfer(b = s−1, c_in) +
    transfer(b = s, c_out) + gather_s: compute and rerun are the evaluator's
    integers; every collective of a present family costs its slowest group, all on
-   k_min (main plan), so exactly its tier-k_min price; each receive costs its
-   slowest pair, at least the pair on the boundary's class tier (a max is at
-   least any of its terms; tiers need not be monotone in price), with volume the
-   out_bytes of the sender's last layer (boundary b = stage b's); the ZeRO-3
-   gathers (z = 3: one group per rank j over the d replicas, §3) cost their
-   slowest group, at least the price on the class tier.  So τ_max(P) is at least
-   every row; the redundant rows τ_max >= base_s follow.
-3. Sync: T_sync(P) = max over stages of (slowest dense group + slowest expert
-   group), each at least its price on its class tier (§3); with
-   ``overlap_grad_reduce`` the exposed sync is max(0, sync − R_s), R_s the stage's
-   Σ bwd (§3.2 c): at least sync − R_s and at least 0 (the variable's domain).
+   k_min (main plan), so at least its tier-k_min price (exactly, but for the
+   group's ring channels, which chain counts at the most its size allows, cost
+   model §5 a); each receive costs its slowest pair, at least the pair on the
+   boundary's class tier (a max is at least any of its terms; tiers need not be
+   monotone in price), with volume the out_bytes of the sender's last layer
+   (boundary b = stage b's); the ZeRO-3 gathers (z = 3: one group per rank j over
+   the d replicas, §3) cost their slowest group, at least the price on the class
+   tier (channels as above).  So τ_max(P) is at least every row; the redundant
+   rows τ_max >= base_s follow.
+3. Sync: T_sync(P) = max over stages of the exposed sync (§3.2 c, cost model
+   §5 c, d): the gradient phase RS_s (all-reduce, or reduce-scatter for z >= 1)
+   and, for z ∈ {1, 2}, the weight gather AG_s, each the slowest dense group's plus
+   the slowest expert group's.  Each term (dense, expert) has one class literal
+   and two parts, its two phases priced on the class tier; in P the group on the
+   class tier (the largest its groups lie on) pays both phases on its one path, at
+   least those prices (chain prices every group on the fastest path a group of
+   its size can have on that tier, channels included, §5 a), and the slowest
+   group pays at least as much in each phase.  So RS_s >= Σ reduce parts and
+   AG_s >= Σ gather parts.  The exposed gradient phase is RS_s, or with
+   ``overlap_grad_reduce`` max(0, RS_s − R_s) (R_s the stage's Σ bwd), at least
+   Σ reduce parts − R_s and at least 0 (its variable's domain); likewise the
+   weight gather with ``overlap_param_gather`` and F_s (Σ fwd).  The exposed sync
+   is their sum.
 4. Packing, level ℓ: by the lemma every maximal level-ℓ run R of every replica
    gives a/J_ℓ disjoint items of |R|·J_ℓ devices, each inside one tier-ℓ domain
    (a run cut early by a higher break is at worst split in two, which packs no
@@ -110,9 +122,11 @@ class RelaxOutcome:
 class Relaxation:
     """The CP-SAT model of the module docstring for one shape."""
 
-    def __init__(self, catalogue: Catalogue, geo: Geometry, overlap: bool = False,
-                 arcs: list[Arc] | None = None):
-        self.catalogue, self.geo, self.overlap = catalogue, geo, overlap
+    def __init__(self, catalogue: Catalogue, geo: Geometry, arcs: list[Arc] | None = None):
+        self.catalogue, self.geo = catalogue, geo
+        training = catalogue.instance.training
+        self.overlap = training.overlap_grad_reduce
+        self.overlap_gather = training.overlap_param_gather
         self.prices: LayerPrices = catalogue.prices
         self.shape = catalogue.shape
         self.model = cp_model.CpModel()
@@ -263,8 +277,8 @@ class Relaxation:
                 model.add(var == self._priced(b, lambda o, k=k: prices.transfer(o.span.last, k)))
                 transfer[b, k] = var
         gather = {s: self._class_term(f"g_{s}", s, shape.dp,
-                                      lambda o, k: prices.zero_gather(o.span, shape.dp,
-                                                                      shape.zero, k), None)
+                                      [lambda o, k: prices.zero_gather(o.span, shape.dp,
+                                                                       shape.zero, k)], None)[0]
                   for s in stages} if shape.zero == 3 and shape.dp > 1 else {}
         upper = max(self._upper(s, base) for s in stages) + 2 * max(
             (self._upper(b, lambda o, k=k: prices.transfer(o.span.last, k))
@@ -288,24 +302,30 @@ class Relaxation:
             model.add(self.tau_max >= sum(parts)).only_enforce_if(literal)
         return self.tau_max
 
-    def _class_term(self, name: str, stage: int, group: int, price,
-                    widen: CollectiveGroup | None):
+    def _class_term(self, name: str, stage: int, group: int, prices: list,
+                    widen: CollectiveGroup | None) -> list:
         """A stage-level term priced on its class (one literal per tier admitting ``group``),
-        with the merged-run capacity its class implies at every level at or above it."""
+        with the merged-run capacity its class implies at every level at or above it: one
+        variable per part (``prices``: the phases its groups run on one path), all on the
+        one class.  ``_term_upper[name]`` is the sum of the parts' largest prices."""
         model = self.model
         tiers = [t.index for t in self.geo.tiers if t.admits(group)]
         # literals[k] == 1 iff the term's groups lie on tier k at worst
         literals = {k: model.new_bool_var(f"{name}_k{k}") for k in tiers}
         model.add_exactly_one(literals.values())
-        upper = max(self._upper(stage, lambda o, k=k: price(o, k)) for k in tiers)
-        term = model.new_int_var(0, upper, name)
-        self._term_upper[name] = upper
-        for k, literal in literals.items():
-            model.add(term >= self._priced(stage, lambda o, k=k: price(o, k))
-                      ).only_enforce_if(literal)
+        parts = []
+        self._term_upper[name] = 0
+        for index, price in enumerate(prices):
+            upper = max(self._upper(stage, lambda o, k=k, p=price: p(o, k)) for k in tiers)
+            part = model.new_int_var(0, upper, f"{name}_{index}")
+            self._term_upper[name] += upper
+            for k, literal in literals.items():
+                model.add(part >= self._priced(stage, lambda o, k=k, p=price: p(o, k))
+                          ).only_enforce_if(literal)
+            parts.append(part)
         self.classes[name] = literals
         self._merge(name, stage, literals, widen)
-        return term
+        return parts
 
     def _merge(self, name: str, stage: int, literals: dict,
                widen: CollectiveGroup | None) -> None:
@@ -325,20 +345,26 @@ class Relaxation:
             model.add(size <= geo.capacity(level)).only_enforce_if(inside)
 
     def _sync(self):
+        """T_sync >= every stage's exposed sync (the module docstring, step 3)."""
         model, shape, prices = self.model, self.shape, self.prices
         stages = range(shape.num_stages)
         dp, ep, zero = shape.dp, shape.config.ep, shape.zero
+
+        def phases(parts_of) -> list:
+            """The gradient phase and the weight gather of one group, as prices(o, k)."""
+            return [lambda o, k: parts_of(o.span, dp, zero, k)[0],
+                    lambda o, k: parts_of(o.span, dp, zero, k)[1]]
+
         terms = []
         for s in stages:
             parts = []
             if dp * ep > 1:
-                parts.append(self._class_term(
-                    f"dense_{s}", s, dp * ep,
-                    lambda o, k: prices.dense_sync(o.span, dp, zero, k), CollectiveGroup.EP))
+                parts.append(self._class_term(f"dense_{s}", s, dp * ep,
+                                              phases(prices.dense_sync_parts),
+                                              CollectiveGroup.EP))
             if dp > 1:
-                parts.append(self._class_term(
-                    f"expert_{s}", s, dp,
-                    lambda o, k: prices.expert_sync(o.span, dp, zero, k), None))
+                parts.append(self._class_term(f"expert_{s}", s, dp,
+                                              phases(prices.expert_sync_parts), None))
             terms.append(parts)
         upper = sum(self._term_upper.get(f"dense_{s}", 0) + self._term_upper.get(
             f"expert_{s}", 0) for s in stages)
@@ -346,12 +372,22 @@ class Relaxation:
         for s, parts in enumerate(terms):
             if not parts:
                 continue
-            total = sum(parts)
-            if self.overlap:
-                total = total - self._priced(s, lambda o: prices.backward(o.span))
-            model.add(t_sync >= total)
+            reduce = self._exposed(f"er_{s}", sum(p[0] for p in parts), self.overlap, s,
+                                   prices.backward, upper)
+            gather = self._exposed(f"eg_{s}", sum(p[1] for p in parts), self.overlap_gather, s,
+                                   prices.forward, upper)
+            model.add(t_sync >= reduce + gather)
         self.t_sync = t_sync
         return t_sync
+
+    def _exposed(self, name: str, phase, overlap: bool, stage: int, hidden, upper: int):
+        """A phase of the sync as the iteration waits for it: all of it, or with ``overlap``
+        a variable >= 0 and >= the phase minus the ``hidden`` ticks of the stage's option."""
+        if not overlap:
+            return phase
+        exposed = self.model.new_int_var(0, upper, name)
+        self.model.add(exposed >= phase - self._priced(stage, lambda o: hidden(o.span)))
+        return exposed
 
     # ------------------------------------------------------------ solve
 

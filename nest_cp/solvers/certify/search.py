@@ -265,8 +265,7 @@ class _Run:
             outcome.relax_status = "not needed"
             return
         catalogue = Catalogue(self.instance, prices, shape, fast.chain)
-        relaxation = Relaxation(catalogue, geo, self.instance.training.overlap_grad_reduce,
-                                arcs)
+        relaxation = Relaxation(catalogue, geo, arcs)
         tau_floor = outcome.path_tau
         floor = (int(tau_floor), int(outcome.sync_bound)) \
             if math.isfinite(tau_floor) and math.isfinite(outcome.sync_bound) else None
@@ -389,13 +388,15 @@ def unsupported(instance: Instance) -> str | None:
 
     Interleaved 1F1B (v > 1) prices chunks, not stages, and subnetwork data parallelism
     (DESIGN §7) prices masked replicas; nothing here bounds either.
-    Overlapped gradient reduction is covered (the exposed sync is bounded below by
-    the sync minus the stage's backward ticks, and by 0).
+    Overlapped gradient reduction and weight gathers are covered (each exposed phase
+    of the sync is bounded below by the phase minus the stage's backward, resp.
+    forward, ticks, and by 0).
     """
     if instance.training.virtual_stages != (1,):
         return (f"virtual stages {list(instance.training.virtual_stages)} allowed; only "
                 f"plain 1F1B (v = 1) is bounded")
     if instance.training.strategies != (Strategy.DP,):
         return (f"replication strategies {[s.value for s in instance.training.strategies]} "
-                f"allowed; only plain data parallelism is bounded (SDP, DESIGN §7, is not)")
+                f"allowed; only plain data parallelism is bounded (subnetwork data "
+                f"parallelism, SDP, is not)")
     return None

@@ -13,7 +13,10 @@ honoured by the real tiers:
 - domains hold at most their devices.
 
 The relaxation's value is then the plan's price on every term it models, so a
-feasible placement prices at the relaxation's value (the evaluator checks it).
+feasible placement prices at the relaxation's value (the evaluator checks it) —
+up to ring channels (cost model §5 a): the relaxation prices a group spanning
+tier k >= 1 with the most channels its size allows, and a placed group with fewer
+members per tier-0 domain prices higher, which the evaluator's price shows.
 The model has one Boolean per (slice, tier-0 domain): used only when that is small.
 
 No bound rests on this module: it only proposes plans, and a plan counts at the
