@@ -56,6 +56,7 @@ class Run:
     attention: AttentionKind = AttentionKind.FLASH
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False  # --overlap-param-gather (docs/cost-model.md §5 d)
 
     @property
     def devices_used(self) -> int:
@@ -112,7 +113,8 @@ def build(run: Run, device: DeviceSpec, optimizer: Optimizer,
                              microbatches=(run.microbatch,), optimizer=optimizer,
                              zero_stages=(run.zero,), recompute_modes=(run.recompute,),
                              virtual_stages=(run.vp,),
-                             overlap_grad_reduce=run.overlap_grad_reduce)
+                             overlap_grad_reduce=run.overlap_grad_reduce,
+                             overlap_param_gather=run.overlap_param_gather)
     options = ProfileOptions(attention=run.attention,
                              sequence_parallel=run.sequence_parallel and run.tp > 1)
     key = (run.model, run.seq_len, config, run.microbatch, options)
