@@ -38,7 +38,7 @@ def _one_stage_on_four(zero: int = 0) -> Plan:
 
 
 def test_multi_channel_sync_over_two_nodes(worked):
-    """§3.3 (a): S = 1, d = 4 on devices 0-3; the sync group has k = 2 members per node and
+    """§5 (a): S = 1, d = 4 on devices 0-3; the sync group has k = 2 members per node and
     runs two rings at min(2 * 1e10, 1e11) = 2e10 B/s: all-reduce of 4e9 B = 1.5 * 4e9 / 2e10 s
     + 60 us = 300,060,000 ticks (one channel: 600,060,000); T = 2 * 6,000,000 + 300,060,000;
     memory 32e9 + 8e9."""
@@ -79,7 +79,7 @@ def test_channels_saturate_at_the_inner_tier():
 
 
 def test_efficiency_scales_every_transfer_and_collective(worked):
-    """§3.3 (b): tier 1 at efficiency 0.5 reaches 5e9 B/s.  Megatron layout of §3.1: its
+    """§5 (b): tier 1 at efficiency 0.5 reaches 5e9 B/s.  Megatron layout of §3.1: its
     pipeline pairs cross tier 1: 1e6 / 5e9 s + 10 us = 210,000 ticks, tau = 3,210,000; the
     sync stays in tier 0: T = 5 * 3,210,000 + 20,002,000 = 36,052,000."""
     network = worked.cluster.network
@@ -103,12 +103,12 @@ def test_efficiency_must_be_a_fraction_of_the_link():
 
 @pytest.fixture
 def megatron_optimizer(worked):
-    """§3.3 (c)'s setup: the (a) example with Megatron's 2/4/12 bytes and ZeRO 1 allowed."""
+    """§5 (c)'s setup: the (a) example with Megatron's 2/4/12 bytes and ZeRO 1 allowed."""
     return _training(worked, optimizer=MEGATRON_OPTIMIZER, zero_stages=(0, 1))
 
 
 def test_zero1_sync_is_reduce_scatter_then_all_gather(megatron_optimizer):
-    """§3.3 (c): reduce-scatter of P g = 8e9 B at 2e10 B/s = 0.75 * 8e9 / 2e10 s + 30 us =
+    """§5 (c): reduce-scatter of P g = 8e9 B at 2e10 B/s = 0.75 * 8e9 / 2e10 s + 30 us =
     300,030,000 ticks, all-gather of P w = 4e9 B = 150,030,000: sync 450,060,000 (z = 0: an
     all-reduce of 8e9 B, 600,060,000)."""
     zero1 = evaluate(megatron_optimizer, _one_stage_on_four(zero=1))
@@ -121,7 +121,7 @@ def test_zero1_sync_is_reduce_scatter_then_all_gather(megatron_optimizer):
 
 
 def test_overlapped_param_gather_and_grad_reduce(megatron_optimizer):
-    """§3.3 (d), both flags: R = 4,000,000 and F = 2,000,000 per microbatch; exposed
+    """§5 (d), both flags: R = 4,000,000 and F = 2,000,000 per microbatch; exposed
     296,030,000 + 148,030,000 = 444,060,000; T = 456,060,000."""
     both = _training(megatron_optimizer, overlap_grad_reduce=True, overlap_param_gather=True)
     result = evaluate(both, _one_stage_on_four(zero=1))

@@ -11,6 +11,7 @@ and the affine form of gradient syncs against nest_cp.cost.terms.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -24,13 +25,13 @@ from ortools.sat.python import cp_model
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.generators import random_instance
-from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.instance import IntraConfig, Optimizer, RecomputeMode
 from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Plan, Stage, all_layouts
 from nest_cp.model.result import Space
 from nest_cp.solvers.exact import enumerate_subproblems
 from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
-from nest_cp.solvers.exact.pricing import ChunkPricing, StageRounding
+from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing, StageRounding
 from nest_cp.solvers.exact.skeleton import build_model, hint_model
 
 MODES = (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL)
@@ -190,17 +191,24 @@ def test_stage_rounding_split_is_the_ceiling_of_the_sum(values, constant):
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_sync_affine_form_matches_the_cost_primitive(zero):
-    """⌈slope·P + offset⌉ (pricing.sync_ticks) equals cost.gradient_sync_ticks for every P > 0,
-    group size and path tried."""
+    """⌈slope·P + offset⌉ (pricing.sync_ticks) equals each part of cost.gradient_sync_parts
+    (the reduction, and for ZeRO 1 and 2 the weight gather, each rounded alone) for every
+    P > 0, group size and path tried, under Megatron's 2/4/12 bytes (g != w)."""
     instance = random_instance(0, zero_stages=(zero,))
+    optimizer = Optimizer(name="adam", weight_bytes=2, grad_bytes=4, state_bytes=12)
+    instance = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, optimizer=optimizer))
     sub = next(s for s in enumerate_subproblems(instance) if s.zero == zero)
     pricing = ChunkPricing(instance, sub)
     paths = [Path(Fraction(10**11), Fraction(1, 10**6)), Path(Fraction(125 * 10**8),
                                                                Fraction(3, 10**5)),
              Path(Fraction(3 * 10**10 + 7), Fraction(0))]
     for path, size, params in itertools.product(paths, (2, 3, 8), (1, 7, 10**9 + 3, 3 * 10**10)):
-        affine = pricing.sync_ticks(size, path)
-        expected = cost.gradient_sync_ticks(params, instance.training.optimizer, zero, size,
-                                            path, instance.training.tick_s)
-        assert math.ceil(affine.slope * params + affine.offset) == expected
+        parts = cost.gradient_sync_parts(params, optimizer, zero, size, path,
+                                         instance.training.tick_s)
+        for phase, expected in zip((REDUCE, GATHER), parts, strict=True):
+            affine = pricing.sync_ticks(size, path, phase)
+            priced = 0 if affine is None else math.ceil(affine.slope * params + affine.offset)
+            assert priced == expected
     assert pricing.sync_ticks(1, paths[0]) is None and pricing.sync_ticks(4, None) is None
+    assert (pricing.sync_ticks(4, paths[0], GATHER) is None) == (zero in (0, 3))

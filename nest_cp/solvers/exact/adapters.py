@@ -2,7 +2,8 @@
 
 Both expose the same verbs: new_bool, new_int (a cost term), new_integer (an
 integer that must stay integral, e.g. a rounding carry), add, add_floor (a linear
-floor enforced by literals), total, minimize, hint, solve, value.  The MILP adapter
+floor enforced by literals), add_cutoff (objective <= incumbent − 1), total,
+minimize, hint, solve, value.  The MILP adapter
 declares cost terms continuous: each is pushed down onto the largest enforced
 floor, a sum of integer prices times binaries (and integer carries), so it is
 integral at an optimum.
@@ -146,6 +147,10 @@ class CpSatAdapter(_Building):
         if literals:
             constraint.only_enforce_if(literals)
 
+    def add_cutoff(self, objective, cutoff_ticks: int) -> None:
+        """Only solutions better than ``cutoff_ticks`` (the incumbent) are wanted."""
+        self.add(objective <= cutoff_ticks - 1)
+
     def total(self, terms):
         terms = list(terms)
         self._count(len(terms))
@@ -212,6 +217,7 @@ class MilpAdapter(_Building):
         self.solver_name = solver_name
         self._names = 0
         self._hinted = False
+        self._cutoff_ticks: int | None = None
 
     def new_bool(self, name: str):
         self._count(1)
@@ -244,6 +250,12 @@ class MilpAdapter(_Building):
         slack = big_m * (len(literals) - pulp.lpSum(literals)) if literals else 0
         self.problem += term >= expr - slack
 
+    def add_cutoff(self, objective, cutoff_ticks: int) -> None:
+        """Only solutions better than ``cutoff_ticks`` (the incumbent) are wanted; kept to
+        judge two runs that land on the cutoff (:meth:`_second_opinion`)."""
+        self._cutoff_ticks = cutoff_ticks
+        self.add(objective <= cutoff_ticks - 1)
+
     def total(self, terms):
         terms = list(terms)
         self._count(len(terms))
@@ -260,7 +272,9 @@ class MilpAdapter(_Building):
         """Solve in ``time_limit_s``; an OPTIMAL or INFEASIBLE is proven twice: the same
         solver solves the model again without presolve in the time left, started from the
         first run's plan, and must agree, else the outcome is FEASIBLE (UNKNOWN without a
-        plan) with the lower of the two bounds and a note.
+        plan) with the lower of the two bounds and a note.  An INFEASIBLE beside an
+        optimum on the cutoff itself (within the tolerance) is agreement: both say nothing
+        beats the incumbent by more than the tolerance.
 
         Not the other MILP solver: HiGHS took 10-30 times CBC's time to prove the cutoff
         models of small instances infeasible.  CBC keeps its preprocessing ("preprocess
@@ -321,6 +335,17 @@ class MilpAdapter(_Building):
         band = self.objective_tolerance_rel * abs(first.objective or 0) + 0.5
         if first.status is second.status is RawStatus.INFEASIBLE:
             return first
+        if {first.status, second.status} == {RawStatus.OPTIMAL, RawStatus.INFEASIBLE} and \
+                self._on_cutoff(first if first.status is RawStatus.OPTIMAL else second):
+            # one run proved nothing below the cutoff, the other an optimum on the cutoff
+            # itself: both say "nothing better than the incumbent" within the tolerance (a
+            # floor may give way by a tick's fraction of its big-M), which is all an
+            # INFEASIBLE under a cutoff claims (the driver keeps the cutoff less the
+            # tolerance as the bound)
+            logger.info("%s: one run infeasible, the other optimal on the cutoff %d within "
+                        "the tolerance: nothing better than the incumbent", self.label,
+                        self._cutoff_ticks)
+            return RawOutcome(RawStatus.INFEASIBLE, None, None)
         if first.status is second.status is RawStatus.OPTIMAL and \
                 abs(first.objective - second.objective) <= band:
             return RawOutcome(RawStatus.OPTIMAL, second.objective,
@@ -352,6 +377,15 @@ class MilpAdapter(_Building):
         bound = min(bound, best.objective)
         return RawOutcome(RawStatus.FEASIBLE, best.objective,
                           bound if math.isfinite(bound) else None, note, disagreed)
+
+    def _on_cutoff(self, outcome: RawOutcome) -> bool:
+        """Whether an optimum sits on the cutoff (objective <= incumbent − 1) within the
+        tolerance band, i.e. is no better than the incumbent within the tolerance."""
+        cutoff = self._cutoff_ticks
+        if cutoff is None or outcome.objective is None:
+            return False
+        band = self.objective_tolerance_rel * abs(cutoff) + 0.5
+        return outcome.objective >= cutoff - 1 - band
 
     def _solve_with(self, time_limit_s: float, seed: int, workers: int,
                     presolve: bool = True) -> RawOutcome:

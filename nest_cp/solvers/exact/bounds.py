@@ -2,34 +2,48 @@
 
 For a group of g devices the cheapest bottleneck it can have is among the
 *candidate paths*: on a hierarchical network the tiers with a domain of at
-least g devices; on a graph every (pair bandwidth, pair latency) combination.
+least g devices, each with every channel count k a group of g devices can have
+there (cost model §5 a: a group leaving its tier-0 domain touches two of them
+with k members each at least, so k <= g/2, and no k beyond
+``max_useful_channels`` prices faster; so the paths of k = 1..min(g/2, that) hold
+the price of every k, the cheapest among them); on a graph every (pair
+bandwidth, pair latency) combination.
 Pricing every term on its cheapest candidate under-estimates it, so with
 
     τ_lb(k, o)    = compute(o) + Σ each collective on the cheapest path of its group size
                     + min gather(o)
                     + min transfer(out of layer o.first − 1)   (k > 0)
                     + min transfer(out of layer o.last)        (k < S·v − 1)
-    sync_lb(s, o) = min dense(o) + min expert(o), less R(o) with overlap (at least 0)
+    sync_lb(s, o) = exposed(min RS_dense(o) + min RS_expert(o), R(o),
+                            min AG_dense(o) + min AG_expert(o), F(o))
 
-every plan of the sub-problem has T ≥ (v·m + S − 1)·min_split max_k τ_lb +
+with exposed(RS, R, AG, F) = max(0, RS − R) or RS, plus max(0, AG − F) or AG, as the
+overlap flags say (cost model §5 c, d: the stage's RS_s (AG_s) is its slowest dense
+group's plus its slowest expert group's, each at least the cheapest candidate's, and
+exposed grows with both), every plan of the sub-problem has T ≥ (v·m + S − 1)·min_split max_k τ_lb +
 min_split max_s sync_lb (minimising the two separately can only lower the sum).
 The boundary volume into chunk k is known from o.first alone, so one DP over
 (chunk, first layer) computes each min-max exactly.  With v > 1 a stage's sync
 depends on all its chunks, which that DP does not see; instead, of P parameters of
 a kind some stage holds at least ⌈P / S⌉ and a sync's price grows with its
-parameters, so T_sync ≥ that sync on the cheapest path; with overlapped reduction
-the largest exposed sync is at least the average, ≥ (Σ_kind slope·P − R) / S with
-R the backward of all layers (a sync of P parameters costs at least slope·P).
+parameters, so T_sync ≥ that sync (RS + AG) on the cheapest path; with an
+overlap flag the largest exposed sync is at least the average, ≥ (Σ_kind,phase
+slope·P − [overlap_grad_reduce]·R − [overlap_param_gather]·F) / S with R (F) the
+backward (forward) of all layers (a phase of P parameters costs at least slope·P,
+and max(0, x − R) ≥ x − R).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
+from nest_cp.cost import terms as cost
 from nest_cp.model.instance import RecomputeMode
 from nest_cp.model.network import NetworkModel, Path
 from nest_cp.solvers.exact.budget import Deadline
-from nest_cp.solvers.exact.pricing import ChunkPricing
+from nest_cp.solvers.exact.placement import channel_cap
+from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing
 from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem
 
 
@@ -40,8 +54,9 @@ def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
     num_devices = network.num_devices
     if network.is_hierarchical:
         sizes = network.cluster.network.domain_sizes()
-        return [network.tier_path(tier) for tier, size in enumerate(sizes)
-                if min(size, num_devices) >= group_size]
+        return [network.channel_path(tier, channels) for tier, size in enumerate(sizes)
+                if min(size, num_devices) >= group_size
+                for channels in range(1, channel_cap(network, tier, group_size) + 1)]
     pairs = [network.pair_path(a, b) for a in range(num_devices)
              for b in range(a + 1, num_devices)]
     return [Path(bandwidth, latency) for bandwidth in {p.bandwidth_Bps for p in pairs}
@@ -50,7 +65,8 @@ def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
 
 def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
                               network: NetworkModel, overlap: bool = False,
-                              deadline: Deadline | None = None) -> float:
+                              deadline: Deadline | None = None,
+                              overlap_gather: bool = False) -> float:
     """(v·m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists.
 
     Raises :class:`~nest_cp.solvers.exact.budget.OutOfTime` when ``deadline`` passes first.
@@ -77,9 +93,12 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
     def sync(chunk: int, option: ChunkOption) -> int:
         if sub.virtual_stages > 1:
             return 0  # bounded below for the whole split by _interleaved_sync_bound
-        total = cheapest(pricing.dense_sync, option, dense_paths) + \
-            cheapest(pricing.expert_sync, option, shard_paths)
-        return max(0, total - pricing.backward(option)) if overlap else total
+        reduce, gather = (cheapest(partial(pricing.dense_sync, phase=phase), option,
+                                   dense_paths)
+                          + cheapest(partial(pricing.expert_sync, phase=phase), option,
+                                     shard_paths) for phase in (REDUCE, GATHER))
+        return cost.exposed_sync_ticks(reduce, pricing.backward(option), overlap, gather,
+                                       pricing.forward(option), overlap_gather)
 
     tau_lb = _min_max(sub, tau, deadline)
     sync_lb = _min_max(sub, sync, deadline)
@@ -88,25 +107,28 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
     if sub.virtual_stages > 1:
         sync_lb = _interleaved_sync_bound(sub, pricing, {
             "dense": (sub.dp * config.ep, dense_paths),
-            "expert": (sub.dp, shard_paths)}, overlap)
+            "expert": (sub.dp, shard_paths)}, overlap, overlap_gather)
     return sub.rounds * tau_lb + sync_lb
 
 
 def _interleaved_sync_bound(sub: SubProblem, pricing: ChunkPricing, groups: dict,
-                            overlap: bool) -> int:
+                            overlap: bool, overlap_gather: bool) -> int:
     """T_sync's lower bound for v > 1 (module docstring); groups[kind] = (size, paths)."""
     whole = ChunkOption(0, pricing.num_layers - 1, RecomputeMode.NONE)
     params = {"dense": pricing.dense_params(whole), "expert": pricing.expert_params(whole)}
-    if not overlap:
+    if not overlap and not (overlap_gather and pricing.gathers_weights):
         return max((min(pricing.sync_of(-(-params[kind] // sub.num_stages), size, path)
                         for path in paths)
                     for kind, (size, paths) in groups.items() if paths), default=0)
     slopes = 0
     for kind, (size, paths) in groups.items():
-        forms = [pricing.sync_ticks(size, path) for path in paths]
-        if params[kind] and forms and all(form is not None for form in forms):
-            slopes += min(form.slope for form in forms) * params[kind]
-    return max(0, math.ceil((slopes - pricing.backward(whole)) / sub.num_stages))
+        for phase in (REDUCE, GATHER):
+            forms = [pricing.sync_ticks(size, path, phase) for path in paths]
+            if params[kind] and forms and all(form is not None for form in forms):
+                slopes += min(form.slope for form in forms) * params[kind]
+    hidden = (pricing.backward(whole) if overlap else 0) \
+        + (pricing.forward(whole) if overlap_gather else 0)
+    return max(0, math.ceil((slopes - hidden) / sub.num_stages))
 
 
 def _min_max(sub: SubProblem, value, deadline: Deadline) -> int | None:

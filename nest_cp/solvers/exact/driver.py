@@ -2,11 +2,12 @@
 
 Why this stays exact.  Every plan belongs to exactly one sub-problem (c, b, S, d,
 z, v); each model is exact for its sub-problem (nest_cp.solvers.exact.skeleton: the split
-into S·v chunks, the recompute mode per stage, the placement, every DESIGN §3.2
-term); so the minimum over sub-problems is the optimum.  Shapes (c, b, S, d, v)
-come out of nest_cp.solvers.exact.subproblems.shapes_by_bound lazily, in order of their
-compute bound; once that bound reaches the incumbent, the shape and all later
-ones hold no better plan and are pruned without ever being built.  A shape's
+into S·v chunks, the recompute mode per stage, the placement, every term of the
+cost model, multi-channel collectives and the two-phase sync included); so the
+minimum over sub-problems is the optimum.  Shapes (c, b, S, d, v) come out of
+nest_cp.solvers.exact.subproblems.shapes_by_bound lazily, in order of their compute
+bound; once that bound reaches the incumbent, the shape and all later ones hold no
+better plan and are pruned without ever being built.  A shape's
 sub-problems (one per ZeRO stage) are built only when reached; their memory-aware
 bound and the sharper bound with the cheapest possible communication
 (nest_cp.solvers.exact.bounds) may prune them too.  Every model carries the cutoff
@@ -246,9 +247,10 @@ class _Run:
 
     def _sharp_bound(self, sub: SubProblem, deadline: Deadline) -> float:
         if sub.label not in self._sharp_bounds:
+            training = self.instance.training
             self._sharp_bounds[sub.label] = communication_lower_bound(
                 sub, ChunkPricing(self.instance, sub), self.network,
-                self.instance.training.overlap_grad_reduce, deadline)
+                training.overlap_grad_reduce, deadline, training.overlap_param_gather)
         return self._sharp_bounds[sub.label]
 
     def _solve(self, sub: SubProblem, deadline: Deadline) -> float | None:

@@ -27,6 +27,18 @@ off *domain occupancy*:
   at an optimum, so the optimum is exact (a non-optimal solution can only
   over-price, and the backends re-evaluate every plan they return).
 
+Channels (hierarchical, cost model §5 a).  A group spanning tier K >= 1 runs
+k ring channels, k = the fewest slots it has in one cell it touches, priced
+``network.channel_path(K, k)`` (faster with k up to ``max_useful_channels(K)``;
+k <= |G|/2, as such a group touches two cells at least).  With
+cnt[group, cell] = Σ of its slots' x in the cell and touched[group, cell] == 1 iff
+cnt >= 1, fewer[group, c] may be 0 only if every touched cell holds c slots or
+more (cnt >= c·(touched − fewer)); the tier-K floor at c channels is enforced when
+[in tier K, fewer[group, c + 1]] and the one at the most useful count by the tier
+literal alone.  Prices fall as c grows and the models minimise, so an optimum
+sets fewer[group, c] = 0 exactly when allowed and pays the price of the group's
+true k: exact, as for latencies.
+
 Symmetry cuts (each keeps at least one optimal plan of every orbit, so the
 optimum is unchanged):
 
@@ -38,6 +50,7 @@ optimum is unchanged):
   hold (descending).  Sorting bottom-up, each level's block moves keep the inner
   orders, and relabelling replicas afterwards moves no slot between cells, so all
   cuts hold together (canonical_placement builds exactly this form for hints);
+  these moves keep every group's slot count per cell, so channels too;
 - graph: *twins* (devices a, b with the same path to every other device) are
   interchangeable; their classes are equivalence classes and used devices come
   first in each class.
@@ -67,6 +80,7 @@ class _Level:
     domains: tuple[tuple[int, ...], ...]
     path: Path | None  # None on graphs: bandwidth here, latency from lat_ge literals
     bandwidth_Bps: object = None
+    tier: int = 0  # hierarchical: the tier whose domains these are (channels from tier 1)
 
 
 class FullPlacement:
@@ -112,7 +126,7 @@ class FullPlacement:
     def _new_cases(self, name: str, group: Group) -> list[Case]:
         level_literals = self._level_literals(name, group)
         if self._network.is_hierarchical:
-            return [([literal], level.path) for literal, level in level_literals]
+            return self._channel_cases(name, group, level_literals)
         latency_literals = self._latency_literals(name, group)
         return [([literal] + ([lat_literal] if lat_literal is not None else []),
                  Path(level.bandwidth_Bps, latency))
@@ -171,6 +185,41 @@ class FullPlacement:
             adapter.add(literal <= occupancy)
         adapter.add(literal >= adapter.total(occupancies) - (len(group) - 1))
         return literal
+
+    def _channel_cases(self, name: str, group: Group, level_literals) -> list[Case]:
+        """Per tier literal, one case per channel count c (module docstring)."""
+        network = self._network
+        most = {level.tier: channel_cap(network, level.tier, len(group))
+                for _, level in level_literals}
+        fewer = self._fewer_literals(name, group, max(most.values()))
+        cases = []
+        for literal, level in level_literals:
+            top = most[level.tier]
+            cases.extend(([literal, fewer[c + 1]], network.channel_path(level.tier, c))
+                         for c in range(1, top))
+            cases.append(([literal], network.channel_path(level.tier, top)))
+        return cases
+
+    def _fewer_literals(self, name: str, group: Group, top: int) -> dict:
+        """fewer[group, c] for c in 2..top: 0 only if every cell the group touches holds at
+        least c of its slots."""
+        adapter = self._adapter
+        if top < 2:
+            return {}
+        # fewer[group, c] == 0 only if every touched cell holds >= c of the group's slots
+        fewer = {c: adapter.new_bool(f"fewer_{name}_{c}") for c in range(2, top + 1)}
+        for c in range(2, top):
+            # redundant: c + 1 slots in every touched cell are c slots too
+            adapter.add(fewer[c] <= fewer[c + 1])
+        for cell in range(len(self._cells)):
+            count = adapter.total(self.x[slot, cell] for slot in group)
+            # touched[group, cell] == 1 iff the cell holds a slot of the group
+            touched = adapter.new_bool(f"touched_{name}_{cell}")
+            adapter.add(count <= len(group) * touched)
+            adapter.add(touched <= count)
+            for c in range(2, top + 1):
+                adapter.add(count >= c * touched - c * fewer[c])
+        return fewer
 
     def _latency_literals(self, name: str, group: Group) -> list[tuple[object, object]]:
         """lat_ge[group, v] >= 1 when two slots sit on a pair with latency >= L_v (graphs,
@@ -337,8 +386,18 @@ def _hierarchy_levels(network: NetworkModel) -> list[_Level]:
                         for start in range(0, network.num_devices, size))
         if domains not in seen:
             seen.add(domains)
-            levels.append(_Level(domains, network.tier_path(tier)))
+            levels.append(_Level(domains, network.tier_path(tier), tier=tier))
     return levels
+
+
+def channel_cap(network: NetworkModel, tier: int, group_size: int) -> int:
+    """The most channels worth telling apart for a group of ``group_size`` spanning ``tier``:
+    1 on tier 0, else min(group_size // 2, max_useful_channels(tier)) (a group that leaves
+    its tier-0 domain has two cells with k members each at least, and beyond the useful
+    count every k prices alike)."""
+    if tier == 0:
+        return 1
+    return max(1, min(group_size // 2, network.max_useful_channels(tier)))
 
 
 def _bandwidth_levels(network: NetworkModel) -> list[_Level]:

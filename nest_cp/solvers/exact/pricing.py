@@ -14,9 +14,10 @@ chunks, and ceil(Σ_k x_k + c) is split exactly as
 (:class:`StageRounding`): the floors are option coefficients and the carry a small
 integer variable with D·carry ≥ Σ_k D·frac(x_k) + D·frac(c) for the common
 denominator D, so the large numbers stay in coefficients of 0/1 variables.  The
-rational x of a sync is affine in the parameter count; :meth:`ChunkPricing.sync_ticks`
-recovers it from the cost primitives and tests check it against
-:func:`nest_cp.cost.terms.gradient_sync_ticks`.
+rational x of each phase of a sync (the gradient phase, and for ZeRO 1 and 2 the
+weight all-gather, each rounded alone: cost model §5 c) is affine in the parameter
+count; :meth:`ChunkPricing.sync_ticks` recovers it from the cost primitives and tests
+check it against :func:`nest_cp.cost.terms.gradient_sync_parts`.
 
 Collectives (DESIGN §3.2 f): a stage replica pays, per collective, the slowest of
 its TP (or EP) groups.  Collectives are partitioned into *classes* whose slowest
@@ -32,12 +33,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from nest_cp.cost import terms as cost
-from nest_cp.model.instance import CollectiveGroup, Instance, Phase, RecomputeMode
+from nest_cp.model.instance import (
+    CollectiveGroup,
+    CollectiveKind,
+    Instance,
+    Phase,
+    RecomputeMode,
+)
 from nest_cp.model.network import Path, collective_seconds
 from nest_cp.model.ticks import exact
 from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem
 
 ALL = "all"  # the class holding every collective of a group kind
+REDUCE, GATHER = 0, 1  # the phases of a gradient sync: gradient reduction, weight gather
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +102,14 @@ class ChunkPricing:
         return self._sub.compute[option]
 
     def backward(self, option: ChunkOption) -> int:
-        """Σ bwd ticks of one microbatch over the span (what overlapped sync hides behind)."""
+        """Σ bwd ticks of one microbatch over the span (what overlapped reduction hides behind)."""
         return sum(cost.compute_ticks(self._profiles[layer], self.tick_s)[1]
+                   for layer in option.layers)
+
+    def forward(self, option: ChunkOption) -> int:
+        """Σ fwd ticks of one microbatch over the span (what an overlapped weight gather hides
+        behind)."""
+        return sum(cost.compute_ticks(self._profiles[layer], self.tick_s)[0]
                    for layer in option.layers)
 
     def dense_params(self, option: ChunkOption) -> int:
@@ -195,38 +209,50 @@ class ChunkPricing:
         """Ranks of one dense sync group: the d·e ranks of one tensor index."""
         return self._sub.dp * self._sub.config.ep
 
-    def dense_sync(self, option: ChunkOption, path: Path | None) -> int:
-        """Gradient sync of the span's dense parameters over the d·e ranks of one t index
-        (the stage's sync when the span is the whole stage, v = 1)."""
-        return self._cached("dense", option, path, lambda: cost.gradient_sync_ticks(
-            self.dense_params(option), self._training.optimizer, self._sub.zero,
-            self.dense_sync_size(), path, self.tick_s))
+    @property
+    def gathers_weights(self) -> bool:
+        """Whether a sync ends with an all-gather of the weights (ZeRO 1 and 2)."""
+        return cost.gathers_weights(self._sub.zero)
 
-    def expert_sync(self, option: ChunkOption, path: Path | None) -> int:
-        """Gradient sync of the span's expert parameters over the d ranks of one j."""
-        return self._cached("expert", option, path, lambda: cost.gradient_sync_ticks(
+    def dense_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
+        """One phase (REDUCE or GATHER) of the gradient sync of the span's dense parameters
+        over the d·e ranks of one t index (the stage's when the span is the whole stage)."""
+        return self._cached(("dense", phase), option, path, lambda: cost.gradient_sync_parts(
+            self.dense_params(option), self._training.optimizer, self._sub.zero,
+            self.dense_sync_size(), path, self.tick_s)[phase])
+
+    def expert_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
+        """One phase of the gradient sync of the span's expert parameters over the d ranks of
+        one j."""
+        return self._cached(("expert", phase), option, path, lambda: cost.gradient_sync_parts(
             self.expert_params(option), self._training.optimizer, self._sub.zero,
-            self._sub.dp, path, self.tick_s))
+            self._sub.dp, path, self.tick_s)[phase])
 
     def sync_of(self, params: int, group_size: int, path: Path | None) -> int:
-        """One gradient sync of ``params`` parameters over ``group_size`` ranks on ``path``."""
+        """One whole gradient sync (both phases) of ``params`` parameters over ``group_size``
+        ranks on ``path``."""
         return cost.gradient_sync_ticks(params, self._training.optimizer, self._sub.zero,
                                         group_size, path, self.tick_s)
 
-    def sync_ticks(self, group_size: int, path: Path | None) -> Affine | None:
-        """The unrounded ticks of one gradient sync of P parameters over ``group_size`` ranks
-        on ``path`` as slope·P + offset (P > 0); None when it is always free.
+    def sync_ticks(self, group_size: int, path: Path | None,
+                   phase: int = REDUCE) -> Affine | None:
+        """The unrounded ticks of one phase of a gradient sync of P parameters over
+        ``group_size`` ranks on ``path`` as slope·P + offset (P > 0); None when that phase is
+        always free.
 
-        :func:`nest_cp.cost.terms.gradient_sync_ticks` is ⌈slope·P + offset⌉ for P > 0 and 0
-        for P = 0 (the collective is affine in its volume, P·grad bytes).
+        ``nest_cp.cost.terms.gradient_sync_parts(...)[phase]`` is ⌈slope·P + offset⌉ for
+        P > 0 and 0 for P = 0 (each collective is affine in its volume: P·grad bytes for
+        the gradient phase, P·weight bytes for the gather).
         """
-        if path is None or group_size <= 1:
+        if path is None or group_size <= 1 or (phase == GATHER and not self.gathers_weights):
             return None
-        kind = cost.sync_collective(self._sub.zero)
-        grad = self._training.optimizer.grad_bytes
+        optimizer = self._training.optimizer
+        kind, per_param = ((cost.sync_collective(self._sub.zero), optimizer.grad_bytes)
+                           if phase == REDUCE
+                           else (CollectiveKind.ALL_GATHER, optimizer.weight_bytes))
         tick = exact(self.tick_s)
         offset = collective_seconds(kind, 0, group_size, path) / tick
-        slope = collective_seconds(kind, grad, group_size, path) / tick - offset
+        slope = collective_seconds(kind, per_param, group_size, path) / tick - offset
         return Affine(slope, offset)
 
     def _cached(self, term, option: ChunkOption, path: Path | None, price) -> int:

@@ -5,10 +5,12 @@ mode); the model of nest_cp.solvers.exact.sdp_model is exact for it, so the leas
 sub-problems is the optimum of the space.  Within a sub-problem T_eff = T · scale
 with a constant scale (Σ_w C_w does not depend on the mask), so each model minimises
 the integer T and the sub-problems are compared by T_eff, exactly, as rationals.
-ZeRO: only the largest allowed z <= 2 is searched (z = 0, 1, 2 price SDP time
-identically and memory never grows with z, so it is at least as good; the DP makes
-the same choice).  A (d, h) whose blocks cannot be balanced (U·h/d not an integer)
-holds no valid mask and no model.
+ZeRO: z = 1 and z = 2 price SDP time identically (each all-reduce a reduce-scatter
+plus a weight all-gather, cost model §5 c) and z = 2 never needs more memory, so of
+those only the largest allowed is searched; z = 0 (one all-reduce, rounded once, no
+gather to overlap) prices time differently and is searched too when allowed.  A
+(d, h) whose blocks cannot be balanced (U·h/d not an integer) holds no valid mask
+and no model.
 
 Order, pruning and statuses.  Sub-problems are visited by their compute bound
 T_eff >= m·⌈Σ_w C_w / d⌉·scale; one whose bound reaches the incumbent holds nothing
@@ -29,6 +31,7 @@ not exceed it, or ModelMismatch (exit 3) is raised.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -86,10 +89,9 @@ def sdp_subproblems(instance: Instance, deadline: Deadline | None = None
     and whether the enumeration finished before ``deadline``."""
     training, devices = instance.training, instance.cluster.num_devices
     deadline = deadline or Deadline()
-    zeros = [z for z in training.zero_stages if z <= 2]
+    zeros = sdp_zero_stages(training.zero_stages)
     if not zeros:
         return [], True
-    zero = max(zeros)
     found = []
     for config, microbatch in instance.choices:
         for level in training.sdp.levels:
@@ -108,12 +110,19 @@ def sdp_subproblems(instance: Instance, deadline: Deadline | None = None
                         continue
                     for masking in training.sdp.maskings:
                         total = worker_compute(table, masking, workers, holders, sums)
-                        for mode in MODE_ORDER:
+                        for mode, zero in itertools.product(MODE_ORDER, zeros):
                             if mode in training.recompute_modes:
                                 found.append(SdpSubProblem(
                                     config, microbatch, workers, holders, level, masking, zero,
                                     mode, rounds, table, total))
     return _by_bound(found), True
+
+
+def sdp_zero_stages(allowed) -> list[int]:
+    """The ZeRO stages worth searching for SDP (module docstring): 0 when allowed, and the
+    largest allowed of 1 and 2."""
+    sharded = [zero for zero in allowed if zero in (1, 2)]
+    return sorted(({0} & set(allowed)) | ({max(sharded)} if sharded else set()))
 
 
 def _by_bound(found: list[SdpSubProblem]) -> list[SdpSubProblem]:

@@ -14,13 +14,17 @@ StructuredPlacement (one rank layout) in the structured space.
     M[w, u]         = Σ_{H ∋ w} hold[u, H]   (an expression: w holds u)
     coll[w, k]      >= collective k of worker w on its slowest TP / EP group, times the
                        number of times w runs it (shared layers, held units, reruns)
-    sh_dense[t], sh_expert[j]     >= shared all-reduces over all d workers
-    unit_dense[H, t, v], unit_expert[H, j, v]
-                    >= all-reduce of a v-parameter unit over H, times the units of that
-                       size held by H (Σ_u hold[u, H])
+    sh_dense[t, p], sh_expert[j, p]   >= phase p of the shared syncs over all d workers
+    unit_dense[H, t, v, p], unit_expert[H, j, v, p]
+                    >= phase p of the sync of a v-parameter unit over H, times the units
+                       of that size held by H (Σ_u hold[u, H])
     bcast[j]        >= backward masking: every unit's weight broadcast over all d
     tau_max         >= C_w + rerun_w + Σ_k coll[w, k]                 for every w
-    t_sync          >= sync_{w, j} (− R_w with overlapped reduction)   for every w, j
+    shown[w, p]     >= Σ of phase p's terms of rank j (− R_w or F_w when that phase
+                       overlaps), and >= 0, for every j; phase 0 = the all-reduces (the
+                       reduce-scatters for ZeRO 1, 2) and broadcasts, phase 1 = the weight
+                       all-gathers of ZeRO 1, 2 (cost model §5 c, d); only with two phases
+    t_sync          >= Σ_p shown[w, p] for every w (one phase: >= sync_{w, j} − [overlap]·R_w)
     memory          state(shared, d) + ⌈M·P·g/δ⌉ + ... + kept_w + ws_w <= usable HBM
     minimise m·tau_max + t_sync
 
@@ -182,7 +186,7 @@ def build_sdp_model(adapter, instance: Instance, sub: SdpSubProblem, network: Ne
     objective = sub.num_microbatches * tau_max + t_sync
     adapter.minimize(objective)
     if cutoff_ticks is not None:
-        adapter.add(objective <= cutoff_ticks - 1)
+        adapter.add_cutoff(objective, cutoff_ticks)
     return SdpHandles(sub, mask, placement, objective)
 
 
@@ -466,14 +470,18 @@ class _SdpTerms:
     # ---------------------------------------------------------- sync
 
     def _sync(self):
+        """t_sync >= every worker's exposed sync: per phase (the gradient phase; for ZeRO 1
+        and 2 also the weight all-gathers) the slowest rank's sum, less R_w (F_w) when that
+        phase overlaps, at least 0 (cost model §5 c, d)."""
         adapter, sub, config = self.adapter, self.sub, self.sub.config
         optimizer, tick_s, zero = self.training.optimizer, self.training.tick_s, sub.zero
         everyone = tuple(self.workers)
         shared_dense = sum(s.dense_params for s in self.table.shared)
         shared_expert = sum(s.expert_params for s in self.table.shared)
+        phases = (0, 1) if cost.gathers_weights(zero) else (0,)
 
-        def all_reduce(params: int, size: int, path) -> int:
-            return cost.gradient_sync_ticks(params, optimizer, zero, size, path, tick_s)
+        def part(params: int, size: int, path, phase: int) -> int:
+            return cost.gradient_sync_parts(params, optimizer, zero, size, path, tick_s)[phase]
 
         dense_cases = {}  # (worker set, t) -> cases of its dense group
         expert_cases = {}  # (worker set, j) -> cases of its rank-j group
@@ -495,33 +503,35 @@ class _SdpTerms:
                                                          slots) if len(slots) > 1 else []
             return expert_cases[key]
 
-        shared_terms = {}
-        for rank in range(config.devices):
+        shared_terms = {}  # (rank, phase) -> terms every worker pays
+        for rank, phase in itertools.product(range(config.devices), phases):
             tensor = rank % config.tp
             parts = []
             if shared_dense and sub.workers * config.ep > 1:
                 parts.append(self._floor_term(
-                    f"sh_dense_{rank}", [(lits, all_reduce(shared_dense, sub.workers * config.ep,
-                                                           path))
-                                         for lits, path in dense_group(everyone, tensor)], 1, 1))
+                    f"sh_dense_{rank}_{phase}",
+                    [(lits, part(shared_dense, sub.workers * config.ep, path, phase))
+                     for lits, path in dense_group(everyone, tensor)], 1, 1))
             if shared_expert and sub.workers > 1:
                 parts.append(self._floor_term(
-                    f"sh_expert_{rank}", [(lits, all_reduce(shared_expert, sub.workers, path))
-                                          for lits, path in expert_group(everyone, rank)], 1, 1))
-            if sub.masking is SdpMasking.BACKWARD and sub.workers > 1:
+                    f"sh_expert_{rank}_{phase}",
+                    [(lits, part(shared_expert, sub.workers, path, phase))
+                     for lits, path in expert_group(everyone, rank)], 1, 1))
+            if phase == 0 and sub.masking is SdpMasking.BACKWARD and sub.workers > 1:
+                # the weight broadcasts run in the gradient phase
                 parts.append(self._floor_term(
                     f"bcast_{rank}", [(lits, sum(broadcast_ticks(
                         u.params * optimizer.weight_bytes, sub.workers, path, tick_s)
                         for u in self.table.units))
                         for lits, path in expert_group(everyone, rank)], 1, 1))
-            shared_terms[rank] = parts
+            shared_terms[rank, phase] = parts
 
-        unit_terms = {}  # (holder set, rank) -> terms of the units that set holds
+        unit_terms = {}  # (holder set, rank, phase) -> terms of the units that set holds
         for h_set in sorted({h for u in range(self.table.num_units)
                              for h in self.mask.candidates(u)}):
             holding = [u for u in range(self.table.num_units)
                        if h_set in self.mask.candidates(u)]
-            for rank in range(config.devices):
+            for rank, phase in itertools.product(range(config.devices), phases):
                 tensor = rank % config.tp
                 terms = []
                 for name, params_of, cases, size in (
@@ -535,26 +545,40 @@ class _SdpTerms:
                             by_volume.setdefault(params_of(u), []).append(u)
                     for volume, units in sorted(by_volume.items()):
                         count = adapter.total(self.mask.hold[u, h_set] for u in units)
-                        priced = [(lits, all_reduce(volume, size, path)) for lits, path in cases]
+                        priced = [(lits, part(volume, size, path, phase))
+                                  for lits, path in cases]
                         if any(price for _, price in priced):
                             terms.append(self._floor_term(
-                                f"unit_{name}_{len(unit_terms)}_{rank}_{volume}", priced,
-                                count, len(units)))
-                unit_terms[h_set, rank] = terms
+                                f"unit_{name}_{len(unit_terms)}_{rank}_{volume}_{phase}",
+                                priced, count, len(units)))
+                unit_terms[h_set, rank, phase] = terms
 
-        upper = max((sum(self._upper[id(t)] for t in shared_terms[rank])
-                     + sum(self._upper[id(t)] for (h_set, r), terms in unit_terms.items()
-                           if r == rank for t in terms)
-                     for rank in range(config.devices)), default=0)
-        t_sync = adapter.new_int("t_sync", 0, upper)
-        overlap = self.training.overlap_grad_reduce
+        def phase_upper(phase: int) -> int:
+            return max((sum(self._upper[id(t)] for t in shared_terms[rank, phase])
+                        + sum(self._upper[id(t)] for (_, r, p), terms in unit_terms.items()
+                              if (r, p) == (rank, phase) for t in terms)
+                        for rank in range(config.devices)), default=0)
+
+        uppers = {phase: phase_upper(phase) for phase in phases}
+        t_sync = adapter.new_int("t_sync", 0, sum(uppers.values()))
+        overlaps = (self.training.overlap_grad_reduce, self.training.overlap_param_gather)
         for w in self.workers:
-            release = self.backward(w) if overlap else 0
-            for rank in range(config.devices):
-                own = [t for (h_set, r), terms in unit_terms.items()
-                       if r == rank and w in h_set for t in terms]
-                total = adapter.total([*shared_terms[rank], *own])
-                adapter.add(t_sync >= total - release)
+            hides = (self.backward(w), self._run_sum(w, "fwd_ticks"))
+            shown = []
+            for phase in phases:
+                hidden = hides[phase] if overlaps[phase] else 0
+                if len(phases) == 1:
+                    shown.append(None)
+                else:
+                    # shown[w, phase] >= the phase's slowest rank less what it overlaps, >= 0
+                    shown.append(adapter.new_int(f"shown_{w}_{phase}", 0, uppers[phase]))
+                for rank in range(config.devices):
+                    own = [t for (h_set, r, p), terms in unit_terms.items()
+                           if (r, p) == (rank, phase) and w in h_set for t in terms]
+                    total = adapter.total([*shared_terms[rank, phase], *own])
+                    adapter.add((t_sync if shown[-1] is None else shown[-1]) >= total - hidden)
+            if len(phases) > 1:
+                adapter.add(t_sync >= adapter.total(shown))
         return t_sync
 
     # ---------------------------------------------------------- memory

@@ -14,11 +14,17 @@ chunks (chunk k on stage k mod S), each stage's recompute mode and the placement
                               activation forward and the gradient back, one device pair)
     gather[chunk]             >= ZeRO-3 gathers of the chunk's parameters, slowest rank j
     tau_max                   >= τ_c(k, r) = compute + Σ coll + bnd[k − 1] + bnd[k] + gather
-    dense[stage]              >= dense gradient sync of the stage's parameters, slowest t index
-    expert[stage]             >= expert gradient sync, slowest rank j
+    dense[stage, phase]       >= one phase of the dense gradient sync of the stage's parameters,
+                              slowest t index (phase: the reduction, all-reduce for z = 0 or
+                              reduce-scatter, or for z ∈ {1, 2} the weight all-gather)
+    expert[stage, phase]      >= one phase of the expert gradient sync, slowest rank j
     has[stage, kind]          1 if the stage holds dense (expert) parameters (v > 1)
     carry[...]                integer rounding carry of a term rounded once per stage (v > 1)
-    t_sync                    >= dense[s] + expert[s] − [overlap]·R_s, and >= 0
+    shown[stage, phase]       >= the phase's dense + expert less the compute it overlaps
+                              (R_s backward for the reduction, F_s forward for the gather),
+                              and >= 0; only when the sync has both phases and this one
+                              overlaps (cost model §5 d)
+    t_sync                    >= Σ_phase exposed part of the stage's sync, and >= 0
     act, work, buffer[stage]  >= the largest chunk's kept activations, the largest working
                               set, the ZeRO-3 buffers: the maxima of stage memory (v > 1)
     minimise (v·m + S − 1)·tau_max + t_sync
@@ -46,7 +52,8 @@ each valid for every plan:
   before any placement literal is fixed;
 - every floored term >= its price on the cheapest case of each group: survives
   the LP relaxation (where big-M floors vanish) and needs no literal;
-- (placement) the symmetry cuts and latency-threshold chains of nest_cp.solvers.exact.placement.
+- (placement) the symmetry cuts, latency-threshold and channel-threshold chains of
+  nest_cp.solvers.exact.placement.
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ def build_model(adapter, instance: Instance, sub: SubProblem, network: NetworkMo
     objective = sub.rounds * tau_max + t_sync
     adapter.minimize(objective)
     if cutoff_ticks is not None:
-        adapter.add(objective <= cutoff_ticks - 1)
+        adapter.add_cutoff(objective, cutoff_ticks)
     return ModelHandles(sub, opt, mode, placement, objective)
 
 
@@ -134,8 +141,12 @@ def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
         latencies = len({path.latency_s for path in pairs}) or 1
     slots = ranks * stages * dp
     terms += 4 * slots * cells
+    channels = max((network.max_useful_channels(tier) for tier in range(network.num_tiers)),
+                   default=1) if network.is_hierarchical else 1
     for options, size in groups:
         terms += size * cells * levels + levels * latencies * (options + 1)
+        if channels > 1 and size >= 4:  # channel literals: per cell, count and thresholds
+            terms += cells * (size + 3 * channels) + levels * channels * (options + 2)
         if not network.is_hierarchical:  # latency literals: every pair of slots, every device
             terms += latencies * size * size * cells * cells
     return terms

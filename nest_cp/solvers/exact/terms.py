@@ -2,7 +2,9 @@
 
 :class:`CostTerms` adds, for one sub-problem, the floored cost terms (coll, bnd,
 gather, dense, expert), tau_max, t_sync and, with v > 1, the coupled stage memory.
-Two kinds of terms:
+The sync is floored per phase (cost model §5 c, d): the gradient reduction and,
+for ZeRO 1 and 2, the weight all-gather, each rounded alone and each the slowest
+group's, so a stage's two phases may be paid on different groups.  Two kinds of terms:
 
 - *chunk terms*: term >= Σ_o opt[k, o]·price(o, path) for every case (literals, path)
   of every group the term is priced on; floors with the same literals merge option
@@ -24,7 +26,7 @@ from nest_cp.model.network import NetworkModel
 from nest_cp.solvers.exact.bounds import candidate_paths
 from nest_cp.solvers.exact.groups import Group, RankGroups, stage_pair
 from nest_cp.solvers.exact.placement import StructuredPlacement
-from nest_cp.solvers.exact.pricing import ChunkPricing, StageRounding
+from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing, StageRounding
 from nest_cp.solvers.exact.subproblems import SubProblem
 
 
@@ -47,6 +49,7 @@ class CostTerms:
         self.placement, self.opt, self.network = placement, opt, network
         self._upper: dict[int, int] = {}  # id(term variable) -> its upper bound in ticks
         self._rounded: dict[tuple, _Rounded] = {}  # (term, stage, path) -> its expression
+        self._has: dict[tuple, object] = {}  # (kind, stage) -> has[stage, kind]
 
     # ------------------------------------------------------------ τ
 
@@ -121,50 +124,74 @@ class CostTerms:
     # ------------------------------------------------------------ sync
 
     def sync(self, groups: RankGroups):
-        """t_sync >= dense[s] + expert[s] (less the backward it overlaps) for every stage."""
-        sub, adapter = self.sub, self.adapter
-        overlap = self.instance.training.overlap_grad_reduce
-        sync_terms = []
+        """t_sync >= the exposed sync of every stage (cost model §5 c, d): per phase (the
+        gradient reduction, and for ZeRO 1 and 2 the weight gather) the slowest dense group's
+        plus the slowest expert group's, less the backward (forward) it overlaps."""
+        sub, adapter, training = self.sub, self.adapter, self.instance.training
+        phases = (REDUCE, GATHER) if self.pricing.gathers_weights else (REDUCE,)
+        hides = {REDUCE: (training.overlap_grad_reduce, self.pricing.backward),
+                 GATHER: (training.overlap_param_gather, self.pricing.forward)}
+        exposed, upper = [], 0
         for s in range(sub.num_stages):
-            terms = []
-            if self.pricing.dense_sync_size() > 1:
-                # dense[stage] >= dense gradient sync over the d·e ranks, slowest t index
-                terms.append(self._stage_sync(
-                    f"dense_{s}", s, [groups.dense[s, t] for t in range(sub.config.tp)],
-                    self.pricing.dense_params, self.pricing.dense_sync,
-                    self.pricing.dense_sync_size()))
-            if sub.dp > 1:
-                # expert[stage] >= expert gradient sync over the d replicas, slowest rank j
-                terms.append(self._stage_sync(
-                    f"expert_{s}", s, self._shards(groups, s), self.pricing.expert_params,
-                    self.pricing.expert_sync, sub.dp))
-            sync_terms.append([term for term in terms if term is not None])
-        upper = max((sum(self._upper[id(term)] for term in terms) for terms in sync_terms),
-                    default=0)
-        t_sync = adapter.new_int("t_sync", 0, upper)
-        for s, terms in enumerate(sync_terms):
-            if not terms:
-                continue
-            hidden = 0
-            if overlap:  # exposed sync: max(0, sync − R_s), R_s = the stage's backward
-                hidden = adapter.total(self.opt[k, o] * self.pricing.backward(o)
+            parts, stage_upper = [], 0
+            for phase in phases:
+                terms = self._phase_terms(groups, s, phase)
+                if not terms:
+                    continue
+                phase_upper = sum(self._upper[id(term)] for term in terms)
+                stage_upper += phase_upper
+                overlap, hidden_by = hides[phase]
+                if not overlap:
+                    parts.append(adapter.total(terms))
+                    continue
+                hidden = adapter.total(self.opt[k, o] * hidden_by(o)
                                        for k in sub.chunks_of_stage(s)
-                                       for o in sub.options[k] if self.pricing.backward(o))
-            adapter.add(t_sync >= adapter.total(terms) - hidden)
+                                       for o in sub.options[k] if hidden_by(o))
+                if len(phases) == 1:
+                    parts.append(adapter.total(terms) - hidden)  # t_sync >= 0 holds the max
+                    continue
+                # shown[stage, phase] >= the phase's sync less what it overlaps, and >= 0
+                shown = adapter.new_int(f"shown_{s}_{phase}", 0, phase_upper)
+                adapter.add(shown >= adapter.total(terms) - hidden)
+                parts.append(shown)
+            exposed.append(parts)
+            upper = max(upper, stage_upper)
+        t_sync = adapter.new_int("t_sync", 0, upper)
+        for parts in exposed:
+            if parts:
+                adapter.add(t_sync >= adapter.total(parts))
         return t_sync
 
-    def _stage_sync(self, name: str, stage: int, group_list: list[Group], params, price,
-                    group_size: int):
+    def _phase_terms(self, groups: RankGroups, stage: int, phase: int) -> list:
+        """dense[stage, phase] and expert[stage, phase]: one phase of the stage's dense sync
+        over the d·e ranks (slowest t index) and of its expert sync over the d replicas
+        (slowest rank j)."""
+        sub, pricing, terms = self.sub, self.pricing, []
+        if pricing.dense_sync_size() > 1:
+            terms.append(self._stage_sync(
+                f"dense_{stage}_{phase}", "dense", stage,
+                [groups.dense[stage, t] for t in range(sub.config.tp)], pricing.dense_params,
+                lambda o, path: pricing.dense_sync(o, path, phase), pricing.dense_sync_size(),
+                phase))
+        if sub.dp > 1:
+            terms.append(self._stage_sync(
+                f"expert_{stage}_{phase}", "expert", stage, self._shards(groups, stage),
+                pricing.expert_params, lambda o, path: pricing.expert_sync(o, path, phase),
+                sub.dp, phase))
+        return [term for term in terms if term is not None]
+
+    def _stage_sync(self, name: str, kind: str, stage: int, group_list: list[Group], params,
+                    price, group_size: int, phase: int):
         """A sync term of the stage's total parameters: per option for v = 1, rounded once
         over the stage's chunks for v > 1; None when the stage holds no such parameters."""
         if self.sub.virtual_stages == 1:
             return self._chunk_term(name, stage, group_list, price)
-        has = self._has_params(name, stage, params)
+        has = self._has_params(kind, stage, params)
         if has is None:
             return None
 
         def rounded(path) -> _Rounded | None:
-            affine = self.pricing.sync_ticks(group_size, path)
+            affine = self.pricing.sync_ticks(group_size, path, phase)
             if affine is None:
                 return None
             values = {o: affine.slope * params(o) for k in self.sub.chunks_of_stage(stage)
@@ -172,9 +199,15 @@ class CostTerms:
             return self._stage_rounded(name, stage, path, values, affine.offset, has)
         return self._stage_term(name, stage, group_list, rounded)
 
-    def _has_params(self, name: str, stage: int, params):
+    def _has_params(self, kind: str, stage: int, params):
         """has[stage, kind] >= 1 when a chunk of the stage holds such parameters; 1 when
-        every split does, None when none does."""
+        every split does, None when none does (made once per stage and kind)."""
+        key = (kind, stage)
+        if key not in self._has:
+            self._has[key] = self._new_has(f"{kind}_{stage}", stage, params)
+        return self._has[key]
+
+    def _new_has(self, name: str, stage: int, params):
         sub, adapter = self.sub, self.adapter
         chunks = list(sub.chunks_of_stage(stage))
         if not any(params(o) for k in chunks for o in sub.options[k]):
