@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from exhaustive import shape_bound, shape_optimum
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate, load_instance
 from nest_cp.harness.generators import random_instance
@@ -34,9 +35,7 @@ from nest_cp.model.result import Space, Status
 from nest_cp.solvers.certify import certify_full
 from nest_cp.solvers.certify.bounds import INF, FastBounds, Kind
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
-from nest_cp.solvers.certify.geometry import geometry, replica_arcs
-from nest_cp.solvers.certify.relax import Relaxation
-from nest_cp.solvers.certify.split import Catalogue, block_chain, shapes
+from nest_cp.solvers.certify.split import block_chain, shapes
 from nest_cp.solvers.registry import SolveOptions, solve
 
 DATA = Path(__file__).parent / "data"
@@ -127,73 +126,23 @@ def test_worked_example_four_replicas_shape_is_tight():
     plan = Plan(IntraConfig(), 1, 0, 4, (Stage(0, 1),), (((0,), (1,), (2,), (3,)),))
     assert evaluate(instance, plan).objective_ticks == 312_060_000
     shape = next(s for s in shapes(instance) if s.num_stages == 1 and s.dp == 4)
-    assert _shape_bound(instance, shape) == 312_060_000
+    assert shape_bound(instance, shape) == 312_060_000
 
 
 # ---------------------------------------------------------------------- per shape
 
 
-def _placements(network: NetworkModel, slots: int):
-    """One injective placement per pattern of pairwise tiers (equal patterns cost the same:
-    a group's tier and its ring channels, cost model §5 a, are functions of its pairs')."""
-    seen = set()
-    for devices in itertools.permutations(range(network.num_devices), slots):
-        key = tuple(network.tier_of((a, b)) for a, b in itertools.combinations(devices, 2))
-        if key not in seen:
-            seen.add(key)
-            yield devices
-
-
-def _shape_optimum(instance: Instance, shape) -> float:
-    """Least objective over every split, recompute vector and placement of the shape."""
-    network = NetworkModel(instance.cluster)
-    config, num_layers = shape.config, instance.workload.num_layers
-    slots = config.devices * shape.num_stages * shape.dp
-    placements = list(_placements(network, slots))
-    best = math.inf
-    for cuts in itertools.combinations(range(1, num_layers), shape.num_stages - 1):
-        ends = (0, *cuts, num_layers)
-        for modes in itertools.product(instance.training.recompute_modes,
-                                       repeat=shape.num_stages):
-            stages = tuple(Stage(ends[s], ends[s + 1] - 1, modes[s])
-                           for s in range(shape.num_stages))
-            for devices in placements:
-                it = iter(devices)
-                placement = tuple(tuple(tuple(next(it) for _ in range(config.devices))
-                                        for _ in range(shape.dp))
-                                  for _ in range(shape.num_stages))
-                evaluation = evaluate(instance, Plan(config, shape.microbatch, shape.zero,
-                                                     shape.dp, stages, placement), network)
-                if evaluation.feasible:
-                    best = min(best, evaluation.objective_ticks)
-    return best
-
-
-def _shape_bound(instance: Instance, shape) -> float:
-    """The bound certify_full takes for one shape, every part computed in full."""
-    prices = LayerPrices(instance, shape.config, shape.microbatch,
-                         network_tiers(NetworkModel(instance.cluster)))
-    fast = FastBounds(instance, prices, block_chain(prices))
-    base = fast.bound(shape)
-    geo = geometry(prices)
-    if geo is None or math.isinf(base.total):
-        return base.total
-    relaxed = Relaxation(Catalogue(instance, prices, shape, fast.chain), geo,
-                         replica_arcs(shape.num_stages, geo)).solve(30.0)
-    return min(max(base.total, relaxed.bound), fast.raised(shape, geo.k_min))
-
-
 @pytest.mark.parametrize("name", sorted(v3_instances()))
 def test_shape_bounds_never_exceed_the_shape_optimum(name):
-    """Per shape (S <= 2), max(placement-free, relaxation) (or the raised bound) <= the
-    exhaustive optimum of the shape; some shape is bounded exactly, and on the TP / EP
+    """Per shape (S <= 2), the certificate's bound (placement-free, path, relaxation, raised)
+    <= the exhaustive optimum of the shape; some shape is bounded exactly, and on the TP / EP
     instance exhaustive search finds shapes bounded strictly below their optimum."""
     instance = v3_instances()[name]
     tight = loose = 0
     for shape in shapes(instance):
         if shape.num_stages > 2:
             continue
-        bound, optimum = _shape_bound(instance, shape), _shape_optimum(instance, shape)
+        bound, optimum = shape_bound(instance, shape), shape_optimum(instance, shape)
         assert bound <= optimum, f"{name} {shape.label}: bound {bound} > optimum {optimum}"
         if math.isfinite(optimum):
             tight += bound == optimum

@@ -20,7 +20,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ortools.sat.python import cp_model
+from pinning import pinned_cpsat
 
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import evaluate
@@ -30,7 +30,7 @@ from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Plan, Stage, all_layouts
 from nest_cp.model.result import Space
 from nest_cp.solvers.exact import enumerate_subproblems
-from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
+from nest_cp.solvers.exact.adapters import MilpAdapter
 from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing, StageRounding
 from nest_cp.solvers.exact.skeleton import build_model, hint_model
 
@@ -89,21 +89,6 @@ def _random_split(rng, sub, modes, chunk: int, first_layer: int, num_layers: int
     return None
 
 
-def _pinned_cpsat(instance, sub, network, space, plan) -> int | None:
-    adapter = CpSatAdapter()
-    handles = build_model(adapter, instance, sub, network, space, None)
-    hint_model(adapter, handles, plan)
-    solver = cp_model.CpSolver()
-    solver.parameters.fix_variables_to_their_hinted_value = True
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    status = solver.solve(adapter.model)
-    if status == cp_model.INFEASIBLE:
-        return None
-    assert status == cp_model.OPTIMAL
-    return round(solver.objective_value)
-
-
 def _pinned_milp(instance, sub, network, space, plan) -> int | None:
     adapter = MilpAdapter("highs")
     handles = build_model(adapter, instance, sub, network, space, None)
@@ -140,7 +125,7 @@ def test_pinned_plan_costs_what_the_evaluator_says(kind, space):
         if plan is None:
             continue
         evaluation = evaluate(instance, plan, network)
-        pinned = _pinned_cpsat(instance, sub, network, space, plan)
+        pinned = pinned_cpsat(instance, sub, network, space, plan)
         if evaluation.feasible:
             assert pinned == evaluation.objective_ticks, (sub.label, plan)
             checked["fits"] += 1

@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 import pytest
-from ortools.sat.python import cp_model
+from pinning import pinned_cpsat
 
 from nest_cp import load_instance
 from nest_cp.cost.evaluate import evaluate
@@ -37,7 +37,7 @@ from nest_cp.solvers.exact import enumerate_subproblems
 from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
 from nest_cp.solvers.exact.bounds import communication_lower_bound
 from nest_cp.solvers.exact.pricing import ChunkPricing
-from nest_cp.solvers.exact.skeleton import build_model, hint_model
+from nest_cp.solvers.exact.skeleton import build_model
 from nest_cp.solvers.registry import SolveOptions, solve
 
 DATA = Path(__file__).parent / "data"
@@ -166,22 +166,6 @@ def _random_full_plan(rng: random.Random, sub, num_devices: int) -> Plan | None:
                 sub.virtual_stages)
 
 
-def _pinned(instance: Instance, sub, plan: Plan) -> int | None:
-    adapter = CpSatAdapter()
-    handles = build_model(adapter, instance, sub, NetworkModel(instance.cluster), Space.FULL,
-                          None)
-    hint_model(adapter, handles, plan)
-    solver = cp_model.CpSolver()
-    solver.parameters.fix_variables_to_their_hinted_value = True
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    status = solver.solve(adapter.model)
-    if status == cp_model.INFEASIBLE:
-        return None
-    assert status == cp_model.OPTIMAL
-    return round(solver.objective_value)
-
-
 @pytest.mark.parametrize(("overlap_grad", "overlap_param"), FLAGS)
 def test_pinned_full_space_plans_cost_what_the_evaluator_says(overlap_grad, overlap_param):
     """Random full-space plans (channel counts 1-4 on two nodes of four devices, v up to 2,
@@ -204,7 +188,7 @@ def test_pinned_full_space_plans_cost_what_the_evaluator_says(overlap_grad, over
         if plan is None:
             continue
         evaluation = evaluate(instance, plan, network)
-        pinned = _pinned(instance, sub, plan)
+        pinned = pinned_cpsat(instance, sub, NetworkModel(instance.cluster), Space.FULL, plan)
         if evaluation.feasible:
             assert pinned == evaluation.objective_ticks, (sub.label, plan)
             checked += 1
