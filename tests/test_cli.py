@@ -1,12 +1,13 @@
 """The nest-cp command line: tables, JSON, and exit codes 0 / 1 / 2."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nest_cp import load_instance
+from nest_cp import evaluate, load_instance, load_plan
 from nest_cp.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -530,3 +531,35 @@ def test_exact_infeasible_answer_says_by_how_much(backend):
     record = json.loads(result.output)
     assert record["status"] == "INFEASIBLE"
     assert "exceeds usable HBM by" in record["message"] and "at best" in record["message"]
+
+
+def test_show_prints_the_plan_line_and_the_iteration_time():
+    """`show` in text mode opens with the plan line (degrees and split, as `solve` prints it)
+    and the iteration time, the evaluator's ticks for the plan."""
+    plan_path = DATA / "export" / "worked_example_nest.plan.json"
+    inst = load_instance(DATA / "worked_example.json")
+    ticks = evaluate(inst, load_plan(plan_path)).objective_ticks
+    result = _run("show", plan_path, "--instance", DATA / "worked_example.json")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("plan       tp=1 ep=1 microbatch=1 zero=0 stages=2 v=1 dp=2")
+    assert lines[1].startswith(f"iteration  {ticks} ticks (")
+    assert "s/iteration" in lines[1]
+
+
+def _rate_units(text: str) -> set[str]:
+    return set(re.findall(r"\b([A-Za-z]+)/s\b", text))
+
+
+def test_instance_show_and_list_print_bandwidth_in_gb_per_s():
+    """`instance show` (a hierarchy's tiers, a graph's links) and `instance list`'s networks
+    print every bandwidth in one unit, GB/s (10^9 B/s per device)."""
+    for name in ("two_tier_tp2.json", "graph_parallel_links.json"):
+        shown = _run("instance", "show", DATA / name)
+        assert shown.exit_code == 0, shown.output
+        assert _rate_units(shown.output) == {"GB"}, shown.output
+    assert "links of 50 / 100 GB/s" in _run("instance", "show",
+                                            DATA / "graph_parallel_links.json").output
+    listed = _run("instance", "list").output
+    networks = listed[listed.index("networks:"):]
+    assert _rate_units(networks) == {"GB"} and "450 / 50 / 50 GB/s" in networks

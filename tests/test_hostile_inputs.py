@@ -4,14 +4,14 @@ Exit codes (nest_cp/model/exits.py): 0 a plan, 1 no plan, 2 bad input or option 
 naming the file), 3 internal error.  Output paths: never a directory, a device other than
 /dev/null, /dev/full or a terminal, or a symlink to one; a failed write (a full disk) is exit
 2 naming the file and leaves an existing file as it was; files are written before anything
-is printed.
+is printed, and a reader that stops reading early (`| head -c 1`) changes neither a file nor
+the exit code.
 """
 
 import dataclasses
 import errno
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from nest_cp import io
 from nest_cp.cli import main
+from nest_cp.harness import compare
 from nest_cp.model import documents
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.registry import solve
@@ -61,6 +62,8 @@ WRITERS = {
     "show --png": (["show", WORKED_PLAN, "--instance", WORKED], "--png"),
     "instance new -o": (["instance", "new", "--model", "llama2-7b", "--devices", "8",
                          "--network", "dgx-a100"], "-o"),
+    "calibrate -o": (["calibrate", DATA / "calibration_example.csv", "--train-shapes",
+                      "1024x24", "--accept-weak-fit"], "-o"),
     "table -o": (["table", Path(__file__).parent.parent / "reports" / "results.json", "-f",
                   "md"], "-o"),
 }
@@ -95,7 +98,7 @@ def test_a_device_node_is_never_written_or_replaced(writer, tmp_path):
     for path in ("/dev/urandom", link):
         result = _cli(*args, option, path)
         _one_error_line(result, naming=str(path))
-        assert "character device" in result.stderr
+        assert "character device" in result.stderr and result.stdout == ""
     assert stat.S_ISCHR(os.stat("/dev/urandom").st_mode) and link.is_symlink()
 
 
@@ -163,14 +166,109 @@ def test_show_png_with_another_extension_is_bad_input(tmp_path):
     assert not out.exists()
 
 
-def test_solve_output_survives_a_closed_pipe(tmp_path):
-    """`solve -o plan.json | head -1`: the plan is written before anything is printed."""
+def _solve_into_a_pipe(instance: Path, plan: Path, reader: str) -> tuple[int, str, bytes]:
+    """Run ``nest-cp solve instance -o plan`` with stdout a real pipe whose reader is
+    ``head -c 1`` or nobody (the read end closed before the first write); return the exit
+    code, stderr and what the reader read."""
+    solver = subprocess.Popen([str(NEST_CP), "solve", str(instance), "-o", str(plan)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    read = b""
+    if reader == "head -c 1":
+        head = subprocess.Popen(["head", "-c", "1"], stdin=solver.stdout,
+                                stdout=subprocess.PIPE)
+        solver.stdout.close()  # head holds the only read end
+        read = head.communicate(timeout=120)[0]
+    else:
+        solver.stdout.close()
+    stderr = solver.stderr.read().decode()
+    solver.stderr.close()
+    return solver.wait(timeout=120), stderr, read
+
+
+@pytest.mark.parametrize("reader", ["head -c 1", "closed"])
+def test_a_reader_that_leaves_early_changes_neither_file_nor_exit_code(reader, tmp_path):
+    """`solve -o plan.json | head -c 1`, or a pipe closed before the first write: the plan
+    is written before anything is printed and is complete JSON, stderr stays empty (no
+    traceback) and the exit code is the command's own, 0, on every repetition (a closed
+    pipe is no error: whether head left before the last write is a race)."""
+    for repetition in range(3):
+        plan = tmp_path / f"plan{repetition}.json"
+        code, stderr, read = _solve_into_a_pipe(INSTANCE, plan, reader)
+        assert (code, stderr) == (0, ""), stderr
+        assert read == (b"b" if reader == "head -c 1" else b"")  # "backend ..."
+        assert io.load_plan(plan).num_stages >= 1
+        json.loads(plan.read_text())
+
+
+def test_no_plan_into_a_closed_pipe_is_still_exit_1(tmp_path):
+    """An instance where no plan fits, its stdout closed before the first write: exit 1 (no
+    plan), not a broken-pipe error, and no plan file."""
     plan = tmp_path / "plan.json"
-    command = (f"{shlex.quote(str(NEST_CP))} solve {shlex.quote(str(INSTANCE))} -o "
-               f"{shlex.quote(str(plan))} | head -1")
-    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
-    assert run.stdout.startswith("backend")
-    assert io.load_plan(plan).num_stages >= 1
+    code, stderr, _ = _solve_into_a_pipe(DATA / "tight_memory.json", plan, "closed")
+    assert (code, stderr) == (1, ""), stderr
+    assert not plan.exists()
+
+
+def _stored_comparison(folder: Path) -> Path:
+    """``folder/compare.csv`` holding one manual row, as `nest-cp compare` stores it."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "compare.csv"
+    compare.write_csv([compare.Row(instance="i", model="m", cluster="c-8", num_devices=8,
+                                   backend="manual", status="FEASIBLE", objective_ticks=10,
+                                   throughput=2.0, ratio=1.0, wall_time_s=0.1)], path)
+    return path
+
+
+@pytest.mark.skipif(not Path("/dev/urandom").exists(), reason="needs /dev/urandom")
+@pytest.mark.parametrize("name", compare.OUTPUTS)
+@pytest.mark.parametrize("kind", ["directory", "device"])
+def test_compare_never_writes_into_a_directory_or_a_device(name, kind, tmp_path):
+    """`compare --out DIR` where DIR/NAME is a directory or a symlink to /dev/urandom: exit 2
+    naming it before anything is solved or (from a stored CSV elsewhere, which leaves
+    DIR/compare.csv alone) written; it stays."""
+    out = tmp_path / "out"
+    stored = _stored_comparison(tmp_path / "stored")
+    before = stored.read_bytes()
+    out.mkdir()
+    if kind == "directory":
+        (out / name).mkdir()
+    else:
+        (out / name).symlink_to("/dev/urandom")
+    runs = [[WORKED, "--backends", "manual"]] + [["--from-csv", stored]] * (
+        name != "compare.csv")
+    for args in runs:
+        result = _cli("compare", *args, "--normalize", "manual", "--out", out)
+        _one_error_line(result, naming=str(out / name))
+        assert sorted(p.name for p in out.iterdir()) == [name]
+    assert (out / name).is_dir() if kind == "directory" else (out / name).is_symlink()
+    assert stored.read_bytes() == before
+
+
+def test_compare_out_that_is_a_file_is_bad_input(tmp_path):
+    """`compare --out FILE` is exit 2 naming FILE; the file keeps its content."""
+    out = tmp_path / "out"
+    out.write_text("old\n")
+    result = _cli("compare", "--from-csv", _stored_comparison(tmp_path / "stored"),
+                  "--normalize", "manual", "--out", out)
+    _one_error_line(result, naming=str(out))
+    assert out.read_text() == "old\n"
+
+
+def test_compare_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    """A compare write failing with ENOSPC (faked at the rename) is exit 2 naming the file;
+    the stored CSV keeps its content and no temporary file is left beside it."""
+    stored = _stored_comparison(tmp_path / "out")
+    before = stored.read_bytes()
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(documents.os, "replace", full)
+    result = _cli("compare", "--from-csv", stored, "--normalize", "manual", "--out",
+                  stored.parent)
+    _one_error_line(result, naming=str(stored))
+    assert stored.read_bytes() == before
+    assert sorted(p.name for p in stored.parent.iterdir()) == ["compare.csv"]
 
 
 # ------------------------------------------------------------------ inputs

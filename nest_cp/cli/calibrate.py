@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import click
 
+from nest_cp.cli.options import check_writable
 from nest_cp.model.exits import ExitCode
 
 
@@ -57,6 +58,7 @@ def calibrate_command(measurements: str, device: str, network: str, precision: s
     if network not in NETWORKS:
         raise click.BadParameter(f"expected one of {', '.join(NETWORKS)}, got {network!r}",
                                  param_hint="--network")
+    check_writable(output)  # before the fit, and before its report is printed
     shapes = [part.strip() for part in train_shapes.split(",") if part.strip()]
     rows = cal.on_network(cal.read_measurements(measurements), network)
     train, test = cal.split_by_shape(rows, shapes)

@@ -163,11 +163,14 @@ def _instance_summary(inst: Instance) -> str:
 def _tier_lines(network: HierarchicalNetwork | GraphNetwork) -> list[str]:
     """One line per tier: size, bandwidth per device, the efficiency collectives reach and
     the bandwidth the cost model prices with (docs/cost-model.md §5 b), latency; or a graph's
-    counts."""
+    counts and link bandwidths.  Bandwidth is in GB/s (10^9 B/s) everywhere."""
     if isinstance(network, GraphNetwork):
-        efficiencies = sorted({link.efficiency for link in network.links})
-        return [f"  graph: {len(network.switches)} switches, {len(network.links)} links, "
-                f"efficiency {', '.join(f'{e:g}' for e in efficiencies)}"]
+        efficiencies = ", ".join(f"{e:g}" for e in sorted({link.efficiency
+                                                            for link in network.links}))
+        widths = " / ".join(f"{width / 1e9:.4g}"
+                            for width in sorted({link.bandwidth_Bps for link in network.links}))
+        return [f"  graph: {len(network.switches)} switches, {len(network.links)} links of "
+                f"{widths} GB/s, efficiency {efficiencies}"]
     return [f"  tier {index} {tier.name:<10} size {tier.size:<5} "
             f"{tier.bandwidth_Bps / 1e9:>9.4g} GB/s x {tier.efficiency:<5g} = "
             f"{tier.bandwidth_Bps * tier.efficiency / 1e9:>9.4g} GB/s  "

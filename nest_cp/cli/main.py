@@ -3,12 +3,16 @@
 One command group per module beside this one (instance, evaluate, solve, plans: export and
 show, calibrate); the harness commands (``verify``, ``table``, ``soak`` from
 :mod:`nest_cp.verify.cli`, ``compare``) are wired in here and nowhere else.  Exit codes
-follow the one contract of :mod:`nest_cp.model.exits`.
+follow the one contract of :mod:`nest_cp.model.exits`; a reader that stops reading early
+(``nest-cp solve -o plan.json | head -1``) does not change them (:class:`_ReaderMayLeave`).
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import os
+import sys
 
 import click
 
@@ -22,7 +26,58 @@ from nest_cp.model.exits import GuardedGroup
 from nest_cp.verify.cli import soak_command, table_command, verify_command
 
 
-@click.group(cls=GuardedGroup)
+class _ReaderMayLeave(io.RawIOBase):
+    """Standard output whose reader may close the pipe: the rest of the output is dropped.
+
+    Whether ``head -1`` has exited before a command's last write is a race, so a closed
+    pipe must not decide the exit code (click would turn BrokenPipeError into exit 1, "no
+    plan"), nor print a traceback.  Files are written before anything is printed, so the
+    command's own code (0 for a plan written) is the deterministic answer.
+    """
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd = fd
+        self._reader_left = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        if not self._reader_left:
+            try:
+                return os.write(self._fd, data)
+            except BrokenPipeError:
+                self._reader_left = True
+        return len(data)
+
+
+def _let_the_reader_leave() -> None:
+    """Put :class:`_ReaderMayLeave` under the process's stdout (not under a test runner's)."""
+    stream = sys.stdout
+    if stream is None or stream is not sys.__stdout__ or not isinstance(stream, io.TextIOWrapper):
+        return
+    stream.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ReaderMayLeave(stream.fileno())),
+                                  encoding=stream.encoding, errors=stream.errors,
+                                  line_buffering=stream.line_buffering)
+
+
+class _MainGroup(GuardedGroup):
+    """The ``nest-cp`` group: :func:`_let_the_reader_leave` before anything is printed."""
+
+    def main(self, *args, **kwargs):
+        _let_the_reader_leave()
+        return super().main(*args, **kwargs)
+
+
+@click.group(cls=_MainGroup)
 @click.version_option(package_name="nest-cp")
 @click.option("-v", "--verbose", count=True, help="Log progress (-v) or details (-vv).")
 def main(verbose: int) -> None:

@@ -24,8 +24,11 @@ in that scope; "ERR" the backend crashed or its plan failed the referee (the
 message is in compare.csv).
 
 Exit codes: 0 every backend ran; 1 some row is ERR; 2 bad input (a malformed
-instance or CSV, no instance files, a bad option), as one line on stderr.  Every
-instance is loaded before anything is solved, so bad input fails fast.
+instance or CSV, no instance files, a bad option, an output that may not be written),
+as one line on stderr.  Every instance is loaded before anything is solved, and the
+outputs are checked before that, so bad input fails fast; every file is written through
+:func:`nest_cp.model.documents.write_output` (never into a directory, a device or a
+symlink to one; a full disk names the file).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from io import BytesIO, StringIO
 from pathlib import Path
 
 import click
@@ -51,6 +55,7 @@ from nest_cp.harness.executors import (
     make_executor,
     run_ordered,
 )
+from nest_cp.model.documents import check_output, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.model.instance import Instance
@@ -68,6 +73,7 @@ ERROR_MARK = "ERR"    # the backend crashed or its plan failed the referee
 ERROR = "ERROR"       # the status of such a row
 ROW_STATUSES = tuple(status.value for status in Status) + (ERROR,)
 REFERENCE_SUFFIX = ".ref.json"
+OUTPUTS = ("compare.csv", "compare.md", "compare.tex", "compare.png")  # in --out
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +222,14 @@ def cluster_family(row: Row) -> str:
 
 
 def write_csv(rows: Sequence[Row], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Row)])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({key: "" if value is None else value
-                             for key, value in asdict(row).items()})
+    """Store ``rows`` as CSV through the safe writer (:func:`write_output`)."""
+    text = StringIO(newline="")  # csv's own \r\n line ends, as a file opened with newline=""
+    writer = csv.DictWriter(text, fieldnames=[f.name for f in fields(Row)])
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: "" if value is None else value
+                         for key, value in asdict(row).items()})
+    write_output(path, text.getvalue())
 
 
 def read_csv(path: Path) -> list[Row]:
@@ -409,8 +417,10 @@ def plot_rows(rows: Sequence[Row], png_path: Path, normaliser: str) -> None:
     figure.legend(handles=handles, loc="upper center", ncol=len(backends), fontsize=8,
                   title=legend(normaliser), title_fontsize=8)
     figure.tight_layout(rect=(0, 0, 1, 0.93))
-    figure.savefig(png_path, dpi=120)
+    image = BytesIO()  # drawn in memory, written through the safe writer
+    figure.savefig(image, dpi=120, format="png")
     plt.close(figure)
+    write_output(png_path, image.getvalue())
 
 
 def _plot_panel(axis, rows: Sequence[Row], backends: Sequence[str]) -> None:
@@ -447,13 +457,26 @@ def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
         raise NestCpError(f"{csv_path}: backend: expected the normaliser {normaliser!r} among "
                           f"the stored backends {', '.join(_backends_in(rows))}")
     rows = normalise(rows, normaliser, scope)
+    written = [out_dir / name for name in OUTPUTS[1:]]
+    check_outputs(out_dir, OUTPUTS[1:])
+    check_output(csv_path)  # rewritten with the new ratios
     write_csv(rows, csv_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / "compare.md", out_dir / "compare.tex", out_dir / "compare.png"]
-    written[0].write_text(render_markdown(rows, normaliser), encoding="utf-8")
-    written[1].write_text(render_latex(rows, normaliser), encoding="utf-8")
+    write_output(written[0], render_markdown(rows, normaliser))
+    write_output(written[1], render_latex(rows, normaliser))
     plot_rows(rows, written[2], normaliser)
     return written
+
+
+def check_outputs(out_dir: Path, names: Sequence[str] = OUTPUTS) -> None:
+    """Make ``out_dir`` and check that ``names`` may be written in it (:func:`check_output`):
+    NestCpError naming the path otherwise, before any solve."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NestCpError(f"{out_dir}: expected a directory for the outputs "
+                          f"({exc.strerror or exc})") from None
+    for name in names:
+        check_output(out_dir / name)
 
 
 # ------------------------------------------------------------------ command
@@ -514,6 +537,7 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
             raise click.BadParameter(
                 f"expected one of the backends run ({', '.join(names)}), got {normaliser!r}",
                 param_hint="--normalize")
+        check_outputs(out)
         options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
                                extra={"budget": budget})
         with make_executor(executor_kind, jobs, address) as executor:
@@ -537,6 +561,5 @@ def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser:
     """Run the comparison and store it as ``out/compare.csv``."""
     rows = normalise(run_comparison(instances, backends, options, executor, progress),
                      normaliser, scope)
-    out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "compare.csv")
     return out / "compare.csv"
