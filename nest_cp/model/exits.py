@@ -13,6 +13,10 @@ code  meaning
 130   interrupted (Ctrl-C)
 ====  =====================================================================
 
+A closed stdout (``nest-cp solve inst.json -o plan.json | head``) is no error: files are
+written before anything is printed, the rest of the output is dropped, and the code is
+the command's own.
+
 :func:`exit_code_for` maps an exception to its code and :func:`error_line` to
 its one line; :class:`GuardedCommand` and :class:`GuardedGroup` apply both to
 every click command, including click's own usage errors, which are reduced to

@@ -137,7 +137,7 @@ class DeviceSpec:
             fitted = f", {self.kernel_fixed_s * 1e6:.1f} us per kernel{fitted}"
         return (f"{self.peak_flops / 1e12:g} TFLOP/s bf16, GEMM {self.gemm_efficiency:.3f}, "
                 f"attention {self.attention_fwd_efficiency:.2f}/"
-                f"{self.attention_bwd_efficiency:.2f}, {self.mem_bandwidth_Bps / 1e12:g} TB/s x "
+                f"{self.attention_bwd_efficiency:.2f}, {self.mem_bandwidth_Bps / 1e9:g} GB/s x "
                 f"{self.memory_efficiency:.2f}, {capacity} HBM{fitted}")
 
     def with_efficiencies(self, **values: float) -> DeviceSpec:

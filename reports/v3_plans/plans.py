@@ -18,9 +18,13 @@ for network in ("dgx-h100-superpod", "dgx-a100"):
             t0 = time.perf_counter()
             r = solve(inst, "dp")
             p = r.plan
-            out.append(dict(network=network, model=model, devices=devices, status=r.status.value,
-                            T=r.objective_ticks, tick=inst.training.tick_s,
-                            plan=None if p is None else dict(t=p.config.tp, e=p.config.ep, S=p.num_stages, d=p.num_replicas, z=p.zero, b=p.microbatch, v=p.virtual_stages),
-                            zeros=list(inst.training.zero_stages), s=round(time.perf_counter()-t0,2)))
+            shape = None if p is None else {
+                "t": p.config.tp, "e": p.config.ep, "S": p.num_stages, "d": p.num_replicas,
+                "z": p.zero, "b": p.microbatch, "v": p.virtual_stages}
+            out.append({"network": network, "model": model, "devices": devices,
+                        "status": r.status.value, "T": r.objective_ticks,
+                        "tick": inst.training.tick_s, "plan": shape,
+                        "zeros": list(inst.training.zero_stages),
+                        "s": round(time.perf_counter() - t0, 2)})
             print(json.dumps(out[-1]), flush=True)
 json.dump(out, open(sys.argv[1], "w"), indent=1)
