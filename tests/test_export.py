@@ -360,14 +360,18 @@ def test_cli_export_needs_host_size_on_a_graph_network(tmp_path):
 
 
 def test_interleaving_selective_recompute_and_overlap_flags():
-    """v = 2, selective recompute, ZeRO-1 and overlap map to Megatron's own flags."""
+    """v = 2, selective recompute, ZeRO-1 and overlap map to Megatron's own flags; the weight
+    all-gather is overlapped only when the plan was priced so (overlap_param_gather)."""
     instance, plan = _load("interleaved_selective")
     parsed = _args(export_plan(instance, plan, "megatron"))
     assert parsed["num_virtual_stages_per_pipeline_rank"] == 2
     assert parsed["pipeline_model_parallel_layout"] is None
     assert parsed["recompute_granularity"] == "selective" and parsed["recompute_method"] is None
     assert parsed["use_distributed_optimizer"] and parsed["overlap_grad_reduce"]
-    assert parsed["overlap_param_gather"]
+    assert not parsed["overlap_param_gather"]  # the instance prices the all-gather exposed
+    hidden = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, overlap_param_gather=True))
+    assert _args(export_plan(hidden, plan, "megatron"))["overlap_param_gather"]
     titan = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
     assert titan["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert len(titan["parallelism"]["module_fqns_per_model_part"]) == 4
@@ -678,3 +682,16 @@ def test_deepspeed_hostfile_and_torchtitan_script(tmp_path):
     wrong = _cli("export", plan_path, "--instance", instance_path, "--format", "megatron",
                  "--script", script)
     assert wrong.exit_code == 2
+
+
+def test_param_gather_overlap_megatron_cannot_run_is_a_warning():
+    """A plan priced with the weight all-gather hidden but gradient reduction exposed: Megatron
+    overlaps the gather only with --overlap-grad-reduce, so the export leaves both off and
+    says the run is slower than priced."""
+    instance, plan = _load("interleaved_selective")
+    gather_only = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, overlap_grad_reduce=False, overlap_param_gather=True))
+    result = export_plan(gather_only, plan, "megatron")
+    parsed = _args(result)
+    assert not parsed["overlap_param_gather"] and not parsed["overlap_grad_reduce"]
+    assert any("slower than priced" in warning for warning in result.warnings)

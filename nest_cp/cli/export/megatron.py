@@ -115,7 +115,7 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     args.add("--global-batch-size", view.samples_per_iteration)
     _split_args(view, args)
     warnings += _recompute_args(view, args)
-    _optimizer_args(view, args)
+    warnings += _optimizer_args(view, args)
     if view.sequence_parallel:
         args.add("--sequence-parallel")
     if view.attention is not None:
@@ -199,7 +199,9 @@ def _recompute_args(view: PlanView, args: _Args) -> list[str]:
     return warnings
 
 
-def _optimizer_args(view: PlanView, args: _Args) -> None:
+def _optimizer_args(view: PlanView, args: _Args) -> list[str]:
+    """The distributed optimizer or Megatron-FSDP for ZeRO 1-3, and the overlap flags the plan
+    was priced with; a warning where Megatron cannot run the priced overlap."""
     if view.zero == 1:
         args.add("--use-distributed-optimizer")
     elif view.zero in (2, 3):  # Megatron-FSDP's required configuration (launchers.megatron)
@@ -211,8 +213,14 @@ def _optimizer_args(view: PlanView, args: _Args) -> None:
         args.add("--ckpt-format", "fsdp_dtensor")
     if view.overlap_grad_reduce:
         args.add("--overlap-grad-reduce")
-        if view.zero == 1:
-            args.add("--overlap-param-gather")
+    if not (view.overlap_param_gather and view.zero in (1, 2)):
+        return []  # the weight all-gather was priced exposed, as Megatron runs it by default
+    if view.overlap_grad_reduce:
+        args.add("--overlap-param-gather")
+        return []
+    return ["the plan was priced with the weight all-gather hidden behind the forward "
+            "(overlap_param_gather), which Megatron-LM runs only with --overlap-grad-reduce; "
+            "exported without it, the all-gather is exposed and the run is slower than priced"]
 
 
 def _choose_order(view: PlanView, gpus_per_node: int) -> RankMap:

@@ -87,6 +87,7 @@ class PlanView:
     fits_memory: bool
     memory_note: str = ""
     attention: AttentionKind | None = None  # the kernel the profiles assume, if recorded
+    overlap_param_gather: bool = False  # the ZeRO 1/2 weight all-gather priced as hidden
     sequence_parallel_note: str = ""  # why the export's SP differs from the profiles', if so
 
     @property
@@ -155,7 +156,8 @@ def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanVi
         tp=config.tp, ep=config.ep, microbatch=plan.microbatch, zero=plan.zero,
         replicas=plan.num_replicas, num_stages=num_stages,
         virtual_stages=placed.virtual_stages, chunks=chunks, stage_recompute=modes,
-        overlap_grad_reduce=training.overlap_grad_reduce, placement=placed.placement,
+        overlap_grad_reduce=training.overlap_grad_reduce,
+        overlap_param_gather=training.overlap_param_gather, placement=placed.placement,
         num_microbatches=cost.num_microbatches(training.global_batch, plan.microbatch, config,
                                                plan.num_replicas),
         global_batch=training.global_batch, seq_len=training.seq_len, layer_names=names,

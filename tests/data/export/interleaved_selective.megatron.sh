@@ -21,7 +21,6 @@ MEGATRON_ARGS=(
   --recompute-granularity selective
   --use-distributed-optimizer
   --overlap-grad-reduce
-  --overlap-param-gather
   --use-tp-pp-dp-mapping
 )
 # node_rank  host      CUDA_VISIBLE_DEVICES  global ranks
