@@ -10,9 +10,10 @@ from nest_cp.harness.generators (communication-heavy: comm_scale 100, TP widths 
    keeps the whole run under 15 minutes).  Structured CP-SAT and the DP are
    reported beside the full-space optimum: the algorithmic certificate and the
    structural gap (an interval when the exact run stopped early).  The same
-   instances run again with DESIGN §3.2's choices allowed (recompute none /
-   selective / full, v in {1, 2, 4}, overlapped gradient reduction): CP-SAT in
-   both spaces, and the DP where it searches them.
+   instances run again with the v2 choices allowed (recompute none / selective /
+   full, v in {1, 2, 4}, overlapped gradient reduction), and once more with cost
+   model v3's (also ZeRO 0-3 under Megatron's 2/4/12 bytes and overlapped parameter
+   gathers): CP-SAT in both spaces and the DP.
 2. Scaling sweeps on 2-tier networks, 60 s per backend and size, a backend's
    sweep stopping at its first unproven size: devices 16, 32, ..., 512 at 8
    layers; layers 12, 16, 24, 32, 48, 64 at 16 devices.  ``--probe`` adds a
@@ -24,6 +25,7 @@ Run: ``python benchmarks/bench_exact.py [--probe] [--out benchmarks/results]``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -35,7 +37,7 @@ from importlib import metadata
 
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.errors import BackendOptionError
-from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.instance import IntraConfig, Optimizer, RecomputeMode
 from nest_cp.model.result import Space, Status
 from nest_cp.solvers.registry import SolveOptions, solve
 
@@ -48,18 +50,26 @@ LAYER_SWEEP = ((12, (4, 4)), (16, (4, 4)), (24, (4, 4)), (32, (4, 4)), (48, (4, 
                (64, (4, 4)))
 CPSAT_LIMIT_S, MILP_LIMIT_S, SWEEP_LIMIT_S, PROBE_LIMIT_S = 60.0, 300.0, 60.0, 600.0
 CBC_LIMIT_S = 60.0  # CBC is the slower MILP solver; a shorter limit keeps the run < 15 min
-# DESIGN §3.2's choices for the second run of the target suite
+# the v2 choices (recompute modes, interleaving, overlapped reduction) of the later runs
 V2_CHOICES = dict(recompute_modes=tuple(RecomputeMode), virtual_stages=(1, 2, 4),
                   overlap_grad_reduce=True)
 
 
-def _instance(seed: int, num_layers: int, tier_sizes: tuple[int, ...], v2: bool = False):
+def _instance(seed: int, num_layers: int, tier_sizes: tuple[int, ...], v2: bool = False,
+              v3: bool = False):
+    """``v2``: the v2 choices; ``v3``: also ZeRO 0-3 with Megatron's 2/4/12 bytes and both
+    overlap flags (cost model v3, docs/cost-model.md §5)."""
     devices = 1
     for size in tier_sizes:
         devices *= size
-    return random_instance(seed, num_layers=num_layers, tier_sizes=tier_sizes,
-                           global_batch=4 * devices, comm_scale=100, configs=CONFIGS,
-                           **(V2_CHOICES if v2 else {}))
+    instance = random_instance(seed, num_layers=num_layers, tier_sizes=tier_sizes,
+                               global_batch=4 * devices, comm_scale=100, configs=CONFIGS,
+                               **(V2_CHOICES if v2 or v3 else {}))
+    if not v3:
+        return instance
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, zero_stages=(0, 1, 2, 3), overlap_param_gather=True,
+        optimizer=Optimizer(2, 4, 12)))
 
 
 def _run(instance, backend: str, space: Space, limit_s: float, solver: str = "highs") -> dict:
@@ -102,18 +112,19 @@ def target_suite() -> list[dict]:
             rows.append({**_describe(instance, network, seed), "runs": runs})
             logger.info("target %s seed %d: %s", network, seed,
                         [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
-    for network, tiers in TARGET_NETWORKS.items():
-        for seed in (0, 1):
-            instance = _instance(seed, 8, tiers, v2=True)
-            runs = [_run(instance, "cpsat", Space.FULL, CPSAT_LIMIT_S),
-                    _run(instance, "cpsat", Space.STRUCTURED, CPSAT_LIMIT_S)]
-            dp = _dp_run(instance)
-            if dp is not None:
-                runs.append(dp)
-            label = f"{network}, §3.2 choices"
-            rows.append({**_describe(instance, label, seed), "runs": runs})
-            logger.info("target %s seed %d: %s", label, seed,
-                        [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
+    for choices, label in (({"v2": True}, "v2 choices"), ({"v3": True}, "v3 choices")):
+        for network, tiers in TARGET_NETWORKS.items():
+            for seed in (0, 1):
+                instance = _instance(seed, 8, tiers, **choices)
+                runs = [_run(instance, "cpsat", Space.FULL, CPSAT_LIMIT_S),
+                        _run(instance, "cpsat", Space.STRUCTURED, CPSAT_LIMIT_S)]
+                dp = _dp_run(instance)
+                if dp is not None:
+                    runs.append(dp)
+                name = f"{network}, {label}"
+                rows.append({**_describe(instance, name, seed), "runs": runs})
+                logger.info("target %s seed %d: %s", name, seed,
+                            [(r["backend"], r["status"], r["wall_time_s"]) for r in runs])
     return rows
 
 
