@@ -1,7 +1,7 @@
 """The ``nest-cp`` command group: every command module and the harness commands wired in.
 
 One command group per module beside this one (instance, evaluate, solve, plans: export and
-show, calibrate); the harness commands (``verify``, ``table``, ``soak`` from
+show, calibrate, sweep); the harness commands (``verify``, ``table``, ``soak`` from
 :mod:`nest_cp.verify.cli`, ``compare``) are wired in here and nowhere else.  Exit codes
 follow the one contract of :mod:`nest_cp.model.exits`; a reader that stops reading early
 (``nest-cp solve -o plan.json | head -1``) does not change them (:class:`_ReaderMayLeave`).
@@ -21,6 +21,7 @@ from nest_cp.cli.evaluate import evaluate_command
 from nest_cp.cli.instance import instance
 from nest_cp.cli.plans import export_command, show_command
 from nest_cp.cli.solve import solve_command
+from nest_cp.cli.sweep import sweep_command
 from nest_cp.harness.compare import compare_command
 from nest_cp.model.exits import GuardedGroup
 from nest_cp.verify.cli import soak_command, table_command, verify_command
@@ -87,5 +88,6 @@ def main(verbose: int) -> None:
 
 
 for command in (instance, evaluate_command, solve_command, export_command, show_command,
-                calibrate_command, verify_command, table_command, compare_command, soak_command):
+                calibrate_command, verify_command, table_command, compare_command, soak_command,
+                sweep_command):
     main.add_command(command)
