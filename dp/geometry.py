@@ -138,10 +138,14 @@ def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | 
 def _fewest_per_domain(devices: np.ndarray, axis: int, domain_size: int) -> np.ndarray:
     """k of the group along ``axis``: its fewest members in one tier-0 domain it touches.
 
-    Vectorised over the other axes: the domain ids of each group are sorted, and k is the
-    shortest run of equal ids (a group's devices are distinct).
+    Vectorised over the other axes: the domain ids of each group are sorted (a rank layout
+    on the canonical order of a tiered network, ids 0..N-1, gives them in order, so the
+    sort is skipped then), and k is the shortest run of equal ids (a group's devices are
+    distinct).
     """
-    domains = np.sort(np.moveaxis(devices, axis, -1) // domain_size, axis=-1)
+    domains = np.moveaxis(devices, axis, -1) // domain_size
+    if not (domains[..., 1:] >= domains[..., :-1]).all():  # rank layouts on the canonical
+        domains = np.sort(domains, axis=-1)                 # order are sorted already
     size = domains.shape[-1]
     index = np.arange(size)
     starts = np.ones(domains.shape, dtype=bool)

@@ -234,6 +234,7 @@ class _Search:
         self.tables: dict[int, LayerTable] = {}
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
+        self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
         self.best = Best()
         self.stats = Stats()
 
@@ -551,6 +552,16 @@ class _Search:
                    for path in fastest_group_paths(self.network, shape.dp))
 
     def _sync_bound(self, shape: Shape) -> int:
+        """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z): the layouts and
+        recompute choices of one shape share it."""
+        key = (id(shape.table), shape.num_stages, shape.dp, shape.zero)
+        found = self._sync_bounds.get(key)
+        if found is None or found[0] is not shape.table:
+            found = (shape.table, self._fresh_sync_bound(shape))
+            self._sync_bounds[key] = found
+        return found[1]
+
+    def _fresh_sync_bound(self, shape: Shape) -> int:
         """A lower bound on max_s exposed_s, from the fastest paths a sync group may have.
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
