@@ -274,7 +274,7 @@ def _markdown(report: dict) -> str:
             else "n/a"
         lines.append(
             f"| {row['model']} | {row['devices']} | {choices} | {row['status']} | "
-            f"{_seconds(dp_s)} | {_target(row['target_s'], '{:.0f}')} | {_seconds(eval_s)} | "
+            f"{_seconds(dp_s)} | {_target(row['target_s'], '{:g}')} | {_seconds(eval_s)} | "
             f"{share} | {_target(row['eval_share_target'], '{:.0%}')} | "
             + (f"{row['peak_rss_bytes'] / 2**20:.0f}" if row["wall_time_s"] is not None else "n/a")
             + f" | {_plan_text(row['plan'], ('p', 'd', 't', 'e', 'zero', 'v'))}"
