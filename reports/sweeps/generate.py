@@ -59,12 +59,19 @@ def sweep_dir(out: Path, model: str, network: str, tier: str) -> Path:
     return out / f"{model}--{network}--{tier}"
 
 
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository root (the sweep runs there), so the committed
+    tables name no directory of the machine that made them."""
+    return str(path.resolve().relative_to(ROOT))
+
+
 def run_sweep(model: str, network: str, tier: str, args: argparse.Namespace) -> None:
     """``nest-cp sweep`` of one tier's bandwidth; exit 1 (a failed point) is recorded in its
     table and quoted in the README, anything else stops the script."""
     command = [sys.executable, "-m", "nest_cp.cli", "sweep",
-               str(instance_path(model, network)), "--vary", f"{tier}.bandwidth_Bps={args.values}",
-               "--out", str(sweep_dir(args.out, model, network, tier)),
+               _relative(instance_path(model, network)),
+               "--vary", f"{tier}.bandwidth_Bps={args.values}",
+               "--out", _relative(sweep_dir(args.out, model, network, tier)),
                "--time-limit", str(args.time_limit), "--jobs", str(args.jobs),
                "--executor", args.executor, "--no-progress"]
     if args.address:
