@@ -138,12 +138,10 @@ def _cluster_preset(name: str, options: dict, base_dir: FsPath | None) -> Cluste
 
 
 def _efficiency(reader: FieldReader, value: dict, field: str) -> float:
-    """A tier's or link's ``efficiency`` (default 1): a number in (0, 1]."""
-    efficiency = reader.number(value.get("efficiency", 1.0), join_field(field, "efficiency"),
-                               positive=True)
-    if efficiency > 1:
-        reader.fail(join_field(field, "efficiency"), "a number in (0, 1]", efficiency)
-    return efficiency
+    """A tier's or link's ``efficiency`` (default 1): a number > 0 here; the model's own
+    check (at most 1) is reported under the same field by ``reader.build``."""
+    return reader.number(value.get("efficiency", 1.0), join_field(field, "efficiency"),
+                         positive=True)
 
 
 def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
