@@ -286,6 +286,7 @@ class _Search:
                 keep = np.ones(len(stages), dtype=bool) if virtual == 1 else (
                     (stages >= 2) & (microbatches % stages == 0)
                     & (stages * virtual <= num_layers))
+                keep &= self._launch_admits(config, microbatch, dps, stages, virtual)
                 chunk_bound = bound_of[np.minimum(stages[keep] * virtual, num_layers)]
                 rounds = virtual * microbatches[keep] + stages[keep] - 1
                 for column, values in zip(columns, (
@@ -296,6 +297,15 @@ class _Search:
                   for column in columns]
         order = np.lexsort(arrays[4::-1])  # by bound, then choice, S, d, v
         return _Outers(*(array[order] for array in arrays))
+
+    def _launch_admits(self, config: IntraConfig, microbatch: int, dps: np.ndarray,
+                       stages: np.ndarray, virtual: int) -> np.ndarray:
+        """Which (S, d) the instance's launcher admits under some allowed ZeRO stage."""
+        admitted = np.zeros(len(stages), dtype=bool)
+        for zero in self.instance.training.zero_stages:
+            admitted |= np.broadcast_to(self.instance.admits(config, microbatch, dps, stages,
+                                                             virtual, zero), admitted.shape)
+        return admitted
 
     def _chunk_time_bounds(self, choice_index: int) -> dict[int, int]:
         """For every chunk count K, the least max τ over splits into K chunks with every
@@ -354,7 +364,8 @@ class _Search:
             self.tables[choice_index] = LayerTable(self.instance, config, microbatch)
         return self.tables[choice_index]
 
-    def _zero_stages(self, config: IntraConfig, dp: int) -> list[int]:
+    def _zero_stages(self, table: LayerTable, dp: int, num_stages: int,
+                     virtual: int) -> list[int]:
         """The ZeRO stages worth searching: 0, the larger allowed of 1 and 2, and 3.
 
         Stages 1 and 2 price τ and sync identically (reduce-scatter then all-gather, cost
@@ -364,8 +375,12 @@ class _Search:
         searched too — except with d = e = 1, where no sync runs, τ is the same and memory
         is no smaller than under 1 or 2.  With d = e = 1, stage 3 prices like them and only
         adds its gather buffers, so it is dropped unless it is the only one allowed.
+        "Allowed" is by the instance and, for this shape, by its launcher.
         """
-        allowed = set(self.instance.training.zero_stages)
+        config = table.config
+        allowed = {zero for zero in self.instance.training.zero_stages
+                   if self.instance.admits(config, table.microbatch, dp, num_stages, virtual,
+                                           zero)}
         syncs = dp * config.ep > 1
         kept = sorted(allowed & {1, 2})[-1:]
         if 0 in allowed and (syncs or not kept):
@@ -395,7 +410,7 @@ class _Search:
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
         geometries: dict[int, tuple] = {}
-        for zero in self._zero_stages(config, dp):
+        for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
@@ -504,7 +519,7 @@ class _Search:
         seen = set()
         for outer in outers:
             table = self._table(outer.choice_index)
-            for zero in self._zero_stages(table.config, outer.dp):
+            for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
                 key = (outer.choice_index, outer.num_stages, outer.virtual, zero)
                 if outer.virtual == 1 or key in seen:
                     continue

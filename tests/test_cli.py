@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from nest_cp import evaluate, load_instance, load_plan
 from nest_cp.cli import main
+from nest_cp.model.exits import ExitCode
 
 DATA = Path(__file__).parent / "data"
 
@@ -79,14 +80,22 @@ def test_instance_show_summarises():
 
 def test_gpt3_manual_plan_at_1024_devices_fits(tmp_path):
     """`instance new` GPT3-175B on 1,024 TPUv4 devices; the manual p=32, d=8, t=4 plan with
-    recomputation on all stages but the last evaluates to a feasible breakdown."""
+    recomputation on all stages but the last evaluates to a feasible breakdown (with
+    ``--launcher none``: no launcher runs per-stage recompute modes, so under megatron the
+    same plan is outside the instance's space, exit 2 naming the rule)."""
     path = tmp_path / "g.json"
     made = _run("instance", "new", "--model", "gpt3-175b", "--devices", "1024", "--network",
-                "nest-tpuv4-fattree", "-o", path)
+                "nest-tpuv4-fattree", "--launcher", "none", "-o", path)
     assert made.exit_code == 0, made.output
-    result = _run("evaluate", path, "--pp", "32", "--dp", "8", "--tp", "4", "--recompute",
-                  "all-but-last", "--json")
+    plan_options = ("--pp", "32", "--dp", "8", "--tp", "4", "--recompute", "all-but-last")
+    result = _run("evaluate", path, *plan_options, "--json")
     assert result.exit_code == 0, result.output
+    megatron = tmp_path / "m.json"
+    assert _run("instance", "new", "--model", "gpt3-175b", "--devices", "1024", "--network",
+                "nest-tpuv4-fattree", "-o", megatron).exit_code == 0
+    refused = _run("evaluate", megatron, *plan_options)
+    assert refused.exit_code == ExitCode.BAD_INPUT
+    assert "megatron one recompute mode" in refused.output
     data = json.loads(result.output)
     assert data["feasible"] and len(data["stages"]) == 32
     assert data["objective_ticks"] > 0

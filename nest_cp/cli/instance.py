@@ -11,6 +11,7 @@ from nest_cp import io
 from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, TrainingSetup
+from nest_cp.model.launchers.search import Launcher, rules_applied
 
 
 @click.group()
@@ -77,6 +78,10 @@ def _describe(spec: object) -> str:
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
               help="Megatron's --tp-comm-overlap. Specified (docs/cost-model.md §5 e) but not "
                    "priced by any backend yet, so an instance with it is refused (exit 2).")
+@click.option("--launcher", type=click.Choice([k.value for k in Launcher]),
+              default=Launcher.MEGATRON.value, show_default=True,
+              help="Search only plans this launcher starts as exported and runs as priced "
+                   "(its rules are printed by `solve`); none: the cost model's whole space.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
@@ -84,7 +89,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
                  microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
                  recompute_modes: str, virtual_stages: tuple[int, ...],
                  overlap_grad_reduce: bool, overlap_param_gather: bool, tp_comm_overlap: bool,
-                 output: str) -> None:
+                 launcher: str, output: str) -> None:
     """Write an instance built with the analytic profiler from a preset or an HF config.
 
     The DP and exact backends search only the defaults of --recompute-modes,
@@ -101,7 +106,8 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
         raise click.UsageError("expected exactly one of --model and --hf-config")
     check_writable(output)  # before profiling, which may take a while
     flags = {"virtual_stages": virtual_stages, "overlap_grad_reduce": overlap_grad_reduce,
-             "overlap_param_gather": overlap_param_gather, "tp_comm_overlap": tp_comm_overlap}
+             "overlap_param_gather": overlap_param_gather, "tp_comm_overlap": tp_comm_overlap,
+             "launcher": Launcher(launcher)}
     TrainingSetup(global_batch=global_batch, seq_len=seq_len or 1, **flags)  # refuse them early
     chosen: object = model
     if hf_config is not None:
@@ -131,6 +137,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
                f"choices")
     click.echo("\n".join(_tier_lines(built.cluster.network)))
     click.echo(_overlap_line(built.training))
+    click.echo("\n".join(launcher_lines(built)))
 
 
 @instance.command("show")
@@ -157,7 +164,18 @@ def _instance_summary(inst: Instance) -> str:
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
     lines.append(f"           {_overlap_line(training)}")
+    lines += launcher_lines(inst)
     return "\n".join(lines)
+
+
+def launcher_lines(inst: Instance) -> list[str]:
+    """The launcher the search is restricted to and each rule it applies, cited."""
+    launcher = inst.training.launcher
+    if launcher is Launcher.NONE:
+        return ["launcher   none: the cost model's whole space (no launcher's rules)"]
+    rules = rules_applied(launcher, inst.search_facts)
+    return [f"launcher   {launcher.value}: the search keeps plans it starts as exported "
+            f"({len(rules)} rules)"] + [f"  - {rule}" for rule in rules]
 
 
 def _tier_lines(network: HierarchicalNetwork | GraphNetwork) -> list[str]:

@@ -19,6 +19,7 @@ from nest_cp.dp.planner import STOP_AFTER_S
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.exits import ExitCode
 from nest_cp.model.instance import Instance
+from nest_cp.model.launchers.search import rules_applied
 from nest_cp.model.plan import Plan
 from nest_cp.model.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
 from nest_cp.solvers.registry import BACKENDS, HONOURED_OPTIONS, solve
@@ -183,6 +184,8 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
         "objective_ticks": result.objective_ticks, "bound_ticks": result.bound_ticks,
         "iteration_time_s": seconds, "throughput_samples_per_s": throughput,
         "wall_time_s": result.wall_time_s, "message": result.message,
+        "launcher": inst.training.launcher.value,
+        "launcher_rules": rules_applied(inst.training.launcher, inst.search_facts),
         "plan": io.plan_to_dict(result.plan) if result.plan is not None else None,
     }
     if result.sdp is not None:  # a plain plan's T_eff is its T, at coverage 1
@@ -237,6 +240,10 @@ def _result_table(record: dict) -> str:
                    f"{record['tolerance_rel']:g}; the bound is what it proved)")
     lines = [f"backend    {record['backend']} ({record['space']} space)",
              f"status     {status}"]
+    if record.get("launcher", "none") != "none":
+        lines.append(f"launcher   {record['launcher']}: searched only plans it starts as "
+                     f"exported ({len(record['launcher_rules'])} rules)")
+        lines += [f"  - {rule}" for rule in record["launcher_rules"]]
     if record["message"]:
         lines.append(f"message    {record['message']}")
     if record["objective_ticks"] is not None:

@@ -62,6 +62,7 @@ from nest_cp.model.instance import (
     Strategy,
     TrainingSetup,
 )
+from nest_cp.model.launchers.search import Launcher, SearchShape, one_recompute_mode, shape_problems
 from nest_cp.model.network import NetworkModel, Path, exact
 from nest_cp.model.plan import MEGATRON_LAYOUT, Plan
 
@@ -395,6 +396,25 @@ def _structural_violations(instance: Instance, plan: Plan) -> list[tuple[str, st
             found.append(("dp", f"plan needs a*S*d = {used} devices, cluster has {available}"))
         if plan.placement is not None:
             found.extend(_placement_violations(plan, available))
+        found.extend(_launcher_violations(instance, plan))
+    return found
+
+
+def _launcher_violations(instance: Instance, plan: Plan) -> list[tuple[str, str]]:
+    """What the instance's launcher would not start as exported or run as priced
+    (nest_cp.model.launchers.search): its shape rules and one recompute mode for all."""
+    launcher = instance.training.launcher
+    if launcher is Launcher.NONE:
+        return []
+    shape = SearchShape(plan.config.tp, plan.config.ep, plan.microbatch, plan.num_replicas,
+                        plan.num_stages, plan.virtual_stages, plan.zero)
+    found = [("launcher", problem)
+             for problem in shape_problems(launcher, instance.search_facts, shape)]
+    modes = {stage.recompute for stage in plan.stages}
+    if one_recompute_mode(launcher) and len(modes) > 1:
+        found.append(("launcher", f"{launcher.value} one recompute mode: the stages recompute "
+                                  f"{'/'.join(sorted(m.value for m in modes))}; "
+                                  f"{launcher.value} applies one setting to every stage"))
     return found
 
 

@@ -43,6 +43,7 @@ from nest_cp.model.instance import (
     TrainingSetup,
     Workload,
 )
+from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.limits import MAX_INT, MAX_LAYERS
 from nest_cp.model.plan import Plan, SdpMask, Stage
 
@@ -147,7 +148,8 @@ def _efficiency(reader: FieldReader, value: dict, field: str) -> float:
 def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
     allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
                "recompute", "allow_recompute", "virtual_stages", "overlap_grad_reduce",
-               "overlap_param_gather", "tp_comm_overlap", "schedule", "tick_s", "strategies", "sdp"}
+               "overlap_param_gather", "tp_comm_overlap", "schedule", "tick_s", "strategies", "sdp",
+               "launcher"}
     value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
     kwargs: dict[str, Any] = {
         "global_batch": reader.integer(value["global_batch"], join_field(field, "global_batch"), 1),
@@ -194,6 +196,9 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
     if "schedule" in value:
         kwargs["schedule"] = reader.choice(value["schedule"], join_field(field, "schedule"),
                                            Schedule)
+    if "launcher" in value:
+        kwargs["launcher"] = reader.choice(value["launcher"], join_field(field, "launcher"),
+                                           Launcher)
     if "tick_s" in value:
         kwargs["tick_s"] = reader.number(value["tick_s"], join_field(field, "tick_s"),
                                          positive=True)
@@ -310,7 +315,8 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
 
 def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
     value = reader.mapping(value, field, {"name", "layers", "provenance", "attention",
-                                          "sequence_parallel"}, ("layers",))
+                                          "sequence_parallel", "heads", "kv_heads"},
+                           ("layers",))
     if "provenance" in value:
         reader.provenance(value["provenance"], join_field(field, "provenance"))
     layers: list[Layer] = []
@@ -343,6 +349,9 @@ def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
     if "sequence_parallel" in value:
         recorded["sequence_parallel"] = reader.boolean(value["sequence_parallel"],
                                                        join_field(field, "sequence_parallel"))
+    for name in ("heads", "kv_heads"):
+        if name in value:
+            recorded[name] = reader.integer(value[name], join_field(field, name), 1)
     return reader.build(field, Workload,
                         name=reader.string(value.get("name", "workload"),
                                            join_field(field, "name")),

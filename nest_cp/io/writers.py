@@ -21,6 +21,7 @@ from nest_cp.model.instance import (
     TrainingSetup,
     Workload,
 )
+from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.plan import Plan
 
 # ------------------------------------------------------------------ writing instances
@@ -56,6 +57,9 @@ def training_to_dict(training: TrainingSetup) -> dict:
            if getattr(training, flag)},
         "schedule": training.schedule.value, "tick_s": training.tick_s,
         **_strategies_to_dict(training),
+        # written only under a launcher, so files without one read and write back unchanged
+        **({"launcher": training.launcher.value}
+           if training.launcher is not Launcher.NONE else {}),
     }
 
 
@@ -112,6 +116,9 @@ def workload_to_dict(workload: Workload) -> dict:
         data["attention"] = workload.attention.value
     if workload.sequence_parallel is not None:
         data["sequence_parallel"] = workload.sequence_parallel
+    for name in ("heads", "kv_heads"):
+        if getattr(workload, name) is not None:
+            data[name] = getattr(workload, name)
     return data | {"layers": layers}
 
 

@@ -17,6 +17,7 @@ from fractions import Fraction
 import networkx as nx
 
 from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.launchers.search import Launcher, SearchFacts, SearchShape, admits
 from nest_cp.model.limits import MAX_DEVICES, MAX_LAYERS, MAX_TICKS
 from nest_cp.model.ticks import exact
 
@@ -225,8 +226,14 @@ class Workload:
     layers: tuple[Layer, ...]
     attention: AttentionKind | None = None
     sequence_parallel: bool | None = None
+    heads: int | None = None  # attention heads of the model profiled (launcher rules)
+    kv_heads: int | None = None  # its key/value heads, Megatron's query groups
 
     def __post_init__(self) -> None:
+        for name in ("heads", "kv_heads"):
+            count = getattr(self, name)
+            _require(count is None or (_is_int(count) and count >= 1), name,
+                     "a positive integer", count)
         _require(self.attention is None or isinstance(self.attention, AttentionKind),
                  "attention", "one of " + ", ".join(repr(k.value) for k in AttentionKind),
                  self.attention)
@@ -544,6 +551,7 @@ class TrainingSetup:
     tick_s: float = 1e-9
     strategies: tuple[Strategy, ...] = (Strategy.DP,)  # replication strategies (DESIGN §7)
     sdp: SdpSetup = field(default_factory=SdpSetup)
+    launcher: Launcher = Launcher.NONE  # whose startup rules restrict the search
 
     def __post_init__(self) -> None:
         _pos_int(self.global_batch, "global_batch")
@@ -574,6 +582,11 @@ class TrainingSetup:
         _require(len(set(self.strategies)) == len(self.strategies), "strategies",
                  "distinct strategies", [s.value for s in self.strategies])
         _require(isinstance(self.sdp, SdpSetup), "sdp", "SDP choices", self.sdp)
+        _require(isinstance(self.launcher, Launcher), "launcher",
+                 "one of " + ", ".join(repr(k.value) for k in Launcher), self.launcher)
+        _require(self.launcher is Launcher.NONE or Strategy.SDP not in self.strategies,
+                 "launcher", "'none' when SDP plans are allowed (no launcher runs SDP plans)",
+                 self.launcher.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,6 +616,27 @@ class Instance:
         return tuple((config, size) for config in self.workload.configs
                      for size in sorted(set(self.training.microbatches))
                      if self.workload.has_profile(config, size))
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.training.launcher
+
+    @property
+    def search_facts(self) -> SearchFacts:
+        """What the launcher's rules read from this instance (launchers.search)."""
+        workload = self.workload
+        return SearchFacts(self.training.global_batch, workload.heads, workload.kv_heads,
+                           workload.sequence_parallel)
+
+    def admits(self, config: IntraConfig, microbatch, dp, num_stages, virtual_stages=1,
+               zero=0):
+        """Whether the launcher accepts the shape (any argument may be a numpy array: then
+        elementwise); always true under ``launcher: none``."""
+        if self.training.launcher is Launcher.NONE:
+            return True
+        return admits(self.training.launcher, self.search_facts,
+                      SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
+                                  virtual_stages, zero))
 
 
 def _check_selective_profiles(instance: Instance) -> None:

@@ -695,7 +695,10 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                    for index in range(spec.num_layers))
     return Workload(name=spec.name, layers=(Layer("embedding", embedding), *blocks,
                                             Layer("head", head)),
-                    attention=options.attention, sequence_parallel=options.sequence_parallel)
+                    attention=options.attention, sequence_parallel=options.sequence_parallel,
+                    heads=spec.num_heads,
+                    kv_heads=spec.num_heads if spec.latent_attention is not None
+                    else spec.kv_heads)
 
 
 def total_params(workload: Workload, config: IntraConfig | None = None,

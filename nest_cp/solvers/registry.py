@@ -17,6 +17,7 @@ from collections.abc import Callable
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
+from nest_cp.model.launchers.search import one_recompute_mode
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -80,7 +81,76 @@ def run_unrefereed(instance: Instance, backend: str,
     """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
     anything that uses the result calls :func:`check_result` on it."""
     options = options or SolveOptions()
+    if one_recompute_mode(instance.training.launcher) and \
+            len(instance.training.recompute_modes) > 1:
+        return _solve_per_mode(instance, backend, options)
     return _solve_strategies(instance, backend, options)
+
+
+def one_mode_instances(instance: Instance) -> list[Instance]:
+    """The instance once per allowed recompute mode, each allowing only that mode.
+
+    A launcher applies one recompute setting to every stage (launchers.search), so its
+    space is the union of these instances' spaces: the best of their optima is the optimum
+    and the least of their bounds a bound.
+    """
+    training = instance.training
+    return [dataclasses.replace(instance, training=dataclasses.replace(
+        training, recompute_modes=(mode,))) for mode in training.recompute_modes]
+
+
+def _solve_per_mode(instance: Instance, backend: str, options: SolveOptions) -> SolveResult:
+    """The search under one recompute mode at a time, merged (:func:`merge_parts`); each part
+    gets an equal share of the time still left, so the limit bounds the whole solve."""
+    started = time.monotonic()
+    parts = []
+    restricted = one_mode_instances(instance)
+    for index, part in enumerate(restricted):
+        left = options.time_limit_s - (time.monotonic() - started)
+        share = max(left / (len(restricted) - index), MIN_SDP_TIME_S)
+        hint = options.hint
+        if hint is not None and any(stage.recompute not in part.training.recompute_modes
+                                    for stage in hint.stages):
+            hint = None  # a hint of another mode is no plan of this part
+        parts.append(_solve_strategies(part, backend, dataclasses.replace(
+            options, time_limit_s=share, hint=hint)))
+    labels = [part.training.recompute_modes[0].value for part in restricted]
+    return merge_parts(backend, parts, labels, time.monotonic() - started)
+
+
+def merge_parts(backend: str, parts: list[SolveResult], labels: list[str],
+                wall_time_s: float) -> SolveResult:
+    """One result over a union of disjoint spaces searched apart (``labels`` name them).
+
+    The plan is the best found; the bound the least of the parts' bounds (an infeasible part
+    bounds nothing below +inf; a part without a bound leaves the union without one). The
+    union is OPTIMAL when every part is OPTIMAL or INFEASIBLE, INFEASIBLE when every part
+    is, else FEASIBLE with a plan or UNKNOWN without.
+    """
+    found = [part for part in parts if part.plan is not None]
+    best = min(found, key=lambda part: part.objective_ticks, default=None)
+    bounds = [None if part.status is not Status.INFEASIBLE and part.bound_ticks is None
+              else part.bound_ticks for part in parts]
+    proven = [bound for bound, part in zip(bounds, parts, strict=True)
+              if part.status is not Status.INFEASIBLE]
+    bound = None if None in proven else min(proven, default=None)
+    settled = all(part.status in (Status.OPTIMAL, Status.INFEASIBLE) for part in parts)
+    if best is None:
+        status = Status.INFEASIBLE if all(part.status is Status.INFEASIBLE
+                                          for part in parts) else Status.UNKNOWN
+    else:
+        status = Status.OPTIMAL if settled else Status.FEASIBLE
+    if best is not None and bound is not None:
+        bound = min(bound, best.objective_ticks)
+    message = "; ".join(f"{label}: {part.message}" for label, part in
+                        zip(labels, parts, strict=True) if part.message)
+    return SolveResult(
+        backend, status, plan=None if best is None else best.plan,
+        objective_ticks=None if best is None else best.objective_ticks,
+        bound_ticks=bound, wall_time_s=wall_time_s, space=parts[0].space,
+        message=message, tolerance_rel=max(part.tolerance_rel for part in parts),
+        stats={"per_recompute_mode": {label: {"status": part.status.value, **part.stats}
+                                      for label, part in zip(labels, parts, strict=True)}})
 
 
 def _solve_strategies(instance: Instance, backend: str, options: SolveOptions) -> SolveResult:

@@ -67,14 +67,16 @@ class Shape:
 
 
 def shapes(instance: Instance) -> Iterator[Shape]:
-    """Every shape with a·S·d <= N, each ZeRO stage allowed."""
+    """Every shape with a·S·d <= N, each ZeRO stage allowed (by the instance and for the
+    shape by its launcher)."""
     num_devices, training = instance.cluster.num_devices, instance.training
     for choice, (config, microbatch) in enumerate(instance.choices):
         for num_stages in range(1, instance.workload.num_layers + 1):
             for dp in range(1, num_devices // (config.devices * num_stages) + 1):
                 m = cost.num_microbatches(training.global_batch, microbatch, config, dp)
                 for zero in sorted(set(training.zero_stages)):
-                    yield Shape(choice, config, microbatch, num_stages, dp, zero, m)
+                    if instance.admits(config, microbatch, dp, num_stages, 1, zero):
+                        yield Shape(choice, config, microbatch, num_stages, dp, zero, m)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,7 @@ from nest_cp.solvers.exact.skeleton import build_model, estimate_terms, extract_
 from nest_cp.solvers.exact.subproblems import (
     Shape,
     SubProblem,
+    admitted_zeros,
     build_subproblem,
     count_shapes,
     shapes_by_bound,
@@ -149,7 +150,6 @@ class _Run:
         self.hint = _placed(options.hint, network)
         self.search = _Search()
         self.tolerance_rel = make_adapter().objective_tolerance_rel
-        self._zeros = sorted(set(instance.training.zero_stages))
         self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
         self._built_terms, self._built_s = 0, 0.0  # measured model-building rate
 
@@ -169,7 +169,7 @@ class _Run:
                     self.search.unreached_bound = bound
                     break
                 reached += 1
-                for zero in self._zeros:
+                for zero in admitted_zeros(self.instance, shape):
                     self._visit(_Open(bound, shape, zero), self.deadline.sooner(cap_s), pending)
                 self._report(progress, [bound] + [item.bound for item in pending])
             self._report(progress, [item.bound for item in pending], steps=0)  # final status

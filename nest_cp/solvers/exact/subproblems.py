@@ -124,7 +124,7 @@ def enumerate_subproblems(instance: Instance) -> list[SubProblem]:
     """
     found = [build_subproblem(instance, shape, zero)
              for _, shape in shapes_by_bound(instance) if shape is not None
-             for zero in sorted(set(instance.training.zero_stages))]
+             for zero in admitted_zeros(instance, shape)]
     return sorted(found, key=lambda sub: (sub.lower_bound_ticks, sub.label))
 
 
@@ -137,6 +137,13 @@ class Shape:
     num_stages: int
     dp: int
     virtual_stages: int = 1
+
+
+def admitted_zeros(instance: Instance, shape: Shape) -> list[int]:
+    """The allowed ZeRO stages the instance's launcher admits for the shape, ascending."""
+    return [zero for zero in sorted(set(instance.training.zero_stages))
+            if instance.admits(shape.config, shape.microbatch, shape.dp, shape.num_stages,
+                               shape.virtual_stages, zero)]
 
 
 def interleaving_allowed(num_stages: int, virtual_stages: int, microbatches: int) -> bool:
@@ -205,8 +212,10 @@ def shapes_by_bound(instance: Instance, deadline: Deadline | None = None
                                   index, num_stages, virtual, negative_dp, True))
             continue
         microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dp)
-        if interleaving_allowed(num_stages, virtual, microbatches):
-            yield bound, Shape(config, microbatch, num_stages, dp, virtual)
+        shape = Shape(config, microbatch, num_stages, dp, virtual)
+        if interleaving_allowed(num_stages, virtual, microbatches) and \
+                admitted_zeros(instance, shape):
+            yield bound, shape
         if dp > 1:
             heapq.heappush(heap, (_rounds(instance, config, microbatch, num_stages, dp - 1,
                                           virtual) * tau,

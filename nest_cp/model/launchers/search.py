@@ -1,0 +1,212 @@
+"""What a launcher accepts, as rules over a plan's shape: the space every backend searches.
+
+An instance names its launcher (``training.launcher``).  Under ``none`` every plan of the
+cost model's space is allowed (the papers' model, the benchmark grid).  Under
+``megatron``, ``torchtitan`` or ``deepspeed`` the backends search only plans that launcher
+starts as exported and runs as priced: each rule below names the launcher code it comes
+from (the same pinned sources as the startup checks of the sibling modules, which the
+exporters apply to what they write).
+
+A rule reads plain values, never an instance or a plan, so the DP can apply it to whole
+arrays of candidate shapes at once: ``admits(facts, shape)`` is written with arithmetic and
+``&``/``|`` that work on Python ints and numpy arrays alike.  The shape is
+(t, e, b, d, S, v, z); ``facts`` are the instance's global batch and the head counts its
+workload records (None: not recorded, and the head rule is then not checked).
+
+Besides the shape rules, every launcher applies one recompute setting to all stages
+(``--recompute-granularity``, ``activation_checkpoint.mode``,
+``activation_checkpointing``), so a plan whose stages recompute differently is not run as
+priced: :func:`one_recompute_mode` says so, and the backend registry searches such an
+instance one recompute mode at a time (``nest_cp.solvers.registry``).
+
+SDP plans (cost model §6) have no launcher spelling; an instance allowing them must say
+``launcher: none`` (the instance model refuses the combination).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from nest_cp.model.launchers.deepspeed import CONFIG as DS_CONFIG
+from nest_cp.model.launchers.deepspeed import GROUPS, PIPE
+from nest_cp.model.launchers.megatron import ARGS, BATCH
+from nest_cp.model.launchers.torchtitan import DIMS, JOB, TRAIN
+
+
+class Launcher(str, Enum):
+    """The training launcher a plan is for (``none``: the cost model's whole space)."""
+
+    NONE = "none"
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    DEEPSPEED = "deepspeed"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFacts:
+    """What the rules read from the instance: the global batch and recorded head counts."""
+
+    global_batch: int
+    heads: int | None = None
+    kv_heads: int | None = None
+    sequence_parallel: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchShape:
+    """A candidate's outer choices; each field an int or a numpy array (broadcast)."""
+
+    tp: Any
+    ep: Any
+    microbatch: Any
+    dp: Any
+    num_stages: Any
+    virtual_stages: Any = 1
+    zero: Any = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeRule:
+    """``admits(facts, shape)`` is true (elementwise) for the shapes the launcher accepts;
+    ``requires`` says in words what it asks, ``source`` where the launcher asserts it."""
+
+    name: str
+    requires: str
+    source: str
+    admits: Callable[[SearchFacts, SearchShape], Any]
+
+
+MCORE_ATTENTION = ("Megatron-LM megatron/core/transformer/attention.py@"
+                   "00c2c0adeec16015f386548793c88ef08ff6acec Attention.__init__: "
+                   "divide(num_attention_heads, tp) and divide(num_query_groups, tp) "
+                   "(megatron.core.utils.divide asserts divisibility)")
+MEGATRON_RECOMPUTE = (f"{ARGS}: --recompute-granularity and --recompute-method are single "
+                      "arguments applied to every layer")
+TORCHTITAN_CHECKPOINT = (f"{JOB}: [activation_checkpoint] mode is one value for the model")
+DEEPSPEED_CHECKPOINT = (f"{PIPE}: PipelineModule's activation_checkpoint_interval is one "
+                        "value for every stage")
+DEEPSPEED_SCHEDULE = (f"{PIPE}: train_batch runs schedule.TrainSchedule, plain 1F1B; the "
+                      "pipeline engine has no interleaved schedule")
+
+
+def _batch(facts: SearchFacts, shape: SearchShape) -> Any:
+    return facts.global_batch % (shape.microbatch * shape.ep * shape.dp) == 0
+
+
+def _heads(facts: SearchFacts, shape: SearchShape) -> Any:
+    admitted = shape.tp == shape.tp  # all true, in the shape's own type
+    for count in (facts.heads, facts.kv_heads):
+        if count is not None:
+            admitted = admitted & (count % shape.tp == 0)
+    return admitted
+
+
+def _interleaved_depth(facts: SearchFacts, shape: SearchShape) -> Any:
+    return (shape.virtual_stages == 1) | (shape.num_stages >= 2)
+
+
+def _no_zero_with_pipeline(facts: SearchFacts, shape: SearchShape) -> Any:
+    return (shape.zero < 2) | (shape.num_stages == 1)
+
+
+def _no_autotp_with_pipeline(facts: SearchFacts, shape: SearchShape) -> Any:
+    return (shape.tp == 1) | (shape.num_stages == 1)
+
+
+def _no_interleaving(facts: SearchFacts, shape: SearchShape) -> Any:
+    return shape.virtual_stages == 1
+
+
+def _no_zero_one(facts: SearchFacts, shape: SearchShape) -> Any:
+    return shape.zero != 1
+
+
+def _experts_sharded(facts: SearchFacts, shape: SearchShape) -> Any:
+    return (shape.ep == 1) | (shape.zero != 0)
+
+
+def _sequence_parallel_tp(facts: SearchFacts, shape: SearchShape) -> Any:
+    if facts.sequence_parallel is not False:
+        return shape.tp == shape.tp
+    return shape.tp == 1
+
+
+_BATCH_WORDS = "global batch a multiple of b·e·d"
+
+SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
+    Launcher.NONE: (),
+    Launcher.MEGATRON: (
+        ShapeRule("global batch", _BATCH_WORDS, f"{BATCH}: 'global batch size (...) is not "
+                  "divisible by micro batch size (...) times data parallel size'", _batch),
+        ShapeRule("heads", "t divides the attention heads and the query groups",
+                  MCORE_ATTENTION, _heads),
+        ShapeRule("interleaved depth", "v = 1 or S >= 2", f"{ARGS}: 'When interleaved "
+                  "schedule is used, pipeline-model-parallel size should be greater than 1'",
+                  _interleaved_depth),
+    ),
+    Launcher.TORCHTITAN: (
+        ShapeRule("global batch", _BATCH_WORDS, f"{TRAIN}: 'global batch size must be "
+                  "multiple of local batch size times data-parallel degree'", _batch),
+        ShapeRule("ZeRO-1", "z in {0, 2, 3}", f"{JOB}: FSDP shards parameters, gradients "
+                  "and optimizer state together (fsdp_reshard_after_forward never/always: "
+                  "ZeRO-2/3); nothing shards the optimizer state alone", _no_zero_one),
+        ShapeRule("experts and ZeRO 0", "e = 1 or z >= 1", f"{DIMS}: expert parallelism "
+                  "takes its ranks from the FSDP shard dimension (dp2ep), so e > 1 shards "
+                  "parameters", _experts_sharded),
+        ShapeRule("sequence parallelism", "t = 1 unless the profiles assume sequence "
+                  "parallelism", f"{JOB}: torchtitan's tensor-parallel plan always shards "
+                  "the norms by sequence", _sequence_parallel_tp),
+    ),
+    Launcher.DEEPSPEED: (
+        ShapeRule("train batch", _BATCH_WORDS, f"{DS_CONFIG}: 'train_batch_size is not equal "
+                  "to micro_batch_per_gpu * gradient_acc_step * world_size'", _batch),
+        ShapeRule("ZeRO-2/3 with a pipeline", "z <= 1 or S = 1", f"{PIPE}: 'ZeRO-2 and "
+                  "ZeRO-3 are incompatible with pipeline parallelism'", _no_zero_with_pipeline),
+        ShapeRule("AutoTP with a pipeline", "t = 1 or S = 1", f"{GROUPS}: the AutoTP mesh "
+                  "has only data_parallel and tensor_parallel axes", _no_autotp_with_pipeline),
+        ShapeRule("interleaving", "v = 1", DEEPSPEED_SCHEDULE, _no_interleaving),
+    ),
+}
+
+ONE_MODE_SOURCE: dict[Launcher, str] = {
+    Launcher.MEGATRON: MEGATRON_RECOMPUTE,
+    Launcher.TORCHTITAN: TORCHTITAN_CHECKPOINT,
+    Launcher.DEEPSPEED: DEEPSPEED_CHECKPOINT,
+}
+
+
+def one_recompute_mode(launcher: Launcher) -> bool:
+    """Whether the launcher applies one recompute setting to every stage (all but none)."""
+    return launcher in ONE_MODE_SOURCE
+
+
+def admits(launcher: Launcher, facts: SearchFacts, shape: SearchShape) -> Any:
+    """Whether (elementwise, for arrays) every shape rule of the launcher admits ``shape``."""
+    admitted = True
+    for rule in SHAPE_RULES[launcher]:
+        admitted = admitted & rule.admits(facts, shape)
+    return admitted
+
+
+def shape_problems(launcher: Launcher, facts: SearchFacts, shape: SearchShape) -> list[str]:
+    """'launcher rule: needs ...' for every rule a scalar ``shape`` breaks, in rule order."""
+    return [f"{launcher.value} {rule.name}: needs {rule.requires} ({rule.source})"
+            for rule in SHAPE_RULES[launcher] if not bool(rule.admits(facts, shape))]
+
+
+def rules_applied(launcher: Launcher, facts: SearchFacts) -> list[str]:
+    """One line per rule restricting the search (what ``solve`` and the gap tables print)."""
+    lines = [f"{rule.name}: {rule.requires} [{rule.source}]"
+             for rule in SHAPE_RULES[launcher]]
+    if any(rule.admits is _heads for rule in SHAPE_RULES[launcher]) and facts.heads is None:
+        lines.append("heads: not checked, the workload records no head counts")
+    if one_recompute_mode(launcher):
+        lines.append(f"one recompute mode: every stage the same [{ONE_MODE_SOURCE[launcher]}]")
+    return lines
+
+
+__all__ = ["Launcher", "SearchFacts", "SearchShape", "ShapeRule", "SHAPE_RULES", "admits",
+           "one_recompute_mode", "rules_applied", "shape_problems"]

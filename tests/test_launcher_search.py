@@ -1,0 +1,205 @@
+"""Launcher rules in the search (training.launcher): every backend keeps only plans the
+launcher starts as exported and runs as priced, and they agree on the optimum there.
+
+The instances are drawn so that each rule binds somewhere: seed 7 and 29 (batch 26 / 34 on
+six devices) have their unrestricted optimum at d = 3, which no launcher accepts
+(3 does not divide the batch); the tight-memory draw has its unrestricted optimum mix
+recompute modes across stages, which no launcher runs; DeepSpeed refuses ZeRO-2/3 and
+tensor parallelism beside a pipeline.  Objectives are compared, never plans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from nest_cp.cli.main import main as cli
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.generators import random_instance
+from nest_cp.io.readers import load_instance
+from nest_cp.io.writers import instance_to_dict
+from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.exits import ExitCode
+from nest_cp.model.instance import IntraConfig, RecomputeMode, Strategy
+from nest_cp.model.launchers.search import (
+    SHAPE_RULES,
+    Launcher,
+    SearchFacts,
+    SearchShape,
+    admits,
+    shape_problems,
+)
+from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.solvers.registry import merge_parts, solve
+
+BACKENDS = ("dp", "brute", "cpsat", "milp")
+
+
+def _draw(seed: int, tight: bool = False):
+    instance = random_instance(seed, num_layers=3, tier_sizes=(2, 3),
+                               configs=(IntraConfig(1, 1), IntraConfig(2, 1)),
+                               microbatches=(1, 2), zero_stages=(0, 1, 2, 3),
+                               global_batch=(22, 26, 34)[seed % 3])
+    if tight:  # 80% of the unrestricted optimum's peak stage memory
+        best = solve(instance, "dp")
+        peak = max(stage.memory_bytes for stage in evaluate(instance, best.plan).stages)
+        instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+            instance.cluster, hbm_bytes=int(peak * 0.8)))
+    return instance
+
+
+def _under(instance, launcher: Launcher):
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, launcher=launcher))
+
+
+def _objectives(instance) -> dict[str, tuple[str, int | None]]:
+    found = {}
+    for backend in BACKENDS:
+        result = solve(instance, backend, SolveOptions(space=Space.STRUCTURED, time_limit_s=60,
+                                                       seed=0, workers=1))
+        found[backend] = (result.status.value, result.objective_ticks)
+        if result.plan is not None:
+            assert evaluate(instance, result.plan).feasible  # the referee's launcher rules too
+    return found
+
+
+@pytest.mark.parametrize("seed,tight", [(7, False), (29, False), (3, True)])
+@pytest.mark.parametrize("launcher", [Launcher.MEGATRON, Launcher.TORCHTITAN,
+                                      Launcher.DEEPSPEED])
+def test_backends_agree_under_a_launcher(seed, tight, launcher):
+    """DP, brute force, CP-SAT and MILP: one status and one optimum under each launcher."""
+    instance = _under(_draw(seed, tight), launcher)
+    found = _objectives(instance)
+    assert len(set(found.values())) == 1, found
+
+
+@pytest.mark.parametrize("seed,tight", [(7, False), (29, False), (3, True)])
+def test_a_launcher_binds_and_its_plan_obeys_it(seed, tight):
+    """The unrestricted optimum breaks Megatron's rules here; under megatron the DP's plan
+    divides the batch, recomputes alike in every stage and is no faster than unrestricted."""
+    free = _draw(seed, tight)
+    unrestricted = solve(free, "dp")
+    megatron = _under(free, Launcher.MEGATRON)
+    assert not evaluate(megatron, unrestricted.plan).feasible
+    assert "launcher" in evaluate(megatron, unrestricted.plan).malformed_fields
+    restricted = solve(megatron, "dp")
+    plan = restricted.plan
+    assert free.training.global_batch % (plan.microbatch * plan.config.ep
+                                         * plan.num_replicas) == 0
+    assert len({stage.recompute for stage in plan.stages}) == 1
+    assert restricted.objective_ticks > unrestricted.objective_ticks
+
+
+def test_deepspeed_never_pipelines_zero_2_or_tensor_parallelism():
+    instance = _under(_draw(7), Launcher.DEEPSPEED)
+    plan = solve(instance, "dp").plan
+    assert plan.num_stages == 1 or (plan.zero <= 1 and plan.config.tp == 1)
+
+
+def test_rules_read_arrays_as_they_read_ints():
+    """The DP applies the rules to arrays of shapes: elementwise the same as one by one."""
+    facts = SearchFacts(global_batch=24, heads=12, kv_heads=4, sequence_parallel=False)
+    rng = np.random.default_rng(0)
+    columns = {name: rng.integers(1, 7, size=200) for name in
+               ("tp", "ep", "microbatch", "dp", "num_stages", "virtual_stages")}
+    columns["zero"] = rng.integers(0, 4, size=200)
+    for launcher in Launcher:
+        together = np.broadcast_to(admits(launcher, facts, SearchShape(**columns)), (200,))
+        for index in range(200):
+            one = SearchShape(**{name: int(values[index]) for name, values in columns.items()})
+            assert bool(together[index]) == bool(admits(launcher, facts, one))
+            assert bool(together[index]) == (not shape_problems(launcher, facts, one))
+
+
+def test_every_rule_cites_the_launchers_code():
+    for launcher, rules in SHAPE_RULES.items():
+        for rule in rules:
+            assert "@" in rule.source or "docs" in rule.source, (launcher, rule.name)
+
+
+def test_heads_rule_uses_the_recorded_heads():
+    facts = SearchFacts(global_batch=8, heads=12, kv_heads=4)
+    shape = SearchShape(tp=8, ep=1, microbatch=1, dp=1, num_stages=1)
+    assert shape_problems(Launcher.MEGATRON, facts, shape)[0].startswith("megatron heads")
+    assert admits(Launcher.MEGATRON, SearchFacts(8), shape)  # unrecorded: not checked
+
+
+def test_merge_of_one_mode_parts():
+    """The union of disjoint parts: best plan, least bound, OPTIMAL only when settled."""
+    instance = _draw(7)
+    best = solve(instance, "dp")
+    plan, ticks = best.plan, best.objective_ticks
+    optimal = SolveResult("x", Status.OPTIMAL, plan, ticks, ticks)
+    none = SolveResult("x", Status.INFEASIBLE, message="no plan fits")
+    open_ = SolveResult("x", Status.FEASIBLE, plan, ticks + 5, ticks - 7)
+    unknown = SolveResult("x", Status.UNKNOWN)
+    merged = merge_parts("x", [none, optimal], ["none", "full"], 1.0)
+    assert (merged.status, merged.objective_ticks, merged.bound_ticks) == \
+        (Status.OPTIMAL, ticks, ticks)
+    merged = merge_parts("x", [optimal, open_], ["none", "full"], 1.0)
+    assert (merged.status, merged.objective_ticks, merged.bound_ticks) == \
+        (Status.FEASIBLE, ticks, ticks - 7)
+    merged = merge_parts("x", [optimal, unknown], ["none", "full"], 1.0)
+    assert (merged.status, merged.bound_ticks) == (Status.FEASIBLE, None)
+    merged = merge_parts("x", [none, none], ["none", "full"], 1.0)
+    assert merged.status is Status.INFEASIBLE and "none: no plan fits" in merged.message
+
+
+def test_reader_names_the_launcher_field(tmp_path):
+    data = instance_to_dict(_draw(7))
+    data["training"]["launcher"] = "slurm"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InstanceFormatError) as caught:
+        load_instance(path)
+    assert "training.launcher" in str(caught.value)
+    data["training"]["launcher"] = "megatron"
+    path.write_text(json.dumps(data))
+    assert load_instance(path).training.launcher is Launcher.MEGATRON
+
+
+def test_sdp_needs_launcher_none():
+    training = _draw(7).training
+    with pytest.raises(InstanceFormatError, match="launcher"):
+        dataclasses.replace(training, strategies=(Strategy.DP, Strategy.SDP),
+                            launcher=Launcher.MEGATRON)
+
+
+def test_a_one_mode_part_drops_a_hint_of_another_mode():
+    """The exact backends under a launcher: the DP's hint reaches only its own mode's part."""
+    instance = _under(_draw(3, tight=True), Launcher.MEGATRON)
+    hint = solve(instance, "dp").plan
+    result = solve(instance, "cpsat", SolveOptions(space=Space.STRUCTURED, time_limit_s=60,
+                                                   seed=0, workers=1, hint=hint))
+    assert result.status is Status.OPTIMAL
+    assert set(result.stats["per_recompute_mode"]) == {m.value for m in
+                                                       instance.training.recompute_modes}
+    assert RecomputeMode.FULL in {stage.recompute for stage in result.plan.stages}
+
+
+def test_cli_gpt3_on_1024_devices_exports_a_plan_megatron_starts(tmp_path):
+    """The issue's walk-through: instance new (megatron by default), solve, export; the
+    data-parallel size divides the batch and the flags pass every cited startup rule (the
+    exporter refuses, exit 3, to write flags that break one)."""
+    runner = CliRunner()
+    instance, plan = tmp_path / "g.json", tmp_path / "p.json"
+    made = runner.invoke(cli, ["instance", "new", "--model", "gpt3-175b", "--devices", "1024",
+                               "--network", "nest-tpuv4-fattree", "-o", str(instance)])
+    assert made.exit_code == 0, made.output
+    assert "launcher   megatron" in made.output
+    solved = runner.invoke(cli, ["solve", str(instance), "-o", str(plan)])
+    assert solved.exit_code == ExitCode.OK, solved.output
+    assert "global batch: global batch a multiple of b·e·d" in solved.output
+    saved = json.loads(plan.read_text())
+    batch = load_instance(instance).training.global_batch
+    assert batch % (saved["microbatch"] * saved["config"]["ep"] * saved["dp"]) == 0
+    exported = runner.invoke(cli, ["export", str(plan), "--instance", str(instance),
+                                   "--format", "megatron"])
+    assert exported.exit_code == 0, exported.output
+    assert f"--global-batch-size {batch}" in exported.output
+    assert "not a multiple of micro-batch" not in exported.output
