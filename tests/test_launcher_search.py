@@ -203,3 +203,19 @@ def test_cli_gpt3_on_1024_devices_exports_a_plan_megatron_starts(tmp_path):
     assert exported.exit_code == 0, exported.output
     assert f"--global-batch-size {batch}" in exported.output
     assert "not a multiple of micro-batch" not in exported.output
+
+
+@pytest.mark.parametrize("backend", ["manual", "phaze", "mcmc", "fixed"])
+def test_baselines_refuse_a_launcher_instead_of_breaking_its_rules(backend, tmp_path):
+    """The baselines reproduce published planners on the whole space: under a launcher they
+    refuse (exit 2, naming the field), never return a plan the launcher would not start."""
+    from nest_cp.model.errors import BackendOptionError
+
+    instance = _under(_draw(7), Launcher.DEEPSPEED)
+    with pytest.raises(BackendOptionError, match="training.launcher none"):
+        solve(instance, backend, SolveOptions(time_limit_s=1))
+    path = tmp_path / "i.json"
+    path.write_text(json.dumps(instance_to_dict(instance)))
+    result = CliRunner().invoke(cli, ["solve", str(path), "--backend", backend])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "training.launcher none" in result.output
