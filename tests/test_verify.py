@@ -41,6 +41,12 @@ def _results(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "results.json").read_text())
 
 
+def _sources(tmp_path: Path) -> list[str]:
+    """Every run's source (solved, cache, none) as timings.json records it."""
+    timings = json.loads((tmp_path / "out" / "timings.json").read_text())
+    return [run["source"] for r in timings["instances"] for run in r["runs"]]
+
+
 def _record(results: dict, name: str) -> dict:
     return next(r for r in results["instances"] if r["instance"] == name)
 
@@ -56,7 +62,8 @@ def test_harness_certifies_tiny_instances(tiny_dir: Path, tmp_path: Path):
     assert {run["objective_ticks"] for run in exact} == {WORKED_OPTIMUM_TICKS}
     assert worked["gap"] == {"low": 0.0, "high": 0.0, "exact": True}
     assert _record(results, "infeasible-params")["gap"] is None
-    for name in ("gap_table.md", "gap_table.csv", "gap_table.tex"):
+    for name in ("gap_table.md", "gap_table.csv", "gap_table.tex", "timings.json",
+                 "timings.md"):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
@@ -82,8 +89,7 @@ def test_rerun_with_nothing_changed_solves_nothing(tiny_dir: Path, tmp_path: Pat
     first = _results(tmp_path)
     assert _verify(tiny_dir, tmp_path).exit_code == 0
     second = _results(tmp_path)
-    sources = {run["source"] for r in second["instances"] for run in r["runs"]}
-    assert sources == {"cache"}
+    assert set(_sources(tmp_path)) == {"cache"}
     assert [[run["objective_ticks"] for run in r["runs"]] for r in first["instances"]] == \
         [[run["objective_ticks"] for run in r["runs"]] for r in second["instances"]]
 
@@ -92,8 +98,62 @@ def test_no_cache_solves_again(tiny_dir: Path, tmp_path: Path):
     """--no-cache re-solves every run even when the cache is warm."""
     assert _verify(tiny_dir, tmp_path).exit_code == 0
     assert _verify(tiny_dir, tmp_path, "--no-cache").exit_code == 0
-    sources = {run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]}
-    assert sources == {"solved"}
+    assert set(_sources(tmp_path)) == {"solved"}
+
+
+OUTPUTS = ("results.json", "gap_table.md", "gap_table.csv", "gap_table.tex")
+
+
+def test_rerun_from_the_cache_writes_the_same_bytes(tiny_dir: Path, tmp_path: Path):
+    """A cold-cache run and a rerun served from the cache write byte-identical results.json
+    and gap tables (no wall time, source, date, machine or command in them); timings.json
+    has each run's wall time and source, and timings.md the per-family medians."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    out = tmp_path / "out"
+    cold = {name: (out / name).read_bytes() for name in OUTPUTS}
+    cold_timings = json.loads((out / "timings.json").read_text())
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    assert {name: (out / name).read_bytes() for name in OUTPUTS} == cold
+    warm_timings = json.loads((out / "timings.json").read_text())
+    runs = {label: [run for r in document["instances"] for run in r["runs"]]
+            for label, document in (("cold", cold_timings), ("warm", warm_timings))}
+    assert {run["source"] for run in runs["cold"]} == {"solved"}
+    assert {run["source"] for run in runs["warm"]} == {"cache"}
+    assert len(runs["cold"]) == len(runs["warm"]) == sum(
+        len(r["runs"]) for r in _results(tmp_path)["instances"])
+    assert all(run["wall_time_s"] > 0 for run in runs["cold"])
+    assert {"date_utc", "machine", "command", "jobs", "executor"} <= set(warm_timings)
+    text = "".join(data.decode() for data in cold.values())
+    for volatile in ("wall_time_s", '"source"', "date_utc", '"machine"', '"command"',
+                     "dp [s]", "cpsat [s]", "median", "Machine:", "Date (UTC)"):
+        assert volatile not in text
+    timings_md = (out / "timings.md").read_text()
+    assert "| dp [s] | cpsat [s] | brute [s] |" in timings_md and "(cache)" in timings_md
+    assert "median dp [s]" in timings_md and warm_timings["date_utc"] in timings_md
+
+
+def test_table_reads_an_old_results_file_with_wall_times(tiny_dir: Path, tmp_path: Path):
+    """`table` on a results.json written before the times moved out (wall times and sources
+    in its runs, medians in its summary, date and machine in its protocol) gives the same
+    tables as the results.json of today, the times ignored."""
+    assert _verify(tiny_dir, tmp_path).exit_code == 0
+    out = tmp_path / "out"
+    document = _results(tmp_path)
+    timings = json.loads((out / "timings.json").read_text())
+    for record, timed in zip(document["instances"], timings["instances"], strict=True):
+        record["runs"] = [{**run, **timing} for run, timing in
+                          zip(record["runs"], timed["runs"], strict=True)]
+    for summary, medians in zip(document["summary"], timings["summary"], strict=True):
+        summary.update(median_dp_s=medians["median_dp_s"],
+                       median_exact_s=medians["median_exact_s"])
+    document["protocol"].update(date_utc=timings["date_utc"], machine=timings["machine"],
+                                command=timings["command"])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(document))
+    for fmt in ("md", "csv", "tex"):
+        result = CliRunner().invoke(table_command, [str(old), "-f", fmt])
+        assert result.exit_code == 0, result.output
+        assert result.output == (out / f"gap_table.{fmt}").read_text()
 
 
 def test_table_regenerates_identical_markdown(tiny_dir: Path, tmp_path: Path):
@@ -194,7 +254,7 @@ def test_cache_entry_the_evaluator_rejects_is_solved_again(tiny_dir: Path, tmp_p
     tampered["objective_ticks"] += 1
     entries[0].write_text(json.dumps(tampered))
     assert _verify(tiny_dir, tmp_path).exit_code == 0
-    sources = [run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]]
+    sources = _sources(tmp_path)
     assert sources.count("solved") == 1 and sources.count("cache") == len(sources) - 1
 
 
@@ -206,8 +266,7 @@ def test_cache_entry_that_is_valid_json_but_not_a_record_is_solved_again(tiny_di
         entry.write_text("[1]")
     result = _verify(tiny_dir, tmp_path)
     assert result.exit_code == 0, result.output
-    sources = {run["source"] for r in _results(tmp_path)["instances"] for run in r["runs"]}
-    assert sources == {"solved"}
+    assert set(_sources(tmp_path)) == {"solved"}
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])

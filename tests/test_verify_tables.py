@@ -107,14 +107,75 @@ def test_dp_plan_choices_column():
     record["runs"][0]["plan"] = {"virtual_stages": 2, "stages": stages}
     document = _document(record)
     markdown = tables.render(document, "md")
-    assert "| dp [s] | dp v/rc |" in markdown and "| 0.10 | 2 / sel+full |" in markdown
+    assert "| dp status | dp v/rc |" in markdown and "| OPTIMAL | 2 / sel+full |" in markdown
     csv_lines = tables.render(document, "csv").splitlines()
-    assert csv_lines[0].split(",")[9] == "dp v/rc" and csv_lines[1].split(",")[9] == "2 / sel+full"
+    assert csv_lines[0].split(",")[8] == "dp v/rc" and csv_lines[1].split(",")[8] == "2 / sel+full"
     tex = tables.render(document, "tex")
     assert "& DP T & v/rc & exact T &" in tex and "& 0.027 & 2/s+f & 0.027 &" in tex
     assert tables.plan_choices({"plan": {"stages": [{"recompute": True},
                                                      {"recompute": False}]}}) == "1 / none+full"
     assert tables.plan_choices({"plan": None}) == "—" and tables.plan_choices(None) == "—"
+
+
+def test_results_document_drops_what_changes_between_runs():
+    """The same run solved now (its keys in build order) and read from the cache (sorted
+    keys, another wall time) gives the same results.json text: no wall time or source in the
+    runs or their SDP searches, no median times in the summary."""
+    solved = _record(1e-9)
+    solved["runs"][1]["sdp"] = {"status": "OPTIMAL", "wall_time_s": 0.3, "effective": "1/2"}
+    cached = {**solved, "runs": json.loads(json.dumps(solved["runs"], sort_keys=True))}
+    for run in cached["runs"]:
+        run.update(source="cache", wall_time_s=9.9)
+    cached["runs"][1]["sdp"]["wall_time_s"] = 9.9
+    settings = tables.settings({"x": {"seed": 0}}, {"dp": True})
+    texts = [json.dumps(tables.results_document([record], settings), indent=1)
+             for record in (solved, cached)]
+    assert texts[0] == texts[1]
+    for volatile in ("wall_time_s", "source", "median", "date_utc", "machine", "command"):
+        assert volatile not in texts[0]
+    assert '"effective": "1/2"' in texts[0] and '"objective_ticks": 27099' in texts[0]
+
+
+def test_tables_ignore_the_wall_times_of_an_old_results_file():
+    """A results.json with wall times (runs, summary medians, date and machine) renders the
+    tables of the same results without them, in every format."""
+    old = _document(_record(1e-9))
+    old["summary"][0].update(median_dp_s=0.1, median_exact_s=0.2)
+    record = tables.deterministic_record(old["instances"][0])
+    proto = {key: old["protocol"][key] for key in ("versions", "options", "backends_available")}
+    new = {"protocol": proto, "instances": [record], "summary": tables.family_summary([record])}
+    for fmt in tables.FORMATS:
+        assert tables.render(old, fmt) == tables.render(new, fmt)
+    markdown = tables.render(old, "md")
+    assert "0.10" not in markdown and "[s]" not in markdown and "Date" not in markdown
+    assert "timings.md and timings.json" in markdown
+
+
+def test_timings_keep_every_run_and_the_family_medians():
+    """timings.json lists each run's backend, space, source and wall time (its SDP search's
+    too); the medians count the runs with a result, solved or cached; timings.md shows the
+    cached ones as such and the run's date and machine."""
+    from nest_cp.verify import timings
+
+    record = _record(1e-9)
+    record["runs"][1].update(source="cache", sdp={"wall_time_s": 0.05})
+    record["runs"].append({"backend": "cpsat", "space": "full", "source": "none",
+                           "wall_time_s": 0.0})
+    other = {**_record(1e-9), "instance": "other"}
+    other["runs"][0]["wall_time_s"] = 0.3
+    context = {"date_utc": "2030-01-01T00:00:00Z", "command": "nest-cp verify",
+               "machine": {"platform": "p", "processor": "x", "cores": 2}, "jobs": 2,
+               "executor": "local"}
+    document = timings.timings_document([record, other], context)
+    assert document["instances"][0]["runs"][1] == {
+        "backend": "milp", "space": "full", "source": "cache", "wall_time_s": 0.2,
+        "sdp_wall_time_s": 0.05}
+    assert document["summary"] == [{"family": "f", "count": 2, "median_dp_s": 0.2,
+                                    "median_exact_s": 0.2}]
+    markdown = timings.render_markdown(document)
+    assert "| coarse | f | 0.10 | — | 0.20 (cache) |" in markdown
+    assert "| other | f | 0.30 | — | 0.20 |" in markdown
+    assert "| f | 2 | 0.20 | 0.20 |" in markdown and "2030-01-01T00:00:00Z" in markdown
 
 
 def test_side_by_side_defaults_to_a_file_inside_the_repository():

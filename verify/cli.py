@@ -28,7 +28,7 @@ from nest_cp.model.documents import read_document, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.model.progress import Progress
-from nest_cp.verify import certified_tables, fullcert, soak, tables
+from nest_cp.verify import certified_tables, fullcert, soak, tables, timings
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
 from nest_cp.verify.harness import (
     HarnessOptions,
@@ -74,11 +74,20 @@ def _options_summary(tasks: list[Task]) -> dict:
     return summary
 
 
-def write_outputs(document: dict, out_dir: Path) -> None:
-    """results.json and the three tables, each written atomically by the one safe writer."""
+def write_outputs(document: dict, timings_: dict, out_dir: Path) -> None:
+    """results.json, the three tables, timings.json and timings.md, each written atomically
+    by the one safe writer.
+
+    The tables are rendered from results.json as written, exactly as ``nest-cp table``
+    reads it back, so it regenerates them byte for byte.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = {"results.json": json.dumps(document, indent=1) + "\n"}
-    outputs |= {f"gap_table.{fmt}": tables.render(document, fmt) for fmt in tables.FORMATS}
+    results = json.dumps(document, indent=1) + "\n"
+    stored = json.loads(results)
+    outputs = {"results.json": results}
+    outputs |= {f"gap_table.{fmt}": tables.render(stored, fmt) for fmt in tables.FORMATS}
+    outputs |= {"timings.json": json.dumps(timings_, indent=1) + "\n",
+                "timings.md": timings.render_markdown(timings_)}
     for name, text in outputs.items():
         write_output(out_dir / name, text)
 
@@ -96,8 +105,8 @@ def write_outputs(document: dict, out_dir: Path) -> None:
               help="Instances verified in parallel [default: the number of cores; 1 with "
                    "--certify-full].")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Directory for results.json and gap_table.{md,csv,tex} (default "
-                   "reports/ without PATHS; required with PATHS).")
+              help="Directory for results.json, gap_table.{md,csv,tex} and the wall times "
+                   "timings.{json,md} (default reports/ without PATHS; required with PATHS).")
 @click.option("--no-cache", is_flag=True, help="Re-solve everything (the cache is refreshed).")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=DEFAULT_CACHE_DIR,
               show_default=True)
@@ -135,9 +144,10 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
     with make_executor(executor_kind, jobs, address) as executor:
         records = _run_with_progress(tasks, executor, progress)
     names = sorted({name for task in tasks for name in task.options.backends})
-    document = tables.results_document(records, tables.protocol(
+    document = tables.results_document(records, tables.settings(
         _options_summary(tasks), {name: backend_available(name) for name in names}))
-    write_outputs(document, out_dir)
+    write_outputs(document, timings.timings_document(records, timings.context(
+        jobs, executor_kind)), out_dir)
     available = document["protocol"]["backends_available"]
     problems = _report(records, out_dir, [name for name in names if not available[name]])
     sys.exit(ExitCode.NO_PLAN if problems else ExitCode.OK)
@@ -220,7 +230,8 @@ def _report(records: list[dict], out_dir: Path, unavailable: list[str]) -> bool:
         click.echo(f"FAIL backend {name} was requested but is not available")
     if certified + within == 0:
         click.echo("FAIL nothing was certified (no exact structured run agreed with the DP)")
-    click.echo(f"wrote {out_dir}/results.json and gap_table.{{md,csv,tex}}")
+    click.echo(f"wrote {out_dir}/results.json, gap_table.{{md,csv,tex}} and "
+               f"timings.{{json,md}}")
     return bool(failed or unavailable or certified + within == 0)
 
 

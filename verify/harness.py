@@ -28,6 +28,7 @@ from nest_cp.io.writers import plan_to_dict
 from nest_cp.model.documents import read_document
 from nest_cp.model.errors import InstanceFormatError, InvalidPlan, NestCpError
 from nest_cp.model.instance import HierarchicalNetwork, Instance
+from nest_cp.model.launchers.search import rules_applied
 from nest_cp.model.plan import Plan
 from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
 from nest_cp.solvers.registry import BACKENDS, backend_function, check_result, solve
@@ -335,7 +336,10 @@ def verify_instance(task: Task) -> dict:
         return record
     reference = load_reference(path)  # bad input fails before any solving
     sha = instance_digest(instance)
-    record.update(sha256=sha, sizes=instance_sizes(instance))
+    record.update(sha256=sha, sizes=instance_sizes(instance),
+                  launcher=instance.training.launcher.value,
+                  launcher_rules=rules_applied(instance.training.launcher,
+                                               instance.search_facts))
     record["runs"] = _run_all(instance, sha, options)
     _analyse(record, reference)
     return record

@@ -61,7 +61,6 @@ def views(runs: list[dict]) -> list[dict]:
         found.append({"backend": run["backend"], "space": run["space"],
                       "status": sdp["status"], "objective_ticks": _fraction(sdp["effective"]),
                       "bound_ticks": _fraction(sdp["effective_bound"]),
-                      "wall_time_s": sdp["wall_time_s"], "source": run["source"],
                       "message": sdp["message"], "plan": sdp.get("plan")})
     return found
 

@@ -1,7 +1,11 @@
 """Gap tables (Markdown, CSV, LaTeX booktabs) and the protocol, from stored results.
 
 Tables are pure functions of a ``results.json`` document (see :func:`results_document`),
-so ``nest-cp table RESULTS.json`` regenerates byte-identical tables.  Objectives are
+so ``nest-cp table RESULTS.json`` regenerates byte-identical tables.  Neither holds
+anything that changes when verify runs again on the same code and instances: wall times,
+whether a run was solved or read from the cache, the date, the machine and the command
+go to ``timings.json`` / ``timings.md`` (:mod:`nest_cp.verify.timings`); a results.json
+written before that still renders, its times ignored.  Objectives are
 shown in milliseconds in Markdown and LaTeX, converted with each instance's own tick
 (``tick_s``; instances may use coarser ticks than 1 ns), and as exact integer ticks
 with the tick beside them in CSV.  An optimum proven only within a solver's
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import platform
 import statistics
@@ -42,25 +47,63 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def protocol(options: dict, backends: dict[str, bool]) -> dict:
-    """Versions, limits, seeds and machine: everything needed to reproduce the tables."""
+def settings(options: dict, backends: dict[str, bool]) -> dict:
+    """Versions, limits, seeds and backends: what the results depend on, the same on every
+    run of the same code (results.json's protocol)."""
     return {
-        "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "versions": {"nest-cp": _version("nest-cp"), "ortools": _version("ortools"),
                      "pulp": _version("pulp"), "highspy": _version("highspy"),
                      "cbc": f"bundled with PuLP {_version('pulp')}",
                      "python": platform.python_version()},
         "options": options,
         "backends_available": backends,
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or
-                    platform.machine(), "cores": os.cpu_count()},
-        "command": " ".join(["nest-cp", *sys.argv[1:]]) if sys.argv else "",
     }
 
 
-def results_document(records: list[dict], protocol_: dict) -> dict:
-    """The results.json document: protocol, per-instance records, per-family summary."""
-    return {"protocol": protocol_, "instances": records, "summary": family_summary(records)}
+def run_context() -> dict:
+    """When, where and how this run was started: differs between runs of the same code."""
+    return {"date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"platform": platform.platform(),
+                        "processor": platform.processor() or platform.machine(),
+                        "cores": os.cpu_count()},
+            "command": " ".join(["nest-cp", *sys.argv[1:]]) if sys.argv else ""}
+
+
+def protocol(options: dict, backends: dict[str, bool]) -> dict:
+    """:func:`settings` with the :func:`run_context`, for the documents that keep both
+    (``verify --certify-full``, sweeps); ``verify`` keeps the context in timings.json."""
+    context = run_context()
+    return {"date_utc": context["date_utc"], **settings(options, backends),
+            "machine": context["machine"], "command": context["command"]}
+
+
+def results_document(records: list[dict], settings_: dict) -> dict:
+    """The results.json document: settings, per-instance records, per-family summary.
+
+    The records lose what changes between runs (:func:`deterministic_record`), so two runs of
+    the same code on the same instances write the same bytes, from a cold cache or a warm
+    one.
+    """
+    return {"protocol": settings_, "instances": [deterministic_record(r) for r in records],
+            "summary": family_summary(records)}
+
+
+TIMING_KEYS = ("wall_time_s", "source")  # per run: how long, and solved now or from the cache
+
+
+def deterministic_record(record: dict) -> dict:
+    """An instance record without its runs' wall times and sources (its SDP searches'
+    too), each run's keys in sorted order: a run read from the cache comes back with its
+    keys sorted, a run solved now in the order it was built."""
+    return {**record, "runs": [_deterministic_run(run) for run in record["runs"]]}
+
+
+def _deterministic_run(run: dict) -> dict:
+    kept = {key: value for key, value in run.items() if key not in TIMING_KEYS}
+    if kept.get("sdp"):
+        kept["sdp"] = {key: value for key, value in kept["sdp"].items()
+                       if key not in TIMING_KEYS}
+    return json.loads(json.dumps(kept, sort_keys=True))
 
 
 # ------------------------------------------------------------------ rows
@@ -93,10 +136,6 @@ def _status(run: dict) -> str:
     return status_text(run["status"], run.get("tolerance_rel"))
 
 
-def _seconds(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
-
-
 def format_gap(gap: dict | None) -> str:
     """``1.234%`` for a proven gap, ``[0.000%, 4.567%]`` for an interval, ``—`` for none."""
     if gap is None:
@@ -110,8 +149,8 @@ def format_gap(gap: dict | None) -> str:
 
 def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
     """One table row: sizes, DP, each exact solver's full-space result, certificate, gap,
-    reference; times in ms with the instance's tick (``ticks``: integer ticks, and the
-    tick as a column)."""
+    reference; T in ms with the instance's tick (``ticks``: integer ticks, and the tick as
+    a column).  No wall times: a results.json that has them is read without them."""
     tick_s = tick_of(record)
 
     def show(value: int | None) -> str:
@@ -124,12 +163,11 @@ def instance_row(record: dict, exact: list[str], ticks: bool) -> list[str]:
     row = [record["instance"], record["family"], str(sizes.get("layers", "—")),
            str(sizes.get("devices", "—")), sizes.get("network", "—")]
     row += [f"{tick_s:g}"] if ticks else []
-    row += [show(dp["objective_ticks"]) if dp else "—", _dp_status(dp), _run_seconds(dp),
-            plan_choices(dp)]
+    row += [show(dp["objective_ticks"]) if dp else "—", _dp_status(dp), plan_choices(dp)]
     for backend in exact:
         run = _run(record, backend, Space.FULL.value)
-        row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), _status(run),
-                 _run_seconds(run)] if run else ["—"] * 4)
+        row += ([show(run["objective_ticks"]), show(run["bound_ticks"]), _status(run)]
+                if run else ["—"] * 3)
     row += [record["certificate"], format_gap(record["gap"]), record.get("reference", "—"),
             "FAIL" if record["failures"] else "ok"]
     return row
@@ -158,10 +196,6 @@ def plan_choices(run: dict | None, compact: bool = False) -> str:
     return f"{virtual}/{modes}" if compact else f"{virtual} / {modes}"
 
 
-def _run_seconds(run: dict | None) -> str:
-    return "—" if run is None or run["source"] == "none" else _seconds(run["wall_time_s"])
-
-
 def _dp_status(dp: dict | None) -> str:
     return "—" if dp is None else _status(dp)
 
@@ -169,10 +203,9 @@ def _dp_status(dp: dict | None) -> str:
 def header(exact: list[str], ticks: bool) -> list[str]:
     unit = "ticks" if ticks else "ms"
     columns = ["instance", "family", "L", "N", "network"] + (["tick [s]"] if ticks else [])
-    columns += [f"dp T [{unit}]", "dp status", "dp [s]", "dp v/rc"]
+    columns += [f"dp T [{unit}]", "dp status", "dp v/rc"]
     for backend in exact:
-        columns += [f"{backend} T [{unit}]", f"{backend} bound [{unit}]", f"{backend} status",
-                    f"{backend} [s]"]
+        columns += [f"{backend} T [{unit}]", f"{backend} bound [{unit}]", f"{backend} status"]
     return columns + ["cert", "gap", "reference", "check"]
 
 
@@ -180,7 +213,8 @@ def header(exact: list[str], ticks: bool) -> list[str]:
 
 
 def family_summary(records: list[dict]) -> list[dict]:
-    """Per family: count, certified, point gaps (mean, max), open intervals, median times."""
+    """Per family: count, certified, failed, point gaps (mean, max), open intervals (the
+    median wall times are in timings.json: :func:`nest_cp.verify.timings.family_medians`)."""
     families: dict[str, list[dict]] = {}
     for record in records:
         families.setdefault(record["family"], []).append(record)
@@ -189,32 +223,26 @@ def family_summary(records: list[dict]) -> list[dict]:
 
 def _summarise(family: str, records: list[dict]) -> dict:
     point_gaps = [r["gap"]["low"] for r in records if r["gap"] and r["gap"]["exact"]]
-    dp_times = [run["wall_time_s"] for r in records for run in r["runs"]
-                if run["backend"] == "dp" and run["source"] != "none"]
-    exact_times = [run["wall_time_s"] for r in records for run in r["runs"]
-                   if run["backend"] in EXACT_ORDER and run["source"] != "none"]
     return {"family": family, "count": len(records),
             "certified": sum(r["certificate"] == "yes" for r in records),
             "failed": sum(bool(r["failures"]) for r in records),
             "gap_proven": len(point_gaps),
             "gap_open": sum(bool(r["gap"]) and not r["gap"]["exact"] for r in records),
             "mean_gap": statistics.fmean(point_gaps) if point_gaps else None,
-            "max_gap": max(point_gaps) if point_gaps else None,
-            "median_dp_s": statistics.median(dp_times) if dp_times else None,
-            "median_exact_s": statistics.median(exact_times) if exact_times else None}
+            "max_gap": max(point_gaps) if point_gaps else None}
 
 
 SUMMARY_HEADER = ["family", "instances", "certified", "failed", "gaps proven", "gaps open",
-                  "mean gap", "max gap", "median dp [s]", "median exact [s]"]
+                  "mean gap", "max gap"]
 
 
 def summary_row(summary: dict) -> list[str]:
+    """A family's summary row; the median times of an older results.json are ignored."""
     def percent(value: float | None) -> str:
         return "—" if value is None else f"{100 * value:.3f}%"
     return [summary["family"], str(summary["count"]), str(summary["certified"]),
             str(summary["failed"]), str(summary["gap_proven"]), str(summary["gap_open"]),
-            percent(summary["mean_gap"]), percent(summary["max_gap"]),
-            _seconds(summary["median_dp_s"]), _seconds(summary["median_exact_s"])]
+            percent(summary["mean_gap"]), percent(summary["max_gap"])]
 
 
 # ------------------------------------------------------------------ renderers
@@ -234,15 +262,28 @@ def render_with(renderers, document: dict, fmt: str) -> str:
 
 
 def _protocol_lines(document: dict) -> list[str]:
+    """Versions, options and backends; the date and machine of an older results.json are
+    ignored (they are in timings.json now)."""
     proto = document["protocol"]
     versions = ", ".join(f"{name} {value}" for name, value in proto["versions"].items())
     options = ", ".join(f"{name}={value}" for name, value in proto["options"].items())
     available = ", ".join(f"{name}{'' if ok else ' (unavailable)'}"
                           for name, ok in proto["backends_available"].items())
-    machine = proto["machine"]
-    return [f"Date (UTC): {proto['date_utc']}", f"Versions: {versions}", f"Options: {options}",
-            f"Backends: {available}",
-            f"Machine: {machine['platform']}, {machine['processor']}, {machine['cores']} cores"]
+    return [f"Versions: {versions}", f"Options: {options}", f"Backends: {available}",
+            TIMES_ELSEWHERE]
+
+
+def launcher_lines(records: list[dict]) -> list[str]:
+    """Which launcher's rules restricted each instance's search (one line when none did)."""
+    restricted = [r for r in records if r.get("launcher", "none") != "none"]
+    if not restricted:
+        return ["Launcher: none for every instance here (the cost model's whole space)."]
+    lines = [f"Launcher rules applied ({len(restricted)} of {len(records)} instances; the "
+             f"others: none):"]
+    for record in restricted:
+        lines.append(f"- {record['instance']}: {record['launcher']}: "
+                     + "; ".join(record["launcher_rules"]))
+    return lines
 
 
 def _markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -258,6 +299,12 @@ def instance_sets(records: list[dict]) -> list[tuple[str, list[dict]]]:
     return list(groups.items())
 
 
+TIMES_ELSEWHERE = ("Wall times, whether each run was solved or read from the cache, the date, "
+                   "machine and command: timings.md and timings.json, which nest-cp verify "
+                   "--out DIR writes beside results.json (not committed), so that a rerun "
+                   "of the same code served from the cache rewrites this table and "
+                   "results.json unchanged.")
+
 LEGEND = ("T: iteration time of the best plan found, in ms with each instance's tick; bound: "
           "the solver's proven lower bound (full space); OPTIMAL~1e-07: optimal only within "
           "the solver's floating-point tolerance (the MILP), the bound is what it proved; "
@@ -270,7 +317,8 @@ LEGEND = ("T: iteration time of the best plan found, in ms with each instance's 
           "independent stored result, snapshot same / snapshot changed for a regression "
           "snapshot of the DP's own earlier answer (which proves nothing), missing, stale; "
           "dp v/rc: the DP plan's virtual stages v (interleaved 1F1B) and the recompute modes "
-          "its stages use (none, sel = selective, full; docs/cost-model.md §3).")
+          "its stages use (none, sel = selective, full; docs/cost-model.md §3). No wall times "
+          "here: see the protocol below.")
 
 
 SDP_LEGEND = ("SDP (subnetwork data parallelism, docs/cost-model.md §6): the best SDP plan of "
@@ -299,6 +347,7 @@ def render_markdown(document: dict) -> str:
         lines += ["", f"## {folder}", ""]
         lines += _markdown_table(header(exact, False),
                                  [instance_row(r, exact, False) for r in records])
+        lines += ["", *launcher_lines(records)]
     sdp_rows = sdp_records(document["instances"])
     if sdp_rows:
         exact = exact_backends(sdp_rows)
@@ -358,11 +407,11 @@ def _latex_table(columns: list[str], rows: list[list[str]], caption: str,
 # times in ms (the captions say so): a unit in the headers would widen the tables
 LATEX_HEADER = ["instance", "L", "N", "DP T", "v/rc", "exact T", "status", "by", "cert", "gap",
                 "ref."]
-LATEX_DP_HEADER = ["instance", "L", "N", "DP T", "v/rc", "DP status", "DP [s]", "ref."]
+LATEX_DP_HEADER = ["instance", "L", "N", "DP T", "v/rc", "DP status", "ref."]
 LATEX_CHOICES = ("v/rc: the DP plan's virtual stages and the recompute modes of its stages "
                  "(n none, s selective, f full).")
 LATEX_SUMMARY_HEADER = ["family", "n", "cert.", "failed", "proven", "open", "mean gap",
-                        "max gap", "DP [s]", "exact [s]"]
+                        "max gap"]
 _REFERENCE_SHORT = {"consistent": "ok", "contradicted": "FAIL", "snapshot same": "snap.",
                     "snapshot changed": "snap. FAIL", "missing": "--", "stale": "stale"}
 
@@ -394,7 +443,7 @@ def latex_dp_row(record: dict) -> list[str]:
     dp = _run(record, "dp", Space.STRUCTURED.value)
     return [record["instance"], str(sizes.get("layers", "—")), str(sizes.get("devices", "—")),
             _ms(dp["objective_ticks"], tick_of(record)) if dp else "—",
-            plan_choices(dp, compact=True), _short_status(dp) if dp else "—", _run_seconds(dp),
+            plan_choices(dp, compact=True), _short_status(dp) if dp else "—",
             _REFERENCE_SHORT.get(record.get("reference", "missing"), "--")]
 
 
@@ -442,5 +491,5 @@ def render_latex(document: dict) -> str:
                               + LATEX_CHOICES) + [""]
     lines += _latex_table(LATEX_SUMMARY_HEADER, [summary_row(s) for s in document["summary"]],
                           "Per family: instances (n), certified, failed, gaps proven and "
-                          "open, mean and max proven gap, median DP and exact wall times.")
+                          "open, mean and max proven gap (wall times: timings.md).")
     return "\n".join(lines) + "\n"
