@@ -20,6 +20,7 @@ from nest_cp.harness.generators import (
 )
 from nest_cp.io.readers import load_instance
 from nest_cp.model.instance import CollectiveGroup, HierarchicalNetwork, RecomputeMode
+from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.certify import certify_full
 from nest_cp.solvers.registry import solve
@@ -144,12 +145,13 @@ RECIPE_HASHES_BEFORE = {
 
 
 def _recipe_hash(seed: int) -> str:
-    """The hash of the seed's recipe without the v3 draw (a stream of its own, added later:
-    it must leave the rest of the draw as it was)."""
+    """The hash of the seed's recipe without the v3 and launcher draws (streams of their
+    own, added later: they must leave the rest of the draw as it was)."""
     fields = dataclasses.asdict(draw_tiny_recipe(seed, max_structured_plans=1000))
     assert fields.pop("identical_blocks") is False
     if fields.pop("v3") is not None:
         del fields["training"]["overlap_param_gather"]
+    fields["training"].pop("launcher", None)
     text = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -284,3 +286,11 @@ def test_wrong_certificate_in_the_soak_is_counted_and_saved(tmp_path: Path, monk
         set(flagged)
     report = soak.render_report(records, options, 1.0, 1, written)
     assert f"- bound above the exhaustive optimum: {len(flagged)} (seeds " in report
+
+
+def test_some_seeds_are_searched_under_each_launcher_and_none_with_sdp():
+    """The launcher draw (training.launcher) reaches every launcher and never an SDP seed."""
+    drawn = [draw_tiny_recipe(seed, max_structured_plans=1000) for seed in range(120)]
+    launchers = {recipe.training.get("launcher") for recipe in drawn}
+    assert {Launcher.MEGATRON, Launcher.TORCHTITAN, Launcher.DEEPSPEED} <= launchers
+    assert not any(recipe.sdp and "launcher" in recipe.training for recipe in drawn)

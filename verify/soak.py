@@ -444,6 +444,8 @@ def summary(records: list[dict]) -> dict:
         if kind.get("overlap_param_gather") and kind.get("overlap_grad_reduce") and \
                 {1, 2} & set(kind.get("zero_stages", ())):
             kinds["ZeRO 1/2 with both overlaps"] += 1
+        if kind.get("launcher", "none") != "none":
+            kinds[f"launcher {kind['launcher']}"] += 1
         if "sdp" in kind:
             kinds["SDP allowed"] += 1
             sdp = next((run.get("sdp") for run in record["runs"] if run["backend"] == "dp"),

@@ -39,6 +39,7 @@ from nest_cp.model.instance import (
     TrainingSetup,
     Workload,
 )
+from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.plan import all_layouts
 
 _GB = 10**9
@@ -193,7 +194,8 @@ class TinyRecipe:
                 "moe": any(self.moe_layers),
                 "configs": [f"{c.tp}x{c.ep}" for c in self.configs],
                 "memory_scale": round(self.memory_scale, 4),
-                **{name: list(value) if isinstance(value, tuple) else value
+                **{name: list(value) if isinstance(value, tuple) else
+                   value.value if isinstance(value, Launcher) else value
                    for name, value in self.training.items()},
                 **({"sdp": self.sdp} if self.sdp else {}),
                 **({"identical_blocks": True} if self.identical_blocks else {}),
@@ -247,16 +249,32 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
     by :func:`_certify_recipe` instead, shrunk also until the full space has at most
     ``max_full_placements`` placements; every other seed draws what it drew before.
     """
-    v3 = random.Random(f"v3-{seed}")
+    v3, launcher = random.Random(f"v3-{seed}"), random.Random(f"launcher-{seed}")
     if random.Random(f"certify-{seed}").random() < CERTIFY_SHARE:
-        return _with_v3(_certify_recipe(seed, min(max_layers, 4), min(max_devices, 6),
-                                        max_structured_plans, max_full_placements), v3)
+        return _with_launcher(_with_v3(_certify_recipe(
+            seed, min(max_layers, 4), min(max_devices, 6), max_structured_plans,
+            max_full_placements), v3), launcher)
     recipe = _draw_recipe(random.Random(seed), seed, max_layers, max_devices)
     shrink = random.Random(f"shrink-{seed}")
     while max_structured_plans is not None and \
             structured_plan_count(recipe) > max_structured_plans:
         recipe = _shrunk(recipe, shrink)
-    return _with_v3(_with_sdp(recipe, random.Random(f"sdp-{seed}")), v3)
+    return _with_launcher(_with_v3(_with_sdp(recipe, random.Random(f"sdp-{seed}")), v3),
+                          launcher)
+
+
+LAUNCHER_SHARE = 0.3  # the share of (non-SDP) seeds searched under a launcher's rules
+
+
+def _with_launcher(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes are searched under a launcher's rules (training.launcher): the batch
+    rule, one recompute mode, DeepSpeed's and torchtitan's refusals bind on tiny instances
+    as on large ones.  SDP recipes stay unrestricted (no launcher runs SDP plans).  From a
+    stream of its own, so the rest of a seed's draw is unchanged."""
+    if recipe.sdp is not None or rng.random() >= LAUNCHER_SHARE:
+        return recipe
+    choice = rng.choice((Launcher.MEGATRON, Launcher.TORCHTITAN, Launcher.DEEPSPEED))
+    return dataclasses.replace(recipe, training={**recipe.training, "launcher": choice})
 
 
 V3_SHARE = 0.5  # the share of seeds that also draw cost model v3's choices
