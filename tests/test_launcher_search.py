@@ -53,8 +53,11 @@ def _draw(seed: int, tight: bool = False):
 
 
 def _under(instance, launcher: Launcher):
+    """The instance under ``launcher`` (torchtitan always overlaps the gradient reduction,
+    so its instances price it overlapped)."""
+    overlap = instance.training.overlap_grad_reduce or launcher is Launcher.TORCHTITAN
     return dataclasses.replace(instance, training=dataclasses.replace(
-        instance.training, launcher=launcher))
+        instance.training, launcher=launcher, overlap_grad_reduce=overlap))
 
 
 def _objectives(instance) -> dict[str, tuple[str, int | None]]:
@@ -163,6 +166,12 @@ def test_reader_names_the_launcher_field(tmp_path):
     assert load_instance(path).training.launcher is Launcher.MEGATRON
 
 
+def test_torchtitan_needs_the_overlapped_reduction_it_always_runs():
+    training = _draw(7).training
+    with pytest.raises(InstanceFormatError, match="overlap_grad_reduce"):
+        dataclasses.replace(training, launcher=Launcher.TORCHTITAN, overlap_grad_reduce=False)
+
+
 def test_sdp_needs_launcher_none():
     training = _draw(7).training
     with pytest.raises(InstanceFormatError, match="launcher"):
@@ -182,27 +191,32 @@ def test_a_one_mode_part_drops_a_hint_of_another_mode():
     assert RecomputeMode.FULL in {stage.recompute for stage in result.plan.stages}
 
 
-def test_cli_gpt3_on_1024_devices_exports_a_plan_megatron_starts(tmp_path):
+@pytest.mark.parametrize("launcher", ["megatron", "torchtitan", "deepspeed"])
+def test_cli_gpt3_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, tmp_path):
     """The issue's walk-through: instance new (megatron by default), solve, export; the
-    data-parallel size divides the batch and the flags pass every cited startup rule (the
-    exporter refuses, exit 3, to write flags that break one)."""
+    data-parallel size divides the batch and the output passes every cited startup rule (the
+    exporters refuse, exit 3, to write one that breaks a rule, and exit 2 for a plan the
+    launcher cannot run)."""
     runner = CliRunner()
     instance, plan = tmp_path / "g.json", tmp_path / "p.json"
+    chosen = [] if launcher == "megatron" else ["--launcher", launcher]
     made = runner.invoke(cli, ["instance", "new", "--model", "gpt3-175b", "--devices", "1024",
-                               "--network", "nest-tpuv4-fattree", "-o", str(instance)])
+                               "--network", "nest-tpuv4-fattree", *chosen, "-o", str(instance)])
     assert made.exit_code == 0, made.output
-    assert "launcher   megatron" in made.output
+    assert f"launcher   {launcher}" in made.output
     solved = runner.invoke(cli, ["solve", str(instance), "-o", str(plan)])
     assert solved.exit_code == ExitCode.OK, solved.output
-    assert "global batch: global batch a multiple of b·e·d" in solved.output
+    assert "batch: global batch a multiple of b·e·d" in solved.output
     saved = json.loads(plan.read_text())
     batch = load_instance(instance).training.global_batch
     assert batch % (saved["microbatch"] * saved["config"]["ep"] * saved["dp"]) == 0
     exported = runner.invoke(cli, ["export", str(plan), "--instance", str(instance),
-                                   "--format", "megatron"])
+                                   "--format", launcher])
     assert exported.exit_code == 0, exported.output
-    assert f"--global-batch-size {batch}" in exported.output
     assert "not a multiple of micro-batch" not in exported.output
+    assert "per-stage recomputation" not in exported.output
+    if launcher == "megatron":
+        assert f"--global-batch-size {batch}" in exported.output
 
 
 @pytest.mark.parametrize("backend", ["manual", "phaze", "mcmc", "fixed"])

@@ -163,8 +163,9 @@ def test_certify_draw_leaves_the_other_seeds_unchanged():
     plain = 0
     for seed, before in RECIPE_HASHES_BEFORE.items():
         recipe = draw_tiny_recipe(seed, max_structured_plans=1000)
-        if recipe.network == "hierarchy-uneven":
-            continue
+        if recipe.network == "hierarchy-uneven" or \
+                recipe.training.get("launcher") is Launcher.TORCHTITAN:
+            continue  # the certificate's draw; torchtitan also sets overlap_grad_reduce
         plain += 1
         assert _recipe_hash(seed) == before, seed
     assert 15 <= plain < len(RECIPE_HASHES_BEFORE)

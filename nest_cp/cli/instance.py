@@ -81,7 +81,9 @@ def _describe(spec: object) -> str:
 @click.option("--launcher", type=click.Choice([k.value for k in Launcher]),
               default=Launcher.MEGATRON.value, show_default=True,
               help="Search only plans this launcher starts as exported and runs as priced "
-                   "(its rules are printed by `solve`); none: the cost model's whole space.")
+                   "(its rules are printed by `solve`); none: the cost model's whole space. "
+                   "torchtitan implies --overlap-grad-reduce (its FSDP and DDP always "
+                   "overlap the reduction).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Instance file to write (.json or .yaml).")
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
@@ -108,6 +110,8 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     flags = {"virtual_stages": virtual_stages, "overlap_grad_reduce": overlap_grad_reduce,
              "overlap_param_gather": overlap_param_gather, "tp_comm_overlap": tp_comm_overlap,
              "launcher": Launcher(launcher)}
+    if flags["launcher"] is Launcher.TORCHTITAN:  # it always overlaps the reduction
+        flags["overlap_grad_reduce"] = True
     TrainingSetup(global_batch=global_batch, seq_len=seq_len or 1, **flags)  # refuse them early
     chosen: object = model
     if hf_config is not None:

@@ -274,7 +274,10 @@ def _with_launcher(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
     if recipe.sdp is not None or rng.random() >= LAUNCHER_SHARE:
         return recipe
     choice = rng.choice((Launcher.MEGATRON, Launcher.TORCHTITAN, Launcher.DEEPSPEED))
-    return dataclasses.replace(recipe, training={**recipe.training, "launcher": choice})
+    training = {**recipe.training, "launcher": choice}
+    if choice is Launcher.TORCHTITAN:  # it always overlaps the gradient reduction
+        training["overlap_grad_reduce"] = True
+    return dataclasses.replace(recipe, training=training)
 
 
 V3_SHARE = 0.5  # the share of seeds that also draw cost model v3's choices

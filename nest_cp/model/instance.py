@@ -584,6 +584,10 @@ class TrainingSetup:
         _require(isinstance(self.sdp, SdpSetup), "sdp", "SDP choices", self.sdp)
         _require(isinstance(self.launcher, Launcher), "launcher",
                  "one of " + ", ".join(repr(k.value) for k in Launcher), self.launcher)
+        _require(self.launcher is not Launcher.TORCHTITAN or self.overlap_grad_reduce,
+                 "overlap_grad_reduce", "true under launcher 'torchtitan' (its FSDP and DDP "
+                 "always overlap the gradient reduction with the backward pass, so a plan "
+                 "priced without it is not priced as it runs)", self.overlap_grad_reduce)
         _require(self.launcher is Launcher.NONE or Strategy.SDP not in self.strategies,
                  "launcher", "'none' when SDP plans are allowed (no launcher runs SDP plans)",
                  self.launcher.value)
