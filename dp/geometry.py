@@ -23,11 +23,24 @@ computation is vectorised over ranks (with :meth:`NetworkModel.tier_of_pairs` an
 a sort of the groups' tier-0 domain ids); on a graph it is done rank by rank, with
 :meth:`NetworkModel.group_path`, which is also the reference the vectorised
 computation is tested against.
+
+On a tiered network a rank layout is a mixed-radix numbering of the canonical order
+(device ids), so :class:`LayoutGeometries` works from the layout's strides instead of
+its (S, d, t·e) device array (10^5 devices): a tier and a channel count k only depend on
+device ids modulo the period (the least common multiple of the domain sizes below N)
+and on id differences below the period, so the replicas of a stage repeat with period
+period / gcd(replica stride, period), the inner stages with period / gcd(stage stride,
+period), and only that many are placed, with canonical strides (the same residues, no
+larger) so that layouts and d that place alike share the work; the groups of the d
+replicas (d·e ranks) are arithmetic progressions whose k has a closed form
+(:func:`_progression_fewest`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,22 +81,64 @@ class ReplicaPaths:
     ep_groups: tuple[int, ...]
     recv_activation: tuple[int, ...]
     recv_gradient: tuple[int, ...]
+    # every TP group inside one tier-0 domain (tiered networks only): where
+    # tp_comm_overlap hides the TP collectives behind the GEMMs (cost model §5 e)
+    tp_local: bool = False
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.tp_groups, self.ep_groups,
+                                                self.recv_activation, self.recv_gradient,
+                                                self.tp_local)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
 class StageGeometry:
-    """Distinct replica path combinations and data-parallel group path ids of one stage."""
+    """Distinct replica path combinations and data-parallel group path ids of one stage.
+
+    Hashed once at construction: the planner's caches are keyed by geometries, and a
+    stage of many replica combinations would be hashed anew on every lookup."""
 
     replicas: tuple[ReplicaPaths, ...]
     replica_groups: tuple[int, ...]  # d-replica group of each rank j (ZeRO-3, expert sync)
     dense_groups: tuple[int, ...]    # d*e group of each tensor rank t (dense sync)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.replicas, self.replica_groups,
+                                                self.dense_groups)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def effective_order(layout: RankLayout, config: IntraConfig, num_stages: int,
                     dp: int) -> tuple[Dim, ...]:
     """The layout's order without radix-1 dimensions: equal orders give equal placements."""
+    return _order_without_ones(layout, config.tp > 1, config.ep > 1, num_stages > 1, dp > 1)
+
+
+@functools.cache
+def _order_without_ones(layout: RankLayout, tp: bool, ep: bool, stage: bool,
+                        replica: bool) -> tuple[Dim, ...]:
+    """:func:`effective_order` by which radices exceed 1 (the planner asks it for 24 layouts
+    of every outer choice, millions of times at 10^5 devices)."""
+    kept = {Dim.TP: tp, Dim.EP: ep, Dim.STAGE: stage, Dim.REPLICA: replica}
+    return tuple(dim for dim in layout.order if kept[dim])
+
+
+def layout_strides(layout: RankLayout, config: IntraConfig, num_stages: int,
+                   dp: int) -> dict[Dim, int]:
+    """The weight of each dimension in the layout's mixed-radix positions (innermost 1)."""
     radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
-    return tuple(dim for dim in layout.order if radix[dim] > 1)
+    strides, weight = {}, 1
+    for dim in layout.order:
+        strides[dim] = weight
+        weight *= radix[dim]
+    return strides
 
 
 def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
@@ -106,7 +161,166 @@ def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
     return _graph_geometries(network, ids, devices, config, wrap)
 
 
-def fastest_group_paths(network: NetworkModel, group_size: int) -> list[Path]:
+class LayoutGeometries:
+    """:func:`stage_geometries` of the placement of a rank layout on ``device_order``.
+
+    On a tiered network with ``device_order`` its canonical order (device ids 0..N-1) they
+    are computed from the layout's strides (module docstring): the replicas' path
+    combinations from a few replicas placed with canonical strides (:meth:`_replica_paths`,
+    kept per canonical placement: outer choices with other d often share it), the
+    data-parallel groups as progressions (:meth:`_data_groups`).  Otherwise, or when a
+    replica's path sets do not fit one code, from the placement's device array.
+    """
+
+    def __init__(self, network: NetworkModel, ids: PathIds, device_order: np.ndarray):
+        self.network, self.ids, self.device_order = network, ids, device_order
+        self.strided = network.is_hierarchical and np.array_equal(
+            device_order, np.arange(network.num_devices))
+        if self.strided:
+            self.period = _period(network)
+            self.groups = _GroupPathCodes(network, ids)
+        self._replicas: dict[tuple, list[tuple[ReplicaPaths, ...]] | None] = {}
+        self._data: dict[tuple, tuple[list, list]] = {}
+        self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
+
+    def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
+                 wrap: bool = False) -> list[StageGeometry]:
+        if self.strided:
+            strides = layout_strides(layout, config, num_stages, dp)
+            radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
+                     Dim.REPLICA: dp}
+            canonical = {dim: self._canonical(strides[dim]) if radix[dim] > 1 else 0
+                         for dim in radix}
+            replica_key, replicas = self._replica_paths(canonical, strides[Dim.REPLICA],
+                                                        config, num_stages, dp, wrap)
+            if replicas is not None:
+                data_key, data = self._data_groups(canonical, strides, config, num_stages, dp)
+                key = (replica_key, data_key)
+                if key not in self._assembled:
+                    self._assembled[key] = tuple(_assembled(replicas, *data))
+                return list(self._assembled[key])
+        devices = rank_devices(layout, config, num_stages, dp, self.device_order)
+        return stage_geometries(self.network, self.ids, devices, config, wrap)
+
+    def _canonical(self, stride: int) -> int:
+        """A stride of the same residue modulo the period, no larger, and at least the period
+        if it is: ids built with it have the same residues, and every difference it makes is
+        the same below the period and stays at least the period above it, so every tier and
+        k is the same (no domain that separates devices is larger than the period, and a
+        group whose members lie a period or more apart has one per tier-0 domain)."""
+        return stride if stride < self.period else self.period + stride % self.period
+
+    def _canonical_box(self, box: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+        """A box of (stride, count) whose groups have the tier and k of ``box``'s from any
+        first member (modulo the period) and no larger a span: a single progression made
+        canonical (:meth:`_canonical_progression`), a wider box as it is."""
+        merged = _merged_box(box)
+        if len(merged) > 1:
+            return tuple(merged)
+        return (self._canonical_progression(*merged[0]),)
+
+    def _canonical_progression(self, stride: int, count: int) -> tuple[int, int]:
+        """(stride, count) of a progression whose groups have the tier and k of those of
+        (``stride``, ``count``) from every first member, no longer than them.
+
+        The stride is :meth:`_canonical`.  At least G_0 apart, members have a tier-0 domain
+        each (k = 1), and the tier only depends on the span while it is below the period:
+        the count is cut to the least whose span reaches the period.  Closer, with
+        :func:`_progression_fewest`'s notation, once the span reaches (period_q + 2)·G_0 (and
+        the period) every first member sees the first domain full up to its start, a whole
+        period of inner domains, and a last domain holding 1 + ⌊r / stride⌋ members, r the
+        last member's offset in it, which repeats when the count grows by G_0 / gcd(stride,
+        G_0): the count is reduced modulo that above the threshold.
+        """
+        stride, domain = self._canonical(stride), self.groups.domain_size
+        if stride >= domain:
+            return stride, min(count, 1 + -(-self.period // stride))
+        common = math.gcd(stride, domain)
+        threshold = 1 + -(-max((stride // common + 2) * domain, self.period) // stride)
+        if count < threshold:
+            return stride, count
+        return stride, threshold + (count - threshold) % (domain // common)
+
+    def _replica_paths(self, canonical: dict[Dim, int], replica_stride: int,
+                       config: IntraConfig, num_stages: int, dp: int,
+                       wrap: bool) -> tuple[tuple, list[tuple[ReplicaPaths, ...]] | None]:
+        """Per stage, the distinct path combinations of its replicas (None: too many paths
+        for one code), from replicas r < period / gcd(replica stride, period) placed with
+        the ``canonical`` strides (:meth:`_canonical`); kept per canonical placement, which
+        is returned first (as the key)."""
+        replicas = min(dp, self.period // math.gcd(replica_stride, self.period))
+        strides = {**canonical, Dim.REPLICA: canonical[Dim.REPLICA] if replicas > 1 else 0}
+        key = (config, num_stages, replicas, wrap, tuple(strides.values()))
+        if key not in self._replicas:
+            self._replicas[key] = self._fresh_replica_paths(strides, config, num_stages,
+                                                            replicas, wrap)
+        return key, self._replicas[key]
+
+    def _fresh_replica_paths(self, strides: dict[Dim, int], config: IntraConfig,
+                             num_stages: int, replicas: int,
+                             wrap: bool) -> list[tuple[ReplicaPaths, ...]] | None:
+        """:meth:`_replica_paths`, from a few stages: an inner stage s (neither first nor
+        last) is placed at s·(stage stride) and receives from its neighbours a stage stride
+        away, so it only depends on s modulo period / gcd(stage stride, period); the first
+        and last stage, and the inner stages 1 .. that period, stand for all."""
+        period = self.period // math.gcd(strides[Dim.STAGE], self.period)
+        stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
+        offsets = strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
+            + _rank_offsets(strides, config)
+
+        def placed(of_stages: list[int]) -> np.ndarray:
+            return strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[:, None, None] \
+                + offsets
+
+        activation_from, gradient_from = _senders(num_stages, wrap)
+        pairs = []
+        for senders in (activation_from, gradient_from):
+            receivers = [index for index, stage in enumerate(stages)
+                         if senders[stage] is not None]
+            pairs.append((receivers, placed([senders[stages[index]] for index in receivers])))
+        computed = _stage_replicas(self.network, self.groups, placed(stages), config, *pairs)
+        if computed is None:
+            return None
+        row = {stage: index for index, stage in enumerate(stages)}
+        return [computed[row[stage if stage in row else 1 + (stage - 1) % period]]
+                for stage in range(num_stages)]
+
+    def _data_groups(self, canonical: dict[Dim, int], strides: dict[Dim, int],
+                     config: IntraConfig, num_stages: int,
+                     dp: int) -> tuple[tuple, tuple[list, list]]:
+        """Per stage, the path ids of its d-replica groups (one per rank j: the progression
+        from replica 0's device by the replica stride) and of its d·e groups (one per tensor
+        rank t: the box of the EP and replica strides), as :func:`_row_sets`; from first
+        members placed with the ``canonical`` strides and canonical boxes
+        (:meth:`_canonical_box`), kept per those, which are returned first (as the key)."""
+        replica_box = self._canonical_box([(strides[Dim.REPLICA], dp)]) if dp > 1 else None
+        dense_box = self._canonical_box([(strides[Dim.EP], config.ep),
+                                         (strides[Dim.REPLICA], dp)]) \
+            if dp * config.ep > 1 else None
+        key = (config, num_stages, canonical[Dim.STAGE], canonical[Dim.TP], canonical[Dim.EP],
+               replica_box, dense_box)
+        if key not in self._data:
+            first = canonical[Dim.STAGE] * np.arange(num_stages)[:, None] \
+                + _rank_offsets(canonical, config)  # [s, j]: replica 0's devices
+            no_groups = [()] * num_stages
+            replica_sets = _row_sets(self.groups.of_box(first, replica_box)) \
+                if replica_box else no_groups
+            if config.ep == 1 and dense_box == replica_box:  # the same groups
+                dense_sets = replica_sets
+            else:
+                dense_sets = _row_sets(self.groups.of_box(first[:, :config.tp], dense_box)) \
+                    if dense_box else no_groups
+            self._data[key] = (replica_sets, dense_sets)
+        return key, self._data[key]
+
+
+def _rank_offsets(strides: dict[Dim, int], config: IntraConfig) -> np.ndarray:
+    """offsets[j]: intra-stage rank j = t + tp·e at t·(TP stride) + e·(EP stride)."""
+    return (strides[Dim.TP] * np.arange(config.tp)[None, :]
+            + strides[Dim.EP] * np.arange(config.ep)[:, None]).ravel()
+
+
+def fastest_group_paths(network: NetworkModel, group_size: int) -> tuple[Path, ...]:
     """On a tiered network, the fastest path each tier can give a group of ``group_size``
     distinct devices (group_size >= 2): for every tier whose domains hold that many.
 
@@ -114,11 +328,21 @@ def fastest_group_paths(network: NetworkModel, group_size: int) -> list[Path]:
     min(group_size // 2, G_0) members in the one it has fewest in, and its path
     (cost model §5 a) is at most as fast as :meth:`NetworkModel.channel_path` with that
     many channels: no collective over such a group costs less than on one of these paths.
+    Kept per network and size (the planner's bounds ask for them on every outer choice).
     """
-    domains = network.cluster.network.domain_sizes()
-    channels = min(group_size // 2, domains[0])
-    return [network.channel_path(tier, channels) for tier, size in enumerate(domains)
-            if size >= group_size]
+    known = _fastest_by_size(network)
+    if group_size not in known:
+        domains = network.cluster.network.domain_sizes()
+        channels = min(group_size // 2, domains[0])
+        known[group_size] = tuple(network.channel_path(tier, channels)
+                                  for tier, size in enumerate(domains) if size >= group_size)
+    return known[group_size]
+
+
+@functools.lru_cache(maxsize=16)
+def _fastest_by_size(network: NetworkModel) -> dict[int, tuple[Path, ...]]:
+    """The table :func:`fastest_group_paths` fills for ``network`` (the last few kept)."""
+    return {}
 
 
 def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | None]]:
@@ -156,6 +380,35 @@ def _fewest_per_domain(devices: np.ndarray, axis: int, domain_size: int) -> np.n
     return np.where(ends, index - run_start + 1, size).min(axis=-1)
 
 
+def _progression_fewest(start: np.ndarray, stride: int, count: int,
+                        domain_size: int) -> np.ndarray:
+    """k of each group {start + i·stride : i < count} (count >= 2), elementwise over
+    ``start``: its fewest members in one tier-0 domain (size G_0) it touches, in closed form.
+
+    With stride >= G_0 every member has a domain of its own (k = 1).  Otherwise, with
+    start reduced modulo G_0, the group touches domains q = 0..Q, Q = ⌊(start + (count − 1)·
+    stride) / G_0⌋, every one (consecutive members are closer than G_0), and domain q holds
+
+        c(q) = min(count, ⌈((q + 1)·G_0 − start) / stride⌉) − max(0, ⌈(q·G_0 − start) / stride⌉)
+
+    members.  For 0 < q < Q neither clip applies, and shifting q by stride / gcd(stride, G_0)
+    shifts both bounds by a whole number of members, so c repeats with that period there:
+    k is the least c over q = 0, Q and the first period's worth of q in between.
+    """
+    start = np.asarray(start, dtype=np.int64)
+    if stride >= domain_size:
+        return np.ones(start.shape, dtype=np.int64)
+    start = start % domain_size
+    last = (start + (count - 1) * stride) // domain_size  # Q
+    period = stride // math.gcd(stride, domain_size)
+    ends = last[..., None]
+    domains = np.concatenate((np.minimum(np.arange(period + 1), ends), ends), axis=-1)
+    offsets = start[..., None]
+    members = np.minimum(count, -((offsets - (domains + 1) * domain_size) // stride)) \
+        - np.maximum(0, -((offsets - domains * domain_size) // stride))
+    return members.min(axis=-1)
+
+
 class _GroupPathCodes:
     """Path ids of collective groups on a tiered network, vectorised over groups.
 
@@ -177,9 +430,42 @@ class _GroupPathCodes:
         """The path id of the group along ``axis`` (one group per remaining index)."""
         tiers = np.asarray(self.network.tier_of_pairs(devices.min(axis=axis),
                                                       devices.max(axis=axis)), dtype=np.int64)
+        channels = _fewest_per_domain(devices, axis, self.domain_size) \
+            if self.stride > 1 else None  # some tier runs faster with more channels
+        return self._ids_of(tiers, channels)
+
+    def of_box(self, lowest: np.ndarray, box: list[tuple[int, int]]) -> np.ndarray:
+        """The path id of each group {lowest + Σ_i x_i·stride_i : x_i < count_i}, elementwise
+        over ``lowest``, for a ``box`` of (stride, count) of a mixed-radix layout (each
+        stride at least the span of the smaller ones, so ``lowest`` is the least member).
+
+        Dimensions that continue one another (stride = the smaller one's stride × count) are
+        one progression; a single progression gets k in closed form
+        (:func:`_progression_fewest`), a wider box from its members, once per distinct
+        residue of ``lowest`` modulo G_0 (k depends on nothing else).
+        """
+        lowest = np.asarray(lowest, dtype=np.int64)
+        box = _merged_box(box)
+        span = sum((count - 1) * stride for stride, count in box)
+        tiers = np.asarray(self.network.tier_of_pairs(lowest, lowest + span), dtype=np.int64)
+        channels = None
+        if self.stride > 1 and len(box) == 1:
+            channels = _progression_fewest(lowest, *box[0], self.domain_size)
+        elif self.stride > 1:
+            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
+            members = np.zeros(1, dtype=np.int64)
+            for stride, count in box:
+                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
+            members.sort()
+            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
+                                          self.domain_size)[inverse.reshape(lowest.shape)]
+        return self._ids_of(tiers, channels)
+
+    def _ids_of(self, tiers: np.ndarray, channels: np.ndarray | None) -> np.ndarray:
+        """Path ids of groups spanning ``tiers`` with ``channels`` members at least in every
+        tier-0 domain they touch (None: no tier has more than one useful channel)."""
         codes = tiers * self.stride
-        if self.stride > 1:  # some tier runs faster with more channels
-            channels = _fewest_per_domain(devices, axis, self.domain_size)
+        if channels is not None:
             codes = codes + np.minimum(channels, self.useful[tiers]) - 1
         for code in np.unique(codes[self._path_ids[codes] < 0]).tolist():
             tier, channels = divmod(code, self.stride)
@@ -200,10 +486,85 @@ def _bit_mask(indices: np.ndarray, axis: int) -> np.ndarray:
     return np.bitwise_or.reduce(np.left_shift(np.int64(1), indices), axis=axis)
 
 
+def _merged_box(box: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``box`` by increasing stride without count-1 dimensions, dimensions that continue
+    one another (stride = the previous stride × count) merged into one."""
+    merged: list[tuple[int, int]] = []
+    for stride, count in sorted(dim for dim in box if dim[1] > 1):
+        if merged and merged[-1][0] * merged[-1][1] == stride:
+            merged[-1] = (merged[-1][0], merged[-1][1] * count)
+        else:
+            merged.append((stride, count))
+    return merged
+
+
+def _period(network: NetworkModel) -> int:
+    """The least common multiple of the domain sizes below N (1 if none).
+
+    Two ids of one residue modulo it lie at the same offset in every domain that can
+    separate devices, so the tier of ids (a, a + δ) and the member counts per tier-0
+    domain of a group {a + offsets} spanning tier 1 or more depend on a only through it.
+    """
+    sizes = [size for size in network.cluster.network.domain_sizes()
+             if size < network.num_devices]
+    return math.lcm(*sizes) if sizes else 1
+
+
+def _explicit_data_groups(groups: _GroupPathCodes, devices: np.ndarray,
+                          config: IntraConfig) -> tuple[list, list]:
+    """Per stage, the path ids of its d-replica and d·e groups from the device array."""
+    num_stages, dp, _ = devices.shape
+    no_groups = [()] * num_stages
+    replica_sets = _row_sets(groups.of(devices, 1)) if dp > 1 else no_groups
+    dense_sets = no_groups
+    if dp * config.ep > 1:
+        by_tensor_rank = devices.reshape(num_stages, dp * config.ep, config.tp)
+        dense_sets = _row_sets(groups.of(by_tensor_rank, 1))
+    return replica_sets, dense_sets
+
+
 def _hierarchical_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                              config: IntraConfig, wrap: bool) -> list[StageGeometry] | None:
     """The stage geometries, vectorised over ranks; None when a replica's path sets do not
-    fit one int64 code (more than ``CODE_BITS`` bits), for the rank-by-rank fallback.
+    fit one int64 code (more than ``CODE_BITS`` bits), for the rank-by-rank fallback."""
+    groups = _GroupPathCodes(network, ids)
+    activation_from, gradient_from = _senders(devices.shape[0], wrap)
+    replicas = _stage_replicas(network, groups, devices, config,
+                               _sender_devices(devices, activation_from),
+                               _sender_devices(devices, gradient_from))
+    if replicas is None:
+        return None
+    return _assembled(replicas, *_explicit_data_groups(groups, devices, config))
+
+
+def _assembled(replicas: list[tuple[ReplicaPaths, ...]], replica_sets: list,
+               dense_sets: list) -> list[StageGeometry]:
+    """The stage geometries from their parts (equal stages share one object)."""
+    known: dict[tuple, StageGeometry] = {}
+    geometries = []
+    for key in zip(replicas, replica_sets, dense_sets):
+        if key not in known:
+            known[key] = StageGeometry(*key)
+        geometries.append(known[key])
+    return geometries
+
+
+def _sender_devices(devices: np.ndarray, senders: list[int | None]
+                    ) -> tuple[list[int], np.ndarray]:
+    """The stages with a sender among ``senders`` (per stage of ``devices``) and, for each,
+    the sender stage's devices."""
+    stages = [stage for stage, sender in enumerate(senders) if sender is not None]
+    return stages, devices[[senders[stage] for stage in stages]]
+
+
+def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.ndarray,
+                    config: IntraConfig, activation: tuple[list[int], np.ndarray],
+                    gradient: tuple[list[int], np.ndarray]
+                    ) -> list[tuple[ReplicaPaths, ...]] | None:
+    """Per stage of ``devices[stage, replica, rank]``, the distinct :class:`ReplicaPaths`
+    of its replicas, in code order; None when they do not fit one int64 code (more than
+    ``CODE_BITS`` bits).  ``activation`` / ``gradient``: the stages that receive them and
+    the devices they receive from, rank for rank (:func:`_sender_devices`).
 
     Each replica is coded as four bitmasks: of the TP and of the EP groups' paths (bits
     indexing the distinct group path ids of the placement) and of the tiers of its
@@ -211,7 +572,6 @@ def _hierarchical_geometries(network: NetworkModel, ids: PathIds, devices: np.nd
     """
     num_stages, dp, _ = devices.shape
     num_tiers = network.num_tiers
-    groups = _GroupPathCodes(network, ids)
     by_index = devices.reshape(num_stages, dp, config.ep, config.tp)  # [s, r, e_index, t_index]
     no_group = np.zeros((num_stages, dp, 0), dtype=np.int64)
     tp_ids = groups.of(by_index, 3) if config.tp > 1 else no_group
@@ -219,32 +579,27 @@ def _hierarchical_geometries(network: NetworkModel, ids: PathIds, devices: np.nd
     local_ids, local = np.unique(np.concatenate((tp_ids.ravel(), ep_ids.ravel())),
                                  return_inverse=True)
     width = len(local_ids)
-    if 2 * width + 2 * num_tiers > CODE_BITS:
+    if 2 * width + 2 * num_tiers + 1 > CODE_BITS:
         return None
     zeros = np.zeros((num_stages, dp), dtype=np.int64)
+    # [s, r] = 1 when every TP group of the stage replica lies inside one tier-0 domain
+    tp_local = (network.tier_of_pairs(by_index.min(axis=3), by_index.max(axis=3)) == 0
+                ).all(axis=2).astype(np.int64)
     tp_mask = _bit_mask(local[:tp_ids.size].reshape(tp_ids.shape), 2) if tp_ids.size else zeros
     ep_mask = _bit_mask(local[tp_ids.size:].reshape(ep_ids.shape), 2) if ep_ids.size else zeros
-    activation_from, gradient_from = _senders(num_stages, wrap)
 
-    def pair_mask(senders: list[int | None]) -> np.ndarray:
-        """[s, r] = bitmask of the tiers of the pairs from stage senders[s] to stage s."""
+    def pair_mask(stages: list[int], source: np.ndarray) -> np.ndarray:
+        """[s, r] = bitmask of the tiers of the pairs from ``source`` to those stages."""
         mask = zeros.copy()
-        stages = [s for s in range(num_stages) if senders[s] is not None]
         if stages:
-            source = devices[[senders[s] for s in stages]]
             target = devices[stages]
             tiers = network.tier_of_pairs(np.minimum(source, target), np.maximum(source, target))
             mask[stages] = _bit_mask(tiers, 2)
         return mask
 
-    codes = tp_mask + (ep_mask << width) + (pair_mask(activation_from) << 2 * width) \
-        + (pair_mask(gradient_from) << 2 * width + num_tiers)
-    no_groups = [()] * num_stages
-    replica_sets = _row_sets(groups.of(devices, 1)) if dp > 1 else no_groups
-    dense_sets = no_groups
-    if dp * config.ep > 1:
-        by_tensor_rank = devices.reshape(num_stages, dp * config.ep, config.tp)
-        dense_sets = _row_sets(groups.of(by_tensor_rank, 1))
+    codes = tp_mask + (ep_mask << width) + (pair_mask(*activation) << 2 * width) \
+        + (pair_mask(*gradient) << 2 * width + num_tiers) \
+        + (tp_local << 2 * width + 2 * num_tiers)
 
     def group_ids(mask: int) -> tuple[int, ...]:  # local_ids ascend: so do the ids
         return tuple(int(local_ids[bit]) for bit in range(width) if mask >> bit & 1)
@@ -253,21 +608,18 @@ def _hierarchical_geometries(network: NetworkModel, ids: PathIds, devices: np.nd
         return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
 
     decoded: dict[int, ReplicaPaths] = {}
-    known: dict[tuple, StageGeometry] = {}
-    geometries = []
-    for stage, code_set in enumerate(_row_sets(codes)):
+    replicas = []
+    for code_set in _row_sets(codes):
         for code in code_set:
             if code not in decoded:
                 pairs = code >> 2 * width
                 decoded[code] = ReplicaPaths(
                     group_ids(code % (1 << width)), group_ids((code >> width) % (1 << width)),
-                    tiers_of(pairs % (1 << num_tiers)), tiers_of(pairs >> num_tiers))
-        key = (code_set, replica_sets[stage], dense_sets[stage])
-        if key not in known:
-            known[key] = StageGeometry(tuple(decoded[code] for code in code_set),
-                                       replica_sets[stage], dense_sets[stage])
-        geometries.append(known[key])
-    return geometries
+                    tiers_of(pairs % (1 << num_tiers)),
+                    tiers_of((pairs >> num_tiers) % (1 << num_tiers)),
+                    bool(pairs >> 2 * num_tiers))
+        replicas.append(tuple(decoded[code] for code in code_set))
+    return replicas
 
 
 # ------------------------------------------------------------------------ graph

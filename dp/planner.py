@@ -65,19 +65,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.dp.compose import RangePrices, Shape
-from nest_cp.dp.geometry import (
-    PathIds,
-    effective_order,
-    fastest_group_paths,
-    rank_devices,
-    stage_geometries,
-)
+from nest_cp.dp.compose import RangePrices, Shape, parameter_kinds
+from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fastest_group_paths
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable, range_sums
@@ -230,11 +223,14 @@ class _Search:
         self.ids = PathIds(self.network)
         self.prices = RangePrices(instance, self.ids)
         self.device_order = np.array(self.network.canonical_order(), dtype=np.int64)
+        self.geometries = LayoutGeometries(self.network, self.ids, self.device_order)
         self.limit = instance.cluster.usable_hbm_bytes
         self.tables: dict[int, LayerTable] = {}
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
+        self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
+        self._layout_totals: dict[tuple, int] = {}
         self.best = Best()
         self.stats = Stats()
 
@@ -337,9 +333,13 @@ class _Search:
             if self.network.is_hierarchical:
                 network, config = self.network, table.config
                 if config.tp > 1:
-                    per_layer += np.min([np.diag(table.collective_range((path,), ()))
-                                         for path in fastest_group_paths(network, config.tp)],
-                                        axis=0)
+                    options = [np.diag(table.collective_range((path,), ()))
+                               for path in fastest_group_paths(network, config.tp)]
+                    if network.cluster.network.domain_sizes()[0] >= config.tp:
+                        # inside one tier-0 domain the TP collectives may be hidden (§5 e)
+                        options.append(np.diag(table.collective_range(
+                            (network.tier_path(0),), (), tp_local=True)))
+                    per_layer += np.min(options, axis=0)
                 if config.ep > 1:
                     per_layer += np.min([np.diag(table.collective_range((), (path,)))
                                          for path in fastest_group_paths(network, config.ep)],
@@ -391,14 +391,18 @@ class _Search:
 
     def _layouts(self, config: IntraConfig, num_stages: int,
                  dp: int) -> list[tuple[int, RankLayout]]:
-        """(index, layout) of the layouts with distinct placements, first of each kept."""
-        seen, kept = set(), []
-        for index, layout in enumerate(self.layouts):
-            order = effective_order(layout, config, num_stages, dp)
-            if order not in seen:
-                seen.add(order)
-                kept.append((index, layout))
-        return kept
+        """(index, layout) of the layouts with distinct placements, first of each kept; per
+        configuration and which of S and d exceed 1 (all the effective orders depend on)."""
+        key = (config, num_stages > 1, dp > 1)
+        if key not in self._distinct_layouts:
+            seen, kept = set(), []
+            for index, layout in enumerate(self.layouts):
+                order = effective_order(layout, config, num_stages, dp)
+                if order not in seen:
+                    seen.add(order)
+                    kept.append((index, layout))
+            self._distinct_layouts[key] = kept
+        return self._distinct_layouts[key]
 
     # ------------------------------------------------------------ one outer choice
 
@@ -438,9 +442,8 @@ class _Search:
                     break
                 self._check_time()
                 if layout_index not in geometries:
-                    devices = rank_devices(layout, config, num_stages, dp, self.device_order)
-                    geometries[layout_index] = tuple(stage_geometries(
-                        self.network, self.ids, devices, config, virtual > 1))
+                    geometries[layout_index] = tuple(self.geometries(
+                        layout, config, num_stages, dp, virtual > 1))
                 if geometries[layout_index] in searched:  # priced alike, a later key: no win
                     continue
                 searched.add(geometries[layout_index])
@@ -470,7 +473,7 @@ class _Search:
             return
         table = shape.table
         placement = layout.placement(table.config, shape.num_stages, shape.dp,
-                                     self.device_order.tolist())
+                                     self.device_order)  # indexed as an array
         self.best.objective, self.best.key = objective, key
         self.best.plan = Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
                               placement, shape.virtual)
@@ -539,18 +542,25 @@ class _Search:
         A chunk costs at least its compute plus, for every one of its layers, the layer's
         collectives on the replica of its stage where they are cheapest; every layer is in
         one chunk, so Σ_k τ_k >= Σ_layers (compute + the least such price over the stages),
-        and max_k τ_k >= that sum / K.
+        and max_k τ_k >= that sum / K.  The sum is kept per (table, geometries): the ZeRO
+        stages of an outer choice, and outer choices with equal placements, share it.
         """
         table = shape.table
-        paths = self.ids.paths
-        cheapest = None
-        for geometry in set(geometries):
-            for replica in geometry.replicas:
-                per_layer = np.diag(table.collective_range(
-                    tuple(paths[p] for p in replica.tp_groups),
-                    tuple(paths[p] for p in replica.ep_groups)))
-                cheapest = per_layer if cheapest is None else np.minimum(cheapest, per_layer)
-        total = int(table.compute.sum()) + int(cheapest.sum())
+        key = (id(table), geometries)
+        total = self._layout_totals.get(key)
+        if total is None:
+            paths = self.ids.paths
+            cheapest = None
+            for geometry in set(geometries):
+                for replica in geometry.replicas:
+                    per_layer = np.diag(table.collective_range(
+                        tuple(paths[p] for p in replica.tp_groups),
+                        tuple(paths[p] for p in replica.ep_groups),
+                        tp_local=replica.tp_local))
+                    cheapest = per_layer if cheapest is None else np.minimum(cheapest,
+                                                                             per_layer)
+            total = int(table.compute.sum()) + int(cheapest.sum())
+            self._layout_totals[key] = total
         return shape.rounds * -(-total // shape.num_chunks)
 
     def _gather_bound(self, shape: Shape) -> int:
@@ -603,32 +613,32 @@ class _Search:
         training = self.instance.training
         table, num_stages = shape.table, shape.num_stages
         last = table.num_layers - 1
-        kinds = ((table.dense_range, shape.dp * table.config.ep),
-                 (table.expert_range, shape.dp))
         in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
-        heaviest_bound, total = 0, Fraction(0)
-        for params_range, size in kinds:
-            params = int(params_range[0, last])
+        heaviest_bound, total, denominator = 0, 0, 1  # total / denominator: Σ_s (RS_s + AG_s)
+        for params, every_layer, per_replica in parameter_kinds(table):
+            size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
-            forms = [[form for form in self.prices.sync_forms(
-                shape.zero, size, self.ids.id_of(path)) if form is not None]
-                for path in fastest_group_paths(self.network, size)]
-            heaviest = -(-params // num_stages)
-            heaviest_bound = max(heaviest_bound, min(
-                sum(form.of(heaviest) for form, full in zip(phases, in_full) if full)
-                for phases in forms))
-            holders = num_stages if (np.diag(params_range) > 0).all() else 1
-            for phase in range(len(forms[0])):
-                total += min(Fraction(path_forms[phase].slope, path_forms[phase].denominator)
-                             for path_forms in forms) * params
-                total += holders * min(Fraction(path_forms[phase].offset,
-                                                path_forms[phase].denominator)
-                                       for path_forms in forms)
+            paths = fastest_group_paths(self.network, size)
+            floor = self.prices.sync_floor(shape.zero, size, paths)
+            if any(in_full):
+                heaviest = -(-params // num_stages)
+                heaviest_bound = max(heaviest_bound, min(
+                    sum(form.of(heaviest) for form, full in zip(self.prices.sync_forms(
+                        shape.zero, size, self.ids.id_of(path)), in_full)
+                        if full and form is not None)
+                    for path in paths))
+            holders = num_stages if every_layer else 1
+            common = math.lcm(denominator, floor.denominator)
+            total = total * (common // denominator) + (
+                floor.slope_rate * params + holders * floor.offset_rate) \
+                * (common // floor.denominator)
+            denominator = common
         hidden = (int(table.bwd_range[0, last]) if training.overlap_grad_reduce else 0) \
             + (int(table.fwd_range[0, last]) if training.overlap_param_gather
                and cost.gathers_weights(shape.zero) else 0)
-        return max(heaviest_bound, math.ceil((total - hidden) / num_stages))
+        return max(heaviest_bound, -((hidden * denominator - total)
+                                     // (denominator * num_stages)))
 
 
 def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,

@@ -148,15 +148,22 @@ class LayerTable:
         return np.array([getattr(p, name) for p in self.profiles], dtype=np.int64)
 
     def collective_range(self, tp_paths: tuple[Path, ...], ep_paths: tuple[Path, ...],
-                         phase: Phase | None = None) -> np.ndarray:
+                         phase: Phase | None = None, tp_local: bool = False) -> np.ndarray:
         """Intra-layer collective ticks of every layer range (of ``phase``, or all), each
-        collective on the slowest of the given TP or EP group paths (DESIGN §3.2 f)."""
-        key = (tp_paths, ep_paths, phase)
+        collective on the slowest of the given TP or EP group paths (cost model §3).
+
+        ``tp_local``: every TP group of the stage replica lies inside one tier-0 domain, so
+        with ``tp_comm_overlap`` each layer's TP collectives of a direction are charged only
+        what its compute in that direction leaves exposed (cost model §5 e)."""
+        hide = tp_local and self.instance.training.tp_comm_overlap
+        key = (tp_paths, ep_paths, phase, hide)
         if key not in self._collectives:
             tick_s = self.instance.training.tick_s
             paths = cost.GroupPaths(tp=tp_paths, ep=ep_paths)
-            per_layer = [cost.layer_collective_ticks(p, self.config, paths, tick_s, phase)
-                         for p in self.profiles]
+            per_layer = [cost.layer_collective_ticks(
+                p, self.config, paths, tick_s, phase,
+                (int(fwd), int(bwd)) if hide else None)
+                for p, fwd, bwd in zip(self.profiles, self.fwd, self.bwd, strict=True)]
             self._collectives[key] = range_sums(per_layer)
         return self._collectives[key]
 

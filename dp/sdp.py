@@ -27,6 +27,9 @@ shares the evaluator uses):
 
     C_w    = C_shared + M·C_u                    (backward: C_all − Σ wgrad_u + M·wgrad)
     τ_w    = C_w + recompute_w + coll_shared(σ_w) + M·coll_u(σ_w)
+             (tp_comm_overlap, σ_w's TP groups tier-0 local: each share's TP part per
+             direction max(⌈C/t⌉, C − X_{w,l}), X_{w,l} = shared_l + M·(u's ticks in l)
+             [backward masking: every unit's, less the unheld ones' wgrad], §5 e)
     RS_w   = max_j ( shared_j + M·unit_sync[:, j] + broadcast_j )   (gradient phase)
     AG_w   = max_j ( shared_j + M·unit_sync[:, j] )                  (weight gathers)
     exposed_w = [overlap_grad_reduce ? max(0, RS_w − R_w) : RS_w]
@@ -61,6 +64,7 @@ from nest_cp.cost.sdp import (
 )
 from nest_cp.dp.geometry import fastest_group_paths, rank_devices
 from nest_cp.model.instance import (
+    CollectiveGroup,
     Instance,
     IntraConfig,
     Phase,
@@ -451,26 +455,15 @@ class _SdpSearch:
         compute, backward = vectors.compute(matrix, sub.masking)
         tau = compute + vectors.rerun(matrix, sub.masking, mode)
         for paths, members in signatures.items():
-            shared, per_unit, shared_fwd, per_unit_fwd = vectors.collectives(config, paths,
-                                                                            tick_s)
-            extra = self._collective_terms(matrix[members], sub.masking, shared, per_unit)
-            if mode is RecomputeMode.FULL:
-                extra = extra + self._collective_terms(matrix[members], sub.masking, shared_fwd,
-                                                       per_unit_fwd)
-            tau[members] += extra
+            hiding = training.tp_comm_overlap and paths.tp_local
+            tau[members] += vectors.collective_ticks(matrix[members], sub.masking, mode,
+                                                     config, paths, tick_s, hiding)
         reduce, gather = self._sync(vectors, matrix, holder_sets, workers, sub, config)
         if training.overlap_grad_reduce:
             reduce = np.maximum(reduce - backward, 0)
         if training.overlap_param_gather:
             gather = np.maximum(gather - vectors.forward(matrix, sub.masking), 0)
         return rounds * int(tau.max()) + int((reduce + gather).max())
-
-    @staticmethod
-    def _collective_terms(matrix: np.ndarray, masking: SdpMasking, shared: int,
-                          per_unit: np.ndarray) -> np.ndarray:
-        if masking is SdpMasking.BACKWARD:
-            return np.full(len(matrix), shared + int(per_unit.sum()), dtype=np.int64)
-        return shared + matrix @ per_unit
 
     def _sync(self, vectors: _UnitVectors, matrix: np.ndarray, holder_sets, workers,
               sub: SubProblem, config: IntraConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -571,6 +564,8 @@ class _UnitVectors:
         self.act, self.sel_act, self.ckpt = vector("act_bytes"), vector("sel_act_bytes"), \
             vector("ckpt_bytes")
         self.shared_fwd, self.shared_bwd = total("fwd_ticks"), total("bwd_ticks")
+        self.shared_fwd_by_layer = np.array([s.fwd_ticks for s in shared], dtype=np.int64)
+        self.shared_bwd_by_layer = np.array([s.bwd_ticks for s in shared], dtype=np.int64)
         self.shared_sel_fwd = total("sel_fwd_ticks")
         self.shared_dense, self.shared_expert = total("dense_params"), total("expert_params")
         self.shared_act, self.shared_sel_act = total("act_bytes"), total("sel_act_bytes")
@@ -631,18 +626,63 @@ class _UnitVectors:
             return np.full(len(matrix), shared + int(per_unit.sum()), dtype=np.int64)
         return shared + matrix @ per_unit
 
-    def collectives(self, config: IntraConfig, paths: cost.GroupPaths, tick_s: float):
-        """(shared, per-unit, shared forward, per-unit forward) collective ticks on ``paths``."""
+    def collective_ticks(self, matrix: np.ndarray, masking: SdpMasking, mode: RecomputeMode,
+                         config: IntraConfig, paths: cost.GroupPaths, tick_s: float,
+                         hiding: bool) -> np.ndarray:
+        """Every worker's intra-layer collective ticks per microbatch on ``paths``, the rerun
+        forward's included under full recomputation; with ``hiding`` (``tp_comm_overlap``
+        on a worker whose TP groups are tier-0 local) each share's TP collectives of one
+        direction show max(⌈C/t⌉, C − X), X the worker's own ticks of the share's layer
+        (cost model §5 e)."""
+        shared, units = self.collective_parts(config, paths, tick_s)
+        own = self.own_layer_ticks(matrix, masking) if hiding else None
+        reruns = 2 if mode is RecomputeMode.FULL else 1
+
+        def ticks(parts: np.ndarray, layers: np.ndarray) -> np.ndarray:
+            """(1 or d) × shares: the collectives of shares with ``parts`` (see
+            :meth:`collective_parts`) in the layers ``layers``."""
+            tp_fwd, tp_bwd = parts[0][None, :], parts[1][None, :]
+            if own is not None:
+                tp_fwd = _tp_exposed(tp_fwd, own[0][:, layers], config.tp)
+                tp_bwd = _tp_exposed(tp_bwd, own[1][:, layers], config.tp)
+            return reruns * (tp_fwd + parts[2][None, :]) + tp_bwd + parts[3][None, :]
+
+        total = ticks(shared, np.arange(self.num_layers)).sum(axis=1)
+        per_unit = ticks(units, self.unit_layer)
+        if masking is SdpMasking.FORWARD:
+            per_unit = per_unit * matrix
+        total = total + per_unit.sum(axis=1)
+        return np.broadcast_to(total, (len(matrix),)).astype(np.int64)
+
+    def own_layer_ticks(self, matrix: np.ndarray,
+                        masking: SdpMasking) -> tuple[np.ndarray, np.ndarray]:
+        """(fwd, bwd): d × L ticks each worker computes of each layer, the shares it runs,
+        less the weight gradients of the units it does not hold (backward masking)."""
+        held = matrix.astype(np.int64)
+        if masking is SdpMasking.BACKWARD:
+            fwd = self.shared_fwd_by_layer + self.fwd @ self.layer_of
+            bwd = self.shared_bwd_by_layer + (self.bwd - self.wgrad) @ self.layer_of
+            return (np.broadcast_to(fwd, (len(held), self.num_layers)),
+                    bwd + held @ (self.wgrad[:, None] * self.layer_of))
+        return (self.shared_fwd_by_layer + held @ (self.fwd[:, None] * self.layer_of),
+                self.shared_bwd_by_layer + held @ (self.bwd[:, None] * self.layer_of))
+
+    def collective_parts(self, config: IntraConfig, paths: cost.GroupPaths, tick_s: float
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(shared, units): 4 × L and 4 × U collective ticks of each share on ``paths``,
+        rows TP forward, TP backward, EP forward, EP backward."""
         key = (config, paths)
         if key not in self._collectives:
-            def price(share, phase=None) -> int:
-                return sum(cost.intra_collective_ticks(c, config, paths, tick_s)
-                           for c in share.collectives if phase is None or c.phase is phase)
-            self._collectives[key] = (
-                sum(price(s) for s in self.table.shared),
-                np.array([price(u) for u in self.table.units], dtype=np.int64),
-                sum(price(s, Phase.FWD) for s in self.table.shared),
-                np.array([price(u, Phase.FWD) for u in self.table.units], dtype=np.int64))
+            kinds = [(group, phase) for group in (CollectiveGroup.TP, CollectiveGroup.EP)
+                     for phase in (Phase.FWD, Phase.BWD)]
+
+            def parts(shares) -> np.ndarray:
+                return np.array([[sum(cost.intra_collective_ticks(c, config, paths, tick_s)
+                                      for c in share.collectives
+                                      if (c.group, c.phase) == kind) for share in shares]
+                                 for kind in kinds], dtype=np.int64).reshape(4, len(shares))
+
+            self._collectives[key] = (parts(self.table.shared), parts(self.table.units))
         return self._collectives[key]
 
     # memory ------------------------------------------------------------
@@ -701,6 +741,12 @@ class _UnitVectors:
             return total + (int(self.params.sum()) - held) * optimizer.weight_bytes + int(
                 unit_kept.sum())
         return total + share * int(unit_kept.sum())
+
+
+def _tp_exposed(collective: np.ndarray, compute: np.ndarray, tp: int) -> np.ndarray:
+    """:func:`nest_cp.cost.terms.tp_overlap_exposed` elementwise: max(⌈C/t⌉, C − X), which
+    is 0 where C = 0 (X >= 0)."""
+    return np.maximum(-(-collective // tp), collective - compute)
 
 
 def _rebuilt(act: int, sel_act: int, mode: RecomputeMode) -> int:

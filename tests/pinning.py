@@ -23,3 +23,32 @@ def pinned_cpsat(instance, sub, network, space, plan) -> int | None:
         return None
     assert status == cp_model.OPTIMAL
     return round(solver.objective_value)
+
+
+def random_placement(rng, sub, network, space):
+    """A random placement of a sub-problem's ranks: a random rank layout's in the structured
+    space, any injective one in the full space."""
+    from nest_cp.model.plan import all_layouts
+    from nest_cp.model.result import Space
+
+    ranks = sub.config.devices
+    if space is Space.STRUCTURED:
+        return rng.choice(all_layouts()).placement(sub.config, sub.num_stages, sub.dp,
+                                                   network.canonical_order())
+    devices = rng.sample(range(network.num_devices), ranks * sub.num_stages * sub.dp)
+    return tuple(tuple(tuple(devices[(s * sub.dp + r) * ranks + j] for j in range(ranks))
+                       for r in range(sub.dp)) for s in range(sub.num_stages))
+
+
+def sdp_plan_on_devices(rng, instance, config, microbatch, workers, mask, devices):
+    """An SDP plan of ``mask`` on ``devices`` (worker w on the w-th block of t·e), with a
+    random ZeRO stage (0-2) and recompute mode."""
+    from nest_cp.model.instance import Strategy
+    from nest_cp.model.plan import Plan, Stage
+
+    placement = (tuple(tuple(devices[w * config.devices:(w + 1) * config.devices])
+                       for w in range(workers)),)
+    return Plan(config, microbatch, rng.choice([0, 1, 2]), workers,
+                (Stage(0, instance.workload.num_layers - 1,
+                       rng.choice(instance.training.recompute_modes)),),
+                placement, strategy=Strategy.SDP, sdp=mask)

@@ -118,15 +118,14 @@ def test_instance_new_records_overlap_flags_and_shows_tier_efficiency(tmp_path):
     assert "x 0.94" in shown.output and "param gather on" in shown.output
 
 
-def test_instance_new_refuses_tp_comm_overlap_before_profiling(tmp_path):
-    """--tp-comm-overlap is specified (docs/cost-model.md §5 e) but priced by no backend, so the
-    instance is refused: one line naming the field, exit 2, no file."""
+def test_instance_new_records_tp_comm_overlap(tmp_path):
+    """--tp-comm-overlap (docs/cost-model.md §5 e) is recorded in the instance and shown."""
+    path = tmp_path / "x.json"
     result = _run("instance", "new", "--hf-config", DATA / "hf_tiny_llama.json", "--devices",
-                  "16", "--network", "dgx-h100-superpod", "--tp-comm-overlap", "-o",
-                  tmp_path / "x.json")
-    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
-    assert "tp_comm_overlap" in result.output and "§5 e" in result.output
-    assert not (tmp_path / "x.json").exists()
+                  "16", "--network", "dgx-h100-superpod", "--tp-comm-overlap", "-o", path)
+    assert result.exit_code == 0, result.output
+    assert load_instance(path).training.tp_comm_overlap
+    assert "tp comm on" in _run("instance", "show", path).output
 
 
 def test_evaluate_splits_sync_into_charged_and_hidden(tmp_path):

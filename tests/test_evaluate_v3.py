@@ -180,11 +180,10 @@ def _document(tier_extra: dict, training_extra: dict) -> dict:
     ({"efficiency": 0}, {}, "cluster.network.tiers[0].efficiency", "a finite number > 0"),
     ({"efficiency": "high"}, {}, "cluster.network.tiers[0].efficiency", "a finite number"),
     ({}, {"overlap_param_gather": 1}, "training.overlap_param_gather", "true or false"),
-    ({}, {"tp_comm_overlap": True}, "training.tp_comm_overlap", "not priced yet"),
+    ({}, {"tp_comm_overlap": "yes"}, "training.tp_comm_overlap", "true or false"),
 ])
 def test_bad_v3_fields_exit_2_naming_the_field(tmp_path, tier, training, field, expected):
-    """A bad efficiency or flag is one line naming the file and field, exit 2; the TP
-    overlap flag, which no backend prices yet, is refused rather than silently ignored."""
+    """A bad efficiency or flag is one line naming the file and field, exit 2."""
     path = tmp_path / "instance.json"
     path.write_text(json.dumps(_document(tier, training)))
     result = CliRunner().invoke(main, ["solve", str(path)])

@@ -20,14 +20,14 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pinning import pinned_cpsat
+from pinning import pinned_cpsat, random_placement
 
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import IntraConfig, Optimizer, RecomputeMode
 from nest_cp.model.network import NetworkModel, Path
-from nest_cp.model.plan import Plan, Stage, all_layouts
+from nest_cp.model.plan import Plan, Stage
 from nest_cp.model.result import Space
 from nest_cp.solvers.exact import enumerate_subproblems
 from nest_cp.solvers.exact.adapters import MilpAdapter
@@ -60,16 +60,7 @@ def _random_plan(rng: random.Random, instance, sub, network: NetworkModel,
     chunks = _random_split(rng, sub, modes, 0, 0, instance.workload.num_layers)
     if chunks is None:
         return None
-    ranks = sub.config.devices
-    if space is Space.STRUCTURED:
-        layout = rng.choice(all_layouts())
-        placement = layout.placement(sub.config, sub.num_stages, sub.dp,
-                                     network.canonical_order())
-    else:
-        devices = rng.sample(range(network.num_devices), ranks * sub.num_stages * sub.dp)
-        placement = tuple(tuple(tuple(devices[(s * sub.dp + r) * ranks + j]
-                                      for j in range(ranks)) for r in range(sub.dp))
-                          for s in range(sub.num_stages))
+    placement = random_placement(rng, sub, network, space)
     return Plan(sub.config, sub.microbatch, sub.zero, sub.dp, tuple(chunks), placement,
                 sub.virtual_stages)
 

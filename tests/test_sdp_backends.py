@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pinning import sdp_plan_on_devices
 
 from nest_cp import evaluate, load_instance
 from nest_cp.cost.sdp import mask_violations, unit_table
@@ -23,7 +24,7 @@ from nest_cp.dp.sdp import price_plan
 from nest_cp.harness.generators import random_sdp_instance
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import IntraConfig, RecomputeMode, SdpLevel, SdpMasking, Strategy
-from nest_cp.model.plan import Plan, SdpMask, Stage
+from nest_cp.model.plan import Plan, SdpMask
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.registry import check_result, solve
 
@@ -127,12 +128,7 @@ def _random_plan(rng: random.Random, instance) -> Plan | None:
     else:
         return None
     chosen = rng.sample(range(devices), workers * config.devices)
-    placement = (tuple(tuple(chosen[w * config.devices:(w + 1) * config.devices])
-                       for w in range(workers)),)
-    return Plan(config, microbatch, rng.choice([0, 1, 2]), workers,
-                (Stage(0, instance.workload.num_layers - 1,
-                       rng.choice(instance.training.recompute_modes)),),
-                placement, strategy=Strategy.SDP, sdp=mask)
+    return sdp_plan_on_devices(rng, instance, config, microbatch, workers, mask, chosen)
 
 
 def test_only_sdp_instances_refuse_backends_without_sdp():

@@ -152,6 +152,7 @@ def _recipe_hash(seed: int) -> str:
     if fields.pop("v3") is not None:
         del fields["training"]["overlap_param_gather"]
     fields["training"].pop("launcher", None)
+    fields["training"].pop("tp_comm_overlap", None)
     text = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -444,6 +444,9 @@ def summary(records: list[dict]) -> dict:
         if kind.get("overlap_param_gather") and kind.get("overlap_grad_reduce") and \
                 {1, 2} & set(kind.get("zero_stages", ())):
             kinds["ZeRO 1/2 with both overlaps"] += 1
+        if kind.get("tp_comm_overlap") and any(c.split("x")[0] != "1"
+                                               for c in kind["configs"]):
+            kinds["TP overlap with t > 1"] += 1
         if kind.get("launcher", "none") != "none":
             kinds[f"launcher {kind['launcher']}"] += 1
         if "sdp" in kind:

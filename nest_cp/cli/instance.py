@@ -76,8 +76,8 @@ def _describe(spec: object) -> str:
               help="ZeRO 1/2's weight all-gather overlaps the next forward pass (Megatron's "
                    "--overlap-param-gather; docs/cost-model.md §5 d).")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
-              help="Megatron's --tp-comm-overlap. Specified (docs/cost-model.md §5 e) but not "
-                   "priced by any backend yet, so an instance with it is refused (exit 2).")
+              help="TP collectives overlap the GEMMs where every TP group of a stage replica "
+                   "is inside one node (Megatron's --tp-comm-overlap; docs/cost-model.md §5 e).")
 @click.option("--launcher", type=click.Choice([k.value for k in Launcher]),
               default=Launcher.MEGATRON.value, show_default=True,
               help="Search only plans this launcher starts as exported and runs as priced "

@@ -183,6 +183,13 @@ def stage_lines(instance: Instance, evaluation: Evaluation) -> list[str]:
             f"{_ms(s.exposed_sync_ticks, tick_s):>9} "
             f"{s.memory_bytes / GIB:>10.2f} {s.memory_limit_bytes / GIB:>7.2f} "
             f"{'yes' if s.fits else 'NO':>4}")
+    hidden = [(s.index, s.slowest_chunk.tp_hidden_ticks) for s in evaluation.stages
+              if s.slowest_chunk.tp_hidden_ticks]
+    if hidden:  # coll and compute above charge only the exposed part (cost model §5 e)
+        rows.append("  TP collectives hidden behind the GEMMs (tp_comm_overlap, "
+                    "docs/cost-model.md §5 e; not in coll): "
+                    + ", ".join(f"stage {index} {_ms(ticks, tick_s)} ms"
+                                for index, ticks in hidden))
     return rows
 
 

@@ -87,10 +87,14 @@ class ChunkReport:
     recv_activation_ticks: int
     recv_gradient_ticks: int
     zero_gather_ticks: int
+    # TP collective ticks (the rerun forward's included) that tp_comm_overlap hid behind
+    # the GEMMs on that replica (cost model §5 e); the charged rest is in the terms above
+    tp_hidden_ticks: int = 0
 
     def as_dict(self) -> dict:
         return {"chunk": self.index, "stage": self.stage, "first_layer": self.first_layer,
-                "last_layer": self.last_layer, **_terms_of(self)}
+                "last_layer": self.last_layer, **_terms_of(self),
+                "tp_hidden_ticks": self.tp_hidden_ticks}
 
 
 # The time terms a chunk reports, and a stage reports of its slowest chunk.
@@ -295,6 +299,7 @@ class _Terms:
 
     def __init__(self, training: TrainingSetup, network: NetworkModel):
         self.network, self.tick_s, self.optimizer = network, training.tick_s, training.optimizer
+        self.tp_comm_overlap = training.tp_comm_overlap
         self._memo: dict[tuple, object] = {}
 
     def _once(self, key: tuple, price: Callable[[], object]):
@@ -314,17 +319,32 @@ class _Terms:
                           lambda: cost.recompute_compute_ticks(profile, mode, self.tick_s))
 
     def collectives(self, layers: tuple[LayerProfile, ...], config: IntraConfig,
-                    paths: cost.GroupPaths, phase: Phase | None = None) -> int:
+                    paths: cost.GroupPaths, phase: Phase | None = None,
+                    hide: bool = True) -> int:
         """Σ over ``layers`` (one chunk) of :meth:`layer_collectives`."""
-        return self._once(("collectives", layers, config, paths, phase), lambda: sum(
-            self.layer_collectives(profile, config, paths, phase) for profile in layers))
+        return self._once(("collectives", layers, config, paths, phase, hide), lambda: sum(
+            self.layer_collectives(profile, config, paths, phase, hide) for profile in layers))
 
     def layer_collectives(self, profile: LayerProfile, config: IntraConfig,
-                          paths: cost.GroupPaths, phase: Phase | None = None) -> int:
-        """:func:`cost.layer_collective_ticks`: one layer's collectives on the groups ``paths``."""
-        return self._once(("layer collectives", profile, config, paths, phase),
+                          paths: cost.GroupPaths, phase: Phase | None = None,
+                          hide: bool = True) -> int:
+        """:func:`cost.layer_collective_ticks`: one layer's collectives on the groups ``paths``,
+        its TP collectives hidden behind its compute where ``tp_comm_overlap`` applies to
+        the stage replica (cost model §5 e; ``hide=False``: what they would cost in full)."""
+        hides = hide and self.tp_comm_overlap and paths.tp_local
+        hiding = self.compute(profile) if hides else None
+        return self._once(("layer collectives", profile, config, paths, phase, hides),
                           lambda: cost.layer_collective_ticks(profile, config, paths, self.tick_s,
-                                                              phase))
+                                                              phase, hiding))
+
+    def tp_hidden(self, layers: tuple[LayerProfile, ...], config: IntraConfig,
+                  paths: cost.GroupPaths, full_recompute: bool) -> int:
+        """The TP collective ticks tp_comm_overlap hides on one chunk and stage replica."""
+        if not (self.tp_comm_overlap and paths.tp_local):
+            return 0
+        phases = (None, Phase.FWD) if full_recompute else (None,)
+        return sum(self.collectives(layers, config, paths, phase, hide=False)
+                   - self.collectives(layers, config, paths, phase) for phase in phases)
 
     def transfer(self, volume_bytes: int, path: Path) -> int:
         """:func:`cost.transfer_ticks`: one point-to-point transfer."""
@@ -616,18 +636,21 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
     # A replica is its group paths and its two receives; each distinct case is priced once.
     recv_acts = boundaries[chunk - 1] if chunk > 0 else [0] * dp
     recv_grads = boundaries[chunk] if chunk + 1 < plan.num_chunks else [0] * dp
-    worst = (-1, 0, 0, 0, 0)  # (time, recompute, collectives, recv activation, recv gradient)
+    # (time, recompute, collectives, recv activation, recv gradient, index of the paths)
+    worst = (-1, 0, 0, 0, 0, 0)
     for index, recv_act, recv_grad in set(zip(path_index, recv_acts, recv_grads,
                                               strict=True)):
         collectives, recompute = collectives_on[index], rerun_on[index]
         time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
-        worst = max(worst, (time, recompute, collectives, recv_act, recv_grad))
+        worst = max(worst, (time, recompute, collectives, recv_act, recv_grad, index))
     chunk_stage = plan.stages[chunk]
     return ChunkReport(
         index=chunk, stage=stage, first_layer=chunk_stage.first_layer,
         last_layer=chunk_stage.last_layer, time_ticks=worst[0], compute_ticks=compute,
         recompute_ticks=worst[1], collective_ticks=worst[2], recv_activation_ticks=worst[3],
-        recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather)
+        recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather,
+        tp_hidden_ticks=terms.tp_hidden(layers, config, distinct[worst[5]],
+                                        mode is RecomputeMode.FULL))
 
 
 def _boundary_ticks(terms: _Terms, plan: Plan,

@@ -14,6 +14,12 @@ a plan's per-worker times, memory and sync exactly as DESIGN §7 states:
     T     = m · max_w τ_w + max_w exposed(sync_w),
     T_eff = T · d · C_full / Σ_w C_w   (an exact rational).
 
+With ``tp_comm_overlap`` and every TP group of worker w inside one tier-0 domain, each
+layer's TP collectives of one direction show only max(⌈C/t⌉, C − X) (docs/cost-model.md
+§5 e, also for the rerun forward of full recomputation), X being w's *own* ticks of the
+layer in that direction: the shares of the layer w runs, less the weight gradients of the
+units it does not hold under backward masking.
+
 With ZeRO 1 or 2 each all-reduce is a reduce-scatter then an all-gather of the weights
 over the same group (docs/cost-model.md §5 c); the broadcasts stay in the gradient phase.  A
 worker's sync then has two phases, each the slowest rank's: exposed(sync_w) is the
@@ -390,13 +396,15 @@ def price_sdp(instance: Instance, plan: Plan, network: NetworkModel) -> SdpRepor
     for worker, row in enumerate(sdp.mask):
         held = set(row)
         run = _run_shares(table, held, sdp.masking)
-        compute, backward = _compute_ticks(table, held, run, sdp.masking)
+        own = own_layer_ticks(table, held, sdp.masking)
+        forward, backward = (sum(ticks[phase] for ticks in own.values()) for phase in (0, 1))
+        compute = forward + backward
         paths = cost.GroupPaths.of_replica(network, plan.placement[0][worker], plan.config)
-        collectives = _collective_ticks(run, plan.config, paths, training.tick_s)
-        recompute = _recompute_ticks(run, mode, plan.config, paths, training.tick_s)
+        hiding = own if training.tp_comm_overlap and paths.tp_local else None
+        collectives = _collective_ticks(run, plan.config, paths, training.tick_s, hiding)
+        recompute = _recompute_ticks(run, mode, plan.config, paths, training.tick_s, hiding)
         parts = [rank_sync[rank].worker(row) for rank in range(plan.config.devices)]
         reduce, gather = (max(part[phase] for part in parts) for phase in (0, 1))
-        forward = sum(share.fwd_ticks for share in run)
         reports.append(WorkerReport(
             worker=worker, units=len(row), time_ticks=compute + recompute + collectives,
             compute_ticks=compute, recompute_ticks=recompute, collective_ticks=collectives,
@@ -450,30 +458,47 @@ def _run_shares(table: UnitTable, held: set[int], masking: SdpMasking) -> list[S
     return [*table.shared, *(table.units[u] for u in sorted(held))]
 
 
-def _compute_ticks(table: UnitTable, held: set[int], run: list[Share],
-                   masking: SdpMasking) -> tuple[int, int]:
-    """(C_w, R_w): fwd + bwd of one microbatch, and its backward part, without the weight
-    gradients of the units a backward-masking worker does not hold."""
-    masked = 0
+def own_layer_ticks(table: UnitTable, held: set[int],
+                    masking: SdpMasking) -> dict[int, tuple[int, int]]:
+    """layer -> (fwd, bwd) ticks of one microbatch the worker holding the units ``held``
+    computes of it: the shares it runs, less the weight gradients of the units it does not
+    hold under backward masking.  Their sums are F_w and R_w (C_w = F_w + R_w); each layer's
+    is the X its TP collectives hide behind under ``tp_comm_overlap`` (docs/cost-model.md
+    §5 e).  A layer's entry depends only on the units of that layer in ``held``."""
+    own: dict[int, tuple[int, int]] = {}
+    for share in _run_shares(table, held, masking):
+        fwd, bwd = own.get(share.layer, (0, 0))
+        own[share.layer] = (fwd + share.fwd_ticks, bwd + share.bwd_ticks)
     if masking is SdpMasking.BACKWARD:
-        masked = sum(unit.wgrad_ticks for index, unit in enumerate(table.units)
-                     if index not in held)
-    return (sum(s.compute_ticks for s in run) - masked, sum(s.bwd_ticks for s in run) - masked)
+        for index, unit in enumerate(table.units):
+            if index not in held:
+                fwd, bwd = own[unit.layer]
+                own[unit.layer] = (fwd, bwd - unit.wgrad_ticks)
+    return own
 
 
 def _collective_ticks(run: list[Share], config: IntraConfig, paths: cost.GroupPaths,
-                      tick_s: float, phase: Phase | None = None) -> int:
-    return sum(cost.intra_collective_ticks(c, config, paths, tick_s) for share in run
-               for c in share.collectives if phase is None or c.phase is phase)
+                      tick_s: float, hiding: dict[int, tuple[int, int]] | None,
+                      phase: Phase | None = None) -> int:
+    """Σ over the shares run of their layer's collectives (of ``phase``, or all), each
+    layer's TP ones hidden behind ``hiding[layer]`` when given (docs/cost-model.md §5 e).
+
+    Only one share of a layer carries its collectives (module docstring), so per share is
+    per layer; a share carries them as a profile does, the one field
+    :func:`nest_cp.cost.terms.layer_collective_ticks` reads."""
+    return sum(cost.layer_collective_ticks(share, config, paths, tick_s, phase,
+                                           None if hiding is None else hiding[share.layer])
+               for share in run if share.collectives)
 
 
 def _recompute_ticks(run: list[Share], mode: RecomputeMode, config: IntraConfig,
-                     paths: cost.GroupPaths, tick_s: float) -> int:
-    """Full: the forward of every share run, and its forward collectives once more;
-    selective: the attention cores' forward; none: 0 (DESIGN §3.2 a)."""
+                     paths: cost.GroupPaths, tick_s: float,
+                     hiding: dict[int, tuple[int, int]] | None) -> int:
+    """Full: the forward of every share run, and its forward collectives once more (hidden
+    as the first time); selective: the attention cores' forward; none: 0 (DESIGN §3.2 a)."""
     if mode is RecomputeMode.FULL:
         return sum(s.fwd_ticks for s in run) + _collective_ticks(run, config, paths, tick_s,
-                                                                 Phase.FWD)
+                                                                 hiding, Phase.FWD)
     if mode is RecomputeMode.SELECTIVE:
         return sum(s.sel_fwd_ticks for s in run)
     return 0

@@ -92,6 +92,9 @@ class GroupPaths:
 
     tp: tuple[Path | None, ...]
     ep: tuple[Path | None, ...]
+    # every TP group of the stage replica inside one tier-0 domain (hierarchical networks):
+    # where tp_comm_overlap hides TP collectives behind the GEMMs (cost model §5 e)
+    tp_local: bool = False
 
     @classmethod
     def of_replica(cls, network: NetworkModel, devices: Sequence[int],
@@ -107,8 +110,15 @@ class GroupPaths:
             return None if len(group) == 1 else network.group_path([devices[j] for j in group])
 
         tp, ep = tensor_groups(config), expert_groups(config)
+
+        def local(devices: Sequence[int]) -> bool:
+            return network.is_hierarchical and all(
+                len(group) == 1 or network.tier_of([devices[j] for j in group]) == 0
+                for group in tp)
+
         return [cls(tp=tuple(path(devices, group) for group in tp),
-                    ep=tuple(path(devices, group) for group in ep)) for devices in replicas]
+                    ep=tuple(path(devices, group) for group in ep), tp_local=local(devices))
+                for devices in replicas]
 
     @classmethod
     def replica_span(cls, path: Path | None) -> GroupPaths:
@@ -132,10 +142,36 @@ def intra_collective_ticks(collective: Collective, config: IntraConfig, paths: G
 
 
 def layer_collective_ticks(profile: LayerProfile, config: IntraConfig, paths: GroupPaths,
-                           tick_s: float, phase: Phase | None = None) -> int:
-    """Σ over the layer's collectives (of ``phase``, or all) of each one's slowest group."""
-    return sum(intra_collective_ticks(c, config, paths, tick_s) for c in profile.collectives
-               if phase is None or c.phase is phase)
+                           tick_s: float, phase: Phase | None = None,
+                           hiding: tuple[int, int] | None = None) -> int:
+    """Σ over the layer's collectives (of ``phase``, or all) of each one's slowest group.
+
+    ``hiding`` = the layer's (fwd, bwd) compute ticks when ``tp_comm_overlap`` applies to
+    the stage replica (cost model §5 e: its TP groups inside tier-0 domains): then the TP
+    collectives of each direction are exposed only as :func:`tp_overlap_exposed` of their
+    sum behind that direction's compute; EP collectives are never hidden.
+    """
+    total = 0
+    for direction, compute in zip((Phase.FWD, Phase.BWD), hiding or (None, None),
+                                  strict=True):
+        if phase is not None and direction is not phase:
+            continue
+        tp = sum(intra_collective_ticks(c, config, paths, tick_s) for c in profile.collectives
+                 if c.phase is direction and c.group is CollectiveGroup.TP)
+        ep = sum(intra_collective_ticks(c, config, paths, tick_s) for c in profile.collectives
+                 if c.phase is direction and c.group is CollectiveGroup.EP)
+        total += ep + (tp if compute is None else tp_overlap_exposed(tp, compute, config.tp))
+    return total
+
+
+def tp_overlap_exposed(collective_ticks: int, compute_ticks: int, tp: int) -> int:
+    """What Megatron's ``--tp-comm-overlap`` leaves exposed of one layer's TP collectives in
+    one direction (cost model §5 e): the GEMM of ``compute_ticks`` runs in t chunks and hides
+    each chunk's communication behind the next one's compute, so at least one chunk of the
+    C ticks shows, and all that the compute is too short to cover: max(ceil(C/t), C − X)."""
+    if collective_ticks == 0:
+        return 0
+    return max(ceil_div(collective_ticks, tp), collective_ticks - compute_ticks)
 
 
 def transfer_ticks(volume_bytes: int, path: Path, tick_s: float) -> int:

@@ -251,16 +251,29 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
     """
     v3, launcher = random.Random(f"v3-{seed}"), random.Random(f"launcher-{seed}")
     if random.Random(f"certify-{seed}").random() < CERTIFY_SHARE:
-        return _with_launcher(_with_v3(_certify_recipe(
+        return _with_tp_overlap(_with_launcher(_with_v3(_certify_recipe(
             seed, min(max_layers, 4), min(max_devices, 6), max_structured_plans,
-            max_full_placements), v3), launcher)
+            max_full_placements), v3), launcher), random.Random(f"tp-overlap-{seed}"))
     recipe = _draw_recipe(random.Random(seed), seed, max_layers, max_devices)
     shrink = random.Random(f"shrink-{seed}")
     while max_structured_plans is not None and \
             structured_plan_count(recipe) > max_structured_plans:
         recipe = _shrunk(recipe, shrink)
-    return _with_launcher(_with_v3(_with_sdp(recipe, random.Random(f"sdp-{seed}")), v3),
-                          launcher)
+    return _with_tp_overlap(_with_launcher(_with_v3(_with_sdp(
+        recipe, random.Random(f"sdp-{seed}")), v3), launcher),
+        random.Random(f"tp-overlap-{seed}"))
+
+
+TP_OVERLAP_SHARE = 0.3  # the share of seeds whose TP collectives overlap the GEMMs
+
+
+def _with_tp_overlap(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes hide their TP collectives behind the GEMMs (``tp_comm_overlap``, cost
+    model §5 e); it binds on the recipes with t > 1 configurations whose TP groups fit in
+    a tier-0 domain.  From a stream of its own, so the rest of a seed's draw is unchanged."""
+    if rng.random() >= TP_OVERLAP_SHARE:
+        return recipe
+    return dataclasses.replace(recipe, training={**recipe.training, "tp_comm_overlap": True})
 
 
 LAUNCHER_SHARE = 0.3  # the share of (non-SDP) seeds searched under a launcher's rules

@@ -568,11 +568,8 @@ class TrainingSetup:
                  "true or false", self.overlap_grad_reduce)
         _require(isinstance(self.overlap_param_gather, bool), "overlap_param_gather",
                  "true or false", self.overlap_param_gather)
-        # §5 e is specified but no backend prices it yet: a plan priced without it would be
-        # a wrong answer, so the flag is refused rather than ignored
-        _require(self.tp_comm_overlap is False, "tp_comm_overlap",
-                 "false (tensor-parallel communication overlap is not priced yet: "
-                 "docs/cost-model.md §5 e)", self.tp_comm_overlap)
+        _require(isinstance(self.tp_comm_overlap, bool), "tp_comm_overlap", "true or false",
+                 self.tp_comm_overlap)
         _require(isinstance(self.schedule, Schedule), "schedule", "'1f1b'", self.schedule)
         _pos_number(self.tick_s, "tick_s")
         _require(len(self.strategies) >= 1, "strategies", "a non-empty list", self.strategies)

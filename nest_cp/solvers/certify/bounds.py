@@ -23,7 +23,13 @@ Proof.  Fix a plan P of the shape.
    path, so (step 1: chain prices g0's tier with the most channels a group of its
    size can have there) the family's sum is at least
    ``collectives(span, f, tier(g0))`` and by 1 at least its cheapest admitting
-   tier's (forward ones again under full recomputation, §3.2 a).  Each receive
+   tier's (forward ones again under full recomputation, §3.2 a).  With
+   ``tp_comm_overlap`` (cost model §5 e) chain prices TP on tier 0 as the
+   overlap exposes it and on higher tiers in full; its "TP overlap" lemma gives
+   the same inequality for every g0 (a stage replica pays its TP collectives in
+   full unless all its TP groups lie on tier 0, and the exposed part of a sum
+   never exceeds the sum nor falls as it grows), and the least over admitting
+   tiers is taken over those very prices.  Each receive
    costs at least one pair's price, so by 1 at least the cheapest tier admitting
    2 (a transfer runs one channel on the tier's own path), with the sender's real
    last layer (or, on a block chain, the least over the layers it can be).
@@ -59,7 +65,9 @@ valued by ``stage_tau`` with f priced only on the tiers above k_min[f] that admi
 it.  Proof: such a group G belongs to some stage s* of some replica; G lies on a
 tier k > k_min[f] admitting |G|, every collective of f at stage s* costs at least
 its price on G (its slowest group is no cheaper), at least chain's price on tier k
-(step 1's channels), so τ(s*, r) >= that raised
+(step 1's channels; with ``tp_comm_overlap``, k >= 1, so a raised TP group makes its
+stage replica pay in full, chain's plain tier-k price: its "TP overlap" lemma with
+g0 = G), so τ(s*, r) >= that raised
 value; every other stage is bounded as in 2; the rest is step 4 with the one
 raised stage chosen by the minimisation (:meth:`FastBounds._min_max` with
 ``one_of``, :func:`_span_min_max_with_one`).  The least over families covers every

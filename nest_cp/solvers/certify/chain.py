@@ -21,7 +21,9 @@ checks the identity against the evaluator):
   :func:`~nest_cp.cost.terms.recompute_compute_ticks`;
 - intra-layer collectives per family (TP, EP): Σ over the family's collectives
   priced on the family's tier, and under full recomputation the forward ones
-  once more (DESIGN §3.2 a, f);
+  once more (DESIGN §3.2 a, f); with ``tp_comm_overlap`` the TP family on
+  hierarchical tier 0 is priced as the evaluator exposes it (cost model §5 e,
+  "TP overlap" below);
 - a transfer of the span's last layer output on a pair's tier;
 - gradient sync of the span's dense parameters over d·e ranks and expert
   parameters over d ranks, as its two phases (all-reduce or reduce-scatter, then
@@ -45,6 +47,28 @@ graph collectives run one channel (§5 a).  Point-to-point transfers run one
 channel on every network, so they are priced on the tier's own path.  Paths come
 from :class:`~nest_cp.model.network.NetworkModel`, so β is already the effective
 bandwidth (§5 b).
+
+TP overlap (cost model §5 e).  With ``tp_comm_overlap`` a stage replica whose TP
+groups all lie on tier 0 of a hierarchy (``GroupPaths.tp_local``; never on a
+graph) pays, per layer and direction, f(C) = max(⌈C/t⌉, C − X) of the sum C of its
+TP collectives (each on its slowest group) instead of C, X the layer's compute in
+that direction; the rerun forward of full recomputation likewise; every other
+stage replica pays C.  Chain prices the TP family on hierarchical tier 0 with f of
+the tier-0 sums (:func:`nest_cp.cost.terms.layer_collective_ticks` with the
+layer's compute as ``hiding``, the evaluator's own call) and on every other tier
+in full.  Lemma: for every TP group g0 of a stage replica, the replica's TP
+collectives cost at least chain's TP price on g0's tier (so every bound below that
+prices "the family on the tier of one of its groups" stays a lower bound).  Proof,
+per layer and direction (then summed; EP collectives are never hidden and are
+priced apart): let C be the replica's TP sum and C_k chain's plain sum on g0's
+tier k; C >= C_k (each collective costs at least its price on g0, at least the
+tier's price, as above).  If k >= 1 the replica is not tp_local (g0 leaves a
+tier-0 domain) and pays C >= C_k, chain's price there.  If k = 0 the replica pays
+C or f(C), both >= f(C) (f(C) <= C: ⌈C/t⌉ <= C and C − X <= C for C, X >= 0,
+t >= 1), and f(C) >= f(C_0) as f never falls when C grows (both its terms are
+non-decreasing, and f(0) = 0 below every f(C > 0) >= 1); f(C_0) is chain's tier-0
+price.  ∎  Since f(C_0) <= C_0, the overlapped tier-0 price is never above the
+plain one, and a minimum over tiers stays the minimum over the prices used.
 """
 
 from __future__ import annotations
@@ -86,6 +110,9 @@ class Tier:
     # are faster (NetworkModel.channel_path); empty on graphs and a lone path on tier 0
     channel_paths: tuple[Path, ...] = ()
     node_size: int = 1  # G_0: devices of one tier-0 domain (hierarchical networks)
+    # a group on this tier lies inside one tier-0 domain (hierarchical tier 0): where
+    # tp_comm_overlap hides TP collectives (cost model §5 e)
+    node_local: bool = False
 
     def admits(self, group_size: int) -> bool:
         """Whether a group of ``group_size`` distinct devices can be priced on this tier."""
@@ -129,7 +156,7 @@ def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
             channels = tuple(network.channel_path(index, k)
                              for k in range(1, network.max_useful_channels(index) + 1))
             tiers.append(Tier(index, network.tier_path(index), capacity, domains, channels,
-                              sizes[0]))
+                              sizes[0], node_local=index == 0))
             if len(domains) == 1:
                 break
         return tuple(tiers)
@@ -168,6 +195,7 @@ class LayerPrices:
         self.tiers = tiers
         training = instance.training
         self.tick_s, self.optimizer = training.tick_s, training.optimizer
+        self.tp_overlap = training.tp_comm_overlap
         self.profiles: list[LayerProfile] = [layer.profile(config, microbatch)
                                              for layer in instance.workload.layers]
         tick = self.tick_s
@@ -184,12 +212,9 @@ class LayerPrices:
         # collectives[family][tier] / forward-only: prefix sums of per-layer ticks
         self._collectives: dict[tuple[CollectiveGroup, int, bool], np.ndarray] = {}
         for family in FAMILIES:
-            size = cost.group_size(family, config)
             for tier in tiers:
                 for forward_only in (False, True):
-                    per_layer = [self._layer_family_ticks(p, family, size,
-                                                          tier.collective_path(size),
-                                                          forward_only)
+                    per_layer = [self._layer_family_ticks(p, family, tier, forward_only)
                                  for p in self.profiles]
                     self._collectives[family, tier.index, forward_only] = _prefix(per_layer)
         self.has_family = {family: cost.group_size(family, config) > 1 and any(
@@ -201,13 +226,23 @@ class LayerPrices:
     def num_layers(self) -> int:
         return len(self.profiles)
 
-    def _layer_family_ticks(self, profile: LayerProfile, family: CollectiveGroup, size: int,
-                            path: Path, forward_only: bool) -> int:
-        paths = cost.GroupPaths(tp=(path,), ep=(path,))
-        return sum(cost.intra_collective_ticks(c, self.config, paths, self.tick_s)
-                   for c in profile.collectives
-                   if c.group is family and size > 1
-                   and (not forward_only or c.phase is Phase.FWD))
+    def _layer_family_ticks(self, profile: LayerProfile, family: CollectiveGroup, tier: Tier,
+                            forward_only: bool) -> int:
+        """One layer's collectives of ``family`` (the forward ones, or all) on a group of
+        ``tier``, by the evaluator's :func:`~nest_cp.cost.terms.layer_collective_ticks`: the
+        other family's paths are None (priced 0), and the TP family on a tier-0 group is
+        hidden behind the layer's compute when ``tp_comm_overlap`` is set (the module
+        docstring, "TP overlap")."""
+        size = cost.group_size(family, self.config)
+        if size <= 1:
+            return 0
+        path = tier.collective_path(size)
+        paths = cost.GroupPaths(tp=(path if family is CollectiveGroup.TP else None,),
+                                ep=(path if family is CollectiveGroup.EP else None,))
+        hides = family is CollectiveGroup.TP and self.tp_overlap and tier.node_local
+        return cost.layer_collective_ticks(
+            profile, self.config, paths, self.tick_s, Phase.FWD if forward_only else None,
+            cost.compute_ticks(profile, self.tick_s) if hides else None)
 
     # ------------------------------------------------------------ range sums
 
@@ -226,7 +261,8 @@ class LayerPrices:
 
     def collectives(self, span: Span, family: CollectiveGroup, tier: int) -> int:
         """The family's collectives of the span on ``tier`` (forward ones again under full
-        recomputation)."""
+        recomputation; TP on tier 0 as ``tp_comm_overlap`` exposes it, the module docstring's
+        "TP overlap")."""
         total = self._collectives[family, tier, False]
         value = total[span.last + 1] - total[span.first]
         if span.mode is RecomputeMode.FULL:

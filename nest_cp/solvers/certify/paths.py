@@ -18,7 +18,9 @@ layers up to identical blocks).
    integers (chain); every collective of a present family costs its slowest group,
    and all groups lie on k_min, so it costs at least its tier-k_min price (chain
    prices a group with the most ring channels its size allows there, cost model
-   §5 a; forward ones twice under full recomputation); the activation received from s − 1 costs
+   §5 a; forward ones twice under full recomputation; with ``tp_comm_overlap``, TP
+   on tier 0 at the exposed part, §5 e, which chain's "TP overlap" lemma shows is
+   still at most what the stage replica pays); the activation received from s − 1 costs
    its slowest pair, at least the pair of the largest tier c_in (a max is at least
    each of its terms — tiers need not be monotone in price), with the sender's
    last layer one of ``_possible_senders`` (the row takes the least); likewise the

@@ -36,13 +36,15 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    integers; every collective of a present family costs its slowest group, all on
    k_min (main plan), so at least its tier-k_min price (exactly, but for the
    group's ring channels, which chain counts at the most its size allows, cost
-   model §5 a); each receive costs its slowest pair, at least the pair on the
-   boundary's class tier (a max is at least any of its terms; tiers need not be
-   monotone in price), with volume the out_bytes of the sender's last layer
-   (boundary b = stage b's); the ZeRO-3 gathers (z = 3: one group per rank j over
-   the d replicas, §3) cost their slowest group, at least the price on the class
-   tier (channels as above).  So τ_max(P) is at least every row; the redundant
-   rows τ_max >= base_s follow.
+   model §5 a; with ``tp_comm_overlap`` and k_min[TP] = 0 every stage replica's
+   TP groups lie on tier 0, so it pays exactly chain's exposed tier-0 price, §5 e,
+   and chain's "TP overlap" lemma covers every case); each receive costs its
+   slowest pair, at least the pair on the boundary's class tier (a max is at
+   least any of its terms; tiers need not be monotone in price), with volume
+   the out_bytes of the sender's last layer (boundary b = stage b's); the ZeRO-3
+   gathers (z = 3: one group per rank j over the d replicas, §3) cost their
+   slowest group, at least the price on the class tier (channels as above).  So
+   τ_max(P) is at least every row; the redundant rows τ_max >= base_s follow.
 3. Sync: T_sync(P) = max over stages of the exposed sync (§3.2 c, cost model
    §5 c, d): the gradient phase RS_s (all-reduce, or reduce-scatter for z >= 1)
    and, for z ∈ {1, 2}, the weight gather AG_s, each the slowest dense group's plus

@@ -390,7 +390,9 @@ def unsupported(instance: Instance) -> str | None:
     (DESIGN §7) prices masked replicas; nothing here bounds either.
     Overlapped gradient reduction and weight gathers are covered (each exposed phase
     of the sync is bounded below by the phase minus the stage's backward, resp.
-    forward, ticks, and by 0).
+    forward, ticks, and by 0), and so is tensor-parallel communication overlap (TP
+    collectives on tier 0 priced as exposed, docs/cost-model.md §5 e: chain's "TP
+    overlap" lemma).
     """
     if instance.training.virtual_stages != (1,):
         return (f"virtual stages {list(instance.training.virtual_stages)} allowed; only "

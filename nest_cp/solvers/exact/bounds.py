@@ -11,6 +11,8 @@ bandwidth, pair latency) combination.
 Pricing every term on its cheapest candidate under-estimates it, so with
 
     τ_lb(k, o)    = compute(o) + Σ each collective on the cheapest path of its group size
+                    (with tp_comm_overlap, at most the EP ones so priced plus the TP ones
+                    overlapped on the tier-0 path: cost model §5 e)
                     + min gather(o)
                     + min transfer(out of layer o.first − 1)   (k > 0)
                     + min transfer(out of layer o.last)        (k < S·v − 1)
@@ -63,6 +65,18 @@ def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
             for latency in {p.latency_s for p in pairs}]
 
 
+def local_tp_path(network: NetworkModel, overlaps_tp: bool, tp: int) -> Path | None:
+    """The path of a TP group of ``tp`` devices inside one tier-0 domain, when
+    ``tp_comm_overlap`` (``overlaps_tp``) can hide TP collectives there (cost model §5 e);
+    None when it cannot: the flag off, no TP group, a graph network (no tier-0 domains) or
+    tier-0 domains smaller than a TP group."""
+    if not overlaps_tp or tp <= 1 or not network.is_hierarchical:
+        return None
+    if min(network.cluster.network.domain_sizes()[0], network.num_devices) < tp:
+        return None
+    return network.channel_path(0, 1)
+
+
 def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
                               network: NetworkModel, overlap: bool = False,
                               deadline: Deadline | None = None,
@@ -77,12 +91,13 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
     pair_paths = candidate_paths(network, 2)
     shard_paths = candidate_paths(network, sub.dp)
     dense_paths = candidate_paths(network, sub.dp * config.ep)
+    local_tp = local_tp_path(network, pricing.overlaps_tp, config.tp)
 
     def cheapest(price, option: ChunkOption, paths: list[Path]) -> int:
         return min((price(option, path) for path in paths), default=0)
 
     def tau(chunk: int, option: ChunkOption) -> int:
-        total = sub.compute[option] + pricing.cheapest_collectives(option, group_paths) \
+        total = sub.compute[option] + pricing.cheapest_collectives(option, group_paths, local_tp) \
             + cheapest(pricing.zero_gather, option, shard_paths)
         if chunk > 0:
             total += cheapest(pricing.transfer_into, option, pair_paths)

@@ -27,6 +27,10 @@ off *domain occupancy*:
   at an optimum, so the optimum is exact (a non-optimal solution can only
   over-price, and the backends re-evaluate every plan they return).
 
+The tier-0 level literal of a group is also "the group lies in one tier-0 domain"
+(:meth:`FullPlacement.inside_tier0`), what TP overlap asks of every TP group of a stage
+replica (cost model §5 e).
+
 Channels (hierarchical, cost model §5 a).  A group spanning tier K >= 1 runs
 k ring channels, k = the fewest slots it has in one cell it touches, priced
 ``network.channel_path(K, k)`` (faster with k up to ``max_useful_channels(K)``;
@@ -110,6 +114,7 @@ class FullPlacement:
             else _bandwidth_levels(network)
         self._latencies = () if network.is_hierarchical else _latency_values(network)
         self._cases: dict[frozenset, list[Case]] = {}  # one set of literals per slot set
+        self._levels_of: dict[frozenset, list] = {}  # level literals per slot set
         self._symmetry_cuts()
 
     def cases(self, name: str, group: Group) -> list[Case]:
@@ -123,8 +128,22 @@ class FullPlacement:
             self._cases[key] = self._new_cases(name, group)
         return self._cases[key]
 
+    def inside_tier0(self, name: str, group: Group):
+        """The literal "the group lies in one tier-0 domain" (hierarchical networks): its
+        first level's, shared with its cases (cost model §5 e asks it of TP groups)."""
+        literal, level = self._group_levels(name, group)[0]
+        assert level.tier == 0, "the first level of a hierarchy is tier 0"
+        return literal
+
+    def _group_levels(self, name: str, group: Group) -> list[tuple[object, _Level]]:
+        """:meth:`_level_literals` of the group, made once per set of slots."""
+        key = frozenset(group)
+        if key not in self._levels_of:
+            self._levels_of[key] = self._level_literals(name, group)
+        return self._levels_of[key]
+
     def _new_cases(self, name: str, group: Group) -> list[Case]:
-        level_literals = self._level_literals(name, group)
+        level_literals = self._group_levels(name, group)
         if self._network.is_hierarchical:
             return self._channel_cases(name, group, level_literals)
         latency_literals = self._latency_literals(name, group)
@@ -303,6 +322,11 @@ class StructuredPlacement:
             if path is not None:
                 found.append(([self.select[index]], path))
         return found
+
+    def replica_devices(self, stage: int, replica: int) -> list[tuple[list, tuple[int, ...]]]:
+        """([select literal], the devices of the stage replica's ranks) per layout."""
+        return [([self.select[index]], placement[stage][replica])
+                for index, placement in enumerate(self.placements)]
 
     def paths(self, groups) -> list[Path]:
         """Every bottleneck one of ``groups`` has under some layout."""

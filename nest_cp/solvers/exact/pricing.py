@@ -23,7 +23,11 @@ Collectives (DESIGN §3.2 f): a stage replica pays, per collective, the slowest 
 its TP (or EP) groups.  Collectives are partitioned into *classes* whose slowest
 group is the same for every member (one class per (kind, volume), or one per group
 kind when the candidate paths are totally ordered by speed or the kind has one
-group per replica), so the model floors one term per class over the groups.
+group per replica), so the model floors one term per class over the groups.  With
+``tp_comm_overlap`` (cost model §5 e) a stage replica whose TP groups all lie in tier-0
+domains pays per layer and direction only max(⌈C/t⌉, C − X) of its TP collectives' C:
+not a sum over classes, so :meth:`ChunkPricing.tp_collectives` prices a stage replica's
+TP collectives whole, with the evaluator's own function.
 """
 
 from __future__ import annotations
@@ -95,6 +99,12 @@ class ChunkPricing:
     def num_layers(self) -> int:
         return len(self._profiles)
 
+    @property
+    def overlaps_tp(self) -> bool:
+        """Whether TP collectives hide behind the GEMMs where their groups are local
+        (``tp_comm_overlap``, cost model §5 e)."""
+        return self._training.tp_comm_overlap
+
     # ------------------------------------------------------------ compute
 
     def compute(self, option: ChunkOption) -> int:
@@ -161,12 +171,50 @@ class ChunkPricing:
             return total
         return self._cached(("coll", klass), option, path, price)
 
-    def cheapest_collectives(self, option: ChunkOption, candidates: dict) -> int:
-        """Every collective of the span on the cheapest path a group of its size can have."""
+    def tp_collectives(self, option: ChunkOption, paths: cost.GroupPaths) -> int:
+        """The span's TP collectives on a stage replica whose TP groups have ``paths.tp``, as
+        the evaluator prices them: per layer and direction each on its slowest group, their
+        sum hidden behind the layer's compute where ``tp_comm_overlap`` applies
+        (``paths.tp_local``, cost model §5 e); under full recomputation the forward ones
+        twice (the rerun forward repeats them, hidden the same way)."""
+        config = self._sub.config
+        tp_only = cost.GroupPaths(paths.tp, (), paths.tp_local)  # EP is priced on its own
+        hides = self.overlaps_tp and paths.tp_local
+
+        def price() -> int:
+            total = 0
+            for layer in option.layers:
+                profile = self._profiles[layer]
+                hiding = cost.compute_ticks(profile, self.tick_s) if hides else None
+                phases = (None, Phase.FWD) if option.mode is RecomputeMode.FULL else (None,)
+                total += sum(cost.layer_collective_ticks(profile, config, tp_only, self.tick_s,
+                                                         phase, hiding) for phase in phases)
+            return total
+        return self._cached("tp", option, tp_only, price)
+
+    def cheapest_collectives(self, option: ChunkOption, candidates: dict,
+                             local_tp: Path | None = None) -> int:
+        """Every collective of the span on the cheapest path a group of its size can have;
+        with ``local_tp`` (the path of a TP group inside a tier-0 domain, where
+        ``tp_comm_overlap`` applies: cost model §5 e) at most its EP collectives so priced
+        plus its TP collectives overlapped on that path, a stage replica's price when its TP
+        groups are local."""
+        plain = self._cheapest(option, candidates, tuple(CollectiveGroup))
+        if local_tp is None:
+            return plain
+        local = cost.GroupPaths((local_tp,), (), tp_local=True)
+        return min(plain, self._cheapest(option, candidates, (CollectiveGroup.EP,))
+                   + self.tp_collectives(option, local))
+
+    def _cheapest(self, option: ChunkOption, candidates: dict,
+                  kinds: tuple[CollectiveGroup, ...]) -> int:
+        """The span's collectives of group ``kinds``, each on the cheapest candidate path."""
         config = self._sub.config
         total = 0
         for layer in option.layers:
             for collective in self._profiles[layer].collectives:
+                if collective.group not in kinds:
+                    continue
                 size = cost.group_size(collective.group, config)
                 paths = candidates.get(size, [])
                 if size <= 1 or not paths:

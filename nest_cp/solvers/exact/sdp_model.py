@@ -14,12 +14,18 @@ StructuredPlacement (one rank layout) in the structured space.
     M[w, u]         = Σ_{H ∋ w} hold[u, H]   (an expression: w holds u)
     coll[w, k]      >= collective k of worker w on its slowest TP / EP group, times the
                        number of times w runs it (shared layers, held units, reruns)
+    local[w], full[w]   tp_comm_overlap on a hierarchical network (cost model §5 e):
+                       local[w] = 1 only if every TP group of w lies in one tier-0 domain;
+                       the TP coll[w, k] floors hold under full[w] = 1 − local[w]
+    hid[w]          >= under local[w]: w's TP collectives on the tier-0 path, per layer and
+                       direction max(⌈C/t⌉, C − X), X w's own ticks of the layer (linear in
+                       M[w, ·]: constant per layer but for a block-level unit's held flag)
     sh_dense[t, p], sh_expert[j, p]   >= phase p of the shared syncs over all d workers
     unit_dense[H, t, v, p], unit_expert[H, j, v, p]
                     >= phase p of the sync of a v-parameter unit over H, times the units
                        of that size held by H (Σ_u hold[u, H])
     bcast[j]        >= backward masking: every unit's weight broadcast over all d
-    tau_max         >= C_w + rerun_w + Σ_k coll[w, k]                 for every w
+    tau_max         >= C_w + rerun_w + Σ_k coll[w, k] [+ hid[w]]      for every w
     shown[w, p]     >= Σ of phase p's terms of rank j (− R_w or F_w when that phase
                        overlaps), and >= 0, for every j; phase 0 = the all-reduces (the
                        reduce-scatters for ZeRO 1, 2) and broadcasts, phase 1 = the weight
@@ -42,6 +48,7 @@ valid because relabelling workers permutes mask rows with them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -54,6 +61,7 @@ from nest_cp.cost.sdp import (
     UnitTable,
     broadcast_ticks,
     design_mask,
+    own_layer_ticks,
     worker_memory_bytes,
 )
 from nest_cp.model.instance import (
@@ -181,7 +189,7 @@ def build_sdp_model(adapter, instance: Instance, sub: SdpSubProblem, network: Ne
                                                                           designs)
     placement = FullPlacement(adapter, network, rank_groups(1, sub.workers, config, wrap=False)) \
         if space is Space.FULL else StructuredPlacement(adapter, network, sub)
-    terms = _SdpTerms(adapter, instance, sub, mask, placement)
+    terms = _SdpTerms(adapter, instance, sub, mask, placement, network)
     tau_max, t_sync = terms.build()
     objective = sub.num_microbatches * tau_max + t_sync
     adapter.minimize(objective)
@@ -327,11 +335,16 @@ def _same_share(first: Share, second: Share) -> bool:
 class _SdpTerms:
     """Adds the cost and memory families of the module docstring."""
 
-    def __init__(self, adapter, instance: Instance, sub: SdpSubProblem, mask, placement):
+    def __init__(self, adapter, instance: Instance, sub: SdpSubProblem, mask, placement,
+                 network: NetworkModel):
         self.adapter, self.instance, self.sub = adapter, instance, sub
-        self.mask, self.placement = mask, placement
+        self.mask, self.placement, self.network = mask, placement, network
         self.training = instance.training
         self.table = sub.table
+        # §5 e can hide some TP collective: only tier-0 domains make a TP group local
+        self.hides_tp = self.training.tp_comm_overlap and network.is_hierarchical and any(
+            c.group is CollectiveGroup.TP and sub.config.tp > 1
+            for share in (*self.table.shared, *self.table.units) for c in share.collectives)
         self.workers = range(sub.workers)
         self._upper: dict[int, int] = {}  # id(term variable) -> its upper bound in ticks
 
@@ -406,19 +419,21 @@ class _SdpTerms:
             if self.sub.mode in rerun else 0
         return sum(s.compute_ticks for s in run_all) + extra
 
-    def _floor_term(self, name: str, cases_and_prices, count, count_upper: int):
-        """A term >= price·count for every (literals, price) case with a positive price."""
+    def _floor_term(self, name: str, cases_and_prices, count, count_upper: int,
+                    when: tuple = ()):
+        """A term >= price·count for every (literals, price) case with a positive price,
+        every floor enforced only when the literals ``when`` hold too."""
         adapter = self.adapter
         upper = max((price for _, price in cases_and_prices), default=0) * count_upper
         term = adapter.new_int(name, 0, upper)
         self._upper[id(term)] = upper
         for literals, price in cases_and_prices:
             if price:
-                adapter.add_floor(term, price * count, literals, price * count_upper)
+                adapter.add_floor(term, price * count, [*literals, *when], price * count_upper)
         cheapest = min((price for _, price in cases_and_prices), default=0)
         if cheapest:
             # redundant: some case holds, so the term is at least the cheapest one's price
-            adapter.add(term >= cheapest * count)
+            adapter.add_floor(term, cheapest * count, list(when), cheapest * count_upper)
         return term
 
     def _collectives(self, worker: int) -> list:
@@ -433,6 +448,9 @@ class _SdpTerms:
             group_cases[kind] = [self.placement.cases(
                 f"w{worker}_{kind.value}{index}", tuple((0, worker, j) for j in group))
                 for index, group in enumerate(groups) if len(group) > 1]
+        local = full = None
+        if self.hides_tp:
+            local, full = self._tp_local(worker)
         terms = []
         for key, (shared_weight, unit_weights) in weights.items():
             collective_kind, volume, group = key
@@ -447,9 +465,96 @@ class _SdpTerms:
             else:
                 count = self._per_worker(worker, shared_weight, unit_weights)
                 count_upper = shared_weight + sum(unit_weights)
+            when = (full,) if full is not None and group is CollectiveGroup.TP else ()
             terms.append(self._floor_term(f"coll_{worker}_{len(terms)}", cases, count,
-                                          count_upper))
+                                          count_upper, when))
+        if local is not None:
+            terms.append(self._hidden_tp_term(worker, local))
         return terms
+
+    # ---------------------------------------------------------- TP overlap (§5 e)
+
+    def _tp_local(self, worker: int):
+        """(local[w], full[w]), local + full == 1: local[w] may be 1 only if every TP group
+        of worker w lies in one tier-0 domain; the TP floors of :meth:`_collectives` hold
+        under full[w], the hidden ones of :meth:`_hidden_tp_term` under local[w].  Hiding
+        never costs more (max(⌈C/t⌉, C − X) <= C), so an optimum sets local[w] exactly."""
+        adapter, config = self.adapter, self.sub.config
+        local = adapter.new_bool(f"tp_local_{worker}")
+        full = adapter.new_bool(f"tp_full_{worker}")
+        adapter.add(local + full == 1)
+        if isinstance(self.placement, StructuredPlacement):
+            fitting = [literal for literals, devices in self.placement.replica_devices(0, worker)
+                       if cost.GroupPaths.of_replica(self.network, devices, config).tp_local
+                       for literal in literals]
+            adapter.add(local <= adapter.total(fitting))
+            return local, full
+        for index, group in enumerate(tensor_groups(config)):
+            if len(group) > 1:
+                adapter.add(local <= self.placement.inside_tier0(
+                    f"w{worker}_tp{index}", tuple((0, worker, j) for j in group)))
+        return local, full
+
+    def _hidden_tp_term(self, worker: int, local):
+        """hid[w] >= the worker's TP collectives hidden behind its own ticks of each layer,
+        on the tier-0 path, when local[w]; linear in the mask (:attr:`hidden_tp_ticks`)."""
+        constant, per_unit = self.hidden_tp_ticks
+        upper = constant + sum(max(value, 0) for value in per_unit)
+        term = self.adapter.new_int(f"tp_hidden_{worker}", 0, upper)
+        self._upper[id(term)] = upper
+        self.adapter.add_floor(term, self._per_worker(worker, constant, per_unit), [local],
+                               upper)
+        return term
+
+    @functools.cached_property
+    def hidden_tp_ticks(self) -> tuple[int, list[int]]:
+        """(constant, per unit): a tier-0-local worker's hidden TP ticks are constant +
+        Σ_u per_unit[u]·M[w, u] for every valid mask (cost model §5 e).
+
+        Each layer's collectives sit on one share (nest_cp.cost.sdp).  On a shared part (a
+        layer without units, or neuron level) X is a constant: the layer's slices are equal
+        shares and every worker holds U_l·h/d of them (rows balanced per neuron-level
+        block).  On a unit (block level, the only unit of its layer) X takes two values,
+        held and not held (the latter only when backward masking runs it without its
+        weight gradient): linear in M[w, u].
+        """
+        table, sub = self.table, self.sub
+        layer_units: dict[int, list[int]] = {}
+        for index, unit in enumerate(table.units):
+            layer_units.setdefault(unit.layer, []).append(index)
+        constant = 0
+        for layer, share in enumerate(table.shared):
+            members = layer_units.get(layer, [])
+            constant += self._hidden_share_ticks(
+                share, set(members[:len(members) * sub.holders // sub.workers]))
+        per_unit = [0] * table.num_units
+        for index, unit in enumerate(table.units):
+            held = self._hidden_share_ticks(unit, {index})
+            if self._runs_all():
+                unheld = self._hidden_share_ticks(unit, set())
+                constant += unheld
+                per_unit[index] = held - unheld
+            else:
+                per_unit[index] = held
+        return constant, per_unit
+
+    def _hidden_share_ticks(self, share: Share, held: set[int]) -> int:
+        """One share's TP collectives per microbatch on the tier-0 path, each direction's
+        sum C shown as max(⌈C/t⌉, C − X), X the own ticks of a worker holding ``held`` of
+        the share's layer; the rerun forward's once more under full recomputation."""
+        config, tick_s = self.sub.config, self.training.tick_s
+        if not any(c.group is CollectiveGroup.TP for c in share.collectives):
+            return 0
+        paths = cost.GroupPaths(tp=(self.network.tier_path(0),), ep=())
+        own = own_layer_ticks(self.table, held, self.sub.masking)[share.layer]
+        reruns = 2 if self.sub.mode is RecomputeMode.FULL else 1
+        total = 0
+        for phase, compute, times in ((Phase.FWD, own[0], reruns), (Phase.BWD, own[1], 1)):
+            ticks = sum(cost.intra_collective_ticks(c, config, paths, tick_s)
+                        for c in share.collectives
+                        if c.group is CollectiveGroup.TP and c.phase is phase)
+            total += times * cost.tp_overlap_exposed(ticks, compute, config.tp)
+        return total
 
     def _collective_weights(self) -> dict:
         """(kind, volume, group) -> (times run per microbatch by the shared parts, per unit):

@@ -10,10 +10,20 @@ chunks (chunk k on stage k mod S), each stage's recompute mode and the placement
     placement                 FullPlacement (x[slot, cell]) or StructuredPlacement (select)
     coll[chunk, replica, cls] >= the chunk's collectives of class cls on the slowest group of
                               their kind (TP or EP) in that stage replica (DESIGN §3.2 f)
+    tp[chunk, replica]        with tp_comm_overlap on a hierarchy (cost model §5 e), in τ in
+                              place of the TP coll terms: >= the chunk's TP collectives
+                              overlapped when the stage replica's TP groups all lie in tier-0
+                              domains, in full otherwise; structured space: one floor per
+                              layout at the evaluator's price; full space: >= Σ TP coll
+                              unless local, >= the overlapped tier-0 price if local
+    local, spread[stage, rep] full space, tp_comm_overlap: local may be 1 only if every TP
+                              group of the stage replica lies in one tier-0 domain (an
+                              optimum sets it when it may), spread == 1 − local
     bnd[boundary, replica]    >= slowest rank's transfer between chunks b and b + 1 (the
                               activation forward and the gradient back, one device pair)
     gather[chunk]             >= ZeRO-3 gathers of the chunk's parameters, slowest rank j
-    tau_max                   >= τ_c(k, r) = compute + Σ coll + bnd[k − 1] + bnd[k] + gather
+    tau_max                   >= τ_c(k, r) = compute + Σ coll (or tp) + bnd[k − 1] + bnd[k]
+                              + gather
     dense[stage, phase]       >= one phase of the dense gradient sync of the stage's parameters,
                               slowest t index (phase: the reduction, all-reduce for z = 0 or
                               reduce-scatter, or for z ∈ {1, 2} the weight all-gather)

@@ -10,6 +10,11 @@ group's, so a stage's two phases may be paid on different groups.  Two kinds of 
   of every group the term is priced on; floors with the same literals merge option
   by option (exact: one option per chunk), and one redundant floor at the cheapest
   case of each group holds without literals;
+- *TP overlap* (``tp_comm_overlap``, cost model §5 e): the TP collectives of a stage
+  replica are overlapped only when all its TP groups lie in tier-0 domains, a property of
+  the stage replica, not of one group; tp[chunk, replica] takes their place in τ, floored
+  per layout in the structured space and, in the full space, at Σ of the TP coll terms
+  unless local[stage, replica] and at the overlapped tier-0 price when it holds;
 - *stage-rounded terms* (v > 1): a price the evaluator rounds once over the stage's
   total parameters, ⌈Σ_k x(o_k) + c·has⌉, as integer floors per option plus a
   carry (nest_cp.solvers.exact.pricing.StageRounding), floored per case like chunk terms.
@@ -23,10 +28,17 @@ from fractions import Fraction
 from nest_cp.cost import terms as cost
 from nest_cp.model.instance import CollectiveGroup, Instance
 from nest_cp.model.network import NetworkModel
-from nest_cp.solvers.exact.bounds import candidate_paths
+from nest_cp.solvers.exact.bounds import candidate_paths, local_tp_path
 from nest_cp.solvers.exact.groups import Group, RankGroups, stage_pair
 from nest_cp.solvers.exact.placement import StructuredPlacement
-from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing, StageRounding
+from nest_cp.solvers.exact.pricing import (
+    ALL,
+    GATHER,
+    REDUCE,
+    ChunkPricing,
+    CollectiveClass,
+    StageRounding,
+)
 from nest_cp.solvers.exact.subproblems import SubProblem
 
 
@@ -50,6 +62,9 @@ class CostTerms:
         self._upper: dict[int, int] = {}  # id(term variable) -> its upper bound in ticks
         self._rounded: dict[tuple, _Rounded] = {}  # (term, stage, path) -> its expression
         self._has: dict[tuple, object] = {}  # (kind, stage) -> has[stage, kind]
+        self._local: dict[tuple, tuple] = {}  # (stage, replica) -> tp (local, spread)
+        # the tier-0 path of a TP group where tp_comm_overlap can apply; None: it cannot
+        self._local_tp = local_tp_path(network, pricing.overlaps_tp, sub.config.tp)
 
     # ------------------------------------------------------------ τ
 
@@ -87,24 +102,98 @@ class CostTerms:
         return tau_max
 
     def _collectives(self, groups: RankGroups) -> dict:
-        """(chunk, replica) -> its coll[chunk, replica, class] terms, every group kind."""
+        """(chunk, replica) -> its collective terms: coll[chunk, replica, class] of every
+        group kind, the TP ones under tp[chunk, replica] where ``tp_comm_overlap`` may hide
+        them (cost model §5 e: :meth:`_layout_tp`, :meth:`_overlapped_tp`)."""
         sub, coll = self.sub, {}
         for kind in self.pricing.collective_groups():
-            size = cost.group_size(kind, sub.config)
-            per_replica = sub.config.devices // size  # groups of this kind per stage replica
-            classes = self.pricing.collective_classes(kind, per_replica,
-                                                      self._candidates(groups, kind, size))
-            for k in range(sub.num_chunks):
-                for r in range(sub.dp):
-                    replica_groups = groups.collective(kind, k % sub.num_stages, r)
-                    for klass in classes:
-                        # coll[chunk, replica, class] >= the class's collectives on the
-                        # slowest group of their kind in the stage replica
-                        coll.setdefault((k, r), []).append(self._chunk_term(
-                            f"coll_{k}_{r}_{klass.key}", k, replica_groups,
-                            lambda o, path, klass=klass: self.pricing.collectives(o, klass,
-                                                                                  path)))
+            overlapped = kind is CollectiveGroup.TP and self._local_tp is not None
+            if overlapped and isinstance(self.placement, StructuredPlacement):
+                for k in range(sub.num_chunks):
+                    for r in range(sub.dp):
+                        coll.setdefault((k, r), []).append(self._layout_tp(k, r))
+                continue
+            for (k, r), terms in self._class_terms(groups, kind).items():
+                coll.setdefault((k, r), []).extend(
+                    [self._overlapped_tp(groups, k, r, terms)] if overlapped else terms)
         return coll
+
+    def _class_terms(self, groups: RankGroups, kind: CollectiveGroup) -> dict:
+        """(chunk, replica) -> coll[chunk, replica, class] for every class of one group kind."""
+        sub, found = self.sub, {}
+        size = cost.group_size(kind, sub.config)
+        per_replica = sub.config.devices // size  # groups of this kind per stage replica
+        classes = self.pricing.collective_classes(kind, per_replica,
+                                                  self._candidates(groups, kind, size))
+        for k in range(sub.num_chunks):
+            for r in range(sub.dp):
+                replica_groups = groups.collective(kind, k % sub.num_stages, r)
+                # coll[chunk, replica, class] >= the class's collectives on the slowest
+                # group of their kind in the stage replica
+                found[k, r] = [self._chunk_term(
+                    f"coll_{k}_{r}_{klass.key}", k, replica_groups,
+                    lambda o, path, klass=klass: self.pricing.collectives(o, klass, path))
+                    for klass in classes]
+        return found
+
+    # ------------------------------------------------------------ TP overlap (§5 e)
+
+    def _layout_tp(self, chunk: int, replica: int):
+        """Structured space: tp[chunk, replica] >= the chunk's TP collectives on the stage
+        replica under each layout, priced as the evaluator does (overlapped when the layout
+        puts every TP group of the stage replica inside one tier-0 domain)."""
+        sub, pricing, network = self.sub, self.pricing, self.network
+        options = sub.options[chunk]
+        floors = []
+        for literals, devices in self.placement.replica_devices(chunk % sub.num_stages,
+                                                                 replica):
+            paths = cost.GroupPaths.of_replica(network, devices, sub.config)
+            floors.append((literals, {o: pricing.tp_collectives(o, paths) for o in options}))
+        cheapest = {o: min(coefficients[o] for _, coefficients in floors) for o in options}
+        return self._floored(f"tp_{chunk}_{replica}", chunk, floors, cheapest)
+
+    def _overlapped_tp(self, groups: RankGroups, chunk: int, replica: int, plain: list):
+        """Full space: tp[chunk, replica] >= Σ plain (the coll terms of the TP classes) unless
+        local[stage, replica], >= the chunk's TP collectives overlapped on the tier-0 path
+        when it holds."""
+        sub, adapter, pricing = self.sub, self.adapter, self.pricing
+        options = sub.options[chunk]
+        local, spread = self._tp_local(groups, chunk % sub.num_stages, replica)
+        at_home = cost.GroupPaths((self._local_tp,), (), tp_local=True)
+        overlapped = {o: pricing.tp_collectives(o, at_home) for o in options}
+        plain_upper = sum(self._upper[id(term)] for term in plain)
+        upper = max([plain_upper, *overlapped.values()])
+        term = adapter.new_int(f"tp_{chunk}_{replica}", 0, upper)
+        self._upper[id(term)] = upper
+        adapter.add_floor(term, adapter.total(plain), [spread], plain_upper)
+        adapter.add_floor(term, self._priced(chunk, overlapped), [local],
+                          max(overlapped.values()))
+        # redundant: every case pays at least the smaller of the overlapped price and all
+        # TP collectives on the cheapest path a TP group can have
+        all_tp = CollectiveClass(CollectiveGroup.TP, ALL)
+        candidates = self._candidates(groups, CollectiveGroup.TP, sub.config.tp)
+        cheapest = {o: min([overlapped[o], *(pricing.collectives(o, all_tp, path)
+                                              for path in candidates)]) for o in options}
+        if any(cheapest.values()):
+            adapter.add(term >= self._priced(chunk, cheapest))
+        return term
+
+    def _tp_local(self, groups: RankGroups, stage: int, replica: int) -> tuple:
+        """(local, spread)[stage, replica], made once per stage replica: local may be 1 only
+        if every TP group of the stage replica lies in one tier-0 domain (the minimisation
+        sets it when it may: the overlapped price is the lower), spread == 1 − local."""
+        key = (stage, replica)
+        if key not in self._local:
+            adapter = self.adapter
+            local = adapter.new_bool(f"tp_local_{stage}_{replica}")
+            spread = adapter.new_bool(f"tp_spread_{stage}_{replica}")
+            adapter.add(local + spread == 1)
+            for index, group in enumerate(groups.collective(CollectiveGroup.TP, stage,
+                                                            replica)):
+                adapter.add(local <= self.placement.inside_tier0(
+                    f"tp_{stage}_{replica}_{index}", group))
+            self._local[key] = (local, spread)
+        return self._local[key]
 
     def _candidates(self, groups: RankGroups, kind: CollectiveGroup, size: int) -> list:
         """Every path a group of this kind can have here (its classes merge when these are
@@ -290,10 +379,17 @@ class CostTerms:
             if cases:  # the group has one of its cases' paths: at least the cheapest
                 for o in options:
                     cheapest[o] = max(cheapest.get(o, 0), min(c[o] for _, c in cases))
-        upper = max((max(c.values()) for _, c in floors.values()), default=0)
+        return self._floored(name, chunk, list(floors.values()), cheapest)
+
+    def _floored(self, name: str, chunk: int, floors: list[tuple], cheapest: dict):
+        """A term >= Σ_o opt[chunk, o]·coefficients[o] when the literals hold, for every
+        (literals, coefficients) of ``floors`` not all zero, and >= the ``cheapest``
+        coefficients without a literal (a price every case pays at least)."""
+        floors = [(literals, c) for literals, c in floors if any(c.values())]
+        upper = max((max(c.values()) for _, c in floors), default=0)
         term = self.adapter.new_int(name, 0, upper)
         self._upper[id(term)] = upper
-        for literals, coefficients in floors.values():
+        for literals, coefficients in floors:
             self.adapter.add_floor(term, self._priced(chunk, coefficients), literals,
                                    max(coefficients.values()))
         if any(cheapest.values()):
