@@ -57,6 +57,7 @@ class Run:
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False  # --overlap-param-gather (docs/cost-model.md §5 d)
+    tp_comm_overlap: bool = False  # --tp-comm-overlap (docs/cost-model.md §5 e)
 
     @property
     def devices_used(self) -> int:
@@ -114,7 +115,8 @@ def build(run: Run, device: DeviceSpec, optimizer: Optimizer,
                              zero_stages=(run.zero,), recompute_modes=(run.recompute,),
                              virtual_stages=(run.vp,),
                              overlap_grad_reduce=run.overlap_grad_reduce,
-                             overlap_param_gather=run.overlap_param_gather)
+                             overlap_param_gather=run.overlap_param_gather,
+                             tp_comm_overlap=run.tp_comm_overlap)
     options = ProfileOptions(attention=run.attention,
                              sequence_parallel=run.sequence_parallel and run.tp > 1)
     key = (run.model, run.seq_len, config, run.microbatch, options)
