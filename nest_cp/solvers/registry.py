@@ -140,10 +140,7 @@ def merge_parts(backend: str, parts: list[SolveResult], labels: list[str],
     """
     found = [part for part in parts if part.plan is not None]
     best = min(found, key=lambda part: part.objective_ticks, default=None)
-    bounds = [None if part.status is not Status.INFEASIBLE and part.bound_ticks is None
-              else part.bound_ticks for part in parts]
-    proven = [bound for bound, part in zip(bounds, parts, strict=True)
-              if part.status is not Status.INFEASIBLE]
+    proven = [part.bound_ticks for part in parts if part.status is not Status.INFEASIBLE]
     bound = None if None in proven else min(proven, default=None)
     settled = all(part.status in (Status.OPTIMAL, Status.INFEASIBLE) for part in parts)
     if best is None:
