@@ -420,10 +420,13 @@ class _BlockCounts:
             checks += 1
             return self._feasible(sets(tau, sync_cap))
 
+        if len(tau_values) == 0:
+            return checks
+        floor = _sync_floor(sets(int(tau_values[-1]), INF), exposed)
         sync_cap = INF
         while True:
-            useful = _count_true_prefix(len(tau_values),
-                                        lambda index: may_beat(rounds * int(tau_values[index])))
+            useful = _count_true_prefix(len(tau_values), lambda index: may_beat(
+                rounds * int(tau_values[index]) + floor))
             tau = _least_feasible(tau_values[:useful], lambda value, cap=sync_cap:
                                   feasible(value, cap))
             if tau is None:
@@ -520,6 +523,17 @@ def _assign(feasible_totals: np.ndarray, count: int) -> list[int] | None:
         totals.append(options[0])
         rest -= options[0]
     return totals[::-1]
+
+
+def _sync_floor(ok: np.ndarray, exposed: np.ndarray) -> int:
+    """A lower bound on σ of every split the walk may price: the largest, over the stages,
+    of the least exposed[s, N] among the totals N stage s can hold at all (``ok`` at the
+    largest τ and no sync cap, a superset of every later set; the totals' sum is ignored,
+    which only loosens the bound).  INF when some stage can hold no total."""
+    holdable = ok.any(axis=1)  # [s, N]
+    if not holdable.any(axis=1).all():
+        return INF
+    return int(np.where(holdable, exposed, INF).min(axis=1).max())
 
 
 def _least_feasible(values: np.ndarray, feasible) -> int | None:

@@ -74,7 +74,7 @@ from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fast
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable, range_sums
-from nest_cp.dp.suffix import SuffixMemory, pareto_walk
+from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
@@ -229,6 +229,8 @@ class _Search:
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
+        self._floors: dict[tuple[int, int], object] = {}  # (z, size) -> its SyncFloor
+        self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
         self.best = Best()
@@ -455,6 +457,12 @@ class _Search:
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
+        if shape.num_stages == 1:
+            self.stats.dp_passes += single_stage(
+                self.prices, shape, inner, geometries[0],
+                lambda objective: self.best.may_beat(objective, key),
+                lambda objective, stages: self._accept(shape, stages, objective, key, layout))
+            return
         if shape.virtual == 1:
             self.stats.dp_passes += pareto_walk(
                 self.prices, shape, inner, geometries,
@@ -573,8 +581,12 @@ class _Search:
             return 0
         table = shape.table
         heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // shape.num_chunks)
-        return min(2 * self.prices.gather_form(shape.dp, self.ids.id_of(path)).of(heaviest)
-                   for path in fastest_group_paths(self.network, shape.dp))
+        forms = self._gather_forms.get(shape.dp)
+        if forms is None:  # kept per d: one d serves many (table, S)
+            forms = self._gather_forms[shape.dp] = tuple(
+                self.prices.gather_form(shape.dp, self.ids.id_of(path))
+                for path in fastest_group_paths(self.network, shape.dp))
+        return min(2 * form.of(heaviest) for form in forms)
 
     def _sync_bound(self, shape: Shape) -> int:
         """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z): the layouts and
@@ -619,9 +631,13 @@ class _Search:
             size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
-            paths = fastest_group_paths(self.network, size)
-            floor = self.prices.sync_floor(shape.zero, size, paths)
+            floor = self._floors.get((shape.zero, size))
+            if floor is None:  # kept per (z, size): one size serves many (table, S)
+                floor = self.prices.sync_floor(shape.zero, size,
+                                               fastest_group_paths(self.network, size))
+                self._floors[shape.zero, size] = floor
             if any(in_full):
+                paths = fastest_group_paths(self.network, size)
                 heaviest = -(-params // num_stages)
                 heaviest_bound = max(heaviest_bound, min(
                     sum(form.of(heaviest) for form, full in zip(self.prices.sync_forms(

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nest_cp.dp.compose import RangePrices, Shape
+from nest_cp.dp.compose import RangePrices, RangeSet, Shape
 from nest_cp.dp.geometry import StageGeometry
 from nest_cp.dp.kernel import INF, backtrack, fill_table, windows
 from nest_cp.model.instance import RecomputeMode
@@ -137,3 +137,31 @@ def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,
         if sigma == 0:
             return passes
         sync_cap = sigma - 1
+
+
+def single_stage(prices: RangePrices, shape: Shape, memory: SuffixMemory,
+                 geometry: StageGeometry, may_beat: Callable[[int], bool],
+                 offer: Callable[[int, tuple[Stage, ...]], None]) -> int:
+    """:func:`pareto_walk` for S = 1, where the only split puts every layer on the one stage:
+    its τ and exposed sync are read at that one range instead of over whole matrices.
+
+    The walk's front has then one point, (τ_eff(0, L − 1), exposed(0, L − 1)), with τ_eff
+    the first mode that fits (none, selective, full); the same objective and mode are
+    offered here.  Returns the number of ranges priced (1, or 0 when no mode fits).
+    """
+    table = shape.table
+    last = table.num_layers - 1
+    mode = next((mode for mode, fits in memory.fits.items() if fits[0, 0, last]), None)
+    if mode is None:
+        return 0
+    whole = RangeSet(("whole",), np.array([0]), np.array([last]))
+    tau = int(prices.chunk_time(table, geometry, mode, shape.gather_dp, at=whole)[0])
+    if not may_beat(shape.rounds * tau):
+        return 1
+    totals = [np.array([matrix[0, last]]) for matrix in (
+        table.dense_range, table.expert_range, table.bwd_range, table.fwd_range)]
+    sigma = int(prices.exposed(table, geometry, shape.dp, shape.zero, *totals)[0])
+    objective = shape.rounds * tau + sigma
+    if may_beat(objective):
+        offer(objective, (Stage(0, last, mode),))
+    return 1

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest_cp.dp import geometry, interleaved, planner
+from nest_cp.dp import geometry, interleaved, planner, suffix
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
 from nest_cp.dp.kernel import INF, backtrack, fill_table
 from nest_cp.dp.planner import solve as dp_solve
@@ -482,6 +482,7 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
     monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
     monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
     monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
+    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
         (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
     exhaustive = dp_solve(instance, OPTIONS)
@@ -490,3 +491,37 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
                                                        exhaustive.objective_ticks)
     assert pruned.plan == exhaustive.plan
     check_result(instance, pruned)
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_single_stage_equals_the_walk(seed, monkeypatch):
+    """On every S = 1 layout the DP searches, reading the one range
+    (:func:`nest_cp.dp.suffix.single_stage`) offers what the Pareto walk over whole
+    matrices offers, and the DP's optimum is the walk's."""
+    instance = medium_instance(seed)
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, hbm_bytes=instance.cluster.hbm_bytes * 4))  # S = 1 fits
+    fast = dp_solve(instance, OPTIONS)
+    compared = []
+
+    def both(prices, shape, memory, geometry, may_beat, offer):
+        offers = {}
+        for name, search in (("walk", lambda record: suffix.pareto_walk(
+                prices, shape, memory, [geometry], may_beat, record)),
+                             ("read", lambda record: suffix.single_stage(
+                prices, shape, memory, geometry, may_beat, record))):
+            offers[name] = []
+            search(lambda objective, stages, name=name: offers[name].append(
+                (objective, stages)))
+        assert offers["walk"] == offers["read"]
+        compared.append(offers["read"])
+        for objective, stages in offers["read"]:
+            offer(objective, stages)
+        return 1
+
+    monkeypatch.setattr(planner, "single_stage", both)
+    walked = dp_solve(instance, OPTIONS)
+    assert any(compared)  # some S = 1 plan was offered
+    assert (fast.status, fast.objective_ticks, fast.plan) == (
+        walked.status, walked.objective_ticks, walked.plan)
+    check_result(instance, fast)
