@@ -1,5 +1,5 @@
-"""What the v2 choices (DESIGN §3.2) buy on the NEST grid: instances/paper against
-instances/paper-v2, from their stored DP snapshots.
+"""What the v2 choices (docs/cost-model.md §3: interleaving, recompute modes, overlap) buy
+on the NEST grid: instances/paper against instances/paper-v2, from their stored DP snapshots.
 
 Usage (from the repository root)::
 
@@ -148,7 +148,8 @@ Written by `.venv/bin/python reports/paper_v2/generate.py`; regenerate, do not e
 
 `instances/paper` is the NEST evaluation grid with NEST's choices: plain 1F1B, recompute
 none or full per stage, gradient reduction after the backward. `instances/paper-v2` is the
-same fifty instances with the choices of DESIGN.md §3.2 open (`instances/paper-v2/README.md`):
+same fifty instances with the choices of `docs/cost-model.md` §3 open
+(`instances/paper-v2/README.md`):
 interleaved 1F1B with v ∈ {1, 2, 4} virtual stages, recompute none / selective / full per
 stage, and overlapped gradient reduction. Every other input is the same, so the v2 space
 contains the v1 space except for the overlap, which only lowers T; T_v2 ≤ T_v1 everywhere.
