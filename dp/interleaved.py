@@ -431,15 +431,23 @@ class _BlockCounts:
                                   feasible(value, cap))
             if tau is None:
                 return checks
-            sigma = _least_feasible(sync_values[sync_values <= sync_cap],
-                                    lambda value, tau=tau: feasible(tau, value))
+            # Every later point has τ' >= τ, so only σ with rounds·τ + σ able to win matter.
+            capped = sync_values[sync_values <= sync_cap]
+            affordable = capped[:_count_true_prefix(
+                len(capped), lambda index, tau=tau, capped=capped: may_beat(
+                    rounds * tau + int(capped[index])))]
+            if len(affordable) == 0:
+                return checks
+            sigma = _least_feasible(affordable, lambda value, tau=tau: feasible(tau, value))
+            if sigma is None:  # σ(τ) exceeds them all: later points lie under the largest
+                sync_cap = int(affordable[-1])
+                continue
             objective = rounds * tau + sigma
-            if may_beat(objective):
-                stages, actual = self._plan(variant, sets(tau, sigma), times, exposed, tau)
-                if actual != objective:
-                    raise RuntimeError(f"dp: interleaved plan prices {actual} ticks, "
-                                       f"its Pareto point {objective} (a bug)")
-                offer(objective, stages)
+            stages, actual = self._plan(variant, sets(tau, sigma), times, exposed, tau)
+            if actual != objective:
+                raise RuntimeError(f"dp: interleaved plan prices {actual} ticks, "
+                                   f"its Pareto point {objective} (a bug)")
+            offer(objective, stages)
             if sigma == 0:
                 return checks
             sync_cap = sigma - 1
