@@ -580,7 +580,9 @@ class _Search:
         if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
-        heaviest = -(-int(table.params_range[0, table.num_layers - 1]) // shape.num_chunks)
+        if "params" not in table.cache:
+            table.cache["params"] = int(table.params_range[0, table.num_layers - 1])
+        heaviest = -(-table.cache["params"] // shape.num_chunks)
         forms = self._gather_forms.get(shape.dp)
         if forms is None:  # kept per d: one d serves many (table, S)
             forms = self._gather_forms[shape.dp] = tuple(
@@ -624,10 +626,14 @@ class _Search:
             return 0
         training = self.instance.training
         table, num_stages = shape.table, shape.num_stages
-        last = table.num_layers - 1
+        if "sync totals" not in table.cache:  # Python ints, read on every outer choice
+            last = table.num_layers - 1
+            table.cache["sync totals"] = (parameter_kinds(table), int(table.bwd_range[0, last]),
+                                          int(table.fwd_range[0, last]))
+        kinds, backward, forward = table.cache["sync totals"]
         in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
         heaviest_bound, total, denominator = 0, 0, 1  # total / denominator: Σ_s (RS_s + AG_s)
-        for params, every_layer, per_replica in parameter_kinds(table):
+        for params, every_layer, per_replica in kinds:
             size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
@@ -650,9 +656,9 @@ class _Search:
                 floor.slope_rate * params + holders * floor.offset_rate) \
                 * (common // floor.denominator)
             denominator = common
-        hidden = (int(table.bwd_range[0, last]) if training.overlap_grad_reduce else 0) \
-            + (int(table.fwd_range[0, last]) if training.overlap_param_gather
-               and cost.gathers_weights(shape.zero) else 0)
+        hidden = (backward if training.overlap_grad_reduce else 0) \
+            + (forward if training.overlap_param_gather and cost.gathers_weights(shape.zero)
+               else 0)
         return max(heaviest_bound, -((hidden * denominator - total)
                                      // (denominator * num_stages)))
 
