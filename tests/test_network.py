@@ -94,3 +94,49 @@ def test_ticks_round_up_once():
     """A collective of 1 byte still costs a whole tick (rounded up, never down)."""
     path = NetPath(Fraction(10**12), Fraction(0))
     assert collective_ticks(CollectiveKind.ALL_GATHER, 1, 2, path, 1e-9) == 1
+
+
+def _group_paths_one_by_one(network, replicas, config):
+    """GroupPaths.of_replicas as its definition reads: every group's path from its devices,
+    local when every TP group lies inside one tier-0 domain."""
+    from nest_cp.cost.terms import GroupPaths
+    from nest_cp.model.plan import expert_groups, tensor_groups
+
+    def path(devices, group):
+        return None if len(group) == 1 else network.group_path([devices[j] for j in group])
+
+    return [GroupPaths(
+        tp=tuple(path(devices, group) for group in tensor_groups(config)),
+        ep=tuple(path(devices, group) for group in expert_groups(config)),
+        tp_local=network.is_hierarchical and all(
+            len(group) == 1 or network.tier_of([devices[j] for j in group]) == 0
+            for group in tensor_groups(config)))
+        for devices in replicas]
+
+
+def test_group_paths_of_many_replicas_equal_one_by_one():
+    """The replicas whose TP groups all lie inside one tier-0 domain share one record
+    (found over all replicas at once); each record equals the one built group by group,
+    on random placements with groups inside and across domains and repeated devices."""
+    import random
+
+    from nest_cp.cost.terms import GroupPaths
+    from nest_cp.model.instance import Cluster, HierarchicalNetwork, IntraConfig, Tier
+
+    rng = random.Random(7)
+    for _ in range(60):
+        sizes = (rng.choice([2, 4, 8]), rng.choice([2, 3]), 4)
+        network = NetworkModel(Cluster(sizes[0] * sizes[1] * sizes[2], 10**9, HierarchicalNetwork(
+            tuple(Tier(f"t{i}", size, 1e11 / 4**i, 1e-6) for i, size in enumerate(sizes)))))
+        config = IntraConfig(rng.choice([1, 2, 4]), rng.choice([1, 1, 2]))
+        devices = network.cluster.num_devices
+        replicas = []
+        for _ in range(rng.randint(1, 12)):
+            start = rng.randrange(devices - config.devices + 1)
+            draw = rng.random()
+            ranks = list(range(start, start + config.devices)) if draw < 0.5 else \
+                [start] * config.devices if draw < 0.6 else \
+                [rng.randrange(devices) for _ in range(config.devices)]
+            replicas.append(ranks)
+        assert GroupPaths.of_replicas(network, replicas, config) == \
+            _group_paths_one_by_one(network, replicas, config)

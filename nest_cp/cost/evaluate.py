@@ -669,8 +669,8 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     for chunk in range(plan.num_chunks - 1):
         ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
         if ends not in paths:
-            paths[ends] = _distinct([frozenset(terms.network.pair_path(a, b)
-                                               for a, b in zip(one, other, strict=True))
+            pair_path = terms.network.pair_path  # ranks match one to one (placement checked)
+            paths[ends] = _distinct([frozenset(map(pair_path, one, other))
                                      for one, other in zip(plan.placement[ends[0]],
                                                            plan.placement[ends[1]],
                                                            strict=True)])

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
@@ -106,19 +108,38 @@ class GroupPaths:
     def of_replicas(cls, network: NetworkModel, replicas: Sequence[Sequence[int]],
                     config: IntraConfig) -> list[GroupPaths]:
         """:meth:`of_replica` of each replica of a stage (``replicas[r][j]``: rank j's device)."""
-        def path(devices: Sequence[int], group: tuple[int, ...]) -> Path | None:
-            return None if len(group) == 1 else network.group_path([devices[j] for j in group])
+        hierarchical = network.is_hierarchical
+        inner = network.tier_path(0) if hierarchical else None
+
+        def path(devices: Sequence[int], group: tuple[int, ...]) -> tuple[Path | None, bool]:
+            """The group's path, and whether it lies inside one tier-0 domain (there its
+            path is tier 0's whatever its channels, so they are not counted)."""
+            if len(group) == 1:
+                return None, True
+            members = [devices[j] for j in group]
+            if hierarchical and network.tier_of_pairs(min(members), max(members)) == 0:
+                distinct = len(set(members)) == len(members)
+                return inner if distinct else network.group_path(members), True
+            return network.group_path(members), False
 
         tp, ep = tensor_groups(config), expert_groups(config)
-
-        def local(devices: Sequence[int]) -> bool:
-            return network.is_hierarchical and all(
-                len(group) == 1 or network.tier_of([devices[j] for j in group]) == 0
-                for group in tp)
-
-        return [cls(tp=tuple(path(devices, group) for group in tp),
-                    ep=tuple(path(devices, group) for group in ep), tp_local=local(devices))
-                for devices in replicas]
+        lone_ep = tuple(None for _ in ep) if all(len(group) == 1 for group in ep) else None
+        inside = _inside_tier0(network, replicas, tp) if lone_ep is not None else None
+        shared = None  # the one record of every replica whose TP groups lie inside tier 0
+        groups = []
+        for index, devices in enumerate(replicas):
+            if inside is not None and inside[index]:
+                if shared is None:
+                    shared = cls(tp=tuple(None if len(group) == 1 else inner for group in tp),
+                                 ep=lone_ep, tp_local=True)
+                groups.append(shared)
+                continue
+            tp_paths = [path(devices, group) for group in tp]
+            groups.append(cls(tp=tuple(found for found, _ in tp_paths),
+                              ep=lone_ep if lone_ep is not None else tuple(
+                                  path(devices, group)[0] for group in ep),
+                              tp_local=hierarchical and all(inside for _, inside in tp_paths)))
+        return groups
 
     @classmethod
     def replica_span(cls, path: Path | None) -> GroupPaths:
@@ -321,3 +342,20 @@ def utilisation(flops: Fraction, total_ticks: int, tick_s: float, devices: int,
     if total_ticks == 0:
         return None
     return float(flops / (total_ticks * exact(tick_s) * devices * exact(peak_flops_per_s)))
+
+
+def _inside_tier0(network: NetworkModel, replicas: Sequence[Sequence[int]],
+                  tp: Sequence[tuple[int, ...]]) -> np.ndarray | None:
+    """Per replica, whether each of its TP groups has distinct devices inside one tier-0
+    domain (then its path is tier 0's, docs/cost-model.md §5 a, and §5 e may hide it),
+    computed over all replicas at once; None on a graph network or without replicas."""
+    if not network.is_hierarchical or not replicas:
+        return None
+    devices = np.asarray(replicas, dtype=np.int64).reshape(len(replicas), -1)
+    inside = np.ones(len(replicas), dtype=bool)
+    for group in tp:
+        if len(group) > 1:
+            members = np.sort(devices[:, list(group)], axis=1)
+            inside &= (network.tier_of_pairs(members[:, 0], members[:, -1]) == 0) \
+                & (np.diff(members, axis=1) != 0).all(axis=1)
+    return inside

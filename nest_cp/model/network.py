@@ -15,6 +15,7 @@ links between two nodes: each is a path of its own.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -156,11 +157,8 @@ class NetworkModel:
 
     def channels_of(self, devices: Sequence[int]) -> int:
         """k: the fewest members ``devices`` (distinct) have in any tier-0 domain they touch."""
-        counts: dict[int, int] = {}
         size = self._domains[0]
-        for device in devices:
-            counts[device // size] = counts.get(device // size, 0) + 1
-        return min(counts.values())
+        return min(Counter(device // size for device in devices).values())
 
     @property
     def num_tiers(self) -> int:
@@ -181,11 +179,14 @@ class NetworkModel:
         """Bottleneck of a group (None for a single device, which never communicates)."""
         if len(devices) <= 1:
             return None
+        if self.is_hierarchical:
+            distinct = set(devices)
+            if len(distinct) <= 1:
+                return None
+            return self.channel_path(self.tier_of(distinct), self.channels_of(distinct))
         devices = sorted(set(devices))
         if len(devices) <= 1:
             return None
-        if self.is_hierarchical:
-            return self.channel_path(self.tier_of(devices), self.channels_of(devices))
         bandwidth, latency = None, Fraction(0)
         for index, a in enumerate(devices):
             for b in devices[index + 1:]:
