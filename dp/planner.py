@@ -64,6 +64,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,13 +122,23 @@ class _Outers:
 
 @dataclass
 class Best:
-    """Incumbent plan, objective and key, and the least memory excess seen (for the reason)."""
+    """Incumbent plan, objective and key, and the least memory excess seen (for the reason).
+
+    The plan is kept as a builder until asked for: its placement lists every device (10^5
+    of them), and most incumbents are beaten before the search ends."""
 
     objective: int | None = None
     key: tuple[int, ...] = ()
-    plan: Plan | None = None
     excess_bytes: int | None = None
     excess_where: str = ""
+    build: Callable[[], Plan] | None = None
+    _plan: Plan | None = None
+
+    @property
+    def plan(self) -> Plan | None:
+        if self.build is not None:
+            self._plan, self.build = self.build(), None
+        return self._plan
 
     def may_beat(self, lower_bound: int, key: tuple[int, ...]) -> bool:
         """Whether a plan with this bound and key could still win under the tie rule."""
@@ -480,11 +491,14 @@ class _Search:
         if not self.best.may_beat(objective, key):
             return
         table = shape.table
-        placement = layout.placement(table.config, shape.num_stages, shape.dp,
-                                     self.device_order)  # indexed as an array
-        self.best.objective, self.best.key = objective, key
-        self.best.plan = Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
-                              placement, shape.virtual)
+
+        def build() -> Plan:
+            placement = layout.placement(table.config, shape.num_stages, shape.dp,
+                                         self.device_order)  # indexed as an array
+            return Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
+                        placement, shape.virtual)
+
+        self.best.objective, self.best.key, self.best.build = objective, key, build
         logger.debug("incumbent %d ticks at key %s", objective, key)
 
     # ------------------------------------------------------------ memory
