@@ -47,7 +47,11 @@ exact by the same argument.  A feasible (τ_j, σ_j) is turned into a plan by
 choosing the N_s (greedy over intervals, or backtracking the subset-sum table), the
 first feasible mode of each stage and a balanced deal within the bounds; its chunk
 times are <= τ_j and its exposed syncs <= σ_j, so (by minimality) its objective is
-exactly the candidate — which is checked.
+exactly the candidate — which is checked.  Points that cannot beat the incumbent are
+skipped without their passes: τ values with R·τ + σ_min unable to win (σ_min, the
+largest over the stages of the least exposed sync any total of theirs has, bounds every
+σ_j), and, at τ_j, the Y values with R·τ_j + Y unable to win (every later point has a
+larger τ); when none of those is feasible, Y_{j+1} is the largest of them.
 
 **Split enumeration** (any other workload, when C(L − 1, K − 1) is at most
 ``MAX_SPLITS``; :mod:`nest_cp.dp.enumeration`): every split into K chunks is priced.
