@@ -1,4 +1,5 @@
-"""Test helper: the objective an exact model gives a plan pinned into it."""
+"""Test helpers: the objective an exact model gives a plan pinned into it, random placements
+and SDP plans, and the DP's SDP pricing checked against the evaluator."""
 
 from __future__ import annotations
 
@@ -52,3 +53,24 @@ def sdp_plan_on_devices(rng, instance, config, microbatch, workers, mask, device
                 (Stage(0, instance.workload.num_layers - 1,
                        rng.choice(instance.training.recompute_modes)),),
                 placement, strategy=Strategy.SDP, sdp=mask)
+
+
+def sdp_prices_match(rng, instance, draws: int, random_plan) -> list:
+    """Draw ``draws`` plans with ``random_plan(rng, instance)`` (None: skipped) and check that
+    the DP's SDP pricing gives each the evaluator's objective and memory; the (plan,
+    evaluation) pairs checked."""
+    from nest_cp import evaluate
+    from nest_cp.dp.sdp import price_plan
+
+    checked = []
+    for _ in range(draws):
+        plan = random_plan(rng, instance)
+        if plan is None:
+            continue
+        expected = evaluate(instance, plan)
+        assert not expected.malformed_fields, expected.violations
+        assert price_plan(instance, plan) == (expected.objective_ticks,
+                                              expected.sdp.memory_bytes)
+        checked.append((plan, expected))
+    return checked
+

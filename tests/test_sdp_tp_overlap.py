@@ -13,7 +13,7 @@ import dataclasses
 import random
 
 import pytest
-from pinning import sdp_plan_on_devices
+from pinning import sdp_plan_on_devices, sdp_prices_match
 
 from nest_cp import evaluate, instance_from_dict
 from nest_cp.cost.sdp import SdpDesign, design_mask, unit_table
@@ -144,14 +144,7 @@ def test_vectorised_pricing_equals_the_evaluator_with_overlap():
             maskings=BOTH_MASKINGS, configs=configs, zero_stages=(0, 1, 2),
             recompute_modes=tuple(RecomputeMode), overlap_grad_reduce=rng.random() < 0.5,
             comm_scale=rng.choice([10, 30, 100]), holders=tuple(range(1, 9))))
-        for _ in range(6):
-            plan = _random_plan(rng, instance)
-            if plan is None:
-                continue
-            expected = evaluate(instance, plan)
-            assert not expected.malformed_fields, expected.violations
-            assert price_plan(instance, plan) == (expected.objective_ticks,
-                                                  expected.sdp.memory_bytes)
+        for plan, expected in sdp_prices_match(rng, instance, 6, _random_plan):
             compared += 1
             lowered += expected.objective_ticks < evaluate(
                 _with_overlap(instance, False), plan).objective_ticks
