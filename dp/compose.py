@@ -372,6 +372,16 @@ def parameter_kinds(table: LayerTable) -> tuple[tuple[int, bool, int], ...]:
     return table.cache["kinds"]
 
 
+def whole_totals(table: LayerTable) -> tuple[int, int, int]:
+    """The parameters, forward ticks and backward ticks of all the layers, as Python ints
+    kept in the table's cache (the planner's bounds read them on every outer choice)."""
+    if "whole" not in table.cache:
+        last = table.num_layers - 1
+        table.cache["whole"] = (int(table.params_range[0, last]),
+                                int(table.fwd_range[0, last]), int(table.bwd_range[0, last]))
+    return table.cache["whole"]
+
+
 class SyncFloor(NamedTuple):
     """A stage sync over g ranks on any of a few paths, summed over its phases (gradient
     phase, then the weight gather if any): the least over the paths of slope / denominator

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.dp.compose import RangePrices, Shape, parameter_kinds
+from nest_cp.dp.compose import RangePrices, Shape, SyncFloor, parameter_kinds, whole_totals
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fastest_group_paths
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
@@ -240,7 +240,7 @@ class _Search:
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
-        self._floors: dict[tuple[int, int], object] = {}  # (z, size) -> its SyncFloor
+        self._floors: dict[tuple[int, int], SyncFloor] = {}  # (z, size) -> fastest paths'
         self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
@@ -594,9 +594,7 @@ class _Search:
         if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
-        if "params" not in table.cache:
-            table.cache["params"] = int(table.params_range[0, table.num_layers - 1])
-        heaviest = -(-table.cache["params"] // shape.num_chunks)
+        heaviest = -(-whole_totals(table)[0] // shape.num_chunks)
         forms = self._gather_forms.get(shape.dp)
         if forms is None:  # kept per d: one d serves many (table, S)
             forms = self._gather_forms[shape.dp] = tuple(
@@ -640,14 +638,10 @@ class _Search:
             return 0
         training = self.instance.training
         table, num_stages = shape.table, shape.num_stages
-        if "sync totals" not in table.cache:  # Python ints, read on every outer choice
-            last = table.num_layers - 1
-            table.cache["sync totals"] = (parameter_kinds(table), int(table.bwd_range[0, last]),
-                                          int(table.fwd_range[0, last]))
-        kinds, backward, forward = table.cache["sync totals"]
+        _, forward, backward = whole_totals(table)
         in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
         heaviest_bound, total, denominator = 0, 0, 1  # total / denominator: Σ_s (RS_s + AG_s)
-        for params, every_layer, per_replica in kinds:
+        for params, every_layer, per_replica in parameter_kinds(table):
             size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
