@@ -112,15 +112,11 @@ class GroupPaths:
         inner = network.tier_path(0) if hierarchical else None
 
         def path(devices: Sequence[int], group: tuple[int, ...]) -> tuple[Path | None, bool]:
-            """The group's path, and whether it lies inside one tier-0 domain (there its
-            path is tier 0's whatever its channels, so they are not counted)."""
+            """The group's path, and whether it lies inside one tier-0 domain."""
             if len(group) == 1:
                 return None, True
             members = [devices[j] for j in group]
-            if hierarchical and network.tier_of_pairs(min(members), max(members)) == 0:
-                distinct = len(set(members)) == len(members)
-                return inner if distinct else network.group_path(members), True
-            return network.group_path(members), False
+            return network.group_path(members), hierarchical and network.tier_of(members) == 0
 
         tp, ep = tensor_groups(config), expert_groups(config)
         lone_ep = tuple(None for _ in ep) if all(len(group) == 1 for group in ep) else None
