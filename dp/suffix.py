@@ -82,10 +82,10 @@ class SuffixMemory:
             effective = np.where(self.fits[mode], times[mode], effective)
         return effective
 
-    def mode(self, stage: int, first_offset: int, last_offset: int) -> RecomputeMode:
-        """The mode τ_eff took at one entry: the first that fits."""
+    def mode(self, stage: int, first_offset: int, last_offset: int) -> RecomputeMode | None:
+        """The mode τ_eff took at one entry: the first that fits (None: none fits)."""
         index = (stage, first_offset, last_offset)
-        return next(mode for mode, fits in self.fits.items() if fits[index])
+        return next((mode for mode, fits in self.fits.items() if fits[index]), None)
 
 
 def per_stage(geometries: list[StageGeometry], matrix_of) -> np.ndarray:
@@ -151,7 +151,7 @@ def single_stage(prices: RangePrices, shape: Shape, memory: SuffixMemory,
     """
     table = shape.table
     last = table.num_layers - 1
-    mode = next((mode for mode, fits in memory.fits.items() if fits[0, 0, last]), None)
+    mode = memory.mode(0, 0, last)
     if mode is None:
         return 0
     whole = RangeSet(("whole",), np.array([0]), np.array([last]))
