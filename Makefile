@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 lint: $(STAMP)
-	$(BIN)/ruff check nest_cp dp verify tests benchmarks
+	$(BIN)/ruff check nest_cp dp verify tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .nest-cp-cache

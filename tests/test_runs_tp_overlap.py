@@ -14,6 +14,7 @@ from nest_cp.profiles.hfconfig import spec_from_description
 from nest_cp.profiles.presets import DEVICES, MEGATRON_ADAM
 
 REPORT = Path(__file__).parent.parent / "reports" / "fidelity"
+SCRIPT = Path(__file__).parent.parent / "scripts" / "reports" / "fidelity.py"
 DEVICE = DEVICES["h100-sxm-uncalibrated"]
 MODEL = spec_from_description({
     "name": "gpt-small", "hidden": 2048, "ffn_hidden": 8192, "num_layers": 2, "num_heads": 16,
@@ -48,8 +49,9 @@ def test_flag_reaches_training_setup_and_hides_tp_collectives():
 
 def test_fidelity_rows_overlap_tp_exactly_where_their_source_states_it(monkeypatch):
     """inputs.json sets tp_comm_overlap on a row iff its source states --tp-comm-overlap
-    (the Megatron-Core rows, not Llama 3's), and generate.py reads it, absent = not set."""
-    spec = importlib.util.spec_from_file_location("fidelity_generate", REPORT / "generate.py")
+    (the Megatron-Core rows, not Llama 3's), and scripts/reports/fidelity.py reads it,
+    absent = not set."""
+    spec = importlib.util.spec_from_file_location("fidelity_generate", SCRIPT)
     generate = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, generate)  # its dataclasses look it up
     spec.loader.exec_module(generate)

@@ -179,12 +179,12 @@ def test_timings_keep_every_run_and_the_family_medians():
 
 
 def test_side_by_side_defaults_to_a_file_inside_the_repository():
-    """reports/paper/side_by_side.py reads NEST's published numbers from a file committed
-    beside it (not an absolute path outside the repository) and reproduces the committed
+    """scripts/reports/paper_side_by_side.py reads NEST's published numbers from a file committed
+    in reports/paper/ (not an absolute path outside the repository) and reproduces the committed
     side_by_side.md from it."""
     import importlib.util
 
-    script = ROOT / "reports" / "paper" / "side_by_side.py"
+    script = ROOT / "scripts" / "reports" / "paper_side_by_side.py"
     spec = importlib.util.spec_from_file_location("side_by_side", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -735,7 +735,7 @@ certifies nothing and only tells `nest-cp verify` whether the DP's answer change
 
 What the v2 choices buy over `instances/paper` per instance (T with and without them, the
 DP plan's v and recompute modes) is tabulated in `reports/paper_v2/README.md`, written by
-`.venv/bin/python reports/paper_v2/generate.py`.
+`.venv/bin/python scripts/reports/paper_v2.py`.
 """
 
 

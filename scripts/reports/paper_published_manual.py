@@ -2,7 +2,7 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python reports/paper/published_manual.py
+    .venv/bin/python scripts/reports/paper_published_manual.py
 
 Solves the five TPUv4 fat-tree instances at 128 devices with ``fixed`` at
 NEST's published (p, d, t[, e]), with our ``manual`` rules and with the DP,
@@ -19,8 +19,9 @@ from nest_cp.harness.compare import MISSING
 from nest_cp.io.readers import load_instance
 from nest_cp.solvers.registry import SolveOptions, solve
 
-HERE = Path(__file__).parent
-INSTANCES = HERE.parent.parent / "instances" / "paper"
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "reports" / "paper"  # output
+INSTANCES = ROOT / "instances" / "paper"
 # DESIGN §6: NEST's manual plans (p, d, t) at 128 devices; Mixtral runs with EP 4
 PUBLISHED = {"bert-large": (8, 16, 1), "gpt3-175b": (32, 1, 4), "llama2-7b": (8, 16, 1),
              "llama3-70b": (80, 1, 1), "mixtral-8x7b": (32, 1, 1, 4)}

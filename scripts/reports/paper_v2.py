@@ -3,7 +3,7 @@ on the NEST grid: instances/paper against instances/paper-v2, from their stored 
 
 Usage (from the repository root)::
 
-    .venv/bin/python reports/paper_v2/generate.py
+    .venv/bin/python scripts/reports/paper_v2.py
 
 Reads, per grid point, ``instances/paper/<name>.ref.json`` and
 ``instances/paper-v2/<name>.ref.json`` (the DP's structured optimum in ticks, written by
@@ -25,8 +25,8 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "reports" / "paper_v2"  # outputs
 V1_DIR, V2_DIR = ROOT / "instances" / "paper", ROOT / "instances" / "paper-v2"
 MODES = ("none", "selective", "full")
 SHORT = {"none": "none", "selective": "sel", "full": "full"}
@@ -144,7 +144,7 @@ def summary(found: list[dict]) -> list[list[str]]:
 
 README_HEAD = """# What the v2 choices buy on the NEST grid
 
-Written by `.venv/bin/python reports/paper_v2/generate.py`; regenerate, do not edit.
+Written by `.venv/bin/python scripts/reports/paper_v2.py`; regenerate, do not edit.
 
 `instances/paper` is the NEST evaluation grid with NEST's choices: plain 1F1B, recompute
 none or full per stage, gradient reduction after the backward. `instances/paper-v2` is the

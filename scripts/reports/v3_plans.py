@@ -2,7 +2,8 @@
 
 Run once with this commit's package and once with the last commit before cost model v3
 (884457b) importable as ``nest_cp`` (its nest_cp/ with dp/ and verify/ copied inside, on
-PYTHONPATH); ``table.py`` puts the two side by side (reports/v3_plans/README.md)."""
+PYTHONPATH); ``scripts/reports/v3_plans_table.py`` puts the two side by side
+(reports/v3_plans/README.md)."""
 import json
 import sys
 import time
