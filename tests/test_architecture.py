@@ -12,7 +12,7 @@ import nest_cp
 
 ROOT = Path(__file__).parent.parent
 
-# Floors from the bottom up (STYLE.md "Layers", README "Layout"): each folder of nest_cp/ is
+# Floors from the bottom up (STYLE.md "Layers", docs/architecture.md): each folder of nest_cp/ is
 # one floor, and a module may import its own floor and below.  The structured DP (dp/, installed
 # as nest_cp.dp) is a solver; the certification harness (verify/, nest_cp.verify) a harness;
 # verify's command definitions sit with the command line.

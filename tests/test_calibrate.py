@@ -126,8 +126,8 @@ def test_spearman_of_a_constant_is_undefined():
 
 
 def test_example_file_in_tests_data_reads():
-    """tests/data/calibration_example.csv (the README's example) parses with the defaults of
-    the calibration set's setting."""
+    """tests/data/calibration_example.csv (docs/calibration.md's example) parses with the defaults
+    of the calibration set's setting."""
     rows = cal.read_measurements(DATA / "calibration_example.csv")
     assert rows and all(m.run.recompute.value == "full" for m in rows)
     assert rows[0].shape == "1024x24" and rows[0].group == ("1024x24", 2, 16)

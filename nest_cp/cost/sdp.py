@@ -35,7 +35,7 @@ neuron level: U width slices, each carrying f/U of the layer's *width* quantitie
 full recomputation).  Layers without units are shared whole.  Every time share is
 rounded up to ticks once, every parameter and byte share up to whole units once.
 
-*Modelling choices where DESIGN §7 is silent* (documented in the README): C_full is
+*Modelling choices where DESIGN §7 is silent* (docs/cost-model.md §6): C_full is
 Σ (fwd + bwd) over every share of every layer, so a worker holding every unit has
 C_w = C_full and coverage 1 gives T_eff = T; the broadcast of backward masking sends
 a unit's dense and expert weights of rank j to rank j of every worker; a worker's

@@ -7,7 +7,7 @@ the sustained fraction of each kernel efficiency (GEMM, flash attention forward 
 memory-bound kernels) and a fixed time per kernel launched inside a step
 (:data:`nest_cp.profiles.kernels.CALIBRATED_FIELDS`).
 
-**Input** (README "Calibration"): a CSV with the calibration set's columns, one measured run
+**Input** (docs/calibration.md): a CSV with the calibration set's columns, one measured run
 per row (the header is case-sensitive; a UTF-8 byte-order mark is allowed)::
 
     # GPUs, global batch, micro batch, hidden size, attention heads, # layers,

@@ -310,7 +310,7 @@ def fits_table(memory: list[dict], coverages: list[str]) -> list[str]:
 
 
 def summary(memory: list[dict], steps: list[dict], coverages: list[str]) -> dict:
-    """Headline numbers quoted by the README."""
+    """Headline numbers quoted by docs/sdp.md."""
     savings = {c: [1 - row[f"sdp_block_forward_{c}"] / row["ddp"] for row in memory
                    if row["recompute"] == "none" and row[f"sdp_block_forward_{c}"]]
                for c in coverages}
