@@ -291,7 +291,8 @@ def _markdown(report: dict) -> str:
         "",
         "## DP / manual throughput",
         "",
-        "Manual: DESIGN §6's (p, d, t[, e]) at 128 devices with d scaled by N/128 (uniform split, "
+        "Manual: the NEST artifact's manual (p, d, t[, e]) at 128 devices with d scaled by "
+        "N/128 (uniform split, "
         "recompute where needed, Megatron layout, ZeRO 0); n/a when d·N/128 is not a whole "
         "number >= 1 or the plan does not fit. Ratio = T_manual / T_dp (= throughput DP / manual).",
         "",
