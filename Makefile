@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test verify soak bench lint clean
+.PHONY: test test-slow verify soak bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,8 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,ray]'
 	touch $(STAMP)
 
+# The fast tier, on every core (pytest-xdist): a few minutes on two cores. tests/tiers.py says
+# what waits for the slow tier: further seeds of the long cross-checks, the 200-seed soak sample.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto -m "not slow"
+
+# The slow tier, which CI runs after the fast one (.ci/run)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n auto -m slow
 
 verify: $(STAMP)
 	$(BIN)/nest-cp verify --out reports

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from pinning import pinned_cpsat, random_placement
+from tiers import SLOW, slow_unless
 
 from nest_cp import instance_from_dict
 from nest_cp.cost import terms as cost
@@ -321,7 +322,7 @@ CASES = [(Space.FULL, kind, seed) for kind in sorted(FULL_KINDS) for seed in SEE
     [(Space.STRUCTURED, kind, seed) for kind in sorted(STRUCTURED_KINDS) for seed in SEEDS]
 
 
-@pytest.mark.parametrize("space,kind,seed", CASES)
+@pytest.mark.parametrize("space,kind,seed", slow_unless(CASES, lambda case: case[2] == 0))
 def test_cpsat_milp_brute_agree_with_overlap(space, kind, seed):
     """With tp_comm_overlap, CP-SAT and the MILP find brute force's optimum."""
     optima = _optima(space, kind, seed)
@@ -329,6 +330,7 @@ def test_cpsat_milp_brute_agree_with_overlap(space, kind, seed):
     assert optima.milp == optima.brute
 
 
+@SLOW
 @pytest.mark.parametrize("space", [Space.FULL, Space.STRUCTURED])
 def test_the_seeds_exercise_the_rule(space):
     """Among the seeds of a space, the overlap lowers some optima, and some optima with

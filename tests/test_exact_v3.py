@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from pinning import pinned_cpsat
+from tiers import first_fast
 
 from nest_cp import load_instance
 from nest_cp.cost.evaluate import evaluate
@@ -133,7 +134,7 @@ def test_light_worked_example_optimum_equals_brute_force(space, overlap_grad, ov
 
 
 @pytest.mark.parametrize(("overlap_grad", "overlap_param"), FLAGS)
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", first_fast([0, 1]))
 def test_full_space_random_optimum_equals_brute_force(seed, overlap_grad, overlap_param):
     """Random three-layer instances on two nodes of two devices with light gradients, TP
     allowed, tier 1 at 60 % efficiency: the full-space optimum of every exact backend is

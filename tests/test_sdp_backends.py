@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from pinning import sdp_plan_on_devices, sdp_prices_match
+from tiers import first_fast
 
 from nest_cp import load_instance
 from nest_cp.cost.sdp import mask_violations, unit_table
@@ -53,7 +54,7 @@ def _sdp(instance, backend: str, space: Space):
     return result.status, result.effective
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", first_fast([0, 1]))
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_structured_dp_brute_cpsat_milp_agree(kind, seed):
     """DP, brute force, CP-SAT and the MILP find the same structured SDP optimum T_eff."""
@@ -64,7 +65,7 @@ def test_structured_dp_brute_cpsat_milp_agree(kind, seed):
     assert _sdp(instance, "milp", Space.STRUCTURED) == dp
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", first_fast([0, 1]))
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_full_space_cpsat_milp_brute_agree_and_never_lose(kind, seed):
     """CP-SAT, the MILP and brute force find the same full-space SDP optimum, at most the

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tiers import SLOW
 
 from nest_cp.harness.executors import LocalExecutor
 from nest_cp.harness.generators import (
@@ -28,8 +29,27 @@ from nest_cp.verify import soak
 
 REPRODUCERS = sorted((Path(__file__).parent / "data" / "soak").glob("*.json"))
 SAMPLE = soak.SoakOptions(count=200, exact_time_limit_s=1.0)
+FIRST_SEEDS = soak.SoakOptions(count=30, exact_time_limit_s=1.0)
 
 
+def test_first_thirty_seeds_agree(tmp_path: Path):
+    """Seeds 0-29 of the soak, the fast tier's share of it: every backend runs (the DP and
+    brute force on all, CP-SAT, the MILP, full brute force and the full-space certificate on
+    the sample), every run passes the evaluator and nothing disagrees."""
+    with LocalExecutor(1) as executor:
+        records, _ = soak.run_soak(FIRST_SEEDS, tmp_path, executor)
+    counts = soak.summary(records)
+    disagreements = [(r["seed"], r["failures"]) for r in records if r["verdict"] != "agree"]
+    assert disagreements == []
+    assert counts["instances"] == 30 and counts["sampled"] >= 3
+    ran = {(run["backend"], run["space"]) for r in records for run in r["runs"]}
+    assert {("dp", "structured"), ("brute", "structured"), ("cpsat", "full"),
+            ("milp", "structured"), ("brute", "full"), ("certify-full", "full")} <= ran
+    assert counts["certificates"]["checked"] >= 3
+    assert {"graph", "hierarchy", "no plan fits", "has a plan"} <= set(counts["kinds"])
+
+
+@SLOW
 def test_two_hundred_seed_sample_agrees(tmp_path: Path):
     """Seeds 0-199 of the soak (DP vs brute force on all, CP-SAT, MILP and full brute force
     on the 10% sample, 1 s per exact solve, the full-space certificate against brute force
