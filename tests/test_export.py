@@ -575,9 +575,11 @@ def test_megatron_exports_pass_every_cited_startup_rule():
     CUDA_DEVICE_MAX_CONNECTIONS where plain TP sets it to 1."""
     from nest_cp.model.launchers.megatron import startup_violations
 
-    fsdp_tp = 0
+    fsdp_tp = modelled = 0
     for view, result, launch in _megatron_launches():
-        assert startup_violations(launch) == [], result.args
+        assert startup_violations(launch, model_given=view.model is not None) == [], \
+            result.args
+        modelled += view.model is not None
         if view.zero >= 2:
             assert launch.use_megatron_fsdp and launch.ckpt_format == "fsdp_dtensor"
             assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in result.text
@@ -586,7 +588,7 @@ def test_megatron_exports_pass_every_cited_startup_rule():
             fsdp_tp += view.tp > 1
         elif view.tp > 1:
             assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in result.text
-    assert fsdp_tp >= 2
+    assert fsdp_tp >= 2 and modelled >= 10
 
 
 @pytest.mark.parametrize(("change", "rule"), [
@@ -596,6 +598,11 @@ def test_megatron_exports_pass_every_cited_startup_rule():
     ({"argv": ["--global-batch-size", "63"]}, "global batch"),
     ({"argv": ["--overlap-param-gather"]}, "overlap param gather"),
     ({"world": 18}, "world size"),
+    ({"argv": ["--max-position-embeddings", "2048"]}, "position table"),
+    ({"argv": ["--fp16"]}, "one precision"),
+    ({"argv": ["--hidden-size", "4100"]}, "head width"),
+    ({"argv": ["--expert-model-parallel-size", "2"]}, "experts"),
+    ({"drop": "--hidden-size"}, "model size given"),
 ])
 def test_each_megatron_rule_catches_what_megatron_asserts(change, rule):
     """The rules are not vacuous: a ZeRO-3, tp=2 export altered the way Megatron-LM asserts
@@ -608,6 +615,9 @@ def test_each_megatron_rule_catches_what_megatron_asserts(change, rule):
     plan = _placed(instance, IntraConfig(2), 1, 3, 4, uniform_stages(last, 2, "none"))
     result = export_plan(instance, plan, "megatron")
     argv = list(result.args) + change.get("argv", [])
+    if "drop" in change:  # the flag and its value, wherever they are (the last occurrence)
+        at = len(argv) - 1 - argv[::-1].index(change["drop"])
+        del argv[at:at + 2]
     env = change.get("env", result.env)
     launch = MegatronLaunch.parse(argv, change.get("world", 16), env)
     broken = startup_violations(launch)

@@ -79,10 +79,10 @@ class ShapeRule:
     admits: Callable[[SearchFacts, SearchShape], Any]
 
 
-MCORE_ATTENTION = ("Megatron-LM megatron/core/transformer/attention.py@"
-                   "00c2c0adeec16015f386548793c88ef08ff6acec Attention.__init__: "
-                   "divide(num_attention_heads, tp) and divide(num_query_groups, tp) "
-                   "(megatron.core.utils.divide asserts divisibility)")
+MCORE_ATTENTION = ("Megatron-LM core_v0.15.3 megatron/core/transformer/attention.py:168-169 "
+                   "Attention.__init__: divide(num_attention_heads, tp) and "
+                   "divide(num_query_groups, tp) (megatron.core.utils.divide asserts "
+                   "divisibility)")
 MEGATRON_RECOMPUTE = (f"{ARGS}: --recompute-granularity and --recompute-method are single "
                       "arguments applied to every layer")
 TORCHTITAN_CHECKPOINT = (f"{JOB}: [activation_checkpoint] mode is one value for the model")
