@@ -100,9 +100,8 @@ from nest_cp.model.launchers.megatron import (
 )
 from nest_cp.model.plan import Dim
 
-MEGATRON_SOURCE = (f"NVIDIA/Megatron-LM megatron/training/arguments.py at {MEGATRON_VERSION}; "
-                   f"the script's arguments pass that version's validate_args as nest-cp "
-                   f"transcribes it (nest_cp/model/launchers/megatron.py)")
+MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its "
+                   "startup checks transcribed in nest_cp/model/launchers/megatron.py")
 
 DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 TP_PP_DP_ORDER = RankOrder("tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)",
@@ -352,6 +351,7 @@ def _launch_script(view: PlanView, args: list[str], ranks: RankMap, warnings: li
              "# Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).",
              f"# plan: {plan_summary(view)}",
              f"# split: {split_text(view)}",
+             f"# targets {MEGATRON_VERSION}",
              f"# arguments: {MEGATRON_SOURCE}",
              f"# rank order: {ranks.order.name}; {len(ranks.nodes)} torchrun agents on hosts of "
              f"{ranks.gpus_per_node} GPUs (nodeK = devices K*{ranks.gpus_per_node}.."

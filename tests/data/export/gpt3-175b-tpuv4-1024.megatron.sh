@@ -2,7 +2,8 @@
 # Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).
 # plan: tp=8 ep=1 pp=25 vpp=1 dp=5 microbatch=1 zero=0; 1000 of 1024 devices (24 idle)
 # split: 0-2 | 3-5 | 6-9 | 10-13 | 14-17 | 18-21 | 22-25 | 26-29 | 30-33 | 34-37 | 38-41 | 42-45 | 46-49 | 50-53 | 54-57 | 58-61 | 62-65 | 66-69 | 70-73 | 74-77 | 78-81 | 82-85 | 86-89 | 90-93 | 94-97
-# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44); the script's arguments pass that version's validate_args as nest-cp transcribes it (nest_cp/model/launchers/megatron.py)
+# targets Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)
+# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its startup checks transcribed in nest_cp/model/launchers/megatron.py
 # rank order: tp-cp-ep-dp-pp; 125 torchrun agents on hosts of 8 GPUs (nodeK = devices K*8..K*8+7).
 # usage, on the host of each node rank (replace nodeK by the host's name):
 #   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [data, tokenizer and optimizer arguments ...]

@@ -2,7 +2,8 @@
 # Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).
 # plan: tp=1 ep=1 pp=2 vpp=2 dp=2 microbatch=1 zero=1; 4 of 4 devices
 # split: 0-0 | 1-1 | 2-2 | 3-3
-# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44); the script's arguments pass that version's validate_args as nest-cp transcribes it (nest_cp/model/launchers/megatron.py)
+# targets Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)
+# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its startup checks transcribed in nest_cp/model/launchers/megatron.py
 # rank order: tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping); 2 torchrun agents on hosts of 2 GPUs (nodeK = devices K*2..K*2+1).
 # usage, on the host of each node rank (replace nodeK by the host's name):
 #   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [data, tokenizer and optimizer arguments ...]
