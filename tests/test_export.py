@@ -27,7 +27,7 @@ from nest_cp.cli.export.megatron import (
 )
 from nest_cp.cli.export.ranks import rank_roles
 from nest_cp.cli.export.torchtitan import TORCHTITAN_KEYS
-from nest_cp.cli.export.view import LayerKind
+from nest_cp.cli.export.view import LayerKind, Precision
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import IntraConfig, RecomputeMode
 from nest_cp.model.launchers.deepspeed import DeepSpeedLaunch
@@ -567,6 +567,8 @@ def _evidence(result, view) -> dict[str, bool]:
             "attention": "--attention-backend" in args,
             "split": True,  # checked by the layout tests; every split has a spelling
             "placement": "CUDA_VISIBLE_DEVICES" in text,
+            "precision": view.precision is Precision.FP32 or f"--{view.precision.value}" in args,
+            "model": view.model is not None and f"--hidden-size {view.model.hidden}" in args,
         }
     if fmt is ExportFormat.TORCHTITAN:
         return {
@@ -586,6 +588,9 @@ def _evidence(result, view) -> dict[str, bool]:
             "attention": view.attention is not None and "attention" in text,
             "split": view.num_stages == 1 or "module_fqns_per_model_part" in par,
             "placement": "CUDA_VISIBLE_DEVICES" in text,
+            "precision": config["training"]["mixed_precision_param"] == {
+                Precision.BF16: "bfloat16", Precision.FP32: "float32"}.get(view.precision),
+            "model": config.get("model", {}).get("flavor", "nest-cp") != "nest-cp",
         }
     zero_section = config["zero_optimization"]
     return {
@@ -602,6 +607,9 @@ def _evidence(result, view) -> dict[str, bool]:
         "attention": False,
         "split": view.num_stages == 1 or config["pipeline"]["partition"] == "uniform",
         "placement": "hostfile" in result.files,
+        "precision": view.precision is Precision.FP32
+        or config.get(view.precision.value) == {"enabled": True},
+        "model": False,  # DeepSpeed's config has no model section
     }
 
 
@@ -609,7 +617,8 @@ def _evidence(result, view) -> dict[str, bool]:
 WARNED_AS = {"tp": "tensor", "ep": "expert", "stages": "pipeline", "virtual": "interleaved",
              "replicas": "batch", "microbatch": "micro", "zero": "ZeRO",
              "recompute": "recomput", "overlap": "overlap", "sequence parallel": "sequence",
-             "attention": "attention", "split": "split", "placement": "placement"}
+             "attention": "attention", "split": "split", "placement": "placement",
+             "precision": "precision", "model": "architecture"}
 
 
 def test_every_choice_is_exported_or_named_in_a_warning():

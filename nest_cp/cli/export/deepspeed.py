@@ -177,12 +177,12 @@ def _precision(view: PlanView, config: dict) -> list[str]:
 def _model_warnings(view: PlanView) -> list[str]:
     """DeepSpeed's config carries no model: the training script builds it."""
     if view.model is None:
-        return ["DeepSpeed's config carries no model and the instance records no "
+        return ["DeepSpeed's config carries no model and the instance records no model "
                 "architecture: the training script must build the model the plan was priced "
                 "for"]
     note = [view.model_note] if view.model_note else []
-    return note + [f"DeepSpeed's config carries no model: the training script must build "
-                   f"{view.model.description}, sequence {view.seq_len}"]
+    return note + [f"DeepSpeed's config carries no model: the training script must build the "
+                   f"priced architecture, {view.model.description}, sequence {view.seq_len}"]
 
 
 def _text(view: PlanView, config: dict, warnings: list[str]) -> str:

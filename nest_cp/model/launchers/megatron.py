@@ -10,8 +10,10 @@ commit (the assertion's words are quoted in each rule):
   the ``add_argument`` calls for the declarations in :data:`MEGATRON_ARGUMENTS`;
 - ``BATCH``: ``megatron/core/num_microbatches_calculator.py``,
   ``ConstantNumMicroBatchesCalculator.__init__`` (class at line 298, assertion line 341);
-- ``BRIDGE``: NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/training/config.py`` at
-  commit 4feb11f80e19fda2937f983688218300436e2177 (its Megatron-FSDP checks);
+- ``BRIDGE``: NVIDIA-NeMo/Megatron-Bridge release v0.2.2 (commit
+  0465189601951c14ad592bd8eefbb673929e25bc, January 2026, the Bridge of the Megatron-Core
+  0.15 line), ``src/megatron/bridge/training/config.py`` ``ConfigContainer.validate``
+  (line 1184; its Megatron-FSDP check at line 1243);
 - ``FSDP_GUIDE``: the Megatron-Core developer guide, "Megatron-FSDP User Guide", section
   "Required Configurations" (docs.nvidia.com/megatron-core/developer-guide/latest/
   discussions/megatron-fsdp-user-guide/megatron-fsdp-user-guide.html).
@@ -35,8 +37,8 @@ MEGATRON_VERSION = "Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17e
 ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py validate_args"
 BATCH = ("Megatron-LM core_v0.15.3 megatron/core/num_microbatches_calculator.py:341 "
          "ConstantNumMicroBatchesCalculator.__init__")
-BRIDGE = ("Megatron-Bridge src/megatron/bridge/training/config.py@"
-          "4feb11f80e19fda2937f983688218300436e2177 (Megatron FSDP config checks)")
+BRIDGE = ("Megatron-Bridge v0.2.2 src/megatron/bridge/training/config.py:1243 "
+          "ConfigContainer.validate (Megatron FSDP config checks)")
 FSDP_GUIDE = "Megatron-Core developer guide, Megatron-FSDP User Guide, Required Configurations"
 
 
