@@ -623,9 +623,10 @@ WARNED_AS = {"tp": "tensor", "ep": "expert", "stages": "pipeline", "virtual": "i
 
 def test_every_choice_is_exported_or_named_in_a_warning():
     """Walking plans over every choice (t, S, v, d, b, ZeRO, recompute, overlap, SP, attention,
-    split, placement) and format: each choice is in the artifact or named in a warning, or
-    the format refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a
-    pipeline)."""
+    split, placement, precision, model) and format: each choice is in the artifact or named
+    in a warning, which the artifact carries as a '# warning:' comment too, or the format
+    refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a pipeline,
+    AutoTP with ZeRO-3)."""
     walked = refused = 0
     for instance, plan in _shapes():
         view = plan_view(instance, plan)
@@ -640,6 +641,7 @@ def test_every_choice_is_exported_or_named_in_a_warning():
                 refused += 1
                 continue
             walked += 1
+            assert all(f"# warning: {w}" in result.text for w in result.warnings), fmt
             for choice, shown in _evidence(result, view).items():
                 if not shown:
                     assert any(WARNED_AS[choice].lower() in w.lower()
