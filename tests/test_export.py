@@ -827,10 +827,11 @@ def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
     registered, with a warning, and bfloat16; DeepSpeed enables bf16 with fp32 gradient
     reduction (the presets' Megatron Adam prices 4-byte gradients) and names the model in
     a warning."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
     from nest_cp.model.launchers.deepspeed import refusals
     from nest_cp.model.launchers.deepspeed import startup_violations as ds_violations
     from nest_cp.model.launchers.megatron import startup_violations
-    from nest_cp.model.launchers.torchtitan import TorchtitanLaunch
+    from nest_cp.model.launchers.torchtitan import choice_problems
     from nest_cp.model.launchers.torchtitan import startup_violations as tt_violations
     from nest_cp.profiles import presets
 
@@ -858,13 +859,9 @@ def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
     titan = export_plan(instance, plan, "torchtitan")
     document = tomllib.loads(titan.text)
     _check_keys(document, TORCHTITAN_KEYS)
-    par, training = document["parallelism"], document["training"]
-    assert tt_violations(TorchtitanLaunch(
-        64, par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"],
-        par["tensor_parallel_degree"], par["pipeline_parallel_degree"],
-        training["local_batch_size"], training["global_batch_size"],
-        par["pipeline_parallel_microbatch_size"])) == []
-    assert training["mixed_precision_param"] == "bfloat16"
+    assert tt_violations(torchtitan_launch(document, 64)) == []
+    assert choice_problems(document) == []
+    assert document["training"]["mixed_precision_param"] == "bfloat16"
     if flavor is not None:
         assert document["model"] == {"name": "llama3", "flavor": flavor}
     else:
@@ -878,6 +875,47 @@ def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
     assert config["bf16"] == {"enabled": True} and "fp16" not in config
     assert config["communication_data_type"] == "fp32"
     assert any(shape.description in w for w in deepspeed.warnings)
+
+
+def test_torchtitan_exports_pass_every_cited_startup_rule():
+    """Every written torchtitan job, read back, passes the transcribed parallel-dims, batch,
+    pipeline-microbatch and model-lookup checks and the config manager's Literal choices."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
+    from nest_cp.model.launchers.torchtitan import choice_problems, startup_violations
+
+    for instance, plan in _shapes():
+        document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+        _check_keys(document, TORCHTITAN_KEYS)
+        world = plan_view(instance, plan).world_size
+        assert startup_violations(torchtitan_launch(document, world)) == [], document
+        assert choice_problems(document) == []
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    ({"model": {"name": "llama3", "flavor": "71B"}}, "model lookup"),
+    ({"model": {"name": "gpt3", "flavor": "175B"}}, "model lookup"),
+    ({"training": {"local_batch_size": 3, "global_batch_size": 64, "seq_len": 4096}},
+     "gradient accumulation"),
+    ({"parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 3,
+                      "tensor_parallel_degree": 2, "pipeline_parallel_degree": 1,
+                      "pipeline_parallel_microbatch_size": 1}}, "parallel dims"),
+])
+def test_each_torchtitan_rule_catches_what_torchtitan_asserts(change, rule):
+    """The torchtitan rules are not vacuous: a valid Llama 3 70B job passes them all, and
+    altered the way torchtitan v0.2.2 refuses at startup it breaks the named rule."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
+    from nest_cp.model.launchers.torchtitan import startup_violations
+    from nest_cp.profiles import presets
+
+    instance = presets.build_instance("llama3-70b", 16, "nest-tpuv4-fattree", tp_widths=(2,),
+                                      ep_widths=(1,), global_batch=64)
+    plan = _placed(instance, IntraConfig(2), 1, 2, 8,
+                   uniform_stages(instance.workload.num_layers, 1, "none"))
+    document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+    assert document["model"] == {"name": "llama3", "flavor": "70B"}
+    assert startup_violations(torchtitan_launch(document, 16)) == []
+    broken = startup_violations(torchtitan_launch(document | change, 16))
+    assert any(b.startswith(rule) for b in broken), broken
 
 
 def test_torchtitan_flavor_table_is_llama3_as_torchtitan_computes_it():

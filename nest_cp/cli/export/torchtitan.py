@@ -78,6 +78,7 @@ from nest_cp.model.launchers.torchtitan import (
     TORCHTITAN_VERSION,
     Flavor,
     TorchtitanLaunch,
+    choice_problems,
     flavor_named,
     startup_violations,
 )
@@ -142,7 +143,7 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
         "activation_checkpoint": checkpoint,
     }
     warnings += model_warnings + precision_warnings
-    _check_rules(view, parallelism, config["training"])
+    _check_rules(view, config)
     warnings += _model_warnings(view)
     ranks = rank_map(view, TORCHTITAN_ORDER, gpus_per_node)
     warnings += placement_warning(ranks, "torchtitan's fixed rank order")
@@ -162,15 +163,27 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
                         files={"launch_script": launch_script(view, ranks)})
 
 
-def _check_rules(view: PlanView, parallelism: dict, training: dict) -> None:
-    """InternalError when the config breaks a cited startup rule (the mapping is meant not to)."""
-    launch = TorchtitanLaunch(
-        world_size=view.world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
-        dp_shard=parallelism["data_parallel_shard_degree"], tp=view.tp, pp=view.num_stages,
+def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
+    """What torchtitan v0.2.2 reads from a job document; a model the export names with
+    flavor 'nest-cp' counts as registered by the user (the warning asks for it)."""
+    parallelism, training = config["parallelism"], config["training"]
+    model = config.get("model", {})
+    custom = {model["name"]} if model.get("flavor") == "nest-cp" else set()
+    return TorchtitanLaunch(
+        world_size=world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
+        dp_shard=parallelism["data_parallel_shard_degree"],
+        tp=parallelism["tensor_parallel_degree"], pp=parallelism["pipeline_parallel_degree"],
         local_batch_size=training["local_batch_size"],
         global_batch_size=training["global_batch_size"],
-        pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"])
-    broken = startup_violations(launch)
+        pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"],
+        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"),
+        registered=frozenset(custom))
+
+
+def _check_rules(view: PlanView, config: dict) -> None:
+    """InternalError when the config breaks a cited startup rule (the mapping is meant not to)."""
+    broken = (startup_violations(torchtitan_launch(config, view.world_size))
+              + choice_problems(config))
     if broken:
         raise InternalError(f"the torchtitan export breaks a startup rule: {broken[0]}")
 

@@ -82,9 +82,25 @@ def flavor_named(layers: int, hidden: int, heads: int, kv_heads: int, ffn_hidden
     return None
 
 
+# models/__init__.py line 7, _supported_models; llama3's flavors: llama3/__init__.py lines
+# 29-100 (llama3_args keys)
+SHIPPED_MODELS = frozenset({"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4",
+                            "qwen3"})
+LLAMA3_FLAVORS = frozenset({"debugmodel", "debugmodel_flex_attn", "debugmodel_varlen_attn",
+                            "8B", "8B_flex", "8B_varlen", "70B", "405B"})
+# the config manager's Literal fields the export writes (job_config.py lines 282, 336, 652):
+# torchtitan's parser refuses any other value
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("training", "mixed_precision_param"): ("bfloat16", "float32"),
+    ("parallelism", "fsdp_reshard_after_forward"): ("default", "always", "never"),
+    ("activation_checkpoint", "mode"): ("selective", "full", "memory_budget", "none"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TorchtitanLaunch:
-    """The [parallelism] and [training] values torchtitan checks, and the world size."""
+    """The [parallelism], [training] and [model] values torchtitan checks, the world size,
+    and the model names the user's ``[experimental] custom_import`` registers."""
 
     world_size: int
     dp_replicate: int
@@ -94,6 +110,9 @@ class TorchtitanLaunch:
     local_batch_size: int
     global_batch_size: int
     pp_microbatch_size: int
+    model_name: str = "llama3"
+    model_flavor: str = "debugmodel"
+    registered: frozenset[str] = frozenset()
 
 
 def _dims(launch: TorchtitanLaunch) -> str | None:
@@ -119,6 +138,16 @@ def _pipeline_microbatch(launch: TorchtitanLaunch) -> str | None:
     return None
 
 
+def _model_lookup(launch: TorchtitanLaunch) -> str | None:
+    if launch.model_name in launch.registered:
+        return None  # the user's TrainSpec: its flavors are the user's
+    if launch.model_name not in SHIPPED_MODELS:
+        return f"model {launch.model_name!r} is neither shipped nor registered"
+    if launch.model_name == "llama3" and launch.model_flavor not in LLAMA3_FLAVORS:
+        return f"llama3 has no flavor {launch.model_flavor!r}"
+    return None
+
+
 RULES: tuple[Rule[TorchtitanLaunch], ...] = (
     Rule("parallel dims", f"{DIMS}: 'Invalid parallel dims: dp_replicate(...) * dp_shard(...) "
          "* cp(...) * tp(...) * pp(...) != WORLD_SIZE(...)'", _dims),
@@ -126,8 +155,20 @@ RULES: tuple[Rule[TorchtitanLaunch], ...] = (
          "batch size times data-parallel degree'", _accumulation),
     Rule("pipeline microbatch", f"{PIPE}: 'Batch size (...) must be divisible by "
          "microbatch_size (...)'", _pipeline_microbatch),
+    Rule("model lookup", f"{SPEC}: 'TrainSpec (...) is not registered' (line 87); "
+         "torchtitan v0.2.2 torchtitan/train.py:138 model_args[job_config.model.flavor] "
+         "(a KeyError for another flavor)", _model_lookup),
 )
 
 
 def startup_violations(launch: TorchtitanLaunch) -> list[str]:
+    """Every rule of :data:`RULES` the job breaks ('name: problem (source)')."""
     return violations(RULES, launch)
+
+
+def choice_problems(document: dict) -> list[str]:
+    """'section.key: value not in (...)' for every written Literal field torchtitan's config
+    manager would refuse (:data:`CHOICES`)."""
+    return [f"{section}.{key}: {document[section][key]!r} not in {allowed}"
+            for (section, key), allowed in CHOICES.items()
+            if key in document.get(section, {}) and document[section][key] not in allowed]
