@@ -956,3 +956,23 @@ def test_precision_follows_the_optimizer_convention(name, weight, grad, expected
     config = _ds(export_plan(instance, plan, "deepspeed").text)
     assert {key for key in ("bf16", "fp16") if key in config} == (
         set() if expected == "fp32" else {expected})
+
+
+def test_megatron_refuses_expert_parallelism_in_fp16_with_exit_2(tmp_path):
+    """Megatron core_v0.15.3 asserts 'Expert parallelism is not supported with fp16 training':
+    a Mixtral plan with e = 2 priced in fp16 is refused, exit 2 and one line naming it."""
+    from nest_cp.profiles import presets
+
+    instance = presets.build_instance("mixtral-8x7b", 16, "nest-tpuv4-fattree", tp_widths=(1,),
+                                      ep_widths=(2,), global_batch=64,
+                                      optimizer=presets.MEGATRON_FP16_ADAM)
+    plan = _placed(instance, IntraConfig(1, 2), 1, 1, 8,
+                   uniform_stages(instance.workload.num_layers, 1, "none"))
+    io.save_instance(instance, tmp_path / "i.json")
+    io.save_plan(plan, tmp_path / "p.json")
+    result = _cli("export", tmp_path / "p.json", "--instance", tmp_path / "i.json", "--format",
+                  "megatron")
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "Expert parallelism is not supported with fp16 training" in result.output
+    assert _ds(export_plan(instance, plan, "deepspeed").text)["fp16"] == {"enabled": True}

@@ -276,3 +276,20 @@ def test_deepspeed_never_runs_autotp_with_zero_3():
     found = _objectives(deepspeed)
     assert set(found.values()) == {(found["dp"][0], None)}, found
     assert found["dp"][0] != Status.OPTIMAL.value
+
+
+def test_megatron_never_runs_expert_parallelism_in_fp16():
+    """Megatron core_v0.15.3 asserts no expert parallelism with fp16: only e = 2 allowed and
+    fp16 weights priced, every backend under megatron finds no plan, while the same instance
+    priced in bf16 has one with e = 2."""
+    from nest_cp.model.instance import Optimizer
+
+    instance = random_instance(7, num_layers=3, tier_sizes=(2, 2), configs=(IntraConfig(1, 2),),
+                               zero_stages=(0, 1), global_batch=8)
+    bf16 = _under(instance, Launcher.MEGATRON)
+    assert solve(bf16, "dp").plan.config.ep == 2
+    fp16 = dataclasses.replace(bf16, training=dataclasses.replace(
+        bf16.training, optimizer=Optimizer(2, 2, 14, "adam-megatron-fp16")))
+    assert fp16.search_facts.fp16 and not bf16.search_facts.fp16
+    found = _objectives(fp16)
+    assert set(found.values()) == {(found["dp"][0], None)}, found

@@ -26,7 +26,9 @@ from nest_cp.model.instance import (
     Instance,
     ModelShape,
     Optimizer,
+    Precision,
     RecomputeMode,
+    precision_of,
 )
 from nest_cp.model.plan import Placement, Plan
 from nest_cp.profiles.presets import MODELS
@@ -41,31 +43,6 @@ class LayerKind(str, Enum):
     EMBEDDING = "embedding"
     DECODER = "decoder"
     HEAD = "head"
-
-
-class Precision(str, Enum):
-    """The training precision of the weights the plan priced (mixed precision keeps fp32
-    master weights in the optimizer state either way)."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP32 = "fp32"
-
-
-def precision_of(optimizer: Optimizer) -> tuple[Precision, str]:
-    """The weights' precision by the optimizer convention, and a note when it is a guess.
-
-    4-byte weights are fp32; 2-byte weights are fp16 when the optimizer's name says fp16
-    (``adam-megatron-fp16``, Megatron's fp16 recipe), else bf16 (``adam-megatron``, the
-    presets' default, and the generic ``adam-mixed``).  Other widths (fp8 weights) have no
-    launcher precision flag: bf16 with a note.
-    """
-    if optimizer.weight_bytes == 4:
-        return Precision.FP32, ""
-    if optimizer.weight_bytes == 2:
-        return (Precision.FP16 if "fp16" in optimizer.name.lower() else Precision.BF16), ""
-    return Precision.BF16, (f"the optimizer prices {optimizer.weight_bytes}-byte weights, which "
-                            f"no launcher precision flag gives: exported bf16 (2 bytes)")
 
 
 EMBEDDING_NAMES = ("embed", "tok_embeddings", "wte")

@@ -53,6 +53,7 @@ class SearchFacts:
     heads: int | None = None
     kv_heads: int | None = None
     sequence_parallel: bool | None = None
+    fp16: bool = False  # the optimizer prices fp16 weights (instance model precision_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,12 @@ def _experts_sharded(facts: SearchFacts, shape: SearchShape) -> Any:
     return (shape.ep == 1) | (shape.zero != 0)
 
 
+def _experts_not_fp16(facts: SearchFacts, shape: SearchShape) -> Any:
+    if facts.fp16:
+        return shape.ep == 1
+    return shape.ep == shape.ep
+
+
 def _sequence_parallel_tp(facts: SearchFacts, shape: SearchShape) -> Any:
     if facts.sequence_parallel is not False:
         return shape.tp == shape.tp
@@ -155,6 +162,9 @@ SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
                   "divisible by micro batch size (...) times data parallel size'", _batch),
         ShapeRule("heads", "t divides the attention heads and the query groups",
                   MCORE_ATTENTION, _heads),
+        ShapeRule("experts in fp16", "e = 1 when the optimizer prices fp16 weights",
+                  f"{ARGS}, line 1042: 'Expert parallelism is not supported with fp16 "
+                  "training'", _experts_not_fp16),
         ShapeRule("interleaved depth", "v = 1 or S >= 2", f"{ARGS}, line 605: 'When interleaved "
                   "schedule is used, pipeline-model-parallel size should be greater than 1'",
                   _interleaved_depth),
