@@ -104,8 +104,10 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
                              fp16=view.precision is Precision.FP16)
     refused = refusals(launch)
     if refused:
-        raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; export it "
-                                 f"for megatron or torchtitan", option="format")
+        raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; solve an "
+                                 f"instance made with --launcher deepspeed for a plan it runs, "
+                                 f"or export this one for megatron or torchtitan",
+                                 option="format")
     broken = startup_violations(launch)
     if broken:
         raise InternalError(f"the DeepSpeed export breaks a startup rule: {broken[0]}")
