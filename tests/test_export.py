@@ -27,9 +27,10 @@ from nest_cp.cli.export.megatron import (
 )
 from nest_cp.cli.export.ranks import rank_roles
 from nest_cp.cli.export.torchtitan import TORCHTITAN_KEYS
-from nest_cp.cli.export.view import LayerKind
+from nest_cp.cli.export.view import LayerKind, Precision
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.launchers.deepspeed import DeepSpeedLaunch
 from nest_cp.model.launchers.megatron import MegatronLaunch
 from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage, uniform_stages
 
@@ -62,6 +63,15 @@ def _placed(instance, config, microbatch, zero, dp, stages, layout=MEGATRON_LAYO
     plan = Plan(config, microbatch, zero, dp, tuple(stages))
     order = tuple(range(instance.cluster.num_devices))
     return plan.with_placement(layout.placement(config, len(stages), dp, order))
+
+
+def _ds(text: str) -> dict:
+    """A DeepSpeed config file as DeepSpeed reads it (hjson): '#' comment lines at the top,
+    then the JSON document."""
+    lines = text.splitlines()
+    body = [line for line in lines if not line.startswith("#")]
+    assert lines[:len(lines) - len(body)] == [line for line in lines if line.startswith("#")]
+    return json.loads("\n".join(body))
 
 
 def _args(result) -> dict:
@@ -230,7 +240,7 @@ def test_mixed_recompute_is_exported_as_the_strongest_mode_with_a_warning():
                    for w in result.warnings), result.warnings
     assert tomllib.loads(export_plan(instance, plan, "torchtitan").text)[
         "activation_checkpoint"]["mode"] == "full"
-    assert json.loads(export_plan(instance, plan, "deepspeed").text)["pipeline"][
+    assert _ds(export_plan(instance, plan, "deepspeed").text)["pipeline"][
         "activation_checkpoint_interval"] == 1
 
 
@@ -252,7 +262,7 @@ def test_zero_stages_map_to_each_launchers_sharding(zero):
             export_plan(instance, plan, "deepspeed")
         return
     deepspeed = export_plan(instance, plan, "deepspeed")
-    assert json.loads(deepspeed.text)["zero_optimization"]["stage"] == zero
+    assert _ds(deepspeed.text)["zero_optimization"]["stage"] == zero
 
 
 def _check_keys(document: dict, cited: dict) -> None:
@@ -292,11 +302,76 @@ def test_torchtitan_toml_parses_with_the_cited_keys(case):
 def test_deepspeed_json_uses_the_cited_keys_and_a_consistent_batch(case):
     """DeepSpeed's batch = micro x accumulation x data-parallel ranks, with cited keys only."""
     instance, plan = _load(case)
-    document = json.loads(export_plan(instance, plan, "deepspeed").text)
+    document = _ds(export_plan(instance, plan, "deepspeed").text)
     _check_keys(document, DEEPSPEED_KEYS)
     view = plan_view(instance, plan)
     assert document["train_batch_size"] == document["train_micro_batch_size_per_gpu"] * \
         document["gradient_accumulation_steps"] * view.data_parallel
+
+
+def _deepspeed_launch(document: dict, world_size: int) -> DeepSpeedLaunch:
+    """What DeepSpeed v0.19.3 reads from a written config, with the mpu the export asks for
+    (the pipeline grid, or deepspeed.utils.groups under AutoTP): data-parallel world size."""
+    stages = document.get("pipeline", {}).get("stages", 1)
+    autotp = document.get("tensor_parallel", {}).get("autotp_size", 1)
+    return DeepSpeedLaunch(
+        zero_stage=document["zero_optimization"]["stage"], pipeline_stages=stages,
+        autotp_size=autotp, data_parallel=world_size // (stages * autotp),
+        train_batch_size=document["train_batch_size"],
+        micro_batch=document["train_micro_batch_size_per_gpu"],
+        accumulation_steps=document["gradient_accumulation_steps"],
+        bf16=document.get("bf16", {}).get("enabled", False),
+        fp16=document.get("fp16", {}).get("enabled", False),
+        communication_data_type=document.get("communication_data_type"))
+
+
+def test_deepspeed_exports_pass_every_cited_startup_rule():
+    """Every written DeepSpeed config, read back as DeepSpeed v0.19.3 reads it, passes the
+    transcribed engine asserts (batch, one precision, ZeRO and AutoTP refusals), enables the
+    priced precision, and names the missing model in a warning."""
+    from nest_cp.model.launchers.deepspeed import refusals, startup_violations
+
+    checked = 0
+    for instance, plan in _shapes():
+        view = plan_view(instance, plan)
+        try:
+            result = export_plan(instance, plan, "deepspeed")
+        except BackendOptionError:
+            continue
+        document = _ds(result.text)
+        _check_keys(document, DEEPSPEED_KEYS)
+        launch = _deepspeed_launch(document, view.world_size)
+        assert refusals(launch) == [] and startup_violations(launch) == [], document
+        assert document[view.precision.value] == {"enabled": True}
+        assert ("communication_data_type" in document) == (view.grad_bytes == 4)
+        assert any("DeepSpeed's config carries no model" in w for w in result.warnings)
+        assert all(f"# warning: {w}" in result.text for w in result.warnings)
+        checked += 1
+    assert checked >= 8
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    ({"train_batch_size": 7}, "train batch"),
+    ({"fp16": {"enabled": True}}, "one precision"),
+    ({"communication_data_type": "fp8"}, "communication type"),
+    ({"tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 3}},
+     "AutoTP with ZeRO-3"),
+    ({"pipeline": {"stages": 2}, "zero_optimization": {"stage": 2}}, "ZeRO-2/3 with a pipeline"),
+])
+def test_each_deepspeed_rule_catches_what_deepspeed_asserts(change, rule):
+    """The DeepSpeed rules are not vacuous: a valid export passes them all, and altered the
+    way the engine asserts against it breaks the named rule."""
+    from nest_cp.model.launchers.deepspeed import refusals, startup_violations
+
+    def broken(document: dict) -> list[str]:
+        launch = _deepspeed_launch(document, 16)
+        return refusals(launch) + startup_violations(launch)
+
+    instance = _llama_instance(True)
+    plan = _placed(instance, IntraConfig(2), 1, 1, 8, uniform_stages(34, 1, "none"))
+    document = _ds(export_plan(instance, plan, "deepspeed").text)
+    assert broken(document) == []
+    assert any(b.startswith(rule) for b in broken(document | change)), broken(document | change)
 
 
 def test_gpt3_batch_rounding_is_warned_about():
@@ -376,7 +451,7 @@ def test_interleaving_selective_recompute_and_overlap_flags():
     assert titan["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert len(titan["parallelism"]["module_fqns_per_model_part"]) == 4
     deepspeed = export_plan(instance, plan, "deepspeed")
-    assert json.loads(deepspeed.text)["zero_optimization"]["overlap_comm"] is True
+    assert _ds(deepspeed.text)["zero_optimization"]["overlap_comm"] is True
     assert any("interleaved 1F1B (2 virtual stages)" in w for w in deepspeed.warnings)
     assert any("selective recomputation has no DeepSpeed config key" in w
                for w in deepspeed.warnings)
@@ -492,6 +567,8 @@ def _evidence(result, view) -> dict[str, bool]:
             "attention": "--attention-backend" in args,
             "split": True,  # checked by the layout tests; every split has a spelling
             "placement": "CUDA_VISIBLE_DEVICES" in text,
+            "precision": view.precision is Precision.FP32 or f"--{view.precision.value}" in args,
+            "model": view.model is not None and f"--hidden-size {view.model.hidden}" in args,
         }
     if fmt is ExportFormat.TORCHTITAN:
         return {
@@ -511,6 +588,9 @@ def _evidence(result, view) -> dict[str, bool]:
             "attention": view.attention is not None and "attention" in text,
             "split": view.num_stages == 1 or "module_fqns_per_model_part" in par,
             "placement": "CUDA_VISIBLE_DEVICES" in text,
+            "precision": config["training"]["mixed_precision_param"] == {
+                Precision.BF16: "bfloat16", Precision.FP32: "float32"}.get(view.precision),
+            "model": config.get("model", {}).get("flavor", "nest-cp") != "nest-cp",
         }
     zero_section = config["zero_optimization"]
     return {
@@ -527,6 +607,9 @@ def _evidence(result, view) -> dict[str, bool]:
         "attention": False,
         "split": view.num_stages == 1 or config["pipeline"]["partition"] == "uniform",
         "placement": "hostfile" in result.files,
+        "precision": view.precision is Precision.FP32
+        or config.get(view.precision.value) == {"enabled": True},
+        "model": False,  # DeepSpeed's config has no model section
     }
 
 
@@ -534,14 +617,16 @@ def _evidence(result, view) -> dict[str, bool]:
 WARNED_AS = {"tp": "tensor", "ep": "expert", "stages": "pipeline", "virtual": "interleaved",
              "replicas": "batch", "microbatch": "micro", "zero": "ZeRO",
              "recompute": "recomput", "overlap": "overlap", "sequence parallel": "sequence",
-             "attention": "attention", "split": "split", "placement": "placement"}
+             "attention": "attention", "split": "split", "placement": "placement",
+             "precision": "precision", "model": "architecture"}
 
 
 def test_every_choice_is_exported_or_named_in_a_warning():
     """Walking plans over every choice (t, S, v, d, b, ZeRO, recompute, overlap, SP, attention,
-    split, placement) and format: each choice is in the artifact or named in a warning, or
-    the format refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a
-    pipeline)."""
+    split, placement, precision, model) and format: each choice is in the artifact or named
+    in a warning, which the artifact carries as a '# warning:' comment too, or the format
+    refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a pipeline,
+    AutoTP with ZeRO-3)."""
     walked = refused = 0
     for instance, plan in _shapes():
         view = plan_view(instance, plan)
@@ -549,12 +634,14 @@ def test_every_choice_is_exported_or_named_in_a_warning():
             try:
                 result = export_plan(instance, plan, fmt)
             except BackendOptionError as exc:
-                assert fmt is ExportFormat.DEEPSPEED and view.num_stages > 1
+                assert fmt is ExportFormat.DEEPSPEED and (view.num_stages > 1 or (
+                    view.tp > 1 and view.zero == 3))
                 assert (view.zero >= 2 and "ZeRO" in str(exc)) or \
                     (view.tp > 1 and "AutoTP" in str(exc))
                 refused += 1
                 continue
             walked += 1
+            assert all(f"# warning: {w}" in result.text for w in result.warnings), fmt
             for choice, shown in _evidence(result, view).items():
                 if not shown:
                     assert any(WARNED_AS[choice].lower() in w.lower()
@@ -575,9 +662,11 @@ def test_megatron_exports_pass_every_cited_startup_rule():
     CUDA_DEVICE_MAX_CONNECTIONS where plain TP sets it to 1."""
     from nest_cp.model.launchers.megatron import startup_violations
 
-    fsdp_tp = 0
+    fsdp_tp = modelled = 0
     for view, result, launch in _megatron_launches():
-        assert startup_violations(launch) == [], result.args
+        assert startup_violations(launch, model_given=view.model is not None) == [], \
+            result.args
+        modelled += view.model is not None
         if view.zero >= 2:
             assert launch.use_megatron_fsdp and launch.ckpt_format == "fsdp_dtensor"
             assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in result.text
@@ -586,7 +675,7 @@ def test_megatron_exports_pass_every_cited_startup_rule():
             fsdp_tp += view.tp > 1
         elif view.tp > 1:
             assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in result.text
-    assert fsdp_tp >= 2
+    assert fsdp_tp >= 2 and modelled >= 10
 
 
 @pytest.mark.parametrize(("change", "rule"), [
@@ -596,6 +685,11 @@ def test_megatron_exports_pass_every_cited_startup_rule():
     ({"argv": ["--global-batch-size", "63"]}, "global batch"),
     ({"argv": ["--overlap-param-gather"]}, "overlap param gather"),
     ({"world": 18}, "world size"),
+    ({"argv": ["--max-position-embeddings", "2048"]}, "position table"),
+    ({"argv": ["--fp16"]}, "one precision"),
+    ({"argv": ["--hidden-size", "4100"]}, "head width"),
+    ({"argv": ["--expert-model-parallel-size", "2"]}, "experts"),
+    ({"drop": "--hidden-size"}, "model size given"),
 ])
 def test_each_megatron_rule_catches_what_megatron_asserts(change, rule):
     """The rules are not vacuous: a ZeRO-3, tp=2 export altered the way Megatron-LM asserts
@@ -608,6 +702,9 @@ def test_each_megatron_rule_catches_what_megatron_asserts(change, rule):
     plan = _placed(instance, IntraConfig(2), 1, 3, 4, uniform_stages(last, 2, "none"))
     result = export_plan(instance, plan, "megatron")
     argv = list(result.args) + change.get("argv", [])
+    if "drop" in change:  # the flag and its value, wherever they are (the last occurrence)
+        at = len(argv) - 1 - argv[::-1].index(change["drop"])
+        del argv[at:at + 2]
     env = change.get("env", result.env)
     launch = MegatronLaunch.parse(argv, change.get("world", 16), env)
     broken = startup_violations(launch)
@@ -666,7 +763,7 @@ def test_deepspeed_hostfile_and_torchtitan_script(tmp_path):
     assert result.exit_code == 0, result.output
     lines = hostfile.read_text().splitlines()
     assert lines and all(line.split()[1].startswith("slots=") for line in lines)
-    assert json.loads(config.read_text())["train_micro_batch_size_per_gpu"] == 1
+    assert _ds(config.read_text())["train_micro_batch_size_per_gpu"] == 1
     script, toml = tmp_path / "run.sh", tmp_path / "job.toml"
     result = _cli("export", plan_path, "--instance", instance_path, "--format", "torchtitan",
                   "-o", toml, "--script", script)
@@ -684,6 +781,27 @@ def test_deepspeed_hostfile_and_torchtitan_script(tmp_path):
     assert wrong.exit_code == 2
 
 
+def test_deepspeed_hostfile_is_written_beside_the_config_and_said_in_one_short_line(tmp_path):
+    """`export --format deepspeed -o ds.json` writes ds.hostfile (`nodeK slots=N`) and says so
+    in one short stderr line; the --include filter is needed (and written) only when some
+    host's GPUs are not 0..N-1."""
+    instance = _llama_instance(True)
+    plan = _placed(instance, IntraConfig(2), 1, 1, 8, uniform_stages(34, 1, "none"))
+    io.save_instance(instance, tmp_path / "i.json")
+    io.save_plan(plan, tmp_path / "p.json")
+    config = tmp_path / "ds.json"
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "p.json"), "--instance",
+                                       str(tmp_path / "i.json"), "--format", "deepspeed",
+                                       "-o", str(config)])
+    assert result.exit_code == 0, result.output
+    hostfile = tmp_path / "ds.hostfile"
+    assert hostfile.read_text().splitlines() == ["node0 slots=8", "node1 slots=8"]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    paths = 2 * len(str(hostfile)) + len(str(config))  # the line names them, nothing per host
+    assert len(notes) == 1 and len(notes[0]) - paths < 150 and "--include" not in notes[0]
+    assert str(hostfile) in notes[0] and not (tmp_path / "ds.hostfile.include").exists()
+
+
 def test_param_gather_overlap_megatron_cannot_run_is_a_warning():
     """A plan priced with the weight all-gather hidden but gradient reduction exposed: Megatron
     overlaps the gather only with --overlap-grad-reduce, so the export leaves both off and
@@ -695,3 +813,166 @@ def test_param_gather_overlap_megatron_cannot_run_is_a_warning():
     parsed = _args(result)
     assert not parsed["overlap_param_gather"] and not parsed["overlap_grad_reduce"]
     assert any("slower than priced" in warning for warning in result.warnings)
+
+
+# ------------------------------------------------------------------ the priced model
+
+
+@pytest.mark.parametrize(("model", "flavor"), [("gpt3-175b", None), ("llama3-70b", "70B"),
+                                               ("mixtral-8x7b", None)])
+def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
+    """GPT-3 175B, Llama 3 70B and Mixtral 8x7B (t = 2, ZeRO-1, 64 devices): Megatron's
+    arguments name the architecture and --bf16 and pass the transcribed validate_args;
+    torchtitan's [model] is the shipped flavor (llama3 70B) or a name it refuses until
+    registered, with a warning, and bfloat16; DeepSpeed enables bf16 with fp32 gradient
+    reduction (the presets' Megatron Adam prices 4-byte gradients) and names the model in
+    a warning."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
+    from nest_cp.model.launchers.deepspeed import refusals
+    from nest_cp.model.launchers.deepspeed import startup_violations as ds_violations
+    from nest_cp.model.launchers.megatron import startup_violations
+    from nest_cp.model.launchers.torchtitan import choice_problems
+    from nest_cp.model.launchers.torchtitan import startup_violations as tt_violations
+    from nest_cp.profiles import presets
+
+    instance = presets.build_instance(model, 64, "nest-tpuv4-fattree", tp_widths=(2,),
+                                      ep_widths=(1,))
+    shape = instance.workload.model
+    plan = _placed(instance, IntraConfig(2), 1, 1, 32,
+                   uniform_stages(instance.workload.num_layers, 1, "none"))
+    view = plan_view(instance, plan)
+    assert view.precision.value == "bf16" and view.grad_bytes == 4
+
+    megatron = export_plan(instance, plan, "megatron")
+    args = _args(megatron)
+    assert startup_violations(MegatronLaunch.parse(list(megatron.args), 64, megatron.env)) == []
+    assert (args["bf16"], args["fp16"], args["grad_reduce_in_bf16"]) == (True, False, False)
+    assert (args["num_layers"], args["hidden_size"], args["ffn_hidden_size"],
+            args["num_attention_heads"], args["vocab_size"]) == (
+        shape.num_layers, shape.hidden, shape.ffn_hidden, shape.heads, shape.vocab)
+    assert args["num_query_groups"] == (shape.kv_heads if shape.kv_heads < shape.heads else 1)
+    assert args["group_query_attention"] == (shape.kv_heads < shape.heads)
+    assert args["position_embedding_type"] == ("learned_absolute" if shape.max_positions
+                                               else "rope")
+    assert args["num_experts"] == (shape.num_experts if shape.num_experts > 1 else None)
+
+    titan = export_plan(instance, plan, "torchtitan")
+    document = tomllib.loads(titan.text)
+    _check_keys(document, TORCHTITAN_KEYS)
+    assert tt_violations(torchtitan_launch(document, 64)) == []
+    assert choice_problems(document) == []
+    assert document["training"]["mixed_precision_param"] == "bfloat16"
+    if flavor is not None:
+        assert document["model"] == {"name": "llama3", "flavor": flavor}
+    else:
+        assert document["model"] == {"name": model, "flavor": "nest-cp"}
+        assert any("ships no model of this architecture" in w for w in titan.warnings)
+
+    deepspeed = export_plan(instance, plan, "deepspeed")
+    config = _ds(deepspeed.text)
+    launch = _deepspeed_launch(config, 64)
+    assert refusals(launch) == [] and ds_violations(launch) == []
+    assert config["bf16"] == {"enabled": True} and "fp16" not in config
+    assert config["communication_data_type"] == "fp32"
+    assert any(shape.description in w for w in deepspeed.warnings)
+
+
+def test_torchtitan_exports_pass_every_cited_startup_rule():
+    """Every written torchtitan job, read back, passes the transcribed parallel-dims, batch,
+    pipeline-microbatch and model-lookup checks and the config manager's Literal choices."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
+    from nest_cp.model.launchers.torchtitan import choice_problems, startup_violations
+
+    for instance, plan in _shapes():
+        document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+        _check_keys(document, TORCHTITAN_KEYS)
+        world = plan_view(instance, plan).world_size
+        assert startup_violations(torchtitan_launch(document, world)) == [], document
+        assert choice_problems(document) == []
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    ({"model": {"name": "llama3", "flavor": "71B"}}, "model lookup"),
+    ({"model": {"name": "gpt3", "flavor": "175B"}}, "model lookup"),
+    ({"training": {"local_batch_size": 3, "global_batch_size": 64, "seq_len": 4096}},
+     "gradient accumulation"),
+    ({"parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 3,
+                      "tensor_parallel_degree": 2, "pipeline_parallel_degree": 1,
+                      "pipeline_parallel_microbatch_size": 1}}, "parallel dims"),
+])
+def test_each_torchtitan_rule_catches_what_torchtitan_asserts(change, rule):
+    """The torchtitan rules are not vacuous: a valid Llama 3 70B job passes them all, and
+    altered the way torchtitan v0.2.2 refuses at startup it breaks the named rule."""
+    from nest_cp.cli.export.torchtitan import torchtitan_launch
+    from nest_cp.model.launchers.torchtitan import startup_violations
+    from nest_cp.profiles import presets
+
+    instance = presets.build_instance("llama3-70b", 16, "nest-tpuv4-fattree", tp_widths=(2,),
+                                      ep_widths=(1,), global_batch=64)
+    plan = _placed(instance, IntraConfig(2), 1, 2, 8,
+                   uniform_stages(instance.workload.num_layers, 1, "none"))
+    document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+    assert document["model"] == {"name": "llama3", "flavor": "70B"}
+    assert startup_violations(torchtitan_launch(document, 16)) == []
+    broken = startup_violations(torchtitan_launch(document | change, 16))
+    assert any(b.startswith(rule) for b in broken), broken
+
+
+def test_torchtitan_flavor_table_is_llama3_as_torchtitan_computes_it():
+    """The transcribed flavors reproduce torchtitan's SwiGLU width rule on the published
+    Llama 3 sizes (8B: 14336, 70B: 28672, 405B: 53248), and only an exact match is a
+    flavor: Llama 3 70B is llama3/70B, a Llama 2 7B or a tied-embedding 70B is none."""
+    from nest_cp.cli.export.torchtitan import flavor_of
+    from nest_cp.model.launchers.torchtitan import FLAVOR_TABLE
+    from nest_cp.profiles.presets import MODELS
+    from nest_cp.profiles.transformer import model_shape
+
+    assert [f.ffn_hidden for f in FLAVOR_TABLE] == [14336, 28672, 53248]
+    llama = model_shape(MODELS["llama3-70b"])
+    assert flavor_of(llama).flavor == "70B"
+    assert flavor_of(dataclasses.replace(llama, tied_embeddings=True)) is None
+    assert flavor_of(model_shape(MODELS["llama2-7b"])) is None
+
+
+@pytest.mark.parametrize(("name", "weight", "grad", "expected"), [
+    ("adam-megatron", 2, 4, "bf16"), ("adam-megatron-fp16", 2, 2, "fp16"),
+    ("adam-mixed", 2, 2, "bf16"), ("adam-fp32", 4, 4, "fp32")])
+def test_precision_follows_the_optimizer_convention(name, weight, grad, expected):
+    """2-byte weights are bf16 unless the optimizer is named fp16, 4-byte weights fp32; each
+    launcher spells it (Megatron --bf16/--fp16, torchtitan mixed_precision_param, DeepSpeed
+    bf16/fp16 blocks) and fp32 enables neither."""
+    from nest_cp.model.instance import Optimizer
+
+    instance = _llama_instance(True)
+    instance = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, optimizer=Optimizer(weight, grad, 12, name)))
+    plan = _placed(instance, IntraConfig(2), 1, 1, 8, uniform_stages(34, 1, "none"))
+    args = _args(export_plan(instance, plan, "megatron"))
+    assert (args["bf16"], args["fp16"]) == (expected == "bf16", expected == "fp16")
+    assert args["grad_reduce_in_bf16"] == (expected == "bf16" and grad == 2)
+    titan = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+    assert titan["training"]["mixed_precision_param"] == (
+        "float32" if expected == "fp32" else "bfloat16")
+    config = _ds(export_plan(instance, plan, "deepspeed").text)
+    assert {key for key in ("bf16", "fp16") if key in config} == (
+        set() if expected == "fp32" else {expected})
+
+
+def test_megatron_refuses_expert_parallelism_in_fp16_with_exit_2(tmp_path):
+    """Megatron core_v0.15.3 asserts 'Expert parallelism is not supported with fp16 training':
+    a Mixtral plan with e = 2 priced in fp16 is refused, exit 2 and one line naming it."""
+    from nest_cp.profiles import presets
+
+    instance = presets.build_instance("mixtral-8x7b", 16, "nest-tpuv4-fattree", tp_widths=(1,),
+                                      ep_widths=(2,), global_batch=64,
+                                      optimizer=presets.MEGATRON_FP16_ADAM)
+    plan = _placed(instance, IntraConfig(1, 2), 1, 1, 8,
+                   uniform_stages(instance.workload.num_layers, 1, "none"))
+    io.save_instance(instance, tmp_path / "i.json")
+    io.save_plan(plan, tmp_path / "p.json")
+    result = _cli("export", tmp_path / "p.json", "--instance", tmp_path / "i.json", "--format",
+                  "megatron")
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "Expert parallelism is not supported with fp16 training" in result.output
+    assert _ds(export_plan(instance, plan, "deepspeed").text)["fp16"] == {"enabled": True}

@@ -61,6 +61,8 @@ DATA = Path(__file__).parent / "data"
     ("broken_provenance.json", "provenance.nested", "a string or a mapping"),
     ("broken_alias_bomb.yaml", None, "at most 10000000 values with YAML aliases expanded"),
     ("broken_recursive_alias.yaml", None, "without recursive aliases"),
+    ("broken_model_kv_heads.json", "workload.model.kv_heads", "a divisor of the 4 heads"),
+    ("broken_model_positions.json", "workload.model.positions", "one of 'learned', 'rope'"),
 ])
 def test_broken_instance_names_file_field_and_expectation(name, field, expected):
     """Every malformed instance raises one InstanceFormatError naming file, field, expectation."""
@@ -192,3 +194,15 @@ def test_provenance_may_be_a_text_or_a_flat_mapping(tmp_path):
     path = tmp_path / "ok.json"
     path.write_text(json.dumps(document))
     assert load_instance(path).name == "worked_example"
+
+
+def test_a_preset_workload_records_its_model_and_it_round_trips(tmp_path):
+    """instance new's workload records the architecture profiled; save/load keeps it equal."""
+    from nest_cp.profiles.presets import MODELS, build_instance
+
+    instance = build_instance("mixtral-8x7b", 64, "nest-tpuv4-fattree")
+    model = instance.workload.model
+    assert (model.num_layers, model.kv_heads, model.num_experts) == (32, 8, 8)
+    assert model.ffn_hidden == MODELS["mixtral-8x7b"].ffn_hidden
+    save_instance(instance, tmp_path / "m.json")
+    assert load_instance(tmp_path / "m.json").workload.model == model

@@ -5,7 +5,8 @@ The instances are drawn so that each rule binds somewhere: seed 7 and 29 (batch 
 six devices) have their unrestricted optimum at d = 3, which no launcher accepts
 (3 does not divide the batch); the tight-memory draw has its unrestricted optimum mix
 recompute modes across stages, which no launcher runs; DeepSpeed refuses ZeRO-2/3 and
-tensor parallelism beside a pipeline.  Objectives are compared, never plans.
+tensor parallelism beside a pipeline, and (v0.19.3) AutoTP with ZeRO-3.  Objectives are
+compared, never plans.
 """
 
 from __future__ import annotations
@@ -120,9 +121,26 @@ def test_rules_read_arrays_as_they_read_ints():
 
 
 def test_every_rule_cites_the_launchers_code():
+    """Every search and startup rule cites a pinned release of its launcher by file and line
+    (Megatron-Core core_v0.15.3, torchtitan v0.2.2, DeepSpeed v0.19.3), none an unpinned
+    or made-up commit."""
+    import re
+
+    from nest_cp.model.launchers import deepspeed, megatron, torchtitan
+
+    pinned = {Launcher.MEGATRON: "core_v0.15.3", Launcher.TORCHTITAN: "torchtitan v0.2.2",
+              Launcher.DEEPSPEED: "DeepSpeed v0.19.3"}
+    startup = {Launcher.MEGATRON: megatron.RULES, Launcher.TORCHTITAN: torchtitan.RULES,
+               Launcher.DEEPSPEED: deepspeed.RULES + deepspeed.REFUSALS}
     for launcher, rules in SHAPE_RULES.items():
-        for rule in rules:
-            assert "@" in rule.source or "docs" in rule.source, (launcher, rule.name)
+        for rule in (*rules, *startup.get(launcher, ())):
+            if "developer guide" in rule.source:
+                continue  # Megatron-FSDP's required flags: NVIDIA's guide, not code
+            if "Megatron-Bridge" in rule.source:  # Megatron-FSDP's checks, at its release
+                assert "Megatron-Bridge v0.2.2" in rule.source and ".py:" in rule.source
+                continue
+            assert pinned[launcher] in rule.source, (launcher, rule.name)
+            assert re.search(r"\.py:\d+|line \d+", rule.source), (launcher, rule.name)
 
 
 def test_heads_rule_uses_the_recorded_heads():
@@ -217,6 +235,15 @@ def test_cli_gpt3_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, t
     assert "per-stage recomputation" not in exported.output
     if launcher == "megatron":
         assert f"--global-batch-size {batch}" in exported.output
+        assert "--bf16" in exported.output and "--hidden-size 12288" in exported.output
+    if launcher == "torchtitan":
+        assert 'mixed_precision_param = "bfloat16"' in exported.output
+        assert 'name = "gpt3-175b"' in exported.output  # refused until registered, warned
+    if launcher == "deepspeed":
+        assert saved["config"]["tp"] == 1 or saved["zero"] <= 2  # no AutoTP with ZeRO-3
+        assert '"bf16": {' in exported.output
+    assert "targets" in exported.output and ("v0.15.3" in exported.output or "v0.2.2" in
+                                             exported.output or "v0.19.3" in exported.output)
 
 
 @pytest.mark.parametrize("backend", ["manual", "phaze", "mcmc", "fixed"])
@@ -233,3 +260,36 @@ def test_baselines_refuse_a_launcher_instead_of_breaking_its_rules(backend, tmp_
     result = CliRunner().invoke(cli, ["solve", str(path), "--backend", backend])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert "training.launcher none" in result.output
+
+
+def test_deepspeed_never_runs_autotp_with_zero_3():
+    """DeepSpeed v0.19.3's engine asserts ZeRO <= 2 under AutoTP: with only t = 2 and ZeRO-3
+    allowed, megatron finds a plan while every backend under deepspeed finds none (AutoTP
+    beside a pipeline is refused too), and the referee refuses megatron's plan."""
+    instance = random_instance(7, num_layers=3, tier_sizes=(2, 3), configs=(IntraConfig(2, 1),),
+                               microbatches=(1, 2), zero_stages=(3,), global_batch=24)
+    megatron = solve(_under(instance, Launcher.MEGATRON), "dp")
+    assert megatron.plan is not None and megatron.plan.zero == 3
+    deepspeed = _under(instance, Launcher.DEEPSPEED)
+    problems = evaluate(deepspeed, megatron.plan).violations
+    assert any("AutoTP with ZeRO-3" in problem for problem in problems), problems
+    found = _objectives(deepspeed)
+    assert set(found.values()) == {(found["dp"][0], None)}, found
+    assert found["dp"][0] != Status.OPTIMAL.value
+
+
+def test_megatron_never_runs_expert_parallelism_in_fp16():
+    """Megatron core_v0.15.3 asserts no expert parallelism with fp16: only e = 2 allowed and
+    fp16 weights priced, every backend under megatron finds no plan, while the same instance
+    priced in bf16 has one with e = 2."""
+    from nest_cp.model.instance import Optimizer
+
+    instance = random_instance(7, num_layers=3, tier_sizes=(2, 2), configs=(IntraConfig(1, 2),),
+                               zero_stages=(0, 1), global_batch=8)
+    bf16 = _under(instance, Launcher.MEGATRON)
+    assert solve(bf16, "dp").plan.config.ep == 2
+    fp16 = dataclasses.replace(bf16, training=dataclasses.replace(
+        bf16.training, optimizer=Optimizer(2, 2, 14, "adam-megatron-fp16")))
+    assert fp16.search_facts.fp16 and not bf16.search_facts.fp16
+    found = _objectives(fp16)
+    assert set(found.values()) == {(found["dp"][0], None)}, found

@@ -36,8 +36,9 @@ from nest_cp.model.exits import ExitCode
               help="torchtitan: also write the launch script (one torchrun per node rank) "
                    "here.")
 @click.option("--hostfile", "hostfile_path", type=click.Path(dir_okay=False), default=None,
-              help="DeepSpeed: also write the launcher's hostfile here (its --include filter "
-                   "is in the config's warnings and --json).")
+              help="DeepSpeed: write the launcher's hostfile (nodeK slots=N) here; default: "
+                   "beside -o, with the suffix .hostfile.  When some host's GPUs are not "
+                   "0..N-1, the --include filter goes to HOSTFILE.include.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print everything as JSON: arguments or config, warnings, rank map.")
 def export_command(plan_path: str, instance_path: str, fmt: str, output: str | None,
@@ -46,30 +47,38 @@ def export_command(plan_path: str, instance_path: str, fmt: str, output: str | N
                    as_json: bool) -> None:
     """Export PLAN as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed JSON.
 
-    Whatever the target cannot express is a warning on stderr (and in --json's
-    "warnings"), never dropped; a plan the target cannot run at all (DeepSpeed: ZeRO-2/3
-    or AutoTP beside a pipeline) is refused with exit 2.  Files are written before
-    anything is printed.
+    Each format targets one pinned launcher release (Megatron-Core core_v0.15.3,
+    torchtitan v0.2.2, DeepSpeed v0.19.3; named in the file) and carries the priced model
+    and precision.  Whatever the target cannot express is a warning on stderr and a
+    comment in the file (and in --json's "warnings"), never dropped; a plan the target
+    cannot run at all (DeepSpeed: ZeRO-2/3 or AutoTP beside a pipeline, AutoTP with
+    ZeRO-3) is refused with exit 2.  DeepSpeed's hostfile is written beside -o (or to
+    --hostfile).  Files are written before anything is printed.
     """
     if script_path is not None and fmt != ExportFormat.TORCHTITAN.value:
         raise click.BadParameter("expected --format torchtitan (the other formats' launch "
                                  "scripts are their output)", param_hint="--script")
     if hostfile_path is not None and fmt != ExportFormat.DEEPSPEED.value:
         raise click.BadParameter("expected --format deepspeed", param_hint="--hostfile")
-    check_writable(output, rank_map_path, script_path, hostfile_path)
+    if fmt == ExportFormat.DEEPSPEED.value and hostfile_path is None and output is not None \
+            and not check_output(output)[1]:  # beside a regular -o file, not /dev/null
+        hostfile_path = str(FsPath(output).with_suffix(".hostfile"))
+    include_path = None if hostfile_path is None else hostfile_path + ".include"
+    check_writable(output, rank_map_path, script_path, hostfile_path, include_path)
     inst = io.load_instance(instance_path)
     result = export_plan(inst, io.load_plan(plan_path), fmt, gpus_per_node, plan_path)
+    if "include" not in result.files:
+        include_path = None
     outputs = ((output, result.text),
                (rank_map_path, "\n".join(launch_table(result.rank_map, comment="#")) + "\n"),
                (script_path, result.files.get("launch_script")),
-               (hostfile_path, result.files.get("hostfile")))
+               (hostfile_path, result.files.get("hostfile")),
+               (include_path, result.files.get("include")))
     for path, text in outputs:
         if path is not None:
             write_output(path, text)
     if fmt == ExportFormat.DEEPSPEED.value and not as_json:
-        click.echo(f"note: deepspeed --hostfile HOSTFILE --include "
-                   f"{result.files['include']} TRAINING_SCRIPT ... --deepspeed_config "
-                   f"{output or 'CONFIG.json'}", err=True)
+        click.echo(_deepspeed_note(result, output, hostfile_path, include_path), err=True)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=1))
     elif output is None:
@@ -78,6 +87,18 @@ def export_command(plan_path: str, instance_path: str, fmt: str, output: str | N
         click.echo("wrote " + ", ".join(path for path, _ in outputs if path is not None))
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+def _deepspeed_note(result, output: str | None, hostfile: str | None,
+                    include: str | None) -> str:
+    """One short line: where the hostfile went and the launch it is for."""
+    if hostfile is None:
+        return ("note: no hostfile written (give -o or --hostfile; it is also in --json's "
+                "files)")
+    selected = f' --include "$(cat {include})"' if include else ""
+    hosts = len(result.files["hostfile"].splitlines())
+    return (f"note: wrote hostfile {hostfile} ({hosts} hosts): deepspeed --hostfile "
+            f"{hostfile}{selected} TRAINING_SCRIPT --deepspeed_config {output or 'CONFIG'}")
 
 
 @click.command("show")

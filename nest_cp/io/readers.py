@@ -31,8 +31,12 @@ from nest_cp.model.instance import (
     Layer,
     LayerProfile,
     Link,
+    MlpKind,
+    ModelShape,
+    NormKind,
     Optimizer,
     Phase,
+    PositionKind,
     RecomputeMode,
     Schedule,
     SdpLevel,
@@ -315,7 +319,7 @@ def _cluster(reader: FieldReader, value: Any, field: str) -> Cluster:
 
 def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
     value = reader.mapping(value, field, {"name", "layers", "provenance", "attention",
-                                          "sequence_parallel", "heads", "kv_heads"},
+                                          "sequence_parallel", "heads", "kv_heads", "model"},
                            ("layers",))
     if "provenance" in value:
         reader.provenance(value["provenance"], join_field(field, "provenance"))
@@ -352,10 +356,38 @@ def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
     for name in ("heads", "kv_heads"):
         if name in value:
             recorded[name] = reader.integer(value[name], join_field(field, name), 1)
+    if "model" in value:
+        recorded["model"] = _model_shape(reader, value["model"], join_field(field, "model"))
     return reader.build(field, Workload,
                         name=reader.string(value.get("name", "workload"),
                                            join_field(field, "name")),
                         layers=tuple(layers), **recorded)
+
+
+_MODEL_INTS = {"num_layers": 1, "hidden": 1, "ffn_hidden": 1, "heads": 1, "kv_heads": 1,
+               "head_dim": 1, "vocab": 1, "max_positions": 0, "num_experts": 1, "top_k": 1,
+               "expert_ffn_hidden": 0}
+_MODEL_CHOICES = {"positions": PositionKind, "norm": NormKind, "mlp": MlpKind}
+_MODEL_FLAGS = ("bias", "qkv_bias", "tied_embeddings", "dropout", "decoder", "latent_attention")
+
+
+def _model_shape(reader: FieldReader, value: Any, field: str) -> ModelShape:
+    """``workload.model``: the architecture profiled (instance model ModelShape)."""
+    required = ("name", "num_layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim",
+                "vocab")
+    value = reader.mapping(value, field, {"name", *_MODEL_INTS, *_MODEL_CHOICES, *_MODEL_FLAGS},
+                           required)
+    fields: dict[str, Any] = {"name": reader.string(value["name"], join_field(field, "name"))}
+    for name, minimum in _MODEL_INTS.items():
+        if name in value:
+            fields[name] = reader.integer(value[name], join_field(field, name), minimum)
+    for name, kind in _MODEL_CHOICES.items():
+        if name in value:
+            fields[name] = reader.choice(value[name], join_field(field, name), kind)
+    for name in _MODEL_FLAGS:
+        if name in value:
+            fields[name] = reader.boolean(value[name], join_field(field, name))
+    return reader.build(field, ModelShape, **fields)
 
 
 def _profile(reader: FieldReader, raw: Any, field: str

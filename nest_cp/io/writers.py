@@ -6,6 +6,7 @@ reads back through :mod:`nest_cp.io.readers` to an equal object.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -16,6 +17,7 @@ from nest_cp.model.instance import (
     Instance,
     IntraConfig,
     LayerProfile,
+    ModelShape,
     SdpSetup,
     Strategy,
     TrainingSetup,
@@ -119,7 +121,15 @@ def workload_to_dict(workload: Workload) -> dict:
     for name in ("heads", "kv_heads"):
         if getattr(workload, name) is not None:
             data[name] = getattr(workload, name)
+    if workload.model is not None:
+        data["model"] = model_shape_to_dict(workload.model)
     return data | {"layers": layers}
+
+
+def model_shape_to_dict(model: ModelShape) -> dict:
+    """``workload.model`` as the reader takes it (enums by value)."""
+    values = {item.name: getattr(model, item.name) for item in fields(model)}
+    return {name: getattr(value, "value", value) for name, value in values.items()}
 
 
 def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> dict:

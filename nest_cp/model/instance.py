@@ -213,6 +213,93 @@ class AttentionKind(str, Enum):
     MATERIALIZED = "materialized"
 
 
+class PositionKind(str, Enum):
+    """How the model encodes positions: learned absolute embeddings or rotary (no weights)."""
+
+    LEARNED = "learned"
+    ROPE = "rope"
+
+
+class NormKind(str, Enum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+class MlpKind(str, Enum):
+    """The MLP: GeLU on one up-projection, or SwiGLU (gated, two up-projections)."""
+
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The architecture the profiles were made for, so a launcher can build that model.
+
+    Prices never read it (the profiles carry every number); exporters turn it into the
+    launcher's model arguments.  ``max_positions`` is the learned position table's length
+    (0 under rotary positions); ``head_dim`` the width of one attention head.
+    """
+
+    name: str
+    num_layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    positions: PositionKind = PositionKind.ROPE
+    max_positions: int = 0
+    norm: NormKind = NormKind.RMSNORM
+    mlp: MlpKind = MlpKind.SWIGLU
+    bias: bool = False  # biases on every linear layer (GPT)
+    qkv_bias: bool = False  # biases on the query, key and value projections only (Qwen2)
+    tied_embeddings: bool = False
+    dropout: bool = False
+    num_experts: int = 1
+    top_k: int = 1
+    expert_ffn_hidden: int = 0  # 0: ffn_hidden
+    decoder: bool = True  # False: an encoder (BERT), which the launchers' GPT models are not
+    latent_attention: bool = False  # multi-head latent attention (DeepSeek)
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and self.name != "", "name", "a non-empty string",
+                 self.name)
+        for name in ("num_layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim",
+                     "vocab", "num_experts", "top_k"):
+            _pos_int(getattr(self, name), name)
+        for name in ("max_positions", "expert_ffn_hidden"):
+            _nonneg_int(getattr(self, name), name)
+        _require(self.heads % self.kv_heads == 0, "kv_heads", f"a divisor of the {self.heads} "
+                 f"heads", self.kv_heads)
+        _require(self.top_k <= self.num_experts, "top_k", f"at most the {self.num_experts} "
+                 f"experts", self.top_k)
+        for name, kind in (("positions", PositionKind), ("norm", NormKind), ("mlp", MlpKind)):
+            _require(isinstance(getattr(self, name), kind), name, "one of " + ", ".join(
+                repr(k.value) for k in kind), getattr(self, name))
+        _require((self.positions is PositionKind.LEARNED) == (self.max_positions > 0),
+                 "max_positions", "> 0 exactly with learned positions", self.max_positions)
+        for name in ("bias", "qkv_bias", "tied_embeddings", "dropout", "decoder",
+                     "latent_attention"):
+            _require(isinstance(getattr(self, name), bool), name, "true or false",
+                     getattr(self, name))
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn_hidden or self.ffn_hidden
+
+    @property
+    def description(self) -> str:
+        """One line: name, depth, widths, heads, experts, vocabulary, positions, norm, MLP."""
+        experts = (f", {self.num_experts} experts top-{self.top_k} of width "
+                   f"{self.expert_width}" if self.num_experts > 1 else "")
+        return (f"{self.name}: {self.num_layers} layers, hidden {self.hidden}, ffn "
+                f"{self.ffn_hidden}, {self.heads} heads ({self.kv_heads} kv) of "
+                f"{self.head_dim}{experts}, vocab {self.vocab}, {self.positions.value} "
+                f"positions, {self.norm.value}, {self.mlp.value}")
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """An ordered chain of layers, each profiled for the same (configuration, microbatch) keys.
@@ -228,8 +315,11 @@ class Workload:
     sequence_parallel: bool | None = None
     heads: int | None = None  # attention heads of the model profiled (launcher rules)
     kv_heads: int | None = None  # its key/value heads, Megatron's query groups
+    model: ModelShape | None = None  # the architecture profiled, for launchers (no price)
 
     def __post_init__(self) -> None:
+        _require(self.model is None or isinstance(self.model, ModelShape), "model",
+                 "a ModelShape or None", self.model)
         for name in ("heads", "kv_heads"):
             count = getattr(self, name)
             _require(count is None or (_is_int(count) and count >= 1), name,
@@ -434,6 +524,31 @@ class Optimizer:
             _nonneg_int(getattr(self, name), name)
 
 
+class Precision(str, Enum):
+    """The training precision of the weights the plan priced (mixed precision keeps fp32
+    master weights in the optimizer state either way)."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+def precision_of(optimizer: Optimizer) -> tuple[Precision, str]:
+    """The weights' precision by the optimizer convention, and a note when it is a guess.
+
+    4-byte weights are fp32; 2-byte weights are fp16 when the optimizer's name says fp16
+    (``adam-megatron-fp16``, Megatron's fp16 recipe), else bf16 (``adam-megatron``, the
+    presets' default, and the generic ``adam-mixed``).  Other widths (fp8 weights) have no
+    launcher precision flag: bf16 with a note.
+    """
+    if optimizer.weight_bytes == 4:
+        return Precision.FP32, ""
+    if optimizer.weight_bytes == 2:
+        return (Precision.FP16 if "fp16" in optimizer.name.lower() else Precision.BF16), ""
+    return Precision.BF16, (f"the optimizer prices {optimizer.weight_bytes}-byte weights, which "
+                            f"no launcher precision flag gives: exported bf16 (2 bytes)")
+
+
 class Schedule(str, Enum):
     ONE_F_ONE_B = "1f1b"
 
@@ -627,7 +742,8 @@ class Instance:
         """What the launcher's rules read from this instance (launchers.search)."""
         workload = self.workload
         return SearchFacts(self.training.global_batch, workload.heads, workload.kv_heads,
-                           workload.sequence_parallel)
+                           workload.sequence_parallel,
+                           precision_of(self.training.optimizer)[0] is Precision.FP16)
 
     def admits(self, config: IntraConfig, microbatch, dp, num_stages, virtual_stages=1,
                zero=0):

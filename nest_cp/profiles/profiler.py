@@ -91,7 +91,13 @@ from nest_cp.profiles.kernels import (
     gemm_seconds,
     memory_seconds,
 )
-from nest_cp.profiles.transformer import Activation, ModelKind, Norm, TransformerSpec
+from nest_cp.profiles.transformer import (
+    Activation,
+    ModelKind,
+    Norm,
+    TransformerSpec,
+    model_shape,
+)
 
 __all__ = ["Activation", "AttentionKind", "ModelKind", "Norm", "ProfileOptions",
            "TransformerSpec", "profile_workload", "total_params"]
@@ -698,7 +704,7 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                     attention=options.attention, sequence_parallel=options.sequence_parallel,
                     heads=spec.num_heads,
                     kv_heads=spec.num_heads if spec.latent_attention is not None
-                    else spec.kv_heads)
+                    else spec.kv_heads, model=model_shape(spec))
 
 
 def total_params(workload: Workload, config: IntraConfig | None = None,

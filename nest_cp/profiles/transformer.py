@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from nest_cp.model.instance import MlpKind, ModelShape, NormKind, PositionKind
+
 
 def _check(ok: bool, expected: str, got: object) -> None:
     if not ok:
@@ -212,3 +214,18 @@ class TransformerSpec:
         """Vocabulary rows per device: V padded to a multiple of vocab_multiple * t, over t."""
         multiple = self.vocab_multiple * tp
         return -(-self.vocab // multiple) * multiple // tp
+
+
+def model_shape(spec: TransformerSpec) -> ModelShape:
+    """The architecture a workload records for launchers (instance model ModelShape)."""
+    return ModelShape(
+        name=spec.name, num_layers=spec.num_layers, hidden=spec.hidden,
+        ffn_hidden=spec.ffn_hidden, heads=spec.num_heads, kv_heads=spec.kv_heads,
+        head_dim=spec.head_size, vocab=spec.vocab,
+        positions=PositionKind.LEARNED if spec.learned_positions else PositionKind.ROPE,
+        max_positions=spec.learned_positions, norm=NormKind(spec.norm.value),
+        mlp=MlpKind(spec.activation.value), bias=spec.bias, qkv_bias=spec.qkv_bias,
+        tied_embeddings=spec.tied_embeddings, dropout=spec.dropout,
+        num_experts=spec.num_experts, top_k=spec.top_k,
+        expert_ffn_hidden=spec.expert_ffn_hidden or 0, decoder=spec.kind is ModelKind.DECODER,
+        latent_attention=spec.latent_attention is not None)

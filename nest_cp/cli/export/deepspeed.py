@@ -1,41 +1,45 @@
-"""DeepSpeed: the config JSON of a plan (batch, ZeRO, pipeline, tensor parallelism).
+"""DeepSpeed: the config of a plan (batch, ZeRO, precision, pipeline, tensor parallelism).
 
-Keys are those DeepSpeed reads: deepspeedai/DeepSpeed ``deepspeed/runtime/constants.py``
-(commit ac2f3a347d5c7467879ff60f3324718eef881dc6: ``train_batch_size``,
-``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``),
-``deepspeed/runtime/config.py`` (commit 3a890ec57fb78fa08d97336dcee1931c40acfc34:
-``get_pipeline_config``'s ``pipeline`` section, ``zero_optimization``) and the
-AutoTP training section ``tensor_parallel.autotp_size``; listed once in
-:data:`DEEPSPEED_KEYS`.
+Target: DeepSpeed v0.19.3 (tag ``v0.19.3``, commit
+0c36f6d3efb806c07a44e5c2c9b18a81d204b821), whose startup checks
+:mod:`nest_cp.model.launchers.deepspeed` transcribes with file and line.  Keys are those
+that version reads (``deepspeed/runtime/constants.py``, ``runtime/config.py``,
+``runtime/precision_config.py``, ``runtime/zero/config.py``,
+``runtime/tensor_parallel/config.py``), listed once in :data:`DEEPSPEED_KEYS`.
 
 Mapping: ``train_micro_batch_size_per_gpu`` b, ``gradient_accumulation_steps``
 m (the pipeline engine runs one microbatch per accumulation step),
 ``train_batch_size`` m·b·d·e (DeepSpeed checks micro × accumulation × data
 parallel ranks); ``zero_optimization.stage`` z with ``overlap_comm`` for
-overlapped reduction; ``pipeline.stages`` S, ``pipeline.partition``
-``uniform`` when every stage holds as many layers, and
+overlapped reduction; ``bf16`` or ``fp16`` ``{"enabled": true}`` for the priced 2-byte
+weights (:func:`nest_cp.cli.export.view.precision_of`) and ``communication_data_type``
+``fp32`` when the plan priced 4-byte gradients beside them; ``pipeline.stages`` S,
+``pipeline.partition`` ``uniform`` when every stage holds as many layers, and
 ``pipeline.activation_checkpoint_interval`` 1 (every layer keeps only its
 input) under full recomputation; ``tensor_parallel.autotp_size`` t.
 
-What the JSON cannot carry is warned about: DeepSpeed builds the pipeline from
-``PipelineModule(num_stages=..., partition_method=...)`` in the training script
-and its partition methods (``uniform``, ``parameters``, ``type:REGEX``) take no
-explicit boundaries, so an uneven split has no DeepSpeed spelling; expert
-parallelism is the MoE layer's ``ep_size`` in code; ``PipelineModule`` is
-documented as incompatible with ZeRO-2 and ZeRO-3; selective recomputation has
-no config key.  Rank order (runtime/pipe/topology.py
-``PipeModelDataParallelTopology``: axes pipe, data, model, the last fastest;
-expert groups are consecutive data-parallel ranks) is the layout
-(t, e, replica, stage); the launch table is in ``--json`` and ``--rank-map``.
+What the config cannot carry is a warning, on stderr and as a ``# warning:`` line at the
+top of the file (DeepSpeed reads config files with hjson, which takes ``#`` comments): the
+model itself (DeepSpeed's config has none: the training script builds it; the warning
+names the architecture priced); the pipeline, which DeepSpeed builds from
+``PipelineModule(num_stages=..., partition_method=...)`` in the training script, whose
+partition methods (``uniform``, ``parameters``, ``type:REGEX``) take no explicit
+boundaries, so an uneven split has no DeepSpeed spelling; expert parallelism (the MoE
+layer's ``ep_size`` in code); selective recomputation; and, with AutoTP, the ``mpu`` the
+script must pass so that DeepSpeed's batch check counts data-parallel ranks only.  Rank
+order (runtime/pipe/topology.py ``PipeModelDataParallelTopology``: axes pipe, data,
+model, the last fastest; expert groups are consecutive data-parallel ranks) is the
+layout (t, e, replica, stage); the launch table is in ``--json`` and ``--rank-map``.
 
-What DeepSpeed cannot run at all is refused (exit 2, one line, the rule cited in
-:mod:`nest_cp.model.launchers.deepspeed`): ZeRO-2/3 beside a pipeline (the pipeline
-engine asserts against it) and AutoTP beside a pipeline (AutoTP's mesh has no pipeline
-axis).  Beside the config the export writes a hostfile for DeepSpeed's launcher
-(``nodeK slots=N``, one line per host in node-rank order) and the ``--include`` filter
-naming each host's GPUs; a placement that launcher cannot realise (several agents on a
-host, or a host's ranks not on increasing GPU ids) is a warning pointing to the launch
-table, which torchrun realises.
+What DeepSpeed v0.19.3 cannot run at all is refused (exit 2, one line, the rule cited):
+ZeRO-2/3 beside a pipeline (the pipeline engine asserts against it), AutoTP beside a
+pipeline (AutoTP's mesh has no pipeline axis) and AutoTP with ZeRO-3 (the engine asserts
+against it before v0.19.4).  Beside the config the export gives DeepSpeed's hostfile
+(``nodeK slots=N``, N the host's GPUs in use, one line per host in node-rank order; the
+CLI writes it next to the config) and, only when some host's GPUs are not 0..N-1, the
+``--include`` filter naming them; a placement that launcher cannot realise (several
+agents on a host, or a host's ranks not on increasing GPU ids) is a warning pointing to
+the launch table, which torchrun realises.
 """
 
 from __future__ import annotations
@@ -48,30 +52,44 @@ from nest_cp.cli.export.common import (
     common_warnings,
     one_recompute_mode,
     placement_warning,
+    plan_summary,
     split_text,
 )
 from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, rank_map
-from nest_cp.cli.export.view import PlanView
+from nest_cp.cli.export.view import PlanView, Precision
 from nest_cp.model.errors import BackendOptionError, InternalError
 from nest_cp.model.instance import RecomputeMode
-from nest_cp.model.launchers.deepspeed import DeepSpeedLaunch, refusals, startup_violations
+from nest_cp.model.launchers.deepspeed import (
+    DEEPSPEED_VERSION,
+    DeepSpeedLaunch,
+    refusals,
+    startup_violations,
+)
 from nest_cp.model.plan import Dim
 
-DEEPSPEED_SOURCE = ("deepspeedai/DeepSpeed deepspeed/runtime/constants.py at commit "
-                    "ac2f3a347d5c7467879ff60f3324718eef881dc6 and deepspeed/runtime/config.py "
-                    "at commit 3a890ec57fb78fa08d97336dcee1931c40acfc34")
+DEEPSPEED_SOURCE = ("deepspeed/runtime/constants.py, config.py, precision_config.py, "
+                    "zero/config.py and tensor_parallel/config.py at that version; its startup "
+                    "checks transcribed in nest_cp/model/launchers/deepspeed.py")
 DEEPSPEED_ORDER = RankOrder("pipe-data-model (DeepSpeed PipeModelDataParallelTopology)",
                             (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 
-# key (or section) -> type, or section -> {key -> type}
+# key (or section) -> type, or section -> {key -> type}, as DeepSpeed v0.19.3 reads them:
+# runtime/constants.py lines 19, 95, 107 (batch), 127-131 (bf16), 169-172 (fp16), 278
+# (communication_data_type); runtime/zero/config.py (stage line 95, overlap_comm line 138);
+# runtime/config.py get_pipeline_config (line 413); runtime/tensor_parallel/config.py
+# (autotp_size line 45)
 DEEPSPEED_KEYS: dict[str, type | dict[str, type]] = {
     "train_batch_size": int,
     "train_micro_batch_size_per_gpu": int,
     "gradient_accumulation_steps": int,
     "zero_optimization": {"stage": int, "overlap_comm": bool},
+    "bf16": {"enabled": bool},
+    "fp16": {"enabled": bool},
+    "communication_data_type": str,
     "pipeline": {"stages": int, "partition": str, "activation_checkpoint_interval": int},
     "tensor_parallel": {"autotp_size": int},
 }
+HALF = {Precision.BF16: "bf16", Precision.FP16: "fp16"}
 
 
 def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
@@ -81,11 +99,15 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
                              autotp_size=view.tp, data_parallel=view.data_parallel,
                              train_batch_size=view.samples_per_iteration,
                              micro_batch=view.microbatch,
-                             accumulation_steps=view.num_microbatches)
+                             accumulation_steps=view.num_microbatches,
+                             bf16=view.precision is Precision.BF16,
+                             fp16=view.precision is Precision.FP16)
     refused = refusals(launch)
     if refused:
-        raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; export it "
-                                 f"for megatron or torchtitan", option="format")
+        raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; solve an "
+                                 f"instance made with --launcher deepspeed for a plan it runs, "
+                                 f"or export this one for megatron or torchtitan",
+                                 option="format")
     broken = startup_violations(launch)
     if broken:
         raise InternalError(f"the DeepSpeed export breaks a startup rule: {broken[0]}")
@@ -96,6 +118,7 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
         "gradient_accumulation_steps": view.num_microbatches,
         "zero_optimization": {"stage": view.zero, "overlap_comm": view.overlap_grad_reduce},
     }
+    warnings += _precision(view, config)
     mode, recompute_warnings = one_recompute_mode(view, "DeepSpeed")
     warnings += recompute_warnings
     if view.num_stages > 1:
@@ -108,6 +131,12 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
                         "recomputation; checkpoint the attention core in the model code")
     if view.tp > 1:
         config["tensor_parallel"] = {"autotp_size": view.tp}
+        warnings.append(f"AutoTP: pass mpu=deepspeed.utils.groups to deepspeed.initialize "
+                        f"(after groups._init_tp_mesh_device(tensor_model_parallel_size="
+                        f"{view.tp})); without an mpu DeepSpeed checks train_batch_size "
+                        f"against all {view.world_size} ranks, not the {view.data_parallel} "
+                        f"data-parallel ones, and refuses this config (runtime/config.py "
+                        f"lines 695-708, 919)")
     if view.ep > 1:
         warnings.append(f"expert parallelism is not a DeepSpeed config key: build the MoE "
                         f"layers with ep_size={view.ep} (deepspeed.moe.layer.MoE)")
@@ -118,26 +147,81 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
     if view.attention is not None:
         warnings.append(f"the profiles assume {view.attention.value} attention, which no "
                         f"DeepSpeed config key selects: the model code must run it")
+    warnings += _model_warnings(view)
     ranks = rank_map(view, DEEPSPEED_ORDER, gpus_per_node)
     warnings += placement_warning(ranks, "DeepSpeed's fixed rank order")
     hostfile, include, launcher_warning = deepspeed_hosts(ranks)
     warnings += launcher_warning
-    text = json.dumps(config, indent=2) + "\n"
-    return ExportResult(ExportFormat.DEEPSPEED, text, tuple(warnings), ranks, config=config,
-                        files={"hostfile": hostfile, "include": include})
+    files = {"hostfile": hostfile} | ({"include": include} if include else {})
+    return ExportResult(ExportFormat.DEEPSPEED, _text(view, config, warnings),
+                        tuple(warnings), ranks, config=config, files=files)
+
+
+def _precision(view: PlanView, config: dict) -> list[str]:
+    """The bf16/fp16 block for 2-byte weights and, when the plan priced 4-byte gradients
+    beside them, ``communication_data_type`` fp32 (DeepSpeed otherwise reduces gradients in
+    the weights' type: runtime/engine.py line 1293, communication_data_type)."""
+    warnings = [view.precision_note] if view.precision_note else []
+    if view.precision is Precision.FP32:
+        if view.grad_bytes != 4:
+            warnings.append(f"fp32 weights with {view.grad_bytes}-byte gradients have no "
+                            f"DeepSpeed spelling: it reduces fp32 gradients (4 bytes)")
+        return warnings
+    config[HALF[view.precision]] = {"enabled": True}
+    if view.grad_bytes == 4:
+        config["communication_data_type"] = "fp32"
+    elif view.grad_bytes != 2:
+        warnings.append(f"{view.grad_bytes}-byte gradients have no DeepSpeed spelling: it "
+                        f"reduces them in {HALF[view.precision]}")
+    return warnings
+
+
+def _model_warnings(view: PlanView) -> list[str]:
+    """DeepSpeed's config carries no model: the training script builds it."""
+    if view.model is None:
+        return ["DeepSpeed's config carries no model and the instance records no model "
+                "architecture: the training script must build the model the plan was priced "
+                "for"]
+    note = [view.model_note] if view.model_note else []
+    return note + [f"DeepSpeed's config carries no model: the training script must build the "
+                   f"priced architecture, {view.model.description}, sequence {view.seq_len}"]
+
+
+def _text(view: PlanView, config: dict, warnings: list[str]) -> str:
+    """The config as JSON under '#' comment lines: DeepSpeed reads config files with hjson
+    (runtime/config.py line 683, DeepSpeedConfig.__init__; __init__.py deepspeed.initialize
+    via tensor_parallel/init_utils.py load_ds_config line 24), which takes them."""
+    header = ["# DeepSpeed config for a nest-cp plan (nest-cp export --format deepspeed).",
+              f"# plan: {plan_summary(view)}",
+              f"# targets {DEEPSPEED_VERSION}: it passes that release's startup checks as "
+              f"nest-cp transcribes them; AutoTP with ZeRO-3, which v0.16.4-v0.19.3 refuse, is "
+              f"never exported",
+              f"# keys: {DEEPSPEED_SOURCE}",
+              "# DeepSpeed reads this file with hjson, which allows these comment lines; a "
+              "strict JSON reader needs them removed"]
+    header += [f"# warning: {warning}" for warning in warnings]
+    return "\n".join(header) + "\n" + json.dumps(config, indent=2) + "\n"
 
 
 def deepspeed_hosts(ranks: RankMap) -> tuple[str, str, list[str]]:
-    """The hostfile (``nodeK slots=N`` per host, node-rank order), the ``--include`` filter
-    (``nodeK:g,g@...``) and a warning when DeepSpeed's launcher cannot realise the ranks."""
-    lines = [f"{host_name(node.host)} slots={ranks.gpus_per_node}" for node in ranks.nodes]
-    include = "@".join(f"{host_name(node.host)}:{','.join(map(str, node.gpus))}"
-                       for node in ranks.nodes)
+    """The hostfile (``nodeK slots=N`` per host, N its GPUs in use, node-rank order), the
+    ``--include`` filter (``nodeK:g,g@...``) when some host's GPUs are not 0..N-1 (else
+    empty: the hostfile alone selects them), and a warning when DeepSpeed's launcher cannot
+    realise the ranks."""
+    lines = [f"{host_name(node.host)} slots={len(node.gpus)}" for node in ranks.nodes]
+    include = ""
+    realisable = ranks.one_agent_per_host and all(
+        list(node.gpus) == sorted(node.gpus) for node in ranks.nodes)
+    if realisable and any(list(node.gpus) != list(range(len(node.gpus)))
+                          for node in ranks.nodes):
+        include = "@".join(f"{host_name(node.host)}:{','.join(map(str, node.gpus))}"
+                           for node in ranks.nodes)
     unordered = [host_name(node.host) for node in ranks.nodes
                  if list(node.gpus) != sorted(node.gpus)]
     warnings = []
-    if not ranks.one_agent_per_host or unordered:
-        lines = sorted(set(lines), key=lines.index)
+    if not realisable:
+        lines = [f"{host_name(host)} slots={ranks.gpus_per_node}"
+                 for host in dict.fromkeys(node.host for node in ranks.nodes)]
         warnings.append("DeepSpeed's launcher starts one agent per hostfile line with its "
                         "local ranks on increasing GPU ids, which cannot realise this placement"
                         + (f" (hosts {', '.join(unordered[:4])} run ranks on GPUs out of order)"

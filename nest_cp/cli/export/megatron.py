@@ -1,13 +1,26 @@
 """Megatron-LM: the training arguments of a plan and a torchrun launch that places its ranks.
 
 Argument names and types are those of NVIDIA/Megatron-LM
-``megatron/training/arguments.py`` at commit
-000c4ac24f61159c138b0975def722c65245983c (Megatron-Core 0.14 era), listed once in
+``megatron/training/arguments.py`` at release core_v0.15.3 (commit
+309ffca6a40553362d44fd17efc56b772fa1aa44; :data:`MEGATRON_VERSION`), listed once in
 :data:`MEGATRON_ARGUMENTS`; the exporter can emit no other name, and the tests
-parse its output with an argparse parser built from exactly this list.  Only
-the arguments a plan decides are emitted (parallel degrees, batch, layer split,
-recomputation, optimizer sharding, overlap); model shape, data and optimizer
-hyperparameters stay the user's.
+parse its output with an argparse parser built from exactly this list.  Beside
+the arguments a plan decides (parallel degrees, batch, layer split, recomputation,
+optimizer sharding, overlap) the export writes the model the plan was priced for and its
+precision; data, tokenizer and optimizer hyperparameters stay the user's.
+
+Model and precision (from the workload's recorded architecture, ``workload.model``, and
+the optimizer convention of :func:`nest_cp.cli.export.view.precision_of`):
+``--hidden-size --ffn-hidden-size --num-attention-heads`` (``--kv-channels`` when the head
+width is not hidden/heads), ``--group-query-attention --num-query-groups`` for fewer
+key/value heads, ``--max-position-embeddings`` and ``--position-embedding-type
+learned_absolute|rope``, ``--normalization``, ``--swiglu``, ``--disable-bias-linear``,
+``--untie-embeddings-and-output-weights``, zero dropouts for a model without dropout,
+``--num-experts --moe-ffn-hidden-size --moe-router-topk`` for experts, ``--vocab-size``
+(read only by the NullTokenizer: a warning says the tokenizer must match); ``--bf16`` or
+``--fp16`` for 2-byte weights, with ``--grad-reduce-in-bf16`` when bf16 gradients were
+priced at 2 bytes (Megatron otherwise reduces bf16 gradients in fp32) and
+``--accumulate-allreduce-grads-in-fp32`` when fp16 gradients were priced at 4.
 
 Mapping (DESIGN §2 and §3 -> Megatron):
 
@@ -66,12 +79,20 @@ from nest_cp.cli.export.common import (
     split_text,
 )
 from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
-from nest_cp.cli.export.view import LayerKind, PlanView
-from nest_cp.model.errors import InternalError
-from nest_cp.model.instance import AttentionKind, RecomputeMode
+from nest_cp.cli.export.view import LayerKind, PlanView, Precision
+from nest_cp.model.errors import BackendOptionError, InternalError
+from nest_cp.model.instance import (
+    AttentionKind,
+    MlpKind,
+    ModelShape,
+    NormKind,
+    PositionKind,
+    RecomputeMode,
+)
 from nest_cp.model.launchers.megatron import (
     KNOWN_FLAGS,
     MEGATRON_ARGUMENTS,
+    MEGATRON_VERSION,
     MegatronArgument,
     MegatronLaunch,
     megatron_parser,
@@ -79,8 +100,8 @@ from nest_cp.model.launchers.megatron import (
 )
 from nest_cp.model.plan import Dim
 
-MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at commit "
-                   "000c4ac24f61159c138b0975def722c65245983c")
+MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its "
+                   "startup checks transcribed in nest_cp/model/launchers/megatron.py")
 
 DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 TP_PP_DP_ORDER = RankOrder("tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)",
@@ -113,6 +134,8 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     args.add("--seq-length", view.seq_len)
     args.add("--micro-batch-size", view.microbatch)
     args.add("--global-batch-size", view.samples_per_iteration)
+    warnings += _model_args(view, args)
+    warnings += _precision_args(view, args)
     _split_args(view, args)
     warnings += _recompute_args(view, args)
     warnings += _optimizer_args(view, args)
@@ -130,12 +153,101 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
         warnings.append("Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS unset (the script "
                         "unsets it); with tp > 1 Megatron then warns that TP communication "
                         "overlaps less well than with 1, which the plan's time does not charge")
-    broken = startup_violations(MegatronLaunch.parse(args.items, view.world_size, env))
+    broken = startup_violations(MegatronLaunch.parse(args.items, view.world_size, env),
+                                model_given=view.model is not None)
     if broken:  # the mapping above is meant to satisfy every rule: a bug here, not bad input
         raise InternalError(f"the Megatron-LM export breaks a startup rule: {broken[0]}")
     text = _launch_script(view, args.items, ranks, warnings, env)
     return ExportResult(ExportFormat.MEGATRON, text, tuple(warnings), ranks,
                         args=tuple(args.items), env=env)
+
+
+NORMALIZATION = {NormKind.LAYERNORM: "LayerNorm", NormKind.RMSNORM: "RMSNorm"}
+POSITIONS = {PositionKind.LEARNED: "learned_absolute", PositionKind.ROPE: "rope"}
+
+
+def _model_args(view: PlanView, args: _Args) -> list[str]:
+    """The architecture the profiles were made for, as Megatron's model arguments."""
+    model = view.model
+    if model is None:
+        experts = " and --num-experts" if view.ep > 1 else ""
+        return [f"the instance records no model architecture: Megatron needs --hidden-size, "
+                f"--num-attention-heads, --max-position-embeddings{experts} and the rest of the "
+                f"model, which the plan's profiles fix but this export cannot name; add the "
+                f"model's arguments yourself, and --bf16/--fp16 is as exported"]
+    warnings = [view.model_note] if view.model_note else []
+    args.add("--hidden-size", model.hidden)
+    args.add("--ffn-hidden-size", model.ffn_hidden)
+    args.add("--num-attention-heads", model.heads)
+    if model.head_dim * model.heads != model.hidden:
+        args.add("--kv-channels", model.head_dim)
+    if model.kv_heads != model.heads:
+        args.add("--group-query-attention")
+        args.add("--num-query-groups", model.kv_heads)
+    args.add("--max-position-embeddings", model.max_positions or view.seq_len)
+    args.add("--position-embedding-type", POSITIONS[model.positions])
+    args.add("--normalization", NORMALIZATION[model.norm])
+    if model.mlp is MlpKind.SWIGLU:
+        args.add("--swiglu")
+    if not model.bias:
+        args.add("--disable-bias-linear")
+        if model.qkv_bias:
+            args.add("--add-qkv-bias")
+    if not model.tied_embeddings:
+        args.add("--untie-embeddings-and-output-weights")
+    if not model.dropout:
+        args.add("--attention-dropout", 0.0)
+        args.add("--hidden-dropout", 0.0)
+    if model.num_experts > 1:
+        args.add("--num-experts", model.num_experts)
+        args.add("--moe-ffn-hidden-size", model.expert_width)
+        args.add("--moe-router-topk", model.top_k)
+    args.add("--vocab-size", model.vocab)
+    return warnings + _model_warnings(view, model)
+
+
+def _model_warnings(view: PlanView, model: ModelShape) -> list[str]:
+    """What Megatron's GPT model cannot take from the recorded architecture."""
+    found = [f"Megatron takes the vocabulary from the tokenizer (--tokenizer-type, "
+             f"--vocab-file): it must have {model.vocab} tokens, as priced (Megatron pads it to "
+             f"a multiple of 128·t); --vocab-size {model.vocab} is read only by the "
+             f"NullTokenizer"]
+    if model.num_layers != view.num_decoder_layers:
+        found.append(f"the model records {model.num_layers} layers but the workload chains "
+                     f"{view.num_decoder_layers} decoder layers: exported --num-layers "
+                     f"{view.num_decoder_layers}, as priced")
+    if not model.decoder:
+        found.append(f"{model.name} is an encoder; Megatron's pretrain_gpt.py builds a decoder "
+                     f"(run pretrain_bert.py with these arguments)")
+    if model.latent_attention:
+        found.append(f"{model.name} uses multi-head latent attention, whose arguments "
+                     f"(--multi-latent-attention, --q-lora-rank, ...) this export does not "
+                     f"write: add them, or Megatron builds grouped-query attention")
+    return found
+
+
+def _precision_args(view: PlanView, args: _Args) -> list[str]:
+    """--bf16 or --fp16 for the priced weights, and the gradient reduction's width."""
+    warnings = [view.precision_note] if view.precision_note else []
+    if view.precision is Precision.FP32:
+        if view.grad_bytes != 4:
+            warnings.append(f"fp32 weights with {view.grad_bytes}-byte gradients have no "
+                            f"Megatron spelling: it reduces fp32 gradients (4 bytes)")
+        return warnings
+    if view.precision is Precision.FP16 and view.ep > 1:
+        raise BackendOptionError("Megatron-LM cannot run this plan: expert parallelism with "
+                                 "fp16 weights (core_v0.15.3 arguments.py line 1042: 'Expert "
+                                 "parallelism is not supported with fp16 training')",
+                                 option="format")
+    args.add("--bf16" if view.precision is Precision.BF16 else "--fp16")
+    if view.precision is Precision.BF16 and view.grad_bytes == 2:
+        args.add("--grad-reduce-in-bf16")  # else bf16 forces fp32 reduction (line 741)
+    elif view.precision is Precision.FP16 and view.grad_bytes == 4:
+        args.add("--accumulate-allreduce-grads-in-fp32")
+    elif view.grad_bytes not in (2, 4):
+        warnings.append(f"{view.grad_bytes}-byte gradients have no Megatron spelling: it "
+                        f"reduces them in {'fp32' if view.precision is Precision.BF16 else 'fp16'}")
+    return warnings
 
 
 def launch_environment(view: PlanView) -> dict[str, str | None]:
@@ -239,13 +351,14 @@ def _launch_script(view: PlanView, args: list[str], ranks: RankMap, warnings: li
              "# Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).",
              f"# plan: {plan_summary(view)}",
              f"# split: {split_text(view)}",
+             f"# targets {MEGATRON_VERSION}",
              f"# arguments: {MEGATRON_SOURCE}",
              f"# rank order: {ranks.order.name}; {len(ranks.nodes)} torchrun agents on hosts of "
              f"{ranks.gpus_per_node} GPUs (nodeK = devices K*{ranks.gpus_per_node}.."
              f"K*{ranks.gpus_per_node}+{ranks.gpus_per_node - 1}).",
              "# usage, on the host of each node rank (replace nodeK by the host's name):",
-             "#   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [model and data "
-             "arguments ...]"]
+             "#   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [data, tokenizer and "
+             "optimizer arguments ...]"]
     lines += [f"# warning: {warning}" for warning in warnings]
     lines += ["set -euo pipefail", "MEGATRON_ARGS=("]
     lines += [f"  {' '.join(shlex.quote(part) for part in pair)}" for pair in _pairs(args)]

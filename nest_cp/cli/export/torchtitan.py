@@ -1,8 +1,20 @@
 """torchtitan: the job TOML of a plan (training batch, [parallelism], activation checkpointing).
 
-Keys are those of pytorch/torchtitan ``torchtitan/config/job_config.py`` at commit
-6404b932421f5ce382e7dac5ad381b2c17b1373c, listed once in :data:`TORCHTITAN_KEYS`
-(the tests parse the output with tomllib and check every key against it).
+Target: torchtitan v0.2.2 (tag ``v0.2.2``, commit
+73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), whose startup checks
+:mod:`nest_cp.model.launchers.torchtitan` transcribes with file and line.  Keys are those
+of its ``torchtitan/config/job_config.py``, listed once in :data:`TORCHTITAN_KEYS` (the
+tests parse the output with tomllib and check every key against it).
+
+Model and precision: ``[model] name, flavor`` is the shipped flavor of exactly the priced
+architecture (``llama3`` ``8B``/``70B``/``405B``: Llama 3 70B is ``llama3``/``70B``); for
+any other architecture (GPT-3, Mixtral, ...) the job names the model itself with flavor
+``nest-cp``, which torchtitan refuses at startup until the user registers a TrainSpec of
+that name (``[experimental] custom_import``), and a warning says so: the job never trains
+torchtitan's default debug model.  ``[training] mixed_precision_param`` is ``bfloat16``
+for 2-byte weights (fp16 has no spelling: a warning) or ``float32``; torchtitan always
+reduces gradients in float32 and runs no mixed precision with TP or PP without FSDP, each
+a warning where the plan priced otherwise.
 
 Mapping:
 
@@ -52,21 +64,39 @@ from nest_cp.cli.export.common import (
     split_text,
 )
 from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
-from nest_cp.cli.export.view import LayerKind, PlanView
+from nest_cp.cli.export.view import LayerKind, PlanView, Precision
 from nest_cp.model.errors import InternalError
-from nest_cp.model.instance import AttentionKind, RecomputeMode
-from nest_cp.model.launchers.torchtitan import TorchtitanLaunch, startup_violations
+from nest_cp.model.instance import (
+    AttentionKind,
+    MlpKind,
+    ModelShape,
+    NormKind,
+    PositionKind,
+    RecomputeMode,
+)
+from nest_cp.model.launchers.torchtitan import (
+    TORCHTITAN_VERSION,
+    Flavor,
+    TorchtitanLaunch,
+    choice_problems,
+    flavor_named,
+    startup_violations,
+)
 from nest_cp.model.plan import Dim
 
-TORCHTITAN_SOURCE = ("pytorch/torchtitan torchtitan/config/job_config.py at commit "
-                     "6404b932421f5ce382e7dac5ad381b2c17b1373c")
+TORCHTITAN_SOURCE = (f"pytorch/torchtitan torchtitan/config/job_config.py at "
+                     f"{TORCHTITAN_VERSION}; its startup checks transcribed in "
+                     f"nest_cp/model/launchers/torchtitan.py")
 TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-ep-tp (torchtitan ParallelDims)",
                              (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 
-# section -> key -> type, as job_config.py declares them
+# section -> key -> type, as job_config.py declares them at v0.2.2 (Job line 18, Model 100,
+# Training 243 with mixed_precision_param 282, Parallelism 312, ActivationCheckpoint 651)
 TORCHTITAN_KEYS: dict[str, dict[str, type]] = {
     "job": {"description": str},
-    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int},
+    "model": {"name": str, "flavor": str},
+    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int,
+                 "mixed_precision_param": str},
     "parallelism": {
         "data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
         "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
@@ -101,19 +131,25 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
                         "checkpointing, a different policy from the plan's (attention core "
                         "only): memory and time will differ")
     local = view.microbatch * (view.num_microbatches if view.num_stages > 1 else 1)
+    model, model_warnings = _model_section(view)
+    precision, precision_warnings = _precision(view, parallelism)
     config = {
         "job": {"description": f"nest-cp plan: {plan_summary(view)}"},
+        **({"model": model} if model else {}),
         "training": {"local_batch_size": local,
-                     "global_batch_size": view.samples_per_iteration, "seq_len": view.seq_len},
+                     "global_batch_size": view.samples_per_iteration, "seq_len": view.seq_len,
+                     "mixed_precision_param": precision},
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
     }
-    _check_rules(view, parallelism, config["training"])
+    warnings += model_warnings + precision_warnings
+    _check_rules(view, config)
     warnings += _model_warnings(view)
     ranks = rank_map(view, TORCHTITAN_ORDER, gpus_per_node)
     warnings += placement_warning(ranks, "torchtitan's fixed rank order")
     header = ["# torchtitan job for a nest-cp plan (nest-cp export --format torchtitan).",
               f"# plan: {plan_summary(view)}", f"# split: {split_text(view)}",
+              f"# targets {TORCHTITAN_VERSION}",
               f"# keys: {TORCHTITAN_SOURCE}", f"# model: {_model_note(view)}"]
     header += [f"# warning: {warning}" for warning in warnings]
     footer = ["", f"# launch: the launch script (--script), or per node rank, rank order "
@@ -127,17 +163,83 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
                         files={"launch_script": launch_script(view, ranks)})
 
 
-def _check_rules(view: PlanView, parallelism: dict, training: dict) -> None:
-    """InternalError when the config breaks a cited startup rule (the mapping is meant not to)."""
-    launch = TorchtitanLaunch(
-        world_size=view.world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
-        dp_shard=parallelism["data_parallel_shard_degree"], tp=view.tp, pp=view.num_stages,
+def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
+    """What torchtitan v0.2.2 reads from a job document; a model the export names with
+    flavor 'nest-cp' counts as registered by the user (the warning asks for it)."""
+    parallelism, training = config["parallelism"], config["training"]
+    model = config.get("model", {})
+    custom = {model["name"]} if model.get("flavor") == "nest-cp" else set()
+    return TorchtitanLaunch(
+        world_size=world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
+        dp_shard=parallelism["data_parallel_shard_degree"],
+        tp=parallelism["tensor_parallel_degree"], pp=parallelism["pipeline_parallel_degree"],
         local_batch_size=training["local_batch_size"],
         global_batch_size=training["global_batch_size"],
-        pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"])
-    broken = startup_violations(launch)
+        pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"],
+        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"),
+        registered=frozenset(custom))
+
+
+def _check_rules(view: PlanView, config: dict) -> None:
+    """InternalError when the config breaks a cited startup rule (the mapping is meant not to)."""
+    broken = (startup_violations(torchtitan_launch(config, view.world_size))
+              + choice_problems(config))
     if broken:
         raise InternalError(f"the torchtitan export breaks a startup rule: {broken[0]}")
+
+
+def flavor_of(model: ModelShape) -> Flavor | None:
+    """The torchtitan flavor of exactly this architecture (launchers.torchtitan
+    FLAVOR_TABLE), if torchtitan ships one: a Llama 3 of the same sizes."""
+    llama = (model.positions is PositionKind.ROPE and model.norm is NormKind.RMSNORM
+             and model.mlp is MlpKind.SWIGLU and not (model.bias or model.qkv_bias)
+             and not model.tied_embeddings and model.num_experts == 1 and model.decoder
+             and not model.latent_attention and model.head_dim * model.heads == model.hidden)
+    return flavor_named(model.num_layers, model.hidden, model.heads, model.kv_heads,
+                        model.ffn_hidden, model.vocab) if llama else None
+
+
+def _model_section(view: PlanView) -> tuple[dict, list[str]]:
+    """[model] name and flavor of the priced architecture, or a name torchtitan refuses at
+    startup until the user registers it (never its default debug model)."""
+    model = view.model
+    if model is None:
+        return {}, ["the instance records no model architecture: the job has no [model] "
+                    "section and torchtitan trains its default (llama3 debugmodel), not the "
+                    "model the plan was priced for; add [model] name and flavor"]
+    warnings = [view.model_note] if view.model_note else []
+    flavor = flavor_of(model)
+    if flavor is not None:
+        return {"name": flavor.name, "flavor": flavor.flavor}, warnings
+    return {"name": model.name, "flavor": "nest-cp"}, warnings + [
+        f"torchtitan v0.2.2 ships no model of this architecture ({model.description}): the "
+        f"job names model {model.name!r} flavor 'nest-cp', which torchtitan refuses at "
+        f"startup ('TrainSpec {model.name} is not registered', protocols/train_spec.py line "
+        f"87) until a module given as [experimental] custom_import registers it "
+        f"(register_train_spec, line 62) with that flavor; it never trains another model"]
+
+
+def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:
+    """``[training] mixed_precision_param`` for the priced weights, and what torchtitan runs
+    differently (job_config.py lines 282-296; distributed/utils.py maybe_enable_amp, line
+    243: no mixed precision with TP or PP unless FSDP is on)."""
+    warnings = [view.precision_note] if view.precision_note else []
+    if view.precision is Precision.FP32:
+        return "float32", warnings
+    if view.precision is Precision.FP16:
+        warnings.append("fp16 has no torchtitan spelling (mixed_precision_param is bfloat16 "
+                        "or float32): exported bfloat16, the same bytes with bf16's range")
+    fsdp = parallelism["data_parallel_shard_degree"] > 1
+    if not fsdp and (view.tp > 1 or view.num_stages > 1):
+        warnings.append(f"torchtitan runs no mixed precision with tensor or pipeline "
+                        f"parallelism unless FSDP is on (distributed/utils.py line 251): this "
+                        f"ZeRO-{view.zero} plan trains in float32, twice the weight memory "
+                        f"and another speed than priced")
+    if view.grad_bytes != 4 and view.data_parallel > 1:
+        warnings.append(f"torchtitan reduces gradients in float32 (mixed_precision_reduce, "
+                        f"its only choice): {4 // view.grad_bytes if view.grad_bytes else 0}x "
+                        f"the {view.grad_bytes}-byte gradient traffic priced")
+    return "bfloat16", warnings
 
 
 def _model_note(view: PlanView) -> str:

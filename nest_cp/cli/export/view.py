@@ -24,9 +24,15 @@ from nest_cp.model.instance import (
     CollectiveGroup,
     CollectiveKind,
     Instance,
+    ModelShape,
+    Optimizer,
+    Precision,
     RecomputeMode,
+    precision_of,
 )
 from nest_cp.model.plan import Placement, Plan
+from nest_cp.profiles.presets import MODELS
+from nest_cp.profiles.transformer import model_shape
 
 RECOMPUTE_STRENGTH = {RecomputeMode.NONE: 0, RecomputeMode.SELECTIVE: 1, RecomputeMode.FULL: 2}
 
@@ -89,6 +95,11 @@ class PlanView:
     attention: AttentionKind | None = None  # the kernel the profiles assume, if recorded
     overlap_param_gather: bool = False  # the ZeRO 1/2 weight all-gather priced as hidden
     sequence_parallel_note: str = ""  # why the export's SP differs from the profiles', if so
+    precision: Precision = Precision.BF16  # the weights' precision the plan priced
+    precision_note: str = ""  # why the precision is a guess, if it is
+    grad_bytes: int = 2  # bytes per gradient element the data-parallel reduction was priced at
+    model: ModelShape | None = None  # the architecture profiled, if known
+    model_note: str = ""  # where ``model`` came from when the workload does not record it
 
     @property
     def devices_per_replica(self) -> int:
@@ -165,7 +176,31 @@ def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanVi
                           for index, name in enumerate(names)),
         num_devices=instance.cluster.num_devices, fits_memory=not over,
         memory_note=over[0] if over else "", attention=instance.workload.attention,
+        grad_bytes=training.optimizer.grad_bytes,
+        **_precision(training.optimizer), **_model(instance, names),
         **_sequence_parallel(instance, plan))
+
+
+def _precision(optimizer: Optimizer) -> dict:
+    precision, note = precision_of(optimizer)
+    return {"precision": precision, "precision_note": note}
+
+
+def _model(instance: Instance, names: tuple[str, ...]) -> dict:
+    """The recorded architecture; for an instance file written before workloads recorded it,
+    the preset the workload is named after when its depth matches (said in ``model_note``)."""
+    workload = instance.workload
+    if workload.model is not None:
+        return {"model": workload.model}
+    preset = MODELS.get(workload.name)
+    decoders = sum(classify_layer(name, index, len(names)) is LayerKind.DECODER
+                   for index, name in enumerate(names))
+    if preset is None or preset.num_layers != decoders:
+        return {}
+    return {"model": model_shape(preset),
+            "model_note": f"the instance records no model; its workload is named after the "
+                          f"preset {workload.name!r} ({decoders} layers), whose architecture "
+                          f"is exported"}
 
 
 def _sequence_parallel(instance: Instance, plan: Plan) -> dict:

@@ -1,14 +1,19 @@
 """Megatron-LM at startup: the arguments it declares and the checks it asserts on them.
 
-Sources (the assertion's words are quoted in each rule; they are greppable at the commit):
+Pinned release: Megatron-Core **core_v0.15.3** (NVIDIA/Megatron-LM tag ``core_v0.15.3``,
+commit 309ffca6a40553362d44fd17efc56b772fa1aa44, February 2026), the last release whose
+``megatron/training/arguments.py`` declares the arguments with argparse (from core_v0.16.0
+the model arguments moved out of that file).  Sources, each cited with its line at that
+commit (the assertion's words are quoted in each rule):
 
-- ``ARGS``: NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at commit
-  000c4ac24f61159c138b0975def722c65245983c, function ``validate_args`` (and the
-  ``add_argument`` calls for the declarations in :data:`MEGATRON_ARGUMENTS`);
-- ``BATCH``: NVIDIA/Megatron-LM ``megatron/core/num_microbatches_calculator.py`` at commit
-  6337108c7250d675e5ac652dfa5132979e239d44, ``ConstantNumMicroBatchesCalculator.__init__``;
-- ``BRIDGE``: NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/training/config.py`` at
-  commit 4feb11f80e19fda2937f983688218300436e2177 (its Megatron-FSDP checks);
+- ``ARGS``: ``megatron/training/arguments.py``, function ``validate_args`` (line 347) and
+  the ``add_argument`` calls for the declarations in :data:`MEGATRON_ARGUMENTS`;
+- ``BATCH``: ``megatron/core/num_microbatches_calculator.py``,
+  ``ConstantNumMicroBatchesCalculator.__init__`` (class at line 298, assertion line 341);
+- ``BRIDGE``: NVIDIA-NeMo/Megatron-Bridge release v0.2.2 (commit
+  0465189601951c14ad592bd8eefbb673929e25bc, January 2026, the Bridge of the Megatron-Core
+  0.15 line), ``src/megatron/bridge/training/config.py`` ``ConfigContainer.validate``
+  (line 1184; its Megatron-FSDP check at line 1243);
 - ``FSDP_GUIDE``: the Megatron-Core developer guide, "Megatron-FSDP User Guide", section
   "Required Configurations" (docs.nvidia.com/megatron-core/developer-guide/latest/
   discussions/megatron-fsdp-user-guide/megatron-fsdp-user-guide.html).
@@ -28,12 +33,12 @@ from dataclasses import dataclass, field
 
 from nest_cp.model.launchers import Rule, violations
 
-ARGS = ("Megatron-LM megatron/training/arguments.py@000c4ac24f61159c138b0975def722c65245983c "
-        "validate_args")
-BATCH = ("Megatron-LM megatron/core/num_microbatches_calculator.py@"
-         "6337108c7250d675e5ac652dfa5132979e239d44 ConstantNumMicroBatchesCalculator")
-BRIDGE = ("Megatron-Bridge src/megatron/bridge/training/config.py@"
-          "4feb11f80e19fda2937f983688218300436e2177 (Megatron FSDP config checks)")
+MEGATRON_VERSION = "Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)"
+ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py validate_args"
+BATCH = ("Megatron-LM core_v0.15.3 megatron/core/num_microbatches_calculator.py:341 "
+         "ConstantNumMicroBatchesCalculator.__init__")
+BRIDGE = ("Megatron-Bridge v0.2.2 src/megatron/bridge/training/config.py:1243 "
+          "ConfigContainer.validate (Megatron FSDP config checks)")
 FSDP_GUIDE = "Megatron-Core developer guide, Megatron-FSDP User Guide, Required Configurations"
 
 
@@ -42,7 +47,8 @@ class MegatronArgument:
     """One argument as Megatron-LM declares it: ``value_type`` None for a flag.
 
     ``dest`` and ``default`` matter for the flags written negatively
-    (``--no-gradient-accumulation-fusion`` stores False into ``gradient_accumulation_fusion``).
+    (``--no-gradient-accumulation-fusion`` stores False into ``gradient_accumulation_fusion``;
+    a flag whose default is True is a store_false flag).
     """
 
     flag: str
@@ -86,6 +92,37 @@ MEGATRON_ARGUMENTS: tuple[MegatronArgument, ...] = (
     MegatronArgument("--use-tp-pp-dp-mapping", None),
     MegatronArgument("--attention-backend", str, ("flash", "fused", "unfused", "local", "auto"),
                      default="auto"),
+    # the model (arguments.py _add_network_size_args, lines 1549-1662; --vocab-size line 2760,
+    # --seq-length 2850, --num-experts 3037, --moe-ffn-hidden-size 3047, --moe-router-topk
+    # 3094, --disable-bias-linear 2191, dropouts 1876-1878)
+    MegatronArgument("--hidden-size", int),
+    MegatronArgument("--ffn-hidden-size", int),
+    MegatronArgument("--num-attention-heads", int),
+    MegatronArgument("--kv-channels", int),
+    MegatronArgument("--group-query-attention", None),
+    MegatronArgument("--num-query-groups", int, default=1),
+    MegatronArgument("--max-position-embeddings", int),
+    MegatronArgument("--position-embedding-type", str,
+                     ("learned_absolute", "rope", "mrope", "relative", "none"),
+                     default="learned_absolute"),
+    MegatronArgument("--normalization", str, ("LayerNorm", "RMSNorm"), default="LayerNorm"),
+    MegatronArgument("--swiglu", None),
+    MegatronArgument("--disable-bias-linear", None, dest="add_bias_linear", default=True),
+    MegatronArgument("--add-qkv-bias", None),
+    MegatronArgument("--untie-embeddings-and-output-weights", None),
+    MegatronArgument("--attention-dropout", float, default=0.1),
+    MegatronArgument("--hidden-dropout", float, default=0.1),
+    MegatronArgument("--vocab-size", int),
+    MegatronArgument("--make-vocab-size-divisible-by", int, default=128),
+    MegatronArgument("--num-experts", int),
+    MegatronArgument("--moe-ffn-hidden-size", int),
+    MegatronArgument("--moe-router-topk", int, default=2),
+    # precision (arguments.py _add_mixed_precision_args: --fp16 line 2518, --bf16 2520,
+    # --accumulate-allreduce-grads-in-fp32 2543, --grad-reduce-in-bf16 2522)
+    MegatronArgument("--fp16", None),
+    MegatronArgument("--bf16", None),
+    MegatronArgument("--accumulate-allreduce-grads-in-fp32", None),
+    MegatronArgument("--grad-reduce-in-bf16", None),
 )
 KNOWN_FLAGS = {argument.flag: argument for argument in MEGATRON_ARGUMENTS}
 
@@ -96,7 +133,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     for argument in MEGATRON_ARGUMENTS:
         dest = {"dest": argument.dest} if argument.dest else {}
         if argument.value_type is None:
-            negative = argument.flag.startswith("--no-")
+            negative = argument.default is True  # store_false: --no-..., --disable-...
             parser.add_argument(argument.flag, action="store_false" if negative
                                 else "store_true", **dest)
         else:
@@ -270,44 +307,107 @@ def _local_attention(launch: MegatronLaunch) -> str | None:
     return None
 
 
+def _line(number: int) -> str:
+    """``ARGS`` at one line of the pinned arguments.py."""
+    return f"{ARGS}, line {number}"
+
+
+def _model_required(launch: MegatronLaunch) -> str | None:
+    missing = [name for name in ("num_layers", "hidden_size", "num_attention_heads",
+                                 "max_position_embeddings") if launch.args.get(name) is None]
+    return f"missing --{', --'.join(m.replace('_', '-') for m in missing)}" if missing else None
+
+
+def _head_width(launch: MegatronLaunch) -> str | None:
+    hidden, heads = launch.hidden_size, launch.num_attention_heads
+    if launch.kv_channels is None and None not in (hidden, heads) and hidden % heads:
+        return (f"--hidden-size {hidden} is not a multiple of --num-attention-heads {heads} "
+                f"and --kv-channels is not given")
+    return None
+
+
+def _positions(launch: MegatronLaunch) -> str | None:
+    table, sequence = launch.max_position_embeddings, launch.seq_length
+    if None not in (table, sequence) and table < sequence:
+        return f"--max-position-embeddings {table} < --seq-length {sequence}"
+    return None
+
+
+def _one_precision(launch: MegatronLaunch) -> str | None:
+    return "both --fp16 and --bf16" if launch.fp16 and launch.bf16 else None
+
+
+def _experts(launch: MegatronLaunch) -> str | None:
+    ep = launch.expert_model_parallel_size
+    if ep <= 1:
+        return None
+    if launch.num_experts is None:
+        return f"--expert-model-parallel-size {ep} without --num-experts"
+    if launch.num_experts % ep:
+        return f"--num-experts {launch.num_experts} is not a multiple of {ep}"
+    if launch.fp16:
+        return "expert parallelism with --fp16"
+    return None
+
+
 RULES: tuple[Rule[MegatronLaunch], ...] = (
-    Rule("world size", f"{ARGS}: 'world size (...) is not divisible by total_model_size'",
-         _world),
+    Rule("world size", f"{_line(375)}: 'world size (...) is not divisible by "
+         "total_model_size'", _world),
     Rule("global batch", f"{BATCH}: 'global batch size (...) is not divisible by micro batch "
          "size (...) times data parallel size'", _batch),
-    Rule("one virtual-pipeline form", f"{ARGS}: 'No more than one of the following arguments "
-         "can be set at the same time'", _one_virtual_form),
-    Rule("layout length", f"{ARGS}: 'The length of pipeline_model_parallel_layout must be "
-         "divisible by pipeline_model_parallel_size'", _layout_stages),
-    Rule("even split", f"{ARGS}: 'Number of layers should be divisible by the "
+    Rule("one virtual-pipeline form", f"{_line(537)}: 'No more than one of the following "
+         "arguments can be set at the same time'", _one_virtual_form),
+    Rule("layout length", f"{_line(550)}: 'The length of pipeline_model_parallel_layout must "
+         "be divisible by pipeline_model_parallel_size'", _layout_stages),
+    Rule("even split", f"{_line(600)}: 'Number of layers should be divisible by the "
          "pipeline-model-parallel size'", _even_split),
-    Rule("uneven split and virtual stages", f"{ARGS}: 'please use "
+    Rule("uneven split and virtual stages", f"{_line(560)}: 'please use "
          "--num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree "
          "when enable uneven pipeline parallelism'", _uneven_with_virtual),
-    Rule("interleaved depth", f"{ARGS}: 'When interleaved schedule is used, "
-         "pipeline-model-parallel size should be greater than 1' (> 2 without p2p overlap)",
-         _interleaved_depth),
-    Rule("overlap param gather", f"{ARGS}: '--overlap-param-gather only supported with "
-         "distributed optimizer or megatron fsdp', 'Must use --overlap-param-gather with "
-         "--overlap-grad-reduce'", _overlap_param_gather),
-    Rule("FSDP connections", f"{ARGS}: 'FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS "
+    Rule("interleaved depth", f"{_line(605)}: 'When interleaved schedule is used, "
+         "pipeline-model-parallel size should be greater than 1' (line 609: > 2 without p2p "
+         "overlap)", _interleaved_depth),
+    Rule("overlap param gather", f"{_line(627)}: '--overlap-param-gather only supported with "
+         "distributed optimizer or megatron fsdp', line 629: 'Must use --overlap-param-gather "
+         "with --overlap-grad-reduce'", _overlap_param_gather),
+    Rule("FSDP connections", f"{_line(716)}: 'FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS "
          "value large than one'", _fsdp_connections),
-    Rule("FSDP checkpoint format", f"{ARGS}: 'Megatron FSDP only supports fsdp_dtensor "
-         "checkpoint format', '--ckpt-format fsdp_dtensor is only tested with Megatron FSDP'",
-         _fsdp_checkpoint),
-    Rule("TP connections", f"{ARGS}: 'Using tensor model parallelism or context parallelism "
-         "require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1'",
-         _tensor_connections),
-    Rule("selective recompute", f"{ARGS}: 'recompute method is not yet supported for "
+    Rule("FSDP checkpoint format", f"{_line(719)}: 'Megatron FSDP only supports fsdp_dtensor "
+         "checkpoint format', line 1064: '--ckpt-format fsdp_dtensor is only tested with "
+         "Megatron FSDP'", _fsdp_checkpoint),
+    Rule("TP connections", f"{_line(959)}: 'Using tensor model parallelism or context "
+         "parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to "
+         "1'", _tensor_connections),
+    Rule("selective recompute", f"{_line(916)}: 'recompute method is not yet supported for "
          "selective recomputing granularity'", _selective_method),
     Rule("FSDP rank order", f"{BRIDGE}: 'use_tp_pp_dp_mapping is not supported with "
          "Megatron FSDP'", _fsdp_rank_order),
     Rule("FSDP required flags", FSDP_GUIDE, _fsdp_required),
-    Rule("local attention", f"{ARGS}: '--attention-backend local is only supported with "
+    Rule("local attention", f"{_line(379)}: '--attention-backend local is only supported with "
          "--spec local'", _local_attention),
+    Rule("model size given", f"{_line(822)}: required_args = ['num_layers', 'hidden_size', "
+         "'num_attention_heads', 'max_position_embeddings'] (_check_arg_is_not_none, line "
+         "1227)", _model_required),
+    Rule("head width", f"{_line(840)}: 'assert args.hidden_size % args.num_attention_heads == "
+         "0' when --kv-channels is not given", _head_width),
+    Rule("position table", f"{_line(856)}: 'max_position_embeddings (...) must be greater "
+         "than or equal to seq_length (...)'", _positions),
+    Rule("one precision", f"{_line(724)} and line 734: 'assert not args.bf16', 'assert not "
+         "args.fp16'", _one_precision),
+    Rule("experts", f"{_line(1038)}: 'num_experts must be non None to use expert model "
+         "parallelism', line 1040: 'Number of experts should be a multiple of expert model "
+         "parallel_size', line 1042: 'Expert parallelism is not supported with fp16 "
+         "training'", _experts),
 )
 
 
-def startup_violations(launch: MegatronLaunch) -> list[str]:
-    """Every rule of :data:`RULES` the launch breaks ('name: problem (source)')."""
-    return violations(RULES, launch)
+# rules on arguments only the model supplies: without a recorded model the export leaves them
+# to the user (with a warning) and its check skips them
+MODEL_RULES = frozenset({"model size given", "experts"})
+
+
+def startup_violations(launch: MegatronLaunch, model_given: bool = True) -> list[str]:
+    """Every rule of :data:`RULES` the launch breaks ('name: problem (source)'); without
+    ``model_given`` the :data:`MODEL_RULES` are not checked."""
+    rules = RULES if model_given else tuple(r for r in RULES if r.name not in MODEL_RULES)
+    return violations(rules, launch)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from nest_cp.model.launchers.deepspeed import AUTOTP, GROUPS, PIPE
 from nest_cp.model.launchers.deepspeed import CONFIG as DS_CONFIG
-from nest_cp.model.launchers.deepspeed import GROUPS, PIPE
 from nest_cp.model.launchers.megatron import ARGS, BATCH
-from nest_cp.model.launchers.torchtitan import DIMS, JOB, TRAIN
+from nest_cp.model.launchers.torchtitan import TRAIN
 
 
 class Launcher(str, Enum):
@@ -53,6 +53,7 @@ class SearchFacts:
     heads: int | None = None
     kv_heads: int | None = None
     sequence_parallel: bool | None = None
+    fp16: bool = False  # the optimizer prices fp16 weights (instance model precision_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +80,25 @@ class ShapeRule:
     admits: Callable[[SearchFacts, SearchShape], Any]
 
 
-MCORE_ATTENTION = ("Megatron-LM megatron/core/transformer/attention.py@"
-                   "00c2c0adeec16015f386548793c88ef08ff6acec Attention.__init__: "
-                   "divide(num_attention_heads, tp) and divide(num_query_groups, tp) "
-                   "(megatron.core.utils.divide asserts divisibility)")
-MEGATRON_RECOMPUTE = (f"{ARGS}: --recompute-granularity and --recompute-method are single "
-                      "arguments applied to every layer")
-TORCHTITAN_CHECKPOINT = (f"{JOB}: [activation_checkpoint] mode is one value for the model")
-DEEPSPEED_CHECKPOINT = (f"{PIPE}: PipelineModule's activation_checkpoint_interval is one "
-                        "value for every stage")
-DEEPSPEED_SCHEDULE = (f"{PIPE}: train_batch runs schedule.TrainSchedule, plain 1F1B; the "
+MCORE_ATTENTION = ("Megatron-LM core_v0.15.3 megatron/core/transformer/attention.py:168-169 "
+                   "Attention.__init__: divide(num_attention_heads, tp) and "
+                   "divide(num_query_groups, tp) (megatron.core.utils.divide asserts "
+                   "divisibility)")
+MEGATRON_RECOMPUTE = ("Megatron-LM core_v0.15.3 megatron/training/arguments.py:2010 "
+                      "_add_training_args: --recompute-granularity and --recompute-method are "
+                      "single arguments applied to every layer")
+TORCHTITAN_CHECKPOINT = ("torchtitan v0.2.2 torchtitan/config/job_config.py:652 "
+                         "ActivationCheckpoint.mode is one value for the model")
+DEEPSPEED_CHECKPOINT = ("DeepSpeed v0.19.3 deepspeed/runtime/pipe/module.py:134 "
+                        "PipelineModule.__init__: activation_checkpoint_interval is one value "
+                        "for every stage")
+DEEPSPEED_SCHEDULE = ("DeepSpeed v0.19.3 deepspeed/runtime/pipe/engine.py:385 "
+                      "PipelineEngine.train_batch runs schedule.TrainSchedule, plain 1F1B; the "
                       "pipeline engine has no interleaved schedule")
+TORCHTITAN_SEQUENCE = ("torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:161 "
+                       "apply_tp: the norms are SequenceParallel() (lines 181, 219, 233)")
+TORCHTITAN_FSDP = ("torchtitan v0.2.2 torchtitan/config/job_config.py:336 "
+                   "Parallelism.fsdp_reshard_after_forward")
 
 
 def _batch(facts: SearchFacts, shape: SearchShape) -> Any:
@@ -116,6 +125,10 @@ def _no_autotp_with_pipeline(facts: SearchFacts, shape: SearchShape) -> Any:
     return (shape.tp == 1) | (shape.num_stages == 1)
 
 
+def _no_autotp_with_zero_3(facts: SearchFacts, shape: SearchShape) -> Any:
+    return (shape.tp == 1) | (shape.zero <= 2)
+
+
 def _no_interleaving(facts: SearchFacts, shape: SearchShape) -> Any:
     return shape.virtual_stages == 1
 
@@ -126,6 +139,12 @@ def _no_zero_one(facts: SearchFacts, shape: SearchShape) -> Any:
 
 def _experts_sharded(facts: SearchFacts, shape: SearchShape) -> Any:
     return (shape.ep == 1) | (shape.zero != 0)
+
+
+def _experts_not_fp16(facts: SearchFacts, shape: SearchShape) -> Any:
+    if facts.fp16:
+        return shape.ep == 1
+    return shape.ep == shape.ep
 
 
 def _sequence_parallel_tp(facts: SearchFacts, shape: SearchShape) -> Any:
@@ -143,22 +162,26 @@ SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
                   "divisible by micro batch size (...) times data parallel size'", _batch),
         ShapeRule("heads", "t divides the attention heads and the query groups",
                   MCORE_ATTENTION, _heads),
-        ShapeRule("interleaved depth", "v = 1 or S >= 2", f"{ARGS}: 'When interleaved "
+        ShapeRule("experts in fp16", "e = 1 when the optimizer prices fp16 weights",
+                  f"{ARGS}, line 1042: 'Expert parallelism is not supported with fp16 "
+                  "training'", _experts_not_fp16),
+        ShapeRule("interleaved depth", "v = 1 or S >= 2", f"{ARGS}, line 605: 'When interleaved "
                   "schedule is used, pipeline-model-parallel size should be greater than 1'",
                   _interleaved_depth),
     ),
     Launcher.TORCHTITAN: (
         ShapeRule("global batch", _BATCH_WORDS, f"{TRAIN}: 'global batch size must be "
                   "multiple of local batch size times data-parallel degree'", _batch),
-        ShapeRule("ZeRO-1", "z in {0, 2, 3}", f"{JOB}: FSDP shards parameters, gradients "
-                  "and optimizer state together (fsdp_reshard_after_forward never/always: "
-                  "ZeRO-2/3); nothing shards the optimizer state alone", _no_zero_one),
-        ShapeRule("experts and ZeRO 0", "e = 1 or z >= 1", f"{DIMS}: expert parallelism "
-                  "takes its ranks from the FSDP shard dimension (dp2ep), so e > 1 shards "
-                  "parameters", _experts_sharded),
+        ShapeRule("ZeRO-1", "z in {0, 2, 3}", f"{TORCHTITAN_FSDP}: FSDP shards parameters, "
+                  "gradients and optimizer state together (never/always: ZeRO-2/3); nothing "
+                  "shards the optimizer state alone", _no_zero_one),
+        ShapeRule("experts and ZeRO 0", "e = 1 or z >= 1", "torchtitan v0.2.2 "
+                  "torchtitan/distributed/parallel_dims.py:98 ParallelDims.build_mesh: expert "
+                  "parallelism takes its ranks from the FSDP shard dimension (efsdp x ep = "
+                  "dp_shard x cp), so e > 1 shards parameters", _experts_sharded),
         ShapeRule("sequence parallelism", "t = 1 unless the profiles assume sequence "
-                  "parallelism", f"{JOB}: torchtitan's tensor-parallel plan always shards "
-                  "the norms by sequence", _sequence_parallel_tp),
+                  "parallelism", f"{TORCHTITAN_SEQUENCE}: torchtitan's tensor-parallel plan "
+                  "always shards the norms by sequence", _sequence_parallel_tp),
     ),
     Launcher.DEEPSPEED: (
         ShapeRule("train batch", _BATCH_WORDS, f"{DS_CONFIG}: 'train_batch_size is not equal "
@@ -167,6 +190,9 @@ SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
                   "ZeRO-3 are incompatible with pipeline parallelism'", _no_zero_with_pipeline),
         ShapeRule("AutoTP with a pipeline", "t = 1 or S = 1", f"{GROUPS}: the AutoTP mesh "
                   "has only data_parallel and tensor_parallel axes", _no_autotp_with_pipeline),
+        ShapeRule("AutoTP with ZeRO-3", "t = 1 or z <= 2", f"{AUTOTP}: 'Currently, the "
+                  "compatibility between 'autotp' and 'zero_stage = 3' has not been "
+                  "validated'", _no_autotp_with_zero_3),
         ShapeRule("interleaving", "v = 1", DEEPSPEED_SCHEDULE, _no_interleaving),
     ),
 }

@@ -2,11 +2,13 @@
 # Megatron-LM launch for a nest-cp plan (nest-cp export --format megatron).
 # plan: tp=8 ep=1 pp=25 vpp=1 dp=5 microbatch=1 zero=0; 1000 of 1024 devices (24 idle)
 # split: 0-2 | 3-5 | 6-9 | 10-13 | 14-17 | 18-21 | 22-25 | 26-29 | 30-33 | 34-37 | 38-41 | 42-45 | 46-49 | 50-53 | 54-57 | 58-61 | 62-65 | 66-69 | 70-73 | 74-77 | 78-81 | 82-85 | 86-89 | 90-93 | 94-97
-# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac24f61159c138b0975def722c65245983c
+# targets Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)
+# arguments: NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its startup checks transcribed in nest_cp/model/launchers/megatron.py
 # rank order: tp-cp-ep-dp-pp; 125 torchrun agents on hosts of 8 GPUs (nodeK = devices K*8..K*8+7).
 # usage, on the host of each node rank (replace nodeK by the host's name):
-#   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [model and data arguments ...]
+#   bash THIS_FILE NODE_RANK MASTER_ADDR TRAINING_SCRIPT [data, tokenizer and optimizer arguments ...]
 # warning: global batch 4096 is not a multiple of micro-batch x data-parallel ranks = 1 x 5: launchers need one, so the export uses 4100 = 820 microbatches x 1 x 5, the samples the plan's iteration time was charged for
+# warning: Megatron takes the vocabulary from the tokenizer (--tokenizer-type, --vocab-file): it must have 50257 tokens, as priced (Megatron pads it to a multiple of 128·t); --vocab-size 50257 is read only by the NullTokenizer
 set -euo pipefail
 MEGATRON_ARGS=(
   --tensor-model-parallel-size 8
@@ -15,6 +17,15 @@ MEGATRON_ARGS=(
   --seq-length 2048
   --micro-batch-size 1
   --global-batch-size 4100
+  --hidden-size 12288
+  --ffn-hidden-size 49152
+  --num-attention-heads 96
+  --max-position-embeddings 2048
+  --position-embedding-type learned_absolute
+  --normalization LayerNorm
+  --vocab-size 50257
+  --bf16
+  --grad-reduce-in-bf16
   --pipeline-model-parallel-layout 'Ett|ttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttL'
   --attention-backend unfused
 )
