@@ -161,11 +161,8 @@ def _precision(view: PlanView, config: dict) -> list[str]:
     """The bf16/fp16 block for 2-byte weights and, when the plan priced 4-byte gradients
     beside them, ``communication_data_type`` fp32 (DeepSpeed otherwise reduces gradients in
     the weights' type: runtime/engine.py line 1293, communication_data_type)."""
-    warnings = [view.precision_note] if view.precision_note else []
+    warnings = view.precision_warnings("DeepSpeed")
     if view.precision is Precision.FP32:
-        if view.grad_bytes != 4:
-            warnings.append(f"fp32 weights with {view.grad_bytes}-byte gradients have no "
-                            f"DeepSpeed spelling: it reduces fp32 gradients (4 bytes)")
         return warnings
     config[HALF[view.precision]] = {"enabled": True}
     if view.grad_bytes == 4:

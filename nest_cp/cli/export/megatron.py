@@ -228,11 +228,8 @@ def _model_warnings(view: PlanView, model: ModelShape) -> list[str]:
 
 def _precision_args(view: PlanView, args: _Args) -> list[str]:
     """--bf16 or --fp16 for the priced weights, and the gradient reduction's width."""
-    warnings = [view.precision_note] if view.precision_note else []
+    warnings = view.precision_warnings("Megatron")
     if view.precision is Precision.FP32:
-        if view.grad_bytes != 4:
-            warnings.append(f"fp32 weights with {view.grad_bytes}-byte gradients have no "
-                            f"Megatron spelling: it reduces fp32 gradients (4 bytes)")
         return warnings
     if view.precision is Precision.FP16 and view.ep > 1:
         raise BackendOptionError("Megatron-LM cannot run this plan: expert parallelism with "

@@ -223,7 +223,7 @@ def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:
     """``[training] mixed_precision_param`` for the priced weights, and what torchtitan runs
     differently (job_config.py lines 282-296; distributed/utils.py maybe_enable_amp, line
     243: no mixed precision with TP or PP unless FSDP is on)."""
-    warnings = [view.precision_note] if view.precision_note else []
+    warnings = view.precision_warnings("torchtitan")
     if view.precision is Precision.FP32:
         return "float32", warnings
     if view.precision is Precision.FP16:

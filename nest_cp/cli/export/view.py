@@ -130,6 +130,16 @@ class PlanView:
     def stage_chunks(self, stage: int) -> tuple[Chunk, ...]:
         return tuple(chunk for chunk in self.chunks if chunk.stage == stage)
 
+    def precision_warnings(self, launcher: str) -> list[str]:
+        """What every launcher's precision warnings start with: why the precision is a guess,
+        if it is, and fp32 weights priced with narrower gradients, which no launcher spells
+        (each reduces fp32 gradients when the weights are fp32)."""
+        warnings = [self.precision_note] if self.precision_note else []
+        if self.precision is Precision.FP32 and self.grad_bytes != 4:
+            warnings.append(f"fp32 weights with {self.grad_bytes}-byte gradients have no "
+                            f"{launcher} spelling: it reduces fp32 gradients (4 bytes)")
+        return warnings
+
 
 def classify_layer(name: str, index: int, num_layers: int) -> LayerKind:
     """Embedding if the first layer is named like one, head if the last is, else decoder."""
