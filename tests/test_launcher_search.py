@@ -246,20 +246,85 @@ def test_cli_gpt3_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, t
                                              exported.output or "v0.19.3" in exported.output)
 
 
-@pytest.mark.parametrize("backend", ["manual", "phaze", "mcmc", "fixed"])
-def test_baselines_refuse_a_launcher_instead_of_breaking_its_rules(backend, tmp_path):
-    """The baselines reproduce published planners on the whole space: under a launcher they
-    refuse (exit 2, naming the field), never return a plan the launcher would not start."""
+BASELINES = ("manual", "phaze", "mcmc")
+
+
+@pytest.mark.parametrize("seed,tight", [(7, False), (3, True)])
+@pytest.mark.parametrize("launcher", [Launcher.MEGATRON, Launcher.TORCHTITAN,
+                                      Launcher.DEEPSPEED])
+def test_baselines_return_only_plans_the_launcher_starts(seed, tight, launcher):
+    """Under a launcher every baseline's plan passes the launcher's rules, evaluates to the
+    objective it reports and is no faster than the optimum under the same rules."""
+    instance = _under(_draw(seed, tight), launcher)
+    optimum = solve(instance, "dp").objective_ticks
+    for backend in BASELINES:
+        result = solve(instance, backend, SolveOptions(time_limit_s=10, seed=0,
+                                                       extra={"budget": 200}))
+        if result.plan is None:
+            assert result.status is Status.UNKNOWN and result.message, backend
+            continue
+        evaluation = evaluate(instance, result.plan)
+        assert evaluation.feasible, (backend, evaluation.violations)
+        assert not shape_problems(launcher, instance.search_facts, SearchShape(
+            result.plan.config.tp, result.plan.config.ep, result.plan.microbatch,
+            result.plan.num_replicas, result.plan.num_stages, result.plan.virtual_stages,
+            result.plan.zero)), backend
+        assert len({stage.recompute for stage in result.plan.stages}) == 1, backend
+        assert evaluation.objective_ticks == result.objective_ticks, backend
+        assert result.objective_ticks >= optimum, backend
+
+
+def test_manual_picks_a_data_parallel_degree_that_divides_the_batch():
+    """Seed 7 (batch 26, six devices): the rule of thumb's d = 6 breaks Megatron's batch
+    rule, so under megatron manual steps down to a d the batch divides by."""
+    free = _draw(7)
+    assert solve(free, "manual").plan.num_replicas == 6
+    plan = solve(_under(free, Launcher.MEGATRON), "manual").plan
+    assert free.training.global_batch % (plan.microbatch * plan.config.ep
+                                         * plan.num_replicas) == 0
+
+
+def test_manual_without_a_plan_the_launcher_starts_says_so():
+    """Tight memory under DeepSpeed (no ZeRO-2/3 or AutoTP beside a pipeline): the rules find
+    nothing the launcher starts, and manual answers UNKNOWN naming the launcher, no crash."""
+    result = solve(_under(_draw(3, tight=True), Launcher.DEEPSPEED), "manual")
+    assert result.status is Status.UNKNOWN and result.plan is None
+    assert "launcher (deepspeed)" in result.message
+
+
+def test_fixed_degrees_the_launcher_refuses_are_a_bad_option(tmp_path):
+    """fixed with degrees breaking a launcher rule: exit 2 naming the rule, never a plan the
+    launcher would not start (d = 3 does not divide the batch of 26)."""
     from nest_cp.model.errors import BackendOptionError
 
-    instance = _under(_draw(7), Launcher.DEEPSPEED)
-    with pytest.raises(BackendOptionError, match="training.launcher none"):
-        solve(instance, backend, SolveOptions(time_limit_s=1))
+    instance = _under(_draw(7), Launcher.MEGATRON)
+    with pytest.raises(BackendOptionError, match="megatron global batch"):
+        solve(instance, "fixed", SolveOptions(extra={"degrees": (1, 3, 1)}))
+    assert solve(instance, "fixed", SolveOptions(extra={"degrees": (1, 2, 1)})).plan
     path = tmp_path / "i.json"
     path.write_text(json.dumps(instance_to_dict(instance)))
-    result = CliRunner().invoke(cli, ["solve", str(path), "--backend", backend])
+    result = CliRunner().invoke(cli, ["solve", str(path), "--backend", "fixed",
+                                      "--degrees", "1,3,1"])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
-    assert "training.launcher none" in result.output
+    assert "megatron global batch" in result.output
+
+
+def test_cli_compare_runs_every_baseline_on_a_launcher_instance(tmp_path):
+    """The issue's first hour: `instance new` (launcher megatron) then `compare` exits 0, and
+    every default backend has a plan on 64 devices."""
+    from nest_cp.harness.compare import read_csv
+
+    runner = CliRunner()
+    instance, out = tmp_path / "b.json", tmp_path / "out"
+    made = runner.invoke(cli, ["instance", "new", "--model", "bert-large", "--devices", "64",
+                               "--network", "nest-tpuv4-fattree", "-o", str(instance)])
+    assert made.exit_code == 0, made.output
+    compared = runner.invoke(cli, ["compare", str(instance), "--budget", "100", "--out",
+                                   str(out), "--no-progress"])
+    assert compared.exit_code == ExitCode.OK, compared.output
+    rows = read_csv(out / "compare.csv")
+    assert {row.backend: row.status for row in rows} == {
+        "dp": "OPTIMAL", "manual": "FEASIBLE", "phaze": "FEASIBLE", "mcmc": "FEASIBLE"}
 
 
 def test_deepspeed_never_runs_autotp_with_zero_3():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
-from nest_cp.model.launchers.search import Launcher, one_recompute_mode
+from nest_cp.model.launchers.search import one_recompute_mode
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -61,8 +61,10 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
-# The backends that search under a launcher's rules (training.launcher, launchers.search).
-LAUNCHER_BACKENDS = ("dp", "brute", "cpsat", "milp")
+# The backends that give every stage one recompute mode themselves under a launcher (the
+# baselines choose the mode by their own rule); the registry searches the others one
+# recompute mode at a time (:func:`one_mode_instances`).
+ONE_MODE_BACKENDS = frozenset({"manual", "mcmc", "fixed"})
 
 
 def backend_function(name: str, registry: dict[str, str] = BACKENDS
@@ -85,15 +87,8 @@ def run_unrefereed(instance: Instance, backend: str,
     """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
     anything that uses the result calls :func:`check_result` on it."""
     options = options or SolveOptions()
-    launcher = instance.training.launcher
-    if launcher is not Launcher.NONE and backend not in LAUNCHER_BACKENDS:
-        raise BackendOptionError(
-            f"expected training.launcher none for --backend {backend} (the baselines "
-            f"reproduce published planners on the cost model's whole space), got "
-            f"{launcher.value!r}; the launcher's rules are searched by "
-            f"{', '.join(LAUNCHER_BACKENDS)}", option="backend")
-    if one_recompute_mode(instance.training.launcher) and \
-            len(instance.training.recompute_modes) > 1:
+    if one_recompute_mode(instance.training.launcher) and backend not in ONE_MODE_BACKENDS \
+            and len(instance.training.recompute_modes) > 1:
         return _solve_per_mode(instance, backend, options)
     return _solve_strategies(instance, backend, options)
 

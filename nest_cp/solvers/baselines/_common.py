@@ -8,6 +8,13 @@ network's canonical device order.  Memory is the evaluator's own
 (:meth:`nest_cp.cost.evaluate.Evaluator.stage_memory_bytes`); it does not depend on the
 placement, so the fit is settled before any rank is placed.  The plans are priced
 only by the evaluator: the baselines hold no cost composition of their own.
+
+Under a launcher (``training.launcher``) a baseline builds only plans that launcher
+starts: :func:`megatron_plan` refuses a shape the launcher's rules refuse (the predicate
+the DP and the exact backends search with, ``Instance.admits``), :func:`admitted_dp`
+picks the data parallelism a rule of thumb asks for among the degrees the launcher
+accepts, and :func:`fit_recompute` gives every stage one mode (a launcher's recompute
+setting is global, ``launchers.search.one_recompute_mode``).
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
+from nest_cp.model.launchers.search import one_recompute_mode
 from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, Stage, uniform_stages
 from nest_cp.model.result import SolveResult, Space, Status
 
@@ -51,12 +61,18 @@ def fit_recompute(referee: Evaluator, plan: Plan) -> Plan | None:
     """``plan`` with each stage's mode the first of :data:`RECOMPUTE_PREFERENCE` that the
     instance allows and that fits usable HBM; None if some stage fits in no allowed mode.
 
-    A stage's memory depends only on its own mode, so each stage is settled alone.
+    A stage's memory depends only on its own mode, so each stage is settled alone.  Under
+    a launcher, which applies one setting to every stage, the mode is the first under
+    which every stage fits.
     """
     limit = referee.instance.cluster.usable_hbm_bytes
     allowed = [mode for mode in RECOMPUTE_PREFERENCE
                if mode in referee.instance.training.recompute_modes]
     trials = {mode: with_modes(plan, (mode,) * plan.num_stages) for mode in allowed}
+    if one_recompute_mode(referee.instance.training.launcher):
+        return next((trials[mode] for mode in allowed
+                     if all(referee.stage_memory_bytes(trials[mode], stage) <= limit
+                            for stage in range(plan.num_stages))), None)
     modes = []
     for stage in range(plan.num_stages):
         fitting = [mode for mode in allowed
@@ -70,10 +86,12 @@ def fit_recompute(referee: Evaluator, plan: Plan) -> Plan | None:
 def megatron_plan(referee: Evaluator, config: IntraConfig, microbatch: int, zero: int,
                   num_stages: int, dp: int, virtual_stages: int = 1) -> Plan | None:
     """Uniform split into S·v chunks, Megatron's recompute rule, Megatron rank order;
-    None if the shape does not fit the cluster or some stage fits in no allowed mode."""
+    None if the shape does not fit the cluster, the instance's launcher refuses it, or
+    some stage fits in no allowed mode."""
     instance = referee.instance
     if num_stages * virtual_stages > instance.workload.num_layers or \
-            config.devices * num_stages * dp > instance.cluster.num_devices:
+            config.devices * num_stages * dp > instance.cluster.num_devices or \
+            not instance.admits(config, microbatch, dp, num_stages, virtual_stages, zero):
         return None
     split = uniform_split(instance.workload.num_layers, num_stages, virtual_stages)
     plan = fit_recompute(referee, Plan(config, microbatch, zero, dp, split,
@@ -82,6 +100,18 @@ def megatron_plan(referee: Evaluator, config: IntraConfig, microbatch: int, zero
         return None
     return plan.with_placement(MEGATRON_LAYOUT.placement(
         config, num_stages, dp, referee.network.canonical_order()))
+
+
+def admitted_dp(instance: Instance, config: IntraConfig, microbatch: int, num_stages: int,
+                most: int, virtual_stages: int = 1, zero: int = 0) -> int | None:
+    """The largest d <= ``most`` whose shape the instance's launcher accepts (``most``
+    itself under ``launcher: none``); None if no d >= 1 is accepted."""
+    if most < 1:
+        return None
+    candidates = np.arange(most, 0, -1)
+    admitted = np.broadcast_to(instance.admits(config, microbatch, candidates, num_stages,
+                                               virtual_stages, zero), candidates.shape)
+    return int(candidates[admitted.argmax()]) if admitted.any() else None
 
 
 def smallest_microbatch(instance: Instance, config: IntraConfig) -> int | None:

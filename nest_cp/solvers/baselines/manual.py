@@ -56,6 +56,14 @@ where rule 2 fills the node (t = 8).  Llama3 (80, 1, 1) and Mixtral
 rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e])`` (``--degrees``),
 optionally ``extra["virtual_stages"]`` (``--vp``) and ``extra["recompute"]``
 (``--recompute``), to run a published configuration exactly.
+
+Under a launcher (``training.launcher``) the rules pick among the plans that launcher
+starts, as a practitioner configuring it would: the ZeRO stage is the smallest allowed
+one the launcher accepts for the shape, d the largest the launcher accepts up to rule 4's
+(its batch arithmetic wants B a multiple of b·e·d), a shape it refuses (heads not
+divisible by t, AutoTP or ZeRO-2/3 beside a DeepSpeed pipeline, ...) is skipped like one
+that does not fit, and every stage recomputes in one mode (``_common``).  ``fixed``
+refuses degrees the launcher refuses (a bad option naming the rule).
 """
 
 from __future__ import annotations
@@ -67,10 +75,12 @@ from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import HierarchicalNetwork, Instance, IntraConfig, RecomputeMode
+from nest_cp.model.launchers.search import SearchShape, one_recompute_mode, shape_problems
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, uniform_stages
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 from nest_cp.solvers.baselines._common import (
+    admitted_dp,
     empty_result,
     feasible_result,
     megatron_plan,
@@ -89,18 +99,19 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
     """
     started = time.perf_counter()
     referee = Evaluator(instance)
-    zero = min(instance.training.zero_stages)
     for config in _tensor_candidates(referee):
-        plan = _shallowest_plan(referee, config, zero)
+        plan = _shallowest_plan(referee, config)
         if plan is not None:
             plan = _interleaved(referee, plan)
             logger.debug("manual: t=%d e=%d S=%d d=%d v=%d", config.tp, config.ep,
                          plan.num_stages, plan.num_replicas, plan.virtual_stages)
             return feasible_result("manual", referee, plan, started,
                                    stats={"degrees": _degrees(plan)})
+    launcher = instance.training.launcher.value
+    refused = "" if launcher == "none" else f" or is refused by the launcher ({launcher})"
     return empty_result("manual", Status.UNKNOWN, started,
                         "no Megatron rule-of-thumb plan fits: every profiled tensor width and "
-                        "pipeline depth exceeds usable HBM even with recomputation")
+                        f"pipeline depth exceeds usable HBM even with recomputation{refused}")
 
 
 def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
@@ -124,6 +135,8 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
                                  f"t={config.tp}, e={config.ep} with {which}", option="degrees")
     virtual = _fixed_virtual_stages(instance, options.extra, config, microbatch, num_stages, dp)
     recompute = _fixed_recompute(instance, options.extra)
+    _check_launcher(instance, SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
+                                          virtual, zero), recompute)
     referee = Evaluator(instance)
     degrees = f"(p, d, t, e) = ({num_stages}, {dp}, {config.tp}, {config.ep})" + (
         f" with v = {virtual}" if virtual > 1 else "")
@@ -142,6 +155,20 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     if plan is None:
         return empty_result("fixed", Status.UNKNOWN, started, failure)
     return feasible_result("fixed", referee, plan, started, stats={"degrees": _degrees(plan)})
+
+
+def _check_launcher(instance: Instance, shape: SearchShape, recompute: str | None) -> None:
+    """BackendOptionError naming the first rule of the instance's launcher the fixed plan
+    breaks: a shape it refuses, or two recompute modes where it applies one to all."""
+    launcher = instance.training.launcher
+    problems = shape_problems(launcher, instance.search_facts, shape)
+    if problems:
+        raise BackendOptionError(f"expected degrees training.launcher accepts, got "
+                                 f"{problems[0]}", option="degrees")
+    if recompute == "all-but-last" and one_recompute_mode(launcher) and shape.num_stages > 1:
+        raise BackendOptionError(f"expected one recompute mode for every stage under "
+                                 f"training.launcher {launcher.value}, got all-but-last",
+                                 option="recompute")
 
 
 def _fixed_degrees(instance: Instance, extra: dict) -> tuple[int, int, IntraConfig]:
@@ -223,26 +250,36 @@ def _tensor_candidates(referee: Evaluator) -> list[IntraConfig]:
     expert = inside[-1] if inside else expert_widths[0]
     configs = sorted((c for c in usable if c.ep == expert), key=lambda c: c.tp)
     smallest = configs[0]
-    microbatch = smallest_microbatch(instance, smallest)
-    if smallest.devices <= instance.cluster.num_devices and megatron_plan(
-            referee, smallest, microbatch, min(instance.training.zero_stages), 1,
-            _data_parallel_rest(instance, smallest, microbatch, 1)) is not None:
+    if smallest.devices <= instance.cluster.num_devices and \
+            _rest_plan(referee, smallest, 1) is not None:
         return [smallest]  # fits without model parallelism
     filling = [config for config in configs if config.devices <= node]
     order = filling[-1:]
     return order + [config for config in configs if config not in order]
 
 
-def _shallowest_plan(referee: Evaluator, config: IntraConfig, zero: int) -> Plan | None:
+def _shallowest_plan(referee: Evaluator, config: IntraConfig) -> Plan | None:
     """Rules 3 and 4: the smallest pipeline depth that fits, data parallelism for the rest."""
     instance = referee.instance
-    microbatch = smallest_microbatch(instance, config)
     deepest = min(instance.workload.num_layers, instance.cluster.num_devices // config.devices)
     for num_stages in range(1, deepest + 1):
-        dp = _data_parallel_rest(instance, config, microbatch, num_stages)
-        plan = megatron_plan(referee, config, microbatch, zero, num_stages, dp)
+        plan = _rest_plan(referee, config, num_stages)
         if plan is not None:
             return plan
+    return None
+
+
+def _rest_plan(referee: Evaluator, config: IntraConfig, num_stages: int) -> Plan | None:
+    """Rules 1 and 4 at depth S (v = 1): the smallest microbatch, the smallest allowed ZeRO
+    stage the launcher accepts and the largest d up to the rest it accepts; None if no
+    such shape is accepted or its plan does not fit."""
+    instance = referee.instance
+    microbatch = smallest_microbatch(instance, config)
+    most = _data_parallel_rest(instance, config, microbatch, num_stages)
+    for zero in sorted(instance.training.zero_stages):
+        dp = admitted_dp(instance, config, microbatch, num_stages, most, zero=zero)
+        if dp is not None:
+            return megatron_plan(referee, config, microbatch, zero, num_stages, dp)
     return None
 
 

@@ -35,6 +35,12 @@ the canonical device order.  Results are deterministic for a given seed and
 budget (one ``random.Random`` per chain, seeded from ``options.seed``), unless
 ``options.time_limit_s`` stops the walk first (reported in ``stats``).
 The best fitting plan of all chains is returned as FEASIBLE without a bound.
+
+Under a launcher (``training.launcher``) the walk stays among the plans it starts: the
+evaluator refuses any other shape, so such a proposal is a void move; a random start is
+drawn again (up to ``START_DRAWS`` times, else the chain is skipped) until the launcher
+accepts it; and the recompute move changes every stage's mode at once (a launcher's
+setting is global).
 Every proposal is priced by the plan evaluator itself: the walk keeps one
 :class:`nest_cp.cost.evaluate.Evaluator`, whose memoised terms make a proposal that
 changes one choice cost little more than the terms it changes.
@@ -51,6 +57,7 @@ from dataclasses import dataclass, replace
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
+from nest_cp.model.launchers.search import one_recompute_mode
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, Stage
 from nest_cp.model.progress import Progress, ticks_text
@@ -64,6 +71,7 @@ DEFAULT_BUDGET = 2000
 DEFAULT_CHAINS = 4
 START_TEMPERATURE = 0.05
 END_TEMPERATURE = 0.0005
+START_DRAWS = 100  # random starts drawn per chain before it is skipped (under a launcher)
 MOVE_WEIGHTS = {"choice": 1, "microbatch": 1, "zero": 1, "dp": 2, "stages": 2, "boundary": 3,
                 "virtual": 1, "recompute": 1, "placement": 4}
 
@@ -129,14 +137,20 @@ def solve_mcmc(instance: Instance, options: SolveOptions) -> SolveResult:
         for chain, seed in enumerate(chain_seeds):
             rng = random.Random(seed)
             start = _state_from_plan(manual, referee.network) if chain == 0 and manual else \
-                _random_state(instance, referee.network, rng)
+                _admitted_start(walk, rng)
             steps = budget // chains + (1 if chain < budget % chains else 0)
+            if start is None:
+                walk.skipped_chains += 1
+                continue
             walk.run_chain(start, steps, rng, progress)
     stats = walk.stats()
     if walk.best is None:
+        refused = "" if not walk.skipped_chains else (
+            f"; {walk.skipped_chains} chain(s) found no start the launcher "
+            f"({instance.training.launcher.value}) accepts in {START_DRAWS} draws")
         return empty_result("mcmc", Status.UNKNOWN, started,
-                            f"no fitting plan among {stats['proposals']} proposals", stats,
-                            space=Space.FULL)
+                            f"no fitting plan among {stats['proposals']} proposals{refused}",
+                            stats, space=Space.FULL)
     return feasible_result("mcmc", referee, walk.best.plan(), started, stats=stats,
                            space=Space.FULL)
 
@@ -153,6 +167,7 @@ class _Walk:
         self.proposals = self.accepted = 0
         self.chain_best: list[int | None] = []
         self.stopped_by_time = False
+        self.skipped_chains = 0
 
     def run_chain(self, state: _State, steps: int, rng: random.Random,
                   progress: Progress) -> None:
@@ -204,7 +219,17 @@ class _Walk:
     def stats(self) -> dict:
         return {"proposals": self.proposals, "evaluations": len(self.cache),
                 "accepted": self.accepted, "chain_best_ticks": list(self.chain_best),
-                "stopped_by_time": self.stopped_by_time}
+                "stopped_by_time": self.stopped_by_time, "skipped_chains": self.skipped_chains}
+
+
+def _admitted_start(walk: _Walk, rng: random.Random) -> _State | None:
+    """A random start whose shape the evaluator accepts (under a launcher: one the launcher
+    starts), drawn up to ``START_DRAWS`` times; None if none was."""
+    for _ in range(START_DRAWS):
+        state = _random_state(walk.instance, walk.referee.network, rng)
+        if walk.score(state) is not None:
+            return state
+    return None
 
 
 def _accept(energy: float, new_energy: float, temperature: float, rng: random.Random) -> bool:
@@ -351,13 +376,17 @@ def _move_virtual(instance: Instance, state: _State, rng: random.Random) -> _Sta
 
 
 def _move_recompute(instance: Instance, state: _State, rng: random.Random) -> _State | None:
-    """Another allowed recompute mode for one stage (all its chunks)."""
+    """Another allowed recompute mode for one stage (all its chunks); under a launcher, which
+    applies one setting to all, for every stage."""
     stage = rng.randrange(state.num_stages)
     others = [m for m in instance.training.recompute_modes if m is not state.recompute[stage]]
     if not others:
         return None
+    mode = rng.choice(others)
+    if one_recompute_mode(instance.training.launcher):
+        return replace(state, recompute=(mode,) * state.num_stages)
     modes = list(state.recompute)
-    modes[stage] = rng.choice(others)
+    modes[stage] = mode
     return replace(state, recompute=tuple(modes))
 
 

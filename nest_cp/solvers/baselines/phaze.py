@@ -17,6 +17,11 @@ DP (``nest_cp.dp.planner:solve``):
 3. Re-evaluate on the real network with the plan evaluator and report that
    objective.  Memory does not depend on the network, so the plan still fits.
 
+Under a launcher (``training.launcher``) the DP searches the flat instance under the
+same rules (its shape masks; the registry runs it one recompute mode at a time, as it
+does the DP), so the plan is one the launcher starts; the placement does not enter the
+rules.
+
 The status is FEASIBLE (no bound: nothing is proven about the real network),
 INFEASIBLE when the DP proves that nothing fits (memory is network-independent,
 so that proof carries over), UNKNOWN otherwise.
