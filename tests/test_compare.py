@@ -246,3 +246,16 @@ def test_infeasible_and_unknown_are_both_no_plan(status: str) -> None:
     markdown = render_markdown(normalise(rows, "manual", "instance"), "manual")
     line = next(line for line in markdown.splitlines() if line.startswith("| a |"))
     assert line.split(" | ")[4:6] == ["1.00", "—"]
+
+
+def test_compare_names_the_folder_it_writes_into(tmp_path: Path, monkeypatch) -> None:
+    """Without --out, compare says on stderr (before solving) that it writes into
+    ./compare-out, and lists every file it wrote, the CSV included."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(compare_command, [str(DATA / "worked_example.json"),
+                                                  "--backends", "manual", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    default = tmp_path / "compare-out"
+    assert f"into {default}/" in result.stderr
+    assert "wrote compare-out/compare.csv" in result.stdout
+    assert (default / "compare.csv").is_file()

@@ -37,7 +37,7 @@ import csv
 import logging
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from io import BytesIO, StringIO
 from pathlib import Path
@@ -135,15 +135,19 @@ class CompareTask:
 
 def run_comparison(paths: Sequence[str | Path], backends: Sequence[str],
                    options: SolveOptions, executor: Executor | None = None,
-                   progress: bool = False) -> list[Row]:
+                   progress: bool = False, loaded: Callable[[], None] | None = None
+                   ) -> list[Row]:
     """Solve every instance with every backend; ratios are left None (see :func:`normalise`).
 
-    Every instance is parsed before the first solve, so a malformed one fails fast.
+    Every instance is parsed before the first solve, so a malformed one fails fast;
+    ``loaded`` is called once they all are, before the first solve.
     The solves run on ``executor`` (default: one after another in this process);
     rows come back in (instance, backend) order whatever the executor.
     """
     tasks = [CompareTask(instance, name, backend, options)
              for name, instance in load_instances(paths) for backend in backends]
+    if loaded is not None:
+        loaded()
     with Progress("compare", len(tasks), show_bar=progress, logger=logger) as bar:
         def finished(done: Done) -> None:
             task = tasks[done.index]
@@ -519,7 +523,9 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
                     progress: bool) -> None:
     """Compare backends' throughput on INSTANCES (files or directories).
 
-    Exits 1 when some backend crashed or made a plan the referee rejected (ERR).
+    Writes compare.{csv,md,tex,png} into --out (default ./compare-out; the folder is named
+    on stderr before anything is solved).  Exits 1 when some backend crashed or made a
+    plan the referee rejected (ERR).
     """
     out = Path(out_dir)
     names = [name.strip() for name in backends.split(",") if name.strip()]
@@ -547,7 +553,7 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
         csv_path = Path(from_csv)
     written = render_reports(csv_path, out, normaliser, scope)
     errors = [row for row in read_csv(csv_path) if row.status == ERROR]
-    for path in written:
+    for path in ([] if from_csv else [csv_path]) + list(written):
         click.echo(f"wrote {path}")
     click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)
     for row in errors:
@@ -555,11 +561,17 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
     sys.exit(ExitCode.NO_PLAN if errors else ExitCode.OK)
 
 
+def _say_where(out: Path) -> None:
+    """One line on stderr naming the folder the results go to (before any solve)."""
+    click.echo(f"compare: writing compare.csv, .md, .tex and .png into {out.resolve()}/ "
+               "(choose with --out)", err=True)
+
+
 def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser: str,
                   scope: str, out: Path, options: SolveOptions, executor: Executor,
                   progress: bool) -> Path:
     """Run the comparison and store it as ``out/compare.csv``."""
-    rows = normalise(run_comparison(instances, backends, options, executor, progress),
-                     normaliser, scope)
+    rows = normalise(run_comparison(instances, backends, options, executor, progress,
+                                    loaded=lambda: _say_where(out)), normaliser, scope)
     write_csv(rows, out / "compare.csv")
     return out / "compare.csv"
