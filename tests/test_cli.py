@@ -571,3 +571,30 @@ def test_instance_show_and_list_print_bandwidth_in_gb_per_s():
     listed = _run("instance", "list").output
     networks = listed[listed.index("networks:"):]
     assert _rate_units(networks) == {"GB"} and "450 / 50 / 50 GB/s" in networks
+
+
+def test_instance_new_profiles_the_tensor_and_expert_widths_asked_for(tmp_path):
+    """--tp-widths 1,2,4,8,16 profiles t = 16, beyond an 8-device node, and --ep-widths the
+    expert widths: the instance's profile carries exactly those (t, e) pairs."""
+    config = json.loads((DATA / "hf_tiny_llama.json").read_text())
+    config.update(num_attention_heads=16, num_key_value_heads=16)
+    (tmp_path / "sixteen_heads.json").write_text(json.dumps(config))
+    path = tmp_path / "wide.json"
+    made = _run("instance", "new", "--hf-config", tmp_path / "sixteen_heads.json",
+                "--devices", "32", "--network", "dgx-h100-superpod", "--tp-widths", "1,2,4,8,16",
+                "--ep-widths", "1", "-o", path)
+    assert made.exit_code == 0, made.output
+    configs = load_instance(path).workload.configs
+    assert sorted((c.tp, c.ep) for c in configs) == [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1)]
+
+
+@pytest.mark.parametrize("option, value", [("--tp-widths", "0,2"), ("--tp-widths", "4,x"),
+                                           ("--ep-widths", "-1"), ("--tp-widths", "")])
+def test_instance_new_refuses_widths_that_are_not_positive_integers(tmp_path, option, value):
+    """A width list that is not positive integers: one line naming the option, exit 2."""
+    result = _run("instance", "new", "--hf-config", DATA / "hf_tiny_llama.json", "--devices",
+                  "16", "--network", "dgx-h100-superpod", option, value,
+                  "-o", tmp_path / "x.json")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert len(result.output.strip().splitlines()) == 1 and option in result.output
+    assert not (tmp_path / "x.json").exists()

@@ -60,6 +60,12 @@ def _describe(spec: object) -> str:
               help="Sequence length; default: the model's.")
 @click.option("--microbatches", default="1", show_default=True, callback=int_list,
               help="Allowed microbatch sizes, e.g. 1,2,4.")
+@click.option("--tp-widths", default=None, callback=int_list,
+              help="Tensor widths t to profile, e.g. 1,2,4,8,16 (beyond a node); default: "
+                   "1..8 dividing the (kv) heads.")
+@click.option("--ep-widths", default=None, callback=int_list,
+              help="Expert widths e to profile, e.g. 1,2,4,8; default: 1 for a dense model, "
+                   "powers of two up to 64 dividing the experts.")
 @click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
               show_default=True, help="Attention kernel the profile assumes.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
@@ -88,7 +94,8 @@ def _describe(spec: object) -> str:
               help="Instance file to write (.json or .yaml).")
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
                  device: str | None, global_batch: int, seq_len: int | None,
-                 microbatches: tuple[int, ...], attention: str, sequence_parallel: bool,
+                 microbatches: tuple[int, ...], tp_widths: tuple[int, ...],
+                 ep_widths: tuple[int, ...], attention: str, sequence_parallel: bool,
                  recompute_modes: str, virtual_stages: tuple[int, ...],
                  overlap_grad_reduce: bool, overlap_param_gather: bool, tp_comm_overlap: bool,
                  launcher: str, output: str) -> None:
@@ -133,7 +140,8 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     built = presets.build_instance(model=chosen, devices=devices, network=network,
                                    device=device, global_batch=global_batch, seq_len=seq_len,
                                    microbatches=microbatches, options=options,
-                                   recompute_modes=modes)
+                                   recompute_modes=modes, tp_widths=tp_widths or None,
+                                   ep_widths=ep_widths or None)
     built = replace(built, training=replace(built.training, **flags))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
