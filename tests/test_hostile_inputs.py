@@ -388,3 +388,51 @@ def test_solve_gives_the_dp_hint_the_time_limit(monkeypatch, tmp_path):
     result = _cli("solve", WORKED, "--backend", "cpsat", "--time-limit", "7", "--workers", "1")
     assert result.exit_code == 0, result.output
     assert seen[0] == ("dp", 7.0)
+
+
+def _overwrites(tmp_path: Path) -> dict[str, tuple[list, Path]]:
+    """Every command with an output option, given one of its own inputs (a copy in
+    ``tmp_path``) as that output: (arguments, the input named twice)."""
+    def copy(source: Path, name: str | None = None) -> Path:
+        target = tmp_path / (name or source.name)
+        target.write_bytes(source.read_bytes())
+        return target
+
+    instance, plan = copy(WORKED), copy(WORKED_PLAN)
+    csv, hf = copy(DATA / "calibration_example.csv"), copy(DATA / "hf_tiny_llama.json")
+    results = copy(Path(__file__).parent.parent / "reports" / "results.json")
+    (tmp_path / "out").mkdir()
+    in_out = copy(WORKED, "out/sweep.json")
+    compared = copy(WORKED, "out/compare.csv")
+    png = tmp_path / "instance.png"
+    png.symlink_to(instance)  # another name for the same file
+    export = ["export", plan, "--instance", instance, "--format", "megatron"]
+    return {
+        "solve -o": (["solve", instance, "-o", instance], instance),
+        "export -o plan": ([*export, "-o", plan], plan),
+        "export -o instance": ([*export, "-o", instance], instance),
+        "export --rank-map": ([*export, "--rank-map", instance], instance),
+        "show --png": (["show", plan, "--instance", instance, "--png", png], instance),
+        "calibrate -o": (["calibrate", csv, "--train-shapes", "1024x24", "--accept-weak-fit",
+                          "-o", csv], csv),
+        "instance new -o": (["instance", "new", "--hf-config", hf, "--devices", "8",
+                             "--network", "dgx-a100", "-o", hf], hf),
+        "sweep --out": (["sweep", in_out, "--vary", "devices=4,8", "--out", tmp_path / "out"],
+                        in_out),
+        "compare --out": (["compare", compared, "--backends", "manual", "--out",
+                           tmp_path / "out"], compared),
+        "table -o": (["table", results, "-o", results], results),
+    }
+
+
+@pytest.mark.parametrize("case", ["solve -o", "export -o plan", "export -o instance",
+                                  "export --rank-map", "show --png", "calibrate -o",
+                                  "instance new -o", "sweep --out", "compare --out", "table -o"])
+def test_an_output_that_is_one_of_the_inputs_is_refused(case, tmp_path):
+    """`solve I.json -o I.json` and the like: exit 2, one line naming the file, and the input
+    is left as it was (every command with an output option)."""
+    args, reused = _overwrites(tmp_path)[case]
+    before = reused.read_bytes()
+    result = _cli(*args)
+    _one_error_line(result, naming="would be overwritten")
+    assert reused.read_bytes() == before

@@ -24,7 +24,7 @@ import click
 
 from nest_cp.harness.executors import Executor, ExecutorKind, executor_options, make_executor
 from nest_cp.io.readers import load_instance
-from nest_cp.model.documents import read_document, write_output
+from nest_cp.model.documents import read_document, refuse_inputs_as_outputs, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.model.progress import Progress
@@ -243,6 +243,7 @@ def _report(records: list[dict], out_dir: Path, unavailable: list[str]) -> bool:
               help="Write to this file instead of stdout.")
 def table_command(results: Path, fmt: str, out_file: Path | None) -> None:
     """Regenerate a gap table from a stored results.json."""
+    refuse_inputs_as_outputs((out_file,), (results,))
     document = read_document(results)
     if not isinstance(document, dict) or "instances" not in document:
         raise NestCpError(f"{results}: expected a results.json written by nest-cp verify")

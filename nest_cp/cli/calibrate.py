@@ -58,7 +58,7 @@ def calibrate_command(measurements: str, device: str, network: str, precision: s
     if network not in NETWORKS:
         raise click.BadParameter(f"expected one of {', '.join(NETWORKS)}, got {network!r}",
                                  param_hint="--network")
-    check_writable(output)  # before the fit, and before its report is printed
+    check_writable(output, inputs=(measurements, device))  # before the fit and its report
     shapes = [part.strip() for part in train_shapes.split(",") if part.strip()]
     rows = cal.on_network(cal.read_measurements(measurements), network)
     train, test = cal.split_by_shape(rows, shapes)

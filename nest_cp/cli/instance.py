@@ -113,7 +113,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
 
     if (model is None) == (hf_config is None):
         raise click.UsageError("expected exactly one of --model and --hf-config")
-    check_writable(output)  # before profiling, which may take a while
+    check_writable(output, inputs=(hf_config, device))  # before profiling, which may take a while
     flags = {"virtual_stages": virtual_stages, "overlap_grad_reduce": overlap_grad_reduce,
              "overlap_param_gather": overlap_param_gather, "tp_comm_overlap": tp_comm_overlap,
              "launcher": Launcher(launcher)}

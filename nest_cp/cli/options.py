@@ -6,7 +6,7 @@ from pathlib import Path as FsPath
 
 import click
 
-from nest_cp.model.documents import check_output
+from nest_cp.model.documents import check_output, refuse_inputs_as_outputs
 from nest_cp.model.errors import BackendOptionError
 
 
@@ -31,13 +31,15 @@ def reject_options(names: tuple[str, ...], context: str, flag: str | None = None
         raise click.UsageError(f"{', '.join(given)} cannot be used {context}")
 
 
-def check_writable(*outputs: str | None) -> None:
+def check_writable(*outputs: str | None, inputs: tuple[str | None, ...] = ()) -> None:
     """Fail before a long solve, not after it, when an output could not be written.
 
     Each path must be one nest-cp may write (:func:`nest_cp.model.documents.check_output`:
     never a directory, a device other than /dev/null, /dev/full or a terminal, or a symlink
-    to one), and two outputs of one command must be different files.
+    to one), two outputs of one command must be different files, and no output may be one
+    of the command's ``inputs`` (:func:`nest_cp.model.documents.refuse_inputs_as_outputs`).
     """
+    refuse_inputs_as_outputs(outputs, inputs)
     seen: dict[FsPath, str] = {}
     for output in outputs:
         if output is None:

@@ -64,7 +64,8 @@ def export_command(plan_path: str, instance_path: str, fmt: str, output: str | N
             and not check_output(output)[1]:  # beside a regular -o file, not /dev/null
         hostfile_path = str(FsPath(output).with_suffix(".hostfile"))
     include_path = None if hostfile_path is None else hostfile_path + ".include"
-    check_writable(output, rank_map_path, script_path, hostfile_path, include_path)
+    check_writable(output, rank_map_path, script_path, hostfile_path, include_path,
+                   inputs=(plan_path, instance_path))
     inst = io.load_instance(instance_path)
     result = export_plan(inst, io.load_plan(plan_path), fmt, gpus_per_node, plan_path)
     if "include" not in result.files:
@@ -113,7 +114,7 @@ def show_command(plan_path: str, instance_path: str, png: str | None) -> None:
         if FsPath(png).suffix.lower() != ".png" and not check_output(png)[1]:
             raise click.BadParameter(f"expected a file name ending in .png, got {png!r}",
                                      param_hint="--png")
-        check_writable(png)
+        check_writable(png, inputs=(plan_path, instance_path))
     inst = io.load_instance(instance_path)
     evaluation = checked_evaluation(inst, io.load_plan(plan_path), plan_path)
     if png is not None:  # written before anything is printed

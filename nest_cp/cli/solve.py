@@ -95,7 +95,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         ("budget", budget), ("chains", chains), ("flat_bandwidth_Bps", flat_bandwidth))
         if value is not None}
     if output is not None:
-        check_writable(output)
+        check_writable(output, inputs=(instance_path,))
     inst = io.load_instance(instance_path)
     started = time.monotonic()
     chosen = Space(space) if space else (

@@ -97,7 +97,7 @@ def sweep_command(instance_path: str, vary: tuple[str, ...], out_dir: Path,
         raise NestCpError(f"--vary {names[0]}: expected two different parameters, got it twice")
     price_table = sweep.parse_prices(prices, instance.cluster)
     points = sweep.build_points(instance, axes)
-    check_outputs(out_dir, sweep.OUTPUTS)
+    check_outputs(out_dir, sweep.OUTPUTS, inputs=(instance_path,))
     options = sweep.SweepOptions(time_limit_s=time_limit_s, seed=seed,
                                  certify=sweep.Certifier(certify), cache_dir=cache_dir,
                                  use_cache=not no_cache)

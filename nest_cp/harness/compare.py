@@ -55,7 +55,7 @@ from nest_cp.harness.executors import (
     make_executor,
     run_ordered,
 )
-from nest_cp.model.documents import check_output, write_output
+from nest_cp.model.documents import check_output, refuse_inputs_as_outputs, write_output
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.model.instance import Instance
@@ -471,9 +471,12 @@ def render_reports(csv_path: Path, out_dir: Path, normaliser: str,
     return written
 
 
-def check_outputs(out_dir: Path, names: Sequence[str] = OUTPUTS) -> None:
-    """Make ``out_dir`` and check that ``names`` may be written in it (:func:`check_output`):
-    NestCpError naming the path otherwise, before any solve."""
+def check_outputs(out_dir: Path, names: Sequence[str] = OUTPUTS,
+                  inputs: Sequence[str | Path] = ()) -> None:
+    """Make ``out_dir`` and check that ``names`` may be written in it (:func:`check_output`)
+    and that none of them is one of the command's ``inputs``: NestCpError naming the path
+    otherwise, before any solve."""
+    refuse_inputs_as_outputs((out_dir / name for name in names), inputs)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -543,7 +546,7 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
             raise click.BadParameter(
                 f"expected one of the backends run ({', '.join(names)}), got {normaliser!r}",
                 param_hint="--normalize")
-        check_outputs(out)
+        check_outputs(out, inputs=instance_paths(instances))
         options = SolveOptions(time_limit_s=time_limit_s, seed=seed, workers=1,
                                extra={"budget": budget})
         with make_executor(executor_kind, jobs, address) as executor:

@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -220,6 +221,26 @@ def check_output(path: str | FsPath) -> tuple[FsPath, bool]:
         return path, True
     raise NestCpError(f"{path}: expected a regular file or a new file name, got "
                       f"{_file_kind(mode)}; nest-cp does not write into it")
+
+
+def refuse_inputs_as_outputs(outputs: Iterable[str | FsPath | None],
+                            inputs: Iterable[str | FsPath | None]) -> None:
+    """NestCpError when an output of a command is one of its input files (``solve I.json -o
+    I.json``): writing it would replace the input.  Two paths are one file when
+    :func:`os.path.samefile` says so (links and ``./`` spellings included); an output that
+    does not exist yet is no input.  ``None`` entries (options not given) are skipped."""
+    sources = [source for source in inputs if source is not None]
+    for output in outputs:
+        if output is None or not os.path.isfile(output):
+            continue
+        for source in sources:
+            try:
+                same = os.path.samefile(output, source)
+            except OSError:
+                same = False
+            if same:
+                raise NestCpError(f"{output}: expected an output other than the command's "
+                                  f"inputs, got the input {source} (it would be overwritten)")
 
 
 def write_output(path: str | FsPath, content: str | bytes) -> None:
