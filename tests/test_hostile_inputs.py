@@ -436,3 +436,15 @@ def test_an_output_that_is_one_of_the_inputs_is_refused(case, tmp_path):
     result = _cli(*args)
     _one_error_line(result, naming="would be overwritten")
     assert reused.read_bytes() == before
+
+
+def test_a_csv_field_over_the_csv_modules_limit_names_its_row_and_column(tmp_path):
+    """calibrate: a 200,000-character field (the csv module stops at 131,072) is bad input,
+    exit 2 naming the file, the row and the column, not an internal error."""
+    lines = (DATA / "calibration_example.csv").read_text(encoding="utf-8-sig").splitlines()
+    values = lines[2].split(",")
+    values[6] += "9" * 200_000  # sequence length
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([lines[0], lines[1], ",".join(values)]) + "\n")
+    result = _cli("calibrate", path, "--train-shapes", "1024x24")
+    _one_error_line(result, naming=f"{path}: row 3.sequence length: expected a field of at most")

@@ -49,7 +49,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,8 +138,8 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     if path.is_dir():
         _fail(path, None, "", "expected a CSV file, got a folder")
     lines = _read_text(path).splitlines()
-    reader = csv.reader(lines)
-    header = [column.strip() for column in next(reader, [])]
+    rows = _csv_rows(path, lines)
+    header = [column.strip() for column in next(rows, (1, []))[1]]
     seen: set[str] = set()
     for column in header:
         if column in seen:
@@ -152,7 +152,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         if column not in seen:
             _fail(path, None, column, "expected this column in the header")
     found = []
-    for row, values in enumerate(reader, start=2):
+    for row, values in rows:
         if not any(value.strip() for value in values):
             continue
         if len(values) != len(header):
@@ -161,6 +161,28 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     if not found:
         _fail(path, None, "", "expected at least one measured row")
     return found
+
+
+def _csv_rows(path: Path, lines: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(row number, values) of each CSV row; a field over the csv module's size limit is
+    bad input naming its row and column (the header's name, or its 1-based position)."""
+    reader = csv.reader(lines)
+    header: list[str] = []
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            row = reader.line_num
+            fields = lines[row - 1].split(",") if 0 < row <= len(lines) else [""]
+            index = max(range(len(fields)), key=lambda at: len(fields[at]))
+            column = header[index].strip() if index < len(header) else f"column {index + 1}"
+            _fail(path, row, column, f"expected a field of at most {csv.field_size_limit():,} "
+                                     f"characters, got {len(fields[index]):,} ({exc})")
+        if not header:
+            header = values
+        yield reader.line_num, values
 
 
 def _int(path: Path, row: int, record: dict, column: str, default: int | None = None,
