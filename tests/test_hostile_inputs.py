@@ -448,3 +448,35 @@ def test_a_csv_field_over_the_csv_modules_limit_names_its_row_and_column(tmp_pat
     path.write_text("\n".join([lines[0], lines[1], ",".join(values)]) + "\n")
     result = _cli("calibrate", path, "--train-shapes", "1024x24")
     _one_error_line(result, naming=f"{path}: row 3.sequence length: expected a field of at most")
+
+
+def test_a_model_dimension_out_of_range_is_named_before_profiling(tmp_path, monkeypatch):
+    """hidden_size 10^12 in an HF config: exit 2 naming hidden_size (not training.tick_s),
+    and the profiler is never called."""
+    from nest_cp.profiles import presets
+
+    def never(*_, **__):
+        raise AssertionError("profiled a config that should have been refused")
+
+    monkeypatch.setattr(presets, "profile_model", never)
+    config = _hf(tmp_path, hidden_size=10**12)
+    result = _cli("instance", "new", "--hf-config", config, "--devices", "8", "--network",
+                  "dgx-a100", "-o", tmp_path / "i.json")
+    _one_error_line(result, naming=f"{config}: hidden_size: expected an integer <=")
+
+
+@pytest.mark.parametrize("fwd_s, repeat, field", [
+    (1e9, 2, "workload.layers[0]: expected layer times"),  # one layer's times
+    (10.0, 1000, "workload.layers: expected a chain"),     # every layer fits, 1,000 do not
+])
+def test_the_tick_range_error_names_the_field_out_of_range(fwd_s, repeat, field, tmp_path):
+    """An instance whose iteration could exceed 2**53 ticks blames the field at fault: a
+    layer computing for 10^18 ticks, or 1,000 layers of 10 s each (each within range alone),
+    not training.tick_s."""
+    data = json.loads((DATA / "broken_tick_overflow.json").read_text())
+    layer = data["workload"]["layers"][0]
+    layer["repeat"] = repeat
+    layer["profiles"][0].update(fwd_s=fwd_s, bwd_s=fwd_s)
+    path = tmp_path / "i.json"
+    path.write_text(json.dumps(data))
+    _one_error_line(_cli("instance", "show", path), naming=f"{path}: {field}")

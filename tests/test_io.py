@@ -35,7 +35,7 @@ DATA = Path(__file__).parent / "data"
     ("broken_disconnected_graph.json", "cluster.network.links", "connecting every device"),
     ("broken_reserve_out_of_range.json", "cluster.hbm_reserve", "[0, 1)"),
     ("broken_repeat_too_many.json", "workload.layers[0].repeat", "at most 100000 layers"),
-    ("broken_tick_overflow.json", "training.tick_s", "below 2**53 ticks"),
+    ("broken_tick_overflow.json", "workload.layers[0]", "below 2**53 ticks"),
     ("broken_tiny_bandwidth.json", "training.tick_s", "below 2**53 ticks"),
     ("broken_cluster_name.json", "cluster.name", "a non-empty string"),
     ("broken_duplicate_microbatches.json", "training.microbatches", "distinct sizes"),

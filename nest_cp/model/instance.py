@@ -9,7 +9,8 @@ Units live in the field names.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
@@ -786,8 +787,10 @@ def _check_sdp_profiles(instance: Instance) -> None:
                 f"ep={config.ep}, microbatch={microbatch}", field="training.sdp.maskings")
 
 
-def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = None) -> int:
-    """A bound on the iteration time of every plan, in ticks.
+def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = None,
+                                 layers: tuple[Layer, ...] | None = None) -> int:
+    """A bound on the iteration time of every plan, in ticks (of a workload made of
+    ``layers`` instead of the instance's own, if given).
 
     Every transfer and collective is priced at the slowest bandwidth and the largest
     latency of the network (a graph path's latency at most the sum of all links'),
@@ -807,29 +810,31 @@ def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = 
                         for tier in network.tiers)
         latency = max(exact(tier.latency_s) for tier in network.tiers)
     training = instance.training
-    optimizer, layers = training.optimizer, instance.workload.num_layers
+    chain = instance.workload.layers if layers is None else layers
+    optimizer, num_layers = training.optimizer, len(chain)
 
     def transfer(volume_bytes: int, group: int) -> Fraction:  # >= any collective of g ranks
         return 2 * Fraction(volume_bytes) / bandwidth + 2 * group * latency
 
     tick = exact(training.tick_s)
     worst = 0
+    grouped = _grouped(chain)
     for config, microbatch in instance.choices:
-        profiles = [layer.profile(config, microbatch) for layer in instance.workload.layers]
-        params = sum(p.params for p in profiles)
+        profiles = [(layer.profile(config, microbatch), count) for layer, count in grouped]
+        params = sum(count * p.params for p, count in profiles)
         stage = sum(
-            2 * exact(p.fwd_s) + exact(p.bwd_s)
-            + 2 * sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
-                               else config.ep) for c in p.collectives)
-            for p in profiles)
-        stage += 2 * transfer(max(p.out_bytes for p in profiles), 1)
+            count * (2 * exact(p.fwd_s) + exact(p.bwd_s)
+                     + 2 * sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
+                                        else config.ep) for c in p.collectives))
+            for p, count in profiles)
+        stage += 2 * transfer(max(p.out_bytes for p, _ in profiles), 1)
         sync = 2 * transfer(params * optimizer.grad_bytes, devices)
         # each primitive term is rounded up once: at most one tick more per term
-        terms = sum(3 + 2 * len(p.collectives) for p in profiles) + 4
+        terms = sum(count * (3 + 2 * len(p.collectives)) for p, count in profiles) + 4
         sync_terms = 0
         if Strategy.SDP in training.strategies:  # DESIGN §7: one all-reduce and one
             # broadcast per unit, each rounded once, and up to four rounded shares per unit
-            units = sum(p.sdp_units + 1 for p in profiles)
+            units = sum(count * (p.sdp_units + 1) for p, count in profiles)
             sync += 2 * transfer(params * (optimizer.grad_bytes + optimizer.weight_bytes),
                                  devices) + 2 * units * transfer(0, devices)
             terms += 4 * units
@@ -839,18 +844,35 @@ def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = 
                 if 3 in training.zero_stages else 0
             batch = training.global_batch if global_batch is None else global_batch
             steps = max(training.virtual_stages) * (
-                Fraction(batch, microbatch * config.ep * dp) + 1) + layers
+                Fraction(batch, microbatch * config.ep * dp) + 1) + num_layers
             ticks = -(-(steps * (stage + gather) + sync) // tick) + math.ceil(steps) * terms \
                 + sync_terms + 2
             worst = max(worst, ticks)
     return worst
 
 
+def _grouped(layers: Iterable[Layer]) -> list[tuple[Layer, int]]:
+    """Each layer with distinct profile objects and how many layers share them, in
+    first-seen order: a transformer's blocks share their profiles, so the bound prices
+    them once, not once a layer (a sum over the layers is the same sum over the groups,
+    each times its count)."""
+    counts: Counter[tuple[int, ...]] = Counter()
+    first: dict[tuple[int, ...], Layer] = {}
+    for layer in layers:
+        key = tuple(map(id, layer.profiles.values()))
+        counts[key] += 1
+        first.setdefault(key, layer)
+    return [(first[key], count) for key, count in counts.items()]
+
+
 def _check_tick_range(instance: Instance) -> None:
     """Raise InstanceFormatError when an iteration could exceed MAX_TICKS.
 
     The field blamed is the one at fault: ``training.global_batch`` when the bound
-    would hold with a batch of one sample (the microbatch count alone overflows),
+    would hold with a batch of one sample (the microbatch count alone overflows); else
+    ``workload.layers[i]`` when layer i's compute of one microbatch alone exceeds it (its
+    sizes or times are out of range); else ``workload.layers`` when every layer alone,
+    with one sample, stays within it (the number of layers is out of range);
     ``training.tick_s`` (a tick too fine for the times and bandwidths) otherwise.
     """
     bound = _iteration_ticks_upper_bound(instance)
@@ -861,10 +883,41 @@ def _check_tick_range(instance: Instance) -> None:
             f"expected a global batch whose iteration stays below 2**53 ticks (exact in every "
             f"backend), got {_magnitude(instance.training.global_batch)} samples",
             field="training.global_batch")
+    layers, tick = instance.workload.layers, exact(instance.training.tick_s)
+    distinct = _distinct_layers(instance)
+    for index, layer in distinct:
+        compute = max(exact(profile.fwd_s) * 2 + exact(profile.bwd_s)
+                      for profile in layer.profiles.values()) / tick
+        if compute >= MAX_TICKS:
+            raise InstanceFormatError(
+                f"expected layer times below 2**53 ticks (exact in every backend), got layer "
+                f"{layer.name!r} computing one microbatch in about {_magnitude(int(compute))} "
+                f"ticks; check the sizes it was profiled from (or use a coarser "
+                f"training.tick_s)", field=f"workload.layers[{index}]")
+    if len(layers) > 1 and all(
+            _iteration_ticks_upper_bound(instance, global_batch=1, layers=(layer,)) < MAX_TICKS
+            for _, layer in distinct):
+        raise InstanceFormatError(
+            f"expected a chain whose iteration stays below 2**53 ticks (exact in every "
+            f"backend), got {len(layers):,} layers reaching about {_magnitude(bound)} ticks "
+            f"over every plan, each layer alone within range; use fewer layers (or a coarser "
+            f"training.tick_s)", field="workload.layers")
     raise InstanceFormatError(
         f"expected iteration times below 2**53 ticks (exact in every backend), but one "
         f"could reach about {_magnitude(bound)} ticks; use a coarser tick or check "
         f"the profile times and bandwidths", field="training.tick_s")
+
+
+def _distinct_layers(instance: Instance) -> list[tuple[int, Layer]]:
+    """(index, layer) of the first layer of each group of :func:`_grouped`."""
+    seen: set[tuple[int, ...]] = set()
+    found = []
+    for index, layer in enumerate(instance.workload.layers):
+        key = tuple(map(id, layer.profiles.values()))
+        if key not in seen:
+            seen.add(key)
+            found.append((index, layer))
+    return found
 
 
 def _magnitude(value: int) -> str:

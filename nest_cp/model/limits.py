@@ -13,6 +13,7 @@ from __future__ import annotations
 MAX_TICKS = 2**53        # integers exact in every backend (doubles in the MILP)
 MAX_DEVICES = 2**20      # devices in a cluster
 MAX_LAYERS = 100_000     # layers in a workload chain
+MAX_MODEL_WIDTH = 2**24  # a model dimension (hidden, FFN, vocabulary): 64x today's largest
 
 # Input limits: what the readers accept before parsing a value (io.read_document).
 MAX_INPUT_BYTES = 64 * 2**20   # one instance or plan file (the NEST grid's largest: 9 KiB)

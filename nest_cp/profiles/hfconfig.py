@@ -52,7 +52,7 @@ from dataclasses import fields
 from typing import Any
 
 from nest_cp.model.errors import InstanceFormatError
-from nest_cp.model.limits import MAX_INT, MAX_LAYERS
+from nest_cp.model.limits import MAX_INT, MAX_LAYERS, MAX_MODEL_WIDTH
 from nest_cp.profiles.transformer import (
     Activation,
     LatentAttention,
@@ -102,6 +102,12 @@ class _Keys:
         MAX_LAYERS (a config with 10^9 layers would otherwise be profiled layer by layer)."""
         return self.integer(key, maximum=MAX_BLOCKS)
 
+    def width(self, key: str, default: int | None = None) -> int:
+        """A model dimension (hidden, FFN or vocabulary size), refused at its key above
+        MAX_MODEL_WIDTH before anything is profiled (10^12 would otherwise surface as a
+        tick-range error on the profiled layers)."""
+        return self.integer(key, default, maximum=MAX_MODEL_WIDTH)
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if value is None:
@@ -146,7 +152,7 @@ def _llama(keys: _Keys, name: str, qkv_bias: bool = False, vocab: int = 32000,
            experts: bool = False) -> TransformerSpec:
     _swiglu_act(keys)
     heads = keys.integer("num_attention_heads")
-    hidden = keys.integer("hidden_size")
+    hidden = keys.width("hidden_size")
     kwargs: dict[str, Any] = {}
     if experts:
         kwargs.update(num_experts=keys.integer("num_local_experts"),
@@ -155,10 +161,10 @@ def _llama(keys: _Keys, name: str, qkv_bias: bool = False, vocab: int = 32000,
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER, hidden=hidden,
-                  ffn_hidden=keys.integer("intermediate_size"),
+                  ffn_hidden=keys.width("intermediate_size"),
                   num_layers=keys.layers("num_hidden_layers"), num_heads=heads,
                   num_kv_heads=keys.integer("num_key_value_heads", heads),
-                  head_dim=head_dim, vocab=keys.integer("vocab_size", vocab),
+                  head_dim=head_dim, vocab=keys.width("vocab_size", vocab),
                   activation=Activation.SWIGLU, norm=Norm.RMSNORM,
                   bias=keys.boolean("mlp_bias", False) and keys.boolean("attention_bias", False),
                   qkv_bias=qkv_bias or keys.boolean("attention_bias", False),
@@ -168,14 +174,14 @@ def _llama(keys: _Keys, name: str, qkv_bias: bool = False, vocab: int = 32000,
 
 
 def _gpt2(keys: _Keys, name: str) -> TransformerSpec:
-    hidden = keys.integer("n_embd")
+    hidden = keys.width("n_embd")
     positions = keys.integer("n_positions", 1024)
     dropout = any(keys.number(key, 0.1) > 0 for key in ("resid_pdrop", "embd_pdrop",
                                                          "attn_pdrop"))
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER, hidden=hidden,
-                  ffn_hidden=keys.integer("n_inner", 4 * hidden),
+                  ffn_hidden=keys.width("n_inner", 4 * hidden),
                   num_layers=keys.layers("n_layer"), num_heads=keys.integer("n_head"),
-                  vocab=keys.integer("vocab_size", 50257), activation=Activation.GELU,
+                  vocab=keys.width("vocab_size", 50257), activation=Activation.GELU,
                   norm=Norm.LAYERNORM, bias=True, dropout=dropout,
                   tied_embeddings=keys.boolean("tie_word_embeddings", True),
                   learned_positions=positions, default_seq_len=positions)
@@ -184,11 +190,11 @@ def _gpt2(keys: _Keys, name: str) -> TransformerSpec:
 def _bert(keys: _Keys, name: str) -> TransformerSpec:
     positions = keys.integer("max_position_embeddings", 512)
     return _build(keys.prefix, name=name, kind=ModelKind.ENCODER,
-                  hidden=keys.integer("hidden_size"),
-                  ffn_hidden=keys.integer("intermediate_size"),
+                  hidden=keys.width("hidden_size"),
+                  ffn_hidden=keys.width("intermediate_size"),
                   num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
-                  vocab=keys.integer("vocab_size", 30522), tied_embeddings=True,
+                  vocab=keys.width("vocab_size", 30522), tied_embeddings=True,
                   norm=Norm.LAYERNORM, bias=True,
                   dropout=keys.number("hidden_dropout_prob", 0.1) > 0,
                   learned_positions=positions,
@@ -207,15 +213,15 @@ def _deepseek_v3(keys: _Keys, name: str) -> TransformerSpec:
                              qk_rope_head_dim=keys.integer("qk_rope_head_dim"),
                              v_head_dim=keys.integer("v_head_dim"))
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER,
-                  hidden=keys.integer("hidden_size"),
-                  ffn_hidden=keys.integer("intermediate_size"),
+                  hidden=keys.width("hidden_size"),
+                  ffn_hidden=keys.width("intermediate_size"),
                   num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
-                  head_dim=latent.qk_head_dim, vocab=keys.integer("vocab_size"),
+                  head_dim=latent.qk_head_dim, vocab=keys.width("vocab_size"),
                   activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
                   num_experts=keys.integer("n_routed_experts"),
                   top_k=keys.integer("num_experts_per_tok"),
-                  expert_ffn_hidden=keys.integer("moe_intermediate_size"),
+                  expert_ffn_hidden=keys.width("moe_intermediate_size"),
                   shared_experts=keys.integer("n_shared_experts", 0, minimum=0),
                   dense_layers=keys.integer("first_k_dense_replace", 0, minimum=0),
                   tied_embeddings=keys.boolean("tie_word_embeddings", False),
