@@ -373,21 +373,51 @@ def test_the_dp_stopped_at_its_limit_returns_a_valid_bound(seconds, monkeypatch)
 
 
 def test_solve_gives_the_dp_hint_the_time_limit(monkeypatch, tmp_path):
-    """`solve --backend cpsat --time-limit T` runs the DP hint with STOP_AFTER_S = T."""
+    """`solve --backend cpsat --time-limit T` runs the DP hint with STOP_AFTER_S at most T
+    (less what loading the instance took)."""
     from nest_cp.cli import solve as solve_module
     from nest_cp.dp.planner import STOP_AFTER_S
 
     seen = []
-    real = solve_module.solve
+    real = solve_module.run_unrefereed
 
     def spy(instance, backend, options):
         seen.append((backend, options.extra.get(STOP_AFTER_S)))
         return real(instance, backend, options)
 
-    monkeypatch.setattr(solve_module, "solve", spy)
+    monkeypatch.setattr(solve_module, "run_unrefereed", spy)
     result = _cli("solve", WORKED, "--backend", "cpsat", "--time-limit", "7", "--workers", "1")
     assert result.exit_code == 0, result.output
-    assert seen[0] == ("dp", 7.0)
+    assert seen[0][0] == "dp" and 6.5 < seen[0][1] <= 7.0
+
+
+def test_solve_keeps_time_back_for_the_checks_after_the_search(monkeypatch):
+    """--time-limit bounds the whole command: the exact backend gets the limit less the
+    hint's time and AFTER_SEARCH_CHECKS times the hint's referee check (made to take 0.25 s
+    here), which the check, report and plan file after the search take at 10^6 devices."""
+    import time
+
+    from nest_cp.cli import solve as solve_module
+
+    limits = []
+    real_run, real_check = solve_module.run_unrefereed, solve_module.check_result
+
+    def run(instance, backend, options):
+        limits.append((backend, options.time_limit_s))
+        return real_run(instance, backend, options)
+
+    def slow_check(instance, result):
+        if result.backend == "dp":
+            time.sleep(0.25)
+        return real_check(instance, result)
+
+    monkeypatch.setattr(solve_module, "run_unrefereed", run)
+    monkeypatch.setattr(solve_module, "check_result", slow_check)
+    result = _cli("solve", WORKED, "--backend", "cpsat", "--time-limit", "7", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    backend, limit = limits[1]
+    kept_back = solve_module.AFTER_SEARCH_CHECKS * 0.25
+    assert backend == "cpsat" and 7 - kept_back - 0.5 < limit <= 7 - kept_back
 
 
 def _overwrites(tmp_path: Path) -> dict[str, tuple[list, Path]]:

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from nest_cp.cost.evaluate import Evaluation
 from nest_cp.model.instance import HierarchicalNetwork, Instance
 from nest_cp.model.network import NetworkModel
@@ -80,15 +82,16 @@ def _rate(bandwidth: Fraction) -> str:
 
 
 def ranges(values) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (sorted)."""
-    values = sorted(values)
-    parts, start = [], None
-    for index, value in enumerate(values):
-        start = value if start is None else start
-        if index + 1 == len(values) or values[index + 1] != value + 1:
-            parts.append(str(start) if start == value else f"{start}-{value}")
-            start = None
-    return ",".join(parts)
+    """[0, 1, 2, 5] -> '0-2,5' (sorted); a run ends where the next value is not one more
+    (found on whole arrays: a million devices in milliseconds)."""
+    ordered = np.sort(np.fromiter(values, dtype=np.int64))
+    if ordered.size == 0:
+        return ""
+    ends = np.flatnonzero(np.diff(ordered) != 1)
+    firsts = ordered[np.concatenate(([0], ends + 1))].tolist()
+    lasts = ordered[np.concatenate((ends, [ordered.size - 1]))].tolist()
+    return ",".join(str(first) if first == last else f"{first}-{last}"
+                    for first, last in zip(firsts, lasts, strict=True))
 
 
 def placement_lines(instance: Instance, evaluation: Evaluation,
@@ -103,11 +106,12 @@ def placement_lines(instance: Instance, evaluation: Evaluation,
                 where[device] = (stage, replica, rank)
     groups = device_groups(instance, network, max_lines)
     width = max(len(group.label) for group in groups)
-    span = max(len(_span(group.devices)) for group in groups)
+    spans = [_span(group.devices) for group in groups]
+    span = max(len(text) for text in spans)
     lines = []
-    for group in groups:
+    for group, devices in zip(groups, spans, strict=True):
         text = _describe(group.devices, where, plan.devices_per_replica)
-        line = f"  {group.label:<{width}}  dev {_span(group.devices):<{span}}  {text}"
+        line = f"  {group.label:<{width}}  dev {devices:<{span}}  {text}"
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS - 3] + "..."
         lines.append(line)

@@ -14,7 +14,7 @@ import importlib
 import time
 from collections.abc import Callable
 
-from nest_cp.cost.evaluate import evaluate
+from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
 from nest_cp.model.launchers.search import one_recompute_mode
@@ -190,22 +190,25 @@ def _solve_strategies(instance: Instance, backend: str, options: SolveOptions) -
 MIN_SDP_TIME_S = 0.01  # what the SDP search still gets when the plain one used the limit up
 
 
-def check_result(instance: Instance, result: SolveResult) -> None:
+def check_result(instance: Instance, result: SolveResult) -> Evaluation | None:
     """Raise InvalidPlan unless every plan of the result (the plain one and the SDP one)
-    fits and evaluates to its objective (and an SDP plan to its T_eff)."""
-    _check_one(instance, result, Strategy.DP)
+    fits and evaluates to its objective (and an SDP plan to its T_eff); the plain plan's
+    evaluation (None without one), for a caller that reports it."""
+    evaluation = _check_one(instance, result, Strategy.DP)
     if result.sdp is not None:
         _check_one(instance, result.sdp, Strategy.SDP)
+    return evaluation
 
 
-def _check_one(instance: Instance, result: SolveResult, strategy: Strategy) -> None:
+def _check_one(instance: Instance, result: SolveResult, strategy: Strategy
+               ) -> Evaluation | None:
     if result.plan is not None and result.plan.strategy is not strategy:
         raise InvalidPlan(f"{result.backend}: returned a {result.plan.strategy.value!r} plan "
                           f"where a {strategy.value!r} plan was expected")
     if result.plan is None:
         if result.status in (Status.OPTIMAL, Status.FEASIBLE):
             raise InvalidPlan(f"{result.backend}: status {result.status.value} without a plan")
-        return
+        return None
     evaluation = evaluate(instance, result.plan)
     if not evaluation.feasible:
         raise InvalidPlan(f"{result.backend}: returned plan is infeasible: "
@@ -223,3 +226,4 @@ def _check_one(instance: Instance, result: SolveResult, strategy: Strategy) -> N
             result.effective_bound > result.effective:
         raise InvalidPlan(f"{result.backend}: T_eff bound {result.effective_bound} above "
                           f"T_eff {result.effective}")
+    return evaluation
