@@ -19,6 +19,7 @@ import click
 from nest_cp.cli.calibrate import calibrate_command
 from nest_cp.cli.evaluate import evaluate_command
 from nest_cp.cli.instance import instance
+from nest_cp.cli.options import PROCESS_STARTED, process_started
 from nest_cp.cli.plans import export_command, show_command
 from nest_cp.cli.solve import solve_command
 from nest_cp.cli.sweep import sweep_command
@@ -71,11 +72,15 @@ def _let_the_reader_leave() -> None:
 
 
 class _MainGroup(GuardedGroup):
-    """The ``nest-cp`` group: :func:`_let_the_reader_leave` before anything is printed."""
+    """The ``nest-cp`` group: :func:`_let_the_reader_leave` before anything is printed; run
+    as the process's command (no ``args``: read from ``sys.argv``), the context object
+    records when the process started, from which ``solve --time-limit`` counts."""
 
-    def main(self, *args, **kwargs):
+    def main(self, args=None, *rest, **kwargs):
         _let_the_reader_leave()
-        return super().main(*args, **kwargs)
+        if args is None:
+            kwargs.setdefault("obj", {PROCESS_STARTED: process_started()})
+        return super().main(args, *rest, **kwargs)
 
 
 @click.group(cls=_MainGroup)

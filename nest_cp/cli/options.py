@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path as FsPath
 
 import click
 
 from nest_cp.model.documents import check_output, refuse_inputs_as_outputs
 from nest_cp.model.errors import BackendOptionError
+
+# key of the click context object: when the nest-cp process started (time.monotonic clock)
+# (set by the console script, not by an in-process caller such as CliRunner)
+PROCESS_STARTED = "nest_cp.process_started"
+
+
+def process_started() -> float:
+    """When this process started, on the :func:`time.monotonic` clock (Linux: from
+    /proc/self/stat, so the interpreter's start and nest-cp's imports are counted);
+    elsewhere, now."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        since_boot_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        running_s = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot_s
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.monotonic()
+    now = time.monotonic()
+    return now - running_s if 0 <= running_s < now else now
 
 
 def int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from dataclasses import replace
 import click
 
 from nest_cp import io
-from nest_cp.cli.options import check_writable, int_list, rate, reject_options
+from nest_cp.cli.options import PROCESS_STARTED, check_writable, int_list, rate, reject_options
 from nest_cp.cli.report import plan_report
 from nest_cp.cost import terms as cost
 from nest_cp.cost.evaluate import evaluate
@@ -82,14 +82,15 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
                   rank_by: str, as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
-    --time-limit bounds the whole solve of cpsat and milp: loading the instance, the DP
+    --time-limit bounds the whole solve of cpsat and milp: starting nest-cp (run as a
+    command), loading the instance, the DP
     plan they start from (--hint), computed first, and the referee's check, report and
     plan file after the search (time kept back as AFTER_SEARCH_CHECKS times the hint's
     check) all count against the limit.  On an
     instance allowing SDP (training.strategies) the best plain and the best SDP plan
     are both reported; exit 0 when either exists.
     """
-    started = time.monotonic()
+    started = (click.get_current_context().obj or {}).get(PROCESS_STARTED, time.monotonic())
     honoured = HONOURED_OPTIONS[backend]
     for name, field in _SOLVE_OPTIONS.items():
         if field not in honoured:
