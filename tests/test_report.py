@@ -131,3 +131,63 @@ def test_evaluate_json_is_unchanged_by_the_report():
     result = _cli("evaluate", DATA / "worked_example.json", DATA / "plan_megatron_default.json",
                   "--json")
     assert json.loads(result.output)["objective_ticks"] == 35_552_000
+
+
+def _figure(plan_path: Path, instance_path: Path):
+    from nest_cp.cli.show import plan_figure
+
+    instance = io.load_instance(instance_path)
+    return plan_figure(instance, evaluate(instance, io.load_plan(plan_path)))
+
+
+def test_the_plot_of_one_stage_has_one_tick_at_stage_0(tmp_path):
+    """One stage: the stage panels show one bar at tick 0 (not an axis from -0.4 to 0.4),
+    the legend one stage entry, and every other replica is drawn lighter."""
+    import matplotlib.pyplot as plt
+
+    plan = Plan(IntraConfig(1, 1), 1, 0, 4, (Stage(0, 1),))
+    path = tmp_path / "one_stage.json"
+    io.save_plan(plan, path)
+    figure = _figure(path, DATA / "worked_example.json")
+    placement, times, memory = figure.axes[:3]
+    for axis in (times, memory):
+        assert list(axis.get_xticks()) == [0]
+        low, high = axis.get_xlim()
+        assert low <= -0.5 and high >= 0.5
+    legend = [text.get_text() for text in placement.get_legend().get_texts()]
+    assert [entry for entry in legend if entry.startswith("stage ")] == ["stage 0"]
+    assert "odd replicas (lighter)" in legend
+    fills = {patch.get_facecolor() for patch in placement.patches if patch.get_fill()}
+    assert len(fills) >= 2  # replicas 0 and 1 differ
+    plt.close(figure)
+
+
+def test_the_plot_of_1024_devices_labels_every_stage():
+    """GPT-3 on 1,024 devices in 25 stages: squares too small for per-device labels, so
+    each stage is labelled on the placement, and the stage colours have a colour bar over
+    stages 0-24 (beyond DISCRETE_STAGES legend entries)."""
+    import matplotlib.pyplot as plt
+
+    figure = _figure(EXPORT / "gpt3-175b-tpuv4-1024.plan.json", GPT3)
+    stages = io.load_plan(EXPORT / "gpt3-175b-tpuv4-1024.plan.json").num_stages
+    placement = figure.axes[0]
+    labels = {text.get_text() for text in placement.texts}
+    assert {f"s{stage}" for stage in range(stages)} <= labels
+    bars = [axis for axis in figure.axes if axis.get_ylabel() == "pipeline stage"]
+    assert len(bars) == 1 and bars[0].get_ylim() == (0, stages - 1)
+    plt.close(figure)
+
+
+def test_the_plot_has_one_legend_entry_per_stage(tmp_path):
+    """Up to DISCRETE_STAGES stages the legend names each stage once, and the stage panels
+    have one tick per stage (the worked example's plan: 2 stages)."""
+    import matplotlib.pyplot as plt
+
+    figure = _figure(EXPORT / "worked_example_nest.plan.json", DATA / "worked_example.json")
+    stages = io.load_plan(EXPORT / "worked_example_nest.plan.json").num_stages
+    placement, times = figure.axes[:2]
+    legend = [text.get_text() for text in placement.get_legend().get_texts()]
+    assert [entry for entry in legend if entry.startswith("stage ")] == [
+        f"stage {stage}" for stage in range(stages)]
+    assert list(times.get_xticks()) == list(range(stages))
+    plt.close(figure)

@@ -4,16 +4,21 @@ Layer: beside :mod:`nest_cp.cli.report` (reads an evaluation, draws it); only th
 CLI's ``show`` calls it.  The Agg backend is selected, so no display is needed.
 
 Left panel, the placement: every device is a square coloured by the stage it
-runs (grey and hatched when idle).  Squares of one node (the innermost tier's
+runs (grey and hatched when idle), every other data-parallel replica in a lighter
+shade of it, so replicas (and their tensor groups) stay apart where one stage fills
+the cluster.  The legend has one entry per stage (up to DISCRETE_STAGES stages,
+beyond that a colour bar).  Squares of one node (the innermost tier's
 domain, or a graph cluster) form a row; the nodes of one tier-1 domain form a
 block; blocks are tiled with gaps.  Two overlays show the communication the
 plan pays for: the pipeline path of replica 0 (intra-stage rank 0), stage by
 stage, as arrows; the data-parallel group of stage 0 (rank 0) as ringed
-squares.  Up to 128 devices each square is labelled with its stage and replica.
+squares.  Up to 128 devices each square is labelled with its stage and replica;
+beyond, each stage is labelled where replica 0's pipeline passes it.
 
 Right panels: each stage's time per microbatch, split into compute (with
 recompute), intra-layer collectives, pipeline transfers and ZeRO-3 gathers, and
-each stage's memory per device against the usable HBM.
+each stage's memory per device against the usable HBM; the x-axis has one tick per
+stage (a single stage is one bar at 0, not an axis from -0.4 to 0.4).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ LABEL_LIMIT = 128      # devices up to which every square carries its stage and 
 ROW_WIDTH_LIMIT = 16   # a node wider than this wraps onto several rows
 DISCRETE_STAGES = 20   # up to this many stages get distinct colours, beyond a colour map
 BLOCK_ROW_LIMIT = 16   # a block taller than this many rows is cut into parts
+STAGE_LABEL_LIMIT = 64  # beyond LABEL_LIMIT devices, stages are labelled up to this many
+LIGHTER = 0.4          # every other replica: its stage colour this far towards white
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,18 @@ def _layout(blocks: list[_Block]) -> tuple[dict[int, tuple[float, float]], list,
 def draw_plan(instance: Instance, evaluation: Evaluation, png: str | Path,
               title: str = "") -> None:
     """Write the figure of the module doc to ``png``."""
+    import matplotlib.pyplot as plt
+
+    figure = plan_figure(instance, evaluation, title)
+    buffer = io.BytesIO()  # drawn in memory, written through the safe writer
+    figure.savefig(buffer, dpi=110, format="png")
+    plt.close(figure)
+    write_output(png, buffer.getvalue())
+
+
+def plan_figure(instance: Instance, evaluation: Evaluation, title: str = ""):
+    """The figure of the module doc (a matplotlib Figure; the caller closes it).  Its axes
+    are the placement, the stage times and the stage memory, in that order."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,10 +141,7 @@ def draw_plan(instance: Instance, evaluation: Evaluation, png: str | Path,
     _draw_times(time_axis, instance, evaluation, colours)
     _draw_memory(memory_axis, evaluation, colours)
     figure.suptitle(title or _title(instance, evaluation), fontsize=12)
-    buffer = io.BytesIO()  # drawn in memory, written through the safe writer
-    figure.savefig(buffer, dpi=110, format="png")
-    plt.close(figure)
-    write_output(png, buffer.getvalue())
+    return figure
 
 
 def _title(instance: Instance, evaluation: Evaluation) -> str:
@@ -161,13 +177,16 @@ def _draw_placement(axis, instance: Instance, evaluation: Evaluation, colours, f
     _draw_frames(axis, blocks, origin, frames)
     _draw_pipeline(axis, plan, origin)
     _draw_dp_group(axis, plan, origin)
+    if instance.cluster.num_devices > LABEL_LIMIT and 1 < plan.num_stages <= STAGE_LABEL_LIMIT:
+        _label_stages(axis, plan, origin, colours)
     axis.set_xlim(-0.5, width + 0.5)
     axis.set_ylim(height + 0.2, -1.0)
     axis.set_aspect("equal")
     axis.axis("off")
     _legend(axis, plan, colours, figure)
-    axis.set_title(f"placement: {_blocks_text(instance, blocks)}; colour = pipeline stage",
-                   fontsize=9)
+    shade = "; every other replica lighter" if plan.num_replicas > 1 else ""
+    axis.set_title(f"placement: {_blocks_text(instance, blocks)}; colour = pipeline stage"
+                   f"{shade}", fontsize=9)
 
 
 def _draw_devices(axis, plan, origin, colours, count: int) -> None:
@@ -180,11 +199,12 @@ def _draw_devices(axis, plan, origin, colours, count: int) -> None:
     for device, (x, y) in origin.items():
         if device in where:
             stage, replica, rank = where[device]
+            colour = _lighter(colours[stage]) if replica % 2 else colours[stage]
             axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92,
-                                     facecolor=colours[stage], edgecolor="white", lw=0.4))
+                                     facecolor=colour, edgecolor="white", lw=0.4))
             text = f"dev {device}\ns{stage} r{replica}" + (
                 f" j{rank}" if plan.devices_per_replica > 1 else "")
-            ink = _ink(colours[stage])
+            ink = _ink(colour)
         else:
             axis.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92, facecolor="#eeeeee",
                                      edgecolor="#bbbbbb", hatch="///", lw=0.4))
@@ -221,6 +241,8 @@ def _legend(axis, plan, colours, figure) -> None:
 
     handles = [Patch(facecolor=colours[s], label=f"stage {s}")
                for s in range(plan.num_stages)] if plan.num_stages <= DISCRETE_STAGES else []
+    if plan.num_replicas > 1:
+        handles.append(Patch(facecolor=_lighter(colours[0]), label="odd replicas (lighter)"))
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", hatch="///", label="idle"))
     handles += [Line2D([], [], color="black", lw=1.5, marker=">", label="pipeline, replica 0"),
                 Line2D([], [], color="black", lw=0, marker="o", markerfacecolor="none",
@@ -232,6 +254,22 @@ def _legend(axis, plan, colours, figure) -> None:
                                        norm=mpl.colors.Normalize(0, plan.num_stages - 1))
         bar = figure.colorbar(scalar, ax=axis, fraction=0.025, pad=0.01)
         bar.set_label("pipeline stage", fontsize=8)
+
+
+def _lighter(colour) -> tuple:
+    """``colour`` moved LIGHTER of the way towards white (every other replica)."""
+    return tuple(channel + (1 - channel) * LIGHTER for channel in colour[:3]) + (1.0,)
+
+
+def _label_stages(axis, plan, origin, colours) -> None:
+    """'s3' beside the device where replica 0's pipeline enters each stage (large clusters,
+    whose squares are too small for per-device labels)."""
+    for stage in range(plan.num_stages):
+        x, y = origin[plan.placement[stage][0][0]]
+        axis.text(x + 0.5, y + 0.3, f"s{stage}", ha="center", va="center", fontsize=7,
+                  fontweight="bold", color="black", zorder=6,
+                  bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.8,
+                        "edgecolor": colours[stage], "lw": 0.8})
 
 
 def _ink(colour) -> str:
@@ -294,7 +332,7 @@ def _draw_times(axis, instance: Instance, evaluation: Evaluation, colours) -> No
     axis.set_ylabel("time per microbatch (ms)", fontsize=8)
     axis.set_xlabel("pipeline stage", fontsize=8)
     axis.tick_params(labelsize=7)
-    _integer_ticks(axis)
+    _stage_ticks(axis, len(stages))
     axis.legend(handles=handles, fontsize=7, frameon=True, framealpha=0.85, loc="lower right")
     tick = instance.training.tick_s
     exposed = ""
@@ -318,14 +356,21 @@ def _draw_memory(axis, evaluation: Evaluation, colours) -> None:
     axis.set_ylabel("memory per device (GiB)", fontsize=8)
     axis.set_xlabel("pipeline stage", fontsize=8)
     axis.tick_params(labelsize=7)
-    _integer_ticks(axis)
+    _stage_ticks(axis, len(stages))
     axis.legend(fontsize=7, frameon=True, framealpha=0.85, loc="lower left")
     over = sum(not s.fits for s in stages)
     axis.set_title("stage memory" + (f" ({over} stages over HBM, red)" if over else ""),
                    fontsize=9)
 
 
-def _integer_ticks(axis) -> None:
+def _stage_ticks(axis, num_stages: int) -> None:
+    """One tick per stage (up to DISCRETE_STAGES, else integer ticks), the bars' full width
+    shown: a single stage is one bar at 0."""
     from matplotlib.ticker import MaxNLocator
 
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    pad = 0.6 if num_stages > 2 else 1.0  # one or two bars do not fill the panel
+    axis.set_xlim(-pad, num_stages - 1 + pad)
+    if num_stages <= DISCRETE_STAGES:
+        axis.set_xticks(range(num_stages))
+    else:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
