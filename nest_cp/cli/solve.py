@@ -29,6 +29,9 @@ MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used
 # devices: the check 1.0, the plan file 0.9, the placement report 1.6, together 3.5 of the
 # hint's check); --time-limit keeps that much time back for them.
 AFTER_SEARCH_CHECKS = 4
+# Without a hint to time: one referee check's seconds per device (0.9-1.8 s at 1,048,576
+# devices on a loaded 2-core machine)
+CHECK_S_PER_DEVICE = 1.5e-6
 
 
 # solve's options that map to a SolveOptions field or extra key a backend may not honour
@@ -83,11 +86,11 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
     --time-limit bounds the whole solve of cpsat and milp: starting nest-cp (run as a
-    command), loading the instance, the DP
-    plan they start from (--hint), computed first, and the referee's check, report and
-    plan file after the search (time kept back as AFTER_SEARCH_CHECKS times the hint's
-    check) all count against the limit.  On an
-    instance allowing SDP (training.strategies) the best plain and the best SDP plan
+    command), loading the instance, the DP plan they start from (--hint, computed first),
+    and the referee's check, report and plan file after the search (time kept back:
+    AFTER_SEARCH_CHECKS times the hint's check, or without a hint an estimate from the
+    device count) all count against the limit.  On an instance allowing SDP
+    (training.strategies) the best plain and the best SDP plan
     are both reported; exit 0 when either exists.
     """
     started = (click.get_current_context().obj or {}).get(PROCESS_STARTED, time.monotonic())
@@ -108,7 +111,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
     hint_plan, sdp_hint, hint_s, hinted = None, None, None, None
-    kept_back = 0.0  # for the checks after the search
+    kept_back = AFTER_SEARCH_CHECKS * CHECK_S_PER_DEVICE * inst.cluster.num_devices
     if hint and "hint" in honoured:
         try:  # the hint's time counts against --time-limit, and stops at it
             left = max(time_limit - (time.monotonic() - started), MIN_TIME_LEFT_S)
