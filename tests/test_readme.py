@@ -148,13 +148,17 @@ def test_help_texts_hold_no_untested_command_examples():
 
 def test_help_option_examples_run(tmp_path: Path):
     """The values `instance new --help` gives as examples ("e.g. 1,2,4" for
-    --microbatches and --virtual-stages) are accepted."""
+    --microbatches and --virtual-stages, "e.g. 1,2,4,8,16" for --tp-widths, "e.g. 1,2,4,8"
+    for --ep-widths, an MoE model's) are accepted."""
     help_text = _run(["instance", "new", "--help"]).output
-    assert help_text.count("e.g. 1,2,4") == 2
+    assert help_text.count("e.g. 1,2,4") == 4
     out = tmp_path / "y.json"
     result = _run(["instance", "new", "--model", "bert-large", "--devices", "8",
                    "--network", "nest-h100-spineleaf", "--microbatches", "1,2,4",
-                   "--virtual-stages", "1,2,4", "-o", str(out)])
+                   "--virtual-stages", "1,2,4", "--tp-widths", "1,2,4,8,16", "-o", str(out)])
     assert result.exit_code == 0, result.output
     training = json.loads(out.read_text())["training"]
     assert training["microbatches"] == [1, 2, 4] and training["virtual_stages"] == [1, 2, 4]
+    moe = _run(["instance", "new", "--model", "mixtral-8x7b", "--devices", "8", "--network",
+                "nest-h100-spineleaf", "--ep-widths", "1,2,4,8", "-o", str(out)])
+    assert moe.exit_code == 0, moe.output

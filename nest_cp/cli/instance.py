@@ -64,8 +64,8 @@ def _describe(spec: object) -> str:
               help="Tensor widths t to profile, e.g. 1,2,4,8,16 (beyond a node); default: "
                    "1..8 dividing the (kv) heads.")
 @click.option("--ep-widths", default=None, callback=int_list,
-              help="Expert widths e to profile, e.g. 1,2,4,8; default: 1 for a dense model, "
-                   "powers of two up to 64 dividing the experts.")
+              help="Expert widths e to profile (an MoE model), e.g. 1,2,4,8; default: 1 for a "
+                   "dense model, powers of two up to 64 dividing the experts.")
 @click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
               show_default=True, help="Attention kernel the profile assumes.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
