@@ -76,7 +76,7 @@ def test_the_tour_writes_what_it_says(tour):
     """The files the tour names exist: the plan, the drawing, the launch files, the gap
     table and the comparison."""
     workdir = tour["dir"]
-    for name in ("x.json", "p.json", "p.png", "train.sh", "job.toml", "free.json",
+    for name in ("x.json", "p.json", "p.png", "train.sh", "job.toml",
                  "cert/gap_table.md", "cert/gap_table.csv", "cert/gap_table.tex",
                  "cmp/compare.csv", "cmp/compare.md"):
         assert (workdir / name).is_file(), name
@@ -106,7 +106,7 @@ def test_the_numbers_the_readme_quotes_are_what_the_commands_print(tour):
     assert "| yes | 0.000% |" in gap_table
     assert "| yes | 0.000% |" in _output(tour, "table")
     compare = _output(tour, "compare")
-    assert re.search(r"\| free \| llama2-7b \| nest-h100-spineleaf \| 64 \| 7\.29 \| 1\.00 "
+    assert re.search(r"\| x \| llama2-7b \| nest-h100-spineleaf \| 64 \| 7\.29 \| 1\.00 "
                      r"\| 7\.01 \|", compare)
     for quoted in ("246.85 samples/s", "215.25 samples/s", "45.981 ms", "7.29x", "7.01x"):
         assert quoted in text
