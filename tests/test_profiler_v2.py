@@ -15,7 +15,7 @@ from nest_cp.cost.terms import in_flight, stage_memory_bytes
 from nest_cp.harness.runs import megatron_chunks
 from nest_cp.io.readers import load_instance
 from nest_cp.model.errors import InstanceFormatError
-from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.instance import IntraConfig, MlpKind, NormKind, RecomputeMode
 from nest_cp.model.network import NetworkModel
 from nest_cp.profiles import reference_formulas as megatron
 from nest_cp.profiles.hfconfig import spec_from_description, spec_from_hf_config
@@ -28,7 +28,7 @@ from nest_cp.profiles.kernels import (
 )
 from nest_cp.profiles.presets import DEVICES, MEGATRON_ADAM, MODELS, h100_with_gemm_fixed_time
 from nest_cp.profiles.profiler import AttentionKind, ProfileOptions, profile_workload, total_params
-from nest_cp.profiles.transformer import Activation, ModelKind, Norm, TransformerSpec
+from nest_cp.profiles.transformer import ModelKind, TransformerSpec
 
 ROOT = Path(__file__).parent.parent
 MODELS_DIR = ROOT / "instances" / "models"
@@ -207,7 +207,7 @@ def test_interleaved_gqa_swiglu_memory_matches_megatron_formula(microbatches):
     holds and the estimator, uncapped, overcounts."""
     spec = TransformerSpec(name="llama-ish", kind=ModelKind.DECODER, hidden=4096,
                            ffn_hidden=14336, num_layers=32, num_heads=32, num_kv_heads=8,
-                           vocab=128256, activation=Activation.SWIGLU, norm=Norm.RMSNORM,
+                           vocab=128256, activation=MlpKind.SWIGLU, norm=NormKind.RMSNORM,
                            bias=False, dropout=False)
     seq, tp, pp, vp, dp = 4096, 4, 4, 2, 8
     config = IntraConfig(tp)

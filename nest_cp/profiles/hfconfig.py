@@ -52,12 +52,11 @@ from dataclasses import fields
 from typing import Any
 
 from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.instance import MlpKind, NormKind
 from nest_cp.model.limits import MAX_INT, MAX_LAYERS, MAX_MODEL_WIDTH
 from nest_cp.profiles.transformer import (
-    Activation,
     LatentAttention,
     ModelKind,
-    Norm,
     TransformerSpec,
 )
 
@@ -165,7 +164,7 @@ def _llama(keys: _Keys, name: str, qkv_bias: bool = False, vocab: int = 32000,
                   num_layers=keys.layers("num_hidden_layers"), num_heads=heads,
                   num_kv_heads=keys.integer("num_key_value_heads", heads),
                   head_dim=head_dim, vocab=keys.width("vocab_size", vocab),
-                  activation=Activation.SWIGLU, norm=Norm.RMSNORM,
+                  activation=MlpKind.SWIGLU, norm=NormKind.RMSNORM,
                   bias=keys.boolean("mlp_bias", False) and keys.boolean("attention_bias", False),
                   qkv_bias=qkv_bias or keys.boolean("attention_bias", False),
                   tied_embeddings=keys.boolean("tie_word_embeddings", False), dropout=False,
@@ -181,8 +180,8 @@ def _gpt2(keys: _Keys, name: str) -> TransformerSpec:
     return _build(keys.prefix, name=name, kind=ModelKind.DECODER, hidden=hidden,
                   ffn_hidden=keys.width("n_inner", 4 * hidden),
                   num_layers=keys.layers("n_layer"), num_heads=keys.integer("n_head"),
-                  vocab=keys.width("vocab_size", 50257), activation=Activation.GELU,
-                  norm=Norm.LAYERNORM, bias=True, dropout=dropout,
+                  vocab=keys.width("vocab_size", 50257), activation=MlpKind.GELU,
+                  norm=NormKind.LAYERNORM, bias=True, dropout=dropout,
                   tied_embeddings=keys.boolean("tie_word_embeddings", True),
                   learned_positions=positions, default_seq_len=positions)
 
@@ -195,7 +194,7 @@ def _bert(keys: _Keys, name: str) -> TransformerSpec:
                   num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
                   vocab=keys.width("vocab_size", 30522), tied_embeddings=True,
-                  norm=Norm.LAYERNORM, bias=True,
+                  norm=NormKind.LAYERNORM, bias=True,
                   dropout=keys.number("hidden_dropout_prob", 0.1) > 0,
                   learned_positions=positions,
                   token_types=keys.integer("type_vocab_size", 2, minimum=0),
@@ -218,7 +217,7 @@ def _deepseek_v3(keys: _Keys, name: str) -> TransformerSpec:
                   num_layers=keys.layers("num_hidden_layers"),
                   num_heads=keys.integer("num_attention_heads"),
                   head_dim=latent.qk_head_dim, vocab=keys.width("vocab_size"),
-                  activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
+                  activation=MlpKind.SWIGLU, norm=NormKind.RMSNORM, bias=False, dropout=False,
                   num_experts=keys.integer("n_routed_experts"),
                   top_k=keys.integer("num_experts_per_tok"),
                   expert_ffn_hidden=keys.width("moe_intermediate_size"),
@@ -261,7 +260,7 @@ def _name_of(config: Mapping[str, Any], model_type: str) -> str:
     return model_type
 
 
-_ENUMS = {"kind": ModelKind, "norm": Norm, "activation": Activation}
+_ENUMS = {"kind": ModelKind, "norm": NormKind, "activation": MlpKind}
 _BOOLS = {"bias", "qkv_bias", "dropout", "tied_embeddings"}
 _OPTIONAL_INTS = {"num_kv_heads", "head_dim", "expert_ffn_hidden"}
 _LATENT = tuple(f.name for f in fields(LatentAttention))

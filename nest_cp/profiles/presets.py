@@ -59,6 +59,8 @@ from nest_cp.model.instance import (
     HierarchicalNetwork,
     Instance,
     IntraConfig,
+    MlpKind,
+    NormKind,
     Optimizer,
     RecomputeMode,
     Tier,
@@ -67,7 +69,7 @@ from nest_cp.model.instance import (
 )
 from nest_cp.profiles.kernels import DeviceSpec, DType, gemm_efficiency_from_benchmark
 from nest_cp.profiles.profiler import AttentionKind, ProfileOptions, profile_workload
-from nest_cp.profiles.transformer import Activation, ModelKind, Norm, TransformerSpec
+from nest_cp.profiles.transformer import ModelKind, TransformerSpec
 
 GiB = 2**30
 DEVICES_PER_NODE = 8  # NEST boxes, DGX H100 nodes: the TP domain of Megatron's rules
@@ -93,7 +95,7 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     "bert-large": TransformerSpec(
         name="bert-large", kind=ModelKind.ENCODER, hidden=1024, ffn_hidden=4096,
         num_layers=24, num_heads=16, vocab=30522, tied_embeddings=True,
-        norm=Norm.LAYERNORM, bias=True, dropout=True, learned_positions=512, token_types=2,
+        norm=NormKind.LAYERNORM, bias=True, dropout=True, learned_positions=512, token_types=2,
         default_seq_len=512),
     # Llama 2 7B: Touvron et al. 2023 (arXiv 2307.09288) §2.2 and the meta-llama/Llama-2-7b-hf
     # model card config: hidden 4096, intermediate 11008, 32 layers, 32 heads (no GQA at 7B),
@@ -102,7 +104,7 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     "llama2-7b": TransformerSpec(
         name="llama2-7b", kind=ModelKind.DECODER, hidden=4096, ffn_hidden=11008,
         num_layers=32, num_heads=32, num_kv_heads=32, vocab=32000,
-        activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
+        activation=MlpKind.SWIGLU, norm=NormKind.RMSNORM, bias=False, dropout=False,
         default_seq_len=4096),
     # Llama 3 70B: Dubey et al. 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783),
     # Table 3: 80 layers, model dimension 8192, FFN 28,672, 64 heads, 8 KV heads; vocabulary
@@ -110,7 +112,7 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     "llama3-70b": TransformerSpec(
         name="llama3-70b", kind=ModelKind.DECODER, hidden=8192, ffn_hidden=28672,
         num_layers=80, num_heads=64, num_kv_heads=8, vocab=128256,
-        activation=Activation.SWIGLU, norm=Norm.RMSNORM, bias=False, dropout=False,
+        activation=MlpKind.SWIGLU, norm=NormKind.RMSNORM, bias=False, dropout=False,
         default_seq_len=4096),
     # GPT-3 175B: Brown et al. 2020 (arXiv 2005.14165) Table 2.1: 96 layers, d_model 12,288,
     # 96 heads of 128, context 2048; FFN 4 * d_model and the GPT-2 architecture and BPE
@@ -119,7 +121,7 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     "gpt3-175b": TransformerSpec(
         name="gpt3-175b", kind=ModelKind.DECODER, hidden=12288, ffn_hidden=49152,
         num_layers=96, num_heads=96, vocab=50257, tied_embeddings=True,
-        norm=Norm.LAYERNORM, bias=True, dropout=True, learned_positions=2048,
+        norm=NormKind.LAYERNORM, bias=True, dropout=True, learned_positions=2048,
         default_seq_len=2048),
     # Mixtral 8x7B: Jiang et al. 2024 (arXiv 2401.04088) Table 1: dim 4096, 32 layers,
     # 32 heads of 128, 8 KV heads, hidden_dim 14,336, vocabulary 32,000, 8 experts, top-2;
@@ -128,7 +130,7 @@ MODELS: Mapping[str, TransformerSpec] = MappingProxyType({
     "mixtral-8x7b": TransformerSpec(
         name="mixtral-8x7b", kind=ModelKind.DECODER, hidden=4096, ffn_hidden=14336,
         num_layers=32, num_heads=32, num_kv_heads=8, vocab=32000,
-        activation=Activation.SWIGLU, num_experts=8, top_k=2, norm=Norm.RMSNORM, bias=False,
+        activation=MlpKind.SWIGLU, num_experts=8, top_k=2, norm=NormKind.RMSNORM, bias=False,
         dropout=False, default_seq_len=4096),
 })
 

@@ -80,6 +80,8 @@ from nest_cp.model.instance import (
     IntraConfig,
     Layer,
     LayerProfile,
+    MlpKind,
+    NormKind,
     Phase,
     Workload,
 )
@@ -92,14 +94,12 @@ from nest_cp.profiles.kernels import (
     memory_seconds,
 )
 from nest_cp.profiles.transformer import (
-    Activation,
     ModelKind,
-    Norm,
     TransformerSpec,
     model_shape,
 )
 
-__all__ = ["Activation", "AttentionKind", "ModelKind", "Norm", "ProfileOptions",
+__all__ = ["AttentionKind", "MlpKind", "ModelKind", "NormKind", "ProfileOptions",
            "TransformerSpec", "profile_workload", "total_params"]
 
 BF16_BYTES = 2

@@ -28,20 +28,6 @@ class ModelKind(str, Enum):
     ENCODER = "encoder"
 
 
-class Norm(str, Enum):
-    """LayerNorm (scale and shift: 2h parameters) or RMSNorm (scale only: h)."""
-
-    LAYERNORM = "layernorm"
-    RMSNORM = "rmsnorm"
-
-
-class Activation(str, Enum):
-    """MLP activation: GeLU (two matrices) or SwiGLU (gate, up and down matrices)."""
-
-    GELU = "gelu"
-    SWIGLU = "swiglu"
-
-
 @dataclass(frozen=True, slots=True)
 class LatentAttention:
     """DeepSeek-V2/V3 multi-head latent attention (MLA) sizes.
@@ -92,14 +78,14 @@ class TransformerSpec:
     vocab: int
     num_kv_heads: int | None = None  # None: multi-head attention (= num_heads)
     head_dim: int | None = None
-    activation: Activation = Activation.GELU
+    activation: MlpKind = MlpKind.GELU
     num_experts: int = 1
     top_k: int = 1
     expert_ffn_hidden: int | None = None
     shared_experts: int = 0
     dense_layers: int = 0
     tied_embeddings: bool = False
-    norm: Norm = Norm.LAYERNORM
+    norm: NormKind = NormKind.LAYERNORM
     bias: bool = True
     qkv_bias: bool = False
     dropout: bool = True
@@ -141,8 +127,8 @@ class TransformerSpec:
                "shared experts and dense layers only with num_experts > 1",
                (self.shared_experts, self.dense_layers))
         _check(isinstance(self.kind, ModelKind), "a ModelKind", self.kind)
-        _check(isinstance(self.norm, Norm), "a Norm", self.norm)
-        _check(isinstance(self.activation, Activation), "an Activation", self.activation)
+        _check(isinstance(self.norm, NormKind), "a Norm", self.norm)
+        _check(isinstance(self.activation, MlpKind), "an Activation", self.activation)
         _check(self.latent_attention is None or isinstance(self.latent_attention,
                                                            LatentAttention),
                "a LatentAttention or None", self.latent_attention)
@@ -174,7 +160,7 @@ class TransformerSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        return self.activation is Activation.SWIGLU
+        return self.activation is MlpKind.SWIGLU
 
     @property
     def mlp_matrices(self) -> int:
@@ -186,7 +172,7 @@ class TransformerSpec:
 
     @property
     def norm_params(self) -> int:
-        return (2 if self.norm is Norm.LAYERNORM else 1) * self.hidden
+        return (2 if self.norm is NormKind.LAYERNORM else 1) * self.hidden
 
     @property
     def causal(self) -> bool:
@@ -223,8 +209,8 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
         ffn_hidden=spec.ffn_hidden, heads=spec.num_heads, kv_heads=spec.kv_heads,
         head_dim=spec.head_size, vocab=spec.vocab,
         positions=PositionKind.LEARNED if spec.learned_positions else PositionKind.ROPE,
-        max_positions=spec.learned_positions, norm=NormKind(spec.norm.value),
-        mlp=MlpKind(spec.activation.value), bias=spec.bias, qkv_bias=spec.qkv_bias,
+        max_positions=spec.learned_positions, norm=spec.norm,
+        mlp=spec.activation, bias=spec.bias, qkv_bias=spec.qkv_bias,
         tied_embeddings=spec.tied_embeddings, dropout=spec.dropout,
         num_experts=spec.num_experts, top_k=spec.top_k,
         expert_ffn_hidden=spec.expert_ffn_hidden or 0, decoder=spec.kind is ModelKind.DECODER,
