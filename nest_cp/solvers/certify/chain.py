@@ -132,11 +132,25 @@ class Tier:
         allowed: k = min(that cap, the list's length).  Tier 0, graphs (one channel) and
         one-channel tiers: the tier's own path, the only one.
         """
+        return self.channel_path(self.channel_cap(group_size))
+
+    def channel_cap(self, group_size: int) -> int:
+        """The most ring channels worth telling apart for a ``group_size`` group on this tier:
+        min(g // max(2, ceil(g / G_0)), the path list's length), 1 where there is one path
+        (:meth:`collective_path`'s proof: no group of that size runs more, and more would
+        price no faster)."""
+        if len(self.channel_paths) <= 1:
+            return 1
+        touched = max(2, -(-group_size // self.node_size))
+        return max(1, min(len(self.channel_paths), group_size // touched))
+
+    def channel_path(self, channels: int) -> Path:
+        """The path of a collective on this tier whose group has ``channels`` (>= 1) members
+        in every tier-0 domain it touches, capped at the path list's length (more price no
+        faster, cost model §5 a); the tier's own path where there is one path."""
         if len(self.channel_paths) <= 1:
             return self.path
-        touched = max(2, -(-group_size // self.node_size))
-        channels = max(1, min(len(self.channel_paths), group_size // touched))
-        return self.channel_paths[channels - 1]
+        return self.channel_paths[min(channels, len(self.channel_paths)) - 1]
 
 
 def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
@@ -283,13 +297,18 @@ class LayerPrices:
         return self._memoised(("p2p", last_layer, tier), lambda: cost.transfer_ticks(
             self.profiles[last_layer].out_bytes, self.tiers[tier].path, self.tick_s))
 
-    def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``."""
-        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier)
+    def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
+                         channels: int | None = None) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``,
+        with ``channels`` ring channels (None: the most a group of its size can have)."""
+        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier,
+                                channels)
 
-    def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``."""
-        return self._sync_parts(self.expert_params(span), dp, zero, tier)
+    def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
+                          channels: int | None = None) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``,
+        with ``channels`` ring channels (None: the most a group of its size can have)."""
+        return self._sync_parts(self.expert_params(span), dp, zero, tier, channels)
 
     def dense_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
         """The whole dense sync of one group on ``tier``: both phases."""
@@ -299,17 +318,29 @@ class LayerPrices:
         """The whole expert sync of one group on ``tier``: both phases."""
         return sum(self.expert_sync_parts(span, dp, zero, tier))
 
-    def _sync_parts(self, params: int, size: int, zero: int, tier: int) -> tuple[int, int]:
-        return self._memoised(("sync", params, size, zero, tier), lambda: (
-            cost.gradient_sync_parts(params, self.optimizer, zero, size,
-                                     self.tiers[tier].collective_path(size), self.tick_s)))
+    def _group_path(self, tier: int, size: int, channels: int | None) -> Path:
+        """A ``size`` group's path on ``tier``: with ``channels`` ring channels, or (None) the
+        most its size allows (:meth:`Tier.collective_path`)."""
+        tier_ = self.tiers[tier]
+        return tier_.collective_path(size) if channels is None else tier_.channel_path(channels)
 
-    def zero_gather(self, span: Span, dp: int, zero: int, tier: int) -> int:
+    def _sync_parts(self, params: int, size: int, zero: int, tier: int,
+                    channels: int | None) -> tuple[int, int]:
+        return self._memoised(("sync", params, size, zero, tier, channels), lambda: (
+            cost.gradient_sync_parts(params, self.optimizer, zero, size,
+                                     self._group_path(tier, size, channels), self.tick_s)))
+
+    def zero_gather(self, span: Span, dp: int, zero: int, tier: int,
+                    channels: int | None = None) -> int:
+        """The ZeRO-3 gathers of one group (d ranks) on ``tier``, with ``channels`` ring
+        channels (None: the most a group of its size can have)."""
         if zero != 3:
             return 0
         params = self.dense_params(span) + self.expert_params(span)
-        return self._memoised(("gather", params, dp, tier), lambda: cost.zero3_gather_ticks(
-            params, self.optimizer, dp, self.tiers[tier].collective_path(dp), self.tick_s))
+        return self._memoised(("gather", params, dp, tier, channels),
+                              lambda: cost.zero3_gather_ticks(
+                                  params, self.optimizer, dp,
+                                  self._group_path(tier, dp, channels), self.tick_s))
 
     def memory(self, span: Span, in_flight: int, zero: int, dp: int) -> int:
         """Bytes per device of a stage holding ``span`` (``cost.stage_memory_bytes``)."""
