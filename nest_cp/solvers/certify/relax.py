@@ -68,13 +68,16 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    G*'s path is β = max(β_K, min(k*·β_K, β_0)) with tier K's latency, and the
    channel paths stop getting faster at their list's length, so chain's price on
    ``channel_path(c)`` is G*'s price, not more (the (c, tier) part rows).  (iii)
-   Capacity: T·k* <= g, so T <= g // k* <= g // c.  Every member (s, r, j) of G*
+   Capacity: T·k* <= g, so T <= g // k* <= g // c, and each touched domain holds
+   k* >= c members on distinct devices, so has >= c devices.  Every member (s, r, j) of G*
    lies in a level-0 item (its piece over the level-0 run through s, the arc's
    ``runs[0]`` stages; the lemma of geometry) inside one tier-0 domain, the one
    holding the member, so a touched one; per replica the members fall in
    ``merged(0, widen)`` ranks' worth of pieces (step 5), and items of different
    replicas or pieces are disjoint (the placement is injective).  So
-   Σ_r runs[0]·merged <= T·G_0 <= (g // c)·G_0, the row enforced for c >= 2.
+   Σ_r runs[0]·merged <= the devices of the touched domains <= the sum of the
+   g // c largest tier-0 domains of >= c devices (partial domains counted as they
+   are), the row enforced for c >= 2.
    (Tiers with one path, tier 0 included, get the class literal alone, priced on
    the tier's path as before.)
 4. Packing, level ℓ: by the lemma every maximal level-ℓ run R of every replica
@@ -390,13 +393,14 @@ class Relaxation:
 
     def _channels(self, name: str, stage: int, group: int, counts: dict,
                   widen: CollectiveGroup | None) -> None:
-        """c channels put the group's members in at most group // c tier-0 domains, which
-        hold every level-0 item holding a member (step 3a)."""
+        """c channels put the group's members in at most group // c tier-0 domains of at
+        least c devices each, which hold every level-0 item holding a member (step 3a)."""
         items = self._items(stage, 0, widen)
         for c, literal in counts.items():
             if c >= 2:
-                self.model.add(items <= (group // c) * self.geo.capacity(0)
-                               ).only_enforce_if(literal)
+                # the group // c largest tier-0 domains that can hold c members
+                room = sorted((n for n in self.geo.tiers[0].domains if n >= c), reverse=True)
+                self.model.add(items <= sum(room[:group // c])).only_enforce_if(literal)
 
     def _sync(self):
         """T_sync >= every stage's exposed sync (the module docstring, step 3)."""
