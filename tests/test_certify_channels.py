@@ -1,0 +1,134 @@
+"""The placement relaxation counts ring channels from its own placement (cost model §5 a,
+DESIGN §3.3 a; relax.py's proof step 3a): each checked against exhaustive search of the
+shape's full space (tests/exhaustive.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+from exhaustive import shape_bound, shape_optimum
+
+from nest_cp import IntraConfig, Plan, Stage, evaluate, load_instance
+from nest_cp.model.instance import HierarchicalNetwork, Instance, Layer, Tier
+from nest_cp.model.network import NetworkModel
+from nest_cp.solvers.certify.bounds import FastBounds
+from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.split import block_chain, shapes
+
+DATA = Path(__file__).parent / "data"
+
+
+def _case(tiers: tuple[Tier, ...], num_devices: int, out_bytes: int, dense_params: int,
+          global_batch: int = 8) -> Instance:
+    """The worked example's two layers (fwd 1 ms, bwd 2 ms) with the given boundary tensor
+    and parameters, on ``tiers``."""
+    instance = load_instance(DATA / "worked_example.json")
+    layers = tuple(Layer(layer.name, {key: dataclasses.replace(
+        profile, dense_params=dense_params, out_bytes=out_bytes, act_bytes=10**8)
+        for key, profile in layer.profiles.items()}) for layer in instance.workload.layers)
+    return dataclasses.replace(
+        instance, workload=dataclasses.replace(instance.workload, layers=layers),
+        cluster=dataclasses.replace(instance.cluster, num_devices=num_devices,
+                                    network=HierarchicalNetwork(tiers)),
+        training=dataclasses.replace(instance.training, global_batch=global_batch))
+
+
+def _shape(instance: Instance, num_stages: int, dp: int):
+    return next(s for s in shapes(instance) if s.num_stages == num_stages and s.dp == dp
+                and s.config == IntraConfig())
+
+
+def _placement_free(instance: Instance, shape) -> int:
+    prices = LayerPrices(instance, shape.config, shape.microbatch,
+                         network_tiers(NetworkModel(instance.cluster)))
+    return FastBounds(instance, prices, block_chain(prices)).bound(shape).total
+
+
+# four nodes of two devices; two ring channels double the spine's 1e10 B/s
+FOUR_PAIRS = (Tier("node", 2, 1e11, 1e-6), Tier("spine", 4, 1e10, 1e-5))
+
+
+def _two_tier_optimum(instance: Instance, shape) -> int:
+    """The shape's exhaustive optimum on a two-tier hierarchy of full nodes: a plan's price
+    depends only on which ranks share a node (every pair's tier, every group's channels), and
+    full nodes are interchangeable, so one placement per partition of the ranks into
+    node-sized blocks (restricted growth strings) covers every placement."""
+    node_size = instance.cluster.network.tiers[0].size
+    nodes = instance.cluster.num_devices // node_size
+    slots = shape.num_stages * shape.dp
+    layers = instance.workload.num_layers
+    best = None
+
+    def partitions(prefix: list[int], counts: list[int]):
+        if len(prefix) == slots:
+            yield tuple(node * node_size + rank for node, rank in prefix)
+            return
+        for node in range(min(len(counts) + 1, nodes)):
+            used = counts[node] if node < len(counts) else 0
+            if used < node_size:
+                grown = counts[:] if node < len(counts) else counts + [0]
+                grown[node] += 1
+                yield from partitions(prefix + [(node, used)], grown)
+
+    for cuts in itertools.combinations(range(1, layers), shape.num_stages - 1):
+        edges = (0, *cuts, layers)
+        stages = tuple(Stage(edges[s], edges[s + 1] - 1) for s in range(shape.num_stages))
+        for devices in partitions([], []):
+            placement = tuple(tuple((devices[s * shape.dp + r],) for r in range(shape.dp))
+                              for s in range(shape.num_stages))
+            evaluation = evaluate(instance, Plan(IntraConfig(), shape.microbatch, shape.zero,
+                                                 shape.dp, stages, placement))
+            if evaluation.feasible and (best is None or evaluation.objective_ticks < best):
+                best = evaluation.objective_ticks
+    return best
+
+
+def test_pipeline_in_node_or_two_channels_is_bounded_exactly():
+    """S = 2, d = 4 on four 2-device nodes: a replica's pipeline inside a node leaves each
+    stage's sync group one member per node (one channel); two channels need the pipeline
+    to cross nodes.  The relaxation's bound is the exhaustive optimum (42,063,000: pipeline
+    in node, one channel), above the placement-free bound that prices two channels with an
+    in-node pipeline (27,063,000)."""
+    instance = _case(FOUR_PAIRS, 8, 10**8, 10**8)
+    shape = _shape(instance, 2, 4)
+    in_node = Plan(IntraConfig(), 1, 0, 4, (Stage(0, 0), Stage(1, 1)),
+                   (((0,), (2,), (4,), (6,)), ((1,), (3,), (5,), (7,))))
+    assert evaluate(instance, in_node).objective_ticks == 42_063_000
+    assert _placement_free(instance, shape) == 27_063_000
+    assert shape_bound(instance, shape) == _two_tier_optimum(instance, shape) == 42_063_000
+
+
+def test_partial_node_cannot_hold_a_second_channel():
+    """Four devices in nodes of three (3 + 1): a d = 4 sync group has one member in the
+    partial node, so one channel; the relaxation counts only domains that can hold c
+    members and bounds the shape at its exhaustive optimum, above the placement-free bound
+    (two channels)."""
+    instance = _case((Tier("node", 3, 1e11, 1e-6), Tier("spine", 2, 5e10, 1e-5)), 4,
+                     10**6, 10**9)
+    shape = _shape(instance, 1, 4)
+    optimum = shape_optimum(instance, shape)
+    assert shape_bound(instance, shape) == optimum > _placement_free(instance, shape)
+
+
+@pytest.mark.parametrize("out_bytes, dense_params, batch",
+                         [(10**6, 10**8, 8), (3 * 10**7, 10**8, 16), (10**8, 10**7, 8)])
+def test_channel_rows_never_exceed_the_shape_optimum(out_bytes, dense_params, batch):
+    """Variants of the four-node case (small to large pipeline tensors, light to heavy sync):
+    the bound of S = 2, d = 4 is at most its exhaustive optimum."""
+    instance = _case(FOUR_PAIRS, 8, out_bytes, dense_params, batch)
+    shape = _shape(instance, 2, 4)
+    assert shape_bound(instance, shape) <= _two_tier_optimum(instance, shape)
+
+
+def test_channel_paths_agree_with_the_network():
+    """Tier.channel_path(c) is the network's path with c channels (capped at the useful
+    count), and collective_path(g) is the path at channel_cap(g)."""
+    network = NetworkModel(_case(FOUR_PAIRS, 8, 10**6, 10**8).cluster)
+    spine = network_tiers(network)[1]
+    assert [spine.channel_path(c) for c in (1, 2, 3)] == \
+        [network.channel_path(1, 1), network.channel_path(1, 2), network.channel_path(1, 2)]
+    assert spine.channel_cap(4) == 2 and spine.channel_cap(2) == 1
+    assert spine.collective_path(4) == spine.channel_path(2)
