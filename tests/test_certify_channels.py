@@ -12,7 +12,7 @@ import pytest
 from exhaustive import shape_bound, shape_optimum
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate, load_instance
-from nest_cp.model.instance import HierarchicalNetwork, Instance, Layer, Tier
+from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, Layer, Link, Tier
 from nest_cp.model.network import NetworkModel
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
@@ -132,3 +132,34 @@ def test_channel_paths_agree_with_the_network():
         [network.channel_path(1, 1), network.channel_path(1, 2), network.channel_path(1, 2)]
     assert spine.channel_cap(4) == 2 and spine.channel_cap(2) == 1
     assert spine.collective_path(4) == spine.channel_path(2)
+
+
+# ---------------------------------------------------------------------- graphs
+
+
+def _paired_graph() -> Instance:
+    """Four devices: fast links inside the pairs {0, 1} and {2, 3} (1e11 B/s), one slow
+    switch joining all four (1e10 B/s): no three devices are all fast to each other."""
+    links = (Link(0, 1, 1e11, 1e-6), Link(2, 3, 1e11, 1e-6),
+             *(Link(device, "sw", 1e10, 5e-6) for device in range(4)))
+    instance = _case(FOUR_PAIRS, 8, 10**6, 10**9)
+    return dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, num_devices=4, network=GraphNetwork(("sw",), links)))
+
+
+def test_graph_tiers_admit_only_their_largest_clique():
+    """On the paired graph the fast combination admits pairs only, so a d = 4 sync group is
+    priced on the switch: the bound of S = 1, d = 4 is its optimum (the shape's one plan up to
+    relabelling replicas: one stage, no recomputation, all four devices in the sync group),
+    and the old rule (every combination admits every size) prices it below."""
+    instance = _paired_graph()
+    tiers = network_tiers(NetworkModel(instance.cluster))
+    fast = [t for t in tiers if t.path.bandwidth_Bps == 1e11]
+    assert fast and all(t.largest_group == 2 for t in fast)
+    shape = _shape(instance, 1, 4)
+    only = Plan(IntraConfig(), 1, 0, 4, (Stage(0, 1),), (((0,), (1,), (2,), (3,)),))
+    bound = shape_bound(instance, shape)
+    assert bound == evaluate(instance, only).objective_ticks
+    unlimited = tuple(dataclasses.replace(t, largest_group=None) for t in tiers)
+    prices = LayerPrices(instance, shape.config, shape.microbatch, unlimited)
+    assert FastBounds(instance, prices, block_chain(prices)).bound(shape).total < bound

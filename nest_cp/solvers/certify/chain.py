@@ -43,6 +43,9 @@ over g devices on :meth:`Tier.collective_path`, the fastest path any g-device
 group of that tier can have (its docstring proves it), so every price here is at
 most the real one.  Graph: a group's bottleneck is (least bandwidth, largest
 latency) over its pairs, one of the (bandwidth, latency) combinations listed;
+every pair of the group is at least that fast (bandwidth >=, latency <=), so the
+group is a clique of that combination's pair graph and the combination's tier,
+whose ``largest_group`` is that graph's largest clique, *admits* its size;
 graph collectives run one channel (§5 a).  Point-to-point transfers run one
 channel on every network, so they are priced on the tier's own path.  Paths come
 from :class:`~nest_cp.model.network.NetworkModel`, so β is already the effective
@@ -77,6 +80,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from nest_cp.cost import terms as cost
@@ -113,9 +117,14 @@ class Tier:
     # a group on this tier lies inside one tier-0 domain (hierarchical tier 0): where
     # tp_comm_overlap hides TP collectives (cost model §5 e)
     node_local: bool = False
+    # graphs: the most devices whose every pair is at least as fast as ``path`` (bandwidth
+    # >= and latency <=), the largest clique of that pair graph; None: not limited
+    largest_group: int | None = None
 
     def admits(self, group_size: int) -> bool:
         """Whether a group of ``group_size`` distinct devices can be priced on this tier."""
+        if self.largest_group is not None and self.largest_group < group_size:
+            return False
         return self.capacity is None or max(self.domains, default=0) >= group_size
 
     def collective_path(self, group_size: int) -> Path:
@@ -174,13 +183,30 @@ def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
             if len(domains) == 1:
                 break
         return tuple(tiers)
-    pairs = [network.pair_path(a, b) for a in range(num_devices)
-             for b in range(a + 1, num_devices)]
-    bandwidths = sorted({p.bandwidth_Bps for p in pairs}, reverse=True)
-    latencies = sorted({p.latency_s for p in pairs})
-    return tuple(Tier(index, Path(bandwidth, latency), None)
+    pairs = {(a, b): network.pair_path(a, b) for a in range(num_devices)
+             for b in range(a + 1, num_devices)}
+    bandwidths = sorted({p.bandwidth_Bps for p in pairs.values()}, reverse=True)
+    latencies = sorted({p.latency_s for p in pairs.values()})
+    return tuple(Tier(index, Path(bandwidth, latency), None,
+                      largest_group=_largest_clique(num_devices, [
+                          pair for pair, path in pairs.items()
+                          if path.bandwidth_Bps >= bandwidth and path.latency_s <= latency]))
                  for index, (bandwidth, latency) in enumerate(
                      itertools.product(bandwidths, latencies)))
+
+
+MAX_CLIQUE_DEVICES = 64  # larger graphs keep every tier unlimited (maximum clique is NP-hard)
+
+
+def _largest_clique(num_devices: int, edges: list[tuple[int, int]]) -> int | None:
+    """The most devices whose every pair is one of ``edges`` (None above
+    ``MAX_CLIQUE_DEVICES`` devices: not computed, no limit)."""
+    if num_devices > MAX_CLIQUE_DEVICES:
+        return None
+    graph = nx.Graph()
+    graph.add_nodes_from(range(num_devices))
+    graph.add_edges_from(edges)
+    return max(len(clique) for clique in nx.find_cliques(graph))
 
 
 @dataclass(frozen=True, slots=True)
