@@ -79,7 +79,9 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    g // c largest tier-0 domains of >= c devices (partial domains counted as they
    are), the row enforced for c >= 2.
    (Tiers with one path, tier 0 included, get the class literal alone, priced on
-   the tier's path as before.)
+   the tier's path.  Built with ``channels=False`` every tier does, priced on
+   ``Tier.collective_path``, the most channels a group of its size can have: at
+   most G*'s price by the same proof, so that model is a relaxation too.)
 4. Packing, level ℓ: by the lemma every maximal level-ℓ run R of every replica
    gives a/J_ℓ disjoint items of |R|·J_ℓ devices, each inside one tier-ℓ domain
    (a run cut early by a higher break is at worst split in two, which packs no
@@ -147,8 +149,13 @@ class RelaxOutcome:
 class Relaxation:
     """The CP-SAT model of the module docstring for one shape."""
 
-    def __init__(self, catalogue: Catalogue, geo: Geometry, arcs: list[Arc] | None = None):
+    def __init__(self, catalogue: Catalogue, geo: Geometry, arcs: list[Arc] | None = None,
+                 channels: bool = True):
+        """``channels``: count ring channels from the model's placement (step 3a); False
+        prices every group with the most channels a group of its size can have (chain's
+        prices, a weaker bound whose model CP-SAT solves several times faster)."""
         self.catalogue, self.geo = catalogue, geo
+        self.channels = channels
         training = catalogue.instance.training
         self.overlap = training.overlap_grad_reduce
         self.overlap_gather = training.overlap_param_gather
@@ -344,7 +351,7 @@ class Relaxation:
         model.add_exactly_one(literals.values())
         cases = []  # (literal, tier, channels): the cases one of which holds
         for k, literal in literals.items():
-            most = self.geo.tiers[k].channel_cap(group)
+            most = self.geo.tiers[k].channel_cap(group) if self.channels else 1
             if most <= 1:
                 cases.append((literal, k, None))
                 continue
