@@ -110,11 +110,11 @@ def _hierarchy_optimum(instance: Instance, shape) -> int | None:
 
 
 def test_pipeline_in_node_or_two_channels_is_bounded_exactly():
-    """S = 2, d = 4 on four 2-device nodes: a replica's pipeline inside a node leaves each
-    stage's sync group one member per node (one channel); two channels need the pipeline
-    to cross nodes.  The relaxation's bound is the exhaustive optimum (42,063,000: pipeline
-    in node, one channel), above the placement-free bound that prices two channels with an
-    in-node pipeline (27,063,000)."""
+    """Pipeline in node (one channel) vs two channels across nodes: bound = exhaustive optimum."""
+    # S = 2, d = 4 on four 2-device nodes: a replica pipeline inside a node leaves each stage's
+    # sync group one member per node; two channels need the pipeline to cross nodes.  The
+    # optimum (42,063,000) is in node with one channel; the placement-free bound prices two
+    # channels with an in-node pipeline (27,063,000).
     instance = _case(FOUR_PAIRS, 8, 10**8, 10**8)
     shape = _shape(instance, 2, 4)
     in_node = Plan(IntraConfig(), 1, 0, 4, (Stage(0, 0), Stage(1, 1)),
@@ -125,10 +125,9 @@ def test_pipeline_in_node_or_two_channels_is_bounded_exactly():
 
 
 def test_partial_node_cannot_hold_a_second_channel():
-    """Four devices in nodes of three (3 + 1): a d = 4 sync group has one member in the
-    partial node, so one channel; the relaxation counts only domains that can hold c
-    members and bounds the shape at its exhaustive optimum, above the placement-free bound
-    (two channels)."""
+    """A partial tier-0 domain holds no second channel: bound = exhaustive optimum."""
+    # Four devices in nodes of three (3 + 1): a d = 4 sync group has one member in the partial
+    # node, so one channel; the placement-free bound prices two.
     instance = _case((Tier("node", 3, 1e11, 1e-6), Tier("spine", 2, 5e10, 1e-5)), 4,
                      10**6, 10**9)
     shape = _shape(instance, 1, 4)
@@ -139,17 +138,16 @@ def test_partial_node_cannot_hold_a_second_channel():
 @pytest.mark.parametrize("out_bytes, dense_params, batch",
                          [(10**6, 10**8, 8), (3 * 10**7, 10**8, 16), (10**8, 10**7, 8)])
 def test_channel_rows_never_exceed_the_shape_optimum(out_bytes, dense_params, batch):
-    """Variants of the four-node case (small to large pipeline tensors, light to heavy sync):
-    the bound of S = 2, d = 4 is at most its exhaustive optimum."""
+    """Variants of the four-node case: the bound of S = 2, d = 4 is at most its optimum."""
     instance = _case(FOUR_PAIRS, 8, out_bytes, dense_params, batch)
     shape = _shape(instance, 2, 4)
     assert shape_bound(instance, shape) <= _hierarchy_optimum(instance, shape)
 
 
 def test_three_tier_shape_bounded_below_its_optimum():
-    """A drawn three-tier case (nodes of 2, pods of 2, 8 devices; benchmarks.certify_shapes
-    seed 28) where the relaxation is not tight: S = 2, d = 4 is bounded strictly below its
-    exhaustive optimum, and above the placement-free bound."""
+    """A drawn three-tier shape is bounded strictly between placement-free and its optimum."""
+    # Nodes of 2, pods of 2, 8 devices (benchmarks.certify_shapes seed 28), S = 2, d = 4:
+    # the relaxation is not tight here (65.08 vs 69.10 ms).
     instance = load_instance(DATA / "channels_three_tier_loose.json")
     shape = _shape(instance, 2, 4)
     bound, optimum = shape_bound(instance, shape), _hierarchy_optimum(instance, shape)
@@ -157,8 +155,7 @@ def test_three_tier_shape_bounded_below_its_optimum():
 
 
 def test_channel_paths_agree_with_the_network():
-    """Tier.channel_path(c) is the network's path with c channels (capped at the useful
-    count), and collective_path(g) is the path at channel_cap(g)."""
+    """Tier.channel_path(c) is the network's c-channel path; collective_path(g) its cap's."""
     network = NetworkModel(_case(FOUR_PAIRS, 8, 10**6, 10**8).cluster)
     spine = network_tiers(network)[1]
     assert [spine.channel_path(c) for c in (1, 2, 3)] == \
@@ -181,10 +178,10 @@ def _paired_graph() -> Instance:
 
 
 def test_graph_tiers_admit_only_their_largest_clique():
-    """On the paired graph the fast combination admits pairs only, so a d = 4 sync group is
-    priced on the switch: the bound of S = 1, d = 4 is its optimum (the shape's one plan up to
-    relabelling replicas: one stage, no recomputation, all four devices in the sync group),
-    and the old rule (every combination admits every size) prices it below."""
+    """On a graph a tier admits at most its largest clique: bound = the shape's one plan."""
+    # Paired graph, S = 1, d = 4: the one plan up to relabelling replicas (one stage, no
+    # recomputation, all four devices in the sync group) syncs on the switch; the old rule
+    # (every combination admits every size) prices it below.
     instance = _paired_graph()
     tiers = network_tiers(NetworkModel(instance.cluster))
     fast = [t for t in tiers if t.path.bandwidth_Bps == 1e11]
