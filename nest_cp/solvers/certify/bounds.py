@@ -9,8 +9,10 @@ Proof.  Fix a plan P of the shape.
 
 1. Cheapest tier.  A group of g devices lies on some tier k (§1.2: the smallest
    whose domain holds it); a tier-k domain then holds >= g devices, so tier k
-   *admits* g (on a graph every (bandwidth, latency) combination is a tier, and a
-   group's bottleneck is one of them).  On tier k the group runs with some number
+   *admits* g (on a graph every (bandwidth, latency) combination is a tier, a
+   group's bottleneck is one of them, and the group is a clique of g devices in
+   that combination's pair graph, so within the tier's ``largest_group``: chain's
+   module docstring).  On tier k the group runs with some number
    of ring channels (cost model §5 a), and its path is never faster than
    :meth:`~nest_cp.solvers.certify.chain.Tier.collective_path` of g, on which
    chain prices every group term (a ring collective's ticks never rise with β).

@@ -43,6 +43,9 @@ over g devices on :meth:`Tier.collective_path`, the fastest path any g-device
 group of that tier can have (its docstring proves it), so every price here is at
 most the real one.  Graph: a group's bottleneck is (least bandwidth, largest
 latency) over its pairs, one of the (bandwidth, latency) combinations listed;
+every pair of the group is at least that fast (bandwidth >=, latency <=), so the
+group is a clique of that combination's pair graph and the combination's tier,
+whose ``largest_group`` is that graph's largest clique, *admits* its size;
 graph collectives run one channel (§5 a).  Point-to-point transfers run one
 channel on every network, so they are priced on the tier's own path.  Paths come
 from :class:`~nest_cp.model.network.NetworkModel`, so β is already the effective
@@ -77,6 +80,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from nest_cp.cost import terms as cost
@@ -113,9 +117,14 @@ class Tier:
     # a group on this tier lies inside one tier-0 domain (hierarchical tier 0): where
     # tp_comm_overlap hides TP collectives (cost model §5 e)
     node_local: bool = False
+    # graphs: the most devices whose every pair is at least as fast as ``path`` (bandwidth
+    # >= and latency <=), the largest clique of that pair graph; None: not limited
+    largest_group: int | None = None
 
     def admits(self, group_size: int) -> bool:
         """Whether a group of ``group_size`` distinct devices can be priced on this tier."""
+        if self.largest_group is not None and self.largest_group < group_size:
+            return False
         return self.capacity is None or max(self.domains, default=0) >= group_size
 
     def collective_path(self, group_size: int) -> Path:
@@ -132,11 +141,25 @@ class Tier:
         allowed: k = min(that cap, the list's length).  Tier 0, graphs (one channel) and
         one-channel tiers: the tier's own path, the only one.
         """
+        return self.channel_path(self.channel_cap(group_size))
+
+    def channel_cap(self, group_size: int) -> int:
+        """The most ring channels worth telling apart for a ``group_size`` group on this tier:
+        min(g // max(2, ceil(g / G_0)), the path list's length), 1 where there is one path
+        (:meth:`collective_path`'s proof: no group of that size runs more, and more would
+        price no faster)."""
+        if len(self.channel_paths) <= 1:
+            return 1
+        touched = max(2, -(-group_size // self.node_size))
+        return max(1, min(len(self.channel_paths), group_size // touched))
+
+    def channel_path(self, channels: int) -> Path:
+        """The path of a collective on this tier whose group has ``channels`` (>= 1) members
+        in every tier-0 domain it touches, capped at the path list's length (more price no
+        faster, cost model §5 a); the tier's own path where there is one path."""
         if len(self.channel_paths) <= 1:
             return self.path
-        touched = max(2, -(-group_size // self.node_size))
-        channels = max(1, min(len(self.channel_paths), group_size // touched))
-        return self.channel_paths[channels - 1]
+        return self.channel_paths[min(channels, len(self.channel_paths)) - 1]
 
 
 def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
@@ -160,13 +183,30 @@ def network_tiers(network: NetworkModel) -> tuple[Tier, ...]:
             if len(domains) == 1:
                 break
         return tuple(tiers)
-    pairs = [network.pair_path(a, b) for a in range(num_devices)
-             for b in range(a + 1, num_devices)]
-    bandwidths = sorted({p.bandwidth_Bps for p in pairs}, reverse=True)
-    latencies = sorted({p.latency_s for p in pairs})
-    return tuple(Tier(index, Path(bandwidth, latency), None)
+    pairs = {(a, b): network.pair_path(a, b) for a in range(num_devices)
+             for b in range(a + 1, num_devices)}
+    bandwidths = sorted({p.bandwidth_Bps for p in pairs.values()}, reverse=True)
+    latencies = sorted({p.latency_s for p in pairs.values()})
+    return tuple(Tier(index, Path(bandwidth, latency), None,
+                      largest_group=_largest_clique(num_devices, [
+                          pair for pair, path in pairs.items()
+                          if path.bandwidth_Bps >= bandwidth and path.latency_s <= latency]))
                  for index, (bandwidth, latency) in enumerate(
                      itertools.product(bandwidths, latencies)))
+
+
+MAX_CLIQUE_DEVICES = 64  # larger graphs keep every tier unlimited (maximum clique is NP-hard)
+
+
+def _largest_clique(num_devices: int, edges: list[tuple[int, int]]) -> int | None:
+    """The most devices whose every pair is one of ``edges`` (None above
+    ``MAX_CLIQUE_DEVICES`` devices: not computed, no limit)."""
+    if num_devices > MAX_CLIQUE_DEVICES:
+        return None
+    graph = nx.Graph()
+    graph.add_nodes_from(range(num_devices))
+    graph.add_edges_from(edges)
+    return max(len(clique) for clique in nx.find_cliques(graph))
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,13 +323,18 @@ class LayerPrices:
         return self._memoised(("p2p", last_layer, tier), lambda: cost.transfer_ticks(
             self.profiles[last_layer].out_bytes, self.tiers[tier].path, self.tick_s))
 
-    def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``."""
-        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier)
+    def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
+                         channels: int | None = None) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``,
+        with ``channels`` ring channels (None: the most a group of its size can have)."""
+        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier,
+                                channels)
 
-    def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``."""
-        return self._sync_parts(self.expert_params(span), dp, zero, tier)
+    def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
+                          channels: int | None = None) -> tuple[int, int]:
+        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``,
+        with ``channels`` ring channels (None: the most a group of its size can have)."""
+        return self._sync_parts(self.expert_params(span), dp, zero, tier, channels)
 
     def dense_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
         """The whole dense sync of one group on ``tier``: both phases."""
@@ -299,17 +344,29 @@ class LayerPrices:
         """The whole expert sync of one group on ``tier``: both phases."""
         return sum(self.expert_sync_parts(span, dp, zero, tier))
 
-    def _sync_parts(self, params: int, size: int, zero: int, tier: int) -> tuple[int, int]:
-        return self._memoised(("sync", params, size, zero, tier), lambda: (
-            cost.gradient_sync_parts(params, self.optimizer, zero, size,
-                                     self.tiers[tier].collective_path(size), self.tick_s)))
+    def _group_path(self, tier: int, size: int, channels: int | None) -> Path:
+        """A ``size`` group's path on ``tier``: with ``channels`` ring channels, or (None) the
+        most its size allows (:meth:`Tier.collective_path`)."""
+        tier_ = self.tiers[tier]
+        return tier_.collective_path(size) if channels is None else tier_.channel_path(channels)
 
-    def zero_gather(self, span: Span, dp: int, zero: int, tier: int) -> int:
+    def _sync_parts(self, params: int, size: int, zero: int, tier: int,
+                    channels: int | None) -> tuple[int, int]:
+        return self._memoised(("sync", params, size, zero, tier, channels), lambda: (
+            cost.gradient_sync_parts(params, self.optimizer, zero, size,
+                                     self._group_path(tier, size, channels), self.tick_s)))
+
+    def zero_gather(self, span: Span, dp: int, zero: int, tier: int,
+                    channels: int | None = None) -> int:
+        """The ZeRO-3 gathers of one group (d ranks) on ``tier``, with ``channels`` ring
+        channels (None: the most a group of its size can have)."""
         if zero != 3:
             return 0
         params = self.dense_params(span) + self.expert_params(span)
-        return self._memoised(("gather", params, dp, tier), lambda: cost.zero3_gather_ticks(
-            params, self.optimizer, dp, self.tiers[tier].collective_path(dp), self.tick_s))
+        return self._memoised(("gather", params, dp, tier, channels),
+                              lambda: cost.zero3_gather_ticks(
+                                  params, self.optimizer, dp,
+                                  self._group_path(tier, dp, channels), self.tick_s))
 
     def memory(self, span: Span, in_flight: int, zero: int, dp: int) -> int:
         """Bytes per device of a stage holding ``span`` (``cost.stage_memory_bytes``)."""

@@ -43,22 +43,45 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    least any of its terms; tiers need not be monotone in price), with volume
    the out_bytes of the sender's last layer (boundary b = stage b's); the ZeRO-3
    gathers (z = 3: one group per rank j over the d replicas, §3) cost their
-   slowest group, at least the price on the class tier (channels as above).  So
+   slowest group, at least the price on the class tier (channels: step 3a).  So
    τ_max(P) is at least every row; the redundant rows τ_max >= base_s follow.
 3. Sync: T_sync(P) = max over stages of the exposed sync (§3.2 c, cost model
    §5 c, d): the gradient phase RS_s (all-reduce, or reduce-scatter for z >= 1)
    and, for z ∈ {1, 2}, the weight gather AG_s, each the slowest dense group's plus
    the slowest expert group's.  Each term (dense, expert) has one class literal
-   and two parts, its two phases priced on the class tier; in P the group on the
-   class tier (the largest its groups lie on) pays both phases on its one path, at
-   least those prices (chain prices every group on the fastest path a group of
-   its size can have on that tier, channels included, §5 a), and the slowest
-   group pays at least as much in each phase.  So RS_s >= Σ reduce parts and
+   and two parts, its two phases priced on the class tier with the channel count
+   of step 3a; in P a group G* on the class tier K (the largest its groups lie on)
+   pays both phases on its one path, which is exactly that price (step 3a), and the
+   slowest group pays at least as much in each phase.  So RS_s >= Σ reduce parts and
    AG_s >= Σ gather parts.  The exposed gradient phase is RS_s, or with
    ``overlap_grad_reduce`` max(0, RS_s − R_s) (R_s the stage's Σ bwd), at least
    Σ reduce parts − R_s and at least 0 (its variable's domain); likewise the
    weight gather with ``overlap_param_gather`` and F_s (Σ fwd).  The exposed sync
    is their sum.
+3a. Channels (cost model §5 a; DESIGN §3.3 a).  Every term of size g (dense sync
+   d·e, expert sync and ZeRO-3 gathers d) on a tier K where a g-group can run more
+   than one ring channel (``Tier.channel_cap`` = most >= 2; K >= 1) has one
+   literal per count c = 1..most; set the one for c = min(k*, most), k* G*'s fewest
+   members in a tier-0 domain it touches.  (i) c <= most: G* leaves every tier-0
+   domain (K >= 1), so it touches T >= max(2, ⌈g/G_0⌉) of them, each holding
+   >= k* members, so k* <= g // T (``Tier.collective_path``'s proof).  (ii) Price:
+   G*'s path is β = max(β_K, min(k*·β_K, β_0)) with tier K's latency, and the
+   channel paths stop getting faster at their list's length, so chain's price on
+   ``channel_path(c)`` is G*'s price, not more (the (c, tier) part rows).  (iii)
+   Capacity: T·k* <= g, so T <= g // k* <= g // c, and each touched domain holds
+   k* >= c members on distinct devices, so has >= c devices.  Every member (s, r, j) of G*
+   lies in a level-0 item (its piece over the level-0 run through s, the arc's
+   ``runs[0]`` stages; the lemma of geometry) inside one tier-0 domain, the one
+   holding the member, so a touched one; per replica the members fall in
+   ``merged(0, widen)`` ranks' worth of pieces (step 5), and items of different
+   replicas or pieces are disjoint (the placement is injective).  So
+   Σ_r runs[0]·merged <= the devices of the touched domains <= the sum of the
+   g // c largest tier-0 domains of >= c devices (partial domains counted as they
+   are), the row enforced for c >= 2.
+   (Tiers with one path, tier 0 included, get the class literal alone, priced on
+   the tier's path.  Built with ``channels=False`` every tier does, priced on
+   ``Tier.collective_path``, the most channels a group of its size can have: at
+   most G*'s price by the same proof, so that model is a relaxation too.)
 4. Packing, level ℓ: by the lemma every maximal level-ℓ run R of every replica
    gives a/J_ℓ disjoint items of |R|·J_ℓ devices, each inside one tier-ℓ domain
    (a run cut early by a higher break is at worst split in two, which packs no
@@ -80,7 +103,9 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    by τ_max(P) and T_sync(P), since τ_path and σ_lb are proven bounds on them
    (paths, bounds).  So the least values of τ_max and T_sync are at most τ_max(P)
    and T_sync(P), which lie inside the variables' domains: every term of P is at
-   most its largest price over the tiers admitting its group, and the domains
+   most its largest price over the tiers admitting its group and the channel counts
+   (one channel is the dearest; each part's domain is its largest over every case),
+   and the domains
    reach the largest base plus two largest transfers plus every gather term's
    largest (τ_max), and the sum of every stage's largest syncs (T_sync).
 7. Objective: (m + S − 1)·τ_max + T_sync <= (m + S − 1)·τ_max(P) + T_sync(P) = T(P)
@@ -124,8 +149,13 @@ class RelaxOutcome:
 class Relaxation:
     """The CP-SAT model of the module docstring for one shape."""
 
-    def __init__(self, catalogue: Catalogue, geo: Geometry, arcs: list[Arc] | None = None):
+    def __init__(self, catalogue: Catalogue, geo: Geometry, arcs: list[Arc] | None = None,
+                 channels: bool = True):
+        """``channels``: count ring channels from the model's placement (step 3a); False
+        prices every group with the most channels a group of its size can have (chain's
+        prices, a weaker bound whose model CP-SAT solves several times faster)."""
         self.catalogue, self.geo = catalogue, geo
+        self.channels = channels
         training = catalogue.instance.training
         self.overlap = training.overlap_grad_reduce
         self.overlap_gather = training.overlap_param_gather
@@ -279,8 +309,8 @@ class Relaxation:
                 model.add(var == self._priced(b, lambda o, k=k: prices.transfer(o.span.last, k)))
                 transfer[b, k] = var
         gather = {s: self._class_term(f"g_{s}", s, shape.dp,
-                                      [lambda o, k: prices.zero_gather(o.span, shape.dp,
-                                                                       shape.zero, k)], None)[0]
+                                      [lambda o, k, c: prices.zero_gather(
+                                          o.span, shape.dp, shape.zero, k, c)], None)[0]
                   for s in stages} if shape.zero == 3 and shape.dp > 1 else {}
         upper = max(self._upper(s, base) for s in stages) + 2 * max(
             (self._upper(b, lambda o, k=k: prices.transfer(o.span.last, k))
@@ -306,28 +336,53 @@ class Relaxation:
 
     def _class_term(self, name: str, stage: int, group: int, prices: list,
                     widen: CollectiveGroup | None) -> list:
-        """A stage-level term priced on its class (one literal per tier admitting ``group``),
-        with the merged-run capacity its class implies at every level at or above it: one
-        variable per part (``prices``: the phases its groups run on one path), all on the
-        one class.  ``_term_upper[name]`` is the sum of the parts' largest prices."""
+        """A stage-level term priced on its class (one literal per tier admitting ``group``)
+        and, on a tier where a ``group``-sized group can run several ring channels, on the
+        channel count of one group on that tier (one literal per count, step 3a), with the
+        merged-run capacity its class implies at every level at or above it and the
+        tier-0 capacity its channel count implies: one variable per part (``prices``: the
+        phases its groups run on one path, as price(option, tier, channels), channels None
+        where one path prices them all), all on the one class.  ``_term_upper[name]`` is
+        the sum of the parts' largest prices."""
         model = self.model
         tiers = [t.index for t in self.geo.tiers if t.admits(group)]
         # literals[k] == 1 iff the term's groups lie on tier k at worst
         literals = {k: model.new_bool_var(f"{name}_k{k}") for k in tiers}
         model.add_exactly_one(literals.values())
+        cases = []  # (literal, tier, channels): the cases one of which holds
+        for k, literal in literals.items():
+            most = self.geo.tiers[k].channel_cap(group) if self.channels else 1
+            if most <= 1:
+                cases.append((literal, k, None))
+                continue
+            # counts[c] == 1 iff the term's class is k and a group on tier k runs c channels
+            # (c = most: at least that many)
+            counts = {c: model.new_bool_var(f"{name}_k{k}_c{c}") for c in range(1, most + 1)}
+            model.add(sum(counts.values()) == literal)
+            cases.extend((counts[c], k, c) for c in counts)
+            self._channels(name, stage, group, counts, widen)
         parts = []
         self._term_upper[name] = 0
         for index, price in enumerate(prices):
-            upper = max(self._upper(stage, lambda o, k=k, p=price: p(o, k)) for k in tiers)
+            upper = max(self._upper(stage, lambda o, k=k, c=c, p=price: p(o, k, c))
+                        for _, k, c in cases)
             part = model.new_int_var(0, upper, f"{name}_{index}")
             self._term_upper[name] += upper
-            for k, literal in literals.items():
-                model.add(part >= self._priced(stage, lambda o, k=k, p=price: p(o, k))
+            for literal, k, c in cases:
+                model.add(part >= self._priced(stage, lambda o, k=k, c=c, p=price: p(o, k, c))
                           ).only_enforce_if(literal)
             parts.append(part)
         self.classes[name] = literals
         self._merge(name, stage, literals, widen)
         return parts
+
+    def _items(self, stage: int, level: int, widen: CollectiveGroup | None):
+        """Σ over replicas of the devices of the level-``level`` items that hold one sync
+        group's members at ``stage``: run length through the stage × merged ranks."""
+        per_replica = self.geo.merged(level, widen if widen in self.geo.sizes else None)
+        return sum(self.flow[i] * (arc.runs[level] * per_replica)
+                   for i, arc in enumerate(self.arcs)
+                   if arc.start <= stage < arc.start + arc.length)
 
     def _merge(self, name: str, stage: int, literals: dict,
                widen: CollectiveGroup | None) -> None:
@@ -338,13 +393,21 @@ class Relaxation:
             within = [literal for k, literal in literals.items() if k <= level]
             if not within:
                 continue
-            per_replica = geo.merged(level, widen if widen in geo.sizes else None)
-            size = sum(self.flow[i] * (arc.runs[level] * per_replica)
-                       for i, arc in enumerate(self.arcs)
-                       if arc.start <= stage < arc.start + arc.length)
             inside = model.new_bool_var(f"{name}_in{level}")
             model.add(sum(within) == inside)  # one class literal holds
-            model.add(size <= geo.capacity(level)).only_enforce_if(inside)
+            model.add(self._items(stage, level, widen) <= geo.capacity(level)
+                      ).only_enforce_if(inside)
+
+    def _channels(self, name: str, stage: int, group: int, counts: dict,
+                  widen: CollectiveGroup | None) -> None:
+        """c channels put the group's members in at most group // c tier-0 domains of at
+        least c devices each, which hold every level-0 item holding a member (step 3a)."""
+        items = self._items(stage, 0, widen)
+        for c, literal in counts.items():
+            if c >= 2:
+                # the group // c largest tier-0 domains that can hold c members
+                room = sorted((n for n in self.geo.tiers[0].domains if n >= c), reverse=True)
+                self.model.add(items <= sum(room[:group // c])).only_enforce_if(literal)
 
     def _sync(self):
         """T_sync >= every stage's exposed sync (the module docstring, step 3)."""
@@ -354,8 +417,8 @@ class Relaxation:
 
         def phases(parts_of) -> list:
             """The gradient phase and the weight gather of one group, as prices(o, k)."""
-            return [lambda o, k: parts_of(o.span, dp, zero, k)[0],
-                    lambda o, k: parts_of(o.span, dp, zero, k)[1]]
+            return [lambda o, k, c: parts_of(o.span, dp, zero, k, c)[0],
+                    lambda o, k, c: parts_of(o.span, dp, zero, k, c)[1]]
 
         terms = []
         for s in stages:

@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 FIRST_PASS_S = 20.0       # relaxation time per shape in the first pass (at most)
 FIRST_PASS_SHARE = 0.05   # ... and at most this share of the whole limit
 REALISE_S = 20.0          # time for placing one relaxation solution
+AGNOSTIC_SHARE = 0.3      # of a shape's first visit, for the channel-agnostic relaxation
 FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
 
 
@@ -81,6 +82,9 @@ class ShapeOutcome:
     realised_ticks: int | None = None
     wall_time_s: float = 0.0
     second_proof: str = "none"  # of the relaxation's status (RelaxOutcome.second_proof)
+    # the channel-agnostic relaxation run first (Relaxation(channels=False)): its status,
+    # "not run" until it has been
+    agnostic_status: str = "not run"
 
     @property
     def main_bound(self) -> float:
@@ -111,6 +115,7 @@ class ShapeOutcome:
                 "relax_status": self.relax_status,
                 "relax_bound": _num(self.relax_bound), "relax_value": self.relax_value,
                 "realised_ticks": self.realised_ticks, "second_proof": self.second_proof,
+                "agnostic_status": self.agnostic_status,
                 "wall_time_s": round(self.wall_time_s, 3)}
 
 
@@ -265,21 +270,45 @@ class _Run:
             outcome.relax_status = "not needed"
             return
         catalogue = Catalogue(self.instance, prices, shape, fast.chain)
-        relaxation = Relaxation(catalogue, geo, arcs)
         tau_floor = outcome.path_tau
         floor = (int(tau_floor), int(outcome.sync_bound)) \
             if math.isfinite(tau_floor) and math.isfinite(outcome.sync_bound) else None
-        result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
-                                  cutoff=self.best_ticks, seed=self.seed, floor=floor)
+        if outcome.agnostic_status == "not run":
+            # the channel-agnostic model first (fast): its bound and a plan to realise; then
+            # the channel-counting one (module docstring of relax, step 3a) in what is left
+            share = AGNOSTIC_SHARE * (budget_s - (time.monotonic() - began))
+            result = self._relax(catalogue, geo, arcs, False, share, floor, outcome)
+            outcome.agnostic_status = result.status
+            if not self._beats(outcome.bound) or self._closed(outcome) or \
+                    result.status == "infeasible":
+                outcome.relax_status = result.status if result.status == "infeasible" \
+                    else "not needed"
+                outcome.second_proof = result.second_proof
+                outcome.wall_time_s += time.monotonic() - began
+                return
+        result = self._relax(catalogue, geo, arcs, True,
+                             budget_s - (time.monotonic() - began), floor, outcome)
         outcome.relax_status = result.status
         outcome.second_proof = result.second_proof
-        outcome.relax_bound = max(outcome.relax_bound, result.bound)
         outcome.relax_value = result.objective
         outcome.wall_time_s += time.monotonic() - began
-        logger.info("%s: relaxation %s bound %s value %s (%.1f s)", shape.label, result.status,
-                    result.bound, result.objective, time.monotonic() - began)
+
+    def _relax(self, catalogue: Catalogue, geo, arcs, channels: bool, budget_s: float,
+               floor, outcome: ShapeOutcome):
+        """Solve one relaxation model (both are relaxations of the shape's main plans), raise
+        the shape's relaxation bound to its proven value, and realise its solution when it
+        is below the incumbent."""
+        began = time.monotonic()
+        relaxation = Relaxation(catalogue, geo, arcs, channels=channels)
+        result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
+                                  cutoff=self.best_ticks, seed=self.seed, floor=floor)
+        outcome.relax_bound = max(outcome.relax_bound, result.bound)
+        logger.info("%s: relaxation (channels %s) %s bound %s value %s (%.1f s)",
+                    outcome.label, channels, result.status, result.bound, result.objective,
+                    time.monotonic() - began)
         if result.solution and result.objective is not None and self._beats(result.objective):
             self._realise(catalogue, geo, result.solution, outcome)
+        return result
 
     def _closed(self, outcome: ShapeOutcome) -> bool:
         """Whether the shape's best plan found is proven optimal for it."""

@@ -1,0 +1,176 @@
+"""Cross-check every per-shape bound of ``verify --certify-full`` against exhaustive search.
+
+`python -m benchmarks.certify_shapes [--first-seed S] [--count N] [--budget-s T]
+[--out FILE]` draws seeded random hierarchies of 4-8 devices (tier-0 domains of 2-4
+devices, so sync groups of four or more that leave a node can run two or more ring
+channels, cost model §5 a), and for every shape whose full space exhaustive search can
+enumerate compares the placement relaxation's proven value
+(:class:`nest_cp.solvers.certify.relax.Relaxation`, no cutoff, one CP-SAT worker), the
+path bound and the placement-free bound with the least objective over every plan of
+the shape (every split, recompute vector and injective placement up to pairwise-tier
+patterns, each plan priced by the evaluator).  A bound above the optimum is a
+violation.  The whole-instance certificate is checked by the soak
+(:mod:`nest_cp.verify.soak`); this is the per-shape check, where a bound that is wrong on a
+shape the certificate's interval hides is still caught.  Not part of ``make bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+from nest_cp.cost.evaluate import evaluate
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import IntraConfig, Optimizer, RecomputeMode
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import Plan, Stage
+from nest_cp.solvers.certify.bounds import FastBounds
+from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.split import Catalogue, block_chain, shapes
+
+HIERARCHIES = ((2, 4), (2, 2, 2), (4, 2), (2, 3), (3, 2), (2, 2), (4, 2), (2, 4))
+MEGATRON = Optimizer(name="adam", weight_bytes=2, grad_bytes=4, state_bytes=12)
+MAX_PATTERNS = 3000
+
+
+def _instance(seed: int):
+    rng = random.Random(seed)
+    tiers = rng.choice(HIERARCHIES)
+    full = math.prod(tiers)
+    devices = full if rng.random() < 0.75 else rng.randrange(max(4, full - 3), full + 1)
+    configs = (IntraConfig(),) + ((IntraConfig(2, 1), IntraConfig(1, 2))
+                                  if rng.random() < 0.4 else ())
+    zero = rng.choice(((0,), (0, 1), (0, 3), (0, 1, 2, 3)))
+    instance = random_instance(seed, num_layers=rng.choice((2, 3, 3, 4)), tier_sizes=tiers,
+                               configs=configs, zero_stages=zero,
+                               recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL),
+                               global_batch=rng.choice((4, 8, 16)),
+                               comm_scale=rng.choice((1, 5, 20, 50)), num_devices=devices,
+                               identical_blocks=rng.random() < 0.3)
+    if rng.random() < 0.5:
+        instance = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, optimizer=MEGATRON,
+            overlap_grad_reduce=rng.random() < 0.5, overlap_param_gather=rng.random() < 0.3))
+    return instance
+
+
+def _patterns(network: NetworkModel, slots: int, cache: dict) -> list[tuple[int, ...]]:
+    """One injective placement per pattern of pairwise tiers (tests/exhaustive.py)."""
+    key = (id(network), slots)
+    if key not in cache:
+        seen, found = set(), []
+        for devices in itertools.permutations(range(network.num_devices), slots):
+            pattern = tuple(network.tier_of((a, b)) for a, b in itertools.combinations(devices, 2))
+            if pattern not in seen:
+                seen.add(pattern)
+                found.append(devices)
+        cache[key] = found
+    return cache[key]
+
+
+def _optimum(instance, network, shape, placements) -> float:
+    config, best = shape.config, math.inf
+    layers = instance.workload.num_layers
+    for cuts in itertools.combinations(range(1, layers), shape.num_stages - 1):
+        edges = (0, *cuts, layers)
+        for modes in itertools.product(instance.training.recompute_modes,
+                                       repeat=shape.num_stages):
+            stages = tuple(Stage(edges[s], edges[s + 1] - 1, modes[s])
+                           for s in range(shape.num_stages))
+            for devices in placements:
+                it = iter(devices)
+                placement = tuple(tuple(tuple(next(it) for _ in range(config.devices))
+                                        for _ in range(shape.dp))
+                                  for _ in range(shape.num_stages))
+                evaluation = evaluate(instance, Plan(config, shape.microbatch, shape.zero,
+                                                     shape.dp, stages, placement), network)
+                if evaluation.feasible:
+                    best = min(best, evaluation.objective_ticks)
+    return best
+
+
+def _bounds(instance, network, shape) -> dict:
+    prices = LayerPrices(instance, shape.config, shape.microbatch, network_tiers(network))
+    fast = FastBounds(instance, prices, block_chain(prices))
+    base = fast.bound(shape)
+    out = {"fast": base.total, "path": -math.inf, "relax": -math.inf, "raised": math.inf,
+           "channels": False}
+    geo = geometry(prices)
+    if geo is None or math.isinf(base.total):
+        return out
+    arcs = replica_arcs(shape.num_stages, geo)
+    if fast.chain is not None:
+        out["path"] = shape.rounds * PathBound(shape, geo, fast, arcs).tau + base.sync
+    relaxation = Relaxation(Catalogue(instance, prices, shape, fast.chain), geo, arcs)
+    result = relaxation.solve(10.0)
+    out["relax"] = result.bound
+    out["relax_status"] = result.status
+    out["raised"] = fast.raised(shape, geo.k_min)
+    sizes = [shape.dp * shape.config.ep, shape.dp]
+    out["channels"] = any(t.channel_cap(g) >= 2 for t in geo.tiers for g in sizes)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--budget-s", type=float, default=600.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    began = time.monotonic()
+    totals = {"seeds": 0, "comparisons": 0, "with_channels": 0, "violations": [],
+              "relax_tight": 0, "relax_above_fast_and_path": 0}
+    for seed in range(args.first_seed, args.first_seed + args.count):
+        if time.monotonic() - began > args.budget_s:
+            break
+        instance = _instance(seed)
+        network = NetworkModel(instance.cluster)
+        cache: dict = {}
+        totals["seeds"] += 1
+        for shape in shapes(instance):
+            slots = shape.config.devices * shape.num_stages * shape.dp
+            if slots > instance.cluster.num_devices or math.perm(
+                    instance.cluster.num_devices, slots) > 50_000:
+                continue
+            placements = _patterns(network, slots, cache)
+            if len(placements) > MAX_PATTERNS:
+                continue
+            bounds = _bounds(instance, network, shape)
+            optimum = _optimum(instance, network, shape, placements)
+            totals["comparisons"] += 1
+            totals["with_channels"] += bounds["channels"]
+            if math.isfinite(optimum):
+                totals["relax_tight"] += min(bounds["relax"], bounds["raised"]) == optimum
+                totals["relax_above_fast_and_path"] += bounds["relax"] > max(bounds["fast"],
+                                                                              bounds["path"])
+            for name in ("fast", "path", "relax"):
+                # the main bounds hold for main plans only: compare min(main, raised)
+                value = min(bounds[name], bounds["raised"])
+                if value > optimum:
+                    totals["violations"].append({"seed": seed, "shape": shape.label,
+                                                 "bound": name, "value": value,
+                                                 "optimum": optimum})
+                    print(f"VIOLATION seed {seed} {shape.label} {name} {value} > {optimum}",
+                          flush=True)
+        print(f"seed {seed}: {totals['comparisons']} comparisons, "
+              f"{len(totals['violations'])} violations", file=sys.stderr, flush=True)
+    totals["wall_time_s"] = round(time.monotonic() - began, 1)
+    text = json.dumps(totals, indent=1, default=str)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
