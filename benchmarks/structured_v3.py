@@ -61,7 +61,7 @@ SMALL = ROOT / "instances" / "small"
 OUT = ROOT / "reports" / "structured_v3_analysis.json"
 DIGITS = ("t", "e", "s_in", "s_out", "r_in", "r_out")
 MAX_PIECEWISE_STAGES = 12  # class P enumerates S·C(S−1, <=2)·2^3 layouts: capped
-CLASSES = ("v2", "D", "O", "Rdiv", "R", "S", "SR", "P")
+CLASSES = ("v2", "D", "O", "Pad", "Rdiv", "R", "S", "SR", "P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +189,7 @@ def device_orders(network: HierarchicalNetwork, num_devices: int) -> dict[str, l
 
 
 def _placements(name: str, plan, devices: dict[str, list[int]], node: int,
-                max_block: int):
+                max_block: int, max_piecewise: int):
     """(layout name, placement) of every layout of class ``name`` that fits."""
     config, stages, replicas = plan.config, plan.num_stages, plan.num_replicas
     tp, ep, width = config.tp, config.ep, config.devices
@@ -203,14 +203,46 @@ def _placements(name: str, plan, devices: dict[str, list[int]], node: int,
                 orders.items(), all_layouts(), offsets):
             positions = layout.positions(config, stages, replicas) + offset
             yield f"{layout.name} dev={order_name} offset={offset}", _map(positions, order)
+    elif name == "Pad":
+        for (order_name, order), layout, cut in itertools.product(
+                orders.items(), all_layouts(), range(1, 4)):
+            positions = _padded_positions(layout, cut, config, stages, replicas, node)
+            if positions is not None:
+                yield f"{layout.name} pad-after={cut} dev={order_name}", _map(positions, order)
     elif name == "P":
-        if stages <= MAX_PIECEWISE_STAGES:
+        if stages <= max_piecewise:
             yield from _piecewise(plan, orders)
     else:
         for layout in layouts_of_class(name, tp, ep, stages, replicas, max_block):
             positions = layout.positions(tp, ep, stages, replicas)
             for order_name, order in orders.items():
                 yield f"{layout.name} dev={order_name}", _map(positions, order)
+
+
+def _padded_positions(layout, cut: int, config, stages: int, replicas: int, node: int):
+    """Positions of ``layout`` with its inner block (the first ``cut`` dimensions of the
+    order) padded to node boundaries: a block of B > n0 positions takes ceil(B/n0)·n0,
+    one of B < n0 the least divisor of n0 >= B (so no block straddles a node); None when
+    the padding changes nothing."""
+    radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: stages, Dim.REPLICA: replicas}
+    block = math.prod(radix[dim] for dim in layout.order[:cut])
+    if block >= node:
+        padded = math.ceil(block / node) * node
+    else:
+        padded = min(size for size in range(block, node + 1) if node % size == 0)
+    if padded == block:
+        return None
+    digits = {Dim.TP: np.arange(config.devices)[None, None, :] % config.tp,
+              Dim.EP: np.arange(config.devices)[None, None, :] // config.tp,
+              Dim.STAGE: np.arange(stages)[:, None, None],
+              Dim.REPLICA: np.arange(replicas)[None, :, None]}
+    position, weight = np.zeros((stages, replicas, config.devices), dtype=np.int64), 1
+    for index, dim in enumerate(layout.order):
+        if index == cut:
+            weight = padded
+        position = position + digits[dim] * weight
+        weight *= radix[dim]
+    return position
 
 
 def _piecewise(plan, orders: dict[str, list[int]]):
@@ -250,13 +282,15 @@ def _map(positions: np.ndarray, order: list[int]):
 
 
 def price_classes(evaluator: Evaluator, plan_dict: dict, devices: dict[str, list[int]],
-                  node: int, max_block: int, classes: tuple[str, ...]) -> dict:
+                  node: int, max_block: int, classes: tuple[str, ...],
+                  max_piecewise: int = MAX_PIECEWISE_STAGES) -> dict:
     """Best evaluator price of each class at the shape and split of ``plan_dict``."""
     plan = plan_from_dict(plan_dict)
     out = {}
     for name in classes:
         best, best_name, count, started = None, None, 0, time.perf_counter()
-        for layout_name, placement in _placements(name, plan, devices, node, max_block):
+        for layout_name, placement in _placements(name, plan, devices, node, max_block,
+                                                     max_piecewise):
             if placement is None:  # a position beyond the last device: does not fit
                 continue
             count += 1
@@ -268,7 +302,9 @@ def price_classes(evaluator: Evaluator, plan_dict: dict, devices: dict[str, list
     return out
 
 
-def analyse(entry: dict, max_block: int, classes: tuple[str, ...]) -> dict:
+def analyse(entry: dict, max_block: int, classes: tuple[str, ...],
+            shapes: tuple[str, ...] = ("best", "dp"),
+            max_piecewise: int = MAX_PIECEWISE_STAGES) -> dict:
     instance = load_instance(ROOT / entry["path"])
     network = instance.cluster.network
     if not isinstance(network, HierarchicalNetwork):
@@ -280,12 +316,15 @@ def analyse(entry: dict, max_block: int, classes: tuple[str, ...]) -> dict:
     row = {"instance": entry["instance"], "dp_ticks": entry["dp"]["objective_ticks"],
            "best_ticks": entry["objective_ticks"], "bound_ticks": entry["bound_ticks"],
            "tier_sizes": tier_sizes}
-    for which, plan_dict in (("best", entry["plan"]), ("dp", entry["dp"]["plan"])):
+    plans = {"best": entry["plan"], "dp": entry["dp"]["plan"]}
+    for which in shapes:
+        plan_dict = plans[which]
         checked = evaluator.evaluate(plan_from_dict(plan_dict)).objective_ticks
         row[f"{which}_evaluated_ticks"] = checked
         row[f"{which}_placement"] = characterise(plan_dict, tier_sizes)
         row[f"{which}_shape_classes"] = price_classes(evaluator, plan_dict, devices,
-                                                      tier_sizes[0], max_block, classes)
+                                                      tier_sizes[0], max_block, classes,
+                                                      max_piecewise)
     return row
 
 
@@ -303,11 +342,41 @@ def small_entry(path: Path, time_limit_s: float) -> dict:
             "dp": {"objective_ticks": dp.objective_ticks, "plan": plan_to_dict(dp.plan)}}
 
 
+def table(rows: list[dict]) -> list[str]:
+    """Markdown: per instance, each class's best price (min over the two shapes) against
+    the best plan known (the certificate's), in %; negative = better than it.  Every
+    class but v2 is read together with v2 and D (it contains their layouts in spirit:
+    its own enumeration skips what they already price)."""
+    classes = [name for name in CLASSES
+               if any(name in row.get(f"{w}_shape_classes", {}) for row in rows
+                      for w in ("best", "dp"))]
+    lines = ["| instance | T_dp / best − 1 | " + " | ".join(classes) + " |",
+             "|---|---:|" + "---:|" * len(classes)]
+    for row in rows:
+        cells = []
+        for name in classes:
+            union = (name,) if name == "v2" else (name, "v2", "D")
+            prices = [row[f"{w}_shape_classes"][member]["ticks"] for w in ("best", "dp")
+                      for member in union
+                      if member in row.get(f"{w}_shape_classes", {})
+                      and row[f"{w}_shape_classes"][member]["ticks"] is not None]
+            cells.append(f"{100 * (min(prices) / row['best_ticks'] - 1):+.3f}%" if prices
+                         else "–")
+        lines.append(f"| {row['instance']} | "
+                     f"{100 * (row['dp_ticks'] / row['best_ticks'] - 1):+.3f}% | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--instances", nargs="*", help="names (default: every 'relaxation' row)")
     parser.add_argument("--max-block", type=int, default=16,
                         help="non-divisor inner blocks a, k up to this size (default 16)")
+    parser.add_argument("--shapes", nargs="*", default=["best", "dp"], choices=["best", "dp"],
+                        help="price at the certificate's ('best') and/or the DP's shape")
+    parser.add_argument("--max-piecewise-stages", type=int, default=MAX_PIECEWISE_STAGES,
+                        help=f"class P only for S up to this (default {MAX_PIECEWISE_STAGES})")
     parser.add_argument("--classes", nargs="*", default=list(CLASSES), choices=CLASSES)
     parser.add_argument("--small", nargs="*", default=[],
                         help="instances/small names: analyse the DP's plan against CP-SAT's "
@@ -315,7 +384,20 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=120.0,
                         help="CP-SAT seconds per --small instance (default 120)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--table", nargs="*", type=Path,
+                        help="print the markdown table of these result files and stop")
     args = parser.parse_args()
+    if args.table:
+        merged: dict[str, dict] = {}
+        for path in args.table:  # runs of other classes on the same rows merge
+            for row in json.loads(path.read_text())["rows"]:
+                into = merged.setdefault(row["instance"], row)
+                for which in ("best", "dp"):
+                    key = f"{which}_shape_classes"
+                    if key in row:
+                        into.setdefault(key, {}).update(row[key])
+        print("\n".join(table(list(merged.values()))))
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     certified = json.loads(CERTIFIED.read_text())["instances"]
     if args.small:
@@ -326,7 +408,8 @@ def main() -> None:
                       else entry.get("plan_source") == "relaxation")]
     rows = []
     for entry in chosen:
-        rows.append(analyse(entry, args.max_block, tuple(args.classes)))
+        rows.append(analyse(entry, args.max_block, tuple(args.classes),
+                            tuple(args.shapes), args.max_piecewise_stages))
         logger.info("%s done", entry["instance"])
         args.out.write_text(json.dumps({"max_block": args.max_block, "rows": rows},
                                        indent=1) + "\n")
