@@ -349,22 +349,34 @@ def table(rows: list[dict]) -> list[str]:
     its own enumeration skips what they already price)."""
     classes = [name for name in CLASSES
                if any(name in row.get(f"{w}_shape_classes", {}) for row in rows
-                      for w in ("best", "dp"))]
+                      for w in ("best", "dp"))] + ["all"]
     lines = ["| instance | T_dp / best − 1 | " + " | ".join(classes) + " |",
              "|---|---:|" + "---:|" * len(classes)]
+    gaps: dict[str, list[float]] = {name: [] for name in ("DP", *classes)}
     for row in rows:
         cells = []
+        gaps["DP"].append(row["dp_ticks"] / row["best_ticks"] - 1)
         for name in classes:
-            union = (name,) if name == "v2" else (name, "v2", "D")
-            prices = [row[f"{w}_shape_classes"][member]["ticks"] for w in ("best", "dp")
-                      for member in union
-                      if member in row.get(f"{w}_shape_classes", {})
-                      and row[f"{w}_shape_classes"][member]["ticks"] is not None]
-            cells.append(f"{100 * (min(prices) / row['best_ticks'] - 1):+.3f}%" if prices
-                         else "–")
-        lines.append(f"| {row['instance']} | "
-                     f"{100 * (row['dp_ticks'] / row['best_ticks'] - 1):+.3f}% | "
+            union = {"v2": ("v2",), "all": CLASSES}.get(name, (name, "v2", "D"))
+            entries = [row[f"{w}_shape_classes"][member] for w in ("best", "dp")
+                       for member in union if member in row.get(f"{w}_shape_classes", {})]
+            prices = [entry["ticks"] for entry in entries if entry["ticks"] is not None]
+            own = [row[f"{w}_shape_classes"][member]["layouts_priced"]
+                   for w in ("best", "dp") for member in union[:1] if name != "all"
+                   and member in row.get(f"{w}_shape_classes", {})] or [name == "all"]
+            mark = "" if sum(own) else " †"  # the class itself priced nothing here
+            gap = min(prices) / row["best_ticks"] - 1 if prices else None
+            if gap is not None:
+                gaps[name].append(gap)
+            cells.append("–" if gap is None else f"{100 * gap:+.3f}%{mark}")
+        lines.append(f"| {row['instance']} | {100 * gaps['DP'][-1]:+.3f}% | "
                      + " | ".join(cells) + " |")
+    lines.append("| within 0.5% of best | " + " | ".join(
+        f"{sum(gap <= 0.005 for gap in gaps[name])}/{len(gaps[name])}"
+        for name in ("DP", *classes)) + " |")
+    lines.append("| worst | " + " | ".join(
+        f"{100 * max(gaps[name]):+.3f}%" if gaps[name] else "–"
+        for name in ("DP", *classes)) + " |")
     return lines
 
 
