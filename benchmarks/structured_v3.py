@@ -62,6 +62,7 @@ OUT = ROOT / "reports" / "structured_v3_analysis.json"
 DIGITS = ("t", "e", "s_in", "s_out", "r_in", "r_out")
 MAX_PIECEWISE_STAGES = 12  # class P enumerates S·C(S−1, <=2)·2^3 layouts: capped
 CLASSES = ("v2", "D", "O", "Pad", "Rdiv", "R", "S", "SR", "P")
+V3A = ("v2", "D", "O", "Pad", "Rdiv", "R", "S", "SR")  # one global placement per choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +316,7 @@ def analyse(entry: dict, max_block: int, classes: tuple[str, ...],
     devices = device_orders(network, num_devices)
     row = {"instance": entry["instance"], "dp_ticks": entry["dp"]["objective_ticks"],
            "best_ticks": entry["objective_ticks"], "bound_ticks": entry["bound_ticks"],
+           "status": entry["status"],
            "tier_sizes": tier_sizes}
     plans = {"best": entry["plan"], "dp": entry["dp"]["plan"]}
     for which in shapes:
@@ -346,10 +348,11 @@ def table(rows: list[dict]) -> list[str]:
     """Markdown: per instance, each class's best price (min over the two shapes) against
     the best plan known (the certificate's), in %; negative = better than it.  Every
     class but v2 is read together with v2 and D (it contains their layouts in spirit:
-    its own enumeration skips what they already price)."""
+    its own enumeration skips what they already price); ``v3a`` is the union of every
+    class but P, ``all`` of every class."""
     classes = [name for name in CLASSES
                if any(name in row.get(f"{w}_shape_classes", {}) for row in rows
-                      for w in ("best", "dp"))] + ["all"]
+                      for w in ("best", "dp"))] + ["v3a", "all"]
     lines = ["| instance | T_dp / best − 1 | " + " | ".join(classes) + " |",
              "|---|---:|" + "---:|" * len(classes)]
     gaps: dict[str, list[float]] = {name: [] for name in ("DP", *classes)}
@@ -357,18 +360,22 @@ def table(rows: list[dict]) -> list[str]:
         cells = []
         gaps["DP"].append(row["dp_ticks"] / row["best_ticks"] - 1)
         for name in classes:
-            union = {"v2": ("v2",), "all": CLASSES}.get(name, (name, "v2", "D"))
+            union = {"v2": ("v2",), "all": CLASSES, "v3a": V3A}.get(name, (name, "v2", "D"))
             entries = [row[f"{w}_shape_classes"][member] for w in ("best", "dp")
                        for member in union if member in row.get(f"{w}_shape_classes", {})]
             prices = [entry["ticks"] for entry in entries if entry["ticks"] is not None]
             own = [row[f"{w}_shape_classes"][member]["layouts_priced"]
-                   for w in ("best", "dp") for member in union[:1] if name != "all"
-                   and member in row.get(f"{w}_shape_classes", {})] or [name == "all"]
+                   for w in ("best", "dp") for member in union[:1]
+                   if name not in ("all", "v3a")
+                   and member in row.get(f"{w}_shape_classes", {})] or [name in ("all", "v3a")]
+            ran = name in ("all", "v3a") or any(
+                name in row.get(f"{w}_shape_classes", {}) for w in ("best", "dp"))
             mark = "" if sum(own) else " †"  # the class itself priced nothing here
             gap = min(prices) / row["best_ticks"] - 1 if prices else None
-            if gap is not None:
+            if gap is not None and ran:
                 gaps[name].append(gap)
-            cells.append("–" if gap is None else f"{100 * gap:+.3f}%{mark}")
+            cells.append("n/r" if not ran else "–" if gap is None
+                         else f"{100 * gap:+.3f}%{mark}")
         lines.append(f"| {row['instance']} | {100 * gaps['DP'][-1]:+.3f}% | "
                      + " | ".join(cells) + " |")
     lines.append("| within 0.5% of best | " + " | ".join(
@@ -398,6 +405,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--table", nargs="*", type=Path,
                         help="print the markdown table of these result files and stop")
+    parser.add_argument("--merge-out", type=Path,
+                        help="with --table: also write the merged rows here")
     args = parser.parse_args()
     if args.table:
         merged: dict[str, dict] = {}
@@ -409,6 +418,10 @@ def main() -> None:
                     if key in row:
                         into.setdefault(key, {}).update(row[key])
         print("\n".join(table(list(merged.values()))))
+        if args.merge_out:
+            args.merge_out.write_text(json.dumps(
+                {"merged_from": [str(path) for path in args.table],
+                 "rows": list(merged.values())}, indent=1) + "\n")
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     certified = json.loads(CERTIFIED.read_text())["instances"]
