@@ -305,7 +305,9 @@ def price_classes(evaluator: Evaluator, plan_dict: dict, devices: dict[str, list
 
 def analyse(entry: dict, max_block: int, classes: tuple[str, ...],
             shapes: tuple[str, ...] = ("best", "dp"),
-            max_piecewise: int = MAX_PIECEWISE_STAGES) -> dict:
+            max_piecewise: int = MAX_PIECEWISE_STAGES, replicas: int | None = None) -> dict:
+    """Characterise and price one row; ``replicas`` replaces d of the certificate's
+    plan (its split and the rest kept, placement dropped): a third shape to price at."""
     instance = load_instance(ROOT / entry["path"])
     network = instance.cluster.network
     if not isinstance(network, HierarchicalNetwork):
@@ -319,11 +321,16 @@ def analyse(entry: dict, max_block: int, classes: tuple[str, ...],
            "status": entry["status"],
            "tier_sizes": tier_sizes}
     plans = {"best": entry["plan"], "dp": entry["dp"]["plan"]}
+    if replicas is not None:
+        plans["best"] = {key: value for key, value in entry["plan"].items()
+                         if key != "placement"} | {"dp": replicas}
+        row["note"] = f"'best' shape: the certificate's plan with d = {replicas}"
     for which in shapes:
         plan_dict = plans[which]
-        checked = evaluator.evaluate(plan_from_dict(plan_dict)).objective_ticks
-        row[f"{which}_evaluated_ticks"] = checked
-        row[f"{which}_placement"] = characterise(plan_dict, tier_sizes)
+        if "placement" in plan_dict:
+            checked = evaluator.evaluate(plan_from_dict(plan_dict)).objective_ticks
+            row[f"{which}_evaluated_ticks"] = checked
+            row[f"{which}_placement"] = characterise(plan_dict, tier_sizes)
         row[f"{which}_shape_classes"] = price_classes(evaluator, plan_dict, devices,
                                                       tier_sizes[0], max_block, classes,
                                                       max_piecewise)
@@ -396,6 +403,8 @@ def main() -> None:
                         help="price at the certificate's ('best') and/or the DP's shape")
     parser.add_argument("--max-piecewise-stages", type=int, default=MAX_PIECEWISE_STAGES,
                         help=f"class P only for S up to this (default {MAX_PIECEWISE_STAGES})")
+    parser.add_argument("--replicas", type=int,
+                        help="price the certificate's plan at this d instead of its own")
     parser.add_argument("--classes", nargs="*", default=list(CLASSES), choices=CLASSES)
     parser.add_argument("--small", nargs="*", default=[],
                         help="instances/small names: analyse the DP's plan against CP-SAT's "
@@ -434,7 +443,7 @@ def main() -> None:
     rows = []
     for entry in chosen:
         rows.append(analyse(entry, args.max_block, tuple(args.classes),
-                            tuple(args.shapes), args.max_piecewise_stages))
+                            tuple(args.shapes), args.max_piecewise_stages, args.replicas))
         logger.info("%s done", entry["instance"])
         args.out.write_text(json.dumps({"max_block": args.max_block, "rows": rows},
                                        indent=1) + "\n")
