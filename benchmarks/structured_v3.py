@@ -21,13 +21,23 @@ for each instance where the certificate beat the DP ("best from: relaxation"):
    - ``R``: replica blocks, a = S, any k with 2 <= k < d (orders of t, e, r_in, stage, r_out);
    - ``Rdiv``: as ``R`` with k | d (no holes);
    - ``S``: stage blocks, k = d, 2 <= a < S (orders of t, e, s_in, replica, s_out);
-   - ``SR``: both, 2 <= a < S and 2 <= k < d.
+   - ``SR``: both, 2 <= a < S and 2 <= k < d;
+   - ``D``: v2's orders read through a permuted canonical device order (the tier digits
+     above tier 0 reordered, :func:`device_orders`); every class below and R, S, SR are
+     priced with every such order;
+   - ``O``: D with the positions shifted by multiples of the node size (spare devices
+     first); ``Pad``: D with the order's inner block padded to node boundaries;
+   - ``P``: piecewise: stages rotated, cut into at most three segments, each laid out by
+     (t, e, stage, replica) or (t, e, replica, stage) in its own block of positions
+     (enumerated only for S <= ``--max-piecewise-stages``).
 
    The best price of a class at these shapes is an upper bound on what a DP exact over
    that class would find (the DP also searches every other shape and split).
 
-Run: ``python -m benchmarks.structured_v3 [--instances NAME ...] [--max-block 16]``;
-writes ``reports/structured_v3_analysis.json`` (the report ``.md`` beside it quotes it).
+Run: ``python -m benchmarks.structured_v3 [--instances NAME ...] [--classes ...]
+[--out FILE]``, ``--small NAME ...`` for ``instances/small`` rows (CP-SAT's full-space
+plan instead of the certificate's), ``--table FILE ...`` for the markdown table;
+``reports/structured_v3_analysis.md`` lists the exact commands behind its numbers.
 """
 
 from __future__ import annotations
