@@ -164,19 +164,28 @@ def solve(instance: Instance, options=None,
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
     ``options.progress`` draws a progress bar over the outer choices on a terminal
-    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead).  The DP has no time
-    limit of its own and no randomness; ``options.extra[STOP_AFTER_S]`` (set by ``solve``
-    when the DP is an exact backend's starting hint, so the hint honours ``--time-limit``)
-    stops the outer loop after that many seconds: the incumbent is returned FEASIBLE with
-    the least lower bound of the outer choices not yet searched (they are visited in
-    increasing bound order, so no plan left out costs less), or UNKNOWN without one.
-    Every other option is ignored.
+    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead).  The DP has no
+    randomness and, by default, no time limit: it runs to the proven optimum.
+    ``options.extra[STOP_AFTER_S]`` makes it anytime (``solve --backend dp --time-limit``,
+    and the DP hint of the exact backends): it stops after the lesser of that many seconds
+    and ``options.time_limit_s`` (:func:`_stop_after`), the deadline being checked before
+    every outer choice, every layout and every step of the inner walks.  Stopped, it
+    returns the incumbent FEASIBLE with the bound min(incumbent, β), or UNKNOWN without a
+    plan, where β is the lower bound of the outer choice it was searching.  β is a valid
+    bound on the structured space: (1) every plan of an outer choice already searched to
+    the end costs at least the incumbent (the inner searches are exact and offer every
+    plan that may beat it); (2) the outer choices are visited in increasing order of their
+    lower bound (c, b, S, d, v) ↦ (v·m + S − 1)·τ_lb(S·v), each a bound on every plan of
+    that choice (module docstring, "Bounds and pruning"), so the one being searched and
+    every later one cost at least β; (3) the plans of the one being searched that were
+    already offered are at least the incumbent, the rest at least β.  Stopped while the
+    outer choices were still being listed, β = 0 (no time is negative).
     ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
     to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
     workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
-    stop_after = (getattr(options, "extra", None) or {}).get(STOP_AFTER_S)
+    stop_after = _stop_after(options)
     search = _Search(instance, options, all_layouts() if layouts is None else layouts,
                      None if stop_after is None else start + stop_after)
     best = search.run()
@@ -194,6 +203,17 @@ def solve(instance: Instance, options=None,
     return SolveResult(backend="dp", status=Status.OPTIMAL, plan=best.plan,
                        objective_ticks=best.objective, bound_ticks=best.objective,
                        wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats)
+
+
+def _stop_after(options) -> float | None:
+    """Seconds the search may run: None (to the end) unless ``extra[STOP_AFTER_S]`` is set,
+    then the lesser of it and ``options.time_limit_s`` (the registry shares the time limit
+    out among the parts of a solve: one per recompute mode under a launcher, plain and
+    SDP), so a time-limited DP keeps within the share it is given."""
+    extra = getattr(options, "extra", None) or {}
+    if extra.get(STOP_AFTER_S) is None:
+        return None
+    return min(float(extra[STOP_AFTER_S]), getattr(options, "time_limit_s", math.inf))
 
 
 def _stopped(best: Best, unsearched_bound: int, elapsed: float, stats: dict) -> SolveResult:
@@ -250,7 +270,11 @@ class _Search:
     # ------------------------------------------------------------ outer loop
 
     def run(self) -> Best:
-        outers = self._outer_choices()
+        try:
+            outers = self._outer_choices()
+        except _TimeUp:  # nothing searched: every objective is >= 0 ticks
+            self.stopped_bound = 0
+            return self.best
         self.stats.outer_total = len(outers)
         show = bool(getattr(self.options, "progress", False))
         with Progress("dp", len(outers), show_bar=show, logger=logger) as progress:
@@ -273,6 +297,12 @@ class _Search:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
             raise _TimeUp
 
+    def _may_beat_in_time(self, objective: int, key: tuple[int, ...]) -> bool:
+        """``best.may_beat`` for the inner searches, which ask it at every step of their
+        walks: the deadline is checked there too, so one outer choice cannot overrun it."""
+        self._check_time()
+        return self.best.may_beat(objective, key)
+
     def _outer_choices(self) -> _Outers:
         """Every (c, b, S, d, v), sorted by (lower bound, key): built as arrays, handed out
         as :class:`Outer` records one at a time (there are millions at 10^5 devices)."""
@@ -283,6 +313,7 @@ class _Search:
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
             if config.devices > num_devices:
                 continue
+            self._check_time()
             chunk_bounds = self._chunk_time_bounds(choice_index)
             bound_of = np.array([0] + [chunk_bounds[k] for k in range(1, num_layers + 1)],
                                 dtype=np.int64)
@@ -471,18 +502,18 @@ class _Search:
         if shape.num_stages == 1:
             self.stats.dp_passes += single_stage(
                 self.prices, shape, inner, geometries[0],
-                lambda objective: self.best.may_beat(objective, key),
+                lambda objective: self._may_beat_in_time(objective, key),
                 lambda objective, stages: self._accept(shape, stages, objective, key, layout))
             return
         if shape.virtual == 1:
             self.stats.dp_passes += pareto_walk(
                 self.prices, shape, inner, geometries,
-                lambda objective: self.best.may_beat(objective, key),
+                lambda objective: self._may_beat_in_time(objective, key),
                 lambda objective, stages: self._accept(shape, stages, objective, key, layout))
             return
         self.stats.dp_passes += inner.search(
             geometries,
-            lambda objective, variant: self.best.may_beat(objective, key + (variant,)),
+            lambda objective, variant: self._may_beat_in_time(objective, key + (variant,)),
             lambda objective, variant, stages: self._accept(shape, stages, objective,
                                                             key + (variant,), layout))
 

@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import sys
+import time
 
 import click
 
@@ -59,22 +60,41 @@ class _ReaderMayLeave(io.RawIOBase):
         return len(data)
 
 
-def _let_the_reader_leave() -> None:
-    """Put :class:`_ReaderMayLeave` under the process's stdout (not under a test runner's)."""
+def _let_the_reader_leave() -> bool:
+    """Put :class:`_ReaderMayLeave` under the process's stdout (not under a test runner's);
+    whether it did, i.e. whether the command runs as its own process."""
     stream = sys.stdout
     if stream is None or stream is not sys.__stdout__ or not isinstance(stream, io.TextIOWrapper):
-        return
+        return False
     stream.flush()
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ReaderMayLeave(stream.fileno())),
                                   encoding=stream.encoding, errors=stream.errors,
                                   line_buffering=stream.line_buffering)
+    return True
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0 where it cannot be read): the
+    interpreter's start-up and imports, which a command's --time-limit counts too."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22
+            up_s = float(uptime.read().split()[0])
+        return max(0.0, up_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 class _MainGroup(GuardedGroup):
     """The ``nest-cp`` group: :func:`_let_the_reader_leave` before anything is printed."""
 
     def main(self, *args, **kwargs):
-        _let_the_reader_leave()
+        """Also hands the commands ``obj["started"]``, the ``time.monotonic()`` the command
+        started at: the process's start when it runs as its own process, now under a test
+        runner (whose process started long before)."""
+        own_process = _let_the_reader_leave()
+        started = time.monotonic() - (_process_age_s() if own_process else 0.0)
+        kwargs.setdefault("obj", {"started": started})
         return super().main(*args, **kwargs)
 
 

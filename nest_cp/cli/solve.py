@@ -44,7 +44,9 @@ _FLAGS["hint"] = "--hint/--no-hint"
               help="Search space (default: structured for dp, full for exact backends).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="cpsat/milp/mcmc: seconds for the whole solve (the "
-              "DP hint included).")
+              "DP hint included). dp: none unless given; then the DP stops S seconds after "
+              "the command started with its best plan and a lower bound (FEASIBLE), or "
+              "UNKNOWN, and the command ends within S + 2 s.")
 @click.option("--seed", type=int, default=0, show_default=True, help="cpsat/milp/mcmc.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
               help="cpsat/milp: solver threads.")
@@ -79,9 +81,13 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
     --time-limit bounds the whole solve of cpsat and milp: the DP plan they start
-    from (--hint) is computed first and its time counts against the limit.  On an
-    instance allowing SDP (training.strategies) the best plain and the best SDP plan
-    are both reported; exit 0 when either exists.
+    from (--hint) is computed first and its time counts against the limit.  The DP runs
+    to its proven optimum unless --time-limit is given: then it is stopped at the limit,
+    counted from the command's start (interpreter start-up, imports and loading the
+    instance included), with its best plan and a lower bound
+    (:func:`nest_cp.dp.planner.solve`).  On an instance allowing SDP
+    (training.strategies) the best plain and the best SDP plan are both reported; exit 0
+    when either exists.
     """
     honoured = HONOURED_OPTIONS[backend]
     for name, field in _SOLVE_OPTIONS.items():
@@ -96,7 +102,14 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
         if value is not None}
     if output is not None:
         check_writable(output)
+    command_started = (click.get_current_context().find_object(dict) or {}).get(
+        "started", time.monotonic())
     inst = io.load_instance(instance_path)
+    if backend == "dp" and click.get_current_context().get_parameter_source(
+            "time_limit") is click.core.ParameterSource.COMMANDLINE:
+        time_limit = time_limit - (time.monotonic() - command_started)
+        extra[STOP_AFTER_S] = max(time_limit, 0.0)
+        time_limit = max(time_limit, MIN_TIME_LEFT_S)
     started = time.monotonic()
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)

@@ -1,0 +1,144 @@
+"""The anytime DP: ``--time-limit`` stops it with its best plan and a valid lower bound.
+
+No test here depends on the machine's speed: the DP's clock is replaced by a counter that
+advances one second per reading, so "stop after k seconds" means "stop at the k-th
+deadline check", and every k up to a full run is tried.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nest_cp import evaluate
+from nest_cp.cli import main
+from nest_cp.dp import planner
+from nest_cp.io.readers import load_instance
+from nest_cp.model.exits import ExitCode
+from nest_cp.model.result import SolveOptions, Status
+from nest_cp.solvers.registry import solve
+
+DATA = Path(__file__).parent / "data"
+
+
+class _Clock:
+    """A fake perf_counter advancing one second per reading (one per deadline check)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _stopped_after(instance, seconds: float, monkeypatch) -> tuple:
+    clock = _Clock()
+    monkeypatch.setattr(planner.time, "perf_counter", clock)
+    result = planner.solve(instance, SolveOptions(extra={planner.STOP_AFTER_S: seconds}))
+    monkeypatch.undo()
+    return result, clock.now
+
+
+@pytest.mark.parametrize("name", ["interleaved_example.json", "worked_example.json"])
+def test_stopped_at_every_check_the_dp_gives_a_plan_and_a_valid_bound(name, monkeypatch):
+    """Stopped at any deadline check (outer loop, layouts, inner walks): UNKNOWN without a
+    plan, or FEASIBLE with 0 <= bound <= the unlimited DP's optimum <= its plan's objective,
+    the plan evaluating to that objective; OPTIMAL only when it finished, then the same."""
+    instance = load_instance(DATA / name)
+    full = planner.solve(instance)
+    _, readings = _stopped_after(instance, 1e9, monkeypatch)  # the checks of a whole run
+    statuses = set()
+    for seconds in range(int(readings) + 1):
+        result, _ = _stopped_after(instance, seconds, monkeypatch)
+        statuses.add(result.status)
+        if result.status is Status.UNKNOWN:
+            assert result.plan is None and result.objective_ticks is None
+            continue
+        assert evaluate(instance, result.plan).objective_ticks == result.objective_ticks
+        if result.status is Status.FEASIBLE:
+            assert 0 <= result.bound_ticks <= full.objective_ticks <= result.objective_ticks
+        else:
+            assert result.status is Status.OPTIMAL and result.plan == full.plan
+    assert statuses == {Status.UNKNOWN, Status.FEASIBLE, Status.OPTIMAL}
+
+
+@pytest.mark.parametrize("name, walk", [("worked_example.json", "pareto_walk"),
+                                        ("interleaved_example.json", "interleaved")])
+def test_the_deadline_is_checked_inside_the_inner_walks(name, walk, monkeypatch):
+    """A deadline passing while an inner walk runs stops that walk (it asks at every step),
+    not only the next layout or outer choice: the stop propagates out of the walk itself."""
+    instance = load_instance(DATA / name)
+    clock = {"now": 0.0}
+    monkeypatch.setattr(planner.time, "perf_counter", lambda: clock["now"])
+    raised = []
+
+    def expiring(real):
+        def run(*args, **kwargs):
+            clock["now"] = 1e9  # the deadline passes as the walk starts
+            try:
+                return real(*args, **kwargs)
+            except planner._TimeUp:
+                raised.append(walk)
+                raise
+        return run
+
+    if walk == "pareto_walk":
+        monkeypatch.setattr(planner, "pareto_walk", expiring(planner.pareto_walk))
+    else:
+        monkeypatch.setattr(planner.Interleaved, "search",
+                            expiring(planner.Interleaved.search))
+    result = planner.solve(instance, SolveOptions(extra={planner.STOP_AFTER_S: 1e6}))
+    assert raised == [walk] and result.status in (Status.UNKNOWN, Status.FEASIBLE)
+
+
+def test_an_ample_limit_gives_the_unlimited_dp(monkeypatch):
+    """With a limit it does not reach, the anytime DP is the DP: OPTIMAL, same plan, same
+    objective and bound."""
+    instance = load_instance(DATA / "interleaved_example.json")
+    full = solve(instance, "dp")
+    limited = solve(instance, "dp", SolveOptions(time_limit_s=1e6,
+                                                 extra={planner.STOP_AFTER_S: 1e6}))
+    assert limited.status is Status.OPTIMAL
+    assert (limited.plan, limited.objective_ticks, limited.bound_ticks) == \
+        (full.plan, full.objective_ticks, full.bound_ticks)
+
+
+def test_the_registrys_share_of_the_limit_bounds_the_dp():
+    """The DP stops at the lesser of STOP_AFTER_S and time_limit_s (the share the registry
+    gives each part of a solve)."""
+    assert planner._stop_after(SolveOptions()) is None
+    assert planner._stop_after(SolveOptions(time_limit_s=2.0,
+                                            extra={planner.STOP_AFTER_S: 9.0})) == 2.0
+    assert planner._stop_after(SolveOptions(time_limit_s=60.0,
+                                            extra={planner.STOP_AFTER_S: 9.0})) == 9.0
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, [str(arg) for arg in args])
+
+
+def test_solve_dp_with_a_limit_already_spent_is_unknown_exit_1():
+    """`solve --backend dp --time-limit` counts from the command's start: a limit spent
+    before the search (1e-9 s) gives UNKNOWN, no plan, exit 1 (never an error)."""
+    result = _cli("solve", DATA / "worked_example.json", "--backend", "dp", "--time-limit",
+                  "1e-9", "--json")
+    assert result.exit_code == ExitCode.NO_PLAN, result.output
+    record = json.loads(result.output)
+    assert record["status"] == "UNKNOWN" and record["plan"] is None
+
+
+def test_solve_dp_with_an_ample_limit_is_the_dp():
+    """`solve --backend dp --time-limit 1000` on a small instance is the unlimited DP's
+    OPTIMAL record (exit 0)."""
+    limited = _cli("solve", DATA / "worked_example.json", "--backend", "dp", "--time-limit",
+                   "1000", "--json")
+    full = _cli("solve", DATA / "worked_example.json", "--backend", "dp", "--json")
+    assert limited.exit_code == full.exit_code == ExitCode.OK, limited.output
+    limited_record, full_record = json.loads(limited.output), json.loads(full.output)
+    assert limited_record["status"] == "OPTIMAL"
+    for key in ("objective_ticks", "bound_ticks", "plan"):
+        assert limited_record[key] == full_record[key]
