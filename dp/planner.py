@@ -264,6 +264,7 @@ class _Search:
         self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
+        self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self.best = Best()
         self.stats = Stats()
 
@@ -466,36 +467,58 @@ class _Search:
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
-            if virtual == 1:
-                inner = SuffixMemory(self.prices, shape, self.limit)
-                cheapest = self._cheapest_times(table, num_stages)
-                self.stats.dp_passes += 1
-                fitting = int(fill_table(inner.effective(
-                    {mode: cheapest + windows(table.rerun_range[mode], num_stages)
-                     for mode in table.modes}))[0][0, 0])
-                if fitting >= INF:  # memory does not depend on the layout
-                    continue
-                bound = shape.rounds * max(tau_bound, fitting) + sync_bound
-            else:
-                _require_exact_method(table, shape.num_chunks)
-                inner = Interleaved(self.prices, shape, self.limit)
+            inner = None  # built when a layout first passes its bounds (most never do)
             searched = set()
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
                 self._check_time()
+                groups = self.geometries.data_groups(layout, config, num_stages, dp)
+                if groups is not None:  # the sync bound first: it needs no replica placed
+                    layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
+                    if not self.best.may_beat(max(bound, layout_sync), key):
+                        continue
                 if layout_index not in geometries:
                     geometries[layout_index] = tuple(self.geometries(
                         layout, config, num_stages, dp, virtual > 1))
-                if geometries[layout_index] in searched:  # priced alike, a later key: no win
+                geometry = geometries[layout_index]
+                if geometry in searched:  # priced alike, a later key: no win
                     continue
-                searched.add(geometries[layout_index])
-                if not self.best.may_beat(max(bound, self._layout_bound(
-                        shape, geometries[layout_index]) + sync_bound), key):
+                searched.add(geometry)
+                if groups is None:
+                    layout_sync = max(sync_bound, self._layout_sync_bound(
+                        shape, geometry, [g.replica_groups for g in geometry],
+                        [g.dense_groups for g in geometry]))
+                layout_bound = self._layout_bound(shape, geometry) + layout_sync
+                if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
+                if inner is None:
+                    inner, bound = self._inner(shape, tau_bound, sync_bound, bound)
+                    if inner is None:  # no split fits memory, on any layout
+                        break
+                    if not self.best.may_beat(max(bound, layout_bound), key):
+                        continue
                 self.stats.layouts_searched += 1
-                self._search_layout(shape, inner, list(geometries[layout_index]), key, layout)
+                self._search_layout(shape, inner, list(geometry), key, layout)
+
+    def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
+        """The inner search of a shape (layout-free: memory does not depend on the
+        layout) and the shape's bound, for v = 1 refined by the min-max split restricted to
+        splits that fit memory (module docstring); (None, bound) when no split fits."""
+        if shape.virtual > 1:
+            _require_exact_method(shape.table, shape.num_chunks)
+            return Interleaved(self.prices, shape, self.limit), bound
+        table, num_stages = shape.table, shape.num_stages
+        inner = SuffixMemory(self.prices, shape, self.limit)
+        cheapest = self._cheapest_times(table, num_stages)
+        self.stats.dp_passes += 1
+        fitting = int(fill_table(inner.effective(
+            {mode: cheapest + windows(table.rerun_range[mode], num_stages)
+             for mode in table.modes}))[0][0, 0])
+        if fitting >= INF:
+            return None, bound
+        return inner, shape.rounds * max(tau_bound, fitting) + sync_bound
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
@@ -616,6 +639,63 @@ class _Search:
             self._layout_totals[key] = total
         return shape.rounds * -(-total // shape.num_chunks)
 
+    def _layout_sync_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
+                           dense_groups: list) -> int:
+        """A lower bound on max_s exposed_s on this layout, from its own sync groups' paths:
+        per stage, the path ids of its d-replica groups and of its d·e groups (those of its
+        :class:`~nest_cp.dp.geometry.StageGeometry`); ``groups_key`` is equal for equal
+        groups.
+
+        :meth:`_fresh_sync_bound` must hold for every layout, so it prices a group of g
+        ranks on the fastest path any g devices may have — with as many channels as a
+        tier-0 domain has members (cost model §5 a), e.g. 8 NICs of a DGX node.  A layout
+        that puts its tensor ranks in one node gives its data-parallel groups one member per
+        node, one channel: up to 8 times slower.  Here each group is priced on the path the
+        layout actually gives it:
+
+        For each kind of parameters (dense over d·e ranks, expert over d), the stage s*
+        holding the most of them holds at least ceil(P / S).  Its exposed sync is at least
+        its parts the iteration waits for in full (RS without overlap_grad_reduce, AG
+        without overlap_param_gather; the others are >= 0, §5 d), each the price on the
+        kind's slowest group of s* (§5 c), so at least the largest over s*'s groups of
+        the price; prices never fall as the parameter count grows, and s* is one of the
+        stages, so the least over the stages' distinct group sets bounds it.  The largest
+        over the kinds is taken (0 with both overlaps).  Every step of
+        :meth:`_fresh_sync_bound` holds as well with, for each kind, the paths of this
+        layout's groups of that kind in place of the fastest paths (each stage's phase costs
+        at least its price on any one of its groups, one of those paths): the larger of the
+        two is returned.  Kept per (layer table, S, d, z, groups).
+        """
+        if not self.network.is_hierarchical:
+            return 0
+        training = self.instance.training
+        in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
+        table = shape.table
+        key = (id(table), shape.num_stages, shape.dp, shape.zero, groups_key)
+        found = self._layout_syncs.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        kinds = (dense_groups, replica_groups)
+        unions = [tuple(self.ids.paths[path] for path in sorted(set().union(*stage_groups)))
+                  for stage_groups in kinds]
+        bound = self._fresh_sync_bound(shape, lambda kind, size: unions[kind])
+        for (params, _, per_replica), stage_groups in zip(parameter_kinds(table), kinds):
+            if not any(in_full):
+                break
+            size = shape.dp * per_replica
+            if size <= 1 or params == 0:
+                continue
+            heaviest = -(-params // shape.num_stages)
+            prices = []
+            for groups in set(stage_groups):
+                forms = [self.prices.sync_forms(shape.zero, size, path) for path in groups]
+                prices.append(sum(max(phase[index].of(heaviest) for phase in forms)
+                                  for index, full in enumerate(in_full)
+                                  if full and forms and forms[0][index] is not None))
+            bound = max(bound, min(prices))
+        self._layout_syncs[key] = (table, bound)
+        return bound
+
     def _gather_bound(self, shape: Shape) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
 
@@ -643,8 +723,11 @@ class _Search:
             self._sync_bounds[key] = found
         return found[1]
 
-    def _fresh_sync_bound(self, shape: Shape) -> int:
-        """A lower bound on max_s exposed_s, from the fastest paths a sync group may have.
+    def _fresh_sync_bound(self, shape: Shape, paths_of=None) -> int:
+        """A lower bound on max_s exposed_s, from the fastest paths a sync group may have
+        (``paths_of(kind, size)``, kind 0 dense and 1 expert: paths one of which every
+        group of the kind runs on or on a slower one; default the fastest paths of any
+        ``size`` devices).
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
         cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
@@ -672,17 +755,20 @@ class _Search:
         _, forward, backward = whole_totals(table)
         in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
         heaviest_bound, total, denominator = 0, 0, 1  # total / denominator: Σ_s (RS_s + AG_s)
-        for params, every_layer, per_replica in parameter_kinds(table):
+        for kind, (params, every_layer, per_replica) in enumerate(parameter_kinds(table)):
             size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
-            floor = self._floors.get((shape.zero, size))
-            if floor is None:  # kept per (z, size): one size serves many (table, S)
-                floor = self.prices.sync_floor(shape.zero, size,
-                                               fastest_group_paths(self.network, size))
-                self._floors[shape.zero, size] = floor
-            if any(in_full):
+            if paths_of is None:
                 paths = fastest_group_paths(self.network, size)
+                floor = self._floors.get((shape.zero, size))
+                if floor is None:  # kept per (z, size): one size serves many (table, S)
+                    floor = self.prices.sync_floor(shape.zero, size, paths)
+                    self._floors[shape.zero, size] = floor
+            else:
+                paths = paths_of(kind, size)
+                floor = self.prices.sync_floor(shape.zero, size, paths)
+            if any(in_full):
                 heaviest = -(-params // num_stages)
                 heaviest_bound = max(heaviest_bound, min(
                     sum(form.of(heaviest) for form, full in zip(self.prices.sync_forms(
