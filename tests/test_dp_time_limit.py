@@ -142,3 +142,4 @@ def test_solve_dp_with_an_ample_limit_is_the_dp():
     assert limited_record["status"] == "OPTIMAL"
     for key in ("objective_ticks", "bound_ticks", "plan"):
         assert limited_record[key] == full_record[key]
+
