@@ -354,6 +354,13 @@ def _markdown(report: dict) -> str:
         "(`check_result`, which every `solve` ends with), timed apart; peak is the process's "
         "maximum resident set after the DP (imports included).",
         "",
+    ]
+    if "presets_machine" in report:
+        presets = report["presets_machine"]
+        lines += [f"Issue 35's rows (every preset, `run_presets`) and the anytime DP: "
+                  f"{presets['date_utc']}, on a machine shared with other jobs (their "
+                  f"times are inflated).", ""]
+    lines += [
         "## Speed",
         "",
         "Choices: v1 = the preset instance (v = 1, recompute none/full, no overlap); "

@@ -34,16 +34,20 @@ recurrence and correctness argument in its docstring):
   with binary searches; on any other workload every split is enumerated
   (refused with a clear error when there are too many).
 
-Bounds and pruning (all exact).  Outer (c, b, S, d, v) are visited in increasing
-order of (v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into
-K chunks of chunk times with every collective and receive on its cheapest possible
-path (placement, memory, recompute and ZeRO ignored); the search stops at the
-first bound that cannot beat the incumbent.  Per z the bound is refined by the
+Bounds and pruning (all exact).  Each outer (c, b, S, d, v) has a compute bound
+(v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into K chunks
+of chunk times with every collective and receive on its cheapest possible path
+(placement, memory, recompute and ZeRO ignored).  Per z the bound is refined by the
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
 sync (the parts never overlapped, of the stage holding the most parameters; and the
 mean over stages of the sync minus the compute it may overlap), on their cheapest
-paths, and for v = 1 by the same min-max split restricted to splits that fit memory
-(placement-free, so one pass serves every layout).  Memory never grows with d (ZeRO
+paths; the least over the z that fit somewhere is the outer's refined bound.  Outers
+are searched best first, in increasing order of their refined bound, refining them
+lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
+bound left may beat the incumbent.  Per layout the bound is refined by the layout's
+own sync group paths and its mean chunk time, and for v = 1 by the same min-max
+split restricted to splits that fit memory (placement-free, so one pass serves
+every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
 that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 1 and 2 price τ
 and sync identically and 2 only shrinks memory: only the larger allowed one is
@@ -61,6 +65,7 @@ recompute mode that fits, none before selective before full.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -155,6 +160,7 @@ class Stats:
 
     outer_total: int = 0
     outer_searched: int = 0
+    outer_unfit: int = 0  # dropped unsearched: no split fits memory at any ZeRO stage
     layouts_searched: int = 0
     dp_passes: int = 0
 
@@ -171,15 +177,15 @@ def solve(instance: Instance, options=None,
     and ``options.time_limit_s`` (:func:`_stop_after`), the deadline being checked before
     every outer choice, every layout and every step of the inner walks.  Stopped, it
     returns the incumbent FEASIBLE with the bound min(incumbent, β), or UNKNOWN without a
-    plan, where β is the lower bound of the outer choice it was searching.  β is a valid
-    bound on the structured space: (1) every plan of an outer choice already searched to
-    the end costs at least the incumbent (the inner searches are exact and offer every
-    plan that may beat it); (2) the outer choices are visited in increasing order of their
-    lower bound (c, b, S, d, v) ↦ (v·m + S − 1)·τ_lb(S·v), each a bound on every plan of
-    that choice (module docstring, "Bounds and pruning"), so the one being searched and
-    every later one cost at least β; (3) the plans of the one being searched that were
-    already offered are at least the incumbent, the rest at least β.  Stopped while the
-    outer choices were still being listed, β = 0 (no time is negative).
+    plan, where β is the least bound of the outer choices not searched to the end.  β is
+    a valid bound on the structured space: (1) every plan of an outer choice already
+    searched to the end costs at least the incumbent (the inner searches are exact and
+    offer every plan that may beat it), and one dropped by its bound too; (2) every other
+    outer choice has a bound (its compute or its refined bound, module docstring "Bounds
+    and pruning") of at least β (:meth:`_Search._best_first`); (3) the plans of the one
+    being searched that were already offered are at least the incumbent, the rest at
+    least β.  Stopped while the outer choices were still being listed, β = 0 (no time is
+    negative).
     ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
     to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
     workload neither made of identical blocks nor small enough to enumerate.
@@ -192,6 +198,7 @@ def solve(instance: Instance, options=None,
     elapsed = time.perf_counter() - start
     stats = {"outer_choices": search.stats.outer_total,
              "outer_searched": search.stats.outer_searched,
+             "outer_unfit": search.stats.outer_unfit,
              "layouts_searched": search.stats.layouts_searched,
              "dp_passes": search.stats.dp_passes}
     if search.stopped_bound is not None:
@@ -279,20 +286,76 @@ class _Search:
         self.stats.outer_total = len(outers)
         show = bool(getattr(self.options, "progress", False))
         with Progress("dp", len(outers), show_bar=show, logger=logger) as progress:
-            for outer in outers:
-                if not self.best.may_beat(outer.lower_bound, outer.key):
-                    break
-                try:
-                    self._check_time()
-                    self.stats.outer_searched += 1
-                    self._search_outer(outer)
-                except _TimeUp:  # this outer and every later one (bound order) unsearched
-                    self.stopped_bound = outer.lower_bound
-                    return self.best
-                progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
-        if self.best.plan is None:
+            self._best_first(outers, progress)
+        if self.best.plan is None and self.stopped_bound is None:
             self._measure_excess(outers)
         return self.best
+
+    def _best_first(self, outers: _Outers, progress: Progress) -> None:
+        """Search the outer choices in increasing order of their refined bound
+        (:meth:`_refined_bound`), until none left may beat the incumbent.
+
+        The outers come sorted by their compute bound β_c (``outer.lower_bound``), and
+        β_c <= β_r, the refined bound.  An outer is refined when its β_c is below every
+        refined bound waiting (a heap); the heap's least is searched once no unrefined
+        outer has a smaller β_c.  So at any moment every outer not yet searched has
+        (bound, key) at least that of the heap's least or of the next unrefined outer —
+        the least of which, when the deadline passes, is the bound on everything left
+        (``stopped_bound``; the outer being searched then is that least).  An outer whose
+        β_r cannot beat the incumbent (with its key, a prefix of its plans' keys) is
+        dropped: the incumbent only improves.  The search ends when neither the heap's
+        least nor the next unrefined outer may beat it.  Which plan wins does not depend
+        on the order: every plan is accepted by (objective, key), and every pruning
+        compares (bound, key prefix) with the incumbent's (objective, key).
+        """
+        stream = iter(outers)
+        head = next(stream, None)
+        waiting: list[tuple[int, tuple[int, ...], Outer]] = []
+        searching = None
+        try:
+            while True:
+                while head is not None and (not waiting or (head.lower_bound, head.key)
+                                            < waiting[0][:2]):
+                    if not self.best.may_beat(head.lower_bound, head.key):
+                        head = None  # sorted: no later outer may either
+                        break
+                    self._check_time()
+                    refined = self._refined_bound(head)
+                    self.stats.outer_unfit += refined >= INF
+                    if refined < INF and self.best.may_beat(refined, head.key):
+                        heapq.heappush(waiting, (refined, head.key, head))
+                    head = next(stream, None)
+                if not waiting or not self.best.may_beat(*waiting[0][:2]):
+                    return
+                refined, _, searching = heapq.heappop(waiting)
+                self._check_time()
+                self.stats.outer_searched += 1
+                self._search_outer(searching)
+                searching = None
+                progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
+        except _TimeUp:
+            left = [refined] if searching is not None else []
+            left += [waiting[0][0]] if waiting else []
+            left += [head.lower_bound] if head is not None else []
+            self.stopped_bound = min(left, default=self.best.objective or 0)
+
+    def _refined_bound(self, outer: Outer) -> int:
+        """The least over the ZeRO stages worth searching of the bound
+        :meth:`_search_outer` checks first, (v·m + S − 1)·max(τ_lb, gathers) + sync (each
+        term a bound: module docstring), over those some split fits in memory; INF when
+        none fits (then the outer has no plan)."""
+        table = self._table(outer.choice_index)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, table.config, outer.dp)
+        least = INF
+        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+            shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
+                          microbatches)
+            bound = shape.rounds * max(outer.chunk_bound, self._gather_bound(shape)) \
+                + self._sync_bound(shape)
+            if bound < least and self._fits_at_most_replicas(shape):
+                least = bound
+        return least
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:

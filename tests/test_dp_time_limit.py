@@ -43,35 +43,48 @@ def _stopped_after(instance, seconds: float, monkeypatch) -> tuple:
     return result, clock.now
 
 
-@pytest.mark.parametrize("name", ["interleaved_example.json", "worked_example.json"])
-def test_stopped_at_every_check_the_dp_gives_a_plan_and_a_valid_bound(name, monkeypatch):
-    """Stopped at any deadline check (outer loop, layouts, inner walks): UNKNOWN without a
+def _instances():
+    """Two small files and a random instance (v in {1, 2}, two configurations, multi-tier)
+    on which the DP searches several outer choices before it can prove its optimum."""
+    from nest_cp.harness.generators import random_instance
+    from nest_cp.model.instance import IntraConfig
+
+    return [load_instance(DATA / "interleaved_example.json"),
+            load_instance(DATA / "worked_example.json"),
+            random_instance(10, num_layers=5, tier_sizes=(2, 2, 2),
+                            configs=(IntraConfig(), IntraConfig(tp=2)), zero_stages=(0, 1),
+                            virtual_stages=(1, 2), identical_blocks=True, comm_scale=20,
+                            global_batch=16)]
+
+
+def test_stopped_at_every_check_the_dp_gives_a_plan_and_a_valid_bound(monkeypatch):
+    """Stopped at any deadline check (outer loop, layouts, inner walks; every one, or 15
+    spread over a long run): UNKNOWN without a
     plan, or FEASIBLE with 0 <= bound <= the unlimited DP's optimum <= its plan's objective,
     the plan evaluating to that objective; OPTIMAL only when it finished, then the same."""
-    instance = load_instance(DATA / name)
-    full = planner.solve(instance)
-    _, readings = _stopped_after(instance, 1e9, monkeypatch)  # the checks of a whole run
     statuses = set()
-    for seconds in range(int(readings) + 1):
-        result, _ = _stopped_after(instance, seconds, monkeypatch)
-        statuses.add(result.status)
-        if result.status is Status.UNKNOWN:
-            assert result.plan is None and result.objective_ticks is None
-            continue
-        assert evaluate(instance, result.plan).objective_ticks == result.objective_ticks
-        if result.status is Status.FEASIBLE:
-            assert 0 <= result.bound_ticks <= full.objective_ticks <= result.objective_ticks
-        else:
-            assert result.status is Status.OPTIMAL and result.plan == full.plan
+    for instance in _instances():
+        full = planner.solve(instance)
+        _, readings = _stopped_after(instance, 1e9, monkeypatch)  # the checks of a run
+        for seconds in range(0, int(readings) + 1, max(1, int(readings) // 15)):
+            result, _ = _stopped_after(instance, seconds, monkeypatch)
+            statuses.add(result.status)
+            if result.status is Status.UNKNOWN:
+                assert result.plan is None and result.objective_ticks is None
+                continue
+            assert evaluate(instance, result.plan).objective_ticks == result.objective_ticks
+            if result.status is Status.FEASIBLE:
+                assert 0 <= result.bound_ticks <= full.objective_ticks <= result.objective_ticks
+            else:
+                assert result.status is Status.OPTIMAL and result.plan == full.plan
     assert statuses == {Status.UNKNOWN, Status.FEASIBLE, Status.OPTIMAL}
 
 
-@pytest.mark.parametrize("name, walk", [("worked_example.json", "pareto_walk"),
-                                        ("interleaved_example.json", "interleaved")])
-def test_the_deadline_is_checked_inside_the_inner_walks(name, walk, monkeypatch):
+@pytest.mark.parametrize("walk", ["pareto_walk", "interleaved"])
+def test_the_deadline_is_checked_inside_the_inner_walks(walk, monkeypatch):
     """A deadline passing while an inner walk runs stops that walk (it asks at every step),
     not only the next layout or outer choice: the stop propagates out of the walk itself."""
-    instance = load_instance(DATA / name)
+    instance = _instances()[-1]  # its search runs both walks
     clock = {"now": 0.0}
     monkeypatch.setattr(planner.time, "perf_counter", lambda: clock["now"])
     raised = []
