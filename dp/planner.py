@@ -92,6 +92,7 @@ logger = logging.getLogger(__name__)
 
 CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
 STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
+REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between two searches
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +305,14 @@ class _Search:
         (``stopped_bound``; the outer being searched then is that least).  An outer whose
         β_r cannot beat the incumbent (with its key, a prefix of its plans' keys) is
         dropped: the incumbent only improves.  The search ends when neither the heap's
-        least nor the next unrefined outer may beat it.  Which plan wins does not depend
-        on the order: every plan is accepted by (objective, key), and every pruning
-        compares (bound, key prefix) with the incumbent's (objective, key).
+        least nor the next unrefined outer may beat it.  At most ``REFINED_PER_SEARCH``
+        outers are refined between two searches (so a plan comes early even where
+        millions of outers have a compute bound below the first refined ones): the heap's
+        least may then be searched before an unrefined outer of smaller compute bound,
+        which changes neither the bound on what is left (the least of the three) nor the
+        plan that wins.  Which plan wins does not depend on the order: every plan is
+        accepted by (objective, key), and every pruning compares (bound, key prefix) with
+        the incumbent's (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
@@ -314,19 +320,27 @@ class _Search:
         searching = None
         try:
             while True:
+                refined_now = 0
                 while head is not None and (not waiting or (head.lower_bound, head.key)
                                             < waiting[0][:2]):
                     if not self.best.may_beat(head.lower_bound, head.key):
                         head = None  # sorted: no later outer may either
                         break
+                    if waiting and refined_now >= REFINED_PER_SEARCH:
+                        break  # search the best waiting one first (an anytime plan)
                     self._check_time()
                     refined = self._refined_bound(head)
+                    refined_now += 1
                     self.stats.outer_unfit += refined >= INF
                     if refined < INF and self.best.may_beat(refined, head.key):
                         heapq.heappush(waiting, (refined, head.key, head))
                     head = next(stream, None)
-                if not waiting or not self.best.may_beat(*waiting[0][:2]):
-                    return
+                if waiting and not self.best.may_beat(*waiting[0][:2]):
+                    waiting.clear()  # a heap: no waiting one may either
+                if not waiting:
+                    if head is None:
+                        return
+                    continue
                 refined, _, searching = heapq.heappop(waiting)
                 self._check_time()
                 self.stats.outer_searched += 1

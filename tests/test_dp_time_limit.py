@@ -156,3 +156,21 @@ def test_solve_dp_with_an_ample_limit_is_the_dp():
     for key in ("objective_ticks", "bound_ticks", "plan"):
         assert limited_record[key] == full_record[key]
 
+
+
+def test_searching_before_refining_all_changes_no_optimum(monkeypatch):
+    """Best first with one refinement between searches (a search as soon as one outer waits)
+    finds the same objective and plan as the default, stopped or not: the order decides
+    only how early plans come, never which one wins or whether the bound holds."""
+    for instance in _instances():
+        full = planner.solve(instance)
+        monkeypatch.setattr(planner, "REFINED_PER_SEARCH", 1)
+        eager = planner.solve(instance)
+        assert (eager.status, eager.objective_ticks, eager.plan) == \
+            (full.status, full.objective_ticks, full.plan)
+        for seconds in (3, 10, 30):
+            result, _ = _stopped_after(instance, seconds, monkeypatch)
+            monkeypatch.setattr(planner, "REFINED_PER_SEARCH", 1)
+            if result.status is Status.FEASIBLE:
+                assert result.bound_ticks <= full.objective_ticks <= result.objective_ticks
+        monkeypatch.undo()
