@@ -217,7 +217,8 @@ def _stop_after(options) -> float | None:
     """Seconds the search may run: None (to the end) unless ``extra[STOP_AFTER_S]`` is set,
     then the lesser of it and ``options.time_limit_s`` (the registry shares the time limit
     out among the parts of a solve: one per recompute mode under a launcher, plain and
-    SDP), so a time-limited DP keeps within the share it is given."""
+    SDP), so a time-limited DP keeps within the share it is given.  Set both: with
+    ``time_limit_s`` left at its default (60 s) a longer STOP_AFTER_S stops at 60 s."""
     extra = getattr(options, "extra", None) or {}
     if extra.get(STOP_AFTER_S) is None:
         return None

@@ -38,7 +38,8 @@ class _Clock:
 def _stopped_after(instance, seconds: float, monkeypatch) -> tuple:
     clock = _Clock()
     monkeypatch.setattr(planner.time, "perf_counter", clock)
-    result = planner.solve(instance, SolveOptions(extra={planner.STOP_AFTER_S: seconds}))
+    result = planner.solve(instance, SolveOptions(time_limit_s=1e12,
+                                                  extra={planner.STOP_AFTER_S: seconds}))
     monkeypatch.undo()
     return result, clock.now
 
