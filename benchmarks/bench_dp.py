@@ -263,7 +263,8 @@ def _timed_solve(model: str, devices: int, network: str, choice_set: str) -> dic
                        "zero_stages": list(instance.training.zero_stages)}}
     start = time.perf_counter()
     try:
-        result = run_unrefereed(instance, "dp", SolveOptions(extra={STOP_AFTER_S: CAP_S}))
+        result = run_unrefereed(instance, "dp", SolveOptions(time_limit_s=CAP_S,
+                                                             extra={STOP_AFTER_S: CAP_S}))
     except BackendOptionError as exc:
         row.update(status="REFUSED", referee="not run", note="; ".join(
             filter(None, [note, f"the DP refuses the instance: {exc}"])))
