@@ -53,6 +53,18 @@ SPEED_CASES = (
     ("gpt3-175b", 16384, "nest-tpuv4-fattree", "v3", 3.0, 0.10),
     ("gpt3-175b", 131072, "nest-tpuv4-fattree", "v3", 15.0, 0.10),
 )
+# Issue 35: GPT3-175B on every shipped network preset at 1,024, 16,384 and 131,072 devices,
+# with the v3 choices ("v3", as above) and with the choices a user gives `instance new`
+# ("cli": --virtual-stages 1,2,4 --recompute-modes none,selective,full --launcher none, the
+# rest the preset's: no overlap, ZeRO as the preset allows).  Target at 131,072: 15 s.
+PRESET_DEVICES = (1024, 16384, 131072)
+PRESET_TARGET_S = {131072: 15.0}
+PRESET_CHOICE_SETS = ("v3", "cli")
+CAP_S = 60.0  # a DP still running after this long is stopped: FEASIBLE with its gap
+# `nest-cp solve --backend dp --time-limit 10` as a user runs it (a fresh process, the
+# "cli" instance): the whole command within ANYTIME_LIMIT_S + 2 s, with a plan and a bound.
+ANYTIME_DEVICES = (65536, 131072)
+ANYTIME_LIMIT_S = 10.0
 V2_VIRTUAL_STAGES = (1, 2, 4)
 PEAK_TARGET_BYTES = 2 * 2**30
 V3_PEAK_TARGET_BYTES = 2**30  # the v3 cases' target (issue 22)
@@ -72,14 +84,86 @@ NETWORKS = ("nest-tpuv4-fattree", "nest-h100-spineleaf")
 def run(out_dir: Path) -> None:
     """Measure, then write dp_speed.json and dp_speed.md into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    speed = [_speed_case(*case) for case in SPEED_CASES]
+    speed = [_speed_case(*case) for case in SPEED_CASES + preset_cases()]
+    anytime = [_anytime_case(network, devices) for network in _preset_names()
+               for devices in ANYTIME_DEVICES]
     ratios = [_ratio_case(model, devices, network) for network in NETWORKS
               for model in MANUAL_AT_128 for devices in RATIO_DEVICES]
-    report = {"machine": _machine(), "speed": speed, "throughput_vs_manual": ratios,
-              "peak_target_bytes": PEAK_TARGET_BYTES}
+    report = {"machine": _machine(), "speed": speed, "anytime": anytime,
+              "throughput_vs_manual": ratios, "peak_target_bytes": PEAK_TARGET_BYTES}
     (out_dir / "dp_speed.json").write_text(json.dumps(report, indent=1) + "\n")
     (out_dir / "dp_speed.md").write_text(_markdown(report))
     logger.info("wrote %s", out_dir / "dp_speed.json")
+
+
+def run_presets(out_dir: Path) -> None:
+    """Issue 35's part alone (every preset, and the anytime DP), merged into the existing
+    dp_speed.json (its other rows kept as they were measured, on their date): for a
+    machine or a session without the time for the whole of :func:`run`."""
+    path = out_dir / "dp_speed.json"
+    report = json.loads(path.read_text()) if path.exists() else {
+        "speed": [], "throughput_vs_manual": [], "peak_target_bytes": PEAK_TARGET_BYTES}
+    cases = preset_cases()
+    fresh = [_speed_case(*case) for case in cases]
+    measured = {(row["model"], row["devices"], row["network"], row["choice_set"])
+                for row in fresh}
+    report["speed"] = [row for row in report["speed"] if (
+        row["model"], row["devices"], row.get("network", "nest-tpuv4-fattree"),
+        row["choice_set"]) not in measured] + fresh
+    report["anytime"] = [_anytime_case(network, devices) for network in _preset_names()
+                         for devices in ANYTIME_DEVICES]
+    report["presets_machine"] = _machine()
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    (out_dir / "dp_speed.md").write_text(_markdown(report))
+
+
+def preset_cases() -> tuple[tuple, ...]:
+    """Issue 35's cases: every shipped network preset, at each of ``PRESET_DEVICES``, with
+    each of ``PRESET_CHOICE_SETS`` (the v3 fat-tree rows of SPEED_CASES not repeated)."""
+    from nest_cp.profiles.presets import NETWORKS as PRESETS
+
+    listed = {case[:4] for case in SPEED_CASES}
+    return tuple(("gpt3-175b", devices, network, choices, PRESET_TARGET_S.get(devices),
+                  0.10 if devices > 1024 else None)
+                 for choices in PRESET_CHOICE_SETS for network in PRESETS
+                 for devices in PRESET_DEVICES
+                 if ("gpt3-175b", devices, network, choices) not in listed)
+
+
+def _preset_names() -> tuple[str, ...]:
+    from nest_cp.profiles.presets import NETWORKS as PRESETS
+
+    return tuple(PRESETS)
+
+
+def _anytime_case(network: str, devices: int) -> dict:
+    """`solve --backend dp --time-limit 10 --json` on the "cli" instance, timed whole."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from nest_cp import io
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "instance.json"
+        io.save_instance(cli_instance("gpt3-175b", devices, network), path)
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "nest_cp.cli", "solve", str(path),
+                               "--backend", "dp", "--time-limit", str(ANYTIME_LIMIT_S),
+                               "--json"], capture_output=True, text=True, check=False)
+        wall_s = round(time.perf_counter() - start, 3)
+    row = {"network": network, "devices": devices, "time_limit_s": ANYTIME_LIMIT_S,
+           "command_s": wall_s, "exit_code": done.returncode, "status": None,
+           "objective_ticks": None, "bound_ticks": None}
+    try:
+        record = json.loads(done.stdout)
+        row.update(status=record["status"], objective_ticks=record["objective_ticks"],
+                   bound_ticks=record["bound_ticks"])
+    except (json.JSONDecodeError, KeyError):
+        row["error"] = done.stderr.strip().splitlines()[-1:] or ["no output"]
+    row["meets_target"] = wall_s <= ANYTIME_LIMIT_S + 2 and row["objective_ticks"] is not None
+    logger.info("anytime %s %d: %s in %.1f s", network, devices, row["status"], wall_s)
+    return row
 
 
 def _machine() -> dict:
@@ -141,13 +225,32 @@ def v2_instance(model: str, devices: int, network: str, v3: bool = False):
     return dataclasses.replace(instance, training=training), note
 
 
+def cli_instance(model: str, devices: int, network: str):
+    """The instance `nest-cp instance new --model M --devices N --network NET
+    --virtual-stages 1,2,4 --recompute-modes none,selective,full --launcher none` writes."""
+    import dataclasses
+
+    from nest_cp.model.instance import RecomputeMode
+    from nest_cp.model.launchers.search import Launcher
+    from nest_cp.profiles.presets import build_instance
+
+    instance = build_instance(model=model, devices=devices, network=network,
+                              recompute_modes=tuple(RecomputeMode))
+    training = dataclasses.replace(instance.training, virtual_stages=V2_VIRTUAL_STAGES,
+                                   launcher=Launcher.NONE)
+    return dataclasses.replace(instance, training=training)
+
+
 def _timed_solve(model: str, devices: int, network: str, choice_set: str) -> dict:
     """In the child: build the instance, time the DP, then time the referee on its plan."""
+    from nest_cp.dp.planner import STOP_AFTER_S
     from nest_cp.model.errors import BackendOptionError, InvalidPlan
     from nest_cp.profiles.presets import build_instance
     from nest_cp.solvers.registry import SolveOptions, check_result, run_unrefereed
 
-    if choice_set != "v1":
+    if choice_set == "cli":
+        instance, note = cli_instance(model, devices, network), ""
+    elif choice_set != "v1":
         instance, note = v2_instance(model, devices, network, v3=choice_set == "v3")
     else:
         instance, note = build_instance(model=model, devices=devices, network=network), ""
@@ -160,7 +263,8 @@ def _timed_solve(model: str, devices: int, network: str, choice_set: str) -> dic
                        "zero_stages": list(instance.training.zero_stages)}}
     start = time.perf_counter()
     try:
-        result = run_unrefereed(instance, "dp", SolveOptions())
+        result = run_unrefereed(instance, "dp", SolveOptions(time_limit_s=CAP_S,
+                                                             extra={STOP_AFTER_S: CAP_S}))
     except BackendOptionError as exc:
         row.update(status="REFUSED", referee="not run", note="; ".join(
             filter(None, [note, f"the DP refuses the instance: {exc}"])))
@@ -168,7 +272,7 @@ def _timed_solve(model: str, devices: int, network: str, choice_set: str) -> dic
     row["wall_time_s"] = round(time.perf_counter() - start, 3)
     row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB
     row.update(status=result.status.value, objective_ticks=result.objective_ticks,
-               plan=_degrees(result.plan), stats=result.stats)
+               bound_ticks=result.bound_ticks, plan=_degrees(result.plan), stats=result.stats)
     start = time.perf_counter()
     try:
         check_result(instance, result)
@@ -251,19 +355,31 @@ def _markdown(report: dict) -> str:
         "(`check_result`, which every `solve` ends with), timed apart; peak is the process's "
         "maximum resident set after the DP (imports included).",
         "",
+    ]
+    if "presets_machine" in report:
+        presets = report["presets_machine"]
+        anytime = report.get("anytime_machine", presets)
+        lines += [f"Issue 35's rows (every preset, `run_presets`): {presets['date_utc']}; "
+                  f"the anytime DP: {anytime['date_utc']}; on a machine shared with other "
+                  f"jobs (their times are inflated).", ""]
+    lines += [
         "## Speed",
         "",
         "Choices: v1 = the preset instance (v = 1, recompute none/full, no overlap); "
         "v2 = virtual stages [1, 2, 4], the recompute modes listed, overlapped gradient "
         "reduction; v3 = v2 and ZeRO 0-3 with overlapped parameter gathers, priced by cost "
-        "model v3 (docs/cost-model.md §5). Targets: DP seconds (issue 13; v3: issue 22) and "
+        "model v3 (docs/cost-model.md §5); cli = what `instance new --virtual-stages 1,2,4 "
+        "--recompute-modes none,selective,full --launcher none` writes (no overlap). A DP "
+        "still running after the cap is stopped and shown FEASIBLE with its gap. The machine "
+        "may be shared: see the date and note of the run. "
+        "Targets: DP seconds (issue 13; v3: issue 22; 131,072 devices: issue 35) and "
         "evaluation as a share of the DP (issue 14, at 16,384 and 131,072 devices); peak "
         "<= 2 GiB (v3: 1 GiB).",
         "",
-        "| model | devices | choices | status | DP (s) | target (s) | evaluation (s) | "
-        "eval / DP | target | peak (MiB) | plan p/d/t/e/z/v | outer searched / total | "
-        "meets |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        "| model | network | devices | choices | status | DP (s) | target (s) | "
+        "evaluation (s) | eval / DP | target | peak (MiB) | plan p/d/t/e/z/v | "
+        "outer searched / total | meets |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     notes = []
     for row in report["speed"]:
@@ -273,7 +389,8 @@ def _markdown(report: dict) -> str:
         share = f"{eval_s / max(dp_s, 1e-9):.1%}" if dp_s is not None and eval_s is not None \
             else "n/a"
         lines.append(
-            f"| {row['model']} | {row['devices']} | {choices} | {row['status']} | "
+            f"| {row['model']} | {row.get('network', 'nest-tpuv4-fattree')} | "
+            f"{row['devices']} | {choices} | {_status(row)} | "
             f"{_seconds(dp_s)} | {_target(row['target_s'], '{:g}')} | {_seconds(eval_s)} | "
             f"{share} | {_target(row['eval_share_target'], '{:.0%}')} | "
             + (f"{row['peak_rss_bytes'] / 2**20:.0f}" if row["wall_time_s"] is not None else "n/a")
@@ -287,6 +404,23 @@ def _markdown(report: dict) -> str:
                 notes.append(f"- {row['model']} at {row['devices']} ({choices}): {text}")
     if notes:
         lines += ["", "Notes:", ""] + notes
+    lines += [
+        "",
+        "## The anytime DP (issue 35)",
+        "",
+        "`nest-cp solve --backend dp --time-limit 10 --json` on GPT3-175B with the cli choices, "
+        "a fresh process timed whole (interpreter start-up and instance loading included). "
+        "Target: within 12 s with a plan (FEASIBLE with its bound, or OPTIMAL).",
+        "",
+        "| network | devices | command (s) | status | objective (ms) | bound (ms) | gap | meets |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for row in report.get("anytime", []):
+        objective, bound = row["objective_ticks"], row["bound_ticks"]
+        gap = f"{(objective - bound) / bound:.1%}" if objective and bound else "n/a"
+        lines.append(f"| {row['network']} | {row['devices']} | {row['command_s']:.2f} | "
+                     f"{row['status']} | {_ms(objective)} | {_ms(bound)} | {gap} | "
+                     f"{'yes' if row['meets_target'] else 'NO'} |")
     lines += [
         "",
         "## DP / manual throughput",
@@ -312,6 +446,14 @@ def _markdown(report: dict) -> str:
     if rejected:
         lines += ["", "Notes:", ""] + rejected
     return "\n".join(lines) + "\n"
+
+
+def _status(row: dict) -> str:
+    """The status, and for a DP stopped at the cap (FEASIBLE) the gap to its bound."""
+    objective, bound = row.get("objective_ticks"), row.get("bound_ticks")
+    if row["status"] == "FEASIBLE" and objective and bound:
+        return f"FEASIBLE at {CAP_S:g} s, gap {(objective - bound) / bound:.1%}"
+    return str(row["status"])
 
 
 def _plan_text(plan: dict | None, keys: tuple[str, ...]) -> str:

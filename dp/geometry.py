@@ -202,6 +202,24 @@ class LayoutGeometries:
         devices = rank_devices(layout, config, num_stages, dp, self.device_order)
         return stage_geometries(self.network, self.ids, devices, config, wrap)
 
+    def data_groups(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                    dp: int) -> tuple[tuple, list, list] | None:
+        """The part of :meth:`__call__` a stage's sync depends on, without placing any
+        replica: (a key equal for equal groups, per stage the path ids of its d-replica
+        groups, per stage those of its d·e groups), equal to the ``replica_groups`` and
+        ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
+        case (a graph, or an order other than the canonical one)."""
+        if not self.strided:
+            return None
+        strides = layout_strides(layout, config, num_stages, dp)
+        radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
+                 Dim.REPLICA: dp}
+        canonical = {dim: self._canonical(strides[dim]) if radix[dim] > 1 else 0
+                     for dim in radix}
+        key, (replica_sets, dense_sets) = self._data_groups(canonical, strides, config,
+                                                            num_stages, dp)
+        return key, replica_sets, dense_sets
+
     def _canonical(self, stride: int) -> int:
         """A stride of the same residue modulo the period, no larger, and at least the period
         if it is: ids built with it have the same residues, and every difference it makes is

@@ -34,16 +34,20 @@ recurrence and correctness argument in its docstring):
   with binary searches; on any other workload every split is enumerated
   (refused with a clear error when there are too many).
 
-Bounds and pruning (all exact).  Outer (c, b, S, d, v) are visited in increasing
-order of (v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into
-K chunks of chunk times with every collective and receive on its cheapest possible
-path (placement, memory, recompute and ZeRO ignored); the search stops at the
-first bound that cannot beat the incumbent.  Per z the bound is refined by the
+Bounds and pruning (all exact).  Each outer (c, b, S, d, v) has a compute bound
+(v·m + S − 1)·τ_lb(S·v), where τ_lb(K) is the kernel's min-max split into K chunks
+of chunk times with every collective and receive on its cheapest possible path
+(placement, memory, recompute and ZeRO ignored).  Per z the bound is refined by the
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
 sync (the parts never overlapped, of the stage holding the most parameters; and the
 mean over stages of the sync minus the compute it may overlap), on their cheapest
-paths, and for v = 1 by the same min-max split restricted to splits that fit memory
-(placement-free, so one pass serves every layout).  Memory never grows with d (ZeRO
+paths; the least over the z that fit somewhere is the outer's refined bound.  Outers
+are searched best first, in increasing order of their refined bound, refining them
+lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
+bound left may beat the incumbent.  Per layout the bound is refined by the layout's
+own sync group paths and its mean chunk time, and for v = 1 by the same min-max
+split restricted to splits that fit memory (placement-free, so one pass serves
+every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
 that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 1 and 2 price τ
 and sync identically and 2 only shrinks memory: only the larger allowed one is
@@ -61,6 +65,7 @@ recompute mode that fits, none before selective before full.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -87,6 +92,7 @@ logger = logging.getLogger(__name__)
 
 CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
 STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
+REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between two searches
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +161,7 @@ class Stats:
 
     outer_total: int = 0
     outer_searched: int = 0
+    outer_unfit: int = 0  # dropped unsearched: no split fits memory at any ZeRO stage
     layouts_searched: int = 0
     dp_passes: int = 0
 
@@ -164,25 +171,35 @@ def solve(instance: Instance, options=None,
     """The optimal plan of the structured space, or INFEASIBLE with the memory reason.
 
     ``options.progress`` draws a progress bar over the outer choices on a terminal
-    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead).  The DP has no time
-    limit of its own and no randomness; ``options.extra[STOP_AFTER_S]`` (set by ``solve``
-    when the DP is an exact backend's starting hint, so the hint honours ``--time-limit``)
-    stops the outer loop after that many seconds: the incumbent is returned FEASIBLE with
-    the least lower bound of the outer choices not yet searched (they are visited in
-    increasing bound order, so no plan left out costs less), or UNKNOWN without one.
-    Every other option is ignored.
+    (:mod:`nest_cp.model.progress`; ``-v`` logs its lines instead).  The DP has no
+    randomness and, by default, no time limit: it runs to the proven optimum.
+    ``options.extra[STOP_AFTER_S]`` makes it anytime (``solve --backend dp --time-limit``,
+    and the DP hint of the exact backends): it stops after the lesser of that many seconds
+    and ``options.time_limit_s`` (:func:`_stop_after`), the deadline being checked before
+    every outer choice, every layout and every step of the inner walks.  Stopped, it
+    returns the incumbent FEASIBLE with the bound min(incumbent, β), or UNKNOWN without a
+    plan, where β is the least bound of the outer choices not searched to the end.  β is
+    a valid bound on the structured space: (1) every plan of an outer choice already
+    searched to the end costs at least the incumbent (the inner searches are exact and
+    offer every plan that may beat it), and one dropped by its bound too; (2) every other
+    outer choice has a bound (its compute or its refined bound, module docstring "Bounds
+    and pruning") of at least β (:meth:`_Search._best_first`); (3) the plans of the one
+    being searched that were already offered are at least the incumbent, the rest at
+    least β.  Stopped while the outer choices were still being listed, β = 0 (no time is
+    negative).
     ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
     to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
     workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
-    stop_after = (getattr(options, "extra", None) or {}).get(STOP_AFTER_S)
+    stop_after = _stop_after(options)
     search = _Search(instance, options, all_layouts() if layouts is None else layouts,
                      None if stop_after is None else start + stop_after)
     best = search.run()
     elapsed = time.perf_counter() - start
     stats = {"outer_choices": search.stats.outer_total,
              "outer_searched": search.stats.outer_searched,
+             "outer_unfit": search.stats.outer_unfit,
              "layouts_searched": search.stats.layouts_searched,
              "dp_passes": search.stats.dp_passes}
     if search.stopped_bound is not None:
@@ -194,6 +211,18 @@ def solve(instance: Instance, options=None,
     return SolveResult(backend="dp", status=Status.OPTIMAL, plan=best.plan,
                        objective_ticks=best.objective, bound_ticks=best.objective,
                        wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats)
+
+
+def _stop_after(options) -> float | None:
+    """Seconds the search may run: None (to the end) unless ``extra[STOP_AFTER_S]`` is set,
+    then the lesser of it and ``options.time_limit_s`` (the registry shares the time limit
+    out among the parts of a solve: one per recompute mode under a launcher, plain and
+    SDP), so a time-limited DP keeps within the share it is given.  Set both: with
+    ``time_limit_s`` left at its default (60 s) a longer STOP_AFTER_S stops at 60 s."""
+    extra = getattr(options, "extra", None) or {}
+    if extra.get(STOP_AFTER_S) is None:
+        return None
+    return min(float(extra[STOP_AFTER_S]), getattr(options, "time_limit_s", math.inf))
 
 
 def _stopped(best: Best, unsearched_bound: int, elapsed: float, stats: dict) -> SolveResult:
@@ -244,34 +273,114 @@ class _Search:
         self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
+        self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self.best = Best()
         self.stats = Stats()
 
     # ------------------------------------------------------------ outer loop
 
     def run(self) -> Best:
-        outers = self._outer_choices()
+        try:
+            outers = self._outer_choices()
+        except _TimeUp:  # nothing searched: every objective is >= 0 ticks
+            self.stopped_bound = 0
+            return self.best
         self.stats.outer_total = len(outers)
         show = bool(getattr(self.options, "progress", False))
         with Progress("dp", len(outers), show_bar=show, logger=logger) as progress:
-            for outer in outers:
-                if not self.best.may_beat(outer.lower_bound, outer.key):
-                    break
-                try:
-                    self._check_time()
-                    self.stats.outer_searched += 1
-                    self._search_outer(outer)
-                except _TimeUp:  # this outer and every later one (bound order) unsearched
-                    self.stopped_bound = outer.lower_bound
-                    return self.best
-                progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
-        if self.best.plan is None:
+            self._best_first(outers, progress)
+        if self.best.plan is None and self.stopped_bound is None:
             self._measure_excess(outers)
         return self.best
+
+    def _best_first(self, outers: _Outers, progress: Progress) -> None:
+        """Search the outer choices in increasing order of their refined bound
+        (:meth:`_refined_bound`), until none left may beat the incumbent.
+
+        The outers come sorted by their compute bound β_c (``outer.lower_bound``), and
+        β_c <= β_r, the refined bound.  An outer is refined when its β_c is below every
+        refined bound waiting (a heap); the heap's least is searched once no unrefined
+        outer has a smaller β_c.  So at any moment every outer not yet searched has
+        (bound, key) at least that of the heap's least or of the next unrefined outer —
+        the least of which, when the deadline passes, is the bound on everything left
+        (``stopped_bound``; the outer being searched then is that least).  An outer whose
+        β_r cannot beat the incumbent (with its key, a prefix of its plans' keys) is
+        dropped: the incumbent only improves.  The search ends when neither the heap's
+        least nor the next unrefined outer may beat it.  At most ``REFINED_PER_SEARCH``
+        outers are refined between two searches (so a plan comes early even where
+        millions of outers have a compute bound below the first refined ones): the heap's
+        least may then be searched before an unrefined outer of smaller compute bound,
+        which changes neither the bound on what is left (the least of the three) nor the
+        plan that wins.  Which plan wins does not depend on the order: every plan is
+        accepted by (objective, key), and every pruning compares (bound, key prefix) with
+        the incumbent's (objective, key).
+        """
+        stream = iter(outers)
+        head = next(stream, None)
+        waiting: list[tuple[int, tuple[int, ...], Outer]] = []
+        searching = None
+        try:
+            while True:
+                refined_now = 0
+                while head is not None and (not waiting or (head.lower_bound, head.key)
+                                            < waiting[0][:2]):
+                    if not self.best.may_beat(head.lower_bound, head.key):
+                        head = None  # sorted: no later outer may either
+                        break
+                    if waiting and refined_now >= REFINED_PER_SEARCH:
+                        break  # search the best waiting one first (an anytime plan)
+                    self._check_time()
+                    refined = self._refined_bound(head)
+                    refined_now += 1
+                    self.stats.outer_unfit += refined >= INF
+                    if refined < INF and self.best.may_beat(refined, head.key):
+                        heapq.heappush(waiting, (refined, head.key, head))
+                    head = next(stream, None)
+                if waiting and not self.best.may_beat(*waiting[0][:2]):
+                    waiting.clear()  # a heap: no waiting one may either
+                if not waiting:
+                    if head is None:
+                        return
+                    continue
+                refined, _, searching = heapq.heappop(waiting)
+                self._check_time()
+                self.stats.outer_searched += 1
+                self._search_outer(searching)
+                searching = None
+                progress.advance(status=f"best {ticks_text(self.best.objective)} ticks")
+        except _TimeUp:
+            left = [refined] if searching is not None else []
+            left += [waiting[0][0]] if waiting else []
+            left += [head.lower_bound] if head is not None else []
+            self.stopped_bound = min(left, default=self.best.objective or 0)
+
+    def _refined_bound(self, outer: Outer) -> int:
+        """The least over the ZeRO stages worth searching of the bound
+        :meth:`_search_outer` checks first, (v·m + S − 1)·max(τ_lb, gathers) + sync (each
+        term a bound: module docstring), over those some split fits in memory; INF when
+        none fits (then the outer has no plan)."""
+        table = self._table(outer.choice_index)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, table.config, outer.dp)
+        least = INF
+        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+            shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
+                          microbatches)
+            bound = shape.rounds * max(outer.chunk_bound, self._gather_bound(shape)) \
+                + self._sync_bound(shape)
+            if bound < least and self._fits_at_most_replicas(shape):
+                least = bound
+        return least
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
             raise _TimeUp
+
+    def _may_beat_in_time(self, objective: int, key: tuple[int, ...]) -> bool:
+        """``best.may_beat`` for the inner searches, which ask it at every step of their
+        walks: the deadline is checked there too, so one outer choice cannot overrun it."""
+        self._check_time()
+        return self.best.may_beat(objective, key)
 
     def _outer_choices(self) -> _Outers:
         """Every (c, b, S, d, v), sorted by (lower bound, key): built as arrays, handed out
@@ -283,6 +392,7 @@ class _Search:
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
             if config.devices > num_devices:
                 continue
+            self._check_time()
             chunk_bounds = self._chunk_time_bounds(choice_index)
             bound_of = np.array([0] + [chunk_bounds[k] for k in range(1, num_layers + 1)],
                                 dtype=np.int64)
@@ -435,54 +545,76 @@ class _Search:
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
-            if virtual == 1:
-                inner = SuffixMemory(self.prices, shape, self.limit)
-                cheapest = self._cheapest_times(table, num_stages)
-                self.stats.dp_passes += 1
-                fitting = int(fill_table(inner.effective(
-                    {mode: cheapest + windows(table.rerun_range[mode], num_stages)
-                     for mode in table.modes}))[0][0, 0])
-                if fitting >= INF:  # memory does not depend on the layout
-                    continue
-                bound = shape.rounds * max(tau_bound, fitting) + sync_bound
-            else:
-                _require_exact_method(table, shape.num_chunks)
-                inner = Interleaved(self.prices, shape, self.limit)
+            inner = None  # built when a layout first passes its bounds (most never do)
             searched = set()
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
                 self._check_time()
+                groups = self.geometries.data_groups(layout, config, num_stages, dp)
+                if groups is not None:  # the sync bound first: it needs no replica placed
+                    layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
+                    if not self.best.may_beat(max(bound, layout_sync), key):
+                        continue
                 if layout_index not in geometries:
                     geometries[layout_index] = tuple(self.geometries(
                         layout, config, num_stages, dp, virtual > 1))
-                if geometries[layout_index] in searched:  # priced alike, a later key: no win
+                geometry = geometries[layout_index]
+                if geometry in searched:  # priced alike, a later key: no win
                     continue
-                searched.add(geometries[layout_index])
-                if not self.best.may_beat(max(bound, self._layout_bound(
-                        shape, geometries[layout_index]) + sync_bound), key):
+                searched.add(geometry)
+                if groups is None:
+                    layout_sync = max(sync_bound, self._layout_sync_bound(
+                        shape, geometry, [g.replica_groups for g in geometry],
+                        [g.dense_groups for g in geometry]))
+                layout_bound = self._layout_bound(shape, geometry) + layout_sync
+                if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
+                if inner is None:
+                    inner, bound = self._inner(shape, tau_bound, sync_bound, bound)
+                    if inner is None:  # no split fits memory, on any layout
+                        break
+                    if not self.best.may_beat(max(bound, layout_bound), key):
+                        continue
                 self.stats.layouts_searched += 1
-                self._search_layout(shape, inner, list(geometries[layout_index]), key, layout)
+                self._search_layout(shape, inner, list(geometry), key, layout)
+
+    def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
+        """The inner search of a shape (layout-free: memory does not depend on the
+        layout) and the shape's bound, for v = 1 refined by the min-max split restricted to
+        splits that fit memory (module docstring); (None, bound) when no split fits."""
+        if shape.virtual > 1:
+            _require_exact_method(shape.table, shape.num_chunks)
+            return Interleaved(self.prices, shape, self.limit), bound
+        table, num_stages = shape.table, shape.num_stages
+        inner = SuffixMemory(self.prices, shape, self.limit)
+        cheapest = self._cheapest_times(table, num_stages)
+        self.stats.dp_passes += 1
+        fitting = int(fill_table(inner.effective(
+            {mode: cheapest + windows(table.rerun_range[mode], num_stages)
+             for mode in table.modes}))[0][0, 0])
+        if fitting >= INF:
+            return None, bound
+        return inner, shape.rounds * max(tau_bound, fitting) + sync_bound
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
         if shape.num_stages == 1:
             self.stats.dp_passes += single_stage(
                 self.prices, shape, inner, geometries[0],
-                lambda objective: self.best.may_beat(objective, key),
+                lambda objective: self._may_beat_in_time(objective, key),
                 lambda objective, stages: self._accept(shape, stages, objective, key, layout))
             return
         if shape.virtual == 1:
             self.stats.dp_passes += pareto_walk(
                 self.prices, shape, inner, geometries,
-                lambda objective: self.best.may_beat(objective, key),
+                lambda objective: self._may_beat_in_time(objective, key),
                 lambda objective, stages: self._accept(shape, stages, objective, key, layout))
             return
         self.stats.dp_passes += inner.search(
             geometries,
-            lambda objective, variant: self.best.may_beat(objective, key + (variant,)),
+            lambda objective, variant: self._may_beat_in_time(objective, key + (variant,)),
             lambda objective, variant, stages: self._accept(shape, stages, objective,
                                                             key + (variant,), layout))
 
@@ -585,6 +717,63 @@ class _Search:
             self._layout_totals[key] = total
         return shape.rounds * -(-total // shape.num_chunks)
 
+    def _layout_sync_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
+                           dense_groups: list) -> int:
+        """A lower bound on max_s exposed_s on this layout, from its own sync groups' paths:
+        per stage, the path ids of its d-replica groups and of its d·e groups (those of its
+        :class:`~nest_cp.dp.geometry.StageGeometry`); ``groups_key`` is equal for equal
+        groups.
+
+        :meth:`_fresh_sync_bound` must hold for every layout, so it prices a group of g
+        ranks on the fastest path any g devices may have — with as many channels as a
+        tier-0 domain has members (cost model §5 a), e.g. 8 NICs of a DGX node.  A layout
+        that puts its tensor ranks in one node gives its data-parallel groups one member per
+        node, one channel: up to 8 times slower.  Here each group is priced on the path the
+        layout actually gives it:
+
+        For each kind of parameters (dense over d·e ranks, expert over d), the stage s*
+        holding the most of them holds at least ceil(P / S).  Its exposed sync is at least
+        its parts the iteration waits for in full (RS without overlap_grad_reduce, AG
+        without overlap_param_gather; the others are >= 0, §5 d), each the price on the
+        kind's slowest group of s* (§5 c), so at least the largest over s*'s groups of
+        the price; prices never fall as the parameter count grows, and s* is one of the
+        stages, so the least over the stages' distinct group sets bounds it.  The largest
+        over the kinds is taken (0 with both overlaps).  Every step of
+        :meth:`_fresh_sync_bound` holds as well with, for each kind, the paths of this
+        layout's groups of that kind in place of the fastest paths (each stage's phase costs
+        at least its price on any one of its groups, one of those paths): the larger of the
+        two is returned.  Kept per (layer table, S, d, z, groups).
+        """
+        if not self.network.is_hierarchical:
+            return 0
+        training = self.instance.training
+        in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
+        table = shape.table
+        key = (id(table), shape.num_stages, shape.dp, shape.zero, groups_key)
+        found = self._layout_syncs.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        kinds = (dense_groups, replica_groups)
+        unions = [tuple(self.ids.paths[path] for path in sorted(set().union(*stage_groups)))
+                  for stage_groups in kinds]
+        bound = self._fresh_sync_bound(shape, lambda kind, size: unions[kind])
+        for (params, _, per_replica), stage_groups in zip(parameter_kinds(table), kinds):
+            if not any(in_full):
+                break
+            size = shape.dp * per_replica
+            if size <= 1 or params == 0:
+                continue
+            heaviest = -(-params // shape.num_stages)
+            prices = []
+            for groups in set(stage_groups):
+                forms = [self.prices.sync_forms(shape.zero, size, path) for path in groups]
+                prices.append(sum(max(phase[index].of(heaviest) for phase in forms)
+                                  for index, full in enumerate(in_full)
+                                  if full and forms and forms[0][index] is not None))
+            bound = max(bound, min(prices))
+        self._layout_syncs[key] = (table, bound)
+        return bound
+
     def _gather_bound(self, shape: Shape) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
 
@@ -612,8 +801,11 @@ class _Search:
             self._sync_bounds[key] = found
         return found[1]
 
-    def _fresh_sync_bound(self, shape: Shape) -> int:
-        """A lower bound on max_s exposed_s, from the fastest paths a sync group may have.
+    def _fresh_sync_bound(self, shape: Shape, paths_of=None) -> int:
+        """A lower bound on max_s exposed_s, from the fastest paths a sync group may have
+        (``paths_of(kind, size)``, kind 0 dense and 1 expert: paths one of which every
+        group of the kind runs on or on a slower one; default the fastest paths of any
+        ``size`` devices).
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
         cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
@@ -641,17 +833,20 @@ class _Search:
         _, forward, backward = whole_totals(table)
         in_full = (not training.overlap_grad_reduce, not training.overlap_param_gather)
         heaviest_bound, total, denominator = 0, 0, 1  # total / denominator: Σ_s (RS_s + AG_s)
-        for params, every_layer, per_replica in parameter_kinds(table):
+        for kind, (params, every_layer, per_replica) in enumerate(parameter_kinds(table)):
             size = shape.dp * per_replica
             if size <= 1 or params == 0:
                 continue
-            floor = self._floors.get((shape.zero, size))
-            if floor is None:  # kept per (z, size): one size serves many (table, S)
-                floor = self.prices.sync_floor(shape.zero, size,
-                                               fastest_group_paths(self.network, size))
-                self._floors[shape.zero, size] = floor
-            if any(in_full):
+            if paths_of is None:
                 paths = fastest_group_paths(self.network, size)
+                floor = self._floors.get((shape.zero, size))
+                if floor is None:  # kept per (z, size): one size serves many (table, S)
+                    floor = self.prices.sync_floor(shape.zero, size, paths)
+                    self._floors[shape.zero, size] = floor
+            else:
+                paths = paths_of(kind, size)
+                floor = self.prices.sync_floor(shape.zero, size, paths)
+            if any(in_full):
                 heaviest = -(-params // num_stages)
                 heaviest_bound = max(heaviest_bound, min(
                     sum(form.of(heaviest) for form, full in zip(self.prices.sync_forms(

@@ -482,11 +482,13 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
     monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
     monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
     monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
+    monkeypatch.setattr(planner._Search, "_layout_sync_bound", lambda *args: 0)
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
         (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
     exhaustive = dp_solve(instance, OPTIONS)
-    assert exhaustive.stats["outer_searched"] == exhaustive.stats["outer_choices"]
+    assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
+        exhaustive.stats["outer_choices"]
     assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
                                                        exhaustive.objective_ticks)
     assert pruned.plan == exhaustive.plan
@@ -520,6 +522,8 @@ def test_single_stage_equals_the_walk(seed, monkeypatch):
         return 1
 
     monkeypatch.setattr(planner, "single_stage", both)
+    # every outer choice searched, in key order (S = 1 first): S = 1 plans are offered
+    monkeypatch.setattr(planner._Search, "_refined_bound", lambda search, outer: 0)
     walked = dp_solve(instance, OPTIONS)
     assert any(compared)  # some S = 1 plan was offered
     assert (fast.status, fast.objective_ticks, fast.plan) == (

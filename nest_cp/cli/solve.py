@@ -32,6 +32,11 @@ AFTER_SEARCH_CHECKS = 4
 # Without a hint to time: one referee check's seconds per device (0.9-1.8 s at 1,048,576
 # devices on a loaded 2-core machine)
 CHECK_S_PER_DEVICE = 1.5e-6
+# `solve --backend dp --time-limit S`: the DP stops this long before S (counted from the
+# process's start), for what follows it (the referee's evaluation of the plan, the record,
+# the placement map, the interpreter's exit), so the command ends within S + 2 s even on a
+# busy machine
+DP_AFTERWORK_S = 0.5
 
 
 # solve's options that map to a SolveOptions field or extra key a backend may not honour
@@ -89,7 +94,10 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     command), loading the instance, the DP plan they start from (--hint, computed first),
     and the referee's check, report and plan file after the search (time kept back:
     AFTER_SEARCH_CHECKS times the hint's check, or without a hint an estimate from the
-    device count) all count against the limit.  On an instance allowing SDP
+    device count) all count against the limit.  The DP runs to its proven optimum unless
+    --time-limit is given: then it stops DP_AFTERWORK_S before the limit, counted the same
+    way, with its best plan and a lower bound (:func:`nest_cp.dp.planner.solve`).  On an
+    instance allowing SDP
     (training.strategies) the best plain and the best SDP plan
     are both reported; exit 0 when either exists.
     """
@@ -108,6 +116,10 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     if output is not None:
         check_writable(output, inputs=(instance_path,))
     inst = io.load_instance(instance_path)
+    if backend == "dp" and click.get_current_context().get_parameter_source(
+            "time_limit") is click.core.ParameterSource.COMMANDLINE:
+        extra[STOP_AFTER_S] = max(
+            time_limit - DP_AFTERWORK_S - (time.monotonic() - started), 0.0)
     chosen = Space(space) if space else (
         Space.FULL if backend in ("cpsat", "milp") else Space.STRUCTURED)
     hint_plan, sdp_hint, hint_s, hinted = None, None, None, None

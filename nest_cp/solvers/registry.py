@@ -49,7 +49,7 @@ SDP_BACKENDS: dict[str, str] = {
 # ``rank_by`` (which of the best plain and the best SDP plan is reported first) applies to
 # the backends that search SDP plans.
 HONOURED_OPTIONS: dict[str, frozenset[str]] = {
-    "dp": frozenset({"rank_by"}),
+    "dp": frozenset({"rank_by", "time_limit_s"}),  # time_limit_s with extra "stop_after_s"
     "brute": frozenset({"space", "max_placements", "rank_by"}),
     "cpsat": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "rank_by"}),
     "milp": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "milp_solver",

@@ -1,0 +1,71 @@
+"""The planner's per-layout sync bound (issue 35) against exhaustive search over splits."""
+
+from __future__ import annotations
+
+import pytest
+
+from nest_cp.dp import planner
+from nest_cp.model.result import SolveOptions
+
+
+def _least_max_exposed(search, table, shape, layout) -> int:
+    """min over every contiguous split (v = 1) of max_s exposed_s on ``layout``: the exact
+    least sync part of a plan of that shape and layout, by the min-max kernel."""
+    import numpy as np
+
+    from nest_cp.dp.kernel import INF, fill_table
+    from nest_cp.dp.suffix import per_stage
+
+    config = table.config
+    geometries = search.geometries(layout, config, shape.num_stages, shape.dp)
+    exposed = per_stage(geometries, lambda geometry: search.prices.exposed_range(
+        table, geometry, shape.dp, shape.zero))
+    width = exposed.shape[1]
+    ordered = np.triu(np.ones((width, width), dtype=bool))
+    return int(fill_table(np.where(ordered, exposed, INF))[0][0, 0])
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_layout_sync_bound_never_exceeds_the_least_exposed_sync(overlap):
+    """On small multi-channel networks, for every (config, S, d, z) and layout, the
+    planner's per-layout sync bound is at most the least max_s exposed_s over every split
+    (exhaustive), tight on some shapes and strict on others; and the data groups it reads
+    are the geometries' own."""
+    import dataclasses
+
+    from nest_cp.cost import terms as cost
+    from nest_cp.dp.compose import Shape
+    from nest_cp.harness.generators import random_instance
+    from nest_cp.model.instance import IntraConfig
+    from nest_cp.model.plan import all_layouts
+
+    tight = strict = 0
+    for seed in range(2):
+        instance = random_instance(seed, num_layers=4, tier_sizes=(4, 2, 2),
+                                   configs=(IntraConfig(), IntraConfig(tp=2)),
+                                   zero_stages=(0, 1, 3), global_batch=16, comm_scale=50)
+        instance = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, overlap_grad_reduce=overlap))
+        search = planner._Search(instance, SolveOptions(), all_layouts())
+        devices = instance.cluster.num_devices
+        for choice_index, (config, microbatch) in enumerate(instance.choices):
+            table = search._table(choice_index)
+            for stages in range(1, table.num_layers + 1):
+                for dp in range(2, devices // (config.devices * stages) + 1):
+                    microbatches = cost.num_microbatches(instance.training.global_batch,
+                                                         microbatch, config, dp)
+                    for zero in instance.training.zero_stages:
+                        shape = Shape(table, stages, dp, 1, zero, microbatches)
+                        for layout in all_layouts()[::6]:
+                            key, replica_groups, dense_groups = search.geometries.data_groups(
+                                layout, config, stages, dp)
+                            geometries = search.geometries(layout, config, stages, dp)
+                            assert replica_groups == [g.replica_groups for g in geometries]
+                            assert dense_groups == [g.dense_groups for g in geometries]
+                            bound = search._layout_sync_bound(shape, key, replica_groups,
+                                                              dense_groups)
+                            least = _least_max_exposed(search, table, shape, layout)
+                            assert 0 <= bound <= least
+                            tight += bound == least
+                            strict += bound < least
+    assert tight and strict
