@@ -1,5 +1,5 @@
 """Test helpers: the objective an exact model gives a plan pinned into it, random placements
-and SDP plans, and the DP's SDP pricing checked against the evaluator."""
+and SDP plans, the DP's SDP pricing checked against the evaluator, and a counting clock."""
 
 from __future__ import annotations
 
@@ -74,3 +74,14 @@ def sdp_prices_match(rng, instance, draws: int, random_plan) -> list:
         checked.append((plan, expected))
     return checked
 
+
+class SteppingClock:
+    """A fake ``time.perf_counter`` advancing one second per reading, so a deadline check
+    is a count of readings, not a race with the machine's speed."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from pinning import SteppingClock
 
 from nest_cp import evaluate
 from nest_cp.cli import main
@@ -24,19 +25,8 @@ from nest_cp.solvers.registry import solve
 DATA = Path(__file__).parent / "data"
 
 
-class _Clock:
-    """A fake perf_counter advancing one second per reading (one per deadline check)."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def _stopped_after(instance, seconds: float, monkeypatch) -> tuple:
-    clock = _Clock()
+    clock = SteppingClock()
     monkeypatch.setattr(planner.time, "perf_counter", clock)
     result = planner.solve(instance, SolveOptions(time_limit_s=1e12,
                                                   extra={planner.STOP_AFTER_S: seconds}))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from pinning import SteppingClock
 
 from nest_cp import io
 from nest_cp.cli import main
@@ -339,17 +340,6 @@ def test_deepspeed_refuses_zero_3_beside_a_pipeline_with_exit_2(tmp_path):
 # ------------------------------------------------------------------ the DP hint's time limit
 
 
-class _Clock:
-    """A fake perf_counter advancing one second per reading."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 @pytest.mark.parametrize("seconds", [0, 3, 12, 40])
 def test_the_dp_stopped_at_its_limit_returns_a_valid_bound(seconds, monkeypatch):
     """With STOP_AFTER_S the DP stops after that many (fake) seconds: UNKNOWN without a plan,
@@ -359,7 +349,7 @@ def test_the_dp_stopped_at_its_limit_returns_a_valid_bound(seconds, monkeypatch)
 
     instance = io.load_instance(WORKED)
     optimum = solve(instance, "dp", SolveOptions(space=Space.STRUCTURED)).objective_ticks
-    monkeypatch.setattr(planner.time, "perf_counter", _Clock())
+    monkeypatch.setattr(planner.time, "perf_counter", SteppingClock())
     result = solve(instance, "dp", SolveOptions(space=Space.STRUCTURED,
                                                 extra={planner.STOP_AFTER_S: seconds}))
     if result.status is Status.UNKNOWN:
