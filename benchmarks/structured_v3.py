@@ -6,8 +6,8 @@ for each instance where the certificate beat the DP ("best from: relaxation"):
 
 1. characterises both placements on the hierarchical network: per stage, the members of
    its data-parallel group in each tier-0 node (the k of docs/cost-model.md §5 a is the
-   fewest in any node the group touches) and in each tier-1 domain, how many stages share a node, how
-   many nodes are partly used, how many nodes one stage replica spans;
+   fewest in any node the group touches) and in each tier-1 domain, how many stages share a
+   node, how many nodes are partly used, how many nodes one stage replica spans;
 2. prices, with the evaluator (``nest_cp.cost.evaluate``), candidate layout classes at
    the fixed shape (configuration, b, z, v, S, d, split, recompute) of the certificate's
    plan and of the DP's plan.  A class's layouts are mixed-radix orders of *split*
