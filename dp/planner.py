@@ -175,7 +175,7 @@ def solve(instance: Instance, options=None,
     randomness and, by default, no time limit: it runs to the proven optimum.
     ``options.extra[STOP_AFTER_S]`` makes it anytime (``solve --backend dp --time-limit``,
     and the DP hint of the exact backends): it stops after the lesser of that many seconds
-    and ``options.time_limit_s`` (:func:`_stop_after`), the deadline being checked before
+    and ``options.time_limit_s`` (:func:`stop_after_seconds`), the deadline being checked before
     every outer choice, every layout and every step of the inner walks.  Stopped, it
     returns the incumbent FEASIBLE with the bound min(incumbent, β), or UNKNOWN without a
     plan, where β is the least bound of the outer choices not searched to the end.  β is
@@ -192,7 +192,7 @@ def solve(instance: Instance, options=None,
     workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
-    stop_after = _stop_after(options)
+    stop_after = stop_after_seconds(options)
     search = _Search(instance, options, all_layouts() if layouts is None else layouts,
                      None if stop_after is None else start + stop_after)
     best = search.run()
@@ -213,7 +213,7 @@ def solve(instance: Instance, options=None,
                        wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats)
 
 
-def _stop_after(options) -> float | None:
+def stop_after_seconds(options) -> float | None:
     """Seconds the search may run: None (to the end) unless ``extra[STOP_AFTER_S]`` is set,
     then the lesser of it and ``options.time_limit_s`` (the registry shares the time limit
     out among the parts of a solve: one per recompute mode under a launcher, plain and

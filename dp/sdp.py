@@ -63,6 +63,7 @@ from nest_cp.cost.sdp import (
     unit_table,
 )
 from nest_cp.dp.geometry import fastest_group_paths, rank_devices
+from nest_cp.dp.planner import stop_after_seconds
 from nest_cp.model.instance import (
     CollectiveGroup,
     Instance,
@@ -138,13 +139,27 @@ class SdpBest:
 
 
 def solve_sdp(instance: Instance, options=None) -> SolveResult:
-    """The DP's best SDP plan (OPTIMAL over the structured SDP space) or INFEASIBLE."""
+    """The DP's best SDP plan (OPTIMAL over the structured SDP space) or INFEASIBLE.
+
+    Anytime like the plain DP (:func:`nest_cp.dp.planner.solve`): with
+    ``options.extra[STOP_AFTER_S]`` it stops after :func:`stop_after_seconds`, the deadline
+    checked before every sub-problem and every layout, and returns the incumbent FEASIBLE
+    with the T_eff bound min(incumbent, β), or UNKNOWN without a plan, where β is the
+    least bound of the sub-problems not searched to the end.  β is valid: a sub-problem
+    searched to the end offered every plan that may beat the incumbent, one skipped by its
+    bound or its memory has none below the incumbent or none at all, and every plan of the
+    others, the one being searched included, has a T_eff of at least its sub-problem's
+    bound (module docstring, "Sub-problems").
+    """
     start = time.perf_counter()
-    search = _SdpSearch(instance)
+    stop_after = stop_after_seconds(options)
+    search = _SdpSearch(instance, None if stop_after is None else start + stop_after)
     best = search.run()
     elapsed = time.perf_counter() - start
     stats = {"sdp_subproblems": best.subproblems, "sdp_searched": best.searched,
              "sdp_candidates": best.candidates}
+    if search.stopped_bound is not None:
+        return _stopped(best, search.stopped_bound, elapsed, stats)
     if best.plan is None:
         return SolveResult(backend="dp", status=Status.INFEASIBLE, wall_time_s=elapsed,
                            space=Space.STRUCTURED, message=_infeasible_reason(best),
@@ -154,6 +169,25 @@ def solve_sdp(instance: Instance, options=None) -> SolveResult:
                        objective_ticks=best.objective, wall_time_s=elapsed,
                        space=Space.STRUCTURED, stats=stats, effective=best.effective,
                        effective_bound=best.effective)
+
+
+def _stopped(best: SdpBest, unsearched_bound: Fraction, elapsed: float,
+             stats: dict) -> SolveResult:
+    """The result of an SDP search stopped at its time limit (see :func:`solve_sdp`)."""
+    if best.plan is None:
+        return SolveResult(backend="dp", status=Status.UNKNOWN, wall_time_s=elapsed,
+                           space=Space.STRUCTURED, stats=stats,
+                           message="stopped at the time limit before finding an SDP plan")
+    stats.update(design=best.design.value, layout=best.layout.name)
+    return SolveResult(backend="dp", status=Status.FEASIBLE, plan=best.plan,
+                       objective_ticks=best.objective, wall_time_s=elapsed,
+                       space=Space.STRUCTURED, stats=stats, effective=best.effective,
+                       effective_bound=min(best.effective, unsearched_bound),
+                       message="stopped at the time limit")
+
+
+class _Stopped(Exception):
+    """The deadline passed inside one sub-problem."""
 
 
 def price_plan(instance: Instance, plan: Plan) -> tuple[int, int]:
@@ -194,8 +228,10 @@ def _index(enum, member) -> int:
 class _SdpSearch:
     """Sub-problems in bound order, then designs, modes and layouts, priced vectorised."""
 
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: Instance, deadline: float | None = None):
         self.instance = instance
+        self.deadline = deadline  # perf_counter() time to stop at, or None
+        self.stopped_bound: Fraction | None = None  # β of solve_sdp once stopped
         self.network = NetworkModel(instance.cluster)
         self.order = np.array(self.network.canonical_order(), dtype=np.int64)
         self.limit = instance.cluster.usable_hbm_bytes
@@ -218,14 +254,24 @@ class _SdpSearch:
             return self.best
         subproblems = self._subproblems()
         self.best.subproblems = len(subproblems)
-        for sub in sorted(subproblems, key=lambda s: (float(s.bound), s.key)):
+        ordered = sorted(subproblems, key=lambda s: (float(s.bound), s.key))
+        for position, sub in enumerate(ordered):
             if not self.best.may_beat(sub.bound, sub.key):
                 continue
-            if self._memory_ruled_out(sub):
-                continue
-            self.best.searched += 1
-            self._search(sub)
+            try:
+                self._check_deadline()
+                if self._memory_ruled_out(sub):
+                    continue
+                self.best.searched += 1
+                self._search(sub)
+            except _Stopped:
+                self.stopped_bound = min(rest.bound for rest in ordered[position:])
+                break
         return self.best
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            raise _Stopped
 
     def _subproblems(self) -> list[SubProblem]:
         training, devices = self.instance.training, self.instance.cluster.num_devices
@@ -375,6 +421,7 @@ class _SdpSearch:
                 continue
             placements: set = set()
             for layout_index, layout in enumerate(all_layouts()):
+                self._check_deadline()
                 devices = rank_devices(layout, config, 1, sub.workers, self.order)[0]
                 if devices.tobytes() in placements:
                     continue

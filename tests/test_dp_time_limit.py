@@ -114,10 +114,10 @@ def test_an_ample_limit_gives_the_unlimited_dp(monkeypatch):
 def test_the_registrys_share_of_the_limit_bounds_the_dp():
     """The DP stops at the lesser of STOP_AFTER_S and time_limit_s (the share the registry
     gives each part of a solve)."""
-    assert planner._stop_after(SolveOptions()) is None
-    assert planner._stop_after(SolveOptions(time_limit_s=2.0,
+    assert planner.stop_after_seconds(SolveOptions()) is None
+    assert planner.stop_after_seconds(SolveOptions(time_limit_s=2.0,
                                             extra={planner.STOP_AFTER_S: 9.0})) == 2.0
-    assert planner._stop_after(SolveOptions(time_limit_s=60.0,
+    assert planner.stop_after_seconds(SolveOptions(time_limit_s=60.0,
                                             extra={planner.STOP_AFTER_S: 9.0})) == 9.0
 
 
@@ -165,3 +165,48 @@ def test_searching_before_refining_all_changes_no_optimum(monkeypatch):
             if result.status is Status.FEASIBLE:
                 assert result.bound_ticks <= full.objective_ticks <= result.objective_ticks
         monkeypatch.undo()
+
+
+def test_stopped_at_every_check_the_sdp_search_gives_a_plan_and_a_valid_bound(monkeypatch):
+    """The DP's SDP search stopped at any deadline check (sub-problems, layouts): UNKNOWN
+    without a plan, or FEASIBLE with 0 <= T_eff bound <= the unlimited search's T_eff <= its
+    plan's, the plan evaluating to its T and T_eff; OPTIMAL only when it finished."""
+    from nest_cp.dp import sdp
+    from nest_cp.harness.generators import random_sdp_instance
+    from nest_cp.model.instance import SdpLevel, SdpMasking, Strategy
+
+    instances = [load_instance(DATA / "sdp_worked_example.json")] + [
+        random_sdp_instance(seed, num_blocks=3, units=2, tier_sizes=tiers,
+                            levels=(SdpLevel.BLOCK, SdpLevel.NEURON),
+                            maskings=tuple(SdpMasking), strategies=(Strategy.SDP,))
+        for seed, tiers in ((3, (2, 2, 2)), (0, (4, 2)))]  # seed 0: first plans not optimal
+    statuses, above = set(), 0
+    for instance in instances:
+        full = sdp.solve_sdp(instance)
+        assert full.status is Status.OPTIMAL
+
+        def stopped(seconds: float, instance=instance):
+            clock = SteppingClock()
+            monkeypatch.setattr(sdp.time, "perf_counter", clock)
+            result = sdp.solve_sdp(instance, SolveOptions(
+                time_limit_s=1e12, extra={planner.STOP_AFTER_S: seconds}))
+            monkeypatch.undo()
+            return result, clock.now
+
+        _, readings = stopped(1e9)
+        for seconds in range(0, int(readings) + 1):
+            result, _ = stopped(seconds)
+            statuses.add(result.status)
+            if result.status is Status.UNKNOWN:
+                assert result.plan is None
+                continue
+            evaluation = evaluate(instance, result.plan)
+            assert evaluation.objective_ticks == result.objective_ticks
+            assert evaluation.effective == result.effective
+            if result.status is Status.FEASIBLE:
+                assert 0 <= result.effective_bound <= full.effective <= result.effective
+                above += result.effective > full.effective
+            else:
+                assert result.effective == full.effective
+    assert statuses == {Status.UNKNOWN, Status.FEASIBLE, Status.OPTIMAL}
+    assert above > 0  # some stops hold a plan worse than the optimum: the bound is tested
