@@ -35,14 +35,50 @@ def _placements(network: NetworkModel, slots: int):
             yield devices
 
 
-def shape_optimum(instance: Instance, shape) -> float:
-    """Least objective over every plan of the shape (inf when none fits)."""
+def canonical_placements(sizes: tuple[int, ...], slots: int):
+    """One device tuple per class of placements of ``slots`` ranks on a hierarchy of full
+    domains (tier sizes ``sizes``, innermost first) under its symmetries (permuting the
+    sub-domains of a domain, the devices of a node): each rank goes to a sub-domain already
+    used or the next unused one at every tier, and the next free device of its node.  A
+    plan's price depends only on which ranks share each domain (every pair's tier, every
+    group's channels), which the symmetries keep, so these cover every placement."""
+    def place(prefix: tuple, used: dict, count: int):
+        if count == slots:
+            yield prefix
+            return
+        yield from descend((), used, prefix, count, len(sizes) - 1)
+
+    def descend(path: tuple, used: dict, prefix: tuple, count: int, tier: int):
+        if tier < 0:
+            index = used.get(path[:-1], 0)  # the next free device of the node
+            device, radix = 0, 1
+            for level, position in enumerate(reversed(path[:-1] + (index,))):
+                device += position * radix
+                radix *= sizes[level]
+            grown = dict(used)
+            for depth in range(len(path)):
+                grown[path[:depth]] = grown.get(path[:depth], 0) + 1
+            yield from place(prefix + (device,), grown, count + 1)
+            return
+        capacity = math.prod(sizes[:tier])
+        opened = sum(1 for key in used if len(key) == len(path) + 1 and key[:-1] == path)
+        for child in range(min(opened + 1, sizes[tier])):
+            if used.get(path + (child,), 0) < capacity:
+                yield from descend(path + (child,), used, prefix, count, tier - 1)
+
+    yield from place((), {}, 0)
+
+
+def shape_optimum(instance: Instance, shape, placements=None) -> float:
+    """Least objective over every plan of the shape (inf when none fits): every split,
+    recompute vector and placement of ``placements`` (device tuples, stage-major, then
+    replica, then intra-stage rank; default one per pattern of pairwise tiers)."""
     network = NetworkModel(instance.cluster)
     config = shape.config
     slots = config.devices * shape.num_stages * shape.dp
     modes = instance.training.recompute_modes
     best = math.inf
-    placements = list(_placements(network, slots))
+    placements = list(_placements(network, slots) if placements is None else placements)
     for split in _splits(instance.workload.num_layers, shape.num_stages):
         for mode_vector in itertools.product(modes, repeat=shape.num_stages):
             stages = tuple(Stage(first, last, mode)

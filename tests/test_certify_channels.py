@@ -5,12 +5,11 @@ shape's full space (tests/exhaustive.py)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from pathlib import Path
 
 import pytest
-from exhaustive import shape_bound, shape_optimum
+from exhaustive import canonical_placements, shape_bound, shape_optimum
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate, load_instance
 from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, Layer, Link, Tier
@@ -52,61 +51,14 @@ def _placement_free(instance: Instance, shape) -> int:
 FOUR_PAIRS = (Tier("node", 2, 1e11, 1e-6), Tier("spine", 4, 1e10, 1e-5))
 
 
-def _canonical_placements(sizes: tuple[int, ...], slots: int):
-    """One device tuple per class of placements of ``slots`` ranks on a hierarchy of full
-    domains (tier sizes ``sizes``, innermost first) under its symmetries (permuting the
-    sub-domains of a domain, the devices of a node): each rank goes to a sub-domain already
-    used or the next unused one at every tier, and the next free device of its node."""
-    def place(prefix: tuple, used: dict, count: int):
-        if count == slots:
-            yield prefix
-            return
-        yield from descend((), used, prefix, count, len(sizes) - 1)
-
-    def descend(path: tuple, used: dict, prefix: tuple, count: int, tier: int):
-        if tier < 0:
-            index = used.get(path[:-1], 0)  # the next free device of the node
-            device, radix = 0, 1
-            for level, position in enumerate(reversed(path[:-1] + (index,))):
-                device += position * radix
-                radix *= sizes[level]
-            grown = dict(used)
-            for depth in range(len(path)):
-                grown[path[:depth]] = grown.get(path[:depth], 0) + 1
-            yield from place(prefix + (device,), grown, count + 1)
-            return
-        capacity = math.prod(sizes[:tier])
-        opened = sum(1 for key in used if len(key) == len(path) + 1 and key[:-1] == path)
-        for child in range(min(opened + 1, sizes[tier])):
-            if used.get(path + (child,), 0) < capacity:
-                yield from descend(path + (child,), used, prefix, count, tier - 1)
-
-    yield from place((), {}, 0)
-
-
-def _hierarchy_optimum(instance: Instance, shape) -> int | None:
-    """The shape's exhaustive optimum (t = e = 1) on a hierarchy of full domains: a plan's
-    price depends only on which ranks share each domain (every pair's tier, every group's
-    channels), which the symmetries keep, so the canonical placements cover every one."""
+def _hierarchy_optimum(instance: Instance, shape) -> int:
+    """The shape's exhaustive optimum (t = e = 1) on a hierarchy of full domains, over its
+    canonical placements (tests/exhaustive.py); every case here has a plan."""
     sizes = tuple(tier.size for tier in instance.cluster.network.tiers)
-    slots, layers, best = shape.num_stages * shape.dp, instance.workload.num_layers, None
-    placements = list(_canonical_placements(sizes, slots))
-    network = NetworkModel(instance.cluster)
-    for cuts in itertools.combinations(range(1, layers), shape.num_stages - 1):
-        edges = (0, *cuts, layers)
-        for modes in itertools.product(instance.training.recompute_modes,
-                                       repeat=shape.num_stages):
-            stages = tuple(Stage(edges[s], edges[s + 1] - 1, modes[s])
-                           for s in range(shape.num_stages))
-            for devices in placements:
-                placement = tuple(tuple((devices[s * shape.dp + r],) for r in range(shape.dp))
-                                  for s in range(shape.num_stages))
-                evaluation = evaluate(instance, Plan(IntraConfig(), shape.microbatch,
-                                                     shape.zero, shape.dp, stages, placement),
-                                      network)
-                if evaluation.feasible and (best is None or evaluation.objective_ticks < best):
-                    best = evaluation.objective_ticks
-    return best
+    optimum = shape_optimum(instance, shape, canonical_placements(
+        sizes, shape.num_stages * shape.dp))
+    assert optimum < math.inf
+    return optimum
 
 
 def test_pipeline_in_node_or_two_channels_is_bounded_exactly():
