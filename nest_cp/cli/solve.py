@@ -97,9 +97,8 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     device count) all count against the limit.  The DP runs to its proven optimum unless
     --time-limit is given: then it stops DP_AFTERWORK_S before the limit, counted the same
     way, with its best plan and a lower bound (:func:`nest_cp.dp.planner.solve`).  On an
-    instance allowing SDP
-    (training.strategies) the best plain and the best SDP plan
-    are both reported; exit 0 when either exists.
+    instance allowing SDP (training.strategies) the best plain and the best SDP plan are
+    both reported; exit 0 when either exists.
     """
     started = (click.get_current_context().obj or {}).get(PROCESS_STARTED, time.monotonic())
     honoured = HONOURED_OPTIONS[backend]
