@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,7 @@ from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
 
 CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
+DATA_KEPT = 512  # v3a layouts' data-parallel group paths kept (asked twice per outer choice)
 
 
 class PathIds:
@@ -142,9 +144,11 @@ def layout_strides(layout: RankLayout, config: IntraConfig, num_stages: int,
 
 
 def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
-                 device_order: np.ndarray) -> np.ndarray:
-    """devices[stage, replica, rank]: the layout's placement as an (S, d, a) array."""
-    return device_order[layout.positions(config, num_stages, dp)]
+                 device_order: np.ndarray, node: int = 1) -> np.ndarray:
+    """devices[stage, replica, rank]: the layout's placement as an (S, d, a) array, on
+    ``device_order`` (the order the layout reads its positions through; ``node``: the unit
+    of its spare-first offset, :meth:`RankLayout.offset`)."""
+    return layout.devices(config, num_stages, dp, device_order, node)
 
 
 def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
@@ -164,28 +168,48 @@ def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
 class LayoutGeometries:
     """:func:`stage_geometries` of the placement of a rank layout on ``device_order``.
 
-    On a tiered network with ``device_order`` its canonical order (device ids 0..N-1) they
-    are computed from the layout's strides (module docstring): the replicas' path
+    On a tiered network with ``device_order`` its canonical order (device ids 0..N-1), a
+    layout read through it from position 0 (v2's layouts: no device order δ, no spare-first
+    offset) is computed from the layout's strides (module docstring): the replicas' path
     combinations from a few replicas placed with canonical strides (:meth:`_replica_paths`,
     kept per canonical placement: outer choices with other d often share it), the
-    data-parallel groups as progressions (:meth:`_data_groups`).  Otherwise, or when a
-    replica's path sets do not fit one code, from the placement's device array.
+    data-parallel groups as progressions (:meth:`_data_groups`).  Otherwise (a graph, a
+    layout of structured space v3a's other device orders or offsets, whose tier-1 domains
+    are not blocks of consecutive positions), or when a replica's path sets do not fit one
+    code, from the placement's device array (:meth:`order_of` the layout) — for a v3a
+    layout on a tiered network only of the few stages and replicas that stand for all
+    (:meth:`_translated`).
     """
 
     def __init__(self, network: NetworkModel, ids: PathIds, device_order: np.ndarray):
         self.network, self.ids, self.device_order = network, ids, device_order
         self.strided = network.is_hierarchical and np.array_equal(
             device_order, np.arange(network.num_devices))
+        self._orders: dict[tuple[int, ...], np.ndarray] = {(): device_order}
+        self._data_of_layout: dict[tuple, tuple[list, list]] = {}
+        self.translated = network.is_hierarchical and network.digit_radices is not None
+        if self.strided or self.translated:
+            self.groups = _GroupPathCodes(network, ids)
         if self.strided:
             self.period = _period(network)
-            self.groups = _GroupPathCodes(network, ids)
         self._replicas: dict[tuple, list[tuple[ReplicaPaths, ...]] | None] = {}
         self._data: dict[tuple, tuple[list, list]] = {}
         self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
 
+    def order_of(self, layout: RankLayout) -> np.ndarray:
+        """The device order ``layout`` reads its positions through, as an array."""
+        if layout.digits not in self._orders:
+            self._orders[layout.digits] = np.array(self.network.layout_order(layout),
+                                                   dtype=np.int64)
+        return self._orders[layout.digits]
+
+    def _strided(self, layout: RankLayout) -> bool:
+        """Whether the strides describe the placement: v2's layouts on the canonical order."""
+        return self.strided and not layout.digits and not layout.spare_first
+
     def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  wrap: bool = False) -> list[StageGeometry]:
-        if self.strided:
+        if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
                      Dim.REPLICA: dp}
@@ -199,7 +223,12 @@ class LayoutGeometries:
                 if key not in self._assembled:
                     self._assembled[key] = tuple(_assembled(replicas, *data))
                 return list(self._assembled[key])
-        devices = rank_devices(layout, config, num_stages, dp, self.device_order)
+        if self.translated:
+            translated = self._translated(layout, config, num_stages, dp, wrap)
+            if translated is not None:
+                return list(translated)
+        devices = rank_devices(layout, config, num_stages, dp, self.order_of(layout),
+                               self.network.node_size)
         return stage_geometries(self.network, self.ids, devices, config, wrap)
 
     def data_groups(self, layout: RankLayout, config: IntraConfig, num_stages: int,
@@ -208,9 +237,13 @@ class LayoutGeometries:
         replica: (a key equal for equal groups, per stage the path ids of its d-replica
         groups, per stage those of its d·e groups), equal to the ``replica_groups`` and
         ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
-        case (a graph, or an order other than the canonical one)."""
-        if not self.strided:
-            return None
+        case (a graph, an order other than the canonical one); for a v3a layout on a tiered
+        network from :meth:`_translated_data` (the key: the sets themselves)."""
+        if not self._strided(layout):
+            if not self.translated:
+                return None
+            replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
+            return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
         strides = layout_strides(layout, config, num_stages, dp)
         radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
                  Dim.REPLICA: dp}
@@ -219,6 +252,133 @@ class LayoutGeometries:
         key, (replica_sets, dense_sets) = self._data_groups(canonical, strides, config,
                                                             num_stages, dp)
         return key, replica_sets, dense_sets
+
+    def _translation(self, layout: RankLayout) -> int:
+        """T, a translation of positions that changes no cost.
+
+        Write a position as its slot (p mod n_0) and P = p // n_0, a mixed-radix number
+        whose digits, read from 1 (innermost) to L − 1, are the indices of the tiers in
+        the layout's device order (:func:`nest_cp.model.plan.digit_device_order`).  Two
+        positions lie in one tier-k domain iff P and Q agree on the set D_k of digits of
+        the tiers above k (in one tier-0 domain iff P = Q).  Add c = w_j (the weight of
+        digit j) times any integer to both, both staying < N: digits below j do not change,
+        and the carry into digit i >= j depends only on digits j .. i − 1.  If for every k
+        the digits of D_k from j on are j, j + 1, ..., m (a run starting at j, or none),
+        the carries into the digits of D_k are equal for P and Q whenever they agree on
+        D_k, so every agreement is kept, and with it every pair's tier, every group's tier
+        and its members per tier-0 domain (blocks of n_0 positions, T a multiple of n_0).
+        T = n_0·w_j for the least such j (j = L − 1 always qualifies: N / n_top); e.g. 021
+        on three tiers: j = 1, T = n_0 (any whole-node shift)."""
+        radices = self.network.digit_radices
+        read = (0, *(layout.digits or range(1, len(radices))))  # tier of each digit
+        index_of = {tier: index for index, tier in enumerate(read)}
+        agreements = [{index_of[tier] for tier in range(k + 1, len(radices))}
+                      for k in range(len(radices) - 1)]
+        weight = radices[0]
+        for digit in range(1, len(radices)):
+            if all(sorted(d for d in agree if d >= digit)
+                   == list(range(digit, digit + sum(d >= digit for d in agree)))
+                   for agree in agreements):
+                return weight
+            weight *= radices[read[digit]]
+        return weight
+
+    def _translated_positions(self, layout: RankLayout, config: IntraConfig,
+                              num_stages: int, dp: int) -> tuple[dict[Dim, int], int, int]:
+        """(strides, offset, T) of a v3a layout: rank (s, r, j) sits at position offset +
+        s·σ_S + r·σ_R + (its rank offset), read through the layout's device order."""
+        strides = layout_strides(layout, config, num_stages, dp)
+        offset = layout.offset(config, num_stages, dp, self.network.num_devices,
+                               self.network.node_size)
+        return strides, offset, self._translation(layout)
+
+    def _representative_stages(self, stage_stride: int, translation: int,
+                               num_stages: int) -> tuple[list[int], Callable[[int], int]]:
+        """The stages that stand for all: the first, the last and the inner stages 1 .. p,
+        p = T / gcd(σ_S, T): inner stage s and s + p are translates by a multiple of T with
+        their neighbours (:meth:`_translation`); and the map stage -> its row among them."""
+        period = translation // math.gcd(stage_stride, translation)
+        stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
+        row = {stage: index for index, stage in enumerate(stages)}
+        return stages, lambda stage: row[stage if stage in row else 1 + (stage - 1) % period]
+
+    def _translated(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
+                    wrap: bool) -> tuple[StageGeometry, ...] | None:
+        """The stage geometries of a v3a layout on a tiered network, from few replicas.
+
+        Replica r's ranks and the ranks it receives from lie at positions r·σ_R from
+        replica 0's, so replicas r and r + T / gcd(σ_R, T) are translates by a multiple of
+        T and meet the same paths (:meth:`_translation`); stages as
+        :meth:`_representative_stages`.  Their path combinations are computed from the
+        devices of those few replicas and stages, the data-parallel groups (all d replicas)
+        of those stages by :meth:`_translated_data`.  None when the path sets do not fit one
+        code (:func:`_stage_replicas`)."""
+        strides, offset, translation = self._translated_positions(layout, config,
+                                                                  num_stages, dp)
+        order = self.order_of(layout)
+        replicas = min(dp, translation // math.gcd(strides[Dim.REPLICA], translation))
+        stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
+                                                     num_stages)
+        offsets = offset + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
+            + _rank_offsets(strides, config)
+
+        def placed(of_stages: list[int]) -> np.ndarray:
+            return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
+                :, None, None] + offsets]
+
+        activation_from, gradient_from = _senders(num_stages, wrap)
+        pairs = []
+        for senders in (activation_from, gradient_from):
+            receivers = [index for index, stage in enumerate(stages)
+                         if senders[stage] is not None]
+            pairs.append((receivers, placed([senders[stages[index]] for index in receivers])))
+        computed = _stage_replicas(self.network, self.groups, placed(stages), config, *pairs)
+        if computed is None:
+            return None
+        replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
+        return tuple(_assembled([computed[row_of(stage)] for stage in range(num_stages)],
+                                replica_sets, dense_sets))
+
+    def _translated_data(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                         dp: int) -> tuple[list, list]:
+        """Per stage, the path ids of the d-replica and d·e groups of a v3a layout, from
+        the representative stages (:meth:`_representative_stages`: stage s and s + p place
+        every group as a translate by a multiple of T).  A group is a box of positions
+        (replica stride σ_R, and for the d·e groups the EP stride); its channel count k is
+        counted in positions (tier-0 domains are blocks of n_0 positions), its tier from
+        its least and largest device (:meth:`_GroupPathCodes.of_positions`).  Kept for
+        the last few layouts: the planner asks for them, then for the geometries."""
+        key = (layout, config, num_stages, dp)
+        if key in self._data_of_layout:
+            return self._data_of_layout[key]
+        strides, offset, translation = self._translated_positions(layout, config,
+                                                                  num_stages, dp)
+        stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
+                                                     num_stages)
+        first = offset + strides[Dim.STAGE] * np.array(stages, dtype=np.int64)[:, None] \
+            + _rank_offsets(strides, config)[None, :]  # [row, j]: replica 0's positions
+        order = self.order_of(layout)
+
+        def path_ids(lowest: np.ndarray, box: list[tuple[int, int]]) -> np.ndarray:
+            """Each group's path id, computed once per residue of its least position
+            modulo T (groups of one residue are translates by multiples of T)."""
+            _, index, inverse = np.unique(lowest % translation, return_index=True,
+                                          return_inverse=True)
+            ids = self.groups.of_positions(lowest.ravel()[index], box, order)
+            return ids[inverse.reshape(lowest.shape)]
+
+        no_groups = [()] * len(stages)
+        replica_sets = _row_sets(path_ids(first, [(strides[Dim.REPLICA], dp)])) \
+            if dp > 1 else no_groups
+        dense_sets = _row_sets(path_ids(
+            first[:, :config.tp], [(strides[Dim.EP], config.ep), (strides[Dim.REPLICA], dp)])) \
+            if dp * config.ep > 1 else no_groups
+        found = ([replica_sets[row_of(stage)] for stage in range(num_stages)],
+                 [dense_sets[row_of(stage)] for stage in range(num_stages)])
+        if len(self._data_of_layout) >= DATA_KEPT:
+            self._data_of_layout.clear()
+        self._data_of_layout[key] = found
+        return found
 
     def _canonical(self, stride: int) -> int:
         """A stride of the same residue modulo the period, no larger, and at least the period
@@ -475,6 +635,31 @@ class _GroupPathCodes:
             for stride, count in box:
                 members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
             members.sort()
+            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
+                                          self.domain_size)[inverse.reshape(lowest.shape)]
+        return self._ids_of(tiers, channels)
+
+    def of_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
+                     order: np.ndarray) -> np.ndarray:
+        """:meth:`of_box` for groups of positions read through the device order ``order``
+        whose blocks of G_0 positions are whole tier-0 domains (a device order of structured
+        space v3a, :func:`nest_cp.model.plan.digit_device_order`, or the canonical one): k is
+        counted on the positions as :meth:`of_box` does, the tier is that of the least and
+        the largest device of the group (tier domains are blocks of consecutive ids)."""
+        lowest = np.asarray(lowest, dtype=np.int64)
+        box = _merged_box(box)
+        members = np.zeros(1, dtype=np.int64)
+        for stride, count in box:
+            members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
+        devices = order[lowest[..., None] + members]
+        tiers = np.asarray(self.network.tier_of_pairs(devices.min(axis=-1),
+                                                      devices.max(axis=-1)), dtype=np.int64)
+        channels = None
+        if self.stride > 1 and len(box) == 1:
+            channels = _progression_fewest(lowest, *box[0], self.domain_size)
+        elif self.stride > 1:
+            members.sort()
+            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
             channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
                                           self.domain_size)[inverse.reshape(lowest.shape)]
         return self._ids_of(tiers, channels)

@@ -1,10 +1,12 @@
-r"""The structured DP planner: exact optimum of the structured space v2 (DESIGN §3.2, §4).
+r"""The structured DP planner: exact optimum of the structured space v3a (DESIGN §3.2, §4).
 
 Outer choices.  For every (configuration c, microbatch b) of ``instance.choices``,
 pipeline depth S, data-parallel degree d with a·S·d <= N, allowed virtual-stage
 count v (v > 1 only with S >= 2, S·v <= L and m = ceil(B / (b·e·d)) a multiple of
 S), allowed ZeRO stage z and rank layout λ (any of the 24 orders of (t, e, stage,
-replica); layouts with equal placements deduplicated), the placement is fixed, and
+replica), on a network of three tiers or more also read through another device order
+and with the spare nodes first, docs/certificates.md; layouts with equal placements
+deduplicated), the placement is fixed, and
 with it m and the path of every group and pair (:mod:`nest_cp.dp.geometry`).  The
 layers are split into K = S·v chunks, chunk k on stage k mod S, every stage in an
 allowed recompute mode shared by its chunks.  A chunk of layers f..l costs
@@ -57,7 +59,8 @@ stages meet the same paths (equal stage geometries) are priced alike: only the
 first of either is searched.
 
 Ties (a deterministic rule).  Least objective; then the least key (index in
-``instance.choices``, S, d, v, z, index in ``all_layouts()``, variant of the
+``instance.choices``, S, d, v, z, index in the network's ``structured_layouts`` (v2's 24
+of ``all_layouts()`` first), variant of the
 interleaved search); within it the inner search's rule (:mod:`nest_cp.dp.suffix`,
 :mod:`nest_cp.dp.interleaved`): the Pareto point with the least τ, the fastest
 recompute mode that fits, none before selective before full.
@@ -84,7 +87,7 @@ from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan, RankLayout, Stage, all_layouts
+from nest_cp.model.plan import Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import SolveResult, Space, Status
 
@@ -137,6 +140,7 @@ class Best:
     key: tuple[int, ...] = ()
     excess_bytes: int | None = None
     excess_where: str = ""
+    layout: str = ""  # the incumbent's rank layout (RankLayout.name)
     build: Callable[[], Plan] | None = None
     _plan: Plan | None = None
 
@@ -187,13 +191,15 @@ def solve(instance: Instance, options=None,
     being searched that were already offered are at least the incumbent, the rest at
     least β.  Stopped while the outer choices were still being listed, β = 0 (no time is
     negative).
-    ``layouts`` restricts the rank layouts (default: all 24 of ``all_layouts()``), e.g.
-    to measure what the wider space buys.  Raises BackendOptionError for v > 1 on a
+    ``layouts`` restricts the rank layouts (default: every layout of the structured space on
+    the instance's network, :attr:`NetworkModel.structured_layouts`: v2's 24 of
+    ``all_layouts()``, then v3a's other device orders and spare-first offsets), e.g.
+    ``all_layouts()`` for structured space v2.  Raises BackendOptionError for v > 1 on a
     workload neither made of identical blocks nor small enough to enumerate.
     """
     start = time.perf_counter()
     stop_after = stop_after_seconds(options)
-    search = _Search(instance, options, all_layouts() if layouts is None else layouts,
+    search = _Search(instance, options, layouts,
                      None if stop_after is None else start + stop_after)
     best = search.run()
     elapsed = time.perf_counter() - start
@@ -202,6 +208,8 @@ def solve(instance: Instance, options=None,
              "outer_unfit": search.stats.outer_unfit,
              "layouts_searched": search.stats.layouts_searched,
              "dp_passes": search.stats.dp_passes}
+    if best.objective is not None:
+        stats["layout"] = best.layout
     if search.stopped_bound is not None:
         return _stopped(best, search.stopped_bound, elapsed, stats)
     if best.plan is None:
@@ -252,14 +260,14 @@ def _infeasible_reason(best: Best) -> str:
 class _Search:
     """The outer enumeration with bounds, and the inner searches of each outer choice."""
 
-    def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...],
+    def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...] | None,
                  deadline: float | None = None):
         self.deadline = deadline  # perf_counter() time to stop at, or None
         self.stopped_bound: int | None = None  # least bound of the unsearched, if stopped
         self.instance = instance
         self.options = options
-        self.layouts = layouts
         self.network = NetworkModel(instance.cluster)
+        self.layouts = self.network.structured_layouts if layouts is None else layouts
         self.ids = PathIds(self.network)
         self.prices = RangePrices(instance, self.ids)
         self.device_order = np.array(self.network.canonical_order(), dtype=np.int64)
@@ -515,12 +523,18 @@ class _Search:
     def _layouts(self, config: IntraConfig, num_stages: int,
                  dp: int) -> list[tuple[int, RankLayout]]:
         """(index, layout) of the layouts with distinct placements, first of each kept; per
-        configuration and which of S and d exceed 1 (all the effective orders depend on)."""
-        key = (config, num_stages > 1, dp > 1)
+        configuration, which of S and d exceed 1 (all the effective orders depend on) and
+        whether a spare-first offset moves anything (a whole node spare: otherwise such a
+        layout places as its spare-last twin).  Equal effective orders on one device order
+        with the same offset give equal placements."""
+        spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
+            >= self.network.node_size
+        key = (config, num_stages > 1, dp > 1, spare_node)
         if key not in self._distinct_layouts:
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
-                order = effective_order(layout, config, num_stages, dp)
+                order = (effective_order(layout, config, num_stages, dp), layout.digits,
+                         layout.spare_first and spare_node)
                 if order not in seen:
                     seen.add(order)
                     kept.append((index, layout))
@@ -626,11 +640,13 @@ class _Search:
 
         def build() -> Plan:
             placement = layout.placement(table.config, shape.num_stages, shape.dp,
-                                         self.device_order)  # indexed as an array
+                                         self.geometries.order_of(layout),  # an array
+                                         self.network.node_size)
             return Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
                         placement, shape.virtual)
 
         self.best.objective, self.best.key, self.best.build = objective, key, build
+        self.best.layout = layout.name
         logger.debug("incumbent %d ticks at key %s", objective, key)
 
     # ------------------------------------------------------------ memory

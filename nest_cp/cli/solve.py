@@ -214,6 +214,8 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
         "launcher_rules": rules_applied(inst.training.launcher, inst.search_facts),
         "plan": io.plan_to_dict(result.plan) if result.plan is not None else None,
     }
+    if "layout" in result.stats and result.plan is not None:  # the DP's rank layout
+        record["layout"] = result.stats["layout"]
     if result.sdp is not None:  # a plain plan's T_eff is its T, at coverage 1
         record.update(effective_ticks=result.objective_ticks, coverage="1",
                       memory_saved_bytes=0 if result.plan is not None else None)

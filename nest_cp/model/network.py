@@ -24,6 +24,13 @@ from functools import cached_property
 import networkx as nx
 
 from nest_cp.model.instance import Cluster, CollectiveKind, GraphNetwork, HierarchicalNetwork
+from nest_cp.model.plan import (
+    Placement,
+    RankLayout,
+    digit_device_order,
+    digit_radices,
+    structured_layouts,
+)
 from nest_cp.model.ticks import exact, to_ticks
 
 
@@ -98,6 +105,7 @@ class NetworkModel:
             self._domains = ()
             self._tier_paths = ()
         self._channel_paths: dict[tuple[int, int], Path] = {}
+        self._layout_orders: dict[tuple[int, ...], tuple[int, ...]] = {}  # by digits
 
     @property
     def is_hierarchical(self) -> bool:
@@ -221,6 +229,50 @@ class NetworkModel:
                     merged.append(list(cluster))
             clusters = merged
         return tuple(device for cluster in sorted(clusters, key=min) for device in cluster)
+
+    @cached_property
+    def node_size(self) -> int:
+        """G_0, the devices of a tier-0 domain (1 on a graph): the unit of a layout's
+        ``spare_first`` offset."""
+        if self.is_hierarchical:
+            return self._domains[0]
+        return 1
+
+    @cached_property
+    def digit_radices(self) -> tuple[int, ...] | None:
+        """:func:`nest_cp.model.plan.digit_radices` of this network (None on a graph)."""
+        if not self.is_hierarchical:
+            return None
+        return digit_radices(tuple(tier.size for tier in self.cluster.network.tiers),
+                             self.num_devices)
+
+    @cached_property
+    def structured_layouts(self) -> tuple[RankLayout, ...]:
+        """The rank layouts of the structured space on this network (v3a: v2's 24, then the
+        other device orders and the spare-first offsets, :func:`structured_layouts`)."""
+        return structured_layouts(self.digit_radices)
+
+    def layout_order(self, layout: RankLayout) -> tuple[int, ...]:
+        """The device order ``layout`` reads its positions through: the canonical order, or
+        its device order δ (:func:`nest_cp.model.plan.digit_device_order`)."""
+        known = self._layout_orders
+        if layout.digits not in known:
+            known[layout.digits] = self.canonical_order() if not layout.digits else tuple(
+                digit_device_order(self.digit_radices, layout.digits).tolist())
+        return known[layout.digits]
+
+    def layout_placement(self, layout: RankLayout, config, num_stages: int,
+                         dp: int) -> Placement:
+        """The placement of ``layout`` at this shape on this network."""
+        return layout.placement(config, num_stages, dp, self.layout_order(layout),
+                                self.node_size)
+
+    def structured_placements(self, config, num_stages: int, dp: int) -> list[Placement]:
+        """The distinct placements of the structured space at this shape, in layout order."""
+        seen: dict[Placement, None] = {}
+        for layout in self.structured_layouts:
+            seen.setdefault(self.layout_placement(layout, config, num_stages, dp))
+        return list(seen)
 
     @cached_property
     def _graph_pairs(self) -> dict[tuple[int, int], Path]:

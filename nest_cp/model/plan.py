@@ -180,24 +180,60 @@ class Dim(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class RankLayout:
-    """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost.
+    """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost,
+    and the device order its positions are read through.
 
-    Structured space v2 (DESIGN §4): any of the 24 orders, tensor ranks innermost or not.
+    Structured space v2 (DESIGN §4): any of the 24 orders, tensor ranks innermost or not,
+    on the canonical device order.  Structured space v3a (docs/certificates.md) adds, on a
+    hierarchical network of three tiers or more:
+
+    - ``digits`` (a device order δ): the tiers above tier 0, innermost first, in the order a
+      position's mixed-radix digits fill their indices (:func:`digit_device_order`); () is
+      the canonical order (ids 0..N−1), e.g. (2, 1) sends consecutive node blocks to
+      different tier-1 domains;
+    - ``spare_first``: the positions shifted by the largest multiple of the node size that
+      fits (:meth:`offset`), so the spare devices lie at the start instead of the end.
+
+    ``name`` shows both: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
+    ``t,e,stage,replica@021/spare-first``.
     """
 
     order: tuple[Dim, ...]
+    digits: tuple[int, ...] = ()
+    spare_first: bool = False
 
     def __post_init__(self) -> None:
         if len(self.order) != len(Dim) or set(self.order) != set(Dim):
             raise ValueError(f"expected an order of t, e, stage, replica (each once), "
                              f"got {[getattr(d, 'value', d) for d in self.order]}")
+        if sorted(self.digits) != list(range(1, len(self.digits) + 1)):
+            raise ValueError(f"expected a permutation of the tiers 1..L-1, got {self.digits}")
+        if self.digits == tuple(sorted(self.digits)):  # the identity is the canonical order
+            object.__setattr__(self, "digits", ())
 
     @property
     def name(self) -> str:
-        return ",".join(dim.value for dim in self.order)
+        text = ",".join(dim.value for dim in self.order)
+        if self.digits:
+            text += "@0" + "".join(map(str, self.digits))
+        return text + ("/spare-first" if self.spare_first else "")
+
+    @property
+    def base(self) -> RankLayout:
+        """The v2 layout of the same order (canonical device order, spare devices last)."""
+        return RankLayout(self.order)
+
+    def offset(self, config: IntraConfig, num_stages: int, dp: int, num_devices: int,
+               node: int) -> int:
+        """The first position used: 0, or with ``spare_first`` the largest multiple of the
+        node size ``node`` that leaves room for the a·S·d positions of the layout."""
+        if not self.spare_first:
+            return 0
+        return node * ((num_devices - config.devices * num_stages * dp) // node)
 
     def position(self, stage, replica, rank, config: IntraConfig, num_stages: int, dp: int):
-        """Mixed-radix position of rank (stage, replica, rank) in this layout.
+        """Mixed-radix position of rank (stage, replica, rank) in this layout's order
+        (without the offset of :meth:`offset`).
 
         ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
         together (the DP places whole stages at once); the result has their shape.
@@ -212,18 +248,63 @@ class RankLayout:
         return position
 
     def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
-        """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array."""
+        """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array
+        (without the offset of :meth:`offset`)."""
         return self.position(np.arange(num_stages, dtype=np.int64)[:, None, None],
                              np.arange(dp, dtype=np.int64)[None, :, None],
                              np.arange(config.devices, dtype=np.int64)[None, None, :],
                              config, num_stages, dp)
 
+    def devices(self, config: IntraConfig, num_stages: int, dp: int,
+                device_order: np.ndarray, node: int = 1) -> np.ndarray:
+        """devices[stage, replica, rank] of the placement on ``device_order`` — the device
+        order this layout reads its positions through (:func:`layout_device_order`); ``node``
+        is the tier-0 domain size the ``spare_first`` offset counts in."""
+        order = np.asarray(device_order, dtype=np.int64)
+        offset = self.offset(config, num_stages, dp, len(order), node)
+        return order[self.positions(config, num_stages, dp) + offset]
+
     def placement(self, config: IntraConfig, num_stages: int, dp: int,
-                  device_order: tuple[int, ...] | list[int]) -> Placement:
-        """The placement that puts each rank on the device at its position of ``device_order``."""
-        devices = np.asarray(device_order, dtype=np.int64)[
-            self.positions(config, num_stages, dp)].tolist()
+                  device_order: tuple[int, ...] | list[int] | np.ndarray,
+                  node: int = 1) -> Placement:
+        """The placement that puts each rank on the device at its position of
+        ``device_order`` (as :meth:`devices`)."""
+        devices = self.devices(config, num_stages, dp, device_order, node).tolist()
         return tuple(tuple(tuple(ranks) for ranks in replicas) for replicas in devices)
+
+
+def digit_radices(tier_sizes: tuple[int, ...], num_devices: int) -> tuple[int, ...] | None:
+    """The radices n_0, ..., n_{L−1} of a device id on a tiered network: the sizes of the
+    tiers below the top and N / G_{L−2} for the top; None when N is not a multiple of
+    G_{L−2} (the ids are then not a full mixed-radix range: canonical order only)."""
+    inner = tuple(tier_sizes[:-1])
+    product = 1
+    for size in inner:
+        product *= size
+    if num_devices % product:
+        return None
+    return (*inner, num_devices // product)
+
+
+def digit_device_order(radices: tuple[int, ...], digits: tuple[int, ...]) -> np.ndarray:
+    """order[position] = device: a device id is the mixed-radix number (slot, tier-1 index,
+    ..., top index) of ``radices`` (:func:`digit_radices`); position p's digits, read in the
+    radices n_0, n_{δ(1)}, n_{δ(2)}, ... (δ = (0, *digits)), are its slot, its tier-δ(1)
+    index, its tier-δ(2) index, ...  Slot innermost, so position blocks of n_0 are whole
+    tier-0 domains; ``digits`` () is the canonical order (ids 0..N−1)."""
+    num_devices = 1
+    for size in radices:
+        num_devices *= size
+    rest = np.arange(num_devices, dtype=np.int64)
+    index_of = [np.zeros(1, dtype=np.int64)] * len(radices)
+    for tier in (0, *(digits or range(1, len(radices)))):
+        index_of[tier] = rest % radices[tier]
+        rest = rest // radices[tier]
+    device, weight = np.zeros(num_devices, dtype=np.int64), 1
+    for tier, size in enumerate(radices):
+        device = device + index_of[tier] * weight
+        weight *= size
+    return device
 
 
 MEGATRON_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
@@ -243,6 +324,28 @@ def all_layouts() -> tuple[RankLayout, ...]:
     others = [RankLayout(order) for order in itertools.permutations(
         (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE)) if order[0] is not Dim.TP]
     return (MEGATRON_LAYOUT, *tensor_first, *others)
+
+
+def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...]:
+    """The layouts of structured space v3a on a network with these digit radices
+    (:func:`digit_radices`; None on a graph or an irregular tiered network: v2's 24).
+
+    v2's 24 first (so the DP's tie-break keeps v2's plan wherever v2 is optimal), then the
+    24 orders on every other device order δ (class D, (L − 1)! − 1 of them on L tiers), then
+    every order on every device order with the spare devices first (class O).  The index
+    is the DP's tie-break.  Layouts that place alike at a given shape (radix-1 dimensions,
+    no spare node to move) are left to the searches to de-duplicate.
+    """
+    base = all_layouts()
+    if radices is None or len(radices) < 3:  # shifting whole nodes is then a symmetry
+        return base
+    orders = [()] + [upper for upper in itertools.permutations(range(1, len(radices)))
+                     if upper != tuple(sorted(upper))]
+    with_digits = tuple(RankLayout(layout.order, digits) for digits in orders[1:]
+                        for layout in base)
+    spare_first = tuple(RankLayout(layout.order, digits, spare_first=True)
+                        for digits in orders for layout in base)
+    return (*base, *with_digits, *spare_first)
 
 
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",

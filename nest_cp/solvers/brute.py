@@ -8,9 +8,11 @@ is built as a :class:`~nest_cp.model.plan.Plan` and scored by the plan evaluator
 evaluator rejects outright (v > 1 with S < 2 or m not a multiple of S, DESIGN §3.2 b)
 are skipped.
 
-Placements: ``Space.STRUCTURED`` uses the placements of ``all_layouts()`` on the
-canonical device order (identical placements are evaluated once — an exact
-deduplication, since the evaluator sees only the placement); ``Space.FULL`` uses
+Placements: ``Space.STRUCTURED`` uses the placements of the structured space's rank
+layouts (``NetworkModel.structured_placements``: v2's 24 orders on the canonical device
+order, and v3a's other device orders and spare-first offsets on three tiers or more;
+identical placements are evaluated once — an exact deduplication, since the evaluator
+sees only the placement); ``Space.FULL`` uses
 every injective map of the a·S·d ranks onto the N devices, and refuses instances
 with more than ``options.extra["max_placements"]`` (default 10^6) placements in total.
 
@@ -29,7 +31,7 @@ from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Placement, Plan, Stage, all_layouts
+from nest_cp.model.plan import Placement, Plan, Stage
 from nest_cp.model.result import SolveResult, Space, Status
 
 MAX_PLACEMENTS = 10**6
@@ -123,11 +125,5 @@ def _placements(network: NetworkModel, config: IntraConfig, num_stages: int, dp:
                               for replica in range(dp))
                         for stage in range(num_stages))
         return
-    seen = set()
-    order = network.canonical_order()
-    for layout in all_layouts():
-        placement = layout.placement(config, num_stages, dp, order)
-        if placement not in seen:
-            seen.add(placement)
-            yield placement
+    yield from network.structured_placements(config, num_stages, dp)
 

@@ -69,7 +69,7 @@ from nest_cp.cost.evaluate import evaluate
 from nest_cp.model.errors import ModelMismatch
 from nest_cp.model.instance import Instance
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, all_layouts
+from nest_cp.model.plan import MEGATRON_LAYOUT, Plan
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import SolveResult, Space, Status
 from nest_cp.solvers.exact.adapters import RawOutcome, RawStatus, check_solver_numbers, proven_bound
@@ -362,9 +362,8 @@ def _offer_hint(instance: Instance, space: Space, hint: Plan | None, network: Ne
 
 
 def _is_structured(plan: Plan, network: NetworkModel) -> bool:
-    order = network.canonical_order()
-    return any(layout.placement(plan.config, plan.num_stages, plan.num_replicas, order)
-               == plan.placement for layout in all_layouts())
+    return plan.placement in network.structured_placements(plan.config, plan.num_stages,
+                                                           plan.num_replicas)
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float,

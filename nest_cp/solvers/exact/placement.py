@@ -60,9 +60,11 @@ optimum is unchanged):
   first in each class.
 
 Structured space: select[layout] picks one of the (deduplicated) placements the
-rank layouts of nest_cp.model.plan.all_layouts() give on the canonical device order
-(whatever orders of t, e, stage and replica those are), and every group's path is
-a constant per layout.
+rank layouts of the structured space give on the network
+(NetworkModel.structured_placements: v2's 24 orders of t, e, stage and replica on the
+canonical device order, and on a network of three tiers or more the same orders on the
+other device orders and with the spare nodes first, structured space v3a), and every
+group's path is a constant per layout.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nest_cp.model.network import NetworkModel, Path
-from nest_cp.model.plan import Placement, all_layouts
+from nest_cp.model.plan import Placement
 from nest_cp.solvers.exact.groups import Group, RankGroups, Slot
 from nest_cp.solvers.exact.subproblems import SubProblem
 
@@ -300,16 +302,12 @@ def _cells_in(block: tuple[int, ...], cell_of: dict[int, int]) -> list[int]:
 
 
 class StructuredPlacement:
-    """One of the rank layouts' placements on the canonical device order."""
+    """One of the structured space's placements (NetworkModel.structured_placements)."""
 
     def __init__(self, adapter, network: NetworkModel, sub: SubProblem):
         self._adapter, self._network = adapter, network
-        order = network.canonical_order()
-        self.placements: list[Placement] = []
-        for layout in all_layouts():
-            placement = layout.placement(sub.config, sub.num_stages, sub.dp, order)
-            if placement not in self.placements:
-                self.placements.append(placement)
+        self.placements: list[Placement] = network.structured_placements(
+            sub.config, sub.num_stages, sub.dp)
         # select[index] == 1 iff the plan uses placements[index]
         self.select = {index: adapter.new_bool(f"select_{index}")
                        for index in range(len(self.placements))}

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 from nest_cp.model.instance import Instance
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan, Stage, all_layouts
+from nest_cp.model.plan import Plan, Stage
 from nest_cp.model.result import Space
 from nest_cp.solvers.exact.groups import rank_groups
 from nest_cp.solvers.exact.placement import FullPlacement, StructuredPlacement
@@ -138,7 +138,7 @@ def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
     groups += [(per_stage[s], dp) for s in range(stages) for _ in range(ranks)] if dp > 1 else []
     terms = 3 * sum(per_chunk) + (8 * sum(per_stage) if virtual > 1 else 0)
     if space is Space.STRUCTURED:
-        cases = len(all_layouts())
+        cases = len(network.structured_layouts)
         return terms + sum(cases * (options + size) for options, size in groups)
     if network.is_hierarchical:
         cells = -(-network.num_devices // network.cluster.network.domain_sizes()[0])
