@@ -1,0 +1,243 @@
+"""Structured space v3a (issue 31): device orders δ and spare-first offsets of rank layouts.
+
+A v3a layout is a v2 order of (t, e, stage, replica) read through a device order whose tier
+digits above the slot are permuted (class D of reports/structured_v3_analysis.md), with the
+positions optionally shifted so the spare nodes come first (class O).  These tests check the
+device orders against their definition, the DP's translated geometries against the
+placement's device array, the DP against brute force and CP-SAT over the v3a space, that
+v3a beats v2 where the analysis says it should (evaluator prices, not stored numbers), and
+that a v3a placement exports like its v2 twin (whole nodes relabelled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from nest_cp.cli.export.ranks import RankOrder, rank_map
+from nest_cp.cost.evaluate import Evaluator
+from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
+from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.io.readers import load_instance
+from nest_cp.model.instance import Cluster, HierarchicalNetwork, Instance, IntraConfig, Tier
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.plan import (
+    Dim,
+    RankLayout,
+    all_layouts,
+    digit_device_order,
+    digit_radices,
+    structured_layouts,
+)
+from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.brute import solve as brute_solve
+from nest_cp.solvers.cpsat import solve as cpsat_solve
+
+SMALL = Path(__file__).resolve().parent.parent / "instances" / "small"
+
+
+def _tier_indices(device: int, radices: tuple[int, ...]) -> list[int]:
+    """(slot, tier-1 index, ...): the device id's mixed-radix digits."""
+    digits = []
+    for size in radices:
+        digits.append(device % size)
+        device //= size
+    return digits
+
+
+@pytest.mark.parametrize("radices", [(2, 2, 2), (2, 3, 2), (4, 2, 3), (2, 2, 3, 2), (8, 4, 32)])
+def test_digit_device_order_reads_positions_in_the_permuted_digit_order(radices):
+    """Every device order is a bijection whose blocks of n_0 positions are whole tier-0
+    domains, and position p's digits (read in the radices of (0, *δ)) are the device's
+    indices of those tiers."""
+    count = math.prod(radices)
+    for upper in itertools.permutations(range(1, len(radices))):
+        order = digit_device_order(radices, upper).tolist()
+        assert sorted(order) == list(range(count))
+        for position, device in enumerate(order):
+            indices, rest = _tier_indices(device, radices), position
+            for tier in (0, *upper):
+                assert indices[tier] == rest % radices[tier]
+                rest //= radices[tier]
+        nodes = [{device // radices[0] for device in order[start:start + radices[0]]}
+                 for start in range(0, count, radices[0])]
+        assert all(len(node) == 1 for node in nodes)
+    assert digit_device_order(radices, ()).tolist() == list(range(count))
+
+
+def test_layouts_of_the_v3a_space_in_tie_break_order():
+    """v2's 24 first (unchanged), then the other device orders, then the spare-first
+    offsets; v2 alone on two tiers and on irregular or graph networks; names show both."""
+    three = structured_layouts((2, 2, 2))
+    assert three[:24] == all_layouts()
+    assert len(three) == 24 * 2 + 24 * 2
+    assert len({layout.name for layout in three}) == len(three)
+    assert three[24].name == all_layouts()[0].name + "@021"
+    assert three[48].name == all_layouts()[0].name + "/spare-first"
+    assert len(structured_layouts((2, 2, 2, 2))) == 24 * 6 * 2
+    assert structured_layouts((2, 4)) == all_layouts()
+    assert structured_layouts(None) == all_layouts()
+    assert digit_radices((2, 3, 4), 15) is None  # N not a multiple of G_1: canonical only
+    assert digit_radices((2, 3, 4), 12) == (2, 3, 2)
+    assert RankLayout(all_layouts()[0].order, (1, 2)) == all_layouts()[0]  # identity δ
+    with pytest.raises(ValueError, match="permutation"):
+        RankLayout(all_layouts()[0].order, (2, 3))
+
+
+def _tiered(rng: random.Random) -> NetworkModel:
+    """3-4 tiers whose sizes multiply to N exactly, speeds in random order (tier 2 may be
+    faster than tier 1, as on the NEST presets), efficiencies below 1."""
+    sizes = [rng.choice([2, 3, 4, 8])] \
+        + [rng.choice([2, 3, 4]) for _ in range(rng.randint(1, 2))] + [rng.choice([2, 3, 5])]
+    tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
+                  rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
+             for index, size in enumerate(sizes)]
+    return NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
+
+
+def _by_path(ids: PathIds, geometries) -> list:
+    """Geometries with path ids replaced by their paths (ids are numbered as met)."""
+    paths = ids.paths
+
+    def of(group_ids):
+        return frozenset(paths[index] for index in group_ids)
+
+    return [(frozenset((of(r.tp_groups), of(r.ep_groups), of(r.recv_activation),
+                        of(r.recv_gradient), r.tp_local) for r in geometry.replicas),
+             of(geometry.replica_groups), of(geometry.dense_groups)) for geometry in geometries]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_translated_geometries_equal_those_of_the_placement(seed):
+    """The DP's geometries of v3a layouts (a few replicas and stages that a cost-preserving
+    translation leaves distinct) and their data-parallel group paths equal those of the
+    placement's whole device array, over random layouts, shapes and wrap flags."""
+    rng = random.Random(seed)
+    network = _tiered(rng)
+    fast_ids, array_ids = PathIds(network), PathIds(network)
+    fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
+    checked = 0
+    for _ in range(80):
+        config = IntraConfig(rng.choice([1, 2, 3, 4]), rng.choice([1, 1, 2]))
+        num_stages = rng.choice([1, 2, 3, 5, 7])
+        most = network.num_devices // (config.devices * num_stages)
+        if most < 1:
+            continue
+        dp = rng.randint(1, most)
+        layout, wrap = rng.choice(network.structured_layouts[24:]), rng.random() < 0.5
+        devices = rank_devices(layout, config, num_stages, dp,
+                               np.array(network.layout_order(layout)), network.node_size)
+        expected = stage_geometries(network, array_ids, devices, config, wrap)
+        assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) \
+            == _by_path(array_ids, expected)
+        _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
+        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
+            == [entry[1] for entry in _by_path(array_ids, expected)]
+        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
+            == [entry[2] for entry in _by_path(array_ids, expected)]
+        checked += 1
+    assert checked > 40
+
+
+def _tier_speeds_swapped(instance: Instance) -> Instance:
+    """The instance with tiers 1 and 2 trading bandwidth and latency: tier 2 faster than
+    tier 1, as on both NEST presets (where class D pays)."""
+    tiers = list(instance.cluster.network.tiers)
+    tiers[1], tiers[2] = (
+        dataclasses.replace(tiers[1], bandwidth_Bps=tiers[2].bandwidth_Bps,
+                            latency_s=tiers[2].latency_s),
+        dataclasses.replace(tiers[2], bandwidth_Bps=tiers[1].bandwidth_Bps,
+                            latency_s=tiers[1].latency_s))
+    network = dataclasses.replace(instance.cluster.network, tiers=tuple(tiers))
+    return dataclasses.replace(instance, cluster=dataclasses.replace(instance.cluster,
+                                                                     network=network))
+
+
+def _small(name: str, swapped: bool) -> Instance:
+    instance = load_instance(SMALL / f"{name}.json")
+    return _tier_speeds_swapped(instance) if swapped else instance
+
+
+CASES = [("h3-dense-l4-d8", True), ("h3-dense-l3-d8-recompute", True),
+         ("h3-dense-l6-d12", False), ("h3-dense-l4-d8", False)]
+
+
+@pytest.mark.parametrize(("name", "swapped"), CASES)
+def test_dp_equals_brute_force_over_the_v3a_space(name, swapped):
+    """The DP's optimum is brute force's over every v3a placement (objective and, through
+    the evaluator, the DP's plan)."""
+    instance = _small(name, swapped)
+    dp = dp_solve(instance)
+    brute = brute_solve(instance, SolveOptions(space=Space.STRUCTURED))
+    assert dp.status is Status.OPTIMAL and brute.status is Status.OPTIMAL
+    assert dp.objective_ticks == brute.objective_ticks
+    assert Evaluator(instance).evaluate(dp.plan).objective_ticks == dp.objective_ticks
+
+
+@pytest.mark.parametrize(("name", "swapped"), CASES[:3])
+def test_dp_equals_structured_cpsat_over_the_v3a_space(name, swapped):
+    """Structured CP-SAT (one worker, fixed seed) selects among the v3a placements and
+    proves the DP's optimum."""
+    instance = _small(name, swapped)
+    dp = dp_solve(instance)
+    exact = cpsat_solve(instance, SolveOptions(space=Space.STRUCTURED, workers=1, seed=0,
+                                               time_limit_s=120.0))
+    assert exact.status is Status.OPTIMAL
+    assert exact.objective_ticks == dp.objective_ticks
+
+
+@pytest.mark.parametrize(("name", "swapped", "kind"), [
+    ("h3-dense-l4-d8", True, "digits"),   # tier 2 faster than tier 1: a device order δ
+    ("h3-dense-l6-d12", False, "spare_first"),  # the spare node first
+])
+def test_v3a_beats_every_v2_layout_where_the_analysis_says(name, swapped, kind):
+    """On these instances the best v3a plan is strictly cheaper than the best v2 plan, by
+    the evaluator's prices, and the winner uses the v3a component named; brute force over
+    v2's placements alone agrees with the DP restricted to v2."""
+    instance = _small(name, swapped)
+    evaluator = Evaluator(instance)
+    v3a = dp_solve(instance)
+    v2 = dp_solve(instance, layouts=all_layouts())
+    assert evaluator.evaluate(v3a.plan).objective_ticks \
+        < evaluator.evaluate(v2.plan).objective_ticks
+    winner = next(layout for layout in NetworkModel(instance.cluster).structured_layouts
+                  if layout.name == v3a.stats["layout"])
+    assert bool(getattr(winner, kind))
+    without = tuple(layout for layout in NetworkModel(instance.cluster).structured_layouts
+                    if not getattr(layout, kind))
+    assert dp_solve(instance, layouts=without).objective_ticks > v3a.objective_ticks
+
+
+def test_a_v3a_placement_exports_like_its_v2_twin():
+    """A device order or a spare-first offset moves whole nodes and keeps each rank's slot,
+    so under every framework rank order the rank map has the same launcher agents, per host
+    the same global ranks and local GPUs, as the v2 layout of the same order — only which
+    host runs which block changes (section 4 of the analysis)."""
+    network = NetworkModel(Cluster(24, 10**9, HierarchicalNetwork((
+        Tier("node", 2, 2e11, 1e-6), Tier("leaf", 3, 1e10, 3e-6),
+        Tier("spine", 4, 5e10, 5e-6)))))
+    orders = [RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE)),
+              RankOrder("tp-cp-ep-pp-dp", (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))]
+    compared = 0
+    for config, num_stages, dp in ((IntraConfig(2, 1), 3, 3), (IntraConfig(1, 1), 5, 4),
+                                   (IntraConfig(2, 1), 2, 4)):
+        for layout in network.structured_layouts[24:]:
+            views = [SimpleNamespace(tp=config.tp, ep=config.ep, num_stages=num_stages,
+                                     replicas=dp, world_size=config.devices * num_stages * dp,
+                                     placement=network.layout_placement(which, config,
+                                                                        num_stages, dp))
+                     for which in (layout, layout.base)]
+            for order in orders:
+                maps = [rank_map(view, order, network.node_size) for view in views]
+                shapes = [sorted((node.first_rank, node.gpus) for node in rank_map_.nodes)
+                          for rank_map_ in maps]
+                assert shapes[0] == shapes[1]
+                compared += 1
+    assert compared == 3 * 72 * 2
