@@ -5,8 +5,10 @@ d >= 2 with a·d <= N, allowed level, masking and holder count h, ZeRO stage z =
 the larger allowed of 1 and 2 (1 and 2 price time identically — each all-reduce split
 into a reduce-scatter and an all-gather, cost model §5 c — and 2 only shrinks memory;
 0 keeps the all-reduces), an allowed recompute mode, a design (grouped, cyclic:
-:func:`nest_cp.cost.sdp.design_mask`) and a rank layout λ of ``all_layouts()`` (S = 1;
-layouts giving equal placements searched once).  Objective: the least T_eff, exactly as
+:func:`nest_cp.cost.sdp.design_mask`) and a rank layout λ of the network's structured
+layouts (S = 1; structured space v3a: v2's 24 orders on the canonical device order,
+then on three tiers or more the other device orders and the spare-first offsets,
+``NetworkModel.structured_layouts``; layouts giving equal placements searched once).  Objective: the least T_eff, exactly as
 a rational; ties to the least T, then the least key (choice index, d, h, level, masking,
 z, mode, design, layout).
 
@@ -75,7 +77,7 @@ from nest_cp.model.instance import (
     Strategy,
 )
 from nest_cp.model.network import NetworkModel, Path
-from nest_cp.model.plan import Plan, RankLayout, SdpMask, Stage, all_layouts
+from nest_cp.model.plan import Plan, RankLayout, SdpMask, Stage
 from nest_cp.model.result import SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
@@ -233,7 +235,7 @@ class _SdpSearch:
         self.deadline = deadline  # perf_counter() time to stop at, or None
         self.stopped_bound: Fraction | None = None  # β of solve_sdp once stopped
         self.network = NetworkModel(instance.cluster)
-        self.order = np.array(self.network.canonical_order(), dtype=np.int64)
+        self._orders: dict[tuple[int, ...], np.ndarray] = {}  # by the layout's digits
         self.limit = instance.cluster.usable_hbm_bytes
         training = instance.training
         split = sorted(set(training.zero_stages) & {1, 2})[-1:]
@@ -268,6 +270,13 @@ class _SdpSearch:
                 self.stopped_bound = min(rest.bound for rest in ordered[position:])
                 break
         return self.best
+
+    def _order_of(self, layout: RankLayout) -> np.ndarray:
+        """The device order ``layout`` reads its positions through, as an array."""
+        if layout.digits not in self._orders:
+            self._orders[layout.digits] = np.array(self.network.layout_order(layout),
+                                                   dtype=np.int64)
+        return self._orders[layout.digits]
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -420,9 +429,10 @@ class _SdpSearch:
             if mode is None:
                 continue
             placements: set = set()
-            for layout_index, layout in enumerate(all_layouts()):
+            for layout_index, layout in enumerate(self.network.structured_layouts):
                 self._check_deadline()
-                devices = rank_devices(layout, config, 1, sub.workers, self.order)[0]
+                devices = rank_devices(layout, config, 1, sub.workers, self._order_of(layout),
+                                       self.network.node_size)[0]
                 if devices.tobytes() in placements:
                     continue
                 placements.add(devices.tobytes())

@@ -12,7 +12,8 @@ cyclic designs.  Placements: ``Space.FULL`` every injective map of the d·a rank
 the devices with worker w's rank 0 on a lower device than worker w + 1's; that loses
 nothing, since relabelling workers (mask rows and placement together) changes no
 price (every SDP term is a sum or a max over workers).  ``Space.STRUCTURED`` the
-placements of ``all_layouts()`` on the canonical device order.  Instances with more
+placements of the structured space's rank layouts (``NetworkModel.structured_placements``,
+structured space v3a).  Instances with more
 than ``options.extra["max_placements"]`` (default 10^6) plans are refused.
 """
 
@@ -29,7 +30,7 @@ from nest_cp.cost.sdp import SdpDesign, UnitTable, design_mask, mask_violations,
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import Instance, IntraConfig, SdpMasking, Strategy
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Placement, Plan, SdpMask, Stage, all_layouts
+from nest_cp.model.plan import Placement, Plan, SdpMask, Stage
 from nest_cp.model.result import SolveResult, Space, Status
 
 MAX_PLANS = 10**6
@@ -164,7 +165,7 @@ def _masks(table: UnitTable, workers: int, holders: int,
 def _placement_count(network: NetworkModel, config: IntraConfig, workers: int,
                      space: Space) -> int:
     if space is Space.STRUCTURED:
-        return len(all_layouts())
+        return len(network.structured_layouts)
     ranks = config.devices * workers
     return math.perm(network.num_devices, ranks) // math.factorial(workers)
 
@@ -174,13 +175,7 @@ def _placements(network: NetworkModel, config: IntraConfig, workers: int,
     """Placements of one stage of ``workers`` replicas (module docstring)."""
     ranks = config.devices
     if space is Space.STRUCTURED:
-        seen = set()
-        order = network.canonical_order()
-        for layout in all_layouts():
-            placement = layout.placement(config, 1, workers, order)
-            if placement not in seen:
-                seen.add(placement)
-                yield placement
+        yield from network.structured_placements(config, 1, workers)
         return
     for devices in itertools.permutations(range(network.num_devices), ranks * workers):
         firsts = devices[::ranks]

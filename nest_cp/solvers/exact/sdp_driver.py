@@ -44,7 +44,7 @@ from nest_cp.cost.sdp import unit_table
 from nest_cp.model.errors import ModelMismatch
 from nest_cp.model.instance import Instance, RecomputeMode
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan, all_layouts
+from nest_cp.model.plan import Plan
 from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
 from nest_cp.solvers.exact.adapters import (
     CpSatAdapter,
@@ -203,14 +203,13 @@ class _Run:
             self.search.offer(hint, evaluation.effective, evaluation.objective_ticks)
 
     def _structured(self, plan: Plan) -> bool:
-        order = self.network.canonical_order()
         table = unit_table(self.instance, plan.config, plan.microbatch, plan.sdp.level)
         probe = SdpSubProblem(plan.config, plan.microbatch, plan.num_replicas,
                               plan.sdp.holders, plan.sdp.level, plan.sdp.masking, plan.zero,
                               plan.stages[0].recompute, 0, table)
-        return any(rows == plan.sdp.mask for _, rows in structured_designs(probe)) and any(
-            layout.placement(plan.config, 1, plan.num_replicas, order) == plan.placement
-            for layout in all_layouts())
+        return any(rows == plan.sdp.mask for _, rows in structured_designs(probe)) and \
+            plan.placement in self.network.structured_placements(plan.config, 1,
+                                                                 plan.num_replicas)
 
     def visit(self, item: _Open, deadline: Deadline, still_open: list[_Open]) -> None:
         if self.search.prunable(item.bound):
