@@ -9,8 +9,8 @@ into a reduce-scatter and an all-gather, cost model §5 c — and 2 only shrinks
 layouts (S = 1; structured space v3a: v2's 24 orders on the canonical device order,
 then on three tiers or more the other device orders and the spare-first offsets,
 ``NetworkModel.structured_layouts``; layouts giving equal placements searched once).
-Objective: the least T_eff, exactly as a rational; ties to the least T, then the least key (choice index, d, h, level, masking,
-z, mode, design, layout).
+Objective: the least T_eff, exactly as a rational; ties to the least T, then the least
+key (choice index, d, h, level, masking, z, mode, design, layout).
 
 Sub-problems.  (c, b, d, h, level, masking, z) fixes m = ceil(B / (b·e·d)) and, because
 every unit is held by exactly h workers, Σ_w C_w (forward masking: d·C_shared +
