@@ -1,0 +1,131 @@
+"""Issue 31, step v3a: the DP over structured space v3a against v2 and the best plans known.
+
+For every row of ``reports/paper/certified.json`` (the 50 paper-grid instances; the 20
+where the certificate's plan beat the DP's are the ones reports/structured_v3_analysis.md
+analysed) and, with ``--small``, the two hierarchical ``instances/small`` rows with a
+structural gap: the DP is run twice in this process, over v2's 24 layouts
+(``layouts=all_layouts()``) and over the v3a layouts (the default,
+``NetworkModel.structured_layouts``); each plan is re-priced by the evaluator (it must equal
+the DP's objective to the tick), and T is compared with the best plan known — the
+certificate's (``objective_ticks``), or for ``instances/small`` the stored full-space
+reference (``*.ref.json``).  Wall times are of this process on whatever machine runs it
+(say whether it was loaded).
+
+Run: ``python -m benchmarks.structured_v3a [--only NAME ...] [--small] [--out FILE]``;
+``--table FILE`` prints the markdown of reports/structured_v3.md from a result file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from nest_cp.cost.evaluate import Evaluator
+from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.io.readers import load_instance
+from nest_cp.model.plan import all_layouts
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+CERTIFIED = ROOT / "reports" / "paper" / "certified.json"
+SMALL = ROOT / "instances" / "small"
+SMALL_ROWS = ("h3-dense-l6-d12", "tight-l8-d16-h3")
+OUT = ROOT / "reports" / "structured_v3.json"
+WITHIN = 0.005  # "within 0.5 % of the best plan known"
+
+
+def _run(instance, layouts) -> dict:
+    started = time.perf_counter()
+    result = dp_solve(instance, layouts=layouts)
+    wall = time.perf_counter() - started
+    priced = Evaluator(instance).evaluate(result.plan).objective_ticks
+    if priced != result.objective_ticks:
+        raise AssertionError(f"DP reports {result.objective_ticks}, evaluator {priced}")
+    return {"ticks": result.objective_ticks, "status": result.status.value,
+            "layout": result.stats.get("layout"), "wall_s": round(wall, 2),
+            "layouts_searched": result.stats.get("layouts_searched"),
+            "S": result.plan.num_stages, "d": result.plan.num_replicas,
+            "tp": result.plan.config.tp, "ep": result.plan.config.ep}
+
+
+def measure(path: Path, best_ticks: int, name: str, analysed: bool) -> dict:
+    instance = load_instance(path)
+    row = {"instance": name, "best_ticks": best_ticks, "analysed": analysed,
+           "v2": _run(instance, all_layouts()), "v3a": _run(instance, None)}
+    logger.info("%s: v2 %d, v3a %d (%s), best %d", name, row["v2"]["ticks"],
+                row["v3a"]["ticks"], row["v3a"]["layout"], best_ticks)
+    return row
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Markdown: per row T_v2 / best − 1 and T_v3a / best − 1 (negative: below the best plan
+    known), the v3a plan's layout and both wall times; then the counts within 0.5 %."""
+    lines = ["| instance | v2: T / best − 1 | v3a: T / best − 1 | v3a layout (t,e,S,d) "
+             "| v2 s | v3a s |", "|---|---:|---:|---|---:|---:|"]
+    for row in rows:
+        gaps = [row[space]["ticks"] / row["best_ticks"] - 1 for space in ("v2", "v3a")]
+        plan = row["v3a"]
+        lines.append(f"| {row['instance']}{'' if row['analysed'] else ' ‡'} | "
+                     f"{100 * gaps[0]:+.3f}% | {100 * gaps[1]:+.3f}% | {plan['layout']} "
+                     f"({plan['tp']},{plan['ep']},{plan['S']},{plan['d']}) | "
+                     f"{row['v2']['wall_s']:.2f} | {plan['wall_s']:.2f} |")
+    for label, chosen in (("analysed rows", [row for row in rows if row["analysed"]]),
+                          ("all rows", rows)):
+        if not chosen:
+            continue
+        counts = [sum(row[space]["ticks"] <= (1 + WITHIN) * row["best_ticks"] for row in chosen)
+                  for space in ("v2", "v3a")]
+        worst = [max(row[space]["ticks"] / row["best_ticks"] - 1 for row in chosen)
+                 for space in ("v2", "v3a")]
+        lines.append(f"| within 0.5 % ({label}) | {counts[0]}/{len(chosen)} | "
+                     f"{counts[1]}/{len(chosen)} | worst v2 {100 * worst[0]:+.3f}%, "
+                     f"v3a {100 * worst[1]:+.3f}% | | |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", help="certified.json instance names")
+    parser.add_argument("--analysed-only", action="store_true",
+                        help="only the 20 rows the certificate beat the DP on")
+    parser.add_argument("--small", action="store_true",
+                        help=f"also the instances/small rows {', '.join(SMALL_ROWS)}")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--table", type=Path, help="print the markdown of this result file")
+    args = parser.parse_args()
+    if args.table:
+        print("\n".join(table(json.loads(args.table.read_text())["rows"])))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    rows = []
+    for entry in json.loads(CERTIFIED.read_text())["instances"]:
+        analysed = entry.get("plan_source") == "relaxation"
+        if (args.only and entry["instance"] not in args.only) or (
+                args.analysed_only and not analysed):
+            continue
+        rows.append(measure(ROOT / entry["path"], entry["objective_ticks"], entry["instance"],
+                            analysed))
+        args.out.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    if args.small:
+        for name in SMALL_ROWS:
+            reference = json.loads((SMALL / f"{name}.ref.json").read_text())
+            rows.append(measure(SMALL / f"{name}.json", _reference_ticks(reference), name,
+                                True))
+    args.out.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    print("\n".join(table(rows)))
+
+
+def _reference_ticks(reference: dict) -> int:
+    """The full-space optimum a ``*.ref.json`` stores."""
+    full = reference["spaces"]["full"]
+    if full["status"] != "OPTIMAL":
+        raise ValueError(f"{reference['instance']}: the stored full-space plan is not proven")
+    return full["objective_ticks"]
+
+
+if __name__ == "__main__":
+    main()
