@@ -169,15 +169,16 @@ class LayoutGeometries:
     """:func:`stage_geometries` of the placement of a rank layout on ``device_order``.
 
     On a tiered network with ``device_order`` its canonical order (device ids 0..N-1), a
-    layout read through it from position 0 (v2's layouts: no device order δ, no spare-first
-    offset) is computed from the layout's strides (module docstring): the replicas' path
-    combinations from a few replicas placed with canonical strides (:meth:`_replica_paths`,
-    kept per canonical placement: outer choices with other d often share it), the
-    data-parallel groups as progressions (:meth:`_data_groups`).  Otherwise (a graph, a
-    layout of structured space v3a's other device orders or offsets, whose tier-1 domains
-    are not blocks of consecutive positions), or when a replica's path sets do not fit one
-    code, from the placement's device array (:meth:`order_of` the layout) — for a v3a
-    layout on a tiered network only of the few stages and replicas that stand for all
+    layout read through it (v2's layouts, and v3a's spare-first ones, whose origin, a
+    multiple of the node size, only shifts every id: :meth:`_origin`) is computed from the
+    layout's strides (module docstring): the replicas' path combinations from a few
+    replicas placed with canonical strides (:meth:`_replica_paths`, kept per canonical
+    placement: outer choices with other d often share it), the data-parallel groups as
+    progressions (:meth:`_data_groups`).  Otherwise (a graph, or a layout of structured
+    space v3a read through another device order, whose tier-1 domains are not blocks of
+    consecutive positions), or when a replica's path sets do not fit one code, from the
+    placement's device array (:meth:`order_of` the layout) — for a v3a layout on a tiered
+    network only of the few stages and replicas that stand for all
     (:meth:`_translated`).
     """
 
@@ -204,8 +205,17 @@ class LayoutGeometries:
         return self._orders[layout.digits]
 
     def _strided(self, layout: RankLayout) -> bool:
-        """Whether the strides describe the placement: v2's layouts on the canonical order."""
-        return self.strided and not layout.digits and not layout.spare_first
+        """Whether the strides (and an origin) describe the placement: layouts on the
+        canonical order, spare nodes last (v2's) or first."""
+        return self.strided and not layout.digits
+
+    def _origin(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                dp: int) -> int:
+        """The first position of a strided layout modulo the period: shifting every id by
+        a multiple of the period keeps every residue and difference, so every tier and k
+        (:meth:`_canonical`)."""
+        return layout.offset(config, num_stages, dp, self.network.num_devices,
+                             self.network.node_size) % self.period
 
     def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  wrap: bool = False) -> list[StageGeometry]:
@@ -215,10 +225,12 @@ class LayoutGeometries:
                      Dim.REPLICA: dp}
             canonical = {dim: self._canonical(strides[dim]) if radix[dim] > 1 else 0
                          for dim in radix}
+            origin = self._origin(layout, config, num_stages, dp)
             replica_key, replicas = self._replica_paths(canonical, strides[Dim.REPLICA],
-                                                        config, num_stages, dp, wrap)
+                                                        config, num_stages, dp, wrap, origin)
             if replicas is not None:
-                data_key, data = self._data_groups(canonical, strides, config, num_stages, dp)
+                data_key, data = self._data_groups(canonical, strides, config, num_stages, dp,
+                                                   origin)
                 key = (replica_key, data_key)
                 if key not in self._assembled:
                     self._assembled[key] = tuple(_assembled(replicas, *data))
@@ -249,8 +261,9 @@ class LayoutGeometries:
                  Dim.REPLICA: dp}
         canonical = {dim: self._canonical(strides[dim]) if radix[dim] > 1 else 0
                      for dim in radix}
-        key, (replica_sets, dense_sets) = self._data_groups(canonical, strides, config,
-                                                            num_stages, dp)
+        key, (replica_sets, dense_sets) = self._data_groups(
+            canonical, strides, config, num_stages, dp,
+            self._origin(layout, config, num_stages, dp))
         return key, replica_sets, dense_sets
 
     def _translation(self, layout: RankLayout) -> int:
@@ -420,30 +433,31 @@ class LayoutGeometries:
         return stride, threshold + (count - threshold) % (domain // common)
 
     def _replica_paths(self, canonical: dict[Dim, int], replica_stride: int,
-                       config: IntraConfig, num_stages: int, dp: int,
-                       wrap: bool) -> tuple[tuple, list[tuple[ReplicaPaths, ...]] | None]:
+                       config: IntraConfig, num_stages: int, dp: int, wrap: bool,
+                       origin: int = 0
+                       ) -> tuple[tuple, list[tuple[ReplicaPaths, ...]] | None]:
         """Per stage, the distinct path combinations of its replicas (None: too many paths
         for one code), from replicas r < period / gcd(replica stride, period) placed with
         the ``canonical`` strides (:meth:`_canonical`); kept per canonical placement, which
         is returned first (as the key)."""
         replicas = min(dp, self.period // math.gcd(replica_stride, self.period))
         strides = {**canonical, Dim.REPLICA: canonical[Dim.REPLICA] if replicas > 1 else 0}
-        key = (config, num_stages, replicas, wrap, tuple(strides.values()))
+        key = (config, num_stages, replicas, wrap, tuple(strides.values()), origin)
         if key not in self._replicas:
             self._replicas[key] = self._fresh_replica_paths(strides, config, num_stages,
-                                                            replicas, wrap)
+                                                            replicas, wrap, origin)
         return key, self._replicas[key]
 
     def _fresh_replica_paths(self, strides: dict[Dim, int], config: IntraConfig,
-                             num_stages: int, replicas: int,
-                             wrap: bool) -> list[tuple[ReplicaPaths, ...]] | None:
+                             num_stages: int, replicas: int, wrap: bool,
+                             origin: int = 0) -> list[tuple[ReplicaPaths, ...]] | None:
         """:meth:`_replica_paths`, from a few stages: an inner stage s (neither first nor
         last) is placed at s·(stage stride) and receives from its neighbours a stage stride
         away, so it only depends on s modulo period / gcd(stage stride, period); the first
         and last stage, and the inner stages 1 .. that period, stand for all."""
         period = self.period // math.gcd(strides[Dim.STAGE], self.period)
         stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
-        offsets = strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
+        offsets = origin + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
 
         def placed(of_stages: list[int]) -> np.ndarray:
@@ -464,8 +478,8 @@ class LayoutGeometries:
                 for stage in range(num_stages)]
 
     def _data_groups(self, canonical: dict[Dim, int], strides: dict[Dim, int],
-                     config: IntraConfig, num_stages: int,
-                     dp: int) -> tuple[tuple, tuple[list, list]]:
+                     config: IntraConfig, num_stages: int, dp: int,
+                     origin: int = 0) -> tuple[tuple, tuple[list, list]]:
         """Per stage, the path ids of its d-replica groups (one per rank j: the progression
         from replica 0's device by the replica stride) and of its d·e groups (one per tensor
         rank t: the box of the EP and replica strides), as :func:`_row_sets`; from first
@@ -476,9 +490,9 @@ class LayoutGeometries:
                                          (strides[Dim.REPLICA], dp)]) \
             if dp * config.ep > 1 else None
         key = (config, num_stages, canonical[Dim.STAGE], canonical[Dim.TP], canonical[Dim.EP],
-               replica_box, dense_box)
+               replica_box, dense_box, origin)
         if key not in self._data:
-            first = canonical[Dim.STAGE] * np.arange(num_stages)[:, None] \
+            first = origin + canonical[Dim.STAGE] * np.arange(num_stages)[:, None] \
                 + _rank_offsets(canonical, config)  # [s, j]: replica 0's devices
             no_groups = [()] * num_stages
             replica_sets = _row_sets(self.groups.of_box(first, replica_box)) \
