@@ -370,14 +370,13 @@ class LayoutGeometries:
                                                      num_stages)
         first = offset + strides[Dim.STAGE] * np.array(stages, dtype=np.int64)[:, None] \
             + _rank_offsets(strides, config)[None, :]  # [row, j]: replica 0's positions
-        order = self.order_of(layout)
 
         def path_ids(lowest: np.ndarray, box: list[tuple[int, int]]) -> np.ndarray:
             """Each group's path id, computed once per residue of its least position
             modulo T (groups of one residue are translates by multiples of T)."""
             _, index, inverse = np.unique(lowest % translation, return_index=True,
                                           return_inverse=True)
-            ids = self.groups.of_positions(lowest.ravel()[index], box, order)
+            ids = self.groups.of_positions(lowest.ravel()[index], box, layout.digits)
             return ids[inverse.reshape(lowest.shape)]
 
         no_groups = [()] * len(stages)
@@ -654,24 +653,23 @@ class _GroupPathCodes:
         return self._ids_of(tiers, channels)
 
     def of_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
-                     order: np.ndarray) -> np.ndarray:
-        """:meth:`of_box` for groups of positions read through the device order ``order``
-        whose blocks of G_0 positions are whole tier-0 domains (a device order of structured
-        space v3a, :func:`nest_cp.model.plan.digit_device_order`, or the canonical one): k is
-        counted on the positions as :meth:`of_box` does, the tier is that of the least and
-        the largest device of the group (tier domains are blocks of consecutive ids)."""
+                     digits: tuple[int, ...]) -> np.ndarray:
+        """:meth:`of_box` for groups of positions read through the device order of
+        ``digits`` (:func:`nest_cp.model.plan.digit_device_order`), whose blocks of G_0
+        positions are whole tier-0 domains: k is counted on the positions as :meth:`of_box`
+        does, the tier by :func:`_digit_tiers`."""
         lowest = np.asarray(lowest, dtype=np.int64)
         box = _merged_box(box)
-        members = np.zeros(1, dtype=np.int64)
-        for stride, count in box:
-            members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
-        devices = order[lowest[..., None] + members]
-        tiers = np.asarray(self.network.tier_of_pairs(devices.min(axis=-1),
-                                                      devices.max(axis=-1)), dtype=np.int64)
+        radices = self.network.digit_radices
+        tiers = _digit_tiers(lowest, box, radices,
+                             (0, *(digits or range(1, len(radices)))))
         channels = None
         if self.stride > 1 and len(box) == 1:
             channels = _progression_fewest(lowest, *box[0], self.domain_size)
         elif self.stride > 1:
+            members = np.zeros(1, dtype=np.int64)
+            for stride, count in box:
+                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
             members.sort()
             residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
             channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
@@ -688,6 +686,51 @@ class _GroupPathCodes:
             tier, channels = divmod(code, self.stride)
             self._path_ids[code] = self.ids.id_of(self.network.channel_path(tier, channels + 1))
         return self._path_ids[codes]
+
+
+def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[int, ...],
+                 read: tuple[int, ...]) -> np.ndarray:
+    """The tier of each group {lowest + Σ_i x_i·stride_i : x_i < count_i} of positions
+    read through a device order: ``read[i]`` is the tier whose index read digit i holds
+    (read[0] = 0, the slot), W_i = ∏_{j<i} radices[read[j]] its weight.
+
+    The group lies in one tier-k domain iff its members agree on D_k, the digits of the
+    tiers above k, and its tier is the number of k < L − 1 for which it does not (as
+    :meth:`NetworkModel.tier_of_pairs` counts the domains separating two ids).  Split D_k
+    into its top run [m, L − 1] (the longest run of outermost digits inside D_k) and the
+    rest.  Agreement on the top run is floor(p / W_m) being equal, and every member lies
+    between the least and the largest, lowest and lowest + span, with floor monotone: it
+    holds iff it holds for those two.  A digit i of the rest only depends on p modulo
+    W_{i+1}, and along each box dimension (x_i·stride_i) mod W_{i+1} repeats with period
+    W_{i+1} / gcd(stride_i, W_{i+1}): the members with every x_i below that period take
+    every value the group's do, so only they are compared.  On the canonical order every
+    D_k is a top run (two ids per group); under 021 on three tiers D_1 is the inner digit.
+    """
+    size = len(radices)
+    weights = [1]
+    for tier in read:
+        weights.append(weights[-1] * radices[tier])
+    index_of = {tier: index for index, tier in enumerate(read)}
+    span = sum((count - 1) * stride for stride, count in box)
+    tiers = np.zeros(lowest.shape, dtype=np.int64)
+    for level in range(size - 1):
+        agree = {index_of[tier] for tier in range(level + 1, size)}
+        top = size
+        while top - 1 >= 1 and top - 1 in agree:
+            top -= 1
+        varies = np.zeros(lowest.shape, dtype=bool)
+        if top < size:
+            varies |= lowest // weights[top] != (lowest + span) // weights[top]
+        for digit in sorted(agree - set(range(top, size))):
+            modulus = weights[digit + 1]
+            members = np.zeros(1, dtype=np.int64)
+            for stride, count in box:
+                kept = min(count, modulus // math.gcd(stride, modulus))
+                members = (members[None, :] + stride * np.arange(kept)[:, None]).ravel()
+            values = (lowest[..., None] + members) // weights[digit] % radices[read[digit]]
+            varies |= (values != values[..., :1]).any(axis=-1)
+        tiers += varies
+    return tiers
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:

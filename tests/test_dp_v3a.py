@@ -23,6 +23,7 @@ import pytest
 
 from nest_cp.cli.export.ranks import RankOrder, rank_map
 from nest_cp.cost.evaluate import Evaluator
+from nest_cp.dp import geometry
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.io.readers import load_instance
@@ -241,3 +242,30 @@ def test_a_v3a_placement_exports_like_its_v2_twin():
                 assert shapes[0] == shapes[1]
                 compared += 1
     assert compared == 3 * 72 * 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_digit_tiers_are_those_of_the_least_and_largest_device(seed):
+    """A box group's tier from its positions' digits (the top run from two positions, inner
+    digits from one period of members) is the tier of its least and largest device, for
+    every device order and random boxes, strides up to beyond a tier-1 domain."""
+    rng = random.Random(seed)
+    network = _tiered(rng)
+    radices = network.digit_radices
+    for upper in itertools.permutations(range(1, len(radices))):
+        order = digit_device_order(radices, upper)
+        for _ in range(60):
+            box = [(rng.randint(1, network.num_devices // 2), rng.randint(2, 5))
+                   for _ in range(rng.randint(1, 2))]
+            span = sum((count - 1) * stride for stride, count in box)
+            if span >= network.num_devices:
+                continue
+            lowest = np.arange(network.num_devices - span)
+            members = np.zeros(1, dtype=np.int64)
+            for stride, count in box:
+                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
+            devices = order[lowest[:, None] + members]
+            expected = network.tier_of_pairs(devices.min(axis=1), devices.max(axis=1))
+            got = geometry._digit_tiers(lowest, geometry._merged_box(box), radices,
+                                        (0, *upper))
+            assert got.tolist() == np.asarray(expected).tolist()

@@ -276,13 +276,14 @@ class RankLayout:
 def digit_radices(tier_sizes: tuple[int, ...], num_devices: int) -> tuple[int, ...] | None:
     """The radices n_0, ..., n_{L−1} of a device id on a tiered network: the sizes of the
     tiers below the top and N / G_{L−2} for the top; None when N is not a multiple of
-    G_{L−2} (the ids are then not a full mixed-radix range: canonical order only)."""
+    G_{L−2} (the ids are then not a full mixed-radix range: canonical order only) or the
+    tiers do not hold all N devices."""
     inner = tuple(tier_sizes[:-1])
     product = 1
     for size in inner:
         product *= size
-    if num_devices % product:
-        return None
+    if num_devices % product or num_devices > product * tier_sizes[-1]:
+        return None  # not a full mixed-radix range, or devices in no common domain
     return (*inner, num_devices // product)
 
 
