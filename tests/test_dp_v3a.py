@@ -269,3 +269,26 @@ def test_digit_tiers_are_those_of_the_least_and_largest_device(seed):
             got = geometry._digit_tiers(lowest, geometry._merged_box(box), radices,
                                         (0, *upper))
             assert got.tolist() == np.asarray(expected).tolist()
+
+
+def test_solve_json_names_the_layout_of_the_dp_plan():
+    """`solve --backend dp --json` carries the winning layout's name; on h3-dense-l6-d12 it
+    is a spare-first layout, and the plan's placement is that layout's."""
+    import json
+
+    from click.testing import CliRunner
+
+    from nest_cp.cli import main
+    from nest_cp.io.readers import plan_from_dict
+
+    path = SMALL / "h3-dense-l6-d12.json"
+    result = CliRunner().invoke(main, ["solve", str(path), "--backend", "dp", "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    network = NetworkModel(load_instance(path).cluster)
+    layout = next(layout for layout in network.structured_layouts
+                  if layout.name == record["layout"])
+    assert layout.spare_first
+    plan = plan_from_dict(record["plan"])
+    assert plan.placement == network.layout_placement(layout, plan.config, plan.num_stages,
+                                                      plan.num_replicas)
