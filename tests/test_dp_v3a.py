@@ -194,6 +194,19 @@ def test_dp_equals_structured_cpsat_over_the_v3a_space(name, swapped):
     assert exact.objective_ticks == dp.objective_ticks
 
 
+def test_dp_equals_structured_milp_over_the_v3a_space():
+    """The MILP (HiGHS, the second independent solver on the shared skeleton) proves the
+    same optimum where a device order wins."""
+    from nest_cp.solvers.registry import solve as backend_solve
+
+    instance = _small("h3-dense-l4-d8", True)
+    exact = backend_solve(instance, "milp", SolveOptions(space=Space.STRUCTURED, workers=1,
+                                                         seed=0, time_limit_s=120.0,
+                                                         milp_solver="highs"))
+    assert exact.status is Status.OPTIMAL
+    assert exact.objective_ticks == dp_solve(instance).objective_ticks
+
+
 @pytest.mark.parametrize(("name", "swapped", "kind"), [
     ("h3-dense-l4-d8", True, "digits"),   # tier 2 faster than tier 1: a device order δ
     ("h3-dense-l6-d12", False, "spare_first"),  # the spare node first
