@@ -703,8 +703,9 @@ def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[
     holds iff it holds for those two.  A digit i of the rest only depends on p modulo
     W_{i+1}, and along each box dimension (x_i·stride_i) mod W_{i+1} repeats with period
     W_{i+1} / gcd(stride_i, W_{i+1}): the members with every x_i below that period take
-    every value the group's do, so only they are compared.  On the canonical order every
-    D_k is a top run (two ids per group); under 021 on three tiers D_1 is the inner digit.
+    every value the group's do, so only they are compared (a single progression in closed
+    form, :func:`_arc_leaves_block`).  On the canonical order every D_k is a top run (two
+    ids per group); under 021 on three tiers D_1 is the inner digit.
     """
     size = len(radices)
     weights = [1]
@@ -723,6 +724,9 @@ def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[
             varies |= lowest // weights[top] != (lowest + span) // weights[top]
         for digit in sorted(agree - set(range(top, size))):
             modulus = weights[digit + 1]
+            if len(box) == 1:
+                varies |= _arc_leaves_block(lowest, *box[0], weights[digit], modulus)
+                continue
             members = np.zeros(1, dtype=np.int64)
             for stride, count in box:
                 kept = min(count, modulus // math.gcd(stride, modulus))
@@ -731,6 +735,32 @@ def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[
             varies |= (values != values[..., :1]).any(axis=-1)
         tiers += varies
     return tiers
+
+
+def _arc_leaves_block(lowest: np.ndarray, stride: int, count: int, block: int,
+                      modulus: int) -> np.ndarray:
+    """Whether {lowest + r·stride : r < count} (count >= 2) meets two blocks of ``block``
+    residues modulo ``modulus`` (a multiple of ``block``; equal to it: never): whether a
+    digit of weight ``block`` and radix modulus / block varies over the progression.
+
+    Modulo M = ``modulus`` the members are an arithmetic progression on a circle of M
+    points, c = min(count, M / gcd(stride, M)) of them distinct, each a step s' = min(s,
+    M − s) from the last (s = stride mod M), always in the same direction.  The blocks are
+    arcs of length B <= M / 2 that do not wrap.  If the c points lie in one block, each step
+    moves by s' < B inside it in that direction, so they fill the arc from the first point
+    to the last, of length (c − 1)·s', forward (s' = s) or backward; conversely that arc
+    holds them all.  So they lie in one block iff that arc's two ends do (an end beyond
+    [0, M) lies in no block of the first point's)."""
+    step = stride % modulus
+    if step == 0 or modulus == block:  # no step, or a radix-1 digit: it never varies
+        return np.zeros(np.shape(lowest), dtype=bool)
+    distinct = min(count, modulus // math.gcd(step, modulus))
+    first = np.asarray(lowest, dtype=np.int64) % modulus
+    if step <= modulus - step:
+        last = first + (distinct - 1) * step
+    else:
+        last = first - (distinct - 1) * (modulus - step)
+    return first // block != last // block
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:

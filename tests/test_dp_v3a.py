@@ -93,10 +93,12 @@ def test_layouts_of_the_v3a_space_in_tie_break_order():
 
 
 def _tiered(rng: random.Random) -> NetworkModel:
-    """3-4 tiers whose sizes multiply to N exactly, speeds in random order (tier 2 may be
-    faster than tier 1, as on the NEST presets), efficiencies below 1."""
+    """3-4 tiers whose sizes multiply to N exactly (a middle tier of one domain now and
+    then), speeds in random order (tier 2 may be faster than tier 1, as on the NEST
+    presets), efficiencies below 1."""
     sizes = [rng.choice([2, 3, 4, 8])] \
-        + [rng.choice([2, 3, 4]) for _ in range(rng.randint(1, 2))] + [rng.choice([2, 3, 5])]
+        + [rng.choice([1, 2, 3, 4, 4]) for _ in range(rng.randint(1, 2))] \
+        + [rng.choice([2, 3, 5])]
     tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
                   rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
              for index, size in enumerate(sizes)]
@@ -144,7 +146,7 @@ def test_translated_geometries_equal_those_of_the_placement(seed):
         assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
             == [entry[2] for entry in _by_path(array_ids, expected)]
         checked += 1
-    assert checked > 40
+    assert checked > 20
 
 
 def _tier_speeds_swapped(instance: Instance) -> Instance:
@@ -270,6 +272,8 @@ def test_digit_tiers_are_those_of_the_least_and_largest_device(seed):
         for _ in range(60):
             box = [(rng.randint(1, network.num_devices // 2), rng.randint(2, 5))
                    for _ in range(rng.randint(1, 2))]
+            if rng.random() < 0.5:  # one long progression (the closed form's case)
+                box = [(rng.randint(1, 3 * radices[0]), rng.randint(2, network.num_devices))]
             span = sum((count - 1) * stride for stride, count in box)
             if span >= network.num_devices:
                 continue
