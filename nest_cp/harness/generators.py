@@ -398,8 +398,11 @@ def full_placement_count(recipe: TinyRecipe) -> int:
 
 
 def structured_plan_count(recipe: TinyRecipe) -> int:
-    """Plans of the structured space (every rank layout per shape, an upper bound): what
-    brute force evaluates."""
+    """Plans of structured space v2 (its 24 rank layouts per shape, an upper bound): the
+    scale of what brute force evaluates, used to keep the draws small.  On three tiers or
+    more the v3a space has more layouts (device orders, spare nodes first; on these tiny
+    networks most coincide and are evaluated once), so there it is a scale, not a bound;
+    kept as it was so that the seeded draws do not change."""
     layers, devices = recipe.num_layers, recipe.num_devices
     modes = len(recipe.training.get("recompute_modes", (RecomputeMode.NONE, RecomputeMode.FULL)))
     virtual = recipe.training.get("virtual_stages", (1,))
