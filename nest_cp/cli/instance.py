@@ -11,7 +11,7 @@ from nest_cp import io
 from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, TrainingSetup
-from nest_cp.model.launchers.search import Launcher, rules_applied
+from nest_cp.model.launchers.search import Launcher, model_problem, rules_applied
 
 
 @click.group()
@@ -150,6 +150,10 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     click.echo("\n".join(_tier_lines(built.cluster.network)))
     click.echo(_overlap_line(built.training))
     click.echo("\n".join(launcher_lines(built)))
+    unbuilt = model_problem(built.training.launcher, built.search_facts)
+    if unbuilt is not None:  # an answer, not an error: every solve will say "no plan"
+        click.echo(f"warning: this instance will have no plan under --launcher {launcher}: "
+                   f"{unbuilt}", err=True)
 
 
 @instance.command("show")

@@ -18,6 +18,7 @@ from fractions import Fraction
 import networkx as nx
 
 from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.launchers import ModelFacts
 from nest_cp.model.launchers.search import Launcher, SearchFacts, SearchShape, admits
 from nest_cp.model.limits import MAX_DEVICES, MAX_LAYERS, MAX_TICKS
 from nest_cp.model.ticks import exact
@@ -289,6 +290,23 @@ class ModelShape:
     @property
     def expert_width(self) -> int:
         return self.expert_ffn_hidden or self.ffn_hidden
+
+    @property
+    def llama(self) -> bool:
+        """A Llama-style decoder: RMSNorm, SwiGLU, rotary positions, no biases or dropout,
+        untied output, plain (grouped-query) attention of heads x head_dim = hidden."""
+        return (self.positions is PositionKind.ROPE and self.norm is NormKind.RMSNORM
+                and self.mlp is MlpKind.SWIGLU and not (self.bias or self.qkv_bias)
+                and not (self.dropout or self.tied_embeddings) and self.decoder
+                and not self.latent_attention and self.head_dim * self.heads == self.hidden)
+
+    @property
+    def facts(self) -> ModelFacts:
+        """The architecture as the launchers' rules compare it (launchers.ModelFacts)."""
+        return ModelFacts(self.name, self.num_layers, self.hidden, self.heads, self.kv_heads,
+                          self.ffn_hidden, self.vocab, self.llama, self.num_experts,
+                          self.top_k, self.expert_width if self.num_experts > 1 else 0,
+                          self.description)
 
     @property
     def description(self) -> str:
@@ -744,7 +762,8 @@ class Instance:
         workload = self.workload
         return SearchFacts(self.training.global_batch, workload.heads, workload.kv_heads,
                            workload.sequence_parallel,
-                           precision_of(self.training.optimizer)[0] is Precision.FP16)
+                           precision_of(self.training.optimizer)[0] is Precision.FP16,
+                           None if workload.model is None else workload.model.facts)
 
     def admits(self, config: IntraConfig, microbatch, dp, num_stages, virtual_stages=1,
                zero=0):

@@ -5,6 +5,10 @@ returns with the plan evaluator: the plan must fit and evaluate to exactly the
 objective the backend reports, or :class:`InvalidPlan` is raised (a backend
 bug, never silently passed on).  Backends are imported lazily by name so each
 lives in its own module and a missing optional solver fails only its backend.
+
+An instance whose launcher cannot build its model (``launchers.search.model_problem``:
+torchtitan builds only the models it ships) admits no plan at all; every backend's answer
+is then INFEASIBLE with that reason, given here before any search.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable
 from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
-from nest_cp.model.launchers.search import one_recompute_mode
+from nest_cp.model.launchers.search import model_problem, one_recompute_mode
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -87,6 +91,11 @@ def run_unrefereed(instance: Instance, backend: str,
     """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
     anything that uses the result calls :func:`check_result` on it."""
     options = options or SolveOptions()
+    backend_function(backend)  # an unknown name is refused even where nothing is searched
+    unbuilt = model_problem(instance.training.launcher, instance.search_facts)
+    if unbuilt is not None:  # the launcher admits no shape: the space is empty
+        return SolveResult(backend, Status.INFEASIBLE, space=options.space,
+                           message=f"no plan: {unbuilt}")
     if one_recompute_mode(instance.training.launcher) and backend not in ONE_MODE_BACKENDS \
             and len(instance.training.recompute_modes) > 1:
         return _solve_per_mode(instance, backend, options)

@@ -7,11 +7,12 @@ of its ``torchtitan/config/job_config.py``, listed once in :data:`TORCHTITAN_KEY
 tests parse the output with tomllib and check every key against it).
 
 Model and precision: ``[model] name, flavor`` is the shipped flavor of exactly the priced
-architecture (``llama3`` ``8B``/``70B``/``405B``: Llama 3 70B is ``llama3``/``70B``); for
-any other architecture (GPT-3, Mixtral, ...) the job names the model itself with flavor
-``nest-cp``, which torchtitan refuses at startup until the user registers a TrainSpec of
-that name (``[experimental] custom_import``), and a warning says so: the job never trains
-torchtitan's default debug model.  ``[training] mixed_precision_param`` is ``bfloat16``
+architecture (``llama3`` ``debugmodel``/``8B``/``70B``/``405B``: Llama 3 70B is
+``llama3``/``70B``).  A plan of any other architecture (GPT-3, Mixtral, ...) cannot start
+in torchtitan as exported, so it is refused (BackendOptionError, exit 2) with the reason
+the search gives under ``--launcher torchtitan`` (``launchers.torchtitan.model_problem``);
+an instance recording no model gets a job without ``[model]`` and a warning that torchtitan
+then trains its default debug model.  ``[training] mixed_precision_param`` is ``bfloat16``
 for 2-byte weights (fp16 has no spelling: a warning) or ``float32``; torchtitan always
 reduces gradients in float32 and runs no mixed precision with TP or PP without FSDP, each
 a warning where the plan priced otherwise.
@@ -65,21 +66,15 @@ from nest_cp.cli.export.common import (
 )
 from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
 from nest_cp.cli.export.view import LayerKind, PlanView, Precision
-from nest_cp.model.errors import InternalError
-from nest_cp.model.instance import (
-    AttentionKind,
-    MlpKind,
-    ModelShape,
-    NormKind,
-    PositionKind,
-    RecomputeMode,
-)
+from nest_cp.model.errors import BackendOptionError, InternalError
+from nest_cp.model.instance import AttentionKind, ModelShape, RecomputeMode
 from nest_cp.model.launchers.torchtitan import (
     TORCHTITAN_VERSION,
     Flavor,
     TorchtitanLaunch,
     choice_problems,
-    flavor_named,
+    flavor_for,
+    model_problem,
     startup_violations,
 )
 from nest_cp.model.plan import Dim
@@ -109,7 +104,13 @@ TORCHTITAN_KEYS: dict[str, dict[str, type]] = {
 
 
 def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
-    """The job TOML (module doc) with the launch table as comments."""
+    """The job TOML (module doc) with the launch table as comments; BackendOptionError for
+    a plan whose model torchtitan does not build."""
+    unbuilt = model_problem(None if view.model is None else view.model.facts)
+    if unbuilt is not None:
+        raise BackendOptionError(f"torchtitan cannot start this plan as exported: {unbuilt}; "
+                                 f"export it for megatron, or plan a model torchtitan builds",
+                                 option="format")
     warnings = common_warnings(view)
     parallelism, dp_warnings = _data_parallel(view)
     warnings += dp_warnings
@@ -164,11 +165,9 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
 
 
 def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
-    """What torchtitan v0.2.2 reads from a job document; a model the export names with
-    flavor 'nest-cp' counts as registered by the user (the warning asks for it)."""
+    """What torchtitan v0.2.2 reads from a job document."""
     parallelism, training = config["parallelism"], config["training"]
     model = config.get("model", {})
-    custom = {model["name"]} if model.get("flavor") == "nest-cp" else set()
     return TorchtitanLaunch(
         world_size=world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
         dp_shard=parallelism["data_parallel_shard_degree"],
@@ -176,8 +175,7 @@ def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
         local_batch_size=training["local_batch_size"],
         global_batch_size=training["global_batch_size"],
         pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"],
-        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"),
-        registered=frozenset(custom))
+        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"))
 
 
 def _check_rules(view: PlanView, config: dict) -> None:
@@ -191,32 +189,23 @@ def _check_rules(view: PlanView, config: dict) -> None:
 def flavor_of(model: ModelShape) -> Flavor | None:
     """The torchtitan flavor of exactly this architecture (launchers.torchtitan
     FLAVOR_TABLE), if torchtitan ships one: a Llama 3 of the same sizes."""
-    llama = (model.positions is PositionKind.ROPE and model.norm is NormKind.RMSNORM
-             and model.mlp is MlpKind.SWIGLU and not (model.bias or model.qkv_bias)
-             and not model.tied_embeddings and model.num_experts == 1 and model.decoder
-             and not model.latent_attention and model.head_dim * model.heads == model.hidden)
-    return flavor_named(model.num_layers, model.hidden, model.heads, model.kv_heads,
-                        model.ffn_hidden, model.vocab) if llama else None
+    return flavor_for(model.facts)
 
 
 def _model_section(view: PlanView) -> tuple[dict, list[str]]:
-    """[model] name and flavor of the priced architecture, or a name torchtitan refuses at
-    startup until the user registers it (never its default debug model)."""
+    """[model] name and flavor of the priced architecture (the export has refused a model
+    torchtitan does not build), or none and a warning when the instance records no model."""
     model = view.model
     if model is None:
         return {}, ["the instance records no model architecture: the job has no [model] "
                     "section and torchtitan trains its default (llama3 debugmodel), not the "
                     "model the plan was priced for; add [model] name and flavor"]
-    warnings = [view.model_note] if view.model_note else []
     flavor = flavor_of(model)
-    if flavor is not None:
-        return {"name": flavor.name, "flavor": flavor.flavor}, warnings
-    return {"name": model.name, "flavor": "nest-cp"}, warnings + [
-        f"torchtitan v0.2.2 ships no model of this architecture ({model.description}): the "
-        f"job names model {model.name!r} flavor 'nest-cp', which torchtitan refuses at "
-        f"startup ('TrainSpec {model.name} is not registered', protocols/train_spec.py line "
-        f"87) until a module given as [experimental] custom_import registers it "
-        f"(register_train_spec, line 62) with that flavor; it never trains another model"]
+    if flavor is None:
+        raise InternalError(f"the torchtitan export reached a model torchtitan does not "
+                            f"build: {model.description}")
+    return {"name": flavor.name, "flavor": flavor.flavor}, (
+        [view.model_note] if view.model_note else [])
 
 
 def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:

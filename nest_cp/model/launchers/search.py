@@ -10,8 +10,14 @@ exporters apply to what they write).
 A rule reads plain values, never an instance or a plan, so the DP can apply it to whole
 arrays of candidate shapes at once: ``admits(facts, shape)`` is written with arithmetic and
 ``&``/``|`` that work on Python ints and numpy arrays alike.  The shape is
-(t, e, b, d, S, v, z); ``facts`` are the instance's global batch and the head counts its
-workload records (None: not recorded, and the head rule is then not checked).
+(t, e, b, d, S, v, z); ``facts`` are the instance's global batch and the head counts and
+model its workload records (None: not recorded, and the rule reading it is then not
+checked).
+
+One rule reads no shape: torchtitan builds only the models it ships (``torchtitan``
+``model_problem``), so under ``torchtitan`` an instance whose recorded model it does not
+ship admits no shape at all.  :func:`model_problem` says why in one line, and the backend
+registry answers "no plan" with it before searching (``nest_cp.solvers.registry``).
 
 Besides the shape rules, every launcher applies one recompute setting to all stages
 (``--recompute-granularity``, ``activation_checkpoint.mode``,
@@ -30,10 +36,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from nest_cp.model.launchers import ModelFacts
 from nest_cp.model.launchers.deepspeed import AUTOTP, GROUPS, PIPE
 from nest_cp.model.launchers.deepspeed import CONFIG as DS_CONFIG
 from nest_cp.model.launchers.megatron import ARGS, BATCH
-from nest_cp.model.launchers.torchtitan import TRAIN
+from nest_cp.model.launchers.torchtitan import BUILDS, FLAVORS, TRAIN
+from nest_cp.model.launchers.torchtitan import model_problem as torchtitan_model_problem
 
 
 class Launcher(str, Enum):
@@ -47,13 +55,15 @@ class Launcher(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class SearchFacts:
-    """What the rules read from the instance: the global batch and recorded head counts."""
+    """What the rules read from the instance: the global batch, the recorded head counts and
+    the recorded model architecture."""
 
     global_batch: int
     heads: int | None = None
     kv_heads: int | None = None
     sequence_parallel: bool | None = None
     fp16: bool = False  # the optimizer prices fp16 weights (instance model precision_of)
+    model: ModelFacts | None = None  # workload.model as the launchers compare it
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +163,12 @@ def _sequence_parallel_tp(facts: SearchFacts, shape: SearchShape) -> Any:
     return shape.tp == 1
 
 
+def _model_built(facts: SearchFacts, shape: SearchShape) -> Any:
+    if torchtitan_model_problem(facts.model) is None:
+        return shape.tp == shape.tp  # all true, in the shape's own type
+    return shape.tp != shape.tp  # all false: no shape of a model torchtitan cannot build
+
+
 _BATCH_WORDS = "global batch a multiple of b·e·d"
 
 SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
@@ -170,6 +186,9 @@ SHAPE_RULES: dict[Launcher, tuple[ShapeRule, ...]] = {
                   _interleaved_depth),
     ),
     Launcher.TORCHTITAN: (
+        ShapeRule("model", f"a model torchtitan ships, {BUILDS}, of exactly the recorded "
+                  "sizes", f"{FLAVORS}: torchtitan builds model_args[flavor] of a shipped "
+                  "model (torchtitan v0.2.2 torchtitan/train.py:138)", _model_built),
         ShapeRule("global batch", _BATCH_WORDS, f"{TRAIN}: 'global batch size must be "
                   "multiple of local batch size times data-parallel degree'", _batch),
         ShapeRule("ZeRO-1", "z in {0, 2, 3}", f"{TORCHTITAN_FSDP}: FSDP shards parameters, "
@@ -209,6 +228,15 @@ def one_recompute_mode(launcher: Launcher) -> bool:
     return launcher in ONE_MODE_SOURCE
 
 
+def model_problem(launcher: Launcher, facts: SearchFacts) -> str | None:
+    """Why ``launcher`` cannot build the instance's recorded model (then it admits no shape:
+    the instance has no plan), or None.  Only torchtitan builds models from a table of its
+    own; Megatron-LM takes the sizes as arguments and DeepSpeed wraps the user's model."""
+    if launcher is Launcher.TORCHTITAN:
+        return torchtitan_model_problem(facts.model)
+    return None
+
+
 def admits(launcher: Launcher, facts: SearchFacts, shape: SearchShape) -> Any:
     """Whether (elementwise, for arrays) every shape rule of the launcher admits ``shape``."""
     admitted = True
@@ -229,10 +257,14 @@ def rules_applied(launcher: Launcher, facts: SearchFacts) -> list[str]:
              for rule in SHAPE_RULES[launcher]]
     if any(rule.admits is _heads for rule in SHAPE_RULES[launcher]) and facts.heads is None:
         lines.append("heads: not checked, the workload records no head counts")
+    if any(rule.admits is _model_built for rule in SHAPE_RULES[launcher]) \
+            and facts.model is None:
+        lines.append("model: not checked, the workload records no model architecture (the "
+                     "export warns that torchtitan then trains its default debugmodel)")
     if one_recompute_mode(launcher):
         lines.append(f"one recompute mode: every stage the same [{ONE_MODE_SOURCE[launcher]}]")
     return lines
 
 
 __all__ = ["Launcher", "SearchFacts", "SearchShape", "ShapeRule", "SHAPE_RULES", "admits",
-           "one_recompute_mode", "rules_applied", "shape_problems"]
+           "model_problem", "one_recompute_mode", "rules_applied", "shape_problems"]
