@@ -22,24 +22,31 @@ line at that tag:
   ``multiple_of`` 256, line 34), ``model/model.py`` ``Attention.__init__`` (no kv heads
   given: as many as heads, lines 194-197) and ``FeedForward.__init__`` (the SwiGLU width of
   ``4 * dim``, lines 332-336 and 378);
-- ``MODELS``: ``torchtitan/models/__init__.py`` line 7, ``_supported_models``.
+- ``SHIPPED_MODELS``: ``torchtitan/models/__init__.py`` line 7, ``_supported_models``.
 
 Which models torchtitan builds (:func:`model_problem`): torchtitan builds a model from its
 own table, ``model_args[flavor]`` of a shipped model name, never from sizes it is given.
 So a plan runs in torchtitan as priced only when that table holds the priced architecture:
-a Llama 3 (``llama3``: RMSNorm, SwiGLU, rotary positions, no biases, untied output, model.py
-lines 204-209, 338-340, 382-383, 448-458) of exactly the instance's sizes
+a Llama 3 (``llama3``: RMSNorm, SwiGLU, rotary positions, no biases, untied output,
+model.py lines 204-209, 338-340, 382-383, 448-458) of exactly the instance's sizes
 (:data:`FLAVOR_TABLE`).  The other models v0.2.2 ships match no model nest-cp records:
-``llama3_ft`` is ``llama3_args`` again (``llama3_ft/__init__.py`` line 23); ``llama4``
-(``llama4/__init__.py`` line 29) is 48 layers of width 5120 with 16 or 128 routed experts
-top-1 beside a shared one; ``qwen3`` (``qwen3/__init__.py`` line 32) normalises queries and
-keys per head (``qk_norm``), which a ``workload.model`` record does not describe, and its
-MoE flavors have 128 experts top-8; ``deepseek_v3`` (``deepseek_v3/__init__.py`` line 29)
-has shared experts, dense first layers and latent-attention ranks a record does not carry,
-so no record is known to equal one of its flavors; ``gpt_oss`` (``gpt_oss/__init__.py``
-line 29) has biased expert gates (``gate_bias``) and 32 or 128 experts top-4; ``flux`` is
-an image model.  Mixtral 8x7B (8 experts top-2) and GPT-3 (LayerNorm, GeLU, biases,
-learned positions) are therefore not built.
+
+- ``llama3_ft`` is ``llama3_args`` again (``llama3_ft/__init__.py`` line 23);
+- ``llama4`` (``llama4/__init__.py`` line 29): its full-size flavors are 48 layers of width
+  5120 with 16 or 128 routed experts top-1 beside a shared one (``MoEArgs`` defaults,
+  ``models/moe/moe.py`` line 22);
+- ``qwen3`` (``qwen3/__init__.py`` line 32) normalises queries and keys per head
+  (``qk_norm``), which a ``workload.model`` record does not describe, and its MoE flavors
+  route top-8 of 64 or 128 experts;
+- ``deepseek_v3`` (``deepseek_v3/__init__.py`` line 29) has shared experts, dense first
+  layers and latent-attention ranks a record does not carry, so no record is known to
+  equal one of its flavors;
+- ``gpt_oss`` (``gpt_oss/__init__.py`` line 29) has attention sinks (``model/model.py``
+  line 194), biased expert gates (``gate_bias``) and 8, 32 or 128 experts top-4;
+- ``flux`` is an image model.
+
+Mixtral 8x7B (8 experts top-2) and GPT-3 (LayerNorm, GeLU, biases, learned positions) are
+therefore not built.
 """
 
 from __future__ import annotations
@@ -56,7 +63,6 @@ PIPE = ("torchtitan v0.2.2 torchtitan/distributed/pipeline_parallel.py:189 "
 JOB = "torchtitan v0.2.2 torchtitan/config/job_config.py:312 Parallelism"
 SPEC = "torchtitan v0.2.2 torchtitan/protocols/train_spec.py:71 get_train_spec"
 FLAVORS = "torchtitan v0.2.2 torchtitan/models/llama3/__init__.py:29 llama3_args"
-MODELS = "torchtitan v0.2.2 torchtitan/models/__init__.py:7 _supported_models"
 
 
 @dataclass(frozen=True, slots=True)
