@@ -120,8 +120,10 @@ def _section(reader: FieldReader, value: Any, field: str, base_dir: FsPath | Non
         except InstanceFormatError as exc:
             if exc.file is not None and exc.file != reader.file:  # inside a referenced file
                 raise
-            raise reader.error(exc.detail, file=reader.file,
-                               field=join_field(field, exc.field or key)) from None
+            # the profiler blames a training field (a context width it cannot split) as is
+            blamed = exc.field if (exc.field or "").startswith("training.") \
+                else join_field(field, exc.field or key)
+            raise reader.error(exc.detail, file=reader.file, field=blamed) from None
     return parse(reader, value, field)
 
 
