@@ -8,10 +8,20 @@ node, 1e10 B/s and 10 us between), one layer profiled at (t, e, c, b) = (1, 1, 2
 """
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from nest_cp import IntraConfig, Plan, Stage, evaluate, instance_from_dict, plan_from_dict
+from nest_cp import (
+    IntraConfig,
+    Plan,
+    Stage,
+    evaluate,
+    instance_from_dict,
+    load_instance,
+    load_plan,
+    plan_from_dict,
+)
 from nest_cp.cost.terms import ContextPaths, context_ticks
 from nest_cp.io.writers import instance_to_dict, plan_to_dict
 from nest_cp.model.errors import InstanceFormatError
@@ -211,3 +221,17 @@ def test_malformed_context_fields_name_their_field(where, value, field):
         instance_from_dict(data, file="cp.json")
     assert raised.value.field == field, str(raised.value)
     assert "cp.json" in str(raised.value)
+
+
+@pytest.mark.parametrize(("instance_file", "plan_file", "expected"), [
+    ("cp_worked_example.json", None, 312_064_000),
+    ("cp_worked_example.json", "plan_cp_across_nodes.json", 339_100_000),
+    ("cp_worked_example_a2a.json", None, 320_068_000),
+])
+def test_documented_example_files(instance_file, plan_file, expected):
+    """The files docs/context-parallelism.md reproduces its example from price as it says
+    (no plan file: d = 2, c = 2 in the default layout, placement (A))."""
+    data = Path(__file__).parent / "data"
+    instance = load_instance(data / instance_file)
+    plan = load_plan(data / plan_file) if plan_file else _plan(placement=None)
+    assert evaluate(instance, plan).objective_ticks == expected
