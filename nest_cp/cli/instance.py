@@ -179,7 +179,8 @@ def _instance_summary(inst: Instance) -> str:
     cluster, training, workload = inst.cluster, inst.training, inst.workload
     lines = [f"instance   {inst.name}",
              f"workload   {workload.name}: {workload.num_layers} layers, configs "
-             + ", ".join(f"tp{c.tp}/ep{c.ep}" for c in workload.configs),
+             + ", ".join(f"tp{c.tp}/ep{c.ep}" + (f"/cp{c.cp}" if c.cp > 1 else "")
+                         for c in workload.configs),
              f"cluster    {cluster.name}: {cluster.num_devices} devices, "
              f"{cluster.hbm_bytes / 2**30:.1f} GiB HBM (usable {cluster.usable_hbm_bytes} B)"]
     lines += _tier_lines(cluster.network)
@@ -191,6 +192,9 @@ def _instance_summary(inst: Instance) -> str:
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
     lines.append(f"           {_overlap_line(training)}")
+    if training.context_parallel != (1,):
+        lines.append(f"           context widths {list(training.context_parallel)} "
+                     f"({training.cp_comm.value}; docs/context-parallelism.md)")
     lines += launcher_lines(inst)
     return "\n".join(lines)
 
