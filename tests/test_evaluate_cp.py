@@ -235,3 +235,12 @@ def test_documented_example_files(instance_file, plan_file, expected):
     instance = load_instance(data / instance_file)
     plan = load_plan(data / plan_file) if plan_file else _plan(placement=None)
     assert evaluate(instance, plan).objective_ticks == expected
+
+
+def test_huge_ring_volume_is_refused_at_load():
+    """The iteration-time bound that keeps every backend's integers exact counts the context
+    terms: a ring volume no iteration could price within 2**53 ticks is refused at load."""
+    with pytest.raises(InstanceFormatError):
+        _instance(cp_kv_bytes=10**18)
+    with pytest.raises(InstanceFormatError):
+        _instance(CpComm.A2A, cp_a2a_bytes=10**18)
