@@ -290,7 +290,8 @@ def _result_table(record: dict) -> str:
         split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
                            for s in plan["stages"])
         virtual = plan["virtual_stages"]
-        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
+        context = f" cp={plan['config']['cp']}" if plan["config"].get("cp", 1) > 1 else ""
+        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']}{context} "
                      f"microbatch={plan['microbatch']} zero={plan['zero']} "
                      f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
                      f"[{split}] (* full, + selective recompute)")

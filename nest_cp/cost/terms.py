@@ -400,7 +400,7 @@ def flops_per_iteration(layer_flops: Sequence[float], config: IntraConfig, micro
     """B samples' worth of the given per-device, per-microbatch forward FLOPs (DESIGN §3.2 e).
 
     A layer's ``flops`` is one device's share of one microbatch step, which runs on the
-    t·e devices of a replica and processes b·e samples: per sample flops·t·e / (b·e).
+    t·c·e devices of a replica and processes b·e samples: per sample flops·t·c·e / (b·e).
     """
     per_step = sum(exact(f) for f in layer_flops) * config.devices
     return per_step * global_batch / (microbatch * config.ep)
