@@ -8,6 +8,7 @@ node, 1e10 B/s and 10 us between), one layer profiled at (t, e, c, b) = (1, 1, 2
 """
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,28 @@ def test_huge_ring_volume_is_refused_at_load():
         _instance(cp_kv_bytes=10**18)
     with pytest.raises(InstanceFormatError):
         _instance(CpComm.A2A, cp_a2a_bytes=10**18)
+
+
+def test_malformed_context_field_exits_2_with_one_line(tmp_path):
+    """On the command line a malformed context field is one line on stderr naming the file
+    and the field, exit 2; a plan with a malformed cp likewise."""
+    from click.testing import CliRunner
+
+    from nest_cp.cli import main
+
+    data = instance_to_dict(_instance())
+    data["training"]["cp_comm"] = "ring"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["evaluate", str(bad), "--pp", "1", "--dp", "2"])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "bad.json" in result.stderr and "training.cp_comm" in result.stderr
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(instance_to_dict(_instance())))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"config": {"tp": 1, "cp": -2}, "dp": 2,
+                                "stages": [{"first_layer": 0, "last_layer": 0}]}))
+    result = CliRunner().invoke(main, ["evaluate", str(good), str(plan)])
+    assert result.exit_code == 2
+    assert "plan.json" in result.stderr and "config.cp" in result.stderr
