@@ -569,9 +569,12 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     groups = [_distinct(cost.GroupPaths.of_replicas(terms.network, plan.placement[s],
                                                     plan.config))
               for s in range(num_stages)]
-    context = [_distinct([cost.ContextPaths.of_replica(terms.network, devices, plan.config)
-                          for devices in plan.placement[s]])
-               for s in range(num_stages)]
+    if plan.config.cp == 1:  # no context groups: one empty record shared by every replica
+        context = [([cost.ContextPaths()], [0] * plan.num_replicas)] * num_stages
+    else:
+        context = [_distinct([cost.ContextPaths.of_replica(terms.network, devices, plan.config)
+                              for devices in plan.placement[s]])
+                   for s in range(num_stages)]
     boundaries = _boundary_ticks(terms, plan, profiles)
     chunks = [_price_chunk(plan, terms, profiles, groups, context, boundaries, k)
               for k in range(plan.num_chunks)]
