@@ -281,8 +281,8 @@ def _heads(shape: _Shape) -> _Heads:
 def _core_model_flops(shape: _Shape, heads: _Heads) -> float:
     """QK^T and AV over the full s x s square for b samples (model FLOPs); with context
     parallelism a rank's s/c queries against all s keys, the square ÷ c."""
-    return 2.0 * shape.microbatch * shape.local_seq * shape.seq_len * heads.heads * (
-        heads.qk_dim + heads.v_dim)
+    return 2.0 * shape.microbatch * (shape.local_seq * shape.seq_len) * heads.heads * (
+        heads.qk_dim + heads.v_dim)  # the integer product is s**2 at c = 1, as before
 
 
 def _attention_core(shape: _Shape, heads: _Heads) -> list[_Op]:
