@@ -163,6 +163,9 @@ def checked_evaluation(instance: Instance, plan: Plan, file: str | None = None) 
 
 def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanView:
     """The view of ``plan`` on ``instance`` (module doc); ``file`` names the plan in errors."""
+    if plan.config.cp > 1:  # no exporter writes the context-parallel arguments yet
+        raise PlanFormatError(f"expected c = 1 (exporters do not write context parallelism "
+                              f"yet), got c = {plan.config.cp}", file=file, field="config.cp")
     evaluation = checked_evaluation(instance, plan, file)
     placed = evaluation.plan  # the evaluator fills in the default layout
     config, training = plan.config, instance.training
