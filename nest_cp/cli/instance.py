@@ -165,10 +165,6 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     if unbuilt is not None:  # an answer, not an error: every solve will say "no plan"
         click.echo(f"warning: this instance will have no plan under --launcher {launcher}: "
                    f"{unbuilt}", err=True)
-    if max(context_parallel) > 1 and built.launcher is not Launcher.NONE:
-        click.echo(f"note: {built.launcher.value}'s rules for context parallelism are not "
-                   f"encoded yet, so plans with c > 1 are refused under it; use --launcher none "
-                   f"to plan them", err=True)
 
 
 @instance.command("show")

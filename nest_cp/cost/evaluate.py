@@ -452,12 +452,8 @@ def _launcher_violations(instance: Instance, plan: Plan) -> list[tuple[str, str]
     launcher = instance.training.launcher
     if launcher is Launcher.NONE:
         return []
-    if plan.config.cp > 1:  # no launcher's context-parallel rules are encoded yet
-        return [("launcher", f"{launcher.value} rules for context parallelism (c = "
-                             f"{plan.config.cp}) are not checked yet: plans with c > 1 need "
-                             f"launcher 'none'")]
     shape = SearchShape(plan.config.tp, plan.config.ep, plan.microbatch, plan.num_replicas,
-                        plan.num_stages, plan.virtual_stages, plan.zero)
+                        plan.num_stages, plan.virtual_stages, plan.zero, plan.config.cp)
     found = [("launcher", problem)
              for problem in shape_problems(launcher, instance.search_facts, shape)]
     modes = {stage.recompute for stage in plan.stages}

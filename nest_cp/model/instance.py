@@ -808,7 +808,8 @@ class Instance:
         return SearchFacts(self.training.global_batch, workload.heads, workload.kv_heads,
                            workload.sequence_parallel,
                            precision_of(self.training.optimizer)[0] is Precision.FP16,
-                           None if workload.model is None else workload.model.facts)
+                           None if workload.model is None else workload.model.facts,
+                           self.training.seq_len, self.training.cp_comm.value)
 
     def admits(self, config: IntraConfig, microbatch, dp, num_stages, virtual_stages=1,
                zero=0):
@@ -818,7 +819,7 @@ class Instance:
             return True
         return admits(self.training.launcher, self.search_facts,
                       SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
-                                  virtual_stages, zero))
+                                  virtual_stages, zero, config.cp))
 
 
 def _check_selective_profiles(instance: Instance) -> None:
