@@ -331,6 +331,16 @@ def _tensor_connections(launch: MegatronLaunch) -> str | None:
     return None
 
 
+def _pp_last(launch: MegatronLaunch) -> str | None:
+    """Under --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp) with a pipeline, the dense
+    data-parallel size world/(t·p·c) must equal the expert one world/(t·e·p)."""
+    ep, cp = launch.expert_model_parallel_size, launch.context_parallel_size
+    if launch.use_tp_pp_dp_mapping and launch.pipeline_model_parallel_size > 1 and ep != cp:
+        return (f"--use-tp-pp-dp-mapping with a pipeline and expert size {ep} != context size "
+                f"{cp} (dense and expert data-parallel sizes differ)")
+    return None
+
+
 def _selective_method(launch: MegatronLaunch) -> str | None:
     if launch.recompute_granularity == "selective" and launch.recompute_method is not None:
         return f"selective recomputation with --recompute-method {launch.recompute_method}"
@@ -438,6 +448,8 @@ RULES: tuple[Rule[MegatronLaunch], ...] = (
     Rule("TP connections", f"{_line(959)}: 'Using tensor model parallelism or context "
          "parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to "
          "1' (when t > 1 or c > 1, line 935)", _tensor_connections),
+    Rule("pp-last order", f"{STATE}, line 765: 'When not using pp-last rank ordering, the "
+         "data parallel size of the attention and moe layers must be the same'", _pp_last),
     Rule("selective recompute", f"{_line(916)}: 'recompute method is not yet supported for "
          "selective recomputing granularity'", _selective_method),
     Rule("FSDP rank order", f"{BRIDGE}: 'use_tp_pp_dp_mapping is not supported with "

@@ -22,7 +22,18 @@ line at that tag:
   ``multiple_of`` 256, line 34), ``model/model.py`` ``Attention.__init__`` (no kv heads
   given: as many as heads, lines 194-197) and ``FeedForward.__init__`` (the SwiGLU width of
   ``4 * dim``, lines 332-336 and 378);
-- ``SHIPPED_MODELS``: ``torchtitan/models/__init__.py`` line 7, ``_supported_models``.
+- ``SHIPPED_MODELS``: ``torchtitan/models/__init__.py`` line 7, ``_supported_models``;
+- ``CP_SEQ``: ``torchtitan/models/llama3/infra/parallelize.py`` ``parallelize_llama``
+  (line 54; the assertion at line 69) with ``parallel_dims.py`` ``seq_len_divisor`` (line
+  365: tp · 2 · cp).
+
+Context parallelism: ``[parallelism] context_parallel_degree`` c (job_config.py line 428)
+joins the product the parallel dims must equal (parallel_dims.py line 53) and the sequence
+must be a multiple of 2·t·c (``CP_SEQ``; the same assertion asks 2·t at c = 1, which
+:data:`RULES` does not check).  torchtitan runs PyTorch's ring-style context-parallel SDPA
+(``distributed/context_parallel.py`` line 27 ``apply_cp_to_attention_module``) with the
+``headtail`` load balancer (job_config.py line 431, Megatron's 2c chunks); it has no
+Ulysses (head-scattering) exchange.
 
 Which models torchtitan builds (:func:`model_problem`): torchtitan builds a model from its
 own table, ``model_args[flavor]`` of a shipped model name, never from sizes it is given.
@@ -63,6 +74,7 @@ PIPE = ("torchtitan v0.2.2 torchtitan/distributed/pipeline_parallel.py:189 "
 JOB = "torchtitan v0.2.2 torchtitan/config/job_config.py:312 Parallelism"
 SPEC = "torchtitan v0.2.2 torchtitan/protocols/train_spec.py:71 get_train_spec"
 FLAVORS = "torchtitan v0.2.2 torchtitan/models/llama3/__init__.py:29 llama3_args"
+CP_SEQ = "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:69 parallelize_llama"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +169,23 @@ class TorchtitanLaunch:
     pp_microbatch_size: int
     model_name: str = "llama3"
     model_flavor: str = "debugmodel"
+    cp: int = 1  # context_parallel_degree
+    seq_len: int | None = None  # [training] seq_len
 
 
 def _dims(launch: TorchtitanLaunch) -> str | None:
-    product = launch.dp_replicate * launch.dp_shard * launch.tp * launch.pp
+    product = launch.dp_replicate * launch.dp_shard * launch.cp * launch.tp * launch.pp
     if product != launch.world_size:
-        return (f"dp_replicate x dp_shard x tp x pp = {product} != world size "
+        return (f"dp_replicate x dp_shard x cp x tp x pp = {product} != world size "
                 f"{launch.world_size}")
+    return None
+
+
+def _context_sequence(launch: TorchtitanLaunch) -> str | None:
+    divisor = launch.tp * 2 * launch.cp
+    if launch.cp > 1 and launch.seq_len is not None and launch.seq_len % divisor:
+        return (f"seq_len {launch.seq_len} is not a multiple of tp x 2 x cp = {launch.tp} x 2 "
+                f"x {launch.cp}")
     return None
 
 
@@ -193,6 +215,9 @@ def _model_lookup(launch: TorchtitanLaunch) -> str | None:
 RULES: tuple[Rule[TorchtitanLaunch], ...] = (
     Rule("parallel dims", f"{DIMS}: 'Invalid parallel dims: dp_replicate(...) * dp_shard(...) "
          "* cp(...) * tp(...) * pp(...) != WORLD_SIZE(...)'", _dims),
+    Rule("context sequence", f"{CP_SEQ}: 'Sequence length (...) must be divisible by the "
+         "product of TP degree (...) and 2 * CP degree (...)' (checked for cp > 1)",
+         _context_sequence),
     Rule("gradient accumulation", f"{TRAIN}: 'global batch size must be multiple of local "
          "batch size times data-parallel degree'", _accumulation),
     Rule("pipeline microbatch", f"{PIPE}: 'Batch size (...) must be divisible by "
