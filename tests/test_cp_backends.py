@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate
 from nest_cp.cli import main
-from nest_cp.io.writers import save_instance, save_plan
+from nest_cp.io.writers import save_instance
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import (
     Cluster,
@@ -123,15 +123,3 @@ def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
     refused = runner.invoke(main, ["solve", str(only_c2)])
     assert refused.exit_code == 2
     assert "context parallelism" in refused.output
-
-
-def test_export_refuses_context_parallel_plans(tmp_path):
-    """No exporter writes context parallelism yet: a c = 2 plan is refused (exit 2) naming
-    the plan file and config.cp, never exported as if c were 1."""
-    instance_path, plan_path = tmp_path / "cp.json", tmp_path / "plan.json"
-    save_instance(_instance(hbm_bytes=80 * 10**9), instance_path)
-    save_plan(Plan(CP2, 1, 0, 2, (Stage(0, 0),)), plan_path)
-    exported = CliRunner().invoke(main, ["export", str(plan_path), "--instance",
-                                         str(instance_path), "--format", "megatron"])
-    assert exported.exit_code == 2, exported.output
-    assert "config.cp" in exported.output and "plan.json" in exported.output

@@ -184,8 +184,10 @@ def test_rank_map_realises_the_placement(case, fmt):
     roles = rank_roles(ranks.order, view)
     assert len(ranks.entries) == view.world_size
     for entry in ranks.entries:
-        assert (entry.stage, entry.replica, entry.tp_index, entry.ep_index) == roles[entry.rank]
-        j = entry.tp_index + view.tp * entry.ep_index
+        role = roles[entry.rank]
+        assert (entry.stage, entry.replica, entry.tp_index, entry.cp_index, entry.ep_index) \
+            == (role.stage, role.replica, role.tp_index, role.cp_index, role.ep_index)
+        j = entry.tp_index + view.tp * (entry.cp_index + view.cp * entry.ep_index)
         assert view.placement[entry.stage][entry.replica][j] == entry.device
         assert entry.host * per_node + entry.local_gpu == entry.device
     first = 0
@@ -203,8 +205,9 @@ def test_megatron_rank_order_is_mixed_radix_with_tensor_fastest():
     instance = io.load_instance(SMALL / "moe-l4-d8-tp-ep.json")
     view = plan_view(instance, _placed(instance, IntraConfig(2, 2), 1, 0, 2,
                                        [Stage(0, 3)]))
-    for rank, (stage, replica, t, e) in enumerate(rank_roles(DEFAULT_ORDER, view)):
-        assert rank == t + 2 * (e + 2 * (replica + 2 * stage))
+    for rank, role in enumerate(rank_roles(DEFAULT_ORDER, view)):
+        assert role.cp_index == 0
+        assert rank == role.tp_index + 2 * (role.ep_index + 2 * (role.replica + 2 * role.stage))
 
 
 def test_worked_example_nest_layout_needs_the_tp_pp_dp_mapping():

@@ -19,6 +19,12 @@ a warning where the plan priced otherwise.
 
 Mapping:
 
+- c > 1 -> ``context_parallel_degree`` c (PyTorch's ring-style context-parallel SDPA with
+  the ``headtail`` load balancer, priced as the p2p ring; FSDP always runs over
+  dp_shard x cp, so ZeRO 0 becomes FSDP over the c context ranks, with a warning).
+  Refused (exit 2, the rule cited, ``launchers.search``): ``cp_comm`` a2a (torchtitan has
+  no Ulysses), c > 1 beside e > 1 (its expert ranks follow the tensor ranks like its context
+  ranks), and a sequence that is not a multiple of 2·t·c.
 - t, S -> ``tensor_parallel_degree``, ``pipeline_parallel_degree``; e ->
   ``expert_parallel_degree`` (torchtitan's "dp2ep": the expert ranks are taken
   from the FSDP shard dimension, which must be a multiple of e).
@@ -64,10 +70,22 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
+from nest_cp.cli.export.ranks import (
+    Axis,
+    RankMap,
+    RankOrder,
+    launch_table,
+    node_selection,
+    rank_map,
+)
 from nest_cp.cli.export.view import LayerKind, PlanView, Precision
 from nest_cp.model.errors import BackendOptionError, InternalError
 from nest_cp.model.instance import AttentionKind, ModelShape, RecomputeMode
+from nest_cp.model.launchers.search import (
+    TORCHTITAN_CP_EXPERTS,
+    TORCHTITAN_CP_RING,
+    TORCHTITAN_SEQ,
+)
 from nest_cp.model.launchers.torchtitan import (
     TORCHTITAN_VERSION,
     Flavor,
@@ -77,13 +95,13 @@ from nest_cp.model.launchers.torchtitan import (
     model_problem,
     startup_violations,
 )
-from nest_cp.model.plan import Dim
 
 TORCHTITAN_SOURCE = (f"pytorch/torchtitan torchtitan/config/job_config.py at "
                      f"{TORCHTITAN_VERSION}; its startup checks transcribed in "
                      f"nest_cp/model/launchers/torchtitan.py")
-TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-ep-tp (torchtitan ParallelDims)",
-                             (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-cp-tp (torchtitan ParallelDims; ep "
+                             "innermost in dp_shard)",
+                             (Axis.TP, Axis.CP, Axis.EP, Axis.REPLICA, Axis.STAGE))
 
 # section -> key -> type, as job_config.py declares them at v0.2.2 (Job line 18, Model 100,
 # Training 243 with mixed_precision_param 282, Parallelism 312, ActivationCheckpoint 651)
@@ -97,7 +115,7 @@ TORCHTITAN_KEYS: dict[str, dict[str, type]] = {
         "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
         "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
         "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list,
-        "expert_parallel_degree": int,
+        "expert_parallel_degree": int, "context_parallel_degree": int,
     },
     "activation_checkpoint": {"mode": str, "selective_ac_option": str},
 }
@@ -111,6 +129,7 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
         raise BackendOptionError(f"torchtitan cannot start this plan as exported: {unbuilt}; "
                                  f"export it for megatron, or plan a model torchtitan builds",
                                  option="format")
+    _check_context(view)
     warnings = common_warnings(view)
     parallelism, dp_warnings = _data_parallel(view)
     warnings += dp_warnings
@@ -123,6 +142,13 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
         parallelism["module_fqns_per_model_part"] = _module_names(view)
     if view.ep > 1:
         parallelism["expert_parallel_degree"] = view.ep
+    if view.cp > 1:
+        parallelism["context_parallel_degree"] = view.cp
+        warnings.append("torchtitan v0.2.2 exchanges K/V with PyTorch's context-parallel SDPA, "
+                        "whose rotate method in training is PyTorch's default (job_config's "
+                        "context_parallel_rotate_method reaches only validation, "
+                        "components/validate.py line 213); the plan prices a p2p ring that "
+                        "overlaps each step with attention")
     mode, recompute_warnings = one_recompute_mode(view, "torchtitan")
     warnings += recompute_warnings
     checkpoint = {"mode": mode.value}
@@ -175,7 +201,26 @@ def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
         local_batch_size=training["local_batch_size"],
         global_batch_size=training["global_batch_size"],
         pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"],
-        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"))
+        model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"),
+        cp=parallelism.get("context_parallel_degree", 1), seq_len=training.get("seq_len"))
+
+
+def _check_context(view: PlanView) -> None:
+    """BackendOptionError for a c > 1 plan torchtitan cannot run as priced (module doc)."""
+    if view.cp == 1:
+        return
+    problem = None
+    if view.cp_comm != "p2p":
+        problem = f"cp_comm {view.cp_comm} ({TORCHTITAN_CP_RING})"
+    elif view.ep > 1:
+        problem = (f"context parallelism (c = {view.cp}) beside expert parallelism (e = "
+                   f"{view.ep}) ({TORCHTITAN_CP_EXPERTS})")
+    elif view.seq_len % (2 * view.tp * view.cp):
+        problem = (f"sequence {view.seq_len} is not a multiple of 2·t·c = "
+                   f"{2 * view.tp * view.cp} ({TORCHTITAN_SEQ})")
+    if problem is not None:
+        raise BackendOptionError(f"torchtitan cannot run this plan as priced: {problem}",
+                                 option="format")
 
 
 def _check_rules(view: PlanView, config: dict) -> None:
@@ -218,7 +263,7 @@ def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:
     if view.precision is Precision.FP16:
         warnings.append("fp16 has no torchtitan spelling (mixed_precision_param is bfloat16 "
                         "or float32): exported bfloat16, the same bytes with bf16's range")
-    fsdp = parallelism["data_parallel_shard_degree"] > 1
+    fsdp = parallelism["data_parallel_shard_degree"] > 1 or view.cp > 1  # fsdp_enabled
     if not fsdp and (view.tp > 1 or view.num_stages > 1):
         warnings.append(f"torchtitan runs no mixed precision with tensor or pipeline "
                         f"parallelism unless FSDP is on (distributed/utils.py line 251): this "
@@ -284,6 +329,14 @@ def launch_script(view: PlanView, ranks: RankMap) -> str:
 def _data_parallel(view: PlanView) -> tuple[dict, list[str]]:
     """Replicate/shard degrees and resharding for the plan's ZeRO stage (module doc)."""
     ranks, warnings = view.data_parallel, []
+    if view.zero == 0 and view.cp > 1:
+        warnings.append(f"torchtitan applies FSDP whenever context parallelism is on "
+                        f"(parallel_dims.py line 334), so with c = {view.cp} and ZeRO 0 the "
+                        f"export shards parameters over the {view.cp} context ranks (HSDP: "
+                        f"replicate {ranks}, shard {view.cp}); the plan replicates them (less "
+                        f"memory, more traffic than planned)")
+        return {"data_parallel_replicate_degree": ranks, "data_parallel_shard_degree": 1,
+                "fsdp_reshard_after_forward": "never"}, warnings
     if view.zero == 0:
         if view.ep == 1:
             return {"data_parallel_replicate_degree": ranks, "data_parallel_shard_degree": 1}, []
