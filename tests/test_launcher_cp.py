@@ -280,3 +280,22 @@ def test_evaluator_refuses_plans_breaking_a_cp_rule_and_brute_keeps_to_them():
     kept = solve(under[Launcher.DEEPSPEED], "brute", SolveOptions(space=Space.FULL))
     assert kept.plan.config.cp == 1 and evaluate(under[Launcher.DEEPSPEED], kept.plan).feasible
     assert kept.objective_ticks > found.objective_ticks  # what the rule costs here
+
+
+@pytest.mark.parametrize(("launcher", "noted"), [("megatron", False), ("deepspeed", True)])
+def test_instance_new_notes_widths_the_launcher_never_runs(tmp_path, launcher, noted):
+    """`instance new --context-parallel 1,2` notes on stderr a width no plan of the launcher
+    can use (DeepSpeed: c = 2, citing the Ulysses rule) and says nothing under Megatron; the
+    width stays in the file (exit 0)."""
+    out = tmp_path / "inst.json"
+    result = CliRunner().invoke(main, [
+        "instance", "new", "--model", "llama2-7b", "--devices", "8", "--network", "dgx-a100",
+        "--global-batch", "8", "--context-parallel", "1,2", "--tp-widths", "1",
+        "--launcher", launcher, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    note = "note: no plan of context width 2 runs under --launcher"
+    assert (note in result.stderr) is noted
+    if noted:
+        assert "deepspeed context parallelism: needs c = 1" in result.stderr
+    assert "context widths [1, 2]" in CliRunner().invoke(main, ["instance", "show",
+                                                                str(out)]).output

@@ -11,7 +11,12 @@ from nest_cp import io
 from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, TrainingSetup
-from nest_cp.model.launchers.search import Launcher, model_problem, rules_applied
+from nest_cp.model.launchers.search import (
+    Launcher,
+    context_problem,
+    model_problem,
+    rules_applied,
+)
 
 
 @click.group()
@@ -165,6 +170,11 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     if unbuilt is not None:  # an answer, not an error: every solve will say "no plan"
         click.echo(f"warning: this instance will have no plan under --launcher {launcher}: "
                    f"{unbuilt}", err=True)
+    for width in built.training.context_parallel:
+        refused = context_problem(built.launcher, built.search_facts, width)
+        if refused is not None:  # the width stays allowed (launcher none may use it)
+            click.echo(f"note: no plan of context width {width} runs under --launcher "
+                       f"{launcher}: {refused}", err=True)
 
 
 @instance.command("show")

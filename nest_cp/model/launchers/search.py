@@ -337,6 +337,15 @@ def shape_problems(launcher: Launcher, facts: SearchFacts, shape: SearchShape) -
             for rule in SHAPE_RULES[launcher] if not bool(rule.admits(facts, shape))]
 
 
+def context_problem(launcher: Launcher, facts: SearchFacts, cp: int) -> str | None:
+    """Why ``launcher`` admits no plan of context width ``cp`` at all, or None: the first
+    context rule refusing the shape the context rules like best (t = e = 1, z = 3)."""
+    shape = SearchShape(tp=1, ep=1, microbatch=1, dp=1, num_stages=1, zero=3, cp=cp)
+    problems = [problem for problem in shape_problems(launcher, facts, shape)
+                if problem.startswith(f"{launcher.value} context")]
+    return problems[0] if problems else None
+
+
 def rules_applied(launcher: Launcher, facts: SearchFacts) -> list[str]:
     """One line per rule restricting the search (what ``solve`` and the gap tables print)."""
     lines = [f"{rule.name}: {rule.requires} [{rule.source}]"
@@ -356,4 +365,5 @@ def rules_applied(launcher: Launcher, facts: SearchFacts) -> list[str]:
 
 
 __all__ = ["Launcher", "SearchFacts", "SearchShape", "ShapeRule", "SHAPE_RULES", "admits",
-           "model_problem", "one_recompute_mode", "rules_applied", "shape_problems"]
+           "context_problem", "model_problem", "one_recompute_mode", "rules_applied",
+           "shape_problems"]
