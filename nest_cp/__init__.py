@@ -15,6 +15,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     GraphNetwork,
     HierarchicalNetwork,
     Instance,
@@ -43,6 +44,7 @@ from nest_cp.model.plan import (
     SdpMask,
     Stage,
     all_layouts,
+    context_groups,
 )
 from nest_cp.model.result import SolveResult, Space, Status
 
@@ -50,12 +52,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MEGATRON_LAYOUT", "NEST_LAYOUT", "ChunkReport", "Cluster", "Collective", "CollectiveGroup",
-    "CollectiveKind", "Dim", "Evaluation", "Evaluator", "GraphNetwork", "HierarchicalNetwork",
+    "CollectiveKind", "CpComm", "Dim", "Evaluation", "Evaluator", "GraphNetwork",
+    "HierarchicalNetwork",
     "InfeasibleInstance", "Instance", "InstanceFormatError", "IntraConfig", "InvalidPlan",
     "Layer", "LayerProfile", "Link", "NestCpError", "NetworkModel", "Optimizer", "Path",
     "Phase", "Plan", "PlanFormatError", "RankLayout", "RecomputeMode", "SdpLevel", "SdpMask",
     "SdpMasking", "SdpSetup", "SolveResult", "Space", "Stage", "StageReport", "Status",
-    "Strategy", "Tier", "TrainingSetup", "Workload", "all_layouts",
+    "Strategy", "Tier", "TrainingSetup", "Workload", "all_layouts", "context_groups",
     "evaluate", "instance_from_dict", "instance_to_dict", "load_instance", "load_plan",
     "plan_from_dict", "plan_to_dict", "save_instance", "save_plan", "to_ticks",
 ]

@@ -33,8 +33,13 @@ from nest_cp.model.instance import IntraConfig, RecomputeMode
 from nest_cp.model.launchers.deepspeed import DeepSpeedLaunch
 from nest_cp.model.launchers.megatron import MegatronLaunch
 from nest_cp.model.plan import MEGATRON_LAYOUT, NEST_LAYOUT, Plan, Stage, uniform_stages
+from nest_cp.profiles.presets import MODELS
 
 DATA = Path(__file__).parent / "data"
+# Llama 3 8B (Dubey et al. 2024, Table 3: 32 layers, model dimension 4096, FFN 14,336, 32
+# heads, 8 KV heads, vocabulary 128,256): torchtitan v0.2.2's llama3 8B flavor
+LLAMA3_8B = dataclasses.replace(MODELS["llama3-70b"], name="llama3-8b", hidden=4096,
+                                ffn_hidden=14336, num_layers=32, num_heads=32, num_kv_heads=8)
 EXPORT = DATA / "export"
 SMALL = Path(__file__).parent.parent / "instances" / "small"
 GPT3 = Path(__file__).parent.parent / "instances" / "paper" / \
@@ -48,8 +53,10 @@ GOLDEN_CASES = {
 }
 SUFFIX = {ExportFormat.MEGATRON: "megatron.sh", ExportFormat.TORCHTITAN: "torchtitan.toml",
           ExportFormat.DEEPSPEED: "deepspeed.json"}
-# (case, format) pairs the launcher cannot run: refused with exit 2 (test_deepspeed_refuses_...)
-REFUSED = {("gpt3-175b-tpuv4-1024", ExportFormat.DEEPSPEED)}
+# (case, format) pairs the launcher cannot run: refused with exit 2 (test_deepspeed_refuses_...,
+# test_torchtitan_refuses_a_model_it_does_not_build_...)
+REFUSED = {("gpt3-175b-tpuv4-1024", ExportFormat.DEEPSPEED),
+           ("gpt3-175b-tpuv4-1024", ExportFormat.TORCHTITAN)}
 EXPORTED = [(case, fmt) for case in sorted(GOLDEN_CASES) for fmt in ExportFormat
             if (case, fmt) not in REFUSED]
 
@@ -177,8 +184,10 @@ def test_rank_map_realises_the_placement(case, fmt):
     roles = rank_roles(ranks.order, view)
     assert len(ranks.entries) == view.world_size
     for entry in ranks.entries:
-        assert (entry.stage, entry.replica, entry.tp_index, entry.ep_index) == roles[entry.rank]
-        j = entry.tp_index + view.tp * entry.ep_index
+        role = roles[entry.rank]
+        assert (entry.stage, entry.replica, entry.tp_index, entry.cp_index, entry.ep_index) \
+            == (role.stage, role.replica, role.tp_index, role.cp_index, role.ep_index)
+        j = entry.tp_index + view.tp * (entry.cp_index + view.cp * entry.ep_index)
         assert view.placement[entry.stage][entry.replica][j] == entry.device
         assert entry.host * per_node + entry.local_gpu == entry.device
     first = 0
@@ -196,8 +205,9 @@ def test_megatron_rank_order_is_mixed_radix_with_tensor_fastest():
     instance = io.load_instance(SMALL / "moe-l4-d8-tp-ep.json")
     view = plan_view(instance, _placed(instance, IntraConfig(2, 2), 1, 0, 2,
                                        [Stage(0, 3)]))
-    for rank, (stage, replica, t, e) in enumerate(rank_roles(DEFAULT_ORDER, view)):
-        assert rank == t + 2 * (e + 2 * (replica + 2 * stage))
+    for rank, role in enumerate(rank_roles(DEFAULT_ORDER, view)):
+        assert role.cp_index == 0
+        assert rank == role.tp_index + 2 * (role.ep_index + 2 * (role.replica + 2 * role.stage))
 
 
 def test_worked_example_nest_layout_needs_the_tp_pp_dp_mapping():
@@ -274,7 +284,8 @@ def _check_keys(document: dict, cited: dict) -> None:
             assert isinstance(value, cited[key]), (key, value)
 
 
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+@pytest.mark.parametrize("case", [case for case, fmt in EXPORTED
+                                  if fmt is ExportFormat.TORCHTITAN])
 def test_torchtitan_toml_parses_with_the_cited_keys(case):
     """The torchtitan job parses as TOML, uses only cited keys, and its degrees cover the ranks."""
     instance, plan = _load(case)
@@ -374,12 +385,18 @@ def test_each_deepspeed_rule_catches_what_deepspeed_asserts(change, rule):
     assert any(b.startswith(rule) for b in broken(document | change)), broken(document | change)
 
 
-def test_gpt3_batch_rounding_is_warned_about():
-    """B = 4096 over 5 data-parallel ranks is exported as 4100 samples, with a warning."""
+def test_batch_rounding_is_warned_about():
+    """B = 4096 over 5 data-parallel ranks (the GPT3 plan) is exported for Megatron as 4100
+    samples, and B = 64 over 5 ranks (Llama 3 8B) for torchtitan as 65, each with a
+    warning."""
     instance, plan = _load("gpt3-175b-tpuv4-1024")
-    for fmt in (ExportFormat.MEGATRON, ExportFormat.TORCHTITAN):
-        result = export_plan(instance, plan, fmt)
-        assert any("uses 4100 = 820 microbatches" in w for w in result.warnings)
+    result = export_plan(instance, plan, ExportFormat.MEGATRON)
+    assert any("uses 4100 = 820 microbatches" in w for w in result.warnings)
+    instance = _llama_instance(True)
+    plan = _placed(instance, IntraConfig(1), 1, 0, 5, uniform_stages(34, 1, "none"))
+    result = export_plan(instance, plan, ExportFormat.TORCHTITAN)
+    assert tomllib.loads(result.text)["training"]["global_batch_size"] == 65
+    assert any("uses 65 = 13 microbatches" in w for w in result.warnings)
 
 
 def _cli(*args):
@@ -512,12 +529,13 @@ def test_export_report_and_tooling_import_only_lower_layers():
 
 
 def _llama_instance(sequence_parallel: bool, attention: str = "flash"):
-    """Llama2-7B on 16 A100s, tp 1/2, profiled with the given SP and attention."""
+    """Llama 3 8B (a model every launcher builds: torchtitan's llama3 8B) on 16 A100s,
+    tp 1/2, profiled with the given SP and attention."""
     from nest_cp.profiles import presets
     from nest_cp.profiles.profiler import AttentionKind, ProfileOptions
 
     return presets.build_instance(
-        "llama2-7b", 16, "dgx-a100", global_batch=64, tp_widths=(1, 2),
+        LLAMA3_8B, 16, "dgx-a100", global_batch=64, tp_widths=(1, 2),
         recompute_modes=(RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL),
         options=ProfileOptions(attention=AttentionKind(attention),
                                sequence_parallel=sequence_parallel))
@@ -590,7 +608,7 @@ def _evidence(result, view) -> dict[str, bool]:
             "placement": "CUDA_VISIBLE_DEVICES" in text,
             "precision": config["training"]["mixed_precision_param"] == {
                 Precision.BF16: "bfloat16", Precision.FP32: "float32"}.get(view.precision),
-            "model": config.get("model", {}).get("flavor", "nest-cp") != "nest-cp",
+            "model": "flavor" in config.get("model", {}),
         }
     zero_section = config["zero_optimization"]
     return {
@@ -626,7 +644,9 @@ def test_every_choice_is_exported_or_named_in_a_warning():
     split, placement, precision, model) and format: each choice is in the artifact or named
     in a warning, which the artifact carries as a '# warning:' comment too, or the format
     refuses the plan with exit-2 error (DeepSpeed: ZeRO-2/3 or AutoTP beside a pipeline,
-    AutoTP with ZeRO-3)."""
+    AutoTP with ZeRO-3; torchtitan: a model it does not build, the GPT3 plan)."""
+    from nest_cp.cli.export.torchtitan import flavor_of
+
     walked = refused = 0
     for instance, plan in _shapes():
         view = plan_view(instance, plan)
@@ -634,6 +654,11 @@ def test_every_choice_is_exported_or_named_in_a_warning():
             try:
                 result = export_plan(instance, plan, fmt)
             except BackendOptionError as exc:
+                if fmt is ExportFormat.TORCHTITAN:
+                    assert view.model is not None and flavor_of(view.model) is None
+                    assert "torchtitan v0.2.2 builds no model" in str(exc)
+                    refused += 1
+                    continue
                 assert fmt is ExportFormat.DEEPSPEED and (view.num_stages > 1 or (
                     view.tp > 1 and view.zero == 3))
                 assert (view.zero >= 2 and "ZeRO" in str(exc)) or \
@@ -749,6 +774,34 @@ def test_deepspeed_refuses_what_its_engine_cannot_run_with_exit_2():
     assert "AutoTP" in result.output and "deepspeed/utils/groups.py" in result.output
 
 
+def test_torchtitan_refuses_a_model_it_does_not_build_with_exit_2(tmp_path):
+    """`export --format torchtitan` of the GPT3 plan is exit 2 with one line: torchtitan
+    v0.2.2 builds no GPT-3 (it would refuse the job at startup), naming the architecture and
+    the flavors it builds; nothing is written (no job naming flavor 'nest-cp')."""
+    instance_path, plan_path = GOLDEN_CASES["gpt3-175b-tpuv4-1024"]
+    out = tmp_path / "job.toml"
+    result = _cli("export", plan_path, "--instance", instance_path, "--format", "torchtitan",
+                  "-o", out)
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "torchtitan cannot start this plan as exported" in result.output
+    assert "builds no model of this architecture (gpt3-175b: 96 layers" in result.output
+    assert "llama3 debugmodel/8B/70B/405B" in result.output
+    assert "torchtitan/models/llama3/__init__.py:29" in result.output
+    assert not out.exists()
+
+
+def test_torchtitan_without_a_recorded_model_warns_it_trains_the_default():
+    """An instance recording no model (older files): the job has no [model] section and a
+    warning says torchtitan then trains its default debugmodel (kept behaviour)."""
+    instance, plan = _load("interleaved_selective")
+    assert instance.workload.model is None
+    result = export_plan(instance, plan, "torchtitan")
+    assert "model" not in tomllib.loads(result.text)
+    assert any("records no model architecture" in w and "debugmodel" in w
+               for w in result.warnings)
+
+
 def test_deepspeed_hostfile_and_torchtitan_script(tmp_path):
     """DeepSpeed's hostfile lists `nodeK slots=N` per host; torchtitan's launch script is
     valid bash that runs torchrun -m torchtitan.train on the TOML it is given."""
@@ -823,8 +876,9 @@ def test_param_gather_overlap_megatron_cannot_run_is_a_warning():
 def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
     """GPT-3 175B, Llama 3 70B and Mixtral 8x7B (t = 2, ZeRO-1, 64 devices): Megatron's
     arguments name the architecture and --bf16 and pass the transcribed validate_args;
-    torchtitan's [model] is the shipped flavor (llama3 70B) or a name it refuses until
-    registered, with a warning, and bfloat16; DeepSpeed enables bf16 with fp32 gradient
+    torchtitan's [model] is the shipped flavor (llama3 70B) with bfloat16, and the models
+    torchtitan does not build are refused (exit 2) naming the architecture and what it
+    builds instead of written with a flavor it refuses; DeepSpeed enables bf16 with fp32 gradient
     reduction (the presets' Megatron Adam prices 4-byte gradients) and names the model in
     a warning."""
     from nest_cp.cli.export.torchtitan import torchtitan_launch
@@ -856,17 +910,21 @@ def test_each_launcher_gets_the_priced_model_and_precision(model, flavor):
                                                else "rope")
     assert args["num_experts"] == (shape.num_experts if shape.num_experts > 1 else None)
 
-    titan = export_plan(instance, plan, "torchtitan")
-    document = tomllib.loads(titan.text)
-    _check_keys(document, TORCHTITAN_KEYS)
-    assert tt_violations(torchtitan_launch(document, 64)) == []
-    assert choice_problems(document) == []
-    assert document["training"]["mixed_precision_param"] == "bfloat16"
-    if flavor is not None:
-        assert document["model"] == {"name": "llama3", "flavor": flavor}
+    if flavor is None:
+        with pytest.raises(BackendOptionError) as refused:
+            export_plan(instance, plan, "torchtitan")
+        assert refused.value.option == "format"
+        assert f"torchtitan v0.2.2 builds no model of this architecture ({model}:" in str(
+            refused.value)
+        assert "it builds llama3 debugmodel/8B/70B/405B" in str(refused.value)
     else:
-        assert document["model"] == {"name": model, "flavor": "nest-cp"}
-        assert any("ships no model of this architecture" in w for w in titan.warnings)
+        titan = export_plan(instance, plan, "torchtitan")
+        document = tomllib.loads(titan.text)
+        _check_keys(document, TORCHTITAN_KEYS)
+        assert tt_violations(torchtitan_launch(document, 64)) == []
+        assert choice_problems(document) == []
+        assert document["training"]["mixed_precision_param"] == "bfloat16"
+        assert document["model"] == {"name": "llama3", "flavor": flavor}
 
     deepspeed = export_plan(instance, plan, "deepspeed")
     config = _ds(deepspeed.text)
@@ -883,12 +941,20 @@ def test_torchtitan_exports_pass_every_cited_startup_rule():
     from nest_cp.cli.export.torchtitan import torchtitan_launch
     from nest_cp.model.launchers.torchtitan import choice_problems, startup_violations
 
+    checked = 0
     for instance, plan in _shapes():
-        document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+        try:
+            document = tomllib.loads(export_plan(instance, plan, "torchtitan").text)
+        except BackendOptionError as exc:  # the GPT3 plan: not a model torchtitan builds
+            assert "builds no model" in str(exc)
+            continue
         _check_keys(document, TORCHTITAN_KEYS)
         world = plan_view(instance, plan).world_size
         assert startup_violations(torchtitan_launch(document, world)) == [], document
         assert choice_problems(document) == []
+        assert document.get("model", {}).get("flavor") in (None, "8B")
+        checked += 1
+    assert checked >= 14
 
 
 @pytest.mark.parametrize(("change", "rule"), [
@@ -920,18 +986,30 @@ def test_each_torchtitan_rule_catches_what_torchtitan_asserts(change, rule):
 
 def test_torchtitan_flavor_table_is_llama3_as_torchtitan_computes_it():
     """The transcribed flavors reproduce torchtitan's SwiGLU width rule on the published
-    Llama 3 sizes (8B: 14336, 70B: 28672, 405B: 53248), and only an exact match is a
-    flavor: Llama 3 70B is llama3/70B, a Llama 2 7B or a tied-embedding 70B is none."""
+    Llama 3 sizes (8B: 14336, 70B: 28672, 405B: 53248; debugmodel 768), and only an exact
+    match is a flavor: Llama 3 8B/70B/405B are llama3/8B/70B/405B; a Llama 2 7B, Mixtral
+    8x7B, GPT-3, or a 70B with tied embeddings, biases, dropout, experts or another
+    vocabulary is none."""
     from nest_cp.cli.export.torchtitan import flavor_of
+    from nest_cp.model.instance import ModelShape
     from nest_cp.model.launchers.torchtitan import FLAVOR_TABLE
-    from nest_cp.profiles.presets import MODELS
+    from nest_cp.profiles.hfconfig import spec_from_hf_config
     from nest_cp.profiles.transformer import model_shape
 
-    assert [f.ffn_hidden for f in FLAVOR_TABLE] == [14336, 28672, 53248]
+    assert [f.ffn_hidden for f in FLAVOR_TABLE] == [768, 14336, 28672, 53248]
     llama = model_shape(MODELS["llama3-70b"])
     assert flavor_of(llama).flavor == "70B"
-    assert flavor_of(dataclasses.replace(llama, tied_embeddings=True)) is None
-    assert flavor_of(model_shape(MODELS["llama2-7b"])) is None
+    assert flavor_of(model_shape(LLAMA3_8B)).flavor == "8B"
+    config = json.loads((Path(__file__).parent.parent / "instances" / "models" /
+                         "llama3-405b.json").read_text())
+    assert flavor_of(model_shape(spec_from_hf_config(config, name="405b"))).flavor == "405B"
+    debug = ModelShape("debug", 6, 256, 768, 16, 16, 16, 2048)
+    assert flavor_of(debug).flavor == "debugmodel"
+    for changed in ({"tied_embeddings": True}, {"bias": True}, {"dropout": True},
+                    {"num_experts": 8, "top_k": 2}, {"vocab": 128000}, {"kv_heads": 16}):
+        assert flavor_of(dataclasses.replace(llama, **changed)) is None, changed
+    for name in ("llama2-7b", "mixtral-8x7b", "gpt3-175b", "bert-large"):
+        assert flavor_of(model_shape(MODELS[name])) is None, name
 
 
 @pytest.mark.parametrize(("name", "weight", "grad", "expected"), [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 
 import numpy as np
 import pytest
@@ -209,18 +210,22 @@ def test_a_one_mode_part_drops_a_hint_of_another_mode():
     assert RecomputeMode.FULL in {stage.recompute for stage in result.plan.stages}
 
 
-@pytest.mark.parametrize("launcher", ["megatron", "torchtitan", "deepspeed"])
-def test_cli_gpt3_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, tmp_path):
+@pytest.mark.parametrize(("launcher", "model"), [("megatron", "gpt3-175b"),
+                                                  ("torchtitan", "llama3-70b"),
+                                                  ("deepspeed", "gpt3-175b")])
+def test_cli_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, model, tmp_path):
     """The issue's walk-through: instance new (megatron by default), solve, export; the
     data-parallel size divides the batch and the output passes every cited startup rule (the
     exporters refuse, exit 3, to write one that breaks a rule, and exit 2 for a plan the
-    launcher cannot run)."""
+    launcher cannot run).  GPT-3 175B, or under torchtitan Llama 3 70B, which it builds as
+    llama3/70B (it builds no GPT-3: test_torchtitan_without_the_model_is_no_plan...)."""
     runner = CliRunner()
     instance, plan = tmp_path / "g.json", tmp_path / "p.json"
     chosen = [] if launcher == "megatron" else ["--launcher", launcher]
-    made = runner.invoke(cli, ["instance", "new", "--model", "gpt3-175b", "--devices", "1024",
+    made = runner.invoke(cli, ["instance", "new", "--model", model, "--devices", "1024",
                                "--network", "nest-tpuv4-fattree", *chosen, "-o", str(instance)])
     assert made.exit_code == 0, made.output
+    assert "warning" not in made.output
     assert f"launcher   {launcher}" in made.output
     solved = runner.invoke(cli, ["solve", str(instance), "-o", str(plan)])
     assert solved.exit_code == ExitCode.OK, solved.output
@@ -238,7 +243,11 @@ def test_cli_gpt3_on_1024_devices_exports_a_plan_the_launcher_starts(launcher, t
         assert "--bf16" in exported.output and "--hidden-size 12288" in exported.output
     if launcher == "torchtitan":
         assert 'mixed_precision_param = "bfloat16"' in exported.output
-        assert 'name = "gpt3-175b"' in exported.output  # refused until registered, warned
+        assert '[model]\nname = "llama3"\nflavor = "70B"' in exported.output
+        from nest_cp.cli.export.torchtitan import torchtitan_launch
+        from nest_cp.model.launchers.torchtitan import startup_violations
+        document = tomllib.loads(exported.stdout)
+        assert startup_violations(torchtitan_launch(document, 1024)) == []
     if launcher == "deepspeed":
         assert saved["config"]["tp"] == 1 or saved["zero"] <= 2  # no AutoTP with ZeRO-3
         assert '"bf16": {' in exported.output
@@ -358,3 +367,100 @@ def test_megatron_never_runs_expert_parallelism_in_fp16():
     assert fp16.search_facts.fp16 and not bf16.search_facts.fp16
     found = _objectives(fp16)
     assert set(found.values()) == {(found["dp"][0], None)}, found
+
+
+# ------------------------------------------------------------ torchtitan builds only its models
+
+
+def _torchtitan(model: str, devices: int = 64):
+    """The preset ``model`` on ``devices`` TPUv4s under launcher torchtitan (t 1/2)."""
+    from nest_cp.profiles import presets
+
+    return _under(presets.build_instance(model, devices, "nest-tpuv4-fattree",
+                                         tp_widths=(1, 2), ep_widths=(1,)),
+                  Launcher.TORCHTITAN)
+
+
+def test_torchtitan_admits_no_shape_of_a_model_it_does_not_build():
+    """GPT-3 under torchtitan: the model rule refuses every shape (ints and arrays alike),
+    names itself, and the referee refuses the plan megatron would run; Llama 3 70B is
+    admitted, and a workload recording no model is not checked (the rule says so)."""
+    from nest_cp.model.launchers.search import model_problem, rules_applied
+
+    gpt3 = _torchtitan("gpt3-175b")
+    facts = gpt3.search_facts
+    shape = SearchShape(tp=1, ep=1, microbatch=1, dp=64, num_stages=1, zero=3)
+    assert not admits(Launcher.TORCHTITAN, facts, shape)
+    many = SearchShape(tp=np.array([1, 2]), ep=1, microbatch=1, dp=np.array([64, 32]),
+                       num_stages=1, zero=3)
+    assert not np.broadcast_to(admits(Launcher.TORCHTITAN, facts, many), (2,)).any()
+    assert shape_problems(Launcher.TORCHTITAN, facts, shape)[0].startswith("torchtitan model")
+    assert model_problem(Launcher.MEGATRON, facts) is None  # Megatron takes the sizes
+    assert model_problem(Launcher.TORCHTITAN, facts).startswith(
+        "torchtitan v0.2.2 builds no model of this architecture (gpt3-175b: 96 layers")
+    megatron = _under(gpt3, Launcher.MEGATRON)
+    plan = solve(megatron, "dp").plan
+    assert evaluate(megatron, plan).feasible
+    refused = evaluate(gpt3, plan)
+    assert not refused.feasible and "launcher" in refused.malformed_fields
+    assert any("torchtitan model" in violation for violation in refused.violations)
+
+    llama = _torchtitan("llama3-70b")
+    assert model_problem(Launcher.TORCHTITAN, llama.search_facts) is None
+    assert admits(Launcher.TORCHTITAN, llama.search_facts, shape)
+    unrecorded = _under(_draw(7), Launcher.TORCHTITAN)
+    assert unrecorded.workload.model is None
+    assert model_problem(Launcher.TORCHTITAN, unrecorded.search_facts) is None
+    assert any(line.startswith("model: not checked")
+               for line in rules_applied(Launcher.TORCHTITAN, unrecorded.search_facts))
+    assert not any(line.startswith("model: not checked")
+                   for line in rules_applied(Launcher.TORCHTITAN, llama.search_facts))
+
+
+@pytest.mark.parametrize("model", ["gpt3-175b", "mixtral-8x7b"])
+def test_every_backend_answers_no_plan_for_a_model_torchtitan_does_not_build(model):
+    """Every backend, through the registry and its referee: INFEASIBLE, no plan, and the
+    one reason (the model and what torchtitan builds) before any search."""
+    instance = _torchtitan(model)
+    for backend in (*BACKENDS, *BASELINES, "fixed"):
+        options = SolveOptions(time_limit_s=10, extra={"degrees": (1, 64, 1)})
+        result = solve(instance, backend, options)
+        assert (result.status, result.plan) == (Status.INFEASIBLE, None), backend
+        assert result.message.startswith(
+            f"no plan: torchtitan v0.2.2 builds no model of this architecture ({model}:")
+        assert "it builds llama3 debugmodel/8B/70B/405B" in result.message
+
+
+def test_torchtitan_without_the_model_is_no_plan_through_the_cli(tmp_path):
+    """`instance new --launcher torchtitan` of GPT-3 warns in one line that the instance will
+    have no plan; then every backend's `solve` exits 1 printing the reason, and `compare`
+    records it for every backend and names it on stderr."""
+    from nest_cp.harness.compare import read_csv
+
+    runner = CliRunner()
+    path = tmp_path / "g.json"
+    made = runner.invoke(cli, ["instance", "new", "--model", "gpt3-175b", "--devices", "64",
+                               "--network", "nest-tpuv4-fattree", "--launcher", "torchtitan",
+                               "-o", str(path)])
+    assert made.exit_code == 0, made.output
+    warned = [line for line in made.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "will have no plan under --launcher torchtitan" in warned[0]
+    assert "builds no model of this architecture (gpt3-175b" in warned[0]
+    reason = "message    no plan: torchtitan v0.2.2 builds no model of this architecture"
+    for backend in ("dp", "cpsat", "milp", "brute", "manual", "phaze", "mcmc"):
+        solved = runner.invoke(cli, ["solve", str(path), "--backend", backend])
+        assert solved.exit_code == ExitCode.NO_PLAN, (backend, solved.output)
+        assert reason in solved.stdout and "status     INFEASIBLE" in solved.stdout, backend
+    fixed = runner.invoke(cli, ["solve", str(path), "--backend", "fixed", "--degrees",
+                                "1,64,1", "--json"])
+    assert fixed.exit_code == ExitCode.NO_PLAN
+    record = json.loads(fixed.stdout)
+    assert record["plan"] is None and "torchtitan v0.2.2 builds no model" in record["message"]
+    out = tmp_path / "cmp"
+    compared = runner.invoke(cli, ["compare", str(path), "--budget", "20", "--out", str(out),
+                                   "--no-progress"])
+    assert compared.exit_code == ExitCode.OK, compared.output
+    rows = read_csv(out / "compare.csv")
+    assert {row.status for row in rows} == {"INFEASIBLE"} and len(rows) == 4
+    assert all("builds no model" in row.message for row in rows)
+    assert "g: no plan: torchtitan v0.2.2 builds no model" in compared.stderr

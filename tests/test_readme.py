@@ -76,7 +76,7 @@ def test_the_tour_writes_what_it_says(tour):
     """The files the tour names exist: the plan, the drawing, the launch files, the gap
     table and the comparison."""
     workdir = tour["dir"]
-    for name in ("x.json", "p.json", "p.png", "train.sh", "job.toml",
+    for name in ("x.json", "p.json", "p.png", "train.sh", "ds.json",
                  "cert/gap_table.md", "cert/gap_table.csv", "cert/gap_table.tex",
                  "cmp/compare.csv", "cmp/compare.md"):
         assert (workdir / name).is_file(), name

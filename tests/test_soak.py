@@ -173,6 +173,8 @@ def _recipe_hash(seed: int) -> str:
         del fields["training"]["overlap_param_gather"]
     fields["training"].pop("launcher", None)
     fields["training"].pop("tp_comm_overlap", None)
+    for config in fields["configs"]:  # the context width, a field added later, is always 1
+        assert config.pop("cp") == 1
     text = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -13,13 +13,14 @@ re-priced by the evaluator) before it is used.  The records and the tables of
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.executors import Executor, run_ordered
@@ -160,9 +161,6 @@ def _still_refereed(instance: Instance, record: dict) -> bool:
 # ------------------------------------------------------------------ plan summaries
 
 
-ORDERS = tuple(itertools.permutations(("t", "e", "stage", "replica")))
-
-
 def describe_plan(instance: Instance, plan: Plan, network: NetworkModel) -> dict:
     """What a plan chooses, in the terms a reader compares: degrees, split, recomputation,
     the tier of every pipeline boundary and sync group, and which rank layouts give its
@@ -190,28 +188,22 @@ def describe_plan(instance: Instance, plan: Plan, network: NetworkModel) -> dict
             "dp": plan.num_replicas, "zero": plan.zero, "microbatch": plan.microbatch,
             "layers_per_stage": layers, "full_recompute_stages": full,
             "boundary_tiers": dict(boundaries), "sync_tiers": dict(sync),
-            "layouts": [",".join(order) for order in ORDERS
-                        if _layout_placement(plan, order, network) == placement]}
+            "layouts": _layouts_of(plan, network)}
 
 
-def _layout_placement(plan: Plan, order: tuple[str, ...], network: NetworkModel):
-    """The placement the rank layout ``order`` (innermost first) gives on the canonical order."""
-    device_order = network.canonical_order()
-    radix = {"t": plan.config.tp, "e": plan.config.ep, "stage": plan.num_stages,
-             "replica": plan.num_replicas}
-
-    def position(stage: int, replica: int, rank: int) -> int:
-        digits = {"t": rank % plan.config.tp, "e": rank // plan.config.tp, "stage": stage,
-                  "replica": replica}
-        value, weight = 0, 1
-        for dim in order:
-            value += digits[dim] * weight
-            weight *= radix[dim]
-        return value
-
-    return tuple(tuple(tuple(device_order[position(s, r, j)]
-                             for j in range(plan.devices_per_replica))
-                       for r in range(plan.num_replicas)) for s in range(plan.num_stages))
+def _layouts_of(plan: Plan, network: NetworkModel) -> list[str]:
+    """Names of the structured space's rank layouts (``NetworkModel.structured_layouts``:
+    v2's orders, and v3a's device orders and spare-first offsets) that give the plan's
+    placement."""
+    placed = np.asarray(plan.placement, dtype=np.int64)
+    found = []
+    for layout in network.structured_layouts:
+        devices = layout.devices(plan.config, plan.num_stages, plan.num_replicas,
+                                 np.asarray(network.layout_order(layout), dtype=np.int64),
+                                 network.node_size)
+        if np.array_equal(devices, placed):
+            found.append(layout.name)
+    return found
 
 
 def run_all(files: list[Path], options: FullCertOptions, executor: Executor,

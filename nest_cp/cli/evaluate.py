@@ -26,6 +26,8 @@ from nest_cp.model.plan import Plan, Stage, uniform_stages
 @click.option("--dp", "dp_degree", type=click.IntRange(min=1), help="Without PLAN: replicas d.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Without PLAN: context width c (docs/context-parallelism.md).")
 @click.option("--microbatch", "--mbs", "microbatch", type=click.IntRange(min=1), default=1,
               show_default=True)
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
@@ -42,22 +44,22 @@ from nest_cp.model.plan import Plan, Stage, uniform_stages
                    "embedding, blocks, head.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
-                     dp_degree: int | None, tp: int, ep: int, microbatch: int, zero: int,
-                     vp: int, recompute: str, split: str, as_json: bool) -> None:
+                     dp_degree: int | None, tp: int, ep: int, cp: int, microbatch: int,
+                     zero: int, vp: int, recompute: str, split: str, as_json: bool) -> None:
     """Evaluate PLAN (a plan file) or a uniform plan given by --pp/--dp/--tp on INSTANCE.
 
     Exit 0 when the plan fits, 1 when it breaks memory, 2 when it does not fit the
     instance at all (unknown configuration, bad split or placement).
     """
-    degree_options = ("pp", "dp_degree", "tp", "ep", "microbatch", "zero", "vp", "recompute",
-                      "split")
+    degree_options = ("pp", "dp_degree", "tp", "ep", "cp", "microbatch", "zero", "vp",
+                      "recompute", "split")
     if plan_path is not None:
         reject_options(degree_options, "with a PLAN file")
     inst = io.load_instance(instance_path)
     if plan_path is not None:
         plan = io.load_plan(plan_path)
     elif pp is not None and dp_degree is not None:
-        plan = Plan(IntraConfig(tp, ep), microbatch, zero, dp_degree,
+        plan = Plan(IntraConfig(tp, ep, cp), microbatch, zero, dp_degree,
                     _split_stages(inst, pp, vp, recompute, split), virtual_stages=vp)
         inst = _admit_choices(inst, plan)
     else:
@@ -144,7 +146,9 @@ def _evaluation_table(inst: Instance, evaluation: Evaluation,
     if evaluation.sdp is not None:
         return _sdp_evaluation_table(evaluation)
     plan = evaluation.plan
-    head = (f"plan: tp={plan.config.tp} ep={plan.config.ep} microbatch={plan.microbatch} "
+    context = f" cp={plan.config.cp}" if plan.config.cp > 1 else ""
+    head = (f"plan: tp={plan.config.tp} ep={plan.config.ep}{context} "
+            f"microbatch={plan.microbatch} "
             f"zero={plan.zero} stages={plan.num_stages} v={plan.virtual_stages} "
             f"dp={plan.num_replicas} ({plan.num_devices_used} devices)")
     if evaluation.objective_ticks is None:

@@ -11,7 +11,12 @@ from nest_cp import io
 from nest_cp.cli.options import check_writable, int_list
 from nest_cp.model.errors import InstanceFormatError
 from nest_cp.model.instance import GraphNetwork, HierarchicalNetwork, Instance, TrainingSetup
-from nest_cp.model.launchers.search import Launcher, rules_applied
+from nest_cp.model.launchers.search import (
+    Launcher,
+    context_problem,
+    model_problem,
+    rules_applied,
+)
 
 
 @click.group()
@@ -66,6 +71,15 @@ def _describe(spec: object) -> str:
 @click.option("--ep-widths", default=None, callback=int_list,
               help="Expert widths e to profile (an MoE model), e.g. 1,2,4,8; default: 1 for a "
                    "dense model, powers of two up to 64 dividing the experts.")
+@click.option("--context-parallel", "context_parallel", default="1", show_default=True,
+              callback=int_list,
+              help="Allowed context widths c (comma-separated; each profiled; the sequence "
+                   "must be divisible by 2c). See docs/context-parallelism.md.")
+@click.option("--cp-comm", "cp_comm", type=click.Choice(["p2p", "a2a"]), default="p2p",
+              show_default=True,
+              help="How context ranks exchange attention inputs: a K/V ring (p2p) or "
+                   "all-to-alls (a2a, Ulysses; tensor widths whose heads do not split over "
+                   "c are dropped with a note).")
 @click.option("--attention", type=click.Choice(["flash", "materialized"]), default="flash",
               show_default=True, help="Attention kernel the profile assumes.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
@@ -95,7 +109,8 @@ def _describe(spec: object) -> str:
 def instance_new(model: str | None, hf_config: str | None, devices: int, network: str,
                  device: str | None, global_batch: int, seq_len: int | None,
                  microbatches: tuple[int, ...], tp_widths: tuple[int, ...],
-                 ep_widths: tuple[int, ...], attention: str, sequence_parallel: bool,
+                 ep_widths: tuple[int, ...], context_parallel: tuple[int, ...], cp_comm: str,
+                 attention: str, sequence_parallel: bool,
                  recompute_modes: str, virtual_stages: tuple[int, ...],
                  overlap_grad_reduce: bool, overlap_param_gather: bool, tp_comm_overlap: bool,
                  launcher: str, output: str) -> None:
@@ -106,7 +121,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     The cost model is described in docs/cost-model.md.
     """
 
-    from nest_cp.model.instance import RecomputeMode
+    from nest_cp.model.instance import CpComm, RecomputeMode
     from nest_cp.profiles import presets
     from nest_cp.profiles.hfconfig import spec_from_hf_config
     from nest_cp.profiles.profiler import AttentionKind, ProfileOptions
@@ -119,7 +134,8 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
              "launcher": Launcher(launcher)}
     if flags["launcher"] is Launcher.TORCHTITAN:  # it always overlaps the reduction
         flags["overlap_grad_reduce"] = True
-    TrainingSetup(global_batch=global_batch, seq_len=seq_len or 1, **flags)  # refuse them early
+    TrainingSetup(global_batch=global_batch, seq_len=seq_len or 1,  # refuse them early
+                  context_parallel=context_parallel, **flags)
     chosen: object = model
     if hf_config is not None:
         try:
@@ -130,7 +146,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
                 raise
             raise InstanceFormatError(exc.detail, file=hf_config, field=exc.field) from None
     options = ProfileOptions(attention=AttentionKind(attention),
-                             sequence_parallel=sequence_parallel)
+                             sequence_parallel=sequence_parallel, cp_comm=CpComm(cp_comm))
     try:
         modes = tuple(RecomputeMode(part.strip()) for part in recompute_modes.split(",")
                       if part.strip())
@@ -141,7 +157,7 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
                                    device=device, global_batch=global_batch, seq_len=seq_len,
                                    microbatches=microbatches, options=options,
                                    recompute_modes=modes, tp_widths=tp_widths or None,
-                                   ep_widths=ep_widths or None)
+                                   ep_widths=ep_widths or None, cp_widths=context_parallel)
     built = replace(built, training=replace(built.training, **flags))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
@@ -150,6 +166,15 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     click.echo("\n".join(_tier_lines(built.cluster.network)))
     click.echo(_overlap_line(built.training))
     click.echo("\n".join(launcher_lines(built)))
+    unbuilt = model_problem(built.training.launcher, built.search_facts)
+    if unbuilt is not None:  # an answer, not an error: every solve will say "no plan"
+        click.echo(f"warning: this instance will have no plan under --launcher {launcher}: "
+                   f"{unbuilt}", err=True)
+    for width in built.training.context_parallel:
+        refused = context_problem(built.launcher, built.search_facts, width)
+        if refused is not None:  # the width stays allowed (launcher none may use it)
+            click.echo(f"note: no plan of context width {width} runs under --launcher "
+                       f"{launcher}: {refused}", err=True)
 
 
 @instance.command("show")
@@ -164,7 +189,8 @@ def _instance_summary(inst: Instance) -> str:
     cluster, training, workload = inst.cluster, inst.training, inst.workload
     lines = [f"instance   {inst.name}",
              f"workload   {workload.name}: {workload.num_layers} layers, configs "
-             + ", ".join(f"tp{c.tp}/ep{c.ep}" for c in workload.configs),
+             + ", ".join(f"tp{c.tp}/ep{c.ep}" + (f"/cp{c.cp}" if c.cp > 1 else "")
+                         for c in workload.configs),
              f"cluster    {cluster.name}: {cluster.num_devices} devices, "
              f"{cluster.hbm_bytes / 2**30:.1f} GiB HBM (usable {cluster.usable_hbm_bytes} B)"]
     lines += _tier_lines(cluster.network)
@@ -176,6 +202,9 @@ def _instance_summary(inst: Instance) -> str:
                  f"{opt.weight_bytes}/{opt.grad_bytes}/{opt.state_bytes} B/param, "
                  f"tick {training.tick_s} s")
     lines.append(f"           {_overlap_line(training)}")
+    if training.context_parallel != (1,):
+        lines.append(f"           context widths {list(training.context_parallel)} "
+                     f"({training.cp_comm.value}; docs/context-parallelism.md)")
     lines += launcher_lines(inst)
     return "\n".join(lines)
 

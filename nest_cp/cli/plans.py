@@ -52,8 +52,9 @@ def export_command(plan_path: str, instance_path: str, fmt: str, output: str | N
     and precision.  Whatever the target cannot express is a warning on stderr and a
     comment in the file (and in --json's "warnings"), never dropped; a plan the target
     cannot run at all (DeepSpeed: ZeRO-2/3 or AutoTP beside a pipeline, AutoTP with
-    ZeRO-3) is refused with exit 2.  DeepSpeed's hostfile is written beside -o (or to
-    --hostfile).  Files are written before anything is printed.
+    ZeRO-3; torchtitan: a model it does not ship, e.g. GPT-3) is refused with exit 2.
+    DeepSpeed's hostfile is written beside -o (or to --hostfile).  Files are written
+    before anything is printed.
     """
     if script_path is not None and fmt != ExportFormat.TORCHTITAN.value:
         raise click.BadParameter("expected --format torchtitan (the other formats' launch "

@@ -187,6 +187,11 @@ def stage_lines(instance: Instance, evaluation: Evaluation) -> list[str]:
             f"{_ms(s.exposed_sync_ticks, tick_s):>9} "
             f"{s.memory_bytes / GIB:>10.2f} {s.memory_limit_bytes / GIB:>7.2f} "
             f"{'yes' if s.fits else 'NO':>4}")
+    context = [(s.index, s.context_ticks) for s in evaluation.stages if s.context_ticks]
+    if context:  # in the time column, not in coll (the rerun forward's part is in compute)
+        rows.append("  context-parallel communication exposed (docs/context-parallelism.md; "
+                    "not in coll): " + ", ".join(f"stage {index} {_ms(ticks, tick_s)} ms"
+                                                 for index, ticks in context))
     hidden = [(s.index, s.slowest_chunk.tp_hidden_ticks) for s in evaluation.stages
               if s.slowest_chunk.tp_hidden_ticks]
     if hidden:  # coll and compute above charge only the exposed part (cost model §5 e)

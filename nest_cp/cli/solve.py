@@ -22,7 +22,13 @@ from nest_cp.model.instance import Instance
 from nest_cp.model.launchers.search import rules_applied
 from nest_cp.model.plan import Plan
 from nest_cp.model.result import MAX_WORKERS, SolveOptions, SolveResult, Space, Status, status_text
-from nest_cp.solvers.registry import BACKENDS, HONOURED_OPTIONS, check_result, run_unrefereed
+from nest_cp.solvers.registry import (
+    BACKENDS,
+    HONOURED_OPTIONS,
+    check_result,
+    context_note,
+    run_unrefereed,
+)
 
 MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used the limit up
 # What follows the search, in referee checks of the DP hint (measured at 1,048,576
@@ -148,6 +154,8 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
             raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
         raise
     evaluation = check_result(inst, result)  # the referee's, reused by the report
+    if (note := context_note(inst, backend)) is not None:
+        click.echo(f"note: {note}", err=True)
     result = _with_memory_reason(result, hinted)
     record = result_record(inst, result)
     chosen_plan = _chosen_plan(result, record, rank_by)
@@ -284,7 +292,8 @@ def _result_table(record: dict) -> str:
         split = " | ".join(f"{s['first_layer']}-{s['last_layer']}{marks[s['recompute']]}"
                            for s in plan["stages"])
         virtual = plan["virtual_stages"]
-        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']} "
+        context = f" cp={plan['config']['cp']}" if plan["config"].get("cp", 1) > 1 else ""
+        lines.append(f"plan       tp={plan['config']['tp']} ep={plan['config']['ep']}{context} "
                      f"microbatch={plan['microbatch']} zero={plan['zero']} "
                      f"stages={len(plan['stages']) // virtual} v={virtual} dp={plan['dp']}  "
                      f"[{split}] (* full, + selective recompute)")

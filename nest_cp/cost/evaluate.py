@@ -64,7 +64,7 @@ from nest_cp.model.instance import (
 )
 from nest_cp.model.launchers.search import Launcher, SearchShape, one_recompute_mode, shape_problems
 from nest_cp.model.network import NetworkModel, Path, exact
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan
+from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, contiguous_placement, rank_index
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,9 @@ class ChunkReport:
     # TP collective ticks (the rerun forward's included) that tp_comm_overlap hid behind
     # the GEMMs on that replica (cost model §5 e); the charged rest is in the terms above
     tp_hidden_ticks: int = 0
+    # exposed context-parallel communication, forward and backward (cost model v4; the
+    # rerun forward's part is in recompute_ticks)
+    context_ticks: int = 0
 
     def as_dict(self) -> dict:
         return {"chunk": self.index, "stage": self.stage, "first_layer": self.first_layer,
@@ -99,11 +102,14 @@ class ChunkReport:
 
 # The time terms a chunk reports, and a stage reports of its slowest chunk.
 _TIME_TERMS = ("time_ticks", "compute_ticks", "recompute_ticks", "collective_ticks",
-               "recv_activation_ticks", "recv_gradient_ticks", "zero_gather_ticks")
+               "context_ticks", "recv_activation_ticks", "recv_gradient_ticks",
+               "zero_gather_ticks")
 
 
 def _terms_of(report: ChunkReport | StageReport) -> dict[str, int]:
-    return {term: getattr(report, term) for term in _TIME_TERMS}
+    """The time terms; ``context_ticks`` only when context parallelism exposes some."""
+    return {term: getattr(report, term) for term in _TIME_TERMS
+            if term != "context_ticks" or report.context_ticks}
 
 
 def _of_slowest_chunk(term: str) -> property:
@@ -150,6 +156,7 @@ class StageReport:
     compute_ticks = _of_slowest_chunk("compute_ticks")
     recompute_ticks = _of_slowest_chunk("recompute_ticks")
     collective_ticks = _of_slowest_chunk("collective_ticks")
+    context_ticks = _of_slowest_chunk("context_ticks")
     recv_activation_ticks = _of_slowest_chunk("recv_activation_ticks")
     recv_gradient_ticks = _of_slowest_chunk("recv_gradient_ticks")
     zero_gather_ticks = _of_slowest_chunk("zero_gather_ticks")
@@ -274,8 +281,11 @@ class Evaluator:
             return Evaluation(plan=plan, violations=tuple(text for _, text in problems),
                               malformed_fields=tuple(name for name, _ in problems))
         if plan.placement is None:
-            plan = plan.with_placement(MEGATRON_LAYOUT.placement(
-                plan.config, plan.num_stages, plan.num_replicas, self.network.canonical_order()))
+            order = self.network.canonical_order()
+            plan = plan.with_placement(
+                MEGATRON_LAYOUT.placement(plan.config, plan.num_stages, plan.num_replicas, order)
+                if plan.config.cp == 1 else
+                contiguous_placement(plan.config, plan.num_stages, plan.num_replicas, order))
         if plan.strategy is Strategy.SDP:
             return _sdp_evaluation(instance, plan, self.network)
         return _price(instance, plan, self._terms)
@@ -300,6 +310,7 @@ class _Terms:
     def __init__(self, training: TrainingSetup, network: NetworkModel):
         self.network, self.tick_s, self.optimizer = network, training.tick_s, training.optimizer
         self.tp_comm_overlap = training.tp_comm_overlap
+        self.cp_comm = training.cp_comm
         self._memo: dict[tuple, object] = {}
 
     def _once(self, key: tuple, price: Callable[[], object]):
@@ -345,6 +356,15 @@ class _Terms:
         phases = (None, Phase.FWD) if full_recompute else (None,)
         return sum(self.collectives(layers, config, paths, phase, hide=False)
                    - self.collectives(layers, config, paths, phase) for phase in phases)
+
+    def context(self, layers: tuple[LayerProfile, ...], config: IntraConfig,
+                paths: cost.ContextPaths) -> tuple[int, int]:
+        """Σ over ``layers`` (one chunk) of :func:`cost.context_ticks`, (forward, backward)."""
+        def price() -> tuple[int, int]:
+            parts = [cost.context_ticks(p, config, self.cp_comm, paths, self.tick_s)
+                     for p in layers]
+            return sum(f for f, _ in parts), sum(b for _, b in parts)
+        return self._once(("context", layers, config, paths), price)
 
     def transfer(self, volume_bytes: int, path: Path) -> int:
         """:func:`cost.transfer_ticks`: one point-to-point transfer."""
@@ -394,8 +414,14 @@ def _structural_violations(instance: Instance, plan: Plan) -> list[tuple[str, st
     workload, training = instance.workload, instance.training
     found: list[tuple[str, str]] = []
     if not workload.has_profile(plan.config, plan.microbatch):
-        found.append(("config", f"unknown configuration: no profile for tp={plan.config.tp}, "
-                     f"ep={plan.config.ep}, microbatch={plan.microbatch}"))
+        found.append(("config", f"unknown configuration: no profile for {plan.config.label}, "
+                                f"microbatch={plan.microbatch}"))
+    if plan.config.cp not in training.context_parallel:
+        found.append(("config.cp", f"context width {plan.config.cp} not allowed (allowed: "
+                                   f"{list(training.context_parallel)})"))
+    if plan.config.cp > 1 and plan.strategy is Strategy.SDP:
+        found.append(("config.cp", f"context width {plan.config.cp} in an SDP plan (SDP plans "
+                                   f"keep c = 1)"))
     if plan.microbatch not in training.microbatches:
         found.append(("microbatch", f"microbatch {plan.microbatch} not allowed "
                                     f"(allowed: {list(training.microbatches)})"))
@@ -427,7 +453,7 @@ def _launcher_violations(instance: Instance, plan: Plan) -> list[tuple[str, str]
     if launcher is Launcher.NONE:
         return []
     shape = SearchShape(plan.config.tp, plan.config.ep, plan.microbatch, plan.num_replicas,
-                        plan.num_stages, plan.virtual_stages, plan.zero)
+                        plan.num_stages, plan.virtual_stages, plan.zero, plan.config.cp)
     found = [("launcher", problem)
              for problem in shape_problems(launcher, instance.search_facts, shape)]
     modes = {stage.recompute for stage in plan.stages}
@@ -539,8 +565,14 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     groups = [_distinct(cost.GroupPaths.of_replicas(terms.network, plan.placement[s],
                                                     plan.config))
               for s in range(num_stages)]
+    if plan.config.cp == 1:  # no context groups: one empty record shared by every replica
+        context = [([cost.ContextPaths()], [0] * plan.num_replicas)] * num_stages
+    else:
+        context = [_distinct([cost.ContextPaths.of_replica(terms.network, devices, plan.config)
+                              for devices in plan.placement[s]])
+                   for s in range(num_stages)]
     boundaries = _boundary_ticks(terms, plan, profiles)
-    chunks = [_price_chunk(plan, terms, profiles, groups, boundaries, k)
+    chunks = [_price_chunk(plan, terms, profiles, groups, context, boundaries, k)
               for k in range(plan.num_chunks)]
 
     reports, violations = [], []
@@ -595,7 +627,8 @@ def _stage_memory(instance: Instance, plan: Plan, profiles: list[tuple[LayerProf
     in_flight = cost.in_flight(stage, plan.num_stages, microbatches, plan.virtual_stages)
     return cost.stage_memory_bytes([profiles[k] for k in plan.chunks_of_stage(stage)],
                                    plan.stage_recompute(stage), in_flight, training.optimizer,
-                                   plan.zero, plan.num_replicas)
+                                   plan.zero, plan.num_replicas, plan.config.cp,
+                                   training.cp_comm)
 
 
 def _distinct(items: list) -> tuple[list, list[int]]:
@@ -607,11 +640,14 @@ def _distinct(items: list) -> tuple[list, list[int]]:
 
 def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, ...]],
                  groups: list[tuple[list[cost.GroupPaths], list[int]]],
+                 context: list[tuple[list[cost.ContextPaths], list[int]]],
                  boundaries: list[list[int]], chunk: int) -> ChunkReport:
     """τ_c of one chunk: its terms on the slowest replica.
 
     ``groups[s]`` are the distinct paths of the TP and EP groups of stage s's replicas
-    and, per replica r, the index of its own among them; ``boundaries[k][r]`` the
+    and, per replica r, the index of its own among them; ``context[s]`` the same for the
+    CP groups (context parallelism: the exposed ring or all-to-alls, forward and
+    backward, and under any recomputation the forward part again); ``boundaries[k][r]`` the
     transfer across the boundary after chunk k (:func:`_boundary_ticks`): the chunk
     receives its activation over the boundary before it and its gradient over the one
     after it.
@@ -623,26 +659,37 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
     compute = sum(sum(terms.compute(p)) for p in layers)
     rerun = sum(terms.rerun(p, mode) for p in layers)
     zero_gather = 0
-    if plan.zero == 3:
+    if plan.zero == 3:  # the shards are over the d replicas and the c context ranks
         params = sum(p.params for p in layers)
-        zero_gather = max(terms.zero3_gather(params, dp, terms.network.group_path(
-            [plan.placement[stage][r][j] for r in range(dp)])) for j in range(config.devices))
+        zero_gather = max(terms.zero3_gather(params, dp * config.cp, terms.network.group_path(
+            [plan.placement[stage][r][rank_index(config, t, c, e)]
+             for r in range(dp) for c in range(config.cp)]))
+            for t in range(config.tp) for e in range(config.ep))
     # Replicas whose TP / EP groups lie on the same paths pay the same collectives.
     distinct, path_index = groups[stage]
     collectives_on = [terms.collectives(layers, config, paths) for paths in distinct]
     rerun_on = [rerun + (terms.collectives(layers, config, paths, Phase.FWD)
                          if mode is RecomputeMode.FULL else 0)  # the rerun forward
                 for paths in distinct]                          # repeats its collectives
+    # Context parallelism per distinct CP paths: (forward + backward, forward rerun).
+    context_paths, context_index = context[stage]
+    context_on = []
+    for paths in context_paths:
+        forward, backward = terms.context(layers, config, paths)
+        context_on.append((forward + backward,
+                           forward if mode is not RecomputeMode.NONE else 0))
     # A replica is its group paths and its two receives; each distinct case is priced once.
     recv_acts = boundaries[chunk - 1] if chunk > 0 else [0] * dp
     recv_grads = boundaries[chunk] if chunk + 1 < plan.num_chunks else [0] * dp
-    # (time, recompute, collectives, recv activation, recv gradient, index of the paths)
-    worst = (-1, 0, 0, 0, 0, 0)
-    for index, recv_act, recv_grad in set(zip(path_index, recv_acts, recv_grads,
-                                              strict=True)):
-        collectives, recompute = collectives_on[index], rerun_on[index]
-        time = compute + recompute + collectives + recv_act + recv_grad + zero_gather
-        worst = max(worst, (time, recompute, collectives, recv_act, recv_grad, index))
+    # (time, recompute, collectives, recv activation, recv gradient, index of the paths,
+    #  context)
+    worst = (-1, 0, 0, 0, 0, 0, 0)
+    for index, cp_index, recv_act, recv_grad in set(zip(path_index, context_index, recv_acts,
+                                                        recv_grads, strict=True)):
+        exposed, rerun_exposed = context_on[cp_index]
+        collectives, recompute = collectives_on[index], rerun_on[index] + rerun_exposed
+        time = compute + recompute + collectives + exposed + recv_act + recv_grad + zero_gather
+        worst = max(worst, (time, recompute, collectives, recv_act, recv_grad, index, exposed))
     chunk_stage = plan.stages[chunk]
     return ChunkReport(
         index=chunk, stage=stage, first_layer=chunk_stage.first_layer,
@@ -650,7 +697,8 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
         recompute_ticks=worst[1], collective_ticks=worst[2], recv_activation_ticks=worst[3],
         recv_gradient_ticks=worst[4], zero_gather_ticks=zero_gather,
         tp_hidden_ticks=terms.tp_hidden(layers, config, distinct[worst[5]],
-                                        mode is RecomputeMode.FULL))
+                                        mode is RecomputeMode.FULL),
+        context_ticks=worst[6])
 
 
 def _boundary_ticks(terms: _Terms, plan: Plan,
@@ -685,21 +733,24 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
 
 def _sync_ticks(terms: _Terms, plan: Plan, stage: int,
                 layers: list[LayerProfile]) -> tuple[int, int]:
-    """Data-parallel gradient sync of one stage, dense over d*e ranks, expert over d ranks:
-    (gradient phase, weight gather), each the slowest dense group's plus the slowest expert
-    group's (docs/cost-model.md §5 c)."""
+    """Data-parallel gradient sync of one stage, dense over d*e*c ranks, expert over d*c
+    ranks (the c context ranks hold the same parameters; cost model v4): (gradient phase,
+    weight gather), each the slowest dense group's plus the slowest expert group's
+    (docs/cost-model.md §5 c)."""
     config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
     group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
-    dense_parts = [terms.gradient_sync(dense, plan.zero, dp * config.ep,
-                                       group_path([placement[r][t + config.tp * e]
-                                                   for r in range(dp)
+    contexts = range(config.cp)
+    dense_parts = [terms.gradient_sync(dense, plan.zero, dp * config.ep * config.cp,
+                                       group_path([placement[r][rank_index(config, t, c, e)]
+                                                   for r in range(dp) for c in contexts
                                                    for e in range(config.ep)]))
                    for t in range(config.tp)]
-    expert_parts = [terms.gradient_sync(expert, plan.zero, dp,
-                                        group_path([placement[r][j] for r in range(dp)]))
-                    for j in range(config.devices)]
+    expert_parts = [terms.gradient_sync(expert, plan.zero, dp * config.cp,
+                                        group_path([placement[r][rank_index(config, t, c, e)]
+                                                    for r in range(dp) for c in contexts]))
+                    for t in range(config.tp) for e in range(config.ep)]
     return tuple(max(part[phase] for part in dense_parts)
                  + max(part[phase] for part in expert_parts) for phase in (0, 1))
 

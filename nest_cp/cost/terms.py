@@ -24,6 +24,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     IntraConfig,
     LayerProfile,
     Optimizer,
@@ -31,7 +32,7 @@ from nest_cp.model.instance import (
     RecomputeMode,
 )
 from nest_cp.model.network import NetworkModel, Path, collective_ticks, p2p_ticks
-from nest_cp.model.plan import expert_groups, tensor_groups
+from nest_cp.model.plan import context_groups, expert_groups, tensor_groups
 from nest_cp.model.ticks import ceil_div, exact, to_ticks
 
 
@@ -191,6 +192,75 @@ def tp_overlap_exposed(collective_ticks: int, compute_ticks: int, tp: int) -> in
     return max(ceil_div(collective_ticks, tp), collective_ticks - compute_ticks)
 
 
+@dataclass(frozen=True, slots=True)
+class ContextPaths:
+    """Paths of one stage replica's context-parallel groups (cost model v4).
+
+    ``pairs``: the distinct paths of consecutive ranks of every CP ring (c_index order,
+    the wrap from c − 1 back to 0 included), where the p2p ring sends K/V; ``groups``: one
+    path per CP group, where the a2a all-to-alls run (multi-channel as any collective).
+    Empty for c = 1.
+    """
+
+    pairs: tuple[Path, ...] = ()
+    groups: tuple[Path | None, ...] = ()
+
+    @classmethod
+    def of_replica(cls, network: NetworkModel, devices: Sequence[int],
+                   config: IntraConfig) -> ContextPaths:
+        """The CP groups of a stage replica whose rank j sits on ``devices[j]``."""
+        if config.cp == 1:
+            return cls()
+        rings = [[devices[j] for j in group] for group in context_groups(config)]
+        pairs = {network.pair_path(ring[k], ring[(k + 1) % len(ring)])
+                 for ring in rings for k in range(len(ring))
+                 if ring[k] != ring[(k + 1) % len(ring)]}
+        return cls(pairs=tuple(sorted(pairs, key=lambda p: (p.bandwidth_Bps, p.latency_s))),
+                   groups=tuple(network.group_path(ring) for ring in rings))
+
+
+def context_ticks(profile: LayerProfile, config: IntraConfig, comm: CpComm,
+                  paths: ContextPaths, tick_s: float) -> tuple[int, int]:
+    """Exposed context-parallel communication of one layer and microbatch, (forward,
+    backward), on the slowest CP group of the stage replica (cost model v4).
+
+    p2p: the forward runs c ring steps, each computing one K/V chunk (X = ceil(attn_fwd
+    ticks / c)) while the next chunk travels (P = the transfer of ``cp_kv_bytes`` on the
+    slowest consecutive pair), so (c − 1)·max(0, P − X) shows; the backward moves K/V and
+    their gradients, (c − 1)·max(0, P2 − Xb) with P2 the transfer of 2·``cp_kv_bytes`` and
+    Xb = ceil(attn_bwd ticks / c).  a2a: two all-to-alls of ``cp_a2a_bytes`` over the CP
+    group in each direction, never hidden.  Recomputation reruns the forward part (the
+    evaluator charges it again).  c = 1 costs (0, 0).
+    """
+    cp = config.cp
+    if cp == 1:
+        return 0, 0
+    if comm is CpComm.A2A:
+        if profile.cp_a2a_bytes == 0:
+            return 0, 0
+        once = max((collective_ticks(CollectiveKind.ALL_TO_ALL, profile.cp_a2a_bytes, cp, path,
+                                     tick_s) for path in paths.groups if path is not None),
+                   default=0)
+        return 2 * once, 2 * once
+    if profile.cp_kv_bytes == 0 or not paths.pairs:
+        return 0, 0
+    exposed = []
+    for volume, attention_s in ((profile.cp_kv_bytes, profile.attn_fwd_s),
+                                (2 * profile.cp_kv_bytes, profile.attn_bwd_s)):
+        step = ceil_div(to_ticks(exact(attention_s), tick_s), cp)
+        transfer = max(p2p_ticks(volume, path, tick_s) for path in paths.pairs)
+        exposed.append((cp - 1) * max(0, transfer - step))
+    return exposed[0], exposed[1]
+
+
+def cp_buffer_bytes(profiles: Sequence[LayerProfile], cp: int, comm: CpComm) -> int:
+    """The p2p ring's two K/V buffers while a layer computes: 2·max ``cp_kv_bytes`` over the
+    stage's layers when c > 1 under p2p, else 0 (cost model v4)."""
+    if cp == 1 or comm is not CpComm.P2P:
+        return 0
+    return 2 * max(p.cp_kv_bytes for p in profiles)
+
+
 def transfer_ticks(volume_bytes: int, path: Path, tick_s: float) -> int:
     """Pipeline point-to-point transfer of one activation or gradient."""
     return p2p_ticks(volume_bytes, path, tick_s)
@@ -302,18 +372,22 @@ def _selective_act_bytes(profile: LayerProfile) -> int:
 
 
 def stage_memory_bytes(chunks: Sequence[Sequence[LayerProfile]], mode: RecomputeMode,
-                       in_flight_: int, optimizer: Optimizer, zero: int, dp: int) -> int:
+                       in_flight_: int, optimizer: Optimizer, zero: int, dp: int,
+                       cp: int = 1, cp_comm: CpComm = CpComm.P2P) -> int:
     """Bytes on one device of a pipeline stage whose chunks hold ``chunks`` (DESIGN §3, §3.2).
 
     W_s (w/δ3 + g/δ2 + o/δ1) + [z = 3] buffers + in_flight * max over chunks of the
     chunk's kept activations + the working set; with v = 1 (one chunk) the activations
-    are §3's k_s A_s.  ``in_flight_`` is :func:`in_flight`'s count for the stage.
+    are §3's k_s A_s.  ``in_flight_`` is :func:`in_flight`'s count for the stage.  With
+    context width ``cp`` the ZeRO shards are over d·c ranks and the p2p ring adds its K/V
+    buffers (:func:`cp_buffer_bytes`; cost model v4).
     """
     layers = [p for chunk in chunks for p in chunk]
     params = sum(p.params for p in layers)
-    return (state_bytes(params, optimizer, zero, dp) + zero3_buffer_bytes(layers, optimizer, zero)
+    return (state_bytes(params, optimizer, zero, dp * cp)
+            + zero3_buffer_bytes(layers, optimizer, zero)
             + in_flight_ * max(kept_activation_bytes(chunk, mode) for chunk in chunks)
-            + working_set_bytes(layers, mode))
+            + working_set_bytes(layers, mode) + cp_buffer_bytes(layers, cp, cp_comm))
 
 
 def throughput(global_batch: int, total_ticks: int, tick_s: float) -> float:
@@ -326,7 +400,7 @@ def flops_per_iteration(layer_flops: Sequence[float], config: IntraConfig, micro
     """B samples' worth of the given per-device, per-microbatch forward FLOPs (DESIGN §3.2 e).
 
     A layer's ``flops`` is one device's share of one microbatch step, which runs on the
-    t·e devices of a replica and processes b·e samples: per sample flops·t·e / (b·e).
+    t·c·e devices of a replica and processes b·e samples: per sample flops·t·c·e / (b·e).
     """
     per_step = sum(exact(f) for f in layer_flops) * config.devices
     return per_step * global_batch / (microbatch * config.ep)

@@ -21,7 +21,8 @@ Cells, in the tables and as marks instead of bars in the plot (never as zero):
 "—" the backend has no plan (INFEASIBLE or UNKNOWN: a heuristic that found
 nothing); "n/a" the backend has a plan but the normaliser has none to divide by
 in that scope; "ERR" the backend crashed or its plan failed the referee (the
-message is in compare.csv).
+message is in compare.csv).  An instance every backend proves has no plan (all INFEASIBLE,
+e.g. a model its launcher does not build) is named on stderr with the first one's reason.
 
 Exit codes: 0 every backend ran; 1 some row is ERR; 2 bad input (a malformed
 instance or CSV, no instance files, a bad option, an output that may not be written),
@@ -555,13 +556,27 @@ def compare_command(instances: tuple[str, ...], backends: str, normaliser: str, 
     else:
         csv_path = Path(from_csv)
     written = render_reports(csv_path, out, normaliser, scope)
-    errors = [row for row in read_csv(csv_path) if row.status == ERROR]
+    rows = read_csv(csv_path)
+    errors = [row for row in rows if row.status == ERROR]
     for path in ([] if from_csv else [csv_path]) + list(written):
         click.echo(f"wrote {path}")
     click.echo((out / "compare.md").read_text(encoding="utf-8"), nl=False)
     for row in errors:
         click.echo(f"{ERROR_MARK} {row.instance} {row.backend}: {row.message}", err=True)
+    for instance, message in _proven_without_plan(rows):
+        click.echo(f"{instance}: {message}", err=True)
     sys.exit(ExitCode.NO_PLAN if errors else ExitCode.OK)
+
+
+def _proven_without_plan(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    """(instance, the first backend's reason) for every instance all of whose backends proved
+    it has no plan (all INFEASIBLE), e.g. a model its launcher does not build."""
+    by_instance: dict[str, list[Row]] = {}
+    for row in rows:
+        by_instance.setdefault(row.instance, []).append(row)
+    return [(instance, group[0].message) for instance, group in by_instance.items()
+            if all(row.status == Status.INFEASIBLE.value for row in group)
+            and group[0].message]
 
 
 def _say_where(out: Path) -> None:

@@ -24,6 +24,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     GraphNetwork,
     HierarchicalNetwork,
     Instance,
@@ -54,10 +55,12 @@ from nest_cp.model.plan import Plan, SdpMask, Stage
 # ------------------------------------------------------------------ instance
 
 
-_PROFILE_FIELDS = {"tp", "ep", "microbatch", "fwd_s", "bwd_s", "dense_params", "expert_params",
-                   "act_bytes", "ckpt_bytes", "out_bytes", "collectives", "flops", "wgrad_s",
-                   "sel_fwd_s", "sel_act_bytes", "sel_flops", "sdp_units", "sdp_fraction"}
-_OPTIONAL_SECONDS = ("flops", "wgrad_s", "sel_fwd_s", "sel_flops")  # numbers or null
+_PROFILE_FIELDS = {"tp", "ep", "cp", "microbatch", "fwd_s", "bwd_s", "dense_params",
+                   "expert_params", "act_bytes", "ckpt_bytes", "out_bytes", "collectives",
+                   "flops", "wgrad_s", "sel_fwd_s", "sel_act_bytes", "sel_flops", "sdp_units",
+                   "sdp_fraction", "attn_fwd_s", "attn_bwd_s", "cp_kv_bytes", "cp_a2a_bytes"}
+_OPTIONAL_SECONDS = ("flops", "wgrad_s", "sel_fwd_s", "sel_flops", "attn_fwd_s",
+                     "attn_bwd_s")  # numbers or null
 
 
 def load_instance(path: str | FsPath) -> Instance:
@@ -117,8 +120,10 @@ def _section(reader: FieldReader, value: Any, field: str, base_dir: FsPath | Non
         except InstanceFormatError as exc:
             if exc.file is not None and exc.file != reader.file:  # inside a referenced file
                 raise
-            raise reader.error(exc.detail, file=reader.file,
-                               field=join_field(field, exc.field or key)) from None
+            # the profiler blames a training field (a context width it cannot split) as is
+            blamed = exc.field if (exc.field or "").startswith("training.") \
+                else join_field(field, exc.field or key)
+            raise reader.error(exc.detail, file=reader.file, field=blamed) from None
     return parse(reader, value, field)
 
 
@@ -153,7 +158,7 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
     allowed = {"global_batch", "seq_len", "microbatches", "optimizer", "zero_stages",
                "recompute", "allow_recompute", "virtual_stages", "overlap_grad_reduce",
                "overlap_param_gather", "tp_comm_overlap", "schedule", "tick_s", "strategies", "sdp",
-               "launcher"}
+               "launcher", "context_parallel", "cp_comm"}
     value = reader.mapping(value, field, allowed, ("global_batch", "seq_len"))
     kwargs: dict[str, Any] = {
         "global_batch": reader.integer(value["global_batch"], join_field(field, "global_batch"), 1),
@@ -213,6 +218,13 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
             for i, v in enumerate(names))
     if "sdp" in value:
         kwargs["sdp"] = _sdp_setup(reader, value["sdp"], join_field(field, "sdp"))
+    if "context_parallel" in value:
+        widths = reader.seq(value["context_parallel"], join_field(field, "context_parallel"))
+        kwargs["context_parallel"] = tuple(
+            reader.integer(v, join_field(field, f"context_parallel[{i}]"), 1)
+            for i, v in enumerate(widths))
+    if "cp_comm" in value:
+        kwargs["cp_comm"] = reader.choice(value["cp_comm"], join_field(field, "cp_comm"), CpComm)
     return reader.build(field, TrainingSetup, **kwargs)
 
 
@@ -339,9 +351,8 @@ def _workload(reader: FieldReader, value: Any, field: str) -> Workload:
             p_field = join_field(layer_field, f"profiles[{p_index}]")
             key, profile = _profile(reader, raw, p_field)
             if key in profiles:
-                reader.fail(p_field, "one profile per (tp, ep, microbatch)",
-                            f"a second profile for tp={key[0].tp}, ep={key[0].ep}, "
-                            f"microbatch={key[1]}")
+                reader.fail(p_field, "one profile per (tp, ep, cp, microbatch)",
+                            f"a second profile for {key[0].label}, microbatch={key[1]}")
             profiles[key] = profile
         built = reader.build(layer_field, Layer, name=name, profiles=profiles)
         layers.extend([built] if repeat == 1 else
@@ -396,7 +407,8 @@ def _profile(reader: FieldReader, raw: Any, field: str
                          ("fwd_s", "bwd_s", "act_bytes", "ckpt_bytes", "out_bytes"))
     config = reader.build(field, IntraConfig,
                           tp=reader.integer(raw.get("tp", 1), join_field(field, "tp"), 1),
-                          ep=reader.integer(raw.get("ep", 1), join_field(field, "ep"), 1))
+                          ep=reader.integer(raw.get("ep", 1), join_field(field, "ep"), 1),
+                          cp=reader.integer(raw.get("cp", 1), join_field(field, "cp"), 1))
     microbatch = reader.integer(raw.get("microbatch", 1), join_field(field, "microbatch"), 1)
     collectives = []
     for index, coll in enumerate(reader.seq(raw.get("collectives", []),
@@ -423,6 +435,9 @@ def _profile(reader: FieldReader, raw: Any, field: str
         sel_act_bytes=_optional(raw, "sel_act_bytes", field, reader.integer),
         sdp_units=reader.integer(raw.get("sdp_units", 0), join_field(field, "sdp_units")),
         sdp_fraction=reader.number(raw.get("sdp_fraction", 0.0), join_field(field, "sdp_fraction")),
+        cp_kv_bytes=reader.integer(raw.get("cp_kv_bytes", 0), join_field(field, "cp_kv_bytes")),
+        cp_a2a_bytes=reader.integer(raw.get("cp_a2a_bytes", 0),
+                                    join_field(field, "cp_a2a_bytes")),
         **{name: _optional(raw, name, field, reader.number) for name in _OPTIONAL_SECONDS})
     return (config, microbatch), profile
 
@@ -446,10 +461,11 @@ def plan_from_dict(data: Any, file: str | None = None) -> Plan:
     reader = FieldReader(file, PlanFormatError)
     reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement",
                               "virtual_stages", "strategy", "sdp"}, ("stages",))
-    config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep"})
+    config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep", "cp"})
     config = reader.build("config", IntraConfig,
                           tp=reader.integer(config_raw.get("tp", 1), "config.tp", 1),
-                          ep=reader.integer(config_raw.get("ep", 1), "config.ep", 1))
+                          ep=reader.integer(config_raw.get("ep", 1), "config.ep", 1),
+                          cp=reader.integer(config_raw.get("cp", 1), "config.cp", 1))
     stages = []
     for index, stage in enumerate(reader.seq(data["stages"], "stages")):
         s_field = f"stages[{index}]"

@@ -13,6 +13,7 @@ from typing import Any
 from nest_cp.model.documents import write_document
 from nest_cp.model.instance import (
     Cluster,
+    CpComm,
     HierarchicalNetwork,
     Instance,
     IntraConfig,
@@ -62,6 +63,10 @@ def training_to_dict(training: TrainingSetup) -> dict:
         # written only under a launcher, so files without one read and write back unchanged
         **({"launcher": training.launcher.value}
            if training.launcher is not Launcher.NONE else {}),
+        # context parallelism, written only when allowed (older files unchanged)
+        **({"context_parallel": list(training.context_parallel),
+            "cp_comm": training.cp_comm.value}
+           if training.context_parallel != (1,) or training.cp_comm is not CpComm.P2P else {}),
     }
 
 
@@ -111,7 +116,7 @@ def workload_to_dict(workload: Workload) -> dict:
         layers.append({"name": layer.name.split("[")[0],
                        "profiles": [_profile_to_dict(c, b, p) for (c, b), p in sorted(
                            layer.profiles.items(), key=lambda kv: (kv[0][0].tp, kv[0][0].ep,
-                                                                   kv[0][1]))]})
+                                                                   kv[0][0].cp, kv[0][1]))]})
         previous = layer
     data: dict[str, Any] = {"name": workload.name}
     if workload.attention is not None:  # how the profiles were made (older files unchanged)
@@ -142,6 +147,12 @@ def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> d
     optional = {"flops": p.flops, "wgrad_s": p.wgrad_s, "sel_fwd_s": p.sel_fwd_s,
                 "sel_act_bytes": p.sel_act_bytes, "sel_flops": p.sel_flops}
     data.update({name: value for name, value in optional.items() if value is not None})
+    if config.cp > 1:  # context parallelism (older files unchanged)
+        data["cp"] = config.cp
+    data.update({name: value for name, value in (
+        ("attn_fwd_s", p.attn_fwd_s), ("attn_bwd_s", p.attn_bwd_s),
+        ("cp_kv_bytes", p.cp_kv_bytes or None), ("cp_a2a_bytes", p.cp_a2a_bytes or None))
+        if value is not None})
     if p.sdp_units:
         data.update(sdp_units=p.sdp_units, sdp_fraction=p.sdp_fraction)
     return data
@@ -151,7 +162,8 @@ def _profile_to_dict(config: IntraConfig, microbatch: int, p: LayerProfile) -> d
 
 
 def plan_to_dict(plan: Plan) -> dict:
-    data = {"config": {"tp": plan.config.tp, "ep": plan.config.ep},
+    data = {"config": {"tp": plan.config.tp, "ep": plan.config.ep,
+                       **({"cp": plan.config.cp} if plan.config.cp > 1 else {})},
             "microbatch": plan.microbatch, "zero": plan.zero,
             "virtual_stages": plan.virtual_stages,
             "stages": [{"first_layer": s.first_layer, "last_layer": s.last_layer,

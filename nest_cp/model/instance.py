@@ -18,6 +18,7 @@ from fractions import Fraction
 import networkx as nx
 
 from nest_cp.model.errors import InstanceFormatError
+from nest_cp.model.launchers import ModelFacts
 from nest_cp.model.launchers.search import Launcher, SearchFacts, SearchShape, admits
 from nest_cp.model.limits import MAX_DEVICES, MAX_LAYERS, MAX_TICKS
 from nest_cp.model.ticks import exact
@@ -109,19 +110,36 @@ class Collective:
 
 @dataclass(frozen=True, slots=True)
 class IntraConfig:
-    """Intra-layer configuration: tensor width ``tp`` and expert width ``ep``."""
+    """Intra-layer configuration: tensor width ``tp``, expert width ``ep`` and context width
+    ``cp`` (the sequence split over ``cp`` ranks; cost model v4, docs/context-parallelism.md).
+    """
 
     tp: int = 1
     ep: int = 1
+    cp: int = 1
 
     def __post_init__(self) -> None:
         _pos_int(self.tp, "tp")
         _pos_int(self.ep, "ep")
+        _pos_int(self.cp, "cp")
 
     @property
     def devices(self) -> int:
-        """Devices of one stage replica, a = t * e."""
-        return self.tp * self.ep
+        """Devices of one stage replica, a = t * c * e."""
+        return self.tp * self.cp * self.ep
+
+    @property
+    def label(self) -> str:
+        """``tp=T, ep=E`` and, when c > 1, ``, cp=C``: how messages name a configuration."""
+        return f"tp={self.tp}, ep={self.ep}" + (f", cp={self.cp}" if self.cp > 1 else "")
+
+
+class CpComm(str, Enum):
+    """How context-parallel ranks exchange attention inputs: a ring of point-to-point K/V
+    transfers (Megatron's and torchtitan's default) or all-to-alls (Ulysses)."""
+
+    P2P = "p2p"
+    A2A = "a2a"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +170,10 @@ class LayerProfile:
     sel_flops: float | None = None
     sdp_units: int = 0
     sdp_fraction: float = 0.0
+    attn_fwd_s: float | None = None  # the attention core's part of fwd_s (context parallelism)
+    attn_bwd_s: float | None = None  # ... and of bwd_s
+    cp_kv_bytes: int = 0  # K and V one rank holds for one microbatch (p2p ring volume)
+    cp_a2a_bytes: int = 0  # Q, K, V and output one rank holds for one microbatch (a2a volume)
 
     def __post_init__(self) -> None:
         _nonneg_number(self.fwd_s, "fwd_s")
@@ -180,6 +202,19 @@ class LayerProfile:
         _nonneg_int(self.sdp_units, "sdp_units")
         _require(_is_number(self.sdp_fraction) and 0 <= self.sdp_fraction <= 1, "sdp_fraction",
                  "a fraction in [0, 1]", self.sdp_fraction)
+        for name, whole in (("attn_fwd_s", "fwd_s"), ("attn_bwd_s", "bwd_s")):
+            value = getattr(self, name)
+            if value is not None:
+                _nonneg_number(value, name)
+                _require(value <= getattr(self, whole), name,
+                         f"at most {whole} = {getattr(self, whole)}", value)
+        _nonneg_int(self.cp_kv_bytes, "cp_kv_bytes")
+        _nonneg_int(self.cp_a2a_bytes, "cp_a2a_bytes")
+        _require(self.cp_kv_bytes == 0 or (self.attn_fwd_s is not None
+                                           and self.attn_bwd_s is not None),
+                 "attn_fwd_s", "attn_fwd_s and attn_bwd_s beside cp_kv_bytes > 0 (the ring "
+                 "hides its transfers behind the attention core)",
+                 None if self.attn_fwd_s is None else self.attn_bwd_s)
 
     @property
     def params(self) -> int:
@@ -291,6 +326,23 @@ class ModelShape:
         return self.expert_ffn_hidden or self.ffn_hidden
 
     @property
+    def llama(self) -> bool:
+        """A Llama-style decoder: RMSNorm, SwiGLU, rotary positions, no biases or dropout,
+        untied output, plain (grouped-query) attention of heads x head_dim = hidden."""
+        return (self.positions is PositionKind.ROPE and self.norm is NormKind.RMSNORM
+                and self.mlp is MlpKind.SWIGLU and not (self.bias or self.qkv_bias)
+                and not (self.dropout or self.tied_embeddings) and self.decoder
+                and not self.latent_attention and self.head_dim * self.heads == self.hidden)
+
+    @property
+    def facts(self) -> ModelFacts:
+        """The architecture as the launchers' rules compare it (launchers.ModelFacts)."""
+        return ModelFacts(self.name, self.num_layers, self.hidden, self.heads, self.kv_heads,
+                          self.ffn_hidden, self.vocab, self.llama, self.num_experts,
+                          self.top_k, self.expert_width if self.num_experts > 1 else 0,
+                          self.description)
+
+    @property
     def description(self) -> str:
         """One line: name, depth, widths, heads, experts, vocabulary, positions, norm, MLP."""
         experts = (f", {self.num_experts} experts top-{self.top_k} of width "
@@ -338,7 +390,7 @@ class Workload:
             if missing:
                 config, microbatch = sorted(missing, key=_key_order)[0]
                 raise InstanceFormatError(
-                    f"expected a profile for tp={config.tp}, ep={config.ep}, "
+                    f"expected a profile for {config.label}, "
                     f"microbatch={microbatch} like every other layer",
                     field=f"layers[{index}].profiles")
 
@@ -348,8 +400,9 @@ class Workload:
 
     @property
     def configs(self) -> tuple[IntraConfig, ...]:
-        """Every profiled configuration, ordered by (tp, ep)."""
-        return tuple(sorted({c for c, _ in self.layers[0].profiles}, key=lambda c: (c.tp, c.ep)))
+        """Every profiled configuration, ordered by (tp, ep, cp)."""
+        return tuple(sorted({c for c, _ in self.layers[0].profiles},
+                            key=lambda c: (c.tp, c.ep, c.cp)))
 
     def microbatches(self, config: IntraConfig) -> tuple[int, ...]:
         return tuple(sorted(b for c, b in self.layers[0].profiles if c == config))
@@ -358,8 +411,8 @@ class Workload:
         return (config, microbatch) in self.layers[0].profiles
 
 
-def _key_order(key: tuple[IntraConfig, int]) -> tuple[int, int, int]:
-    return (key[0].tp, key[0].ep, key[1])
+def _key_order(key: tuple[IntraConfig, int]) -> tuple[int, int, int, int]:
+    return (key[0].tp, key[0].ep, key[0].cp, key[1])
 
 
 # ---------------------------------------------------------------------- cluster
@@ -668,6 +721,8 @@ class TrainingSetup:
     strategies: tuple[Strategy, ...] = (Strategy.DP,)  # replication strategies (DESIGN §7)
     sdp: SdpSetup = field(default_factory=SdpSetup)
     launcher: Launcher = Launcher.NONE  # whose startup rules restrict the search
+    context_parallel: tuple[int, ...] = (1,)  # allowed context widths c (cost model v4)
+    cp_comm: CpComm = CpComm.P2P  # how context-parallel ranks exchange K/V
 
     def __post_init__(self) -> None:
         _pos_int(self.global_batch, "global_batch")
@@ -701,6 +756,9 @@ class TrainingSetup:
                  "overlap_grad_reduce", "true under launcher 'torchtitan' (its FSDP and DDP "
                  "always overlap the gradient reduction with the backward pass, so a plan "
                  "priced without it is not priced as it runs)", self.overlap_grad_reduce)
+        _choices(self.context_parallel, "context_parallel", _pos_int, "distinct widths")
+        _require(isinstance(self.cp_comm, CpComm), "cp_comm",
+                 "one of " + ", ".join(repr(k.value) for k in CpComm), self.cp_comm)
         _require(self.launcher is Launcher.NONE or Strategy.SDP not in self.strategies,
                  "launcher", "'none' when SDP plans are allowed (no launcher runs SDP plans)",
                  self.launcher.value)
@@ -721,6 +779,9 @@ class Instance:
         _require(bool(usable), "training.microbatches",
                  "at least one microbatch size the workload is profiled for",
                  list(self.training.microbatches))
+        _require(bool(self.choices), "training.context_parallel",
+                 "at least one context width the workload is profiled for (with an allowed "
+                 "microbatch size)", list(self.training.context_parallel))
         if RecomputeMode.SELECTIVE in self.training.recompute_modes:
             _check_selective_profiles(self)
         if Strategy.SDP in self.training.strategies:
@@ -729,8 +790,10 @@ class Instance:
 
     @property
     def choices(self) -> tuple[tuple[IntraConfig, int], ...]:
-        """Every (configuration, microbatch) pair a plan may use: profiled and allowed."""
+        """Every (configuration, microbatch) pair a plan may use: profiled and allowed (its
+        context width among ``training.context_parallel``)."""
         return tuple((config, size) for config in self.workload.configs
+                     if config.cp in self.training.context_parallel
                      for size in sorted(set(self.training.microbatches))
                      if self.workload.has_profile(config, size))
 
@@ -744,7 +807,9 @@ class Instance:
         workload = self.workload
         return SearchFacts(self.training.global_batch, workload.heads, workload.kv_heads,
                            workload.sequence_parallel,
-                           precision_of(self.training.optimizer)[0] is Precision.FP16)
+                           precision_of(self.training.optimizer)[0] is Precision.FP16,
+                           None if workload.model is None else workload.model.facts,
+                           self.training.seq_len, self.training.cp_comm.value)
 
     def admits(self, config: IntraConfig, microbatch, dp, num_stages, virtual_stages=1,
                zero=0):
@@ -754,7 +819,7 @@ class Instance:
             return True
         return admits(self.training.launcher, self.search_facts,
                       SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
-                                  virtual_stages, zero))
+                                  virtual_stages, zero, config.cp))
 
 
 def _check_selective_profiles(instance: Instance) -> None:
@@ -764,8 +829,8 @@ def _check_selective_profiles(instance: Instance) -> None:
             if not layer.profile(config, microbatch).has_selective:
                 raise InstanceFormatError(
                     f"expected sel_fwd_s and sel_act_bytes in every profile when 'selective' "
-                    f"is allowed, got none in layer {index} ({layer.name!r}) for tp={config.tp}, "
-                    f"ep={config.ep}, microbatch={microbatch}", field="training.recompute")
+                    f"is allowed, got none in layer {index} ({layer.name!r}) for {config.label}, "
+                    f"microbatch={microbatch}", field="training.recompute")
 
 
 def _check_sdp_profiles(instance: Instance) -> None:
@@ -783,8 +848,8 @@ def _check_sdp_profiles(instance: Instance) -> None:
         if profile.sdp_units and profile.wgrad_s is None:
             raise InstanceFormatError(
                 f"expected wgrad_s in every maskable profile when 'backward' masking is "
-                f"allowed, got none in layer {index} ({name!r}) for tp={config.tp}, "
-                f"ep={config.ep}, microbatch={microbatch}", field="training.sdp.maskings")
+                f"allowed, got none in layer {index} ({name!r}) for {config.label}, "
+                f"microbatch={microbatch}", field="training.sdp.maskings")
 
 
 def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = None,
@@ -827,10 +892,17 @@ def _iteration_ticks_upper_bound(instance: Instance, global_batch: int | None = 
                      + 2 * sum(transfer(c.volume_bytes, config.tp if c.group is CollectiveGroup.TP
                                         else config.ep) for c in p.collectives))
             for p, count in profiles)
+        if config.cp > 1:  # context parallelism: the exposed ring (forward, its rerun,
+            # backward; each <= (c - 1) transfers of 2 cp_kv_bytes) and six all-to-alls
+            stage += sum(count * (3 * (config.cp - 1) * transfer(2 * p.cp_kv_bytes, 1)
+                                  + 6 * transfer(p.cp_a2a_bytes, config.cp))
+                         for p, count in profiles)
         stage += 2 * transfer(max(p.out_bytes for p, _ in profiles), 1)
         sync = 2 * transfer(params * optimizer.grad_bytes, devices)
         # each primitive term is rounded up once: at most one tick more per term
-        terms = sum(count * (3 + 2 * len(p.collectives)) for p, count in profiles) + 4
+        cp_terms = 3 * config.cp + 6 if config.cp > 1 else 0
+        terms = sum(count * (3 + 2 * len(p.collectives) + cp_terms)
+                    for p, count in profiles) + 4
         sync_terms = 0
         if Strategy.SDP in training.strategies:  # DESIGN §7: one all-reduce and one
             # broadcast per unit, each rounded once, and up to four rounded shares per unit

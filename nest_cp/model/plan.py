@@ -1,7 +1,9 @@
 """The plan (DESIGN §2, §3.2 b) and the rank layouts of the structured space (DESIGN §4, v2).
 
-A rank is (stage s, replica r, intra-stage rank j) with j = t_index + tp * e_index
-(how a stage replica numbers its ranks; where they sit is the layout's business).
+A rank is (stage s, replica r, intra-stage rank j) with j = t_index + tp * c_index +
+tp * cp * e_index (how a stage replica numbers its ranks, Megatron's tp-cp-ep order; where
+they sit is the layout's business).  The rank layouts order (t, e, stage, replica) only:
+they place plans with c = 1.
 ``Plan.placement[s][r][j]`` is its device id.
 
 With v virtual stages (interleaved 1F1B) the layers are split into S·v chunks;
@@ -159,14 +161,44 @@ class Plan:
         return dataclasses.replace(self, placement=placement)
 
 
+def rank_index(config: IntraConfig, tensor: int, context: int, expert: int) -> int:
+    """Intra-stage rank j = t_index + t·c_index + t·c·e_index (Megatron's tp-cp-ep order)."""
+    return tensor + config.tp * (context + config.cp * expert)
+
+
 def tensor_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
-    """Intra-stage ranks j of each TP group: the t ranks sharing an expert index (DESIGN §3.2 f)."""
-    return tuple(tuple(t + config.tp * e for t in range(config.tp)) for e in range(config.ep))
+    """Intra-stage ranks j of each TP group: the t ranks sharing a context and an expert index
+    (DESIGN §3.2 f), one group per (expert, context) index."""
+    return tuple(tuple(rank_index(config, t, c, e) for t in range(config.tp))
+                 for e in range(config.ep) for c in range(config.cp))
 
 
 def expert_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
-    """Intra-stage ranks j of each EP group: the e ranks sharing a tensor index (DESIGN §3.2 f)."""
-    return tuple(tuple(t + config.tp * e for e in range(config.ep)) for t in range(config.tp))
+    """Intra-stage ranks j of each EP group: the e ranks sharing a tensor and a context index
+    (DESIGN §3.2 f), one group per (context, tensor) index."""
+    return tuple(tuple(rank_index(config, t, c, e) for e in range(config.ep))
+                 for c in range(config.cp) for t in range(config.tp))
+
+
+def context_groups(config: IntraConfig) -> tuple[tuple[int, ...], ...]:
+    """Intra-stage ranks j of each CP group, in ring order (c_index 0, 1, ..., c − 1, then
+    the wrap back to 0): the c ranks sharing a tensor and an expert index, one group per
+    (expert, tensor) index."""
+    return tuple(tuple(rank_index(config, t, c, e) for c in range(config.cp))
+                 for e in range(config.ep) for t in range(config.tp))
+
+
+def contiguous_placement(config: IntraConfig, num_stages: int, dp: int,
+                         device_order: tuple[int, ...] | list[int]) -> Placement:
+    """Megatron's default layout (t, c, e, replica, stage from innermost) for any c: rank
+    (s, r, j) on the device at position j + a·(r + d·s) of ``device_order``, a = t·c·e.
+
+    For c = 1 this is ``MEGATRON_LAYOUT.placement``; the rank layouts of the structured
+    space do not order a context dimension yet, so plans with c > 1 default to this one.
+    """
+    size = config.devices
+    return tuple(tuple(tuple(device_order[j + size * (r + dp * s)] for j in range(size))
+                       for r in range(dp)) for s in range(num_stages))
 
 
 class Dim(str, Enum):

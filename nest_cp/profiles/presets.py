@@ -68,7 +68,12 @@ from nest_cp.model.instance import (
     Workload,
 )
 from nest_cp.profiles.kernels import DeviceSpec, DType, gemm_efficiency_from_benchmark
-from nest_cp.profiles.profiler import AttentionKind, ProfileOptions, profile_workload
+from nest_cp.profiles.profiler import (
+    AttentionKind,
+    ProfileOptions,
+    context_configs,
+    profile_workload,
+)
 from nest_cp.profiles.transformer import ModelKind, TransformerSpec
 
 GiB = 2**30
@@ -487,13 +492,24 @@ def default_ep_widths(model: TransformerSpec, devices: int) -> tuple[int, ...]:
 
 
 def _configs(tp_widths: tuple[int, ...], ep_widths: tuple[int, ...],
-             devices: int | None) -> tuple[IntraConfig, ...]:
-    """Every (tp, ep) pair whose replica fits in ``devices`` (None: no limit)."""
-    configs = tuple(IntraConfig(tp, ep) for tp in tp_widths for ep in ep_widths
-                    if devices is None or tp * ep <= devices)
+             devices: int | None, cp_widths: tuple[int, ...] = (1,),
+             spec: TransformerSpec | None = None,
+             options: ProfileOptions | None = None) -> tuple[IntraConfig, ...]:
+    """Every (tp, ep, cp) triple whose replica fits in ``devices`` (None: no limit); with
+    c > 1 under a2a, without the (t, c) pairs whose heads do not split (logged)."""
+    configs = tuple(IntraConfig(tp, ep, cp) for tp in tp_widths for ep in ep_widths
+                    for cp in cp_widths if devices is None or tp * ep * cp <= devices)
     if not configs:
-        raise InstanceFormatError(f"expected a tp x ep width within {devices} devices, got "
-                                  f"tp {list(tp_widths)}, ep {list(ep_widths)}", field="tp")
+        raise InstanceFormatError(f"expected a tp x ep x cp width within {devices} devices, "
+                                  f"got tp {list(tp_widths)}, ep {list(ep_widths)}, cp "
+                                  f"{list(cp_widths)}", field="tp")
+    if spec is not None and any(config.cp > 1 for config in configs):
+        configs = context_configs(spec, configs, options or ProfileOptions())
+        for cp in cp_widths:
+            if not any(config.cp == cp for config in configs):
+                raise InstanceFormatError(
+                    f"expected a tensor width whose heads split over {cp} context ranks "
+                    f"under a2a, got tp {list(tp_widths)}", field="training.context_parallel")
     return configs
 
 
@@ -517,24 +533,29 @@ def build_instance(model: str | TransformerSpec, devices: int, network: str,
                    recompute_modes: tuple[RecomputeMode, ...] = (RecomputeMode.NONE,
                                                                  RecomputeMode.FULL),
                    name: str | None = None, optimizer: Optimizer = MEGATRON_ADAM,
-                   options: ProfileOptions | None = None) -> Instance:
+                   options: ProfileOptions | None = None,
+                   cp_widths: tuple[int, ...] = (1,)) -> Instance:
     """An instance of a model (preset name or spec) on a preset network of ``devices`` devices.
 
     Defaults: the model's sequence length, Megatron-LM's 18 B/parameter Adam (2/4/12), ZeRO
     0-3 (1 = Megatron's distributed optimizer), flash attention without sequence
     parallelism, tensor widths 1..8 dividing the (kv) heads, expert widths dividing the
-    experts.
+    experts, no context parallelism (``cp_widths`` (1,); ``options.cp_comm`` says how wider
+    contexts communicate).
     """
     spec = model if isinstance(model, TransformerSpec) else _lookup(MODELS, model, "model")
+    options = options or ProfileOptions()
     cluster = network_cluster(network, devices, device)
     device_spec = _device_for(NETWORKS[network], device)
     training = TrainingSetup(global_batch=global_batch,
                              seq_len=spec.default_seq_len if seq_len is None else seq_len,
                              microbatches=tuple(microbatches), zero_stages=tuple(zero_stages),
-                             recompute_modes=tuple(recompute_modes), optimizer=optimizer)
+                             recompute_modes=tuple(recompute_modes), optimizer=optimizer,
+                             context_parallel=tuple(cp_widths), cp_comm=options.cp_comm)
     tp = default_tp_widths(spec, devices) if tp_widths is None else tuple(tp_widths)
     ep = default_ep_widths(spec, devices) if ep_widths is None else tuple(ep_widths)
-    workload = profile_model(spec, device_spec, training, _configs(tp, ep, devices), options)
+    workload = profile_model(spec, device_spec, training,
+                             _configs(tp, ep, devices, tuple(cp_widths), spec, options), options)
     return Instance(workload=workload, cluster=cluster, training=training,
                     name=name or f"{spec.name}-{network}-{devices}")
 
@@ -587,8 +608,10 @@ def _workload_for(spec: TransformerSpec, options: dict, training: TrainingSetup,
     device = resolve_device(options.get("device", "h100-sxm"), base_dir)
     tp = _int_list(options, "tp") or default_tp_widths(spec, DEVICES_PER_NODE)
     ep = _int_list(options, "ep") or default_ep_widths(spec, spec.num_experts)
-    return profile_model(spec, device, training, _configs(tp, ep, None),
-                         profile_options(options))
+    # one profile per allowed context width, communicating as the training setup says
+    profiling = replace(profile_options(options), cp_comm=training.cp_comm)
+    configs = _configs(tp, ep, None, training.context_parallel, spec, profiling)
+    return profile_model(spec, device, training, configs, profiling)
 
 
 def workload_from_preset(name: str, options: dict, training: TrainingSetup,

@@ -63,10 +63,25 @@ slices, U = the kv-head groups on the device (kv_heads / t; heads / t for MLA), 
 1/U of the attention heads and 1/U of the MLP (and expert) neurons. ``sdp_fraction`` is the
 share of the block's parameters in those slices (all projection and MLP matrices and their
 column biases; norms, router and row-parallel biases stay shared). Embedding and head: 0.
+
+**Context parallelism** (c = ``cp`` > 1; docs/context-parallelism.md): a microbatch's b·s
+tokens are split evenly over the c ranks (Megatron's 2c chunks, rank i keeping chunks i and
+2c−1−i, which balances causal attention), so T = s·b/c and every token-proportional figure
+(compute, act, ckpt, out, TP and EP collective bytes) is that of s·b/c tokens; the attention
+core's FLOPs are the whole sequence's ÷ c (each rank's queries against every key), and its
+kernel runs at length s/c under p2p (one K/V chunk per ring step) or s under a2a (all
+tokens, heads/c).  The profiles carry ``attn_fwd_s`` / ``attn_bwd_s`` (the core's part of
+the block's times; 0 for embedding and head) and ``cp_kv_bytes`` = the K and V one rank
+holds, b·(s/c)·kv_heads_per_device·(qk_dim + v_dim)·2 bytes, or under a2a ``cp_a2a_bytes``
+= its Q, K, V and attention output.  Only flash attention (Megatron's context parallelism
+runs through fused attention kernels); s must be divisible by 2c (Megatron's slicing) and,
+under a2a, heads/t and kv_heads/t by c (:func:`context_configs` drops the (t, c) pairs that
+break it, with a note; :func:`profile_workload` refuses them).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -77,6 +92,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     IntraConfig,
     Layer,
     LayerProfile,
@@ -106,20 +122,25 @@ BF16_BYTES = 2
 FP32_BYTES = 4
 TOKEN_ID_BYTES = 4
 FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention: 5 matmuls backward (with recomputation) vs 2
+LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileOptions:
-    """Instance choices of how the model runs: attention kernel and sequence parallelism."""
+    """Instance choices of how the model runs: attention kernel, sequence parallelism and how
+    context-parallel ranks exchange attention inputs (used only for c > 1)."""
 
     attention: AttentionKind = AttentionKind.FLASH
     sequence_parallel: bool = False
+    cp_comm: CpComm = CpComm.P2P
 
     def __post_init__(self) -> None:
         if not isinstance(self.attention, AttentionKind):
             raise ValueError(f"expected an AttentionKind, got {self.attention!r}")
         if not isinstance(self.sequence_parallel, bool):
             raise ValueError(f"expected true or false, got {self.sequence_parallel!r}")
+        if not isinstance(self.cp_comm, CpComm):
+            raise ValueError(f"expected a CpComm, got {self.cp_comm!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +169,13 @@ class _Shape:
 
     @property
     def tokens(self) -> int:
-        return self.seq_len * self.microbatch
+        """Tokens of one microbatch on one device: s·b, or s·b/c with context parallelism."""
+        return self.local_seq * self.microbatch
+
+    @property
+    def local_seq(self) -> int:
+        """s/c: the sequence positions one context rank holds (s when c = 1)."""
+        return self.seq_len // self.config.cp
 
     @property
     def tp(self) -> int:
@@ -252,9 +279,10 @@ def _heads(shape: _Shape) -> _Heads:
 
 
 def _core_model_flops(shape: _Shape, heads: _Heads) -> float:
-    """QK^T and AV over the full s x s square for b samples (model FLOPs)."""
-    return 2.0 * shape.microbatch * shape.seq_len**2 * heads.heads * (heads.qk_dim
-                                                                     + heads.v_dim)
+    """QK^T and AV over the full s x s square for b samples (model FLOPs); with context
+    parallelism a rank's s/c queries against all s keys, the square ÷ c."""
+    return 2.0 * shape.microbatch * (shape.local_seq * shape.seq_len) * heads.heads * (
+        heads.qk_dim + heads.v_dim)  # the integer product is s**2 at c = 1, as before
 
 
 def _attention_core(shape: _Shape, heads: _Heads) -> list[_Op]:
@@ -262,8 +290,10 @@ def _attention_core(shape: _Shape, heads: _Heads) -> list[_Op]:
     model_flops = _core_model_flops(shape, heads)
     if shape.options.attention is AttentionKind.FLASH:
         executed = model_flops * (causal_fraction(seq) if spec.causal else 1.0)
-        return [_Op("attention", attention_seconds(device, executed, seq, backward=False),
-                    attention_seconds(device, FLASH_BACKWARD_FLOPS * executed, seq,
+        # the kernel's length: a ring step's s/c queries and keys under p2p, else s
+        length = shape.local_seq if shape.options.cp_comm is CpComm.P2P else seq
+        return [_Op("attention", attention_seconds(device, executed, length, backward=False),
+                    attention_seconds(device, FLASH_BACKWARD_FLOPS * executed, length,
                                       backward=True),
                     0.0, model_flops, core=True, sliced=True)]
     batch = shape.microbatch * heads.heads
@@ -600,21 +630,42 @@ def _launched(shape: _Shape, ops: Sequence[_Op],
 
 def _profile(ops: Sequence[_Op], params: tuple[int, int], act: int, ckpt: int, out: int,
              collectives: tuple[Collective, ...], selective: int | None = None,
-             sdp: tuple[int, float] = (0, 0.0)) -> LayerProfile:
-    """Sum the ops; ``selective`` is the core's kept bytes (None: no selective recompute)."""
+             sdp: tuple[int, float] = (0, 0.0),
+             context: dict[str, int] | None = None) -> LayerProfile:
+    """Sum the ops; ``selective`` is the core's kept bytes (None: no selective recompute);
+    ``context`` the context-parallel volumes of a profile with c > 1 (None: c = 1)."""
     fwd = math.fsum(op.fwd_s for op in ops)
     wgrad = math.fsum(op.wgrad_s for op in ops)
     bwd = math.fsum(op.dgrad_s for op in ops) + wgrad
     fields = {}
+    core = [op for op in ops if op.core]
     if selective is not None:
-        core = [op for op in ops if op.core]
         fields = {"sel_fwd_s": min(fwd, math.fsum(op.fwd_s for op in core)),
                   "sel_act_bytes": act - selective,
                   "sel_flops": math.fsum(op.flops for op in core)}
+    if context is not None:
+        fields |= context | {
+            "attn_fwd_s": min(fwd, math.fsum(op.fwd_s for op in core)),
+            "attn_bwd_s": min(bwd, math.fsum(op.dgrad_s + op.wgrad_s for op in core))}
     return LayerProfile(fwd_s=fwd, bwd_s=bwd, wgrad_s=min(wgrad, bwd), dense_params=params[0],
                         expert_params=params[1], act_bytes=act, ckpt_bytes=ckpt, out_bytes=out,
                         collectives=collectives, flops=math.fsum(op.flops for op in ops),
                         sdp_units=sdp[0], sdp_fraction=sdp[1], **fields)
+
+
+def _context_volumes(shape: _Shape, attention: bool) -> dict[str, int] | None:
+    """``cp_kv_bytes`` (p2p) or ``cp_a2a_bytes`` (a2a) of one rank and microbatch for c > 1
+    (0 for a layer without attention); None for c = 1."""
+    if shape.config.cp == 1:
+        return None
+    if not attention:
+        return {"cp_kv_bytes": 0, "cp_a2a_bytes": 0}
+    heads = _heads(shape)
+    kv = BF16_BYTES * shape.tokens * heads.kv_heads * (heads.qk_dim + heads.v_dim)
+    if shape.options.cp_comm is CpComm.P2P:
+        return {"cp_kv_bytes": kv, "cp_a2a_bytes": 0}
+    q_out = BF16_BYTES * shape.tokens * (heads.q_width + heads.out_width)
+    return {"cp_kv_bytes": 0, "cp_a2a_bytes": kv + q_out}
 
 
 def _embedding_profile(shape: _Shape) -> LayerProfile:
@@ -622,7 +673,8 @@ def _embedding_profile(shape: _Shape) -> LayerProfile:
     return _profile(_launched(shape, _embedding_ops(shape), collectives),
                     (_embedding_params(shape.spec, shape.tp), 0),
                     _embedding_act_bytes(shape), TOKEN_ID_BYTES * shape.tokens,
-                    shape.shard_activation, collectives, selective=0)
+                    shape.shard_activation, collectives, selective=0,
+                    context=_context_volumes(shape, attention=False))
 
 
 def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
@@ -633,7 +685,8 @@ def _block_profile(shape: _Shape, moe: bool) -> LayerProfile:
     return _profile(_launched(shape, _block_ops(shape, moe), collectives), (dense, expert),
                     _block_act_bytes(shape, moe), shape.shard_activation,
                     shape.shard_activation, collectives,
-                    selective=_core_act_bytes(shape, _heads(shape)), sdp=(units, fraction))
+                    selective=_core_act_bytes(shape, _heads(shape)), sdp=(units, fraction),
+                    context=_context_volumes(shape, attention=True))
 
 
 def _head_profile(shape: _Shape) -> LayerProfile:
@@ -641,7 +694,53 @@ def _head_profile(shape: _Shape) -> LayerProfile:
     return _profile(_launched(shape, _head_ops(shape), collectives),
                     (_head_params(shape.spec, shape.tp), 0),
                     _head_act_bytes(shape), shape.shard_activation, FP32_BYTES,
-                    collectives, selective=0)
+                    collectives, selective=0, context=_context_volumes(shape, attention=False))
+
+
+def _a2a_splits(spec: TransformerSpec, config: IntraConfig) -> bool:
+    """Whether a2a can split a tensor rank's heads and kv heads over the c context ranks."""
+    heads = (spec.num_heads if spec.latent_attention is not None else spec.kv_heads)
+    return (spec.num_heads // config.tp) % config.cp == 0 \
+        and (heads // config.tp) % config.cp == 0
+
+
+def context_problem(spec: TransformerSpec, seq_len: int, config: IntraConfig,
+                    options: ProfileOptions) -> tuple[str, str] | None:
+    """(field, what was expected) when ``config``'s context width c cannot run ``spec`` at
+    ``seq_len``, else None: Megatron slices the sequence into 2c chunks (s divisible by 2c),
+    runs context parallelism through fused (flash) attention, and under a2a splits the
+    heads of each tensor rank over the c ranks (heads/t and kv_heads/t divisible by c)."""
+    cp = config.cp
+    if cp == 1:
+        return None
+    if seq_len % (2 * cp):
+        return ("training.context_parallel",
+                f"a context width c with the sequence length {seq_len} divisible by 2c "
+                f"(Megatron's 2c chunks), got c = {cp}")
+    if options.attention is not AttentionKind.FLASH:
+        return ("attention", f"flash attention with context width c = {cp} (context "
+                             f"parallelism runs through fused attention kernels)")
+    if options.cp_comm is CpComm.A2A and not _a2a_splits(spec, config):
+        return ("training.context_parallel",
+                f"under cp_comm 'a2a' the heads and kv heads of a tensor rank (tp = "
+                f"{config.tp}) divisible by the context width c, got c = {cp}")
+    return None
+
+
+def context_configs(spec: TransformerSpec, configs: Sequence[IntraConfig],
+                    options: ProfileOptions) -> tuple[IntraConfig, ...]:
+    """``configs`` without the (t, c) pairs a2a cannot split (heads/t or kv_heads/t not
+    divisible by c), each dropped with a logged note; every other problem of
+    :func:`context_problem` is left for :func:`profile_workload` to refuse."""
+    kept = []
+    for config in configs:
+        if config.cp > 1 and options.cp_comm is CpComm.A2A and not _a2a_splits(spec, config):
+            LOGGER.warning("%s: dropped tp=%d with cp=%d under a2a (the heads of a tensor rank "
+                           "do not split over %d context ranks)", spec.name, config.tp,
+                           config.cp, config.cp)
+            continue
+        kept.append(config)
+    return tuple(kept)
 
 
 def _validate_config(spec: TransformerSpec, config: IntraConfig) -> None:
@@ -674,6 +773,14 @@ def _validate_sizes(spec: TransformerSpec, seq_len: int, microbatches: Sequence[
         _validate_config(spec, config)
 
 
+def _validate_context(spec: TransformerSpec, seq_len: int, configs: Sequence[IntraConfig],
+                      options: ProfileOptions) -> None:
+    for config in configs:
+        problem = context_problem(spec, seq_len, config, options)
+        if problem is not None:
+            raise InstanceFormatError(f"expected {problem[1]}", field=problem[0])
+
+
 def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
                      microbatches: Sequence[int], configs: Sequence[IntraConfig],
                      options: ProfileOptions | None = None) -> Workload:
@@ -682,10 +789,12 @@ def profile_workload(spec: TransformerSpec, device: DeviceSpec, seq_len: int,
     Raises InstanceFormatError (field ``tp``/``ep``/``microbatches``/``seq_len``/``configs``)
     for a tensor width that does not divide the kv heads (Megatron's GQA; no KV replication),
     an expert width that does not divide the experts (only 1 for dense models), a sequence
-    longer than the learned positions, no configuration, or non-positive sizes.
+    longer than the learned positions, no configuration, or non-positive sizes; and (field
+    ``context_parallel``/``attention``) for a context width :func:`context_problem` rejects.
     """
     options = options or ProfileOptions()
     _validate_sizes(spec, seq_len, microbatches, configs)
+    _validate_context(spec, seq_len, configs, options)
     embedding, dense_block, moe_block, head = {}, {}, {}, {}
     for config in configs:
         for microbatch in sorted(set(microbatches)):

@@ -1,7 +1,7 @@
 """Brute force: evaluate every plan of a tiny instance with the plan evaluator (the test oracle).
 
-No DP, no pruning, no cost reasoning of its own: every (configuration, microbatch,
-S, d, ZeRO stage, virtual stages v) of the space, every contiguous split into S·v
+No DP, no pruning, no cost reasoning of its own: every (configuration (t, e, c),
+microbatch, S, d, ZeRO stage, virtual stages v) of the space, every contiguous split into S·v
 chunks, every vector of allowed recompute modes (one per stage) and every placement
 is built as a :class:`~nest_cp.model.plan.Plan` and scored by the plan evaluator (one
 :class:`nest_cp.cost.evaluate.Evaluator` for the whole enumeration).  Interleavings the
@@ -12,7 +12,8 @@ Placements: ``Space.STRUCTURED`` uses the placements of the structured space's r
 layouts (``NetworkModel.structured_placements``: v2's 24 orders on the canonical device
 order, and v3a's other device orders and spare-first offsets on three tiers or more;
 identical placements are evaluated once — an exact deduplication, since the evaluator
-sees only the placement); ``Space.FULL`` uses
+sees only the placement; with context width c > 1 the context ranks sit just outside the
+tensor ranks, inside the expert ranks, in every layout); ``Space.FULL`` uses
 every injective map of the a·S·d ranks onto the N devices, and refuses instances
 with more than ``options.extra["max_placements"]`` (default 10^6) placements in total.
 
@@ -125,5 +126,9 @@ def _placements(network: NetworkModel, config: IntraConfig, num_stages: int, dp:
                               for replica in range(dp))
                         for stage in range(num_stages))
         return
-    yield from network.structured_placements(config, num_stages, dp)
+    # The layouts order (t, e, stage, replica); with c > 1 the context index rides inside
+    # the expert digit (ranks j = t + t·(c_index + c·e_index) number a (t, c·e) replica
+    # exactly), so context ranks sit between tensor and expert ranks in every layout.
+    fused = IntraConfig(config.tp, config.cp * config.ep)
+    yield from network.structured_placements(fused, num_stages, dp)
 

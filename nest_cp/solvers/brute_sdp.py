@@ -88,7 +88,7 @@ def _check_size(instance: Instance, network: NetworkModel, space: Space, limit: 
     training, devices = instance.training, instance.cluster.num_devices
     variants = len([z for z in training.zero_stages if z <= 2]) * len(training.recompute_modes)
     total = 0
-    for config, microbatch in instance.choices:
+    for config, microbatch in _sdp_choices(instance):
         for level in training.sdp.levels:
             units = unit_table(instance, config, microbatch, level).num_units
             if not units:
@@ -105,13 +105,19 @@ def _check_size(instance: Instance, network: NetworkModel, space: Space, limit: 
                             f"use the structured space or a smaller instance", option="space")
 
 
+def _sdp_choices(instance: Instance) -> list:
+    """The (configuration, microbatch) choices an SDP plan may use: those with c = 1 (SDP
+    plans keep c = 1, docs/context-parallelism.md)."""
+    return [(config, size) for config, size in instance.choices if config.cp == 1]
+
+
 def _shapes(instance: Instance, network: NetworkModel, space: Space) -> Iterator[tuple]:
     """(config, microbatch, d, h, level, masking, masks, placement count, variants)."""
     training, devices = instance.training, instance.cluster.num_devices
     variants = len([z for z in training.zero_stages if z <= 2]) * len(training.recompute_modes)
     if not variants:
         return  # no ZeRO stage an SDP plan may use: nothing to enumerate, masks included
-    for config, microbatch in instance.choices:
+    for config, microbatch in _sdp_choices(instance):
         for level in training.sdp.levels:
             table = unit_table(instance, config, microbatch, level)
             if not table.num_units:

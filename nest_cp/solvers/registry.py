@@ -5,19 +5,24 @@ returns with the plan evaluator: the plan must fit and evaluate to exactly the
 objective the backend reports, or :class:`InvalidPlan` is raised (a backend
 bug, never silently passed on).  Backends are imported lazily by name so each
 lives in its own module and a missing optional solver fails only its backend.
+
+An instance whose launcher cannot build its model (``launchers.search.model_problem``:
+torchtitan builds only the models it ships) admits no plan at all; every backend's answer
+is then INFEASIBLE with that reason, given here before any search.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import time
 from collections.abc import Callable
 
 from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
-from nest_cp.model.launchers.search import one_recompute_mode
+from nest_cp.model.launchers.search import model_problem, one_recompute_mode
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
@@ -61,6 +66,14 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
+# The backends that search context parallelism (c > 1, cost model v4).  The others search the
+# instance restricted to c = 1 (:func:`_context_restricted`): their plans are plans of the
+# whole instance, but neither their optimum nor their bound covers the plans with c > 1.
+CONTEXT_BACKENDS = frozenset({"brute"})
+
+LOGGER = logging.getLogger(__name__)
+
+
 # The backends that give every stage one recompute mode themselves under a launcher (the
 # baselines choose the mode by their own rule); the registry searches the others one
 # recompute mode at a time (:func:`one_mode_instances`).
@@ -87,10 +100,58 @@ def run_unrefereed(instance: Instance, backend: str,
     """:func:`solve` without the referee's check, for timing the two apart (benchmarks);
     anything that uses the result calls :func:`check_result` on it."""
     options = options or SolveOptions()
+    backend_function(backend)  # an unknown name is refused even where nothing is searched
+    unbuilt = model_problem(instance.training.launcher, instance.search_facts)
+    if unbuilt is not None:  # the launcher admits no shape: the space is empty
+        return SolveResult(backend, Status.INFEASIBLE, space=options.space,
+                           message=f"no plan: {unbuilt}")
+    if backend not in CONTEXT_BACKENDS and _allows_context(instance):
+        return _context_restricted(instance, backend, options)
     if one_recompute_mode(instance.training.launcher) and backend not in ONE_MODE_BACKENDS \
             and len(instance.training.recompute_modes) > 1:
         return _solve_per_mode(instance, backend, options)
     return _solve_strategies(instance, backend, options)
+
+
+def context_note(instance: Instance, backend: str) -> str | None:
+    """The one line saying ``backend`` searched c = 1 only of the instance's widths, or None
+    when it searches every width the instance allows."""
+    if backend in CONTEXT_BACKENDS or not _allows_context(instance):
+        return None
+    return (f"the {backend} backend does not search context parallelism yet (searched c = 1 "
+            f"only of the allowed {list(instance.training.context_parallel)})")
+
+
+def _allows_context(instance: Instance) -> bool:
+    """Whether some plan of the instance may use a context width c > 1."""
+    return any(config.cp > 1 for config, _ in instance.choices)
+
+
+def _context_restricted(instance: Instance, backend: str,
+                        options: SolveOptions) -> SolveResult:
+    """``backend`` (which does not search context parallelism yet) on the instance restricted
+    to c = 1, with the result weakened to what that search proves about the whole instance.
+
+    Its plan is a plan of the instance (the evaluator prices it on the instance itself),
+    but plans with c > 1 were not searched: OPTIMAL becomes FEASIBLE and the bound is
+    dropped; INFEASIBLE becomes UNKNOWN.  The SDP search is kept as it is (SDP plans keep
+    c = 1).  Without c = 1 among the allowed widths nothing can be searched: refused.
+    """
+    widths = list(instance.training.context_parallel)
+    if 1 not in widths or not any(config.cp == 1 for config in instance.workload.configs):
+        raise BackendOptionError(
+            f"expected c = 1 among training.context_parallel, and profiles for it, for "
+            f"--backend {backend}, which does not search context parallelism yet, got "
+            f"{widths}; use --backend brute or price plans with evaluate", option="backend")
+    restricted = dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, context_parallel=(1,)))
+    note = context_note(instance, backend)
+    LOGGER.info(note)  # the message carries it to the caller (the command line prints it)
+    result = run_unrefereed(restricted, backend, options)
+    status = {Status.OPTIMAL: Status.FEASIBLE, Status.INFEASIBLE: Status.UNKNOWN}.get(
+        result.status, result.status)
+    return dataclasses.replace(result, status=status, bound_ticks=None,
+                               message="; ".join(filter(None, (note, result.message))))
 
 
 def one_mode_instances(instance: Instance) -> list[Instance]:

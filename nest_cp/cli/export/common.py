@@ -129,7 +129,8 @@ def split_text(view: PlanView) -> str:
 def plan_summary(view: PlanView) -> str:
     """One line naming the plan's degrees and device use, for the artifacts' headers."""
     idle = view.num_devices - view.world_size
-    return (f"tp={view.tp} ep={view.ep} pp={view.num_stages} vpp={view.virtual_stages} "
+    context = f"cp={view.cp} ({view.cp_comm}) " if view.cp > 1 else ""
+    return (f"tp={view.tp} {context}ep={view.ep} pp={view.num_stages} vpp={view.virtual_stages} "
             f"dp={view.replicas} microbatch={view.microbatch} zero={view.zero}; "
             f"{view.world_size} of {view.num_devices} devices"
             + (f" ({idle} idle)" if idle else ""))

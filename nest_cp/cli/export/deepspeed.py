@@ -33,8 +33,12 @@ layout (t, e, replica, stage); the launch table is in ``--json`` and ``--rank-ma
 
 What DeepSpeed v0.19.3 cannot run at all is refused (exit 2, one line, the rule cited):
 ZeRO-2/3 beside a pipeline (the pipeline engine asserts against it), AutoTP beside a
-pipeline (AutoTP's mesh has no pipeline axis) and AutoTP with ZeRO-3 (the engine asserts
-against it before v0.19.4).  Beside the config the export gives DeepSpeed's hostfile
+pipeline (AutoTP's mesh has no pipeline axis), AutoTP with ZeRO-3 (the engine asserts
+against it before v0.19.4) and context parallelism (c > 1): DeepSpeed's Ulysses sequence
+parallelism cannot be expressed by a config as priced (a config's ``sequence_parallel_size``
+builds the groups, but without an ``mpu`` from the training script the gradients are
+reduced over the d data-parallel ranks, not d·c, and the all-to-all attention is code;
+``launchers.deepspeed`` ``ULYSSES``).  Beside the config the export gives DeepSpeed's hostfile
 (``nodeK slots=N``, N the host's GPUs in use, one line per host in node-rank order; the
 CLI writes it next to the config) and, only when some host's GPUs are not 0..N-1, the
 ``--include`` filter naming them; a placement that launcher cannot realise (several
@@ -55,7 +59,7 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, host_name, rank_map
+from nest_cp.cli.export.ranks import Axis, RankMap, RankOrder, host_name, rank_map
 from nest_cp.cli.export.view import PlanView, Precision
 from nest_cp.model.errors import BackendOptionError, InternalError
 from nest_cp.model.instance import RecomputeMode
@@ -65,13 +69,12 @@ from nest_cp.model.launchers.deepspeed import (
     refusals,
     startup_violations,
 )
-from nest_cp.model.plan import Dim
 
 DEEPSPEED_SOURCE = ("deepspeed/runtime/constants.py, config.py, precision_config.py, "
                     "zero/config.py and tensor_parallel/config.py at that version; its startup "
                     "checks transcribed in nest_cp/model/launchers/deepspeed.py")
 DEEPSPEED_ORDER = RankOrder("pipe-data-model (DeepSpeed PipeModelDataParallelTopology)",
-                            (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+                            (Axis.TP, Axis.CP, Axis.EP, Axis.REPLICA, Axis.STAGE))
 
 # key (or section) -> type, or section -> {key -> type}, as DeepSpeed v0.19.3 reads them:
 # runtime/constants.py lines 19, 95, 107 (batch), 127-131 (bf16), 169-172 (fp16), 278
@@ -101,7 +104,8 @@ def export_deepspeed(view: PlanView, gpus_per_node: int) -> ExportResult:
                              micro_batch=view.microbatch,
                              accumulation_steps=view.num_microbatches,
                              bf16=view.precision is Precision.BF16,
-                             fp16=view.precision is Precision.FP16)
+                             fp16=view.precision is Precision.FP16,
+                             sequence_parallel=view.cp)
     refused = refusals(launch)
     if refused:
         raise BackendOptionError(f"DeepSpeed cannot run this plan: {refused[0]}; solve an "

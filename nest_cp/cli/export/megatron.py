@@ -26,8 +26,14 @@ Mapping (DESIGN §2 and §3 -> Megatron):
 
 - t, e, S -> ``--tensor-model-parallel-size``, ``--expert-model-parallel-size``,
   ``--pipeline-model-parallel-size``; Megatron's data-parallel size is then
-  world / (t·S) = d·e, its expert data-parallel size d, expert tensor
+  world / (t·c·S) = d·e, its expert data-parallel size d, expert tensor
   parallelism its default t: exactly the plan's groups.
+- c > 1 -> ``--context-parallel-size c --cp-comm-type p2p|a2a`` (the instance's
+  ``training.cp_comm``), with CUDA_DEVICE_MAX_CONNECTIONS=1 as for TP; gradients are then
+  reduced over Megatron's data-parallel group with context parallelism (d·e·c ranks), as
+  priced.  Refused (exit 2, the rule cited, ``launchers.search``): c > 1 beside e > 1
+  (Megatron's expert ranks follow the tensor ranks like its context ranks, so its expert
+  groups are not the plan's) and a sequence that is not a multiple of 2c.
 - b and the batch -> ``--micro-batch-size b``, ``--global-batch-size m·b·d·e``.
 - the split -> nothing when every chunk holds as many decoder layers (Megatron's
   even split), ``--decoder-first/last-pipeline-num-layers`` when only the first
@@ -55,14 +61,13 @@ startup rules of :mod:`nest_cp.model.launchers.megatron` before it is written.
 
 Rank order (megatron/core/parallel_state.py ``initialize_model_parallel``):
 ``tp-cp-ep-dp-pp`` (tensor index fastest, pipeline stage slowest), i.e. the
-layout (t, e, replica, stage), or ``tp-cp-ep-pp-dp`` with
-``--use-tp-pp-dp-mapping``, the layout (t, e, stage, replica).  The second is
-offered only when e = 1 or S = 1: with both above 1 Megatron requires the
-dense and expert data-parallel sizes to match under it (d·e = d), which the
-plan's groups do not.  The exporter takes the first order under which every
-host runs consecutive global ranks (one torchrun per host); otherwise it keeps
-the default order, launches several agents on the hosts that need them and
-warns (:mod:`nest_cp.cli.export.ranks`).
+layout (t, c, e, replica, stage), or ``tp-cp-ep-pp-dp`` with
+``--use-tp-pp-dp-mapping``, the layout (t, c, e, stage, replica).  The second is
+offered only when e = c or S = 1: otherwise Megatron requires the dense and
+expert data-parallel sizes to match under it (world/(t·c·S) = world/(t·e·S)).
+The exporter takes the first order under which every host runs consecutive
+global ranks (one torchrun per host); otherwise it keeps the default order,
+launches several agents on the hosts that need them and warns (:mod:`nest_cp.cli.export.ranks`).
 """
 
 from __future__ import annotations
@@ -78,7 +83,14 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
+from nest_cp.cli.export.ranks import (
+    Axis,
+    RankMap,
+    RankOrder,
+    launch_table,
+    node_selection,
+    rank_map,
+)
 from nest_cp.cli.export.view import LayerKind, PlanView, Precision
 from nest_cp.model.errors import BackendOptionError, InternalError
 from nest_cp.model.instance import (
@@ -98,14 +110,15 @@ from nest_cp.model.launchers.megatron import (
     megatron_parser,
     startup_violations,
 )
-from nest_cp.model.plan import Dim
+from nest_cp.model.launchers.search import MEGATRON_CP_EXPERTS
 
 MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py at that release; its "
                    "startup checks transcribed in nest_cp/model/launchers/megatron.py")
 
-DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+DEFAULT_ORDER = RankOrder("tp-cp-ep-dp-pp",
+                          (Axis.TP, Axis.CP, Axis.EP, Axis.REPLICA, Axis.STAGE))
 TP_PP_DP_ORDER = RankOrder("tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)",
-                           (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
+                           (Axis.TP, Axis.CP, Axis.EP, Axis.STAGE, Axis.REPLICA))
 ATTENTION_BACKEND = {AttentionKind.FLASH: "flash", AttentionKind.MATERIALIZED: "unfused"}
 
 
@@ -130,6 +143,7 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     args.add("--pipeline-model-parallel-size", view.num_stages)
     if view.ep > 1:
         args.add("--expert-model-parallel-size", view.ep)
+    _context_args(view, args)
     args.add("--num-layers", view.num_decoder_layers)
     args.add("--seq-length", view.seq_len)
     args.add("--micro-batch-size", view.microbatch)
@@ -149,10 +163,11 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     warnings += placement_warning(ranks, "Megatron-LM's rank orders (tp-cp-ep-dp-pp, "
                                   "tp-cp-ep-pp-dp)")
     env = launch_environment(view)
-    if view.zero >= 2 and view.tp > 1:
+    if view.zero >= 2 and (view.tp > 1 or view.cp > 1):
         warnings.append("Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS unset (the script "
-                        "unsets it); with tp > 1 Megatron then warns that TP communication "
-                        "overlaps less well than with 1, which the plan's time does not charge")
+                        "unsets it); with tp > 1 or cp > 1 Megatron then warns that TP/CP "
+                        "communication overlaps less well than with 1, which the plan's time "
+                        "does not charge")
     broken = startup_violations(MegatronLaunch.parse(args.items, view.world_size, env),
                                 model_given=view.model is not None)
     if broken:  # the mapping above is meant to satisfy every rule: a bug here, not bad input
@@ -160,6 +175,23 @@ def export_megatron(view: PlanView, gpus_per_node: int) -> ExportResult:
     text = _launch_script(view, args.items, ranks, warnings, env)
     return ExportResult(ExportFormat.MEGATRON, text, tuple(warnings), ranks,
                         args=tuple(args.items), env=env)
+
+
+def _context_args(view: PlanView, args: _Args) -> None:
+    """--context-parallel-size and --cp-comm-type for c > 1; BackendOptionError for a plan
+    Megatron cannot run as priced (module doc)."""
+    if view.cp == 1:
+        return
+    if view.ep > 1:
+        raise BackendOptionError(f"Megatron-LM cannot run this plan as priced: context "
+                                 f"parallelism (c = {view.cp}) beside expert parallelism (e = "
+                                 f"{view.ep}) ({MEGATRON_CP_EXPERTS})", option="format")
+    if view.seq_len % (2 * view.cp):
+        raise BackendOptionError(f"Megatron-LM cannot run this plan: sequence {view.seq_len} "
+                                 f"is not a multiple of 2c = {2 * view.cp} (core_v0.15.3 "
+                                 f"arguments.py line 844)", option="format")
+    args.add("--context-parallel-size", view.cp)
+    args.add("--cp-comm-type", view.cp_comm)
 
 
 NORMALIZATION = {NormKind.LAYERNORM: "LayerNorm", NormKind.RMSNORM: "RMSNorm"}
@@ -250,12 +282,12 @@ def _precision_args(view: PlanView, args: _Args) -> list[str]:
 def launch_environment(view: PlanView) -> dict[str, str | None]:
     """What the launch script sets (a value) or unsets (None) before torchrun.
 
-    Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism before
-    Blackwell, and asserts it is not 1 under Megatron-FSDP (model.launchers.megatron).
+    Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism
+    before Blackwell, and asserts it is not 1 under Megatron-FSDP (model.launchers.megatron).
     """
     if view.zero >= 2:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
-    if view.tp > 1:
+    if view.tp > 1 or view.cp > 1:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
 
@@ -335,7 +367,8 @@ def _optimizer_args(view: PlanView, args: _Args) -> list[str]:
 def _choose_order(view: PlanView, gpus_per_node: int) -> RankMap:
     """Megatron's default order, or the tp-pp-dp order when only it gives one agent per host."""
     default = rank_map(view, DEFAULT_ORDER, gpus_per_node)
-    if default.one_agent_per_host or (view.ep > 1 and view.num_stages > 1) or view.zero >= 2:
+    if default.one_agent_per_host or (view.ep != view.cp and view.num_stages > 1) \
+            or view.zero >= 2:  # parallel_state.py line 765 (launchers.megatron "pp-last")
         return default  # Megatron-FSDP takes the default order only (launchers.megatron)
     alternative = rank_map(view, TP_PP_DP_ORDER, gpus_per_node)
     return alternative if alternative.one_agent_per_host else default
@@ -364,7 +397,8 @@ def _launch_script(view: PlanView, args: list[str], ranks: RankMap, warnings: li
     lines += node_selection(ranks, "SCRIPT", "training script")
     for name, value in env.items():
         lines.append(f"unset {name}  # Megatron-FSDP asserts it is not 1" if value is None
-                     else f"export {name}={value}  # Megatron asserts it for TP")
+                     else f"export {name}={value}  # Megatron asserts it for "
+                     f"{'TP' if view.cp == 1 else 'TP and CP'}")
     lines += ['echo "node rank $NODE_RANK on $HOST: GPUs $GPUS" >&2',
               'exec torchrun --nnodes "${#NODES[@]}" --node-rank "$NODE_RANK" '
               '--nproc-per-node "$NPROC" \\',

@@ -1,9 +1,11 @@
 """Global ranks, hosts and launcher nodes: realising a plan's placement under a rank order.
 
 A training framework fixes which role each global rank plays: rank g is
-(stage, replica, tensor index, expert index) by a mixed-radix order of those
-dimensions (Megatron-LM's ``tp-cp-ep-dp-pp`` reads innermost first: the tensor
-index varies fastest, the pipeline stage slowest).  The plan fixes which device
+(stage, replica, tensor index, context index, expert index) by a mixed-radix order of
+those dimensions (Megatron-LM's ``tp-cp-ep-dp-pp`` reads innermost first: the tensor
+index varies fastest, then the context index, the pipeline stage slowest).  Within a
+stage replica the plan numbers its ranks j = t_index + t·c_index + t·c·e_index (DESIGN
+§3.4), so a role's device is ``placement[stage][replica][j]``.  The plan fixes which device
 runs each role.  So the rank map is forced: global rank g runs on the device
 the plan places g's role on.  What the framework cannot choose is left to the
 launcher: torchrun gives node rank k the global ranks after those of node
@@ -26,24 +28,51 @@ domain); on a graph network the number must be given.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from nest_cp.cli.export.view import PlanView
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import HierarchicalNetwork, Instance
-from nest_cp.model.plan import Dim
+
+
+class Axis(str, Enum):
+    """The five rank dimensions a launcher orders: tensor, context, expert, stage, replica."""
+
+    TP = "t"
+    CP = "c"
+    EP = "e"
+    STAGE = "stage"
+    REPLICA = "replica"
 
 
 @dataclass(frozen=True, slots=True)
 class RankOrder:
-    """A framework's rank order: dimensions from innermost (fastest) to outermost."""
+    """A framework's rank order: all five axes from innermost (fastest) to outermost."""
 
     name: str
-    dims: tuple[Dim, ...]
+    dims: tuple[Axis, ...]
+
+    def __post_init__(self) -> None:
+        if sorted(self.dims) != sorted(Axis):
+            raise ValueError(f"expected each of {[a.value for a in Axis]} once, got "
+                             f"{[a.value for a in self.dims]}")
+
+
+@dataclass(frozen=True, slots=True)
+class RankRole:
+    """What a global rank does: its stage, replica and tensor, context and expert index."""
+
+    stage: int
+    replica: int
+    tp_index: int
+    cp_index: int
+    ep_index: int
 
 
 @dataclass(frozen=True, slots=True)
 class RankEntry:
-    """Global ``rank``: its role (stage, replica, tensor and expert index) and its GPU."""
+    """Global ``rank``: its role (stage, replica, tensor, context and expert index) and its
+    GPU."""
 
     rank: int
     stage: int
@@ -53,6 +82,7 @@ class RankEntry:
     device: int
     host: int
     local_gpu: int
+    cp_index: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +124,14 @@ class RankMap:
 
     def as_dicts(self) -> list[dict]:
         return [{"rank": e.rank, "stage": e.stage, "replica": e.replica,
-                 "tp_index": e.tp_index, "ep_index": e.ep_index, "device": e.device,
+                 "tp_index": e.tp_index, "ep_index": e.ep_index,
+                 **({"cp_index": e.cp_index} if self.context else {}), "device": e.device,
                  "host": host_name(e.host), "local_gpu": e.local_gpu} for e in self.entries]
+
+    @property
+    def context(self) -> bool:
+        """Whether some rank has a context index above 0 (c > 1)."""
+        return any(entry.cp_index for entry in self.entries)
 
     def nodes_as_dicts(self) -> list[dict]:
         return [{"node_rank": n.node_rank, "host": host_name(n.host),
@@ -121,26 +157,35 @@ def default_gpus_per_node(instance: Instance, requested: int | None) -> int:
                              "does not say which devices share a host)")
 
 
-def rank_roles(order: RankOrder, view: PlanView) -> list[tuple[int, int, int, int]]:
-    """(stage, replica, tensor index, expert index) of every global rank under ``order``."""
-    radix = {Dim.TP: view.tp, Dim.EP: view.ep, Dim.STAGE: view.num_stages,
-             Dim.REPLICA: view.replicas}
+def rank_roles(order: RankOrder, view: PlanView) -> list[RankRole]:
+    """The role of every global rank under ``order`` (mixed radix, innermost axis first)."""
+    radix = {Axis.TP: view.tp, Axis.CP: view.cp, Axis.EP: view.ep,
+             Axis.STAGE: view.num_stages, Axis.REPLICA: view.replicas}
     roles = []
     for rank in range(view.world_size):
         digits, rest = {}, rank
-        for dim in order.dims:
-            digits[dim], rest = rest % radix[dim], rest // radix[dim]
-        roles.append((digits[Dim.STAGE], digits[Dim.REPLICA], digits[Dim.TP], digits[Dim.EP]))
+        for axis in order.dims:
+            digits[axis], rest = rest % radix[axis], rest // radix[axis]
+        roles.append(RankRole(digits[Axis.STAGE], digits[Axis.REPLICA], digits[Axis.TP],
+                              digits[Axis.CP], digits[Axis.EP]))
     return roles
+
+
+def role_device(view: PlanView, role: RankRole) -> int:
+    """The device the plan places ``role`` on: intra-replica rank j = t + t·(c_index +
+    c·e_index) of its stage replica."""
+    j = role.tp_index + view.tp * (role.cp_index + view.cp * role.ep_index)
+    return view.placement[role.stage][role.replica][j]
 
 
 def rank_map(view: PlanView, order: RankOrder, gpus_per_node: int) -> RankMap:
     """The forced rank map of ``view`` under ``order`` and its launcher nodes (module doc)."""
     entries = []
-    for rank, (stage, replica, tp_index, ep_index) in enumerate(rank_roles(order, view)):
-        device = view.placement[stage][replica][tp_index + view.tp * ep_index]
-        entries.append(RankEntry(rank, stage, replica, tp_index, ep_index, device,
-                                 device // gpus_per_node, device % gpus_per_node))
+    for rank, role in enumerate(rank_roles(order, view)):
+        device = role_device(view, role)
+        entries.append(RankEntry(rank, role.stage, role.replica, role.tp_index, role.ep_index,
+                                 device, device // gpus_per_node, device % gpus_per_node,
+                                 role.cp_index))
     nodes: list[LaunchNode] = []
     start = 0
     for rank in range(1, len(entries) + 1):

@@ -7,17 +7,24 @@ of its ``torchtitan/config/job_config.py``, listed once in :data:`TORCHTITAN_KEY
 tests parse the output with tomllib and check every key against it).
 
 Model and precision: ``[model] name, flavor`` is the shipped flavor of exactly the priced
-architecture (``llama3`` ``8B``/``70B``/``405B``: Llama 3 70B is ``llama3``/``70B``); for
-any other architecture (GPT-3, Mixtral, ...) the job names the model itself with flavor
-``nest-cp``, which torchtitan refuses at startup until the user registers a TrainSpec of
-that name (``[experimental] custom_import``), and a warning says so: the job never trains
-torchtitan's default debug model.  ``[training] mixed_precision_param`` is ``bfloat16``
+architecture (``llama3`` ``debugmodel``/``8B``/``70B``/``405B``: Llama 3 70B is
+``llama3``/``70B``).  A plan of any other architecture (GPT-3, Mixtral, ...) cannot start
+in torchtitan as exported, so it is refused (BackendOptionError, exit 2) with the reason
+the search gives under ``--launcher torchtitan`` (``launchers.torchtitan.model_problem``);
+an instance recording no model gets a job without ``[model]`` and a warning that torchtitan
+then trains its default debug model.  ``[training] mixed_precision_param`` is ``bfloat16``
 for 2-byte weights (fp16 has no spelling: a warning) or ``float32``; torchtitan always
 reduces gradients in float32 and runs no mixed precision with TP or PP without FSDP, each
 a warning where the plan priced otherwise.
 
 Mapping:
 
+- c > 1 -> ``context_parallel_degree`` c (PyTorch's ring-style context-parallel SDPA with
+  the ``headtail`` load balancer, priced as the p2p ring; FSDP always runs over
+  dp_shard x cp, so ZeRO 0 becomes FSDP over the c context ranks, with a warning).
+  Refused (exit 2, the rule cited, ``launchers.search``): ``cp_comm`` a2a (torchtitan has
+  no Ulysses), c > 1 beside e > 1 (its expert ranks follow the tensor ranks like its context
+  ranks), and a sequence that is not a multiple of 2·t·c.
 - t, S -> ``tensor_parallel_degree``, ``pipeline_parallel_degree``; e ->
   ``expert_parallel_degree`` (torchtitan's "dp2ep": the expert ranks are taken
   from the FSDP shard dimension, which must be a multiple of e).
@@ -63,32 +70,38 @@ from nest_cp.cli.export.common import (
     plan_summary,
     split_text,
 )
-from nest_cp.cli.export.ranks import RankMap, RankOrder, launch_table, node_selection, rank_map
+from nest_cp.cli.export.ranks import (
+    Axis,
+    RankMap,
+    RankOrder,
+    launch_table,
+    node_selection,
+    rank_map,
+)
 from nest_cp.cli.export.view import LayerKind, PlanView, Precision
-from nest_cp.model.errors import InternalError
-from nest_cp.model.instance import (
-    AttentionKind,
-    MlpKind,
-    ModelShape,
-    NormKind,
-    PositionKind,
-    RecomputeMode,
+from nest_cp.model.errors import BackendOptionError, InternalError
+from nest_cp.model.instance import AttentionKind, ModelShape, RecomputeMode
+from nest_cp.model.launchers.search import (
+    TORCHTITAN_CP_EXPERTS,
+    TORCHTITAN_CP_RING,
+    TORCHTITAN_SEQ,
 )
 from nest_cp.model.launchers.torchtitan import (
     TORCHTITAN_VERSION,
     Flavor,
     TorchtitanLaunch,
     choice_problems,
-    flavor_named,
+    flavor_for,
+    model_problem,
     startup_violations,
 )
-from nest_cp.model.plan import Dim
 
 TORCHTITAN_SOURCE = (f"pytorch/torchtitan torchtitan/config/job_config.py at "
                      f"{TORCHTITAN_VERSION}; its startup checks transcribed in "
                      f"nest_cp/model/launchers/torchtitan.py")
-TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-ep-tp (torchtitan ParallelDims)",
-                             (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
+TORCHTITAN_ORDER = RankOrder("pp-dp_replicate-dp_shard-cp-tp (torchtitan ParallelDims; ep "
+                             "innermost in dp_shard)",
+                             (Axis.TP, Axis.CP, Axis.EP, Axis.REPLICA, Axis.STAGE))
 
 # section -> key -> type, as job_config.py declares them at v0.2.2 (Job line 18, Model 100,
 # Training 243 with mixed_precision_param 282, Parallelism 312, ActivationCheckpoint 651)
@@ -102,14 +115,21 @@ TORCHTITAN_KEYS: dict[str, dict[str, type]] = {
         "fsdp_reshard_after_forward": str, "tensor_parallel_degree": int,
         "pipeline_parallel_degree": int, "pipeline_parallel_schedule": str,
         "pipeline_parallel_microbatch_size": int, "module_fqns_per_model_part": list,
-        "expert_parallel_degree": int,
+        "expert_parallel_degree": int, "context_parallel_degree": int,
     },
     "activation_checkpoint": {"mode": str, "selective_ac_option": str},
 }
 
 
 def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
-    """The job TOML (module doc) with the launch table as comments."""
+    """The job TOML (module doc) with the launch table as comments; BackendOptionError for
+    a plan whose model torchtitan does not build."""
+    unbuilt = model_problem(None if view.model is None else view.model.facts)
+    if unbuilt is not None:
+        raise BackendOptionError(f"torchtitan cannot start this plan as exported: {unbuilt}; "
+                                 f"export it for megatron, or plan a model torchtitan builds",
+                                 option="format")
+    _check_context(view)
     warnings = common_warnings(view)
     parallelism, dp_warnings = _data_parallel(view)
     warnings += dp_warnings
@@ -122,6 +142,13 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
         parallelism["module_fqns_per_model_part"] = _module_names(view)
     if view.ep > 1:
         parallelism["expert_parallel_degree"] = view.ep
+    if view.cp > 1:
+        parallelism["context_parallel_degree"] = view.cp
+        warnings.append("torchtitan v0.2.2 exchanges K/V with PyTorch's context-parallel SDPA, "
+                        "whose rotate method in training is PyTorch's default (job_config's "
+                        "context_parallel_rotate_method reaches only validation, "
+                        "components/validate.py line 213); the plan prices a p2p ring that "
+                        "overlaps each step with attention")
     mode, recompute_warnings = one_recompute_mode(view, "torchtitan")
     warnings += recompute_warnings
     checkpoint = {"mode": mode.value}
@@ -164,11 +191,9 @@ def export_torchtitan(view: PlanView, gpus_per_node: int) -> ExportResult:
 
 
 def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
-    """What torchtitan v0.2.2 reads from a job document; a model the export names with
-    flavor 'nest-cp' counts as registered by the user (the warning asks for it)."""
+    """What torchtitan v0.2.2 reads from a job document."""
     parallelism, training = config["parallelism"], config["training"]
     model = config.get("model", {})
-    custom = {model["name"]} if model.get("flavor") == "nest-cp" else set()
     return TorchtitanLaunch(
         world_size=world_size, dp_replicate=parallelism["data_parallel_replicate_degree"],
         dp_shard=parallelism["data_parallel_shard_degree"],
@@ -177,7 +202,25 @@ def torchtitan_launch(config: dict, world_size: int) -> TorchtitanLaunch:
         global_batch_size=training["global_batch_size"],
         pp_microbatch_size=parallelism["pipeline_parallel_microbatch_size"],
         model_name=model.get("name", "llama3"), model_flavor=model.get("flavor", "debugmodel"),
-        registered=frozenset(custom))
+        cp=parallelism.get("context_parallel_degree", 1), seq_len=training.get("seq_len"))
+
+
+def _check_context(view: PlanView) -> None:
+    """BackendOptionError for a c > 1 plan torchtitan cannot run as priced (module doc)."""
+    if view.cp == 1:
+        return
+    problem = None
+    if view.cp_comm != "p2p":
+        problem = f"cp_comm {view.cp_comm} ({TORCHTITAN_CP_RING})"
+    elif view.ep > 1:
+        problem = (f"context parallelism (c = {view.cp}) beside expert parallelism (e = "
+                   f"{view.ep}) ({TORCHTITAN_CP_EXPERTS})")
+    elif view.seq_len % (2 * view.tp * view.cp):
+        problem = (f"sequence {view.seq_len} is not a multiple of 2·t·c = "
+                   f"{2 * view.tp * view.cp} ({TORCHTITAN_SEQ})")
+    if problem is not None:
+        raise BackendOptionError(f"torchtitan cannot run this plan as priced: {problem}",
+                                 option="format")
 
 
 def _check_rules(view: PlanView, config: dict) -> None:
@@ -191,32 +234,23 @@ def _check_rules(view: PlanView, config: dict) -> None:
 def flavor_of(model: ModelShape) -> Flavor | None:
     """The torchtitan flavor of exactly this architecture (launchers.torchtitan
     FLAVOR_TABLE), if torchtitan ships one: a Llama 3 of the same sizes."""
-    llama = (model.positions is PositionKind.ROPE and model.norm is NormKind.RMSNORM
-             and model.mlp is MlpKind.SWIGLU and not (model.bias or model.qkv_bias)
-             and not model.tied_embeddings and model.num_experts == 1 and model.decoder
-             and not model.latent_attention and model.head_dim * model.heads == model.hidden)
-    return flavor_named(model.num_layers, model.hidden, model.heads, model.kv_heads,
-                        model.ffn_hidden, model.vocab) if llama else None
+    return flavor_for(model.facts)
 
 
 def _model_section(view: PlanView) -> tuple[dict, list[str]]:
-    """[model] name and flavor of the priced architecture, or a name torchtitan refuses at
-    startup until the user registers it (never its default debug model)."""
+    """[model] name and flavor of the priced architecture (the export has refused a model
+    torchtitan does not build), or none and a warning when the instance records no model."""
     model = view.model
     if model is None:
         return {}, ["the instance records no model architecture: the job has no [model] "
                     "section and torchtitan trains its default (llama3 debugmodel), not the "
                     "model the plan was priced for; add [model] name and flavor"]
-    warnings = [view.model_note] if view.model_note else []
     flavor = flavor_of(model)
-    if flavor is not None:
-        return {"name": flavor.name, "flavor": flavor.flavor}, warnings
-    return {"name": model.name, "flavor": "nest-cp"}, warnings + [
-        f"torchtitan v0.2.2 ships no model of this architecture ({model.description}): the "
-        f"job names model {model.name!r} flavor 'nest-cp', which torchtitan refuses at "
-        f"startup ('TrainSpec {model.name} is not registered', protocols/train_spec.py line "
-        f"87) until a module given as [experimental] custom_import registers it "
-        f"(register_train_spec, line 62) with that flavor; it never trains another model"]
+    if flavor is None:
+        raise InternalError(f"the torchtitan export reached a model torchtitan does not "
+                            f"build: {model.description}")
+    return {"name": flavor.name, "flavor": flavor.flavor}, (
+        [view.model_note] if view.model_note else [])
 
 
 def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:
@@ -229,7 +263,7 @@ def _precision(view: PlanView, parallelism: dict) -> tuple[str, list[str]]:
     if view.precision is Precision.FP16:
         warnings.append("fp16 has no torchtitan spelling (mixed_precision_param is bfloat16 "
                         "or float32): exported bfloat16, the same bytes with bf16's range")
-    fsdp = parallelism["data_parallel_shard_degree"] > 1
+    fsdp = parallelism["data_parallel_shard_degree"] > 1 or view.cp > 1  # fsdp_enabled
     if not fsdp and (view.tp > 1 or view.num_stages > 1):
         warnings.append(f"torchtitan runs no mixed precision with tensor or pipeline "
                         f"parallelism unless FSDP is on (distributed/utils.py line 251): this "
@@ -295,6 +329,14 @@ def launch_script(view: PlanView, ranks: RankMap) -> str:
 def _data_parallel(view: PlanView) -> tuple[dict, list[str]]:
     """Replicate/shard degrees and resharding for the plan's ZeRO stage (module doc)."""
     ranks, warnings = view.data_parallel, []
+    if view.zero == 0 and view.cp > 1:
+        warnings.append(f"torchtitan applies FSDP whenever context parallelism is on "
+                        f"(parallel_dims.py line 334), so with c = {view.cp} and ZeRO 0 the "
+                        f"export shards parameters over the {view.cp} context ranks (HSDP: "
+                        f"replicate {ranks}, shard {view.cp}); the plan replicates them (less "
+                        f"memory, more traffic than planned)")
+        return {"data_parallel_replicate_degree": ranks, "data_parallel_shard_degree": 1,
+                "fsdp_reshard_after_forward": "never"}, warnings
     if view.zero == 0:
         if view.ep == 1:
             return {"data_parallel_replicate_degree": ranks, "data_parallel_shard_degree": 1}, []

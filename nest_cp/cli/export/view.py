@@ -69,7 +69,7 @@ class PlanView:
 
     ``chunks`` lists the S·v contiguous chunks in layer order, chunk k on stage
     k mod S; ``stage_recompute[s]`` is stage s's mode; ``placement[s][r][j]`` the
-    device of rank (stage s, replica r, j = t_index + tp·e_index).
+    device of rank (stage s, replica r, j = t_index + t·c_index + t·c·e_index).
     """
 
     tp: int
@@ -100,10 +100,13 @@ class PlanView:
     grad_bytes: int = 2  # bytes per gradient element the data-parallel reduction was priced at
     model: ModelShape | None = None  # the architecture profiled, if known
     model_note: str = ""  # where ``model`` came from when the workload does not record it
+    cp: int = 1  # context width c (DESIGN §3.4)
+    cp_comm: str = "p2p"  # how the c ranks exchange K/V: "p2p" (ring) or "a2a" (Ulysses)
 
     @property
     def devices_per_replica(self) -> int:
-        return self.tp * self.ep
+        """a = t·c·e."""
+        return self.tp * self.cp * self.ep
 
     @property
     def world_size(self) -> int:
@@ -186,7 +189,7 @@ def plan_view(instance: Instance, plan: Plan, file: str | None = None) -> PlanVi
                           for index, name in enumerate(names)),
         num_devices=instance.cluster.num_devices, fits_memory=not over,
         memory_note=over[0] if over else "", attention=instance.workload.attention,
-        grad_bytes=training.optimizer.grad_bytes,
+        grad_bytes=training.optimizer.grad_bytes, cp=config.cp, cp_comm=training.cp_comm.value,
         **_precision(training.optimizer), **_model(instance, names),
         **_sequence_parallel(instance, plan))
 

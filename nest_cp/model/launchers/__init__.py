@@ -9,7 +9,12 @@ and assertion at a pinned commit: what it checks is what that code asserts.
 - :mod:`.megatron`: Megatron-LM's argument validation (``validate_args``), its
   microbatch calculator and Megatron-FSDP's requirements;
 - :mod:`.deepspeed`: DeepSpeed's batch assertion, its pipeline engine and AutoTP;
-- :mod:`.torchtitan`: torchtitan's parallel dimensions and batch arithmetic.
+- :mod:`.torchtitan`: torchtitan's parallel dimensions, batch arithmetic and the models it
+  builds.
+
+A launcher that builds the model itself from a shipped table (torchtitan) reads the priced
+architecture as :class:`ModelFacts`, plain values the instance model fills in from its
+``workload.model`` record.
 """
 
 from __future__ import annotations
@@ -34,6 +39,31 @@ class Rule(Generic[Subject]):
     problem: Callable[[Subject], str | None]
 
 
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """The priced model as a launcher's model lookup compares it (instance model ModelShape).
+
+    ``llama`` is true for a Llama-style decoder: RMSNorm, SwiGLU, rotary positions, no
+    biases, no dropout, untied output, plain multi-head (grouped-query) attention with
+    heads x head_dim = hidden; ``num_experts`` > 1 for a mixture of experts of ``top_k``
+    experts per token, each of width ``expert_ffn_hidden``.  ``description`` is the
+    record's one line, for messages.
+    """
+
+    name: str
+    num_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    llama: bool
+    num_experts: int = 1
+    top_k: int = 1
+    expert_ffn_hidden: int = 0
+    description: str = ""
+
+
 def violations(rules: tuple[Rule, ...], subject: object) -> list[str]:
     """'name: what fails (source)' for every rule ``subject`` breaks, in rule order."""
     found = []
@@ -44,4 +74,4 @@ def violations(rules: tuple[Rule, ...], subject: object) -> list[str]:
     return found
 
 
-__all__ = ["Rule", "violations"]
+__all__ = ["ModelFacts", "Rule", "violations"]

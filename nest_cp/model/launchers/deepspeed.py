@@ -21,6 +21,18 @@ tag by tag); v0.19.4 lifts it.  Sources, file, function and line at v0.19.3:
   tensor_parallel; it has no pipeline axis, so beside a pipeline its "data-parallel" group
   would average gradients of different stages.
 
+- ``ULYSSES``: ``deepspeed/__init__.py`` ``initialize`` (line 93): a config holding
+  ``sequence_parallel_size`` and ``data_parallel_size`` builds a (data_parallel,
+  sequence_parallel) mesh (lines 203-206), and nothing else; without an ``mpu`` from the
+  script, ``utils/groups.py`` ``_get_sequence_data_parallel_group`` (line 845) returns the
+  mesh's data_parallel group (line 851), over which ``runtime/engine.py``
+  ``_reduce_non_expert_gradients`` (line 3559) reduces the gradients (line 3565): d ranks,
+  where Ulysses needs d·c (the sequence ranks hold the same parameters and see different
+  tokens).  The d·c group comes from an mpu the training script builds
+  (``runtime/sequence_parallel/parallel_state_sp.py`` ``get_sequence_data_parallel_group``,
+  line 67), and the all-to-all attention is ``deepspeed.sequence.layer.DistributedAttention``
+  (line 351) or ``UlyssesSPAttentionHF`` in the script: code, not config.
+
 A :class:`DeepSpeedLaunch` holds the plan's degrees as DeepSpeed sees them.
 :func:`refusals` lists what DeepSpeed cannot run at all (the export exits 2), and
 :data:`RULES` what a written config must satisfy.
@@ -41,6 +53,9 @@ PIPE = "DeepSpeed v0.19.3 deepspeed/runtime/pipe/engine.py:76 PipelineEngine.__i
 AUTOTP = ("DeepSpeed v0.19.3 deepspeed/runtime/engine.py:633 "
           "DeepSpeedEngine._configure_tensor_parallel_states")
 GROUPS = "DeepSpeed v0.19.3 deepspeed/utils/groups.py:136 _init_tp_mesh_device"
+ULYSSES = ("DeepSpeed v0.19.3 deepspeed/__init__.py:203-206 initialize with "
+           "utils/groups.py:851 _get_sequence_data_parallel_group and runtime/engine.py:3565 "
+           "_reduce_non_expert_gradients")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +78,16 @@ class DeepSpeedLaunch:
     bf16: bool = False
     fp16: bool = False
     communication_data_type: str | None = None
+    sequence_parallel: int = 1  # the plan's context width c (Ulysses sequence parallelism)
+
+
+def _ulysses(launch: DeepSpeedLaunch) -> str | None:
+    if launch.sequence_parallel > 1:
+        return (f"Ulysses sequence parallelism of size {launch.sequence_parallel}: a config's "
+                f"sequence_parallel_size builds the groups but reduces gradients over the "
+                f"data-parallel ranks only; the d·c reduction and the all-to-all attention "
+                f"are the training script's (an mpu and DistributedAttention)")
+    return None
 
 
 def _zero_with_pipeline(launch: DeepSpeedLaunch) -> str | None:
@@ -111,6 +136,8 @@ REFUSALS: tuple[Rule[DeepSpeedLaunch], ...] = (
     Rule("AutoTP with ZeRO-3", f"{AUTOTP}: 'Currently, the compatibility between 'autotp' "
          "and 'zero_stage = 3' has not been validated' (lifted in v0.19.4)",
          _autotp_with_zero_3),
+    Rule("Ulysses from a config", f"{ULYSSES}: without an mpu the gradients are reduced over "
+         "the data_parallel mesh group, not data x sequence", _ulysses),
 )
 RULES: tuple[Rule[DeepSpeedLaunch], ...] = (
     Rule("train batch", f"{CONFIG}: 'train_batch_size is not equal to micro_batch_per_gpu * "

@@ -8,6 +8,11 @@ commit (the assertion's words are quoted in each rule):
 
 - ``ARGS``: ``megatron/training/arguments.py``, function ``validate_args`` (line 347) and
   the ``add_argument`` calls for the declarations in :data:`MEGATRON_ARGUMENTS`;
+- ``STATE``: ``megatron/core/parallel_state.py`` ``initialize_model_parallel`` (line 514):
+  the dense rank generator (line 732, order ``tp-cp-ep-dp-pp`` with ep = 1) and the expert
+  one (line 755, the same order with cp = 1);
+- ``CONFIG``: ``megatron/core/transformer/transformer_config.py`` ``TransformerConfig``
+  (``cp_comm_type`` line 594, its check in ``__post_init__`` line 1491);
 - ``BATCH``: ``megatron/core/num_microbatches_calculator.py``,
   ``ConstantNumMicroBatchesCalculator.__init__`` (class at line 298, assertion line 341);
 - ``BRIDGE``: NVIDIA-NeMo/Megatron-Bridge release v0.2.2 (commit
@@ -20,9 +25,20 @@ commit (the assertion's words are quoted in each rule):
 
 A :class:`MegatronLaunch` is what the checks read: the parsed arguments (argparse
 destinations, defaults filled in by :func:`megatron_parser`), the environment the launch
-sets, and the world size.  The CUDA_DEVICE_MAX_CONNECTIONS rule for tensor parallelism
-is asserted on GPUs before Blackwell (compute capability < 10); the rules take that
-case, the stricter one.
+sets, and the world size.  The CUDA_DEVICE_MAX_CONNECTIONS rule for tensor and context
+parallelism is asserted on GPUs before Blackwell (compute capability < 10); the rules take
+that case, the stricter one.
+
+Context parallelism (``--context-parallel-size`` c, ``--cp-comm-type``): the world is
+t·p·c·(data-parallel size), the sequence a multiple of 2c, and CUDA_DEVICE_MAX_CONNECTIONS=1
+(each cited in :data:`RULES`).  ``--cp-comm-type`` takes one value for every layer or one
+per layer (``nargs='+'``, line 2706, no ``choices``); Transformer Engine names the values
+``p2p``, ``all_gather``, ``a2a`` and ``a2a+p2p`` (``TransformerConfig.cp_comm_type``
+docstring, line 598; the argument's help says ``allgather``), and ``a2a+p2p`` needs
+``--hierarchical-context-parallel-sizes`` (line 435), which nest-cp never writes.  Under
+``a2a`` Transformer Engine splits the heads over the c ranks; that divisibility is asserted
+inside Transformer Engine, which is not pinned here, so nest-cp keeps it as the profiler's
+rule (a2a (t, c) pairs whose heads do not split are never profiled).
 """
 
 from __future__ import annotations
@@ -35,6 +51,9 @@ from nest_cp.model.launchers import Rule, violations
 
 MEGATRON_VERSION = "Megatron-Core core_v0.15.3 (commit 309ffca6a40553362d44fd17efc56b772fa1aa44)"
 ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py validate_args"
+STATE = ("Megatron-LM core_v0.15.3 megatron/core/parallel_state.py initialize_model_parallel")
+CONFIG = ("Megatron-LM core_v0.15.3 megatron/core/transformer/transformer_config.py "
+          "TransformerConfig")
 BATCH = ("Megatron-LM core_v0.15.3 megatron/core/num_microbatches_calculator.py:341 "
          "ConstantNumMicroBatchesCalculator.__init__")
 BRIDGE = ("Megatron-Bridge v0.2.2 src/megatron/bridge/training/config.py:1243 "
@@ -56,12 +75,16 @@ class MegatronArgument:
     choices: tuple[str, ...] = ()
     dest: str | None = None
     default: object = None
+    nargs: str | None = None  # '+' for a list (--cp-comm-type)
 
 
 MEGATRON_ARGUMENTS: tuple[MegatronArgument, ...] = (
     MegatronArgument("--tensor-model-parallel-size", int, default=1),
     MegatronArgument("--pipeline-model-parallel-size", int, default=1),
     MegatronArgument("--expert-model-parallel-size", int, default=1),
+    # context parallelism (arguments.py _add_distributed_args, lines 2704-2711)
+    MegatronArgument("--context-parallel-size", int, default=1),
+    MegatronArgument("--cp-comm-type", str, default=["p2p"], nargs="+"),
     MegatronArgument("--num-layers", int),
     MegatronArgument("--seq-length", int),
     MegatronArgument("--micro-batch-size", int),
@@ -137,9 +160,10 @@ def megatron_parser() -> argparse.ArgumentParser:
             parser.add_argument(argument.flag, action="store_false" if negative
                                 else "store_true", **dest)
         else:
+            many = {"nargs": argument.nargs} if argument.nargs else {}
             parser.add_argument(argument.flag, type=argument.value_type,
                                 choices=argument.choices or None, default=argument.default,
-                                **dest)
+                                **dest, **many)
     return parser
 
 
@@ -166,10 +190,15 @@ class MegatronLaunch:
             raise AttributeError(name) from None
 
     @property
+    def model_size(self) -> int:
+        """t·p·c, validate_args' ``total_model_size`` (arguments.py line 371)."""
+        return (self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+                * self.context_parallel_size)
+
+    @property
     def data_parallel_size(self) -> int:
-        """world / (t·p) (context parallelism 1), as validate_args sets it."""
-        return self.world_size // (self.tensor_model_parallel_size
-                                   * self.pipeline_model_parallel_size)
+        """world / (t·p·c), as validate_args sets it (line 385)."""
+        return self.world_size // self.model_size
 
     @property
     def interleaved(self) -> bool:
@@ -182,9 +211,33 @@ class MegatronLaunch:
 
 
 def _world(launch: MegatronLaunch) -> str | None:
-    model = launch.tensor_model_parallel_size * launch.pipeline_model_parallel_size
+    model = launch.model_size
     if launch.world_size % model:
-        return f"world size {launch.world_size} is not a multiple of t·p = {model}"
+        return f"world size {launch.world_size} is not a multiple of t·p·c = {model}"
+    return None
+
+
+def _context_sequence(launch: MegatronLaunch) -> str | None:
+    cp, sequence = launch.context_parallel_size, launch.seq_length
+    if cp > 1 and sequence is not None and sequence % (2 * cp):
+        return f"--seq-length {sequence} is not a multiple of 2 x --context-parallel-size {cp}"
+    return None
+
+
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+
+
+def _context_comm(launch: MegatronLaunch) -> str | None:
+    if launch.context_parallel_size == 1:
+        return None
+    kinds = launch.cp_comm_type
+    unknown = [kind for kind in kinds if kind not in CP_COMM_TYPES]
+    if unknown:
+        return f"--cp-comm-type {unknown[0]} is none of {', '.join(CP_COMM_TYPES)}"
+    if len(kinds) > 1 and len(kinds) != launch.num_layers:
+        return f"{len(kinds)} --cp-comm-type values for {launch.num_layers} layers"
+    if "a2a+p2p" in kinds:
+        return "--cp-comm-type a2a+p2p without --hierarchical-context-parallel-sizes"
     return None
 
 
@@ -270,10 +323,21 @@ def _fsdp_checkpoint(launch: MegatronLaunch) -> str | None:
 
 
 def _tensor_connections(launch: MegatronLaunch) -> str | None:
-    if launch.tensor_model_parallel_size > 1 and not launch.use_megatron_fsdp \
+    split = launch.tensor_model_parallel_size > 1 or launch.context_parallel_size > 1
+    if split and not launch.use_megatron_fsdp \
             and launch.env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        return ("tensor parallelism without CUDA_DEVICE_MAX_CONNECTIONS=1 (asserted before "
-                "Blackwell)")
+        return ("tensor or context parallelism without CUDA_DEVICE_MAX_CONNECTIONS=1 (asserted "
+                "before Blackwell)")
+    return None
+
+
+def _pp_last(launch: MegatronLaunch) -> str | None:
+    """Under --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp) with a pipeline, the dense
+    data-parallel size world/(t·p·c) must equal the expert one world/(t·e·p)."""
+    ep, cp = launch.expert_model_parallel_size, launch.context_parallel_size
+    if launch.use_tp_pp_dp_mapping and launch.pipeline_model_parallel_size > 1 and ep != cp:
+        return (f"--use-tp-pp-dp-mapping with a pipeline and expert size {ep} != context size "
+                f"{cp} (dense and expert data-parallel sizes differ)")
     return None
 
 
@@ -352,7 +416,13 @@ def _experts(launch: MegatronLaunch) -> str | None:
 
 RULES: tuple[Rule[MegatronLaunch], ...] = (
     Rule("world size", f"{_line(375)}: 'world size (...) is not divisible by "
-         "total_model_size'", _world),
+         "total_model_size' (t·p·c, line 371)", _world),
+    Rule("context sequence", f"{_line(844)}: 'seq-length should be a multiple of 2 * "
+         "context-parallel-size if context-parallel-size > 1'", _context_sequence),
+    Rule("context comm type", f"{CONFIG} line 598: cp_comm_type 'can be \"p2p\" or "
+         "\"all_gather\" or \"a2a\" or \"a2a+p2p\"', line 1493: one value or one per layer; "
+         f"{_line(436)}: '--hierarchical-context-parallel-sizes must be set when a2a+p2p is used "
+         "in cp comm'", _context_comm),
     Rule("global batch", f"{BATCH}: 'global batch size (...) is not divisible by micro batch "
          "size (...) times data parallel size'", _batch),
     Rule("one virtual-pipeline form", f"{_line(537)}: 'No more than one of the following "
@@ -377,7 +447,9 @@ RULES: tuple[Rule[MegatronLaunch], ...] = (
          "Megatron FSDP'", _fsdp_checkpoint),
     Rule("TP connections", f"{_line(959)}: 'Using tensor model parallelism or context "
          "parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to "
-         "1'", _tensor_connections),
+         "1' (when t > 1 or c > 1, line 935)", _tensor_connections),
+    Rule("pp-last order", f"{STATE}, line 765: 'When not using pp-last rank ordering, the "
+         "data parallel size of the attention and moe layers must be the same'", _pp_last),
     Rule("selective recompute", f"{_line(916)}: 'recompute method is not yet supported for "
          "selective recomputing granularity'", _selective_method),
     Rule("FSDP rank order", f"{BRIDGE}: 'use_tp_pp_dp_mapping is not supported with "

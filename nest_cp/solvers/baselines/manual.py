@@ -136,7 +136,7 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     virtual = _fixed_virtual_stages(instance, options.extra, config, microbatch, num_stages, dp)
     recompute = _fixed_recompute(instance, options.extra)
     _check_launcher(instance, SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
-                                          virtual, zero), recompute)
+                                          virtual, zero, config.cp), recompute)
     referee = Evaluator(instance)
     degrees = f"(p, d, t, e) = ({num_stages}, {dp}, {config.tp}, {config.ep})" + (
         f" with v = {virtual}" if virtual > 1 else "")

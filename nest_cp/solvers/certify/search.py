@@ -415,8 +415,9 @@ class _Run:
 def unsupported(instance: Instance) -> str | None:
     """Why the bounds do not cover this instance's full space, or None when they do.
 
-    Interleaved 1F1B (v > 1) prices chunks, not stages, and subnetwork data parallelism
-    (DESIGN §7) prices masked replicas; nothing here bounds either.
+    Interleaved 1F1B (v > 1) prices chunks, not stages, subnetwork data parallelism
+    (DESIGN §7) prices masked replicas, and context parallelism (c > 1) adds ring or
+    all-to-all terms and d·c-rank syncs; nothing here bounds any of them.
     Overlapped gradient reduction and weight gathers are covered (each exposed phase
     of the sync is bounded below by the phase minus the stage's backward, resp.
     forward, ticks, and by 0), and so is tensor-parallel communication overlap (TP
@@ -430,4 +431,7 @@ def unsupported(instance: Instance) -> str | None:
         return (f"replication strategies {[s.value for s in instance.training.strategies]} "
                 f"allowed; only plain data parallelism is bounded (subnetwork data "
                 f"parallelism, SDP, is not)")
+    if any(config.cp > 1 for config, _ in instance.choices):
+        return (f"context widths {list(instance.training.context_parallel)} allowed; only "
+                f"c = 1 is bounded (context parallelism is not yet)")
     return None

@@ -1,0 +1,125 @@
+"""Backends on instances that allow context parallelism (docs/context-parallelism.md): brute
+force searches every c; the others search c = 1 only, say so, and claim nothing about c > 1;
+``evaluate --cp`` prices uniform plans with c > 1."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import pytest
+from click.testing import CliRunner
+
+from nest_cp import IntraConfig, Plan, Stage, evaluate
+from nest_cp.cli import main
+from nest_cp.io.writers import save_instance
+from nest_cp.model.errors import BackendOptionError
+from nest_cp.model.instance import (
+    Cluster,
+    HierarchicalNetwork,
+    Instance,
+    Layer,
+    LayerProfile,
+    Optimizer,
+    RecomputeMode,
+    Tier,
+    TrainingSetup,
+    Workload,
+)
+from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.certify import unsupported
+from nest_cp.solvers.registry import solve
+
+CP2 = IntraConfig(cp=2)
+STRUCTURED = SolveOptions(space=Space.STRUCTURED)
+
+
+def _instance(widths=(1, 2), hbm_bytes: int = 20 * 10**9) -> Instance:
+    """The worked example's layer at c = 2 (fwd 2 ms, bwd 4 ms, attention 1 / 2 ms, act 1e9,
+    K/V 5e7) beside its c = 1 profile (fwd 5 ms, bwd 10 ms, act 4e9: attention is
+    quadratic, the rest linear); 20e9 B of HBM leave no room for c = 1 on one device."""
+    whole = LayerProfile(fwd_s=5e-3, bwd_s=10e-3, dense_params=10**9, expert_params=0,
+                         act_bytes=4 * 10**9, ckpt_bytes=2 * 10**8, out_bytes=2 * 10**6)
+    split = LayerProfile(fwd_s=2e-3, bwd_s=4e-3, attn_fwd_s=1e-3, attn_bwd_s=2e-3,
+                         dense_params=10**9, expert_params=0, act_bytes=10**9,
+                         ckpt_bytes=10**8, out_bytes=10**6, cp_kv_bytes=5 * 10**7)
+    cluster = Cluster(4, hbm_bytes, HierarchicalNetwork((
+        Tier("node", 2, 1e11, 1e-6), Tier("spine", 2, 1e10, 1e-5))))
+    training = TrainingSetup(
+        global_batch=4, seq_len=8, optimizer=Optimizer(2, 4, 12, "adam-megatron"),
+        zero_stages=(0, 1), recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL),
+        context_parallel=tuple(widths))
+    layer = Layer("block", {(IntraConfig(), 1): whole, (CP2, 1): split})
+    return Instance(Workload("attention", (layer,)), cluster, training, name="cp-choice")
+
+
+def test_brute_searches_context_widths():
+    """Brute force over c ∈ {1, 2} finds a plan at least as good as the hand plan c = 2,
+    d = 1, z = 1 (no c = 1 plan fits one device), and better than its own search over
+    c = 1 alone; the full space is at least as good as the structured one."""
+    instance = _instance()
+    hand = evaluate(instance, Plan(CP2, 1, 1, 1, (Stage(0, 0),)))
+    assert hand.feasible
+    structured = solve(instance, "brute", STRUCTURED)  # refereed by the registry
+    only_c1 = solve(dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, context_parallel=(1,))), "brute", STRUCTURED)
+    assert structured.status is Status.OPTIMAL and structured.plan.config.cp == 2
+    assert structured.objective_ticks <= hand.objective_ticks
+    assert structured.objective_ticks < only_c1.objective_ticks
+    full = solve(instance, "brute", SolveOptions(space=Space.FULL))
+    assert full.objective_ticks <= structured.objective_ticks
+
+
+@pytest.mark.parametrize("backend", ["dp", "cpsat", "milp", "manual"])
+def test_other_backends_search_c1_and_claim_nothing_beyond(backend, caplog):
+    """A backend that does not search c > 1 returns a c = 1 plan of the instance, says so in
+    its message (and the log), and never reports OPTIMAL, INFEASIBLE nor a bound (the c > 1
+    plans were not searched); here brute force proves a c = 2 plan better than it found."""
+    instance = _instance()
+    with caplog.at_level(logging.INFO):
+        result = solve(instance, backend, SolveOptions(time_limit_s=20, seed=0, workers=1))
+    assert f"the {backend} backend does not search context parallelism yet" in caplog.text
+    assert result.bound_ticks is None and "searched c = 1 only" in result.message
+    if backend == "manual":  # Megatron's rules find no c = 1 plan that fits: not INFEASIBLE
+        assert result.plan is None and result.status is Status.UNKNOWN
+        return
+    assert result.status is Status.FEASIBLE and result.plan.config.cp == 1
+    assert solve(instance, "brute", STRUCTURED).objective_ticks < result.objective_ticks
+
+
+def test_backends_refuse_instances_without_c1():
+    """Only c = 2 allowed: a backend that searches c = 1 only has nothing to search and is
+    refused (exit 2 on the command line); brute force still plans."""
+    instance = _instance(widths=(2,))
+    with pytest.raises(BackendOptionError, match="does not search context parallelism"):
+        solve(instance, "dp")
+    assert solve(instance, "brute", STRUCTURED).plan.config.cp == 2
+
+
+def test_full_space_certificates_do_not_cover_context_parallelism():
+    """The full-space bounds say they do not cover an instance allowing c > 1."""
+    assert "context widths" in unsupported(_instance())
+    assert unsupported(_instance(widths=(1,))) is None
+
+
+def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
+    """`solve --backend dp` notes the restriction on stderr and exits 0 with a FEASIBLE plan;
+    with only c = 2 allowed it exits 2; `evaluate --cp 2` prices the worked example's plan
+    (A) to the tick: 312,064,000."""
+    path = tmp_path / "cp.json"
+    save_instance(_instance(hbm_bytes=80 * 10**9), path)
+    runner = CliRunner()
+    solved = runner.invoke(main, ["solve", str(path), "--json"])
+    assert solved.exit_code == 0, solved.output
+    assert "does not search context parallelism yet (searched c = 1 only" in solved.stderr
+    assert json.loads(solved.stdout)["status"] == "FEASIBLE"
+    priced = runner.invoke(main, ["evaluate", str(path), "--pp", "1", "--dp", "2", "--cp", "2",
+                                  "--json"])
+    assert priced.exit_code == 0, priced.output
+    assert json.loads(priced.stdout)["objective_ticks"] == 312_064_000
+    only_c2 = tmp_path / "cp2.json"
+    save_instance(_instance(widths=(2,)), only_c2)
+    refused = runner.invoke(main, ["solve", str(only_c2)])
+    assert refused.exit_code == 2
+    assert "context parallelism" in refused.output
