@@ -21,7 +21,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from nest_cp.cli.export.ranks import RankOrder, rank_map
+from nest_cp.cli.export.deepspeed import DEEPSPEED_ORDER
+from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
+from nest_cp.cli.export.ranks import rank_map
+from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.dp import geometry
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
@@ -30,7 +33,6 @@ from nest_cp.io.readers import load_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, Instance, IntraConfig, Tier
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import (
-    Dim,
     RankLayout,
     all_layouts,
     digit_device_order,
@@ -239,13 +241,12 @@ def test_a_v3a_placement_exports_like_its_v2_twin():
     network = NetworkModel(Cluster(24, 10**9, HierarchicalNetwork((
         Tier("node", 2, 2e11, 1e-6), Tier("leaf", 3, 1e10, 3e-6),
         Tier("spine", 4, 5e10, 5e-6)))))
-    orders = [RankOrder("tp-cp-ep-dp-pp", (Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE)),
-              RankOrder("tp-cp-ep-pp-dp", (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))]
+    orders = [DEFAULT_ORDER, TP_PP_DP_ORDER, DEEPSPEED_ORDER, TORCHTITAN_ORDER]
     compared = 0
     for config, num_stages, dp in ((IntraConfig(2, 1), 3, 3), (IntraConfig(1, 1), 5, 4),
                                    (IntraConfig(2, 1), 2, 4)):
         for layout in network.structured_layouts[24:]:
-            views = [SimpleNamespace(tp=config.tp, ep=config.ep, num_stages=num_stages,
+            views = [SimpleNamespace(tp=config.tp, cp=1, ep=config.ep, num_stages=num_stages,
                                      replicas=dp, world_size=config.devices * num_stages * dp,
                                      placement=network.layout_placement(which, config,
                                                                         num_stages, dp))
@@ -256,7 +257,7 @@ def test_a_v3a_placement_exports_like_its_v2_twin():
                           for rank_map_ in maps]
                 assert shapes[0] == shapes[1]
                 compared += 1
-    assert compared == 3 * 72 * 2
+    assert compared == 3 * 72 * len(orders)
 
 
 @pytest.mark.parametrize("seed", range(4))
