@@ -18,6 +18,7 @@ from nest_cp.cli import main as cli
 from nest_cp.io.readers import load_instance
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.result import SolveOptions, Space, Status
+from nest_cp.solvers.certify.search import certify_full
 from nest_cp.solvers.exact.budget import Work
 from nest_cp.solvers.registry import solve
 from nest_cp.verify import tables
@@ -155,3 +156,38 @@ def test_verify_rows_regenerate_identically_under_load(tmp_path):
             for run in record["runs"]]
     assert any(run["backend"] == "milp" and run["status"] == "FEASIBLE" for run in runs)
     assert not any(run.get("wall_capped") for run in runs)
+
+
+def test_work_limited_certificate_is_the_same_under_load():
+    """certify_full under a work limit small enough to leave shapes open (the limit decides:
+    a larger one proves the optimum) gives the same certificate on a busy machine."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_certify import tiny_instances  # the tiny instances of the certify tests
+
+    instance = tiny_instances()["blocks-nonmono-tp"]
+
+    def certificate(work_limit: float):
+        found = certify_full(instance, None, time_limit_s=GENEROUS_CAP_S, work_limit=work_limit)
+        return (found.status, found.objective_ticks, found.bound_ticks, found.shapes_visited,
+                found.shapes_open, found.work_used, found.wall_capped, found.notes)
+
+    idle = certificate(0.0005)
+    assert idle[0] is not Status.OPTIMAL and idle[4] > 0 and idle[6] is False
+    assert certificate(0.05)[0] is Status.OPTIMAL  # so the small limit is what stops it
+    with busy_machine():
+        assert certificate(0.0005) == idle
+
+
+def test_certify_full_records_its_work_limit(tmp_path):
+    """``verify --certify-full --work-limit`` records the limit in the protocol and each
+    instance's work units; without it the certification stays on the clock."""
+    result = CliRunner().invoke(cli, [
+        "verify", str(SMALL / "worked_example.json"), "--certify-full", "--work-limit", "1",
+        "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "certified.json").read_text())
+    assert document["protocol"]["options"]["work_limit"] == 1.0
+    record = document["instances"][0]
+    assert record["status"] == "OPTIMAL" and record["work_limit"] == 1.0
+    assert record["work_units"] >= 0 and "wall_capped" not in record
+    assert "Work limit per instance" in (tmp_path / "certified.md").read_text()

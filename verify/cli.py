@@ -47,6 +47,7 @@ LOGGER = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT_S = 20.0  # seconds per exact solve with --work-limit off
 DEFAULT_WORK_LIMIT = 20.0  # work units per exact solve (nest_cp.solvers.exact.budget.Work)
 DEFAULT_WALL_CAP_S = 300.0  # the wall-clock cap per exact solve under a work limit
+CERTIFY_WALL_CAP_FACTOR = 4.0  # --certify-full --work-limit W: a cap of 4 W s (at least 600)
 DEFAULT_OUT_DIR = Path("reports")
 
 
@@ -154,12 +155,11 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, work_limit_tex
                    address: str | None) -> None:
     """Certify instances (files or folders) and write gap tables."""
     if certify_full:
-        if work_limit_text is not None:
-            raise click.UsageError("--work-limit does not apply to --certify-full yet: its "
-                                   "shape searches are budgeted in seconds (docs/"
-                                   "certificates.md)")
-        _certify_full(paths, backends, time_limit_s, jobs, out_dir, no_cache, cache_dir, seed,
-                      progress, executor_kind, address)
+        # --certify-full keeps its wall-clock default (the committed certified tables were
+        # made so); --work-limit UNITS makes it deterministic, time limit then a cap
+        work_limit = None if work_limit_text is None else parse_work_limit(work_limit_text)
+        _certify_full(paths, backends, time_limit_s, work_limit, jobs, out_dir, no_cache,
+                      cache_dir, seed, progress, executor_kind, address)
         return
     work_limit = parse_work_limit(work_limit_text)
     if time_limit_s is None:
@@ -189,15 +189,18 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, work_limit_tex
 
 
 def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
-                  jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
-                  seed: int, progress: bool, executor_kind: str, address: str | None) -> None:
+                  work_limit: float | None, jobs: int | None, out_dir: Path | None,
+                  no_cache: bool, cache_dir: Path, seed: int, progress: bool,
+                  executor_kind: str, address: str | None) -> None:
     """``verify PATHS --certify-full --out DIR``: certified.{json,md,csv,tex} in DIR."""
     if backends is not None:
         raise NestCpError("expected no --backends with --certify-full (it runs the DP and the "
                           "full-space certification)")
     if not paths or out_dir is None:
         raise click.UsageError("expected PATHS and --out DIR with --certify-full")
-    time_limit_s = fullcert.DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    if time_limit_s is None:  # under a work limit a cap several times what the work takes
+        time_limit_s = fullcert.DEFAULT_TIME_LIMIT_S if work_limit is None else max(
+            fullcert.DEFAULT_TIME_LIMIT_S, CERTIFY_WALL_CAP_FACTOR * work_limit)
     jobs = 1 if jobs is None else jobs
     if not time_limit_s > 0 or jobs < 1:
         raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
@@ -209,11 +212,14 @@ def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: f
     for file in files:
         load_instance(file)  # bad input fails before any solving
     options = fullcert.FullCertOptions(time_limit_s=time_limit_s, seed=seed,
-                                       cache_dir=cache_dir, use_cache=not no_cache)
+                                       cache_dir=cache_dir, use_cache=not no_cache,
+                                       work_limit=work_limit)
     with make_executor(executor_kind, jobs, address) as executor:
         records = fullcert.run_all(files, options, executor, progress)
+    limits = {"time_limit_s": time_limit_s} | (
+        {} if work_limit is None else {"work_limit": work_limit})
     document = {"kind": "certified", "protocol": tables.protocol(
-        {"time_limit_s": time_limit_s, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
+        {**limits, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
         {"dp": True, "certify-full": True}), "instances": records}
     fullcert.write_outputs(document, out_dir)
     within = sum(1 for r in records if (w := certified_tables.width(r)) is not None

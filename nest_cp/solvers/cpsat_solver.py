@@ -70,6 +70,24 @@ def new_solver(time_limit_s: float, workers: int = 1, seed: int = 0,
     return solver
 
 
+def run_spent(run: cp_model.CpSolver, status, time_limit_s: float) -> tuple[float, bool]:
+    """The deterministic time one run did, and whether its clock may have ended it (it
+    stopped without a proof past WALL_CAPPED_SHARE of ``time_limit_s``)."""
+    capped = status not in _PROVEN and run.wall_time >= WALL_CAPPED_SHARE * max(
+        MIN_TIME_S, time_limit_s)
+    return run.response_proto.deterministic_time, capped
+
+
+def charge_run(work, run: cp_model.CpSolver, status, time_limit_s: float) -> None:
+    """Charge one run's deterministic time to ``work`` (a budget.Work, or None: nothing to
+    record) and note there a stop by the clock under a work limit."""
+    if work is None:
+        return
+    units, capped = run_spent(run, status, time_limit_s)
+    work.charge(units)
+    work.wall_capped = work.wall_capped or (capped and work.deterministic)
+
+
 class CheckedSolver:
     """Solves a model twice when the first answer is a proof (module docstring).
 
@@ -127,10 +145,9 @@ class CheckedSolver:
 
     def _account(self, run: cp_model.CpSolver, status, time_limit_s: float) -> None:
         """Add the run's deterministic time; note a run the clock may have stopped."""
-        self.deterministic_time += run.response_proto.deterministic_time
-        if status not in _PROVEN and run.wall_time >= WALL_CAPPED_SHARE * max(
-                MIN_TIME_S, time_limit_s):
-            self.wall_capped = True
+        units, capped = run_spent(run, status, time_limit_s)
+        self.deterministic_time += units
+        self.wall_capped = self.wall_capped or capped
 
     def _adopt(self, run: cp_model.CpSolver, status) -> None:
         """Read like ``run`` (its objective, bound and, if it has one, its solution)."""
