@@ -161,6 +161,10 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     chosen_plan = _chosen_plan(result, record, rank_by)
     if hint_s is not None:
         record["hint_wall_time_s"] = hint_s
+    if work_limit is not None and hinted is not None and \
+            hinted.status not in (Status.OPTIMAL, Status.INFEASIBLE):
+        # the DP hint runs on the clock: stopped early, it (and so the answer) may differ
+        record["wall_capped"] = True
     if output and chosen_plan is not None:  # before printing: `solve -o p.json | head` keeps it
         io.save_plan(chosen_plan, output)
     if as_json:
