@@ -46,7 +46,7 @@ LOGGER = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 20.0  # seconds per exact solve with --work-limit off
 DEFAULT_WORK_LIMIT = 20.0  # work units per exact solve (nest_cp.solvers.exact.budget.Work)
-DEFAULT_WALL_CAP_S = 300.0  # the wall-clock cap per exact solve under a work limit
+DEFAULT_WALL_CAP_S = 600.0  # the wall-clock cap per exact solve under a work limit
 CERTIFY_WALL_CAP_FACTOR = 4.0  # --certify-full --work-limit W: a cap of 4 W s (at least 600)
 DEFAULT_OUT_DIR = Path("reports")
 
