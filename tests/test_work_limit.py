@@ -74,10 +74,11 @@ def test_work_budget_shares_what_is_left():
 
 @pytest.mark.parametrize(("backend", "work_limit"), [("cpsat", 0.1), ("milp", 1.0)])
 def test_work_limited_search_is_the_same_under_load(backend, work_limit):
-    """A full-space search the work limit stops (FEASIBLE, 'work limit') returns the same
+    """A full-space search the work limit stops (not OPTIMAL, 'work limit') returns the same
     status, plan price, bound, message and work on a machine busy on every core."""
     idle, answer = _answer("tight-l8-d16-h3", backend, work_limit)
-    assert idle.status is Status.FEASIBLE and idle.message.startswith("work limit")
+    assert idle.status in (Status.FEASIBLE, Status.UNKNOWN)
+    assert idle.message.startswith("work limit")
     assert idle.stats["work_used"] >= work_limit and not idle.stats["wall_capped"]
     with busy_machine():
         _, loaded = _answer("tight-l8-d16-h3", backend, work_limit)
