@@ -22,7 +22,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -n auto -m slow
 
 verify: $(STAMP)
-	$(BIN)/nest-cp verify --out reports
+	$(BIN)/nest-cp verify --out reports --work-limit 20
 
 # >= 10,000 seeded random tiny instances, every backend cross-checked (about half an hour of
 # solving); resumable: run it again after an interruption and it continues

@@ -170,7 +170,7 @@ def test_cpsat_backend_optimal_equals_brute_force(name, space):
 class _WrongCpSat(CpSatAdapter):
     """CP-SAT whose first run wrongly proves every model infeasible."""
 
-    def checked_solver(self, time_limit_s, seed, workers):
+    def checked_solver(self, time_limit_s, seed, workers, work_limit=None):
         return CheckedSolver(time_limit_s, workers, seed, label=self.label,
                              disagreement_dir=None,
                              first_run=_tampered(lambda wrong: wrong.add_bool_or([])))
@@ -245,9 +245,9 @@ def test_milp_check_needs_time_left(monkeypatch):
     calls = []
     real = adapter._solve_with
 
-    def counted(time_limit_s, seed, workers, presolve=True):
+    def counted(time_limit_s, seed, workers, presolve=True, work_limit=None):
         calls.append(presolve)
-        return real(time_limit_s, seed, workers, presolve)
+        return real(time_limit_s, seed, workers, presolve, work_limit)
 
     monkeypatch.setattr(adapter, "_solve_with", counted)
     outcome = adapter.solve(adapter.MIN_CHECK_S / 100, 0, 1)

@@ -50,6 +50,7 @@ def options_key(options: SolveOptions) -> dict:
     return {"space": options.space.value, "time_limit_s": options.time_limit_s,
             "seed": options.seed, "workers": options.workers,
             "milp_solver": options.milp_solver, "extra": options.extra,
+            **({"work_limit": options.work_limit} if options.work_limit is not None else {}),
             "hint": None if options.hint is None else digest(plan_to_dict(options.hint)),
             **({"sdp_hint": digest(plan_to_dict(options.sdp_hint))}
                if options.sdp_hint is not None else {})}

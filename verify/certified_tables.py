@@ -87,7 +87,8 @@ def row(record: dict, ticks: bool) -> list[str]:
         f"[{_percent(gap[0])}, {_percent(gap[1])}]")
     return [record["instance"], str(record["sizes"]["devices"]), str(record["sizes"]["layers"]),
             show(record["dp"]["objective_ticks"]), show(record["objective_ticks"]),
-            show(record["bound_ticks"]), _percent(width(record)), gap_text, record["status"],
+            show(record["bound_ticks"]), _percent(width(record)), gap_text,
+            record["status"] + ("†" if record.get("wall_capped") else ""),
             record["plan_source"], record["closed_by"], second_proof_text(record),
             f"{record['wall_time_s']:.1f}"]
 
@@ -185,11 +186,20 @@ def _protocol_lines(document: dict) -> list[str]:
     versions = ", ".join(f"{name} {value}" for name, value in proto["versions"].items())
     machine = proto["machine"]
     options = proto["options"]
+    if options.get("work_limit") is not None:
+        limit = (f"Work limit per instance: {options['work_limit']} work units (CP-SAT's "
+                 f"deterministic time: which shapes are visited and what is proven are the "
+                 f"same on any machine at any load; only the time columns and the date "
+                 f"are not); time limit {options['time_limit_s']} s, a wall-clock cap "
+                 f"(† after a status: the cap cut that instance short, its figures depend "
+                 f"on the machine)")
+    else:
+        limit = (f"Time limit per instance: {options['time_limit_s']} s (wall clock, the "
+                 f"whole certification: placement-free bounds, paths, relaxations, "
+                 f"placements)")
     return [f"Date (UTC): {proto['date_utc']}",
             f"Command: {proto['command']}",
-            f"Time limit per instance: {options['time_limit_s']} s (wall clock, the whole "
-            f"certification: placement-free bounds, paths, relaxations, placements); "
-            f"CP-SAT with 1 worker, seed {options['seed']}; instances one at a time "
+            f"{limit}; CP-SAT with 1 worker, seed {options['seed']}; instances one at a time "
             f"(jobs = {options['jobs']})",
             f"Versions: {versions}",
             f"Machine: {machine['platform']}, {machine['processor']}, {machine['cores']} cores "

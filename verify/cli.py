@@ -44,8 +44,28 @@ from nest_cp.verify.harness import (
 
 LOGGER = logging.getLogger(__name__)
 
-DEFAULT_TIME_LIMIT_S = 20.0
+DEFAULT_TIME_LIMIT_S = 20.0  # seconds per exact solve with --work-limit off
+DEFAULT_WORK_LIMIT = 20.0  # work units per exact solve (nest_cp.solvers.exact.budget.Work)
+DEFAULT_WALL_CAP_S = 600.0  # the wall-clock cap per exact solve under a work limit
+CERTIFY_WALL_CAP_FACTOR = 4.0  # --certify-full --work-limit W: a cap of 4 W s (at least 600)
 DEFAULT_OUT_DIR = Path("reports")
+
+
+def parse_work_limit(text: str | None) -> float | None:
+    """``--work-limit``: a number of work units > 0, or ``off`` (None: the time limit
+    alone decides); a BadParameter otherwise (exit 2)."""
+    if text is None:
+        return DEFAULT_WORK_LIMIT
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"expected a number of work units > 0 or 'off', got {text!r}",
+                                 param_hint="--work-limit")
+    return value
 
 
 def validate_instances(tasks: list[Task]) -> None:
@@ -66,7 +86,9 @@ def _options_summary(tasks: list[Task]) -> dict:
     summary: dict = {}
     for task in tasks:
         options = task.options
-        entry = {"backends": ",".join(options.backends), "time_limit_s": options.time_limit_s,
+        limits = {"time_limit_s": options.time_limit_s} if options.work_limit is None else {
+            "work_limit": options.work_limit, "wall_cap_s": options.time_limit_s}
+        entry = {"backends": ",".join(options.backends), **limits,
                  "seed": options.seed, "workers_per_solve": 1,
                  "milp_solver": options.milp_solver}
         folder = str(task.path.parent)
@@ -97,10 +119,16 @@ def write_outputs(document: dict, timings_: dict, out_dir: Path) -> None:
 @click.option("--backends", default=None,
               help="Comma-separated backends (default dp,cpsat,milp; dp only on instances/paper "
                    "and instances/paper-v2 when no PATHS are given).")
+@click.option("--work-limit", "work_limit_text", default=None, metavar="UNITS|off",
+              help=f"Deterministic work units per exact solve (about a second of one core "
+                   f"each; docs/certificates.md), so that the tables come out the same on "
+                   f"any machine at any load; 'off': the time limit alone decides "
+                   f"[default: {DEFAULT_WORK_LIMIT:g}].")
 @click.option("--time-limit", "time_limit_s", type=float, default=None,
-              help=f"Seconds per exact solve [default: {DEFAULT_TIME_LIMIT_S:g}]; with "
-                   f"--certify-full, seconds per instance [default: "
-                   f"{fullcert.DEFAULT_TIME_LIMIT_S:g}].")
+              help=f"Seconds per exact solve: a wall-clock cap under --work-limit "
+                   f"[default: {DEFAULT_WALL_CAP_S:g}], the limit with --work-limit off "
+                   f"[default: {DEFAULT_TIME_LIMIT_S:g}]; with --certify-full, seconds per "
+                   f"instance [default: {fullcert.DEFAULT_TIME_LIMIT_S:g}].")
 @click.option("--jobs", type=int, default=None,
               help="Instances verified in parallel [default: the number of cores; 1 with "
                    "--certify-full].")
@@ -120,16 +148,22 @@ def write_outputs(document: dict, timings_: dict, out_dir: Path) -> None:
                    "best plan] at paper scale (nest_cp.solvers.certify) and write "
                    "certified.{json,md,csv,tex}.")
 @executor_options
-def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
-                   jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
-                   seed: int, milp_solver: str, progress: bool, certify_full: bool,
-                   executor_kind: str, address: str | None) -> None:
+def verify_command(paths: tuple[Path, ...], backends: str | None, work_limit_text: str | None,
+                   time_limit_s: float | None, jobs: int | None, out_dir: Path | None,
+                   no_cache: bool, cache_dir: Path, seed: int, milp_solver: str,
+                   progress: bool, certify_full: bool, executor_kind: str,
+                   address: str | None) -> None:
     """Certify instances (files or folders) and write gap tables."""
     if certify_full:
-        _certify_full(paths, backends, time_limit_s, jobs, out_dir, no_cache, cache_dir, seed,
-                      progress, executor_kind, address)
+        # --certify-full keeps its wall-clock default (the committed certified tables were
+        # made so); --work-limit UNITS makes it deterministic, time limit then a cap
+        work_limit = None if work_limit_text is None else parse_work_limit(work_limit_text)
+        _certify_full(paths, backends, time_limit_s, work_limit, jobs, out_dir, no_cache,
+                      cache_dir, seed, progress, executor_kind, address)
         return
-    time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    work_limit = parse_work_limit(work_limit_text)
+    if time_limit_s is None:
+        time_limit_s = DEFAULT_TIME_LIMIT_S if work_limit is None else DEFAULT_WALL_CAP_S
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     out_dir = _out_dir(paths, out_dir)
     if not time_limit_s > 0 or jobs < 1:  # "not >" also rejects NaN
@@ -137,8 +171,9 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
                           f"{time_limit_s} and {jobs}")
     if address is not None and executor_kind != ExecutorKind.RAY.value:
         raise click.UsageError("--address needs --executor ray")
-    base = HarnessOptions(time_limit_s=time_limit_s, seed=seed, milp_solver=milp_solver,
-                          cache_dir=cache_dir, use_cache=not no_cache)
+    base = HarnessOptions(time_limit_s=time_limit_s, work_limit=work_limit, seed=seed,
+                          milp_solver=milp_solver, cache_dir=cache_dir,
+                          use_cache=not no_cache)
     tasks = build_tasks(paths, parse_backends(backends), base)
     validate_instances(tasks)
     with make_executor(executor_kind, jobs, address) as executor:
@@ -154,15 +189,18 @@ def verify_command(paths: tuple[Path, ...], backends: str | None, time_limit_s: 
 
 
 def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: float | None,
-                  jobs: int | None, out_dir: Path | None, no_cache: bool, cache_dir: Path,
-                  seed: int, progress: bool, executor_kind: str, address: str | None) -> None:
+                  work_limit: float | None, jobs: int | None, out_dir: Path | None,
+                  no_cache: bool, cache_dir: Path, seed: int, progress: bool,
+                  executor_kind: str, address: str | None) -> None:
     """``verify PATHS --certify-full --out DIR``: certified.{json,md,csv,tex} in DIR."""
     if backends is not None:
         raise NestCpError("expected no --backends with --certify-full (it runs the DP and the "
                           "full-space certification)")
     if not paths or out_dir is None:
         raise click.UsageError("expected PATHS and --out DIR with --certify-full")
-    time_limit_s = fullcert.DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    if time_limit_s is None:  # under a work limit a cap several times what the work takes
+        time_limit_s = fullcert.DEFAULT_TIME_LIMIT_S if work_limit is None else max(
+            fullcert.DEFAULT_TIME_LIMIT_S, CERTIFY_WALL_CAP_FACTOR * work_limit)
     jobs = 1 if jobs is None else jobs
     if not time_limit_s > 0 or jobs < 1:
         raise NestCpError(f"expected --time-limit > 0 and --jobs >= 1, got "
@@ -174,11 +212,14 @@ def _certify_full(paths: tuple[Path, ...], backends: str | None, time_limit_s: f
     for file in files:
         load_instance(file)  # bad input fails before any solving
     options = fullcert.FullCertOptions(time_limit_s=time_limit_s, seed=seed,
-                                       cache_dir=cache_dir, use_cache=not no_cache)
+                                       cache_dir=cache_dir, use_cache=not no_cache,
+                                       work_limit=work_limit)
     with make_executor(executor_kind, jobs, address) as executor:
         records = fullcert.run_all(files, options, executor, progress)
+    limits = {"time_limit_s": time_limit_s} | (
+        {} if work_limit is None else {"work_limit": work_limit})
     document = {"kind": "certified", "protocol": tables.protocol(
-        {"time_limit_s": time_limit_s, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
+        {**limits, "seed": seed, "jobs": jobs, "workers_per_solve": 1},
         {"dp": True, "certify-full": True}), "instances": records}
     fullcert.write_outputs(document, out_dir)
     within = sum(1 for r in records if (w := certified_tables.width(r)) is not None

@@ -48,14 +48,15 @@ DEFAULT_TIME_LIMIT_S = 600.0
 class FullCertOptions:
     """The protocol of one certification run."""
 
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # a wall-clock cap when work_limit is set
     seed: int = 0
     cache_dir: Path = Path(".nest-cp-cache")
     use_cache: bool = True
+    work_limit: float | None = None  # work units per instance (search.certify_full)
 
     def solve_options(self) -> SolveOptions:
         return SolveOptions(space=Space.FULL, time_limit_s=self.time_limit_s, seed=self.seed,
-                            workers=1)
+                            workers=1, work_limit=self.work_limit)
 
 
 def certify_instance(path: Path, options: FullCertOptions) -> dict:
@@ -86,7 +87,8 @@ def _certify(path: Path, instance: Instance, sha: str, options: FullCertOptions)
         dp_ticks = evaluation.objective_ticks if evaluation.feasible else None
     # the time limit bounds the whole certification, the DP's plan included
     certificate = certify_full(instance, dp.plan if dp_ticks is not None else None,
-                               max(1.0, options.time_limit_s - dp_seconds), options.seed)
+                               max(1.0, options.time_limit_s - dp_seconds), options.seed,
+                               options.work_limit)
     notes = list(certificate.notes)
     if dp.objective_ticks is not None and dp.objective_ticks != dp_ticks:
         notes.append(f"the DP reports {dp.objective_ticks} ticks for its plan, the evaluator "
@@ -120,6 +122,9 @@ def _certify(path: Path, instance: Instance, sha: str, options: FullCertOptions)
         "binding": _binding_counts(certificate),
         "second_proofs": _second_proofs(certificate),
         "time_limit_s": options.time_limit_s, "seed": options.seed, "notes": notes,
+        **({} if options.work_limit is None else {
+            "work_limit": options.work_limit, "work_units": certificate.work_used,
+            **({"wall_capped": True} if certificate.wall_capped else {})}),
     }
 
 

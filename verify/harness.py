@@ -58,7 +58,8 @@ class HarnessOptions:
     """What to run on every instance and how; ``use_cache=False`` re-solves everything."""
 
     backends: tuple[str, ...] = DEFAULT_BACKENDS
-    time_limit_s: float = 20.0
+    time_limit_s: float = 20.0  # per exact solve; a wall-clock cap when work_limit is set
+    work_limit: float | None = None  # work units per exact solve (budget.Work), or None
     seed: int = 0
     milp_solver: str = "highs"
     cache_dir: Path = DEFAULT_CACHE_DIR
@@ -68,7 +69,7 @@ class HarnessOptions:
                       sdp_hint: Plan | None = None) -> SolveOptions:
         return SolveOptions(space=space, time_limit_s=self.time_limit_s, seed=self.seed,
                             workers=1, milp_solver=self.milp_solver, hint=hint,
-                            sdp_hint=sdp_hint)
+                            sdp_hint=sdp_hint, work_limit=self.work_limit)
 
 
 @dataclass(frozen=True)
@@ -239,9 +240,20 @@ def run_record(result: SolveResult, source: str, instance_sha: str) -> dict:
               "message": result.message,
               "plan": None if result.plan is None else plan_to_dict(result.plan),
               "source": source, "instance_sha256": instance_sha}
+    record |= work_fields(result.stats)
     if result.sdp is not None:
         record["sdp"] = sdp.run_record(result.sdp)
     return record
+
+
+def work_fields(stats: dict) -> dict:
+    """A run's work units (a count, the same on any machine) and, only when it happened,
+    ``wall_capped``: the wall-clock cap rather than the work limit ended something, so the
+    run's figures depend on the machine (the tables mark them)."""
+    if "work_used" not in stats:
+        return {}
+    return {"work_units": stats["work_used"], **({"wall_capped": True}
+                                                 if stats.get("wall_capped") else {})}
 
 
 def _failed_record(backend: str, space: Space, status: str, message: str) -> dict:

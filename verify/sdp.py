@@ -61,7 +61,9 @@ def views(runs: list[dict]) -> list[dict]:
         found.append({"backend": run["backend"], "space": run["space"],
                       "status": sdp["status"], "objective_ticks": _fraction(sdp["effective"]),
                       "bound_ticks": _fraction(sdp["effective_bound"]),
-                      "message": sdp["message"], "plan": sdp.get("plan")})
+                      "message": sdp["message"], "plan": sdp.get("plan"),
+                      **({"wall_capped": True} if sdp.get("stats", {}).get("wall_capped")
+                         else {})})
     return found
 
 

@@ -132,8 +132,12 @@ def _ms(ticks: int | None, tick_s: float) -> str:
     return "—" if ticks is None else f"{ticks * tick_s * 1e3:.3f}"
 
 
+WALL_CAPPED_MARK = "†"  # the wall-clock cap, not the work limit, ended the run
+
+
 def _status(run: dict) -> str:
-    return status_text(run["status"], run.get("tolerance_rel"))
+    return status_text(run["status"], run.get("tolerance_rel")) + (
+        WALL_CAPPED_MARK if run.get("wall_capped") else "")
 
 
 def format_gap(gap: dict | None) -> str:
@@ -317,8 +321,11 @@ LEGEND = ("T: iteration time of the best plan found, in ms with each instance's 
           "independent stored result, snapshot same / snapshot changed for a regression "
           "snapshot of the DP's own earlier answer (which proves nothing), missing, stale; "
           "dp v/rc: the DP plan's virtual stages v (interleaved 1F1B) and the recompute modes "
-          "its stages use (none, sel = selective, full; docs/cost-model.md §3). No wall times "
-          "here: see the protocol below.")
+          "its stages use (none, sel = selective, full; docs/cost-model.md §3); "
+          f"{WALL_CAPPED_MARK} after a status (+ in LaTeX): the wall-clock cap, not the "
+          "deterministic work limit, ended the run, so its figures depend on the machine "
+          "(every other figure here is the same on any machine at any load, "
+          "docs/certificates.md). No wall times here: see the protocol below.")
 
 
 SDP_LEGEND = ("SDP (subnetwork data parallelism, docs/cost-model.md §6): the best SDP plan of "
@@ -452,7 +459,8 @@ _SHORT_STATUS = {"OPTIMAL": "OPT", "FEASIBLE": "FEAS", "INFEASIBLE": "INF", "UNK
 
 def _short_status(run: dict) -> str:
     short = _SHORT_STATUS.get(run["status"], run["status"])
-    return f"{short}~" if run["status"] == "OPTIMAL" and run.get("tolerance_rel") else short
+    short = f"{short}~" if run["status"] == "OPTIMAL" and run.get("tolerance_rel") else short
+    return short + ("+" if run.get("wall_capped") else "")
 
 
 def render_latex(document: dict) -> str:

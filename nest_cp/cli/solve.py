@@ -50,7 +50,7 @@ _SOLVE_OPTIONS = {"space": "space", "time_limit": "time_limit_s", "seed": "seed"
                   "workers": "workers", "hint": "hint", "milp_solver": "milp_solver",
                   "degrees": "degrees", "vp": "virtual_stages", "recompute": "recompute",
                   "budget": "budget", "chains": "chains", "flat_bandwidth": "flat_bandwidth_Bps",
-                  "rank_by": "rank_by"}
+                  "rank_by": "rank_by", "work_limit": "work_limit"}
 _FLAGS = {field: f"--{name.replace('_', '-')}" for name, field in _SOLVE_OPTIONS.items()}
 _FLAGS["hint"] = "--hint/--no-hint"
 
@@ -63,6 +63,11 @@ _FLAGS["hint"] = "--hint/--no-hint"
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="cpsat/milp/mcmc: seconds for the whole solve (the "
               "DP hint included).")
+@click.option("--work-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="cpsat/milp: deterministic work units for the solver runs (about a "
+              "second of one core each), so that the same command gives the same answer on "
+              "any machine at any load; --time-limit stays a wall-clock cap on the whole "
+              "solve, and a result it ends says so (docs/cli.md).  [default: none]")
 @click.option("--seed", type=int, default=0, show_default=True, help="cpsat/milp/mcmc.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
               help="cpsat/milp: solver threads.")
@@ -90,7 +95,7 @@ _FLAGS["hint"] = "--hint/--no-hint"
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan here.")
 def solve_command(instance_path: str, backend: str, space: str | None, time_limit: float,
-                  seed: int, workers: int, milp_solver: str, hint: bool,
+                  work_limit: float | None, seed: int, workers: int, milp_solver: str, hint: bool,
                   degrees: tuple[int, ...], vp: int | None, recompute: str | None,
                   budget: int | None, chains: int | None, flat_bandwidth: float | None,
                   rank_by: str, as_json: bool, output: str | None) -> None:
@@ -114,6 +119,9 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     if not math.isfinite(time_limit):
         raise click.BadParameter(f"expected a finite number of seconds, got {time_limit}",
                                  param_hint="--time-limit")
+    if work_limit is not None and not math.isfinite(work_limit):
+        raise click.BadParameter(f"expected a finite number of work units, got {work_limit}",
+                                 param_hint="--work-limit")
     extra = {key: value for key, value in (
         ("degrees", degrees or None), ("virtual_stages", vp), ("recompute", recompute),
         ("budget", budget), ("chains", chains), ("flat_bandwidth_Bps", flat_bandwidth))
@@ -146,7 +154,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     try:
         options = SolveOptions(space=chosen, time_limit_s=max(time_left, MIN_TIME_LEFT_S),
                                seed=seed, workers=workers, milp_solver=milp_solver,
-                               hint=hint_plan, sdp_hint=sdp_hint,
+                               hint=hint_plan, sdp_hint=sdp_hint, work_limit=work_limit,
                                progress=sys.stderr.isatty(), extra=extra)
         result = run_unrefereed(inst, backend, options)
     except BackendOptionError as exc:
@@ -161,6 +169,10 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
     chosen_plan = _chosen_plan(result, record, rank_by)
     if hint_s is not None:
         record["hint_wall_time_s"] = hint_s
+    if work_limit is not None and hinted is not None and \
+            hinted.status not in (Status.OPTIMAL, Status.INFEASIBLE):
+        # the DP hint runs on the clock: stopped early, it (and so the answer) may differ
+        record["wall_capped"] = True
     if output and chosen_plan is not None:  # before printing: `solve -o p.json | head` keeps it
         io.save_plan(chosen_plan, output)
     if as_json:
@@ -224,6 +236,9 @@ def result_record(inst: Instance, result: SolveResult) -> dict:
     }
     if "layout" in result.stats and result.plan is not None:  # the DP's rank layout
         record["layout"] = result.stats["layout"]
+    if "work_used" in result.stats:  # --work-limit: the work done, and whether the clock cut in
+        record.update(work_units=result.stats["work_used"],
+                      wall_capped=result.stats["wall_capped"])
     if result.sdp is not None:  # a plain plan's T_eff is its T, at coverage 1
         record.update(effective_ticks=result.objective_ticks, coverage="1",
                       memory_saved_bytes=0 if result.plan is not None else None)

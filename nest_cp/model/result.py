@@ -111,6 +111,9 @@ class SolveOptions:
     sdp_hint: Plan | None = None      # the same for the SDP search (DESIGN §7)
     progress: bool = False            # progress bar on stderr for long runs
     extra: dict = field(default_factory=dict)  # backend-specific (budget, flat bandwidth, degrees)
+    # cpsat/milp: deterministic work units for the solver runs (None: the time limit alone
+    # decides); time_limit_s then stays a wall-clock cap (nest_cp.solvers.exact.budget.Work)
+    work_limit: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.space, Space):
@@ -122,6 +125,11 @@ class SolveOptions:
         if not 1 <= self.workers <= MAX_WORKERS:
             raise BackendOptionError(f"expected between 1 and {MAX_WORKERS} workers, got "
                                      f"{self.workers}", option="workers")
+        if self.work_limit is not None and not (
+                isinstance(self.work_limit, int | float) and math.isfinite(self.work_limit)
+                and self.work_limit > 0):
+            raise BackendOptionError(f"expected a finite work limit > 0, got {self.work_limit}",
+                                     option="work_limit")
         if self.milp_solver not in ("cbc", "highs"):
             raise BackendOptionError(f"expected milp_solver 'cbc' or 'highs', "
                                      f"got {self.milp_solver!r}", option="milp_solver")

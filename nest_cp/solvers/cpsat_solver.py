@@ -19,6 +19,14 @@ right; a run that claims INFEASIBLE while the other found a solution is refuted 
 its claim dropped.
 
 Why: CP-SAT 9.15 has proven wrong optima (google/or-tools issue 5293).
+
+Work limits.  With ``work_limit`` (deterministic time, CP-SAT's ``max_deterministic_time``)
+a run stops on work rather than on the clock; with one worker and a fixed seed CP-SAT then
+takes the same path on any machine at any load, and the second run gets the work the first
+left (``work_limit`` less the first run's ``deterministic_time``), so whether it confirms
+does not depend on speed either.  The time limit stays as a safety net (it should be set
+generously); a run that stopped without a proof near it is reported as ``wall_capped``:
+the clock, not the work, may have ended it, so its answer depends on the machine.
 """
 
 from __future__ import annotations
@@ -35,16 +43,21 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DISAGREEMENT_DIR = Path(".nest-cp-cache") / "solver-disagreements"
 MIN_TIME_S = 0.01  # CP-SAT needs a positive time limit
+MIN_WORK = 0.001  # nor can its deterministic time limit be 0 (it would mean "none")
+WALL_CAPPED_SHARE = 0.9  # a run stopped past this share of its time limit: the clock ended it
 _PROVEN = (cp_model.OPTIMAL, cp_model.INFEASIBLE)
 _WITH_SOLUTION = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def new_solver(time_limit_s: float, workers: int = 1, seed: int = 0,
-               presolve: bool = True) -> cp_model.CpSolver:
-    """A CP-SAT solver with nest-cp's parameters; ``presolve=False`` for second proofs."""
+               presolve: bool = True, work_limit: float | None = None) -> cp_model.CpSolver:
+    """A CP-SAT solver with nest-cp's parameters; ``presolve=False`` for second proofs;
+    ``work_limit``: CP-SAT's deterministic time limit (module docstring)."""
     solver = cp_model.CpSolver()
     parameters = solver.parameters
     parameters.max_time_in_seconds = max(MIN_TIME_S, time_limit_s)
+    if work_limit is not None:
+        parameters.max_deterministic_time = max(MIN_WORK, work_limit)
     parameters.num_workers = workers
     parameters.random_seed = seed
     # Workaround for google/or-tools issue 5293: in OR-Tools 9.15 presolve's inclusion
@@ -57,6 +70,24 @@ def new_solver(time_limit_s: float, workers: int = 1, seed: int = 0,
     return solver
 
 
+def run_spent(run: cp_model.CpSolver, status, time_limit_s: float) -> tuple[float, bool]:
+    """The deterministic time one run did, and whether its clock may have ended it (it
+    stopped without a proof past WALL_CAPPED_SHARE of ``time_limit_s``)."""
+    capped = status not in _PROVEN and run.wall_time >= WALL_CAPPED_SHARE * max(
+        MIN_TIME_S, time_limit_s)
+    return run.response_proto.deterministic_time, capped
+
+
+def charge_run(work, run: cp_model.CpSolver, status, time_limit_s: float) -> None:
+    """Charge one run's deterministic time to ``work`` (a budget.Work, or None: nothing to
+    record) and note there a stop by the clock under a work limit."""
+    if work is None:
+        return
+    units, capped = run_spent(run, status, time_limit_s)
+    work.charge(units)
+    work.wall_capped = work.wall_capped or (capped and work.deterministic)
+
+
 class CheckedSolver:
     """Solves a model twice when the first answer is a proof (module docstring).
 
@@ -67,8 +98,12 @@ class CheckedSolver:
 
     def __init__(self, time_limit_s: float, workers: int = 1, seed: int = 0, label: str = "",
                  disagreement_dir: Path | None = DEFAULT_DISAGREEMENT_DIR,
-                 first_run: Callable[[cp_model.CpModel, float], tuple] | None = None):
+                 first_run: Callable[[cp_model.CpModel, float], tuple] | None = None,
+                 work_limit: float | None = None):
         self.time_limit_s, self.workers, self.seed, self.label = time_limit_s, workers, seed, label
+        self.work_limit = work_limit
+        self.deterministic_time = 0.0  # work both runs did (CP-SAT's deterministic time)
+        self.wall_capped = False  # a run stopped without a proof near its time limit
         self.disagreement_dir = disagreement_dir
         self._first_run = first_run or self._default_first_run
         self.status = cp_model.UNKNOWN
@@ -81,7 +116,7 @@ class CheckedSolver:
         self._values: cp_model.CpSolver | None = None  # the run whose solution is read
 
     def _default_first_run(self, model: cp_model.CpModel, time_limit_s: float):
-        solver = new_solver(time_limit_s, self.workers, self.seed)
+        solver = new_solver(time_limit_s, self.workers, self.seed, work_limit=self.work_limit)
         return solver, solver.solve(model)
 
     # ------------------------------------------------------------ solving
@@ -93,16 +128,26 @@ class CheckedSolver:
             self.status = status
             return status
         self.wall_time = first.wall_time
+        self._account(first, status, self.time_limit_s)
         self._adopt(first, status)
         if status not in _PROVEN:
             return status
-        second = new_solver(self.time_limit_s - first.wall_time, self.workers, self.seed,
-                            presolve=False)
+        time_left = self.time_limit_s - first.wall_time
+        second = new_solver(time_left, self.workers, self.seed, presolve=False,
+                            work_limit=None if self.work_limit is None
+                            else self.work_limit - first.deterministic_time)
         second_status = second.solve(self._hinted(model, first, status))
         self.wall_time += second.wall_time
+        self._account(second, second_status, time_left)
         if _agree(first, status, second, second_status):
             return status
         return self._downgrade(model, (first, status), (second, second_status))
+
+    def _account(self, run: cp_model.CpSolver, status, time_limit_s: float) -> None:
+        """Add the run's deterministic time; note a run the clock may have stopped."""
+        units, capped = run_spent(run, status, time_limit_s)
+        self.deterministic_time += units
+        self.wall_capped = self.wall_capped or capped
 
     def _adopt(self, run: cp_model.CpSolver, status) -> None:
         """Read like ``run`` (its objective, bound and, if it has one, its solution)."""

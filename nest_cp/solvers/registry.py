@@ -56,9 +56,10 @@ SDP_BACKENDS: dict[str, str] = {
 HONOURED_OPTIONS: dict[str, frozenset[str]] = {
     "dp": frozenset({"rank_by", "time_limit_s"}),  # time_limit_s with extra "stop_after_s"
     "brute": frozenset({"space", "max_placements", "rank_by"}),
-    "cpsat": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "rank_by"}),
+    "cpsat": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "rank_by",
+                        "work_limit"}),
     "milp": frozenset({"space", "time_limit_s", "seed", "workers", "hint", "milp_solver",
-                       "rank_by"}),
+                       "rank_by", "work_limit"}),
     "manual": frozenset(),
     "phaze": frozenset({"flat_bandwidth_Bps", "flat_latency_s"}),
     "mcmc": frozenset({"time_limit_s", "seed", "budget", "chains"}),

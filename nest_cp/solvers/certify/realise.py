@@ -36,7 +36,8 @@ from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.relax import NONE, Arc, Geometry
 from nest_cp.solvers.certify.slices import SlicePlacement
 from nest_cp.solvers.certify.split import Catalogue
-from nest_cp.solvers.cpsat_solver import new_solver
+from nest_cp.solvers.cpsat_solver import charge_run, new_solver
+from nest_cp.solvers.exact.budget import Work
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +114,12 @@ def runs_of(path: tuple[Arc, ...], unit: int, members: tuple[int, ...], ranks: i
 
 
 def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
-            time_limit_s: float = 10.0, seed: int = 0) -> Plan | None:
+            time_limit_s: float = 10.0, seed: int = 0, work: Work | None = None,
+            work_limit: float | None = None) -> Plan | None:
     """A plan realising the relaxation solution, or None when a placement step fails.
+
+    With ``work_limit`` each CP-SAT step may use that many work units (deterministic
+    time), and every step's work and wall-clock stops are recorded in ``work``.
 
     Sync or gather groups the solution keeps inside tier-ℓ domains (class ℓ below the
     top) merge the replicas' runs through their stage there; when every replica takes
@@ -128,7 +133,7 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
     if SlicePlacement.fits(catalogue, geo):
         exact = SlicePlacement(catalogue, geo, paths, solution,
                                _term_prices(catalogue, solution["options"]))
-        plan = exact.solve(time_limit_s, seed)
+        plan = exact.solve(time_limit_s, seed, work, work_limit)
         if plan is not None:
             return plan
     bundle_from = _bundle_level(solution["classes"], geo, paths, ranks, shape.dp)
@@ -142,7 +147,7 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
         unit_paths = paths
     top = _TopLevel(geo, unit_paths, units)
     wanted = {} if bundle_from < levels else _sync_spread(solution["classes"], geo)
-    if not top.solve(time_limit_s, seed, wanted):
+    if not top.solve(time_limit_s, seed, wanted, work, work_limit):
         return None
     level0 = top.place()
     if level0 is None:
@@ -200,9 +205,11 @@ class _TopLevel:
     def _size(run: Run) -> int:
         return run.size
 
-    def solve(self, time_limit_s: float, seed: int, stages: dict[int, int]) -> bool:
+    def solve(self, time_limit_s: float, seed: int, stages: dict[int, int],
+              work: Work | None = None, work_limit: float | None = None) -> bool:
         """Find the counts; ``stages`` maps a stage whose sync groups must span several
-        top domains (1) or lie in one (0) to that requirement."""
+        top domains (1) or lie in one (0) to that requirement (``work``, ``work_limit``:
+        :func:`realise`)."""
         model = cp_model.CpModel()
         domains = range(len(self.tier.domains))
         # n[p, type, i] = runs number i of replicas of the type held by domain p
@@ -244,8 +251,9 @@ class _TopLevel:
         for a, b in zip(full, full[1:], strict=False):
             model.add(loads[a] >= loads[b])
         # only an assignment is read (its plan is priced by the evaluator): no proof to confirm
-        solver = new_solver(time_limit_s, workers=1, seed=seed)
+        solver = new_solver(time_limit_s, workers=1, seed=seed, work_limit=work_limit)
         status = solver.solve(model)
+        charge_run(work, solver, status, time_limit_s)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             logger.info("realise: top-level assignment %s", solver.status_name(status))
             return False

@@ -118,6 +118,7 @@ domain" side condition.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -144,6 +145,8 @@ class RelaxOutcome:
     # "disagreed" (the two runs contradict each other: logged, the model saved), "unchecked"
     # (the first run's proof could not be checked in time) or "none" (no proof was claimed)
     second_proof: str = "none"
+    work: float = 0.0  # deterministic work units both runs did (budget.Work)
+    wall_capped: bool = False  # a run ended near its time limit without a proof
 
 
 class Relaxation:
@@ -457,9 +460,18 @@ class Relaxation:
     # ------------------------------------------------------------ solve
 
     def solve(self, time_limit_s: float, cutoff: int | None = None, seed: int = 0,
-              workers: int = 1, floor: tuple[int, int] | None = None) -> RelaxOutcome:
-        """Solve within ``time_limit_s``; ``cutoff``: only objectives below it matter;
-        ``floor``: (τ, sync) lower bounds already proven (redundant constraints)."""
+              workers: int = 1, floor: tuple[int, int] | None = None,
+              work_limit: float | None = None) -> RelaxOutcome:
+        """Solve within ``time_limit_s`` (and ``work_limit`` work units of deterministic
+        time); ``cutoff``: only objectives below it matter; ``floor``: (τ, sync) lower
+        bounds already proven (redundant constraints)."""
+        outcome = self._solve(time_limit_s, cutoff, seed, workers, floor, work_limit)
+        solver = self._checked
+        return dataclasses.replace(outcome, work=solver.deterministic_time,
+                                   wall_capped=solver.wall_capped)
+
+    def _solve(self, time_limit_s: float, cutoff: int | None, seed: int, workers: int,
+               floor: tuple[int, int] | None, work_limit: float | None) -> RelaxOutcome:
         model = self.model
         if cutoff is not None:
             model.add(self.objective <= cutoff - 1)
@@ -467,7 +479,9 @@ class Relaxation:
             model.add(self.tau_max >= floor[0])
             model.add(self.t_sync >= floor[1])
         # OPTIMAL and INFEASIBLE are proven twice, else downgraded (cpsat_solver.CheckedSolver)
-        solver = CheckedSolver(time_limit_s, workers, seed, label=f"{self.shape.label} relaxation")
+        solver = CheckedSolver(time_limit_s, workers, seed, label=f"{self.shape.label} relaxation",
+                               work_limit=work_limit)
+        self._checked = solver
         status = solver.solve(model)
         wall = solver.wall_time
         proof = ("agreed" if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) else

@@ -33,6 +33,12 @@ ones share what is left).  Whenever a relaxation solution is below the incumbent
 it is placed on the network (:mod:`nest_cp.solvers.certify.realise`) and the plan, priced
 by the evaluator, becomes the incumbent if it is better.  The time limit bounds
 the whole run; a shape never reached keeps its placement-free bound.
+
+With a work limit the shares are work units instead of seconds (CP-SAT's deterministic
+time, nest_cp.solvers.exact.budget.Work): each relaxation and placement run gets the
+work its shape has left and is charged what it did, so which shapes are visited and how
+far is the same on any machine at any load; the time limit is then a wall-clock cap,
+and a certificate it cut short says so (``wall_capped`` and a note).
 """
 
 from __future__ import annotations
@@ -56,12 +62,15 @@ from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shapes
+from nest_cp.solvers.exact.budget import Work
 
 logger = logging.getLogger(__name__)
 
 FIRST_PASS_S = 20.0       # relaxation time per shape in the first pass (at most)
 FIRST_PASS_SHARE = 0.05   # ... and at most this share of the whole limit
 REALISE_S = 20.0          # time for placing one relaxation solution
+FIRST_PASS_WORK = 20.0    # with a work limit: work units per shape in the first pass (at most)
+REALISE_WORK = 20.0       # ... and per placement run
 AGNOSTIC_SHARE = 0.3      # of a shape's first visit, for the channel-agnostic relaxation
 FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
 
@@ -145,6 +154,8 @@ class Certificate:
     shapes_open: int = 0
     outcomes: list[ShapeOutcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    work_used: float | None = None  # work units spent (None: no work limit)
+    wall_capped: bool = False  # the wall-clock cap, not the work limit, cut the run short
 
     @property
     def gap(self) -> float | None:
@@ -155,8 +166,10 @@ class Certificate:
 
 
 def certify_full(instance: Instance, hint: Plan | None = None, time_limit_s: float = 600.0,
-                 seed: int = 0) -> Certificate:
-    """Lower-bound the full space of ``instance`` and improve on ``hint`` where it can.
+                 seed: int = 0, work_limit: float | None = None) -> Certificate:
+    """Lower-bound the full space of ``instance`` and improve on ``hint`` where it can;
+    with ``work_limit`` the shapes share work units, ``time_limit_s`` is a wall-clock cap
+    (module docstring).
 
     Raises :class:`~nest_cp.model.errors.BackendOptionError` for an instance whose space the
     bounds do not cover (virtual stages > 1, SDP).
@@ -166,16 +179,19 @@ def certify_full(instance: Instance, hint: Plan | None = None, time_limit_s: flo
         raise BackendOptionError(f"{instance.name}: cannot certify the full space: {reason}",
                                  option="training")
     start = time.monotonic()
-    run = _Run(instance, hint, start + time_limit_s, seed)
+    run = _Run(instance, hint, start + time_limit_s, seed, work_limit)
     run.fast_pass()
-    run.visit_all(min(FIRST_PASS_S, FIRST_PASS_SHARE * time_limit_s))
+    run.visit_all(min(FIRST_PASS_S, FIRST_PASS_SHARE * time_limit_s) if work_limit is None
+                  else min(FIRST_PASS_WORK, FIRST_PASS_SHARE * work_limit))
     run.visit_all(None)
     return run.certificate(time.monotonic() - start)
 
 
 class _Run:
-    def __init__(self, instance: Instance, hint: Plan | None, deadline: float, seed: int):
+    def __init__(self, instance: Instance, hint: Plan | None, deadline: float, seed: int,
+                 work_limit: float | None = None):
         self.instance, self.deadline, self.seed = instance, deadline, seed
+        self.work = Work(work_limit)
         self.network = NetworkModel(instance.cluster)
         self.tiers = network_tiers(self.network)
         self.prices: dict[int, LayerPrices] = {}
@@ -197,6 +213,23 @@ class _Run:
     def _remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def _left(self) -> float:
+        """What the run has left: work units under a work limit, else seconds.  Under a
+        work limit the wall-clock cap passing counts as nothing left, and is recorded."""
+        if not self.work.deterministic:
+            return self._remaining()
+        if self._remaining() <= 0:
+            self.work.wall_capped = True
+            return 0.0
+        return self.work.left()
+
+    def _mark(self) -> float:
+        """A point to measure a visit's spending from (work used, or the clock)."""
+        return self.work.used if self.work.deterministic else time.monotonic()
+
+    def _spent(self, mark: float) -> float:
+        return self._mark() - mark
+
     def _choice(self, shape: Shape) -> tuple[LayerPrices, FastBounds]:
         if shape.choice not in self.prices:
             prices = LayerPrices(self.instance, shape.config, shape.microbatch, self.tiers)
@@ -211,6 +244,7 @@ class _Run:
             if self._remaining() <= 0:
                 self.unreached = -math.inf  # nothing is known about the rest
                 self.notes.append("time limit reached during the placement-free pass")
+                self.work.wall_capped = self.work.deterministic
                 break
             _, fast = self._choice(shape)
             self.bounds.append(fast.bound(shape))
@@ -225,7 +259,8 @@ class _Run:
         return self.best_ticks is None or bound < self.best_ticks
 
     def visit_all(self, share_s: float | None) -> None:
-        """Visit the open shapes in bound order; ``share_s`` caps each (None: share the rest)."""
+        """Visit the open shapes in bound order; ``share_s`` caps each (None: share the rest),
+        in seconds, or in work units under a work limit."""
         for label in list(self.open):
             shape, outcome = self.open[label]
             if not self._beats(outcome.bound):
@@ -233,7 +268,7 @@ class _Run:
                 continue
             if outcome.relax_status in FINAL:
                 continue
-            left = self._remaining()
+            left = self._left()
             if left <= 0:
                 break
             remaining_open = sum(1 for _, o in self.open.values()
@@ -247,7 +282,10 @@ class _Run:
         self.resolved.append(self.open.pop(label)[1])
 
     def _visit(self, shape: Shape, outcome: ShapeOutcome, budget_s: float) -> None:
+        """One shape's bounds and relaxations within ``budget_s`` (seconds, or work units
+        under a work limit: :meth:`_mark`)."""
         began = time.monotonic()
+        mark = self._mark()
         prices, fast = self._choice(shape)
         geo = geometry(prices)
         if outcome.raised_bound is None and geo is not None:
@@ -276,7 +314,7 @@ class _Run:
         if outcome.agnostic_status == "not run":
             # the channel-agnostic model first (fast): its bound and a plan to realise; then
             # the channel-counting one (module docstring of relax, step 3a) in what is left
-            share = AGNOSTIC_SHARE * (budget_s - (time.monotonic() - began))
+            share = AGNOSTIC_SHARE * (budget_s - self._spent(mark))
             result = self._relax(catalogue, geo, arcs, False, share, floor, outcome)
             outcome.agnostic_status = result.status
             if not self._beats(outcome.bound) or self._closed(outcome) or \
@@ -286,8 +324,8 @@ class _Run:
                 outcome.second_proof = result.second_proof
                 outcome.wall_time_s += time.monotonic() - began
                 return
-        result = self._relax(catalogue, geo, arcs, True,
-                             budget_s - (time.monotonic() - began), floor, outcome)
+        result = self._relax(catalogue, geo, arcs, True, budget_s - self._spent(mark), floor,
+                             outcome)
         outcome.relax_status = result.status
         outcome.second_proof = result.second_proof
         outcome.relax_value = result.objective
@@ -298,10 +336,17 @@ class _Run:
         """Solve one relaxation model (both are relaxations of the shape's main plans), raise
         the shape's relaxation bound to its proven value, and realise its solution when it
         is below the incumbent."""
-        began = time.monotonic()
+        began, mark = time.monotonic(), self._mark()
         relaxation = Relaxation(catalogue, geo, arcs, channels=channels)
-        result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
-                                  cutoff=self.best_ticks, seed=self.seed, floor=floor)
+        if self.work.deterministic:  # the work left; the clock only as the cap
+            result = relaxation.solve(max(0.05, self._remaining()), cutoff=self.best_ticks,
+                                      seed=self.seed, floor=floor,
+                                      work_limit=max(0.001, budget_s - self._spent(mark)))
+            self.work.charge(result.work)
+            self.work.wall_capped = self.work.wall_capped or result.wall_capped
+        else:
+            result = relaxation.solve(max(0.05, budget_s - (time.monotonic() - began)),
+                                      cutoff=self.best_ticks, seed=self.seed, floor=floor)
         outcome.relax_bound = max(outcome.relax_bound, result.bound)
         logger.info("%s: relaxation (channels %s) %s bound %s value %s (%.1f s)",
                     outcome.label, channels, result.status, result.bound, result.objective,
@@ -338,8 +383,12 @@ class _Run:
 
     def _realise(self, catalogue: Catalogue, geo, solution: dict,
                  outcome: ShapeOutcome) -> None:
-        plan = realise(catalogue, geo, solution, min(REALISE_S, max(1.0, self._remaining())),
-                       self.seed)
+        if self.work.deterministic:
+            plan = realise(catalogue, geo, solution, max(1.0, self._remaining()), self.seed,
+                           self.work, min(REALISE_WORK, max(1.0, self.work.left())))
+        else:
+            plan = realise(catalogue, geo, solution,
+                           min(REALISE_S, max(1.0, self._remaining())), self.seed)
         if plan is None:
             logger.info("%s: the relaxation solution could not be placed", outcome.label)
             return
@@ -371,6 +420,16 @@ class _Run:
         return plan, ticks
 
     def certificate(self, wall_time_s: float) -> Certificate:
+        certificate = self._certificate(wall_time_s)
+        if self.work.deterministic:
+            certificate.work_used = round(self.work.used, 6)
+            certificate.wall_capped = self.work.wall_capped
+            if self.work.wall_capped:
+                certificate.notes.append("the wall-clock cap, not the work limit, cut the run "
+                                         "short: this interval depends on the machine")
+        return certificate
+
+    def _certificate(self, wall_time_s: float) -> Certificate:
         open_outcomes = [o for _, o in self.open.values() if self._beats(o.bound)]
         bounds = [o.bound for o in open_outcomes] + [self.unreached]
         least = min(bounds)

@@ -35,7 +35,7 @@ from nest_cp.model.instance import CollectiveGroup
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.geometry import NONE, Geometry
 from nest_cp.solvers.certify.split import Catalogue
-from nest_cp.solvers.cpsat_solver import new_solver
+from nest_cp.solvers.cpsat_solver import charge_run, new_solver
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +168,15 @@ class SlicePlacement:
 
     # ------------------------------------------------------------ solve
 
-    def solve(self, time_limit_s: float, seed: int = 0) -> Plan | None:
+    def solve(self, time_limit_s: float, seed: int = 0, work=None,
+              work_limit: float | None = None) -> Plan | None:
+        """A placement, within ``time_limit_s`` (and ``work_limit`` work units; ``work``
+        records what the run did: cpsat_solver.charge_run)."""
         self.build()
         # only a plan is read (and priced by the evaluator): no proof to confirm
-        solver = new_solver(max(0.1, time_limit_s), workers=1, seed=seed)
+        solver = new_solver(max(0.1, time_limit_s), workers=1, seed=seed, work_limit=work_limit)
         status = solver.solve(self.model)
+        charge_run(work, solver, status, max(0.1, time_limit_s))
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             logger.info("slice placement: %s", solver.status_name(status))
             return None

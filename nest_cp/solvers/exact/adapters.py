@@ -25,9 +25,10 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
+import highspy
 import numpy as np
 import pulp
 from ortools.sat.python import cp_model
@@ -56,6 +57,8 @@ class RawOutcome:
     bound: float | None
     note: str | None = None
     disagreed: bool = False
+    work: float = 0.0  # work units the solver runs did (budget.Work), a count, not a clock
+    wall_capped: bool = False  # a run ended near its time limit without a proof
 
 
 def proven_bound(tolerance: float, value: float) -> int:
@@ -96,19 +99,21 @@ class _Building:
         self.deadline.tick()
 
     def solve_within(self, deadline: Deadline, building_s: float, seed: int, workers: int,
-                     label: str) -> RawOutcome:
+                     label: str, work_limit: float | None = None) -> RawOutcome:
         """Solve the built model in what is left of ``deadline`` (raises OutOfTime when
-        nothing is).  The MILP's own overhead, PuLP writing the model out, grows like
-        building it took, so that much more is kept back for it."""
+        nothing is) and, with ``work_limit``, in that many work units.  The MILP's own
+        overhead, PuLP writing the model out, grows like building it took, so that much
+        more is kept back for it."""
         time_left = deadline.remaining() - (building_s if self.objective_tolerance_rel > 0
                                             else 0.0)
         if time_left <= 0:
             raise OutOfTime
         self.label = label
-        outcome = self.solve(time_left, seed, workers)
-        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s)", label,
-                    outcome.status.value, outcome.objective, outcome.bound, self.terms,
-                    building_s)
+        outcome = self.solve(time_left, seed, workers) if work_limit is None else \
+            self.solve(time_left, seed, workers, work_limit)
+        logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s, %.3f work "
+                    "units)", label, outcome.status.value, outcome.objective, outcome.bound,
+                    self.terms, building_s, outcome.work)
         return outcome
 
 
@@ -162,18 +167,21 @@ class CpSatAdapter(_Building):
     def hint(self, var, value: int) -> None:
         self.model.add_hint(var, value)
 
-    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
-        """Solve in ``time_limit_s``; an OPTIMAL or INFEASIBLE is proven twice (a second
-        CP-SAT run without presolve, :class:`~nest_cp.solvers.cpsat_solver.CheckedSolver`),
-        else it comes back FEASIBLE or UNKNOWN with the lower bound and a note."""
-        solver = self.checked_solver(time_limit_s, seed, workers)
+    def solve(self, time_limit_s: float, seed: int, workers: int,
+              work_limit: float | None = None) -> RawOutcome:
+        """Solve in ``time_limit_s`` (and ``work_limit`` units of deterministic time); an
+        OPTIMAL or INFEASIBLE is proven twice (a second CP-SAT run without presolve,
+        :class:`~nest_cp.solvers.cpsat_solver.CheckedSolver`), else it comes back FEASIBLE
+        or UNKNOWN with the lower bound and a note."""
+        solver = self.checked_solver(time_limit_s, seed, workers, work_limit)
         status = solver.solve(self.model)
         self._solver = solver
         note, disagreed = solver.note, solver.disagreed
+        spent = {"work": solver.deterministic_time, "wall_capped": solver.wall_capped}
         if status == cp_model.MODEL_INVALID:
             raise InternalError(f"CP-SAT rejected the model as invalid: {self.model.validate()}")
         if status == cp_model.INFEASIBLE:
-            return RawOutcome(RawStatus.INFEASIBLE, None, None)
+            return RawOutcome(RawStatus.INFEASIBLE, None, None, **spent)
         # the objective has integer coefficients, so its value and bound are integers that
         # CP-SAT reports as doubles (428400000.00000006): read them back as integers
         raw_bound = solver.best_objective_bound
@@ -181,13 +189,15 @@ class CpSatAdapter(_Building):
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             objective = round(solver.objective_value)
             if status == cp_model.OPTIMAL:
-                return RawOutcome(RawStatus.OPTIMAL, objective, objective)
-            return RawOutcome(RawStatus.FEASIBLE, objective, bound, note, disagreed)
-        return RawOutcome(RawStatus.UNKNOWN, None, bound, note, disagreed)
+                return RawOutcome(RawStatus.OPTIMAL, objective, objective, **spent)
+            return RawOutcome(RawStatus.FEASIBLE, objective, bound, note, disagreed, **spent)
+        return RawOutcome(RawStatus.UNKNOWN, None, bound, note, disagreed, **spent)
 
-    def checked_solver(self, time_limit_s: float, seed: int, workers: int) -> CheckedSolver:
+    def checked_solver(self, time_limit_s: float, seed: int, workers: int,
+                       work_limit: float | None = None) -> CheckedSolver:
         """The solver of :meth:`solve` (a seam: tests hand in a wrong first answer)."""
-        return CheckedSolver(time_limit_s, workers, seed, label=self.label)
+        return CheckedSolver(time_limit_s, workers, seed, label=self.label,
+                             work_limit=work_limit)
 
     def value(self, var) -> int:
         return int(self._solver.value(var))
@@ -210,6 +220,9 @@ class MilpAdapter(_Building):
     integrality_tolerance = 1e-8
     HIGHS_LARGE_MATRIX_VALUE = 1e15  # HiGHS' default large_matrix_value: larger is an error
     MIN_CHECK_S = 0.05  # less time left than this: the check without presolve is not run
+    # a work unit of a MILP run (_work_options): HiGHS's MIP interrupt checks, CBC's nodes
+    CALLS_PER_WORK_UNIT = 10  # measured: 2-26 checks per CPU second, by model
+    NODES_PER_WORK_UNIT = 50
 
     def __init__(self, solver_name: str = "cbc"):
         super().__init__()
@@ -268,19 +281,21 @@ class MilpAdapter(_Building):
         var.setInitialValue(value)
         self._hinted = True
 
-    def solve(self, time_limit_s: float, seed: int, workers: int) -> RawOutcome:
-        """Solve in ``time_limit_s``; an OPTIMAL or INFEASIBLE is proven twice: the same
-        solver solves the model again without presolve in the time left, started from the
-        first run's plan, and must agree, else the outcome is FEASIBLE (UNKNOWN without a
-        plan) with the lower of the two bounds and a note.  An INFEASIBLE beside an
-        optimum on the cutoff itself (within the tolerance) is agreement: both say nothing
-        beats the incumbent by more than the tolerance.
+    def solve(self, time_limit_s: float, seed: int, workers: int,
+              work_limit: float | None = None) -> RawOutcome:
+        """Solve in ``time_limit_s`` (and ``work_limit`` work units: :meth:`_work_options`);
+        an OPTIMAL or INFEASIBLE is proven twice: the same solver solves the model again
+        without presolve in the time (and work) left, started from the first run's plan,
+        and must agree, else the outcome is FEASIBLE (UNKNOWN without a plan) with the
+        lower of the two bounds and a note.  An INFEASIBLE beside an optimum on the cutoff
+        itself (within the tolerance) is agreement: both say nothing beats the incumbent
+        by more than the tolerance.
 
         Not the other MILP solver: HiGHS took 10-30 times CBC's time to prove the cutoff
         models of small instances infeasible.  CBC keeps its preprocessing ("preprocess
         off" made the CBC 2.10 binary crash on an SDP model)."""
         began = time.monotonic()
-        first = self._solve_with(time_limit_s, seed, workers)
+        first = self._solve_with(time_limit_s, seed, workers, work_limit=work_limit)
         if first.status not in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE):
             return first
         kept = {var.name: var.varValue for var in self.problem.variables()}
@@ -289,19 +304,25 @@ class MilpAdapter(_Building):
             for var in self.problem.variables():
                 var.varValue = None
         time_left = time_limit_s - (time.monotonic() - began)
-        if time_left < self.MIN_CHECK_S:
+        work_left = None if work_limit is None else work_limit - first.work
+        if time_left < self.MIN_CHECK_S or (work_left is not None and work_left <= 0):
             # CBC 2.10 started warm with a limit of ~0.01 s exits with an error (seen on the
-            # soak's seed 27 under load); a check with no time proves nothing anyway
-            second = RawOutcome(RawStatus.UNKNOWN, None, None)
+            # soak's seed 27 under load); a check with no time proves nothing anyway.  With
+            # a work limit, running out of time here is the clock's doing: machine-dependent
+            second = RawOutcome(RawStatus.UNKNOWN, None, None, wall_capped=work_limit is not None
+                                and time_left < self.MIN_CHECK_S)
         else:
-            second = self._solve_with(time_left, seed, workers, presolve=False)
+            second = self._solve_with(time_left, seed, workers, presolve=False,
+                                      work_limit=work_left)
+        spent = {"work": first.work + second.work,
+                 "wall_capped": first.wall_capped or second.wall_capped}
         if second.objective is not None and not self._solution_holds():
             # a run stopped at once (the time left was tiny) can report its start or an
             # unfinished point as a solution; only a point the model admits is one
             logger.info("%s: the check without presolve returned a point the model does "
                         "not admit; it proves nothing", self.label)
             second = RawOutcome(RawStatus.UNKNOWN, None, None)
-        return self._second_opinion(first, second, kept)
+        return replace(self._second_opinion(first, second, kept), **spent)
 
     def _solution_holds(self) -> bool:
         """Whether the variables' values satisfy every bound, integrality and constraint of
@@ -388,27 +409,32 @@ class MilpAdapter(_Building):
         return outcome.objective >= cutoff - 1 - band
 
     def _solve_with(self, time_limit_s: float, seed: int, workers: int,
-                    presolve: bool = True) -> RawOutcome:
+                    presolve: bool = True, work_limit: float | None = None) -> RawOutcome:
         solver_name = self.solver_name
         if solver_name == "highs" and self._beyond_highs():
             logger.warning("a constraint coefficient reaches %g, which HiGHS refuses: the "
                            "model is left unsolved (its sub-problem stays open)",
                            self.HIGHS_LARGE_MATRIX_VALUE)
             return RawOutcome(RawStatus.UNKNOWN, None, None)
+        time_limit_s = max(time_limit_s, 0.01)
+        nodes = None if solver_name == "highs" else self._work_options(work_limit)
         # gaps: the objective is an integer at integer solutions, so an absolute gap < 1
         # proves optimality; the relative gap is 0 (HiGHS defaults to 1e-4)
         if solver_name == "highs":
-            solver = _HighsWithStart(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+            solver = _HighsWithStart(msg=False, timeLimit=time_limit_s, gapRel=0.0,
                                      gapAbs=self.proof_gap_abs, threads=workers, random_seed=seed,
                                      mip_feasibility_tolerance=self.integrality_tolerance,
                                      presolve="on" if presolve else "off")
+            solver.work_calls = None if work_limit is None else max(
+                1, math.floor(work_limit * self.CALLS_PER_WORK_UNIT))
         else:
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit_s, 0.01), gapRel=0.0,
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0,
                                        gapAbs=self.proof_gap_abs, threads=workers,
-                                       warmStart=self._hinted,
+                                       warmStart=self._hinted, maxNodes=nodes,
                                        options=[f"randomCbcSeed {seed + 1}",
                                                 f"integerTolerance {self.integrality_tolerance}",
                                                 *([] if presolve else ["presolve off"])])
+        began = time.monotonic()
         try:
             self.problem.solve(solver)
         except pulp.PulpSolverError as exc:
@@ -418,8 +444,50 @@ class MilpAdapter(_Building):
                            solver_name.upper(), str(exc).split(",")[0])
             for var in self.problem.variables():
                 var.varValue = None
-            return RawOutcome(RawStatus.UNKNOWN, None, None)
-        return self._outcome(solver_name)
+            return RawOutcome(RawStatus.UNKNOWN, None, None,
+                              **self._spent(solver, nodes, RawOutcome(RawStatus.UNKNOWN, None,
+                                                                      None), True))
+        outcome = self._outcome(solver_name)
+        return replace(outcome, **self._spent(solver, nodes, outcome,
+                                              time.monotonic() - began >= 0.9 * time_limit_s))
+
+
+    def _work_options(self, work_limit: float | None) -> int | None:
+        """CBC's node limit that stands for ``work_limit`` work units (None: no limit).
+
+        A MILP run's work is a count its solver makes the same way on any machine (with
+        one thread), converted at a fixed rate measured once on instances/small so that a
+        unit takes roughly a second of one core, like CP-SAT's deterministic time:
+
+        * HiGHS: the MIP solver's interrupt checks (kCallbackMipInterrupt), which it makes
+          at fixed points of its search, root processing included; the run is
+          interrupted at CALLS_PER_WORK_UNIT checks per unit (highspy reports no
+          iteration count to the callback, and HiGHS's node limit leaves the root,
+          often most of the work here, unbounded).
+        * CBC: branch-and-bound nodes, NODES_PER_WORK_UNIT per unit (``maxNodes``); its
+          root processing is not limited, and PuLP reports no count, so a run is charged
+          its whole allotment."""
+        if work_limit is None:
+            return None
+        return max(1, math.floor(work_limit * self.NODES_PER_WORK_UNIT))
+
+    def _spent(self, solver, nodes: int | None, outcome: RawOutcome,
+               near_time_limit: bool) -> dict:
+        """The work one run did and whether the clock rather than the work ended it.
+
+        HiGHS: its interrupt checks (:meth:`_work_options`) and its stopping reason;
+        through PuLP CBC reports neither, so a CBC run is charged its whole node allotment
+        and counts as stopped by the clock when it ended near its time limit unproven."""
+        if isinstance(solver, _HighsWithStart):
+            if solver.work_calls is None:
+                return {}
+            return {"work": solver.calls / self.CALLS_PER_WORK_UNIT,
+                    "wall_capped": solver.stopped_by_time}
+        if nodes is None:
+            return {}
+        proven = outcome.status in (RawStatus.OPTIMAL, RawStatus.INFEASIBLE)
+        return {"work": nodes / self.NODES_PER_WORK_UNIT,
+                "wall_capped": near_time_limit and not proven}
 
     def _beyond_highs(self) -> bool:
         """Whether a constraint has an entry HiGHS refuses (its ``large_matrix_value``).
@@ -475,6 +543,17 @@ class _HighsWithStart(pulp.HiGHS):
         with _c_stdout_silenced():
             super().createAndConfigureSolver(lp)
 
+    stopped_by_time = False  # the last run ended at its time limit
+    work_calls: int | None = None  # interrupt the run at this many MIP interrupt checks
+    calls = 0  # MIP interrupt checks the last run made (its work: MilpAdapter._work_options)
+
+    def _count_call(self, kind, message, out, into, user) -> None:
+        """HiGHS's MIP interrupt check: count it, interrupt at ``work_calls``."""
+        del kind, message, out, user
+        self.calls += 1
+        if self.calls >= self.work_calls:
+            into.user_interrupt = True
+
     def callSolver(self, lp):
         hinted = [(var.index, var.varValue) for var in lp.variables()
                   if var.varValue is not None]
@@ -482,7 +561,40 @@ class _HighsWithStart(pulp.HiGHS):
             index, value = zip(*hinted, strict=True)
             lp.solverModel.setSolution(len(index), np.array(index, dtype=np.int32),
                                        np.array(value, dtype=np.float64))
+        self.calls = 0
+        if self.work_calls is not None:
+            lp.solverModel.setCallback(self._count_call, None)
+            lp.solverModel.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
         lp.solverModel.run()
+        self.stopped_by_time = lp.solverModel.getModelStatus() == \
+            highspy.HighsModelStatus.kTimeLimit
+
+    def findSolutionValues(self, lp):
+        """PuLP's reading, with a stop on work (our interrupt, or a node limit: statuses
+        PuLP reads wrong or not at all) read like a time limit: a plan if one was found,
+        else none."""
+        model = lp.solverModel
+        if model.getModelStatus() not in (highspy.HighsModelStatus.kSolutionLimit,
+                                          highspy.HighsModelStatus.kInterrupt):
+            return super().findSolutionValues(lp)
+        lp.solverModel = _StatusAs(model, highspy.HighsModelStatus.kTimeLimit)
+        try:
+            return super().findSolutionValues(lp)
+        finally:
+            lp.solverModel = model
+
+
+class _StatusAs:
+    """A highspy model that reports another model status (everything else passes through)."""
+
+    def __init__(self, model, status):
+        self._model, self._status = model, status
+
+    def getModelStatus(self):  # noqa: N802 (highspy's name)
+        return self._status
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,16 @@ gets at most FIRST_PASS_SHARE of the limit, so one hard sub-problem cannot starv
 the others of an incumbent; then the unresolved ones, best bound first, share
 what is left.
 
+Work limits.  With ``options.work_limit`` the same two passes share work units
+(budget.Work) instead of seconds: in pass 1 each sub-problem's solver runs get at most
+FIRST_PASS_SHARE of the work limit, in pass 2 what is left; each run is charged the work
+its solver counted (never a clock reading), and once the work is spent the sub-problems
+and shapes not reached stay open, exactly as with the time limit.  Which sub-problems
+are solved and how far is then the same on any machine at any load.  The time limit
+remains a wall-clock cap over everything; if it ends a step (an enumeration, a bound, a
+model build, a solver run) the result is marked ``wall_capped`` (stats and message):
+that result depends on the machine.
+
 The referee.  Every plan a solver returns is re-evaluated with nest_cp.cost.evaluate,
 and the solver's own numbers are checked against the evaluator's: its objective
 may not be below the plan's price (the model would under-price), an OPTIMAL
@@ -74,7 +84,7 @@ from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import SolveResult, Space, Status
 from nest_cp.solvers.exact.adapters import RawOutcome, RawStatus, check_solver_numbers, proven_bound
 from nest_cp.solvers.exact.bounds import communication_lower_bound
-from nest_cp.solvers.exact.budget import Deadline, OutOfTime
+from nest_cp.solvers.exact.budget import Deadline, OutOfTime, Work, limit_text, work_stats
 from nest_cp.solvers.exact.pricing import ChunkPricing
 from nest_cp.solvers.exact.skeleton import build_model, estimate_terms, extract_plan, hint_model
 from nest_cp.solvers.exact.subproblems import (
@@ -127,7 +137,8 @@ class _Search:
 
 def solve_exact(instance: Instance, options, backend: str, make_adapter) -> SolveResult:
     """Solve ``instance`` exactly in ``options.space`` with the adapter's solver, within
-    ``options.time_limit_s`` for the whole search (module docstring)."""
+    ``options.time_limit_s`` for the whole search and, when given, ``options.work_limit``
+    work units for its solver runs (module docstring)."""
     start = time.monotonic()
     deadline = Deadline(start + options.time_limit_s)
     run = _Run(instance, options, NetworkModel(instance.cluster), make_adapter, deadline,
@@ -136,7 +147,7 @@ def solve_exact(instance: Instance, options, backend: str, make_adapter) -> Solv
     pending = run.first_pass()
     run.second_pass(pending)
     return _result(backend, options.space, run.search, time.monotonic() - start,
-                   run.tolerance_rel)
+                   run.tolerance_rel, run.work)
 
 
 class _Run:
@@ -149,6 +160,7 @@ class _Run:
         self.make_adapter, self.deadline = make_adapter, deadline
         self.hint = _placed(options.hint, network)
         self.search = _Search()
+        self.work = Work(options.work_limit)
         self.tolerance_rel = make_adapter().objective_tolerance_rel
         self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
         self._built_terms, self._built_s = 0, 0.0  # measured model-building rate
@@ -156,7 +168,8 @@ class _Run:
     # ------------------------------------------------------------ passes
 
     def first_pass(self) -> list[_Open]:
-        """Walk the shapes in bound order; each sub-problem gets at most FIRST_PASS_SHARE."""
+        """Walk the shapes in bound order; each sub-problem gets at most FIRST_PASS_SHARE
+        (of the time limit, or of the work limit when there is one)."""
         cap_s = self.options.time_limit_s * FIRST_PASS_SHARE
         pending: list[_Open] = []
         shapes = shapes_by_bound(self.instance, self.deadline)
@@ -165,19 +178,23 @@ class _Run:
             for bound, shape in shapes:
                 if self._prunable(bound):
                     break  # every later shape has a bound at least as large
-                if shape is None or self.deadline.expired():
+                if shape is None or self.deadline.expired() or self.work.exhausted():
                     self.search.unreached_bound = bound
+                    self._note_clock(shape is None or self.deadline.expired())
                     break
                 reached += 1
                 for zero in admitted_zeros(self.instance, shape):
-                    self._visit(_Open(bound, shape, zero), self.deadline.sooner(cap_s), pending)
+                    self._visit(_Open(bound, shape, zero), self.deadline if
+                                self.work.deterministic else self.deadline.sooner(cap_s),
+                                pending, FIRST_PASS_SHARE)
                 self._report(progress, [bound] + [item.bound for item in pending])
             self._report(progress, [item.bound for item in pending], steps=0)  # final status
         return self._sorted(pending, reached)
 
     def _sorted(self, pending: list[_Open], reached: int) -> list[_Open]:
-        logger.info("pass 1: %d shapes reached, %d sub-problems open, %.1f s left", reached,
-                    len(pending), self.deadline.remaining())
+        logger.info("pass 1: %d shapes reached, %d sub-problems open, %.1f s and %.3f work "
+                    "units left", reached, len(pending), self.deadline.remaining(),
+                    self.work.left())
         return sorted(pending, key=lambda entry: entry.bound)
 
     def second_pass(self, pending: list[_Open]) -> None:
@@ -207,13 +224,21 @@ class _Run:
 
     # ------------------------------------------------------------ one sub-problem
 
-    def _visit(self, item: _Open, deadline: Deadline, still_open: list[_Open]) -> None:
-        """Resolve ``item`` by ``deadline`` if possible, else append it (tightened) to
+    def _note_clock(self, stopped_by_clock: bool) -> None:
+        """With a work limit, a step the clock ended makes the result machine-dependent."""
+        if stopped_by_clock and self.work.deterministic:
+            self.work.wall_capped = True
+
+    def _visit(self, item: _Open, deadline: Deadline, still_open: list[_Open],
+               work_share: float | None = None) -> None:
+        """Resolve ``item`` by ``deadline`` (and with at most ``work_share`` of the work
+        limit, None: what is left) if possible, else append it (tightened) to
         ``still_open``."""
         if self._prunable(item.bound):
             self.search.pruned += 1
             return
-        if deadline.expired():
+        if deadline.expired() or self.work.exhausted():
+            self._note_clock(self.deadline.expired())
             still_open.append(item)
             return
         try:
@@ -233,8 +258,9 @@ class _Run:
             if self._prunable(item.bound):
                 self.search.pruned += 1
                 return
-            proven = self._solve(item.sub, deadline)
+            proven = self._solve(item.sub, deadline, work_share)
         except OutOfTime:
+            self._note_clock(True)
             still_open.append(item)
             return
         if proven is not None:
@@ -253,8 +279,10 @@ class _Run:
                 training.overlap_grad_reduce, deadline, training.overlap_param_gather)
         return self._sharp_bounds[sub.label]
 
-    def _solve(self, sub: SubProblem, deadline: Deadline) -> float | None:
-        """Build and solve one model by ``deadline``; None when resolved, else its bound."""
+    def _solve(self, sub: SubProblem, deadline: Deadline,
+               work_share: float | None = None) -> float | None:
+        """Build and solve one model by ``deadline`` (with ``work_share`` of the work limit);
+        None when resolved, else its bound."""
         estimate = estimate_terms(sub, self.network, self.options.space)
         if estimate / self._rate() > deadline.remaining():
             self.search.skipped_models += 1
@@ -275,7 +303,10 @@ class _Run:
         self._built_terms += adapter.terms
         self._built_s += building_s
         outcome = adapter.solve_within(deadline, building_s, self.options.seed,
-                                       self.options.workers, sub.label)
+                                       self.options.workers, sub.label,
+                                       self.work.share(work_share))
+        self.work.charge(outcome.work)
+        self._note_clock(outcome.wall_capped)
         self.search.solver_runs += 1
         return self._judge(sub, handles, adapter, outcome, cutoff)
 
@@ -367,14 +398,16 @@ def _is_structured(plan: Plan, network: NetworkModel) -> bool:
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
-            tolerance_rel: float) -> SolveResult:
+            tolerance_rel: float, work: Work | None = None) -> SolveResult:
+    work = work or Work()
     open_bounds = [item.bound for item in search.open]
     if search.unreached_bound < math.inf:
         open_bounds.append(search.unreached_bound)
     stats = {"solver_runs": search.solver_runs, "subproblems_pruned": search.pruned,
              "subproblems_open": len(search.open), "models_skipped": search.skipped_models,
              "shapes_unreached": search.unreached_bound < math.inf,
-             "solver_disagreements": search.disagreements}
+             "solver_disagreements": search.disagreements,
+             **work_stats(work)}
     limited = bool(open_bounds)  # stopped by the time limit with something unresolved
     if not open_bounds:
         if search.best_plan is None:
@@ -390,7 +423,7 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
         # two runs') holds if one of them is right, but the result is not OPTIMAL
         open_bounds = [bound]
     bound = min(open_bounds + search.tolerance_bounds, default=-math.inf)
-    message = "; ".join((["time limit"] if limited else []) + search.notes)
+    message = "; ".join(([limit_text(work)] if limited else []) + search.notes)
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, bound_ticks=_int_or_none(bound),
                            wall_time_s=wall_time_s, space=space, message=message, stats=stats,

@@ -54,7 +54,7 @@ from nest_cp.solvers.exact.adapters import (
     check_solver_numbers,
     proven_bound,
 )
-from nest_cp.solvers.exact.budget import Deadline, OutOfTime
+from nest_cp.solvers.exact.budget import Deadline, OutOfTime, Work, limit_text, work_stats
 from nest_cp.solvers.exact.sdp_model import (
     MAX_HOLDER_SETS,
     SdpSubProblem,
@@ -160,7 +160,9 @@ class _Search:
 
 def solve_sdp_exact(instance: Instance, options: SolveOptions, backend: str,
                     make_adapter) -> SolveResult:
-    """Solve the SDP space of ``options.space`` exactly within ``options.time_limit_s``."""
+    """Solve the SDP space of ``options.space`` exactly within ``options.time_limit_s``
+    and, when given, ``options.work_limit`` work units for the solver runs, shared like the
+    seconds are (two passes; nest_cp.solvers.exact.driver explains the work limit)."""
     start = time.monotonic()
     run = _Run(instance, options, make_adapter, Deadline(start + options.time_limit_s))
     run.offer_hint()
@@ -168,9 +170,12 @@ def solve_sdp_exact(instance: Instance, options: SolveOptions, backend: str,
     subproblems, complete = sdp_subproblems(instance, run.deadline)
     if not complete:  # nothing is proven about the sub-problems never enumerated
         run.search.notes.append("the time limit ended the enumeration of SDP sub-problems")
+        run.note_clock(True)
+    first_deadline = run.deadline if run.work.deterministic else \
+        run.deadline.sooner(options.time_limit_s * FIRST_PASS_SHARE)
     for sub in subproblems:
-        run.visit(_Open(sub.lower_bound_ticks * sub.scale, sub),
-                  run.deadline.sooner(options.time_limit_s * FIRST_PASS_SHARE), pending)
+        run.visit(_Open(sub.lower_bound_ticks * sub.scale, sub), first_deadline, pending,
+                  FIRST_PASS_SHARE)
     still_open: list[_Open] = []
     for item in sorted(pending, key=lambda entry: entry.bound):
         run.visit(item, run.deadline, still_open)
@@ -178,7 +183,7 @@ def solve_sdp_exact(instance: Instance, options: SolveOptions, backend: str,
         still_open.append(_Open(Fraction(0), None))
     run.search.open = still_open
     return _result(backend, options.space, run.search, time.monotonic() - start,
-                   run.tolerance_rel)
+                   run.tolerance_rel, run.work)
 
 
 class _Run:
@@ -188,8 +193,14 @@ class _Run:
         self.deadline = deadline
         self.network = NetworkModel(instance.cluster)
         self.search = _Search()
+        self.work = Work(options.work_limit)
         self.tolerance_rel = make_adapter().objective_tolerance_rel
         self.hint = options.sdp_hint
+
+    def note_clock(self, stopped_by_clock: bool) -> None:
+        """With a work limit, a step the clock ended makes the result machine-dependent."""
+        if stopped_by_clock and self.work.deterministic:
+            self.work.wall_capped = True
 
     def offer_hint(self) -> None:
         """A feasible hint inside the searched space starts the incumbent."""
@@ -211,12 +222,16 @@ class _Run:
             plan.placement in self.network.structured_placements(plan.config, 1,
                                                                  plan.num_replicas)
 
-    def visit(self, item: _Open, deadline: Deadline, still_open: list[_Open]) -> None:
+    def visit(self, item: _Open, deadline: Deadline, still_open: list[_Open],
+              work_share: float | None = None) -> None:
+        """Resolve ``item`` by ``deadline`` (with at most ``work_share`` of the work limit,
+        None: what is left) if possible, else append it (tightened) to ``still_open``."""
         if self.search.prunable(item.bound):
             self.search.pruned += 1
             return
         space, sub = self.options.space, item.sub
-        if deadline.expired():
+        if deadline.expired() or self.work.exhausted():
+            self.note_clock(self.deadline.expired())
             still_open.append(item)
             return
         if space is Space.FULL and full_space_size(sub) > MAX_HOLDER_SETS:
@@ -228,15 +243,17 @@ class _Run:
                                          self.instance.cluster.usable_hbm_bytes, deadline)
             if space is Space.STRUCTURED and not fitting:
                 return  # no design applies or fits: the structured sub-problem is empty
-            proven = self._solve(sub, deadline, fitting)
+            proven = self._solve(sub, deadline, fitting, work_share)
         except OutOfTime:
+            self.note_clock(True)
             still_open.append(item)
             return
         if proven is not None:
             item.bound = max(item.bound, proven)
             still_open.append(item)
 
-    def _solve(self, sub: SdpSubProblem, deadline: Deadline, fitting: list) -> Fraction | None:
+    def _solve(self, sub: SdpSubProblem, deadline: Deadline, fitting: list,
+               work_share: float | None = None) -> Fraction | None:
         """Build and solve one model; None when resolved, else its proven bound on T_eff."""
         adapter = self.make_adapter()
         adapter.deadline = deadline
@@ -249,7 +266,10 @@ class _Run:
             hint_sdp_model(adapter, handles, self.hint)
         building_s = time.monotonic() - began
         outcome = adapter.solve_within(deadline, building_s, self.options.seed,
-                                       self.options.workers, sub.label)
+                                       self.options.workers, sub.label,
+                                       self.work.share(work_share))
+        self.work.charge(outcome.work)
+        self.note_clock(outcome.wall_capped)
         self.search.solver_runs += 1
         return self._judge(sub, handles, adapter, outcome, cutoff, bool(fitting))
 
@@ -296,9 +316,10 @@ class _Run:
 
 
 def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
-            tolerance_rel: float) -> SolveResult:
+            tolerance_rel: float, work: Work | None = None) -> SolveResult:
+    work = work or Work()
     stats = {"sdp_solver_runs": search.solver_runs, "sdp_subproblems_pruned": search.pruned,
-             "sdp_subproblems_open": len(search.open)}
+             "sdp_subproblems_open": len(search.open), **work_stats(work)}
     tolerance = tolerance_rel if search.tolerance_bounds else 0.0
     if not search.open:
         if search.best_plan is None:
@@ -318,7 +339,7 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
     if search.too_large:
         notes.append(f"{search.too_large} full-space sub-problems need more than "
                      f"{MAX_HOLDER_SETS} holder-set variables and were not modelled")
-    message = "; ".join(["time limit or model size", *notes])
+    message = "; ".join([f"{limit_text(work)} or model size", *notes])
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, wall_time_s=wall_time_s, space=space,
                            message=message, stats=stats, tolerance_rel=tolerance,
