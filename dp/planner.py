@@ -75,10 +75,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.dp.compose import RangePrices, Shape, SyncFloor, parameter_kinds, whole_totals
+from nest_cp.dp.compose import (
+    RangePrices,
+    Shape,
+    SyncFloor,
+    distinct_ranges,
+    parameter_kinds,
+    whole_totals,
+)
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fastest_group_paths
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
+from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, node_cap, tp_qualities
 from nest_cp.dp.pricing import LayerTable, range_sums
 from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
 from nest_cp.model.errors import BackendOptionError
@@ -93,6 +101,7 @@ logger = logging.getLogger(__name__)
 CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
 STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
 REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between two searches
+STAGEWISE_KEPT = 4096  # stage-by-stage bounds kept (per (table, S, d, z)) before clearing
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,11 +278,14 @@ class _Search:
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
-        self._floors: dict[tuple[int, int], SyncFloor] = {}  # (z, size) -> fastest paths'
-        self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
+        self._floors: dict[tuple, SyncFloor] = {}  # (z, size, cap) -> fastest (capped) paths'
+        self._paths: dict[tuple[int, int | None], tuple] = {}  # (size, cap) -> group paths
+        self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
+        self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
+        self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self.best = Best()
         self.stats = Stats()
 
@@ -334,7 +346,7 @@ class _Search:
                     refined_now += 1
                     self.stats.outer_unfit += refined >= INF
                     if refined < INF and self.best.may_beat(refined, head.key):
-                        heapq.heappush(waiting, (refined, head.key, head))
+                        heapq.heappush(waiting, (refined, head.key, False, head))
                     head = next(stream, None)
                 if waiting and not self.best.may_beat(*waiting[0][:2]):
                     waiting.clear()  # a heap: no waiting one may either
@@ -342,7 +354,14 @@ class _Search:
                     if head is None:
                         return
                     continue
-                refined, _, searching = heapq.heappop(waiting)
+                refined, _, deepened, searching = heapq.heappop(waiting)
+                if not deepened:  # the stage-by-stage bound, computed only now (costlier)
+                    deeper = self._deeper_bound(searching, refined)
+                    if deeper > refined:
+                        if self.best.may_beat(deeper, searching.key):
+                            heapq.heappush(waiting, (deeper, searching.key, True, searching))
+                        searching = None
+                        continue
                 self._check_time()
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
@@ -366,11 +385,32 @@ class _Search:
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
-            bound = shape.rounds * max(outer.chunk_bound, self._gather_bound(shape)) \
-                + self._sync_bound(shape)
+            bound = self._shape_bound(shape, outer.chunk_bound)
             if bound < least and self._fits_at_most_replicas(shape):
                 least = bound
         return least
+
+    def _deeper_bound(self, outer: Outer, refined: int) -> int:
+        """The outer's refined bound raised by :meth:`_stagewise_bound` (v = 1): the least
+        over the ZeRO stages worth searching, that fit somewhere, of the larger of the two
+        (each a bound on that z's plans); ``refined`` where the stage-by-stage bound does
+        not apply."""
+        table = self._table(outer.choice_index)
+        if outer.virtual > 1 or table.config.tp == 1 or not self.network.is_hierarchical:
+            return refined
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, table.config, outer.dp)
+        least = INF
+        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+            shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
+                          microbatches)
+            if not self._fits_at_most_replicas(shape):
+                continue
+            bound = self._shape_bound(shape, outer.chunk_bound)
+            if bound < least:
+                bound = max(bound, self._stagewise_bound(shape))
+            least = min(least, bound)
+        return max(refined, least)
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -541,7 +581,10 @@ class _Search:
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
-            bound = shape.rounds * tau_bound + sync_bound
+            bound = self._shape_bound(shape, outer.chunk_bound)
+            if virtual == 1 and config.tp > 1 and self.network.is_hierarchical and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._stagewise_bound(shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
@@ -596,7 +639,7 @@ class _Search:
              for mode in table.modes}))[0][0, 0])
         if fitting >= INF:
             return None, bound
-        return inner, shape.rounds * max(tau_bound, fitting) + sync_bound
+        return inner, max(bound, shape.rounds * max(tau_bound, fitting) + sync_bound)
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
@@ -774,38 +817,257 @@ class _Search:
         self._layout_syncs[key] = (table, bound)
         return bound
 
-    def _gather_bound(self, shape: Shape) -> int:
+    def _shape_bound(self, shape: Shape, chunk_bound: int) -> int:
+        """A lower bound on T over every plan of the shape (c, b, S, d, v, z), any split,
+        recompute and placement (not only the rank layouts): the larger of
+
+        - the fastest-path bound (v·m + S − 1)·max(τ_lb, gathers) + sync (module docstring
+          "Bounds and pruning"; ``chunk_bound`` = τ_lb(S·v)), and
+        - with t >= 2 on a tiered network, the least over the values h the least quality of
+          the plan's TP groups may take (:func:`tp_qualities`: t if every TP group lies in
+          a node, else the channel count 1 .. t // 2 of the poorest; the facts are in
+          :mod:`nest_cp.dp.node_bounds`) of
+
+              rounds·max(τ_lb, gathers_c, τ_h) + sync_c,   c = ⌊G_0 / h⌋.
+
+          By Fact 1 no node holds more than c members of any sync or ZeRO-3 gather group,
+          so each such group of g ranks runs on one of :func:`capped_group_paths` (g, c)
+          or a slower one; every step of :meth:`_gather_bound` and
+          :meth:`_fresh_sync_bound` holds with those paths in place of the fastest ones
+          (both use only "each group runs on one of these paths or a slower one, and a
+          price never falls on a slower path or for more parameters"): gathers_c and
+          sync_c.  For h < t, by Fact 2 the stage replica of a TP group of quality h pays
+          every TP collective at least on one of :func:`crossing_tp_paths` (t, h), so
+          the chunks of that stage cost at least their crossing times and
+          max_k τ_k >= τ_h = :meth:`_crossing_chunk_bound` (h); τ_t = 0.
+
+        Every plan has one least quality h, so costs at least that h's term (T =
+        rounds·max_k τ_k + max_s exposed_s, and the term bounds both parts), hence at
+        least the least term.
+        """
+        fast = shape.rounds * max(chunk_bound, self._gather_bound(shape)) \
+            + self._sync_bound(shape)
+        tp = shape.table.config.tp
+        qualities = self._tp_qualities(tp)
+        if not qualities:
+            return fast
+        least = INF
+        for quality, cap in qualities:
+            crossing = 0 if quality == tp else self._crossing_chunk_bound(
+                shape.table, shape.num_chunks, quality)
+            least = min(least, shape.rounds * max(
+                chunk_bound, self._gather_bound(shape, cap), crossing)
+                + self._sync_bound(shape, cap))
+        return max(fast, least)
+
+    def _tp_qualities(self, tp: int) -> tuple[tuple[int, int], ...]:
+        """(h, c = ⌊G_0 / h⌋) for the least TP-group qualities h of :func:`tp_qualities`
+        worth a term in :meth:`_shape_bound` and :meth:`_stagewise_bound`, kept per t: of
+        the h with one c only the largest (``tp_qualities`` ascends), whose term is the
+        least: the same c, and τ_h falls as h grows (more channels, :func:`crossing_tp_paths`;
+        τ_t = 0).  () on graphs or t = 1."""
+        if tp not in self._qualities:
+            qualities = tp_qualities(self.network, tp) if self.network.is_hierarchical else ()
+            best_of_cap = {node_cap(self.network, quality): quality for quality in qualities}
+            self._qualities[tp] = tuple(sorted((quality, cap)
+                                               for cap, quality in best_of_cap.items()))
+        return self._qualities[tp]
+
+    def _group_paths(self, size: int, cap: int | None) -> tuple:
+        """:func:`fastest_group_paths` (size) (``cap`` None) or :func:`capped_group_paths`
+        (size, cap), kept per (size, cap)."""
+        key = (size, cap)
+        if key not in self._paths:
+            self._paths[key] = fastest_group_paths(self.network, size) if cap is None else \
+                capped_group_paths(self.network, size, cap)
+        return self._paths[key]
+
+    def _crossing_chunk_bound(self, table: LayerTable, num_chunks: int, channels: int) -> int:
+        """τ_h of :meth:`_shape_bound` (h = ``channels``): the least over splits into
+        ``num_chunks`` chunks of max_k w_k, where every chunk's w_k is its cheapest-path
+        time (:meth:`_cheapest_times`) except one chunk, chosen freely, priced with its TP
+        collectives on :func:`crossing_tp_paths` (t, h) (unhidden; EP collectives and
+        receives still on their cheapest paths).  A plan with a TP group of quality h
+        has a chunk (of that group's stage) costing at least its crossing time and every
+        other chunk at least its cheapest time, so its max τ is at least this (the
+        minimum also ranges over the split and over which chunk crosses).  Exact min-max
+        over splits by the kernel's recurrence with one more bit of state, "the
+        crossing chunk is still to come":
+
+            A(k, f) = the kernel's value (every chunk k.. on its cheapest time),
+            B(K, ·) = INF,
+            B(k, f) = min over l of min(max(cross(k, f, l), A(k + 1, l)),
+                                        max(cheap(k, f, l), B(k + 1, l))),
+
+        and τ_h = B(0, 0).  INF when no tier above the node holds t devices.  Kept per
+        (layer table, K, h)."""
+        key = ("crossing bound", num_chunks, channels)
+        if key in table.cache:
+            return table.cache[key]
+        config = table.config
+        paths = crossing_tp_paths(self.network, config.tp, channels)
+        if not paths:
+            table.cache[key] = INF
+            return INF
+        cheapest = self._cheapest_times(table, num_chunks)
+        extra = windows(self._crossing_extra(table, channels), num_chunks)
+        width = table.num_layers - num_chunks + 1
+        ordered = np.triu(np.ones((width, width), dtype=bool))
+        cheap = np.where(ordered, cheapest, INF)
+        cross = np.where(ordered, cheapest + extra, INF)
+        every, _ = fill_table(cheap)
+        crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
+        for chunk in range(num_chunks - 1, -1, -1):
+            crossed = np.minimum(np.maximum(cross[chunk], every[chunk + 1][None, :]),
+                                 np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
+        table.cache[key] = int(crossed[0])
+        return table.cache[key]
+
+    def _crossing_extra(self, table: LayerTable, channels: int) -> np.ndarray:
+        """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h)
+        (the cheapest of them per layer, unhidden) minus the TP part of
+        :meth:`_cheapest_times` (the cheapest over every path, hiding allowed): what a
+        chunk pays beyond its cheapest time when its TP group has quality h < t.  Kept in
+        the table's cache (recomputed if the cache was cleared)."""
+        key = ("crossing", channels)
+        if key not in table.cache:
+            network, config = self.network, table.config
+            crossing = np.min([np.diag(table.collective_range((path,), ()))
+                               for path in crossing_tp_paths(network, config.tp, channels)],
+                              axis=0)
+            options = [np.diag(table.collective_range((path,), ()))
+                       for path in fastest_group_paths(network, config.tp)]
+            if network.cluster.network.domain_sizes()[0] >= config.tp:
+                options.append(np.diag(table.collective_range(
+                    (network.tier_path(0),), (), tp_local=True)))
+            table.cache[key] = range_sums(np.maximum(crossing - np.min(options, axis=0), 0))
+        return table.cache[key]
+
+    def _stagewise_bound(self, shape: Shape) -> int:
+        """For v = 1 and t >= 2 on a tiered network, a lower bound on T over every plan of
+        the shape (any split, recompute and injective placement), stage by stage:
+
+            T = rounds·max_s τ_s + max_s exposed_s >= max_s (rounds·τ_s + exposed_s).
+
+        Per stage s, let h_s be the least quality of s's own TP groups
+        (:mod:`nest_cp.dp.node_bounds`).  Fact 1 holds stage by stage: a sync or gather
+        group of s has its members in distinct TP groups *of s*, each with at least h_s
+        members in every node it touches, so no node holds more than c_s = ⌊G_0 / h_s⌋ of
+        them.  So, for s holding layers f..l:
+
+        - τ_s >= cheapest(f, l) (:meth:`_cheapest_times`, receives included) +
+          [h_s < t] crossing(f, l) (:meth:`_crossing_extra`, Fact 2: the replica with the
+          TP group of quality h_s pays its TP collectives on a crossing path) + [z = 3]
+          2·(least over :func:`capped_group_paths` (d, c_s) of the all-gather of the
+          layers' parameters) (its gathers run over d-groups of s, each on one of those
+          paths or a slower one, §3.2 d);
+        - exposed_s >= the exposed sync with each phase's slowest-group price replaced by
+          the least over :func:`capped_group_paths` (g, c_s) of its price (per kind: dense
+          g = d·e, expert g = d): every group of s runs on one of them or a slower path,
+          prices never fall on slower paths, and max(0, x − y) does not fall as x grows
+          (cost model §5 c, d).
+
+        So rounds·τ_s + exposed_s >= H(f, l) = min over the possible h of those sums, and
+        T >= the least over contiguous splits of max_s H(s): the kernel's min-max
+        recurrence (:func:`fill_table`) on H.  Kept per (layer table, S, d, z)."""
+        table, num_stages = shape.table, shape.num_stages
+        key = (id(table), num_stages, shape.dp, shape.zero)
+        found = self._stagewise.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        config = table.config
+        cheapest = self._cheapest_times(table, num_stages)
+        least = None
+        for quality, cap in self._tp_qualities(config.tp):
+            time = cheapest
+            if quality < config.tp:
+                time = time + windows(self._crossing_extra(table, quality), num_stages)
+            gathers, exposed = self._capped_stage_floors(shape, cap)
+            if gathers is not None:
+                time = time + windows(gathers, num_stages)
+            total = shape.rounds * time + windows(exposed, num_stages)
+            least = total if least is None else np.minimum(least, total)
+        width = table.num_layers - num_stages + 1
+        weight = np.where(np.triu(np.ones((width, width), dtype=bool)), least, INF)
+        self.stats.dp_passes += 1
+        bound = int(fill_table(weight)[0][0, 0])
+        if len(self._stagewise) >= STAGEWISE_KEPT:
+            self._stagewise.clear()
+        self._stagewise[key] = (table, bound)
+        return bound
+
+    def _capped_stage_floors(self, shape: Shape, cap: int
+                             ) -> tuple[np.ndarray | None, np.ndarray]:
+        """L x L floors of :meth:`_stagewise_bound` for a stage of layers f..l whose groups
+        have at most ``cap`` members per node: the ZeRO-3 gathers (None unless z = 3 and
+        d > 1) and the exposed sync, each phase at the least price over
+        :func:`capped_group_paths`."""
+        table, zero, dp = shape.table, shape.zero, shape.dp
+        training = self.instance.training
+        columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                                   table.bwd_range, table.fwd_range,
+                                                   table.params_range))
+        dense, expert, backward, forward, params = columns
+        reduce = np.zeros(len(dense), dtype=np.int64)
+        gather = np.zeros(len(dense), dtype=np.int64)
+        for volumes, size in ((dense, dp * table.config.ep), (expert, dp)):
+            if size <= 1 or not np.any(volumes > 0):
+                continue
+            forms = [self.prices.sync_forms(zero, size, self.ids.id_of(path))
+                     for path in self._group_paths(size, cap)]
+            reduce = reduce + np.min([form.of_array(volumes) for form, _ in forms], axis=0)
+            if forms[0][1] is not None:
+                gather = gather + np.min([form.of_array(volumes) for _, form in forms],
+                                         axis=0)
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward)
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward)
+        exposed = (reduce + gather)[inverse]
+        gathers = None
+        if shape.gather_dp > 1:
+            gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
+                                  .of_array(params)
+                                  for path in self._group_paths(dp, cap)],
+                                 axis=0)[inverse]
+        return gathers, exposed
+
+    def _gather_bound(self, shape: Shape, cap: int | None = None) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
 
         That chunk holds at least ceil(P / K) of them, its gathers run over d-replica groups,
-        each on a path no faster than one of :func:`fastest_group_paths` (d), and a gather
-        costs no less for more parameters."""
+        each on a path no faster than one of :func:`fastest_group_paths` (d) (with ``cap``:
+        of :func:`capped_group_paths` (d, cap), for plans with at most ``cap`` members of a
+        group per node, :meth:`_shape_bound` case A), and a gather costs no less for more
+        parameters."""
         if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
         heaviest = -(-whole_totals(table)[0] // shape.num_chunks)
-        forms = self._gather_forms.get(shape.dp)
-        if forms is None:  # kept per d: one d serves many (table, S)
-            forms = self._gather_forms[shape.dp] = tuple(
-                self.prices.gather_form(shape.dp, self.ids.id_of(path))
-                for path in fastest_group_paths(self.network, shape.dp))
+        forms = self._gather_forms.get((shape.dp, cap))
+        if forms is None:  # kept per (d, cap): one d serves many (table, S)
+            paths = self._group_paths(shape.dp, cap)
+            forms = self._gather_forms[shape.dp, cap] = tuple(
+                self.prices.gather_form(shape.dp, self.ids.id_of(path)) for path in paths)
         return min(2 * form.of(heaviest) for form in forms)
 
-    def _sync_bound(self, shape: Shape) -> int:
-        """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z): the layouts and
-        recompute choices of one shape share it."""
-        key = (id(shape.table), shape.num_stages, shape.dp, shape.zero)
+    def _sync_bound(self, shape: Shape, cap: int | None = None) -> int:
+        """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z, cap): the layouts and
+        recompute choices of one shape share it.  With ``cap``, on the paths of
+        :func:`capped_group_paths` (size, cap) (:meth:`_shape_bound` case A)."""
+        key = (id(shape.table), shape.num_stages, shape.dp, shape.zero, cap)
         found = self._sync_bounds.get(key)
         if found is None or found[0] is not shape.table:
-            found = (shape.table, self._fresh_sync_bound(shape))
+            found = (shape.table, self._fresh_sync_bound(shape, cap=cap))
             self._sync_bounds[key] = found
         return found[1]
 
-    def _fresh_sync_bound(self, shape: Shape, paths_of=None) -> int:
+    def _fresh_sync_bound(self, shape: Shape, paths_of=None, cap: int | None = None) -> int:
         """A lower bound on max_s exposed_s, from the fastest paths a sync group may have
         (``paths_of(kind, size)``, kind 0 dense and 1 expert: paths one of which every
         group of the kind runs on or on a slower one; default the fastest paths of any
-        ``size`` devices).
+        ``size`` devices; with ``cap``, :func:`capped_group_paths` (size, cap), the paths of
+        plans with at most ``cap`` members of a group per node, :meth:`_shape_bound`).
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
         cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
@@ -838,11 +1100,11 @@ class _Search:
             if size <= 1 or params == 0:
                 continue
             if paths_of is None:
-                paths = fastest_group_paths(self.network, size)
-                floor = self._floors.get((shape.zero, size))
-                if floor is None:  # kept per (z, size): one size serves many (table, S)
+                paths = self._group_paths(size, cap)
+                floor = self._floors.get((shape.zero, size, cap))
+                if floor is None:  # kept per (z, size, cap): one serves many (table, S)
                     floor = self.prices.sync_floor(shape.zero, size, paths)
-                    self._floors[shape.zero, size] = floor
+                    self._floors[shape.zero, size, cap] = floor
             else:
                 paths = paths_of(kind, size)
                 floor = self.prices.sync_floor(shape.zero, size, paths)
