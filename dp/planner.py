@@ -329,8 +329,9 @@ class _Search:
         """
         stream = iter(outers)
         head = next(stream, None)
-        waiting: list[tuple[int, tuple[int, ...], Outer]] = []
+        waiting: list[tuple[int, tuple[int, ...], bool, Outer]] = []
         searching = None
+        deepened_now = 0
         try:
             while True:
                 refined_now = 0
@@ -355,13 +356,17 @@ class _Search:
                         return
                     continue
                 refined, _, deepened, searching = heapq.heappop(waiting)
-                if not deepened:  # the stage-by-stage bound, computed only now (costlier)
+                if not deepened and deepened_now < REFINED_PER_SEARCH:
+                    # the stage-by-stage bound, computed only now (costlier); at most
+                    # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
+                    deepened_now += 1
                     deeper = self._deeper_bound(searching, refined)
                     if deeper > refined:
                         if self.best.may_beat(deeper, searching.key):
                             heapq.heappush(waiting, (deeper, searching.key, True, searching))
                         searching = None
                         continue
+                deepened_now = 0
                 self._check_time()
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
@@ -478,18 +483,10 @@ class _Search:
             bounds[num_chunks] = int(fill_table(weight)[0][0, 0])
         return bounds
 
-    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
-        """(K, W, W) chunk times with collectives and receives on their cheapest path.
-
-        Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
-        entry is at most the real τ of that chunk, for any d, z, mode and layout: each
-        collective costs at least its price on one group, a group of g devices runs on a
-        path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
-        a tier's path.  The last few arrays are kept (read-only).
-        """
-        key = (table.config, table.microbatch, num_chunks)
-        if key in self._cheapest:
-            return self._cheapest[key]
+    def _cheapest_ranges(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The parts of :meth:`_cheapest_times`: the L x L range sums of compute plus every
+        collective on its cheapest path, and per layer the cheapest receive of the
+        activation before it and of the gradient after it; kept in the table's cache."""
         if "cheapest" not in table.cache:
             per_layer = table.compute.copy()
             received = np.zeros_like(per_layer)
@@ -511,7 +508,21 @@ class _Search:
                                    for tier in range(network.num_tiers)], axis=0)
             table.cache["cheapest"] = (range_sums(per_layer),
                                        np.concatenate(([0], received[:-1])), received)
-        base, activation, received = table.cache["cheapest"]
+        return table.cache["cheapest"]
+
+    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
+        """(K, W, W) chunk times with collectives and receives on their cheapest path.
+
+        Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
+        entry is at most the real τ of that chunk, for any d, z, mode and layout: each
+        collective costs at least its price on one group, a group of g devices runs on a
+        path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
+        a tier's path.  The last few arrays are kept (read-only).
+        """
+        key = (table.config, table.microbatch, num_chunks)
+        if key in self._cheapest:
+            return self._cheapest[key]
+        base, activation, received = self._cheapest_ranges(table)
         weight = windows(base, num_chunks).copy()
         weight[1:] += vector_windows(activation, num_chunks)[1:, :, None]
         weight[:-1] += vector_windows(received, num_chunks)[:-1, None, :]
@@ -854,7 +865,7 @@ class _Search:
         least = INF
         for quality, cap in qualities:
             crossing = 0 if quality == tp else self._crossing_chunk_bound(
-                shape.table, shape.num_chunks, quality)
+                shape.table, shape.num_chunks, quality, shape.num_stages)
             least = min(least, shape.rounds * max(
                 chunk_bound, self._gather_bound(shape, cap), crossing)
                 + self._sync_bound(shape, cap))
@@ -882,7 +893,8 @@ class _Search:
                 capped_group_paths(self.network, size, cap)
         return self._paths[key]
 
-    def _crossing_chunk_bound(self, table: LayerTable, num_chunks: int, channels: int) -> int:
+    def _crossing_chunk_bound(self, table: LayerTable, num_chunks: int, channels: int,
+                              num_stages: int | None = None) -> int:
         """τ_h of :meth:`_shape_bound` (h = ``channels``): the least over splits into
         ``num_chunks`` chunks of max_k w_k, where every chunk's w_k is its cheapest-path
         time (:meth:`_cheapest_times`) except one chunk, chosen freely, priced with its TP
@@ -899,9 +911,15 @@ class _Search:
             B(k, f) = min over l of min(max(cross(k, f, l), A(k + 1, l)),
                                         max(cheap(k, f, l), B(k + 1, l))),
 
-        and τ_h = B(0, 0).  INF when no tier above the node holds t devices.  Kept per
-        (layer table, K, h)."""
-        key = ("crossing bound", num_chunks, channels)
+        and τ_h = B(0, 0).  With ``num_stages`` S < K (interleaved, v = K / S): a TP group
+        belongs to one stage, and all v chunks of that stage (k ≡ s mod S, cost model §3.2
+        b) share it, so all of them cost at least their crossing times: τ_h is then the
+        least over s of the kernel's value with the chunks k ≡ s (mod S) on crossing times
+        and the others on cheapest ones (at least the one-chunk value above).  INF when no
+        tier above the node holds t devices.  Kept per (layer table, K, h, S)."""
+        if num_stages is None or num_stages >= num_chunks:
+            num_stages = num_chunks
+        key = ("crossing bound", num_chunks, channels, num_stages)
         if key in table.cache:
             return table.cache[key]
         config = table.config
@@ -915,6 +933,12 @@ class _Search:
         ordered = np.triu(np.ones((width, width), dtype=bool))
         cheap = np.where(ordered, cheapest, INF)
         cross = np.where(ordered, cheapest + extra, INF)
+        if num_stages < num_chunks:
+            crosses = np.arange(num_chunks) % num_stages
+            table.cache[key] = min(int(fill_table(np.where(
+                (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
+                for stage in range(num_stages))
+            return table.cache[key]
         every, _ = fill_table(cheap)
         crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
         for chunk in range(num_chunks - 1, -1, -1):
@@ -955,7 +979,8 @@ class _Search:
         members in every node it touches, so no node holds more than c_s = ⌊G_0 / h_s⌋ of
         them.  So, for s holding layers f..l:
 
-        - τ_s >= cheapest(f, l) (:meth:`_cheapest_times`, receives included) +
+        - τ_s >= cheapest(f, l) (the compute and collectives of :meth:`_cheapest_ranges`;
+          receives dropped, they are >= 0) +
           [h_s < t] crossing(f, l) (:meth:`_crossing_extra`, Fact 2: the replica with the
           TP group of quality h_s pays its TP collectives on a crossing path) + [z = 3]
           2·(least over :func:`capped_group_paths` (d, c_s) of the all-gather of the
@@ -976,19 +1001,20 @@ class _Search:
         if found is not None and found[0] is table:
             return found[1]
         config = table.config
-        cheapest = self._cheapest_times(table, num_stages)
+        cheapest = self._cheapest_ranges(table)[0]
         least = None
         for quality, cap in self._tp_qualities(config.tp):
             time = cheapest
             if quality < config.tp:
-                time = time + windows(self._crossing_extra(table, quality), num_stages)
+                time = time + self._crossing_extra(table, quality)
             gathers, exposed = self._capped_stage_floors(shape, cap)
             if gathers is not None:
-                time = time + windows(gathers, num_stages)
-            total = shape.rounds * time + windows(exposed, num_stages)
+                time = time + gathers
+            total = shape.rounds * time + exposed
             least = total if least is None else np.minimum(least, total)
         width = table.num_layers - num_stages + 1
-        weight = np.where(np.triu(np.ones((width, width), dtype=bool)), least, INF)
+        weight = np.where(np.triu(np.ones((width, width), dtype=bool)),
+                          windows(least, num_stages), INF)
         self.stats.dp_passes += 1
         bound = int(fill_table(weight)[0][0, 0])
         if len(self._stagewise) >= STAGEWISE_KEPT:
