@@ -86,3 +86,43 @@ def test_the_paths_follow_the_node_counting():
     assert network.tier_path(0) in capped_group_paths(network, 2, 2)
     assert crossing_tp_paths(network, 8, 4)[0] == network.channel_path(1, 4)
 
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruning_never_changes_the_optimum_when_tp_fills_a_node(seed, monkeypatch):
+    """test_dp_v3's medium instances (t in {1, 2}, e in {1, 2}, v in {1, 2}, both overlap
+    flags by seed) on nodes of 2, where t = 2 fills a node (c = 1): the DP with every bound
+    finds the objective the DP with every bound replaced by 0 (all outers searched) finds."""
+    import numpy as np
+    from test_dp_v3 import medium_v3_instance
+
+    from nest_cp.dp import interleaved
+    from nest_cp.model.instance import HierarchicalNetwork, Tier
+    from nest_cp.solvers.registry import solve
+
+    instance = medium_v3_instance(seed)
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
+                                   Tier("rack", 4, 1e10, 1e-5),
+                                   Tier("spine", 2, 5e9, 2e-5, efficiency=0.7)))
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, network=network))
+    pruned = solve(instance, "dp", SolveOptions())
+    outer_choices = planner._Search._outer_choices
+
+    def without_bounds(search):
+        return [dataclasses.replace(o, lower_bound=0, chunk_bound=0)
+                for o in outer_choices(search)]
+
+    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
+    for name in ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
+                 "_stagewise_bound"):
+        monkeypatch.setattr(planner._Search, name, lambda *args: 0)
+    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
+    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
+        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    exhaustive = solve(instance, "dp", SolveOptions())
+    assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
+        exhaustive.stats["outer_choices"]
+    assert pruned.stats["outer_searched"] < exhaustive.stats["outer_searched"]
+    assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
+                                                       exhaustive.objective_ticks)
