@@ -286,6 +286,7 @@ class _Search:
         self._layout_totals: dict[tuple, int] = {}
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
+        self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
         self.best = Best()
         self.stats = Stats()
 
@@ -1001,26 +1002,42 @@ class _Search:
         if found is not None and found[0] is table:
             return found[1]
         config = table.config
-        cheapest = self._cheapest_ranges(table)[0]
         least = None
         for quality, cap in self._tp_qualities(config.tp):
-            time = cheapest
-            if quality < config.tp:
-                time = time + self._crossing_extra(table, quality)
+            time = self._stage_time_floor(table, quality)
             gathers, exposed = self._capped_stage_floors(shape, cap)
             if gathers is not None:
                 time = time + gathers
-            total = shape.rounds * time + exposed
-            least = total if least is None else np.minimum(least, total)
-        width = table.num_layers - num_stages + 1
-        weight = np.where(np.triu(np.ones((width, width), dtype=bool)),
-                          windows(least, num_stages), INF)
+            total = shape.rounds * time
+            total += exposed
+            least = total if least is None else np.minimum(least, total, out=least)
+        weight = windows(least, num_stages) + self._unordered(table.num_layers, num_stages)
         self.stats.dp_passes += 1
         bound = int(fill_table(weight)[0][0, 0])
         if len(self._stagewise) >= STAGEWISE_KEPT:
             self._stagewise.clear()
         self._stagewise[key] = (table, bound)
         return bound
+
+    def _stage_time_floor(self, table: LayerTable, quality: int) -> np.ndarray:
+        """L x L: the compute and collectives of :meth:`_cheapest_ranges`, plus, for a TP
+        quality h < t, :meth:`_crossing_extra` (h); kept in the table's cache."""
+        key = ("stage time floor", quality)
+        if key not in table.cache:
+            floor = self._cheapest_ranges(table)[0]
+            if quality < table.config.tp:
+                floor = floor + self._crossing_extra(table, quality)
+            table.cache[key] = floor
+        return table.cache[key]
+
+    def _unordered(self, num_layers: int, num_stages: int) -> np.ndarray:
+        """(W, W): INF where the last offset precedes the first (no such stage), else 0;
+        added to a window of stage weights, as the kernel wants them (kept per (L, S))."""
+        key = (num_layers, num_stages)
+        if key not in self._masks:
+            width = num_layers - num_stages + 1
+            self._masks[key] = np.where(np.triu(np.ones((width, width), dtype=bool)), 0, INF)
+        return self._masks[key]
 
     def _capped_stage_floors(self, shape: Shape, cap: int
                              ) -> tuple[np.ndarray | None, np.ndarray]:
