@@ -41,7 +41,13 @@ of chunk times with every collective and receive on its cheapest possible path
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
 sync (the parts never overlapped, of the stage holding the most parameters; and the
 mean over stages of the sync minus the compute it may overlap), on their cheapest
-paths; the least over the z that fit somewhere is the outer's refined bound.  Outers
+paths; with t >= 2 on a tiered network it is raised by a case split on where the TP
+groups lie (:meth:`_Search._shape_bound`, :mod:`nest_cp.dp.node_bounds`: per-node
+counting ties the data-parallel groups' ring channels to the TP groups' placement, so
+a bound cannot price 8 NIC channels for the sync and an in-node TP group at once); the
+least over the z that fit somewhere is the outer's refined bound.  When an outer (v = 1)
+first reaches the top of the queue its bound is raised once more, stage by stage
+(:meth:`_Search._stagewise_bound`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
@@ -324,9 +330,13 @@ class _Search:
         millions of outers have a compute bound below the first refined ones): the heap's
         least may then be searched before an unrefined outer of smaller compute bound,
         which changes neither the bound on what is left (the least of the three) nor the
-        plan that wins.  Which plan wins does not depend on the order: every plan is
-        accepted by (objective, key), and every pruning compares (bound, key prefix) with
-        the incumbent's (objective, key).
+        plan that wins.  An outer popped from the heap the first time is deepened
+        (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
+        pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
+        between two searches (past that the popped outer is searched as it is), so every
+        entry of the heap still holds a valid bound of its outer.  Which plan wins does
+        not depend on the order: every plan is accepted by (objective, key), and every
+        pruning compares (bound, key prefix) with the incumbent's (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
@@ -360,6 +370,7 @@ class _Search:
                 if not deepened and deepened_now < REFINED_PER_SEARCH:
                     # the stage-by-stage bound, computed only now (costlier); at most
                     # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
+                    self._check_time()
                     deepened_now += 1
                     deeper = self._deeper_bound(searching, refined)
                     if deeper > refined:
