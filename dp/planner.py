@@ -330,7 +330,9 @@ class _Search:
         millions of outers have a compute bound below the first refined ones): the heap's
         least may then be searched before an unrefined outer of smaller compute bound,
         which changes neither the bound on what is left (the least of the three) nor the
-        plan that wins.  An outer popped from the heap the first time is deepened
+        plan that wins.  Once there is an incumbent (before, to find one early: the
+        refined bound is then the fastest-path one alone, ``split`` False in
+        :meth:`_shape_bound`), an outer popped from the heap the first time is deepened
         (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
         pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
         between two searches (past that the popped outer is searched as it is), so every
@@ -367,7 +369,8 @@ class _Search:
                         return
                     continue
                 refined, _, deepened, searching = heapq.heappop(waiting)
-                if not deepened and deepened_now < REFINED_PER_SEARCH:
+                if not deepened and deepened_now < REFINED_PER_SEARCH and \
+                        self.best.objective is not None:
                     # the stage-by-stage bound, computed only now (costlier); at most
                     # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
                     self._check_time()
@@ -402,7 +405,8 @@ class _Search:
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
-            bound = self._shape_bound(shape, outer.chunk_bound)
+            bound = self._shape_bound(shape, outer.chunk_bound,
+                                      split=self.best.objective is not None)
             if bound < least and self._fits_at_most_replicas(shape):
                 least = bound
         return least
@@ -840,7 +844,7 @@ class _Search:
         self._layout_syncs[key] = (table, bound)
         return bound
 
-    def _shape_bound(self, shape: Shape, chunk_bound: int) -> int:
+    def _shape_bound(self, shape: Shape, chunk_bound: int, split: bool = True) -> int:
         """A lower bound on T over every plan of the shape (c, b, S, d, v, z), any split,
         recompute and placement (not only the rank layouts): the larger of
 
@@ -866,12 +870,13 @@ class _Search:
 
         Every plan has one least quality h, so costs at least that h's term (T =
         rounds·max_k τ_k + max_s exposed_s, and the term bounds both parts), hence at
-        least the least term.
+        least the least term.  ``split`` False: the first bound alone (cheaper; the
+        planner's choice until it holds a plan, so that one comes early).
         """
         fast = shape.rounds * max(chunk_bound, self._gather_bound(shape)) \
             + self._sync_bound(shape)
         tp = shape.table.config.tp
-        qualities = self._tp_qualities(tp)
+        qualities = self._tp_qualities(tp) if split else ()
         if not qualities:
             return fast
         least = INF
