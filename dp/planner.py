@@ -41,12 +41,13 @@ of chunk times with every collective and receive on its cheapest possible path
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
 sync (the parts never overlapped, of the stage holding the most parameters; and the
 mean over stages of the sync minus the compute it may overlap), on their cheapest
-paths; with t >= 2 on a tiered network it is raised by a case split on where the TP
-groups lie (:meth:`_Search._shape_bound`, :mod:`nest_cp.dp.node_bounds`: per-node
-counting ties the data-parallel groups' ring channels to the TP groups' placement, so
-a bound cannot price 8 NIC channels for the sync and an in-node TP group at once); the
-least over the z that fit somewhere is the outer's refined bound.  When an outer (v = 1)
-first reaches the top of the queue its bound is raised once more, stage by stage
+paths; with t >= 2 on a tiered network (once a plan is known) it is raised by a case
+split on where the TP groups lie (:meth:`_Search._shape_bound`,
+:mod:`nest_cp.dp.node_bounds`: per-node counting ties the data-parallel groups' ring
+channels to the TP groups' placement, so a bound cannot price 8 NIC channels for the
+sync and an in-node TP group at once); the least over the z that fit somewhere is the
+outer's refined bound.  When an outer (v = 1) first reaches the top of the queue its
+bound is raised once more by the same argument stage by stage
 (:meth:`_Search._stagewise_bound`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
@@ -330,9 +331,10 @@ class _Search:
         millions of outers have a compute bound below the first refined ones): the heap's
         least may then be searched before an unrefined outer of smaller compute bound,
         which changes neither the bound on what is left (the least of the three) nor the
-        plan that wins.  Once there is an incumbent (before, to find one early: the
-        refined bound is then the fastest-path one alone, ``split`` False in
-        :meth:`_shape_bound`), an outer popped from the heap the first time is deepened
+        plan that wins.  Until there is an incumbent the refined bound is the fastest-path
+        one alone (``split`` False in :meth:`_shape_bound`, cheaper: a plan comes early) and
+        no outer is deepened; after, an outer popped from the heap the first time is
+        deepened
         (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
         pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
         between two searches (past that the popped outer is searched as it is), so every
@@ -397,27 +399,34 @@ class _Search:
         """The least over the ZeRO stages worth searching of the bound
         :meth:`_search_outer` checks first, (v·m + S − 1)·max(τ_lb, gathers) + sync (each
         term a bound: module docstring), over those some split fits in memory; INF when
-        none fits (then the outer has no plan)."""
+        none fits (then the outer has no plan).  With an incumbent, the case split of
+        :meth:`_shape_bound` raises it, computed only if the fastest-path least may still
+        beat the incumbent (else that least already drops the outer)."""
         table = self._table(outer.choice_index)
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
+        fitting = []
         least = INF
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
-            bound = self._shape_bound(shape, outer.chunk_bound,
-                                      split=self.best.objective is not None)
-            if bound < least and self._fits_at_most_replicas(shape):
-                least = bound
-        return least
+            bound = self._shape_bound(shape, outer.chunk_bound, split=False)
+            if bound < INF and self._fits_at_most_replicas(shape):
+                fitting.append(shape)
+                least = min(least, bound)
+        if self.best.objective is None or not self.best.may_beat(least, outer.key):
+            return least
+        return min((self._shape_bound(shape, outer.chunk_bound) for shape in fitting),
+                   default=INF)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
-        """The outer's refined bound raised by :meth:`_stagewise_bound` (v = 1): the least
-        over the ZeRO stages worth searching, that fit somewhere, of the larger of the two
-        (each a bound on that z's plans); ``refined`` where the stage-by-stage bound does
-        not apply."""
+        """The outer's refined bound raised by the case split of :meth:`_shape_bound` and,
+        for v = 1, by :meth:`_stagewise_bound` (computed only where the split's bound may
+        still beat the incumbent): the least over the ZeRO stages worth searching, that fit
+        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
+        where neither applies (t = 1, graphs)."""
         table = self._table(outer.choice_index)
-        if outer.virtual > 1 or table.config.tp == 1 or not self.network.is_hierarchical:
+        if table.config.tp == 1 or not self.network.is_hierarchical:
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
@@ -428,7 +437,8 @@ class _Search:
             if not self._fits_at_most_replicas(shape):
                 continue
             bound = self._shape_bound(shape, outer.chunk_bound)
-            if bound < least:
+            if outer.virtual == 1 and bound < least and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_bound(shape))
             least = min(least, bound)
         return max(refined, least)
