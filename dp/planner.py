@@ -405,19 +405,21 @@ class _Search:
         table = self._table(outer.choice_index)
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
-        fitting = []
+        shapes = []
         least = INF
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
             bound = self._shape_bound(shape, outer.chunk_bound, split=False)
-            if bound < INF and self._fits_at_most_replicas(shape):
-                fitting.append(shape)
-                least = min(least, bound)
+            shapes.append((bound, shape))
+            if bound < least and self._fits_at_most_replicas(shape):
+                least = bound
         if self.best.objective is None or not self.best.may_beat(least, outer.key):
             return least
-        return min((self._shape_bound(shape, outer.chunk_bound) for shape in fitting),
-                   default=INF)
+        # the z whose fastest-path bound cannot beat the incumbent cannot either, split
+        return min((self._shape_bound(shape, outer.chunk_bound) for bound, shape in shapes
+                    if self.best.may_beat(bound, outer.key)
+                    and self._fits_at_most_replicas(shape)), default=least)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
         """The outer's refined bound raised by the case split of :meth:`_shape_bound` and,
