@@ -43,7 +43,14 @@ of chunk times with every collective and receive on its cheapest possible path
 ZeRO-3 gathers of the chunk holding the most parameters and the exposed gradient
 sync (the parts never overlapped, of the stage holding the most parameters; and the
 mean over stages of the sync minus the compute it may overlap), on their cheapest
-paths; the least over the z that fit somewhere is the outer's refined bound.  Outers
+paths; with t >= 2 on a tiered network (once a plan is known) it is raised by a case
+split on where the TP groups lie (:meth:`_Search._shape_bound`,
+:mod:`nest_cp.dp.node_bounds`: per-node counting ties the data-parallel groups' ring
+channels to the TP groups' placement, so a bound cannot price 8 NIC channels for the
+sync and an in-node TP group at once); the least over the z that fit somewhere is the
+outer's refined bound.  When an outer (v = 1) first reaches the top of the queue its
+bound is raised once more by the same argument stage by stage
+(:meth:`_Search._stagewise_bound`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
@@ -78,10 +85,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.dp.compose import RangePrices, Shape, SyncFloor, parameter_kinds, whole_totals
+from nest_cp.dp.compose import (
+    RangePrices,
+    Shape,
+    SyncFloor,
+    distinct_ranges,
+    parameter_kinds,
+    whole_totals,
+)
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fastest_group_paths
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
+from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, node_cap, tp_qualities
 from nest_cp.dp.pricing import LayerTable, range_sums
 from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
 from nest_cp.model.errors import BackendOptionError
@@ -96,6 +111,7 @@ logger = logging.getLogger(__name__)
 CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer choices
 STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
 REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between two searches
+STAGEWISE_KEPT = 4096  # stage-by-stage bounds kept (per (table, S, d, z)) before clearing
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +293,15 @@ class _Search:
         self.fits: dict[tuple, bool] = {}
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
-        self._floors: dict[tuple[int, int], SyncFloor] = {}  # (z, size) -> fastest paths'
-        self._gather_forms: dict[int, tuple] = {}  # d -> gather forms on the fastest paths
+        self._floors: dict[tuple, SyncFloor] = {}  # (z, size, cap) -> fastest (capped) paths'
+        self._paths: dict[tuple[int, int | None], tuple] = {}  # (size, cap) -> group paths
+        self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
+        self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._layout_totals: dict[tuple, int] = {}
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
+        self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
+        self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
         self.best = Best()
         self.stats = Stats()
 
@@ -319,14 +339,22 @@ class _Search:
         millions of outers have a compute bound below the first refined ones): the heap's
         least may then be searched before an unrefined outer of smaller compute bound,
         which changes neither the bound on what is left (the least of the three) nor the
-        plan that wins.  Which plan wins does not depend on the order: every plan is
-        accepted by (objective, key), and every pruning compares (bound, key prefix) with
-        the incumbent's (objective, key).
+        plan that wins.  Until there is an incumbent the refined bound is the fastest-path
+        one alone (``split`` False in :meth:`_shape_bound`, cheaper: a plan comes early) and
+        no outer is deepened; after, an outer popped from the heap the first time is
+        deepened
+        (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
+        pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
+        between two searches (past that the popped outer is searched as it is), so every
+        entry of the heap still holds a valid bound of its outer.  Which plan wins does
+        not depend on the order: every plan is accepted by (objective, key), and every
+        pruning compares (bound, key prefix) with the incumbent's (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
-        waiting: list[tuple[int, tuple[int, ...], Outer]] = []
+        waiting: list[tuple[int, tuple[int, ...], bool, Outer]] = []
         searching = None
+        deepened_now = 0
         try:
             while True:
                 refined_now = 0
@@ -342,7 +370,7 @@ class _Search:
                     refined_now += 1
                     self.stats.outer_unfit += refined >= INF
                     if refined < INF and self.best.may_beat(refined, head.key):
-                        heapq.heappush(waiting, (refined, head.key, head))
+                        heapq.heappush(waiting, (refined, head.key, False, head))
                     head = next(stream, None)
                 if waiting and not self.best.may_beat(*waiting[0][:2]):
                     waiting.clear()  # a heap: no waiting one may either
@@ -350,7 +378,20 @@ class _Search:
                     if head is None:
                         return
                     continue
-                refined, _, searching = heapq.heappop(waiting)
+                refined, _, deepened, searching = heapq.heappop(waiting)
+                if not deepened and deepened_now < REFINED_PER_SEARCH and \
+                        self.best.objective is not None:
+                    # the stage-by-stage bound, computed only now (costlier); at most
+                    # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
+                    self._check_time()
+                    deepened_now += 1
+                    deeper = self._deeper_bound(searching, refined)
+                    if deeper > refined:
+                        if self.best.may_beat(deeper, searching.key):
+                            heapq.heappush(waiting, (deeper, searching.key, True, searching))
+                        searching = None
+                        continue
+                deepened_now = 0
                 self._check_time()
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
@@ -366,19 +407,51 @@ class _Search:
         """The least over the ZeRO stages worth searching of the bound
         :meth:`_search_outer` checks first, (v·m + S − 1)·max(τ_lb, gathers) + sync (each
         term a bound: module docstring), over those some split fits in memory; INF when
-        none fits (then the outer has no plan)."""
+        none fits (then the outer has no plan).  With an incumbent, the case split of
+        :meth:`_shape_bound` raises it, computed only if the fastest-path least may still
+        beat the incumbent (else that least already drops the outer)."""
         table = self._table(outer.choice_index)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, table.config, outer.dp)
+        shapes = []
+        least = INF
+        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+            shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
+                          microbatches)
+            bound = self._shape_bound(shape, outer.chunk_bound, split=False)
+            shapes.append((bound, shape))
+            if bound < least and self._fits_at_most_replicas(shape):
+                least = bound
+        if self.best.objective is None or not self.best.may_beat(least, outer.key):
+            return least
+        # the z whose fastest-path bound cannot beat the incumbent cannot either, split
+        return min((self._shape_bound(shape, outer.chunk_bound) for bound, shape in shapes
+                    if self.best.may_beat(bound, outer.key)
+                    and self._fits_at_most_replicas(shape)), default=least)
+
+    def _deeper_bound(self, outer: Outer, refined: int) -> int:
+        """The outer's refined bound raised by the case split of :meth:`_shape_bound` and,
+        for v = 1, by :meth:`_stagewise_bound` (computed only where the split's bound may
+        still beat the incumbent): the least over the ZeRO stages worth searching, that fit
+        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
+        where neither applies (t = 1, graphs)."""
+        table = self._table(outer.choice_index)
+        if table.config.tp == 1 or not self.network.is_hierarchical:
+            return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
         least = INF
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
-            bound = shape.rounds * max(outer.chunk_bound, self._gather_bound(shape)) \
-                + self._sync_bound(shape)
-            if bound < least and self._fits_at_most_replicas(shape):
-                least = bound
-        return least
+            if not self._fits_at_most_replicas(shape):
+                continue
+            bound = self._shape_bound(shape, outer.chunk_bound)
+            if outer.virtual == 1 and bound < least and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._stagewise_bound(shape))
+            least = min(least, bound)
+        return max(refined, least)
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -446,18 +519,10 @@ class _Search:
             bounds[num_chunks] = int(fill_table(weight)[0][0, 0])
         return bounds
 
-    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
-        """(K, W, W) chunk times with collectives and receives on their cheapest path.
-
-        Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
-        entry is at most the real τ of that chunk, for any d, z, mode and layout: each
-        collective costs at least its price on one group, a group of g devices runs on a
-        path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
-        a tier's path.  The last few arrays are kept (read-only).
-        """
-        key = (table.config, table.microbatch, num_chunks)
-        if key in self._cheapest:
-            return self._cheapest[key]
+    def _cheapest_ranges(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The parts of :meth:`_cheapest_times`: the L x L range sums of compute plus every
+        collective on its cheapest path, and per layer the cheapest receive of the
+        activation before it and of the gradient after it; kept in the table's cache."""
         if "cheapest" not in table.cache:
             per_layer = table.compute.copy()
             received = np.zeros_like(per_layer)
@@ -479,7 +544,21 @@ class _Search:
                                    for tier in range(network.num_tiers)], axis=0)
             table.cache["cheapest"] = (range_sums(per_layer),
                                        np.concatenate(([0], received[:-1])), received)
-        base, activation, received = table.cache["cheapest"]
+        return table.cache["cheapest"]
+
+    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
+        """(K, W, W) chunk times with collectives and receives on their cheapest path.
+
+        Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
+        entry is at most the real τ of that chunk, for any d, z, mode and layout: each
+        collective costs at least its price on one group, a group of g devices runs on a
+        path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
+        a tier's path.  The last few arrays are kept (read-only).
+        """
+        key = (table.config, table.microbatch, num_chunks)
+        if key in self._cheapest:
+            return self._cheapest[key]
+        base, activation, received = self._cheapest_ranges(table)
         weight = windows(base, num_chunks).copy()
         weight[1:] += vector_windows(activation, num_chunks)[1:, :, None]
         weight[:-1] += vector_windows(received, num_chunks)[:-1, None, :]
@@ -555,7 +634,10 @@ class _Search:
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
-            bound = shape.rounds * tau_bound + sync_bound
+            bound = self._shape_bound(shape, outer.chunk_bound)
+            if virtual == 1 and config.tp > 1 and self.network.is_hierarchical and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._stagewise_bound(shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
@@ -610,7 +692,7 @@ class _Search:
              for mode in table.modes}))[0][0, 0])
         if fitting >= INF:
             return None, bound
-        return inner, shape.rounds * max(tau_bound, fitting) + sync_bound
+        return inner, max(bound, shape.rounds * max(tau_bound, fitting) + sync_bound)
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
@@ -790,38 +872,289 @@ class _Search:
         self._layout_syncs[key] = (table, bound)
         return bound
 
-    def _gather_bound(self, shape: Shape) -> int:
+    def _shape_bound(self, shape: Shape, chunk_bound: int, split: bool = True) -> int:
+        """A lower bound on T over every plan of the shape (c, b, S, d, v, z), any split,
+        recompute and placement (not only the rank layouts): the larger of
+
+        - the fastest-path bound (v·m + S − 1)·max(τ_lb, gathers) + sync (module docstring
+          "Bounds and pruning"; ``chunk_bound`` = τ_lb(S·v)), and
+        - with t >= 2 on a tiered network, the least over the values h the least quality of
+          the plan's TP groups may take (:func:`tp_qualities`: t if every TP group lies in
+          a node, else the channel count 1 .. t // 2 of the poorest; the facts are in
+          :mod:`nest_cp.dp.node_bounds`) of
+
+              rounds·max(τ_lb, gathers_c, τ_h) + sync_c,   c = ⌊G_0 / h⌋.
+
+          By Fact 1 no node holds more than c members of any sync or ZeRO-3 gather group,
+          so each such group of g ranks runs on one of :func:`capped_group_paths` (g, c)
+          or a slower one; every step of :meth:`_gather_bound` and
+          :meth:`_fresh_sync_bound` holds with those paths in place of the fastest ones
+          (both use only "each group runs on one of these paths or a slower one, and a
+          price never falls on a slower path or for more parameters"): gathers_c and
+          sync_c.  For h < t, by Fact 2 the stage replica of a TP group of quality h pays
+          every TP collective at least on one of :func:`crossing_tp_paths` (t, h), so
+          the chunks of that stage cost at least their crossing times and
+          max_k τ_k >= τ_h = :meth:`_crossing_chunk_bound` (h); τ_t = 0.
+
+        Every plan has one least quality h, so costs at least that h's term (T =
+        rounds·max_k τ_k + max_s exposed_s, and the term bounds both parts), hence at
+        least the least term.  ``split`` False: the first bound alone (cheaper; the
+        planner's choice until it holds a plan, so that one comes early).
+        """
+        fast = shape.rounds * max(chunk_bound, self._gather_bound(shape)) \
+            + self._sync_bound(shape)
+        tp = shape.table.config.tp
+        qualities = self._tp_qualities(tp) if split else ()
+        if not qualities:
+            return fast
+        least = INF
+        for quality, cap in qualities:
+            crossing = 0 if quality == tp else self._crossing_chunk_bound(
+                shape.table, shape.num_chunks, quality, shape.num_stages)
+            least = min(least, shape.rounds * max(
+                chunk_bound, self._gather_bound(shape, cap), crossing)
+                + self._sync_bound(shape, cap))
+        return max(fast, least)
+
+    def _tp_qualities(self, tp: int) -> tuple[tuple[int, int], ...]:
+        """(h, c = ⌊G_0 / h⌋) for the least TP-group qualities h of :func:`tp_qualities`
+        worth a term in :meth:`_shape_bound` and :meth:`_stagewise_bound`, kept per t: of
+        the h with one c only the largest (``tp_qualities`` ascends), whose term is the
+        least: the same c, and τ_h falls as h grows (more channels, :func:`crossing_tp_paths`;
+        τ_t = 0).  () on graphs or t = 1."""
+        if tp not in self._qualities:
+            qualities = tp_qualities(self.network, tp) if self.network.is_hierarchical else ()
+            best_of_cap = {node_cap(self.network, quality): quality for quality in qualities}
+            self._qualities[tp] = tuple(sorted((quality, cap)
+                                               for cap, quality in best_of_cap.items()))
+        return self._qualities[tp]
+
+    def _group_paths(self, size: int, cap: int | None) -> tuple:
+        """:func:`fastest_group_paths` (size) (``cap`` None) or :func:`capped_group_paths`
+        (size, cap), kept per (size, cap)."""
+        key = (size, cap)
+        if key not in self._paths:
+            self._paths[key] = fastest_group_paths(self.network, size) if cap is None else \
+                capped_group_paths(self.network, size, cap)
+        return self._paths[key]
+
+    def _crossing_chunk_bound(self, table: LayerTable, num_chunks: int, channels: int,
+                              num_stages: int | None = None) -> int:
+        """τ_h of :meth:`_shape_bound` (h = ``channels``): the least over splits into
+        ``num_chunks`` chunks of max_k w_k, where every chunk's w_k is its cheapest-path
+        time (:meth:`_cheapest_times`) except one chunk, chosen freely, priced with its TP
+        collectives on :func:`crossing_tp_paths` (t, h) (unhidden; EP collectives and
+        receives still on their cheapest paths).  A plan with a TP group of quality h
+        has a chunk (of that group's stage) costing at least its crossing time and every
+        other chunk at least its cheapest time, so its max τ is at least this (the
+        minimum also ranges over the split and over which chunk crosses).  Exact min-max
+        over splits by the kernel's recurrence with one more bit of state, "the
+        crossing chunk is still to come":
+
+            A(k, f) = the kernel's value (every chunk k.. on its cheapest time),
+            B(K, ·) = INF,
+            B(k, f) = min over l of min(max(cross(k, f, l), A(k + 1, l)),
+                                        max(cheap(k, f, l), B(k + 1, l))),
+
+        and τ_h = B(0, 0).  With ``num_stages`` S < K (interleaved, v = K / S): a TP group
+        belongs to one stage, and all v chunks of that stage (k ≡ s mod S, cost model §3.2
+        b) share it, so all of them cost at least their crossing times: τ_h is then the
+        least over s of the kernel's value with the chunks k ≡ s (mod S) on crossing times
+        and the others on cheapest ones (at least the one-chunk value above).  INF when no
+        tier above the node holds t devices.  Kept per (layer table, K, h, S)."""
+        if num_stages is None or num_stages >= num_chunks:
+            num_stages = num_chunks
+        key = ("crossing bound", num_chunks, channels, num_stages)
+        if key in table.cache:
+            return table.cache[key]
+        config = table.config
+        paths = crossing_tp_paths(self.network, config.tp, channels)
+        if not paths:
+            table.cache[key] = INF
+            return INF
+        cheapest = self._cheapest_times(table, num_chunks)
+        extra = windows(self._crossing_extra(table, channels), num_chunks)
+        width = table.num_layers - num_chunks + 1
+        ordered = np.triu(np.ones((width, width), dtype=bool))
+        cheap = np.where(ordered, cheapest, INF)
+        cross = np.where(ordered, cheapest + extra, INF)
+        if num_stages < num_chunks:
+            crosses = np.arange(num_chunks) % num_stages
+            table.cache[key] = min(int(fill_table(np.where(
+                (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
+                for stage in range(num_stages))
+            return table.cache[key]
+        every, _ = fill_table(cheap)
+        crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
+        for chunk in range(num_chunks - 1, -1, -1):
+            crossed = np.minimum(np.maximum(cross[chunk], every[chunk + 1][None, :]),
+                                 np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
+        table.cache[key] = int(crossed[0])
+        return table.cache[key]
+
+    def _crossing_extra(self, table: LayerTable, channels: int) -> np.ndarray:
+        """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h)
+        (the cheapest of them per layer, unhidden) minus the TP part of
+        :meth:`_cheapest_times` (the cheapest over every path, hiding allowed): what a
+        chunk pays beyond its cheapest time when its TP group has quality h < t.  Kept in
+        the table's cache (recomputed if the cache was cleared)."""
+        key = ("crossing", channels)
+        if key not in table.cache:
+            network, config = self.network, table.config
+            crossing = np.min([np.diag(table.collective_range((path,), ()))
+                               for path in crossing_tp_paths(network, config.tp, channels)],
+                              axis=0)
+            options = [np.diag(table.collective_range((path,), ()))
+                       for path in fastest_group_paths(network, config.tp)]
+            if network.cluster.network.domain_sizes()[0] >= config.tp:
+                options.append(np.diag(table.collective_range(
+                    (network.tier_path(0),), (), tp_local=True)))
+            table.cache[key] = range_sums(np.maximum(crossing - np.min(options, axis=0), 0))
+        return table.cache[key]
+
+    def _stagewise_bound(self, shape: Shape) -> int:
+        """For v = 1 and t >= 2 on a tiered network, a lower bound on T over every plan of
+        the shape (any split, recompute and injective placement), stage by stage:
+
+            T = rounds·max_s τ_s + max_s exposed_s >= max_s (rounds·τ_s + exposed_s).
+
+        Per stage s, let h_s be the least quality of s's own TP groups
+        (:mod:`nest_cp.dp.node_bounds`).  Fact 1 holds stage by stage: a sync or gather
+        group of s has its members in distinct TP groups *of s*, each with at least h_s
+        members in every node it touches, so no node holds more than c_s = ⌊G_0 / h_s⌋ of
+        them.  So, for s holding layers f..l:
+
+        - τ_s >= cheapest(f, l) (the compute and collectives of :meth:`_cheapest_ranges`;
+          receives dropped, they are >= 0) +
+          [h_s < t] crossing(f, l) (:meth:`_crossing_extra`, Fact 2: the replica with the
+          TP group of quality h_s pays its TP collectives on a crossing path) + [z = 3]
+          2·(least over :func:`capped_group_paths` (d, c_s) of the all-gather of the
+          layers' parameters) (its gathers run over d-groups of s, each on one of those
+          paths or a slower one, §3.2 d);
+        - exposed_s >= the exposed sync with each phase's slowest-group price replaced by
+          the least over :func:`capped_group_paths` (g, c_s) of its price (per kind: dense
+          g = d·e, expert g = d): every group of s runs on one of them or a slower path,
+          prices never fall on slower paths, and max(0, x − y) does not fall as x grows
+          (cost model §5 c, d).
+
+        So rounds·τ_s + exposed_s >= H(f, l) = min over the possible h of those sums, and
+        T >= the least over contiguous splits of max_s H(s): the kernel's min-max
+        recurrence (:func:`fill_table`) on H.  Kept per (layer table, S, d, z)."""
+        table, num_stages = shape.table, shape.num_stages
+        key = (id(table), num_stages, shape.dp, shape.zero)
+        found = self._stagewise.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        config = table.config
+        least = None
+        for quality, cap in self._tp_qualities(config.tp):
+            time = self._stage_time_floor(table, quality)
+            gathers, exposed = self._capped_stage_floors(shape, cap)
+            if gathers is not None:
+                time = time + gathers
+            total = shape.rounds * time
+            total += exposed
+            least = total if least is None else np.minimum(least, total, out=least)
+        weight = windows(least, num_stages) + self._unordered(table.num_layers, num_stages)
+        self.stats.dp_passes += 1
+        bound = int(fill_table(weight)[0][0, 0])
+        if len(self._stagewise) >= STAGEWISE_KEPT:
+            self._stagewise.clear()
+        self._stagewise[key] = (table, bound)
+        return bound
+
+    def _stage_time_floor(self, table: LayerTable, quality: int) -> np.ndarray:
+        """L x L: the compute and collectives of :meth:`_cheapest_ranges`, plus, for a TP
+        quality h < t, :meth:`_crossing_extra` (h); kept in the table's cache."""
+        key = ("stage time floor", quality)
+        if key not in table.cache:
+            floor = self._cheapest_ranges(table)[0]
+            if quality < table.config.tp:
+                floor = floor + self._crossing_extra(table, quality)
+            table.cache[key] = floor
+        return table.cache[key]
+
+    def _unordered(self, num_layers: int, num_stages: int) -> np.ndarray:
+        """(W, W): INF where the last offset precedes the first (no such stage), else 0;
+        added to a window of stage weights, as the kernel wants them (kept per (L, S))."""
+        key = (num_layers, num_stages)
+        if key not in self._masks:
+            width = num_layers - num_stages + 1
+            self._masks[key] = np.where(np.triu(np.ones((width, width), dtype=bool)), 0, INF)
+        return self._masks[key]
+
+    def _capped_stage_floors(self, shape: Shape, cap: int
+                             ) -> tuple[np.ndarray | None, np.ndarray]:
+        """L x L floors of :meth:`_stagewise_bound` for a stage of layers f..l whose groups
+        have at most ``cap`` members per node: the ZeRO-3 gathers (None unless z = 3 and
+        d > 1) and the exposed sync, each phase at the least price over
+        :func:`capped_group_paths`."""
+        table, zero, dp = shape.table, shape.zero, shape.dp
+        training = self.instance.training
+        columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                                   table.bwd_range, table.fwd_range,
+                                                   table.params_range))
+        dense, expert, backward, forward, params = columns
+        reduce = np.zeros(len(dense), dtype=np.int64)
+        gather = np.zeros(len(dense), dtype=np.int64)
+        for volumes, size in ((dense, dp * table.config.ep), (expert, dp)):
+            if size <= 1 or not np.any(volumes > 0):
+                continue
+            forms = [self.prices.sync_forms(zero, size, self.ids.id_of(path))
+                     for path in self._group_paths(size, cap)]
+            reduce = reduce + np.min([form.of_array(volumes) for form, _ in forms], axis=0)
+            if forms[0][1] is not None:
+                gather = gather + np.min([form.of_array(volumes) for _, form in forms],
+                                         axis=0)
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward)
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward)
+        exposed = (reduce + gather)[inverse]
+        gathers = None
+        if shape.gather_dp > 1:
+            gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
+                                  .of_array(params)
+                                  for path in self._group_paths(dp, cap)],
+                                 axis=0)[inverse]
+        return gathers, exposed
+
+    def _gather_bound(self, shape: Shape, cap: int | None = None) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
 
         That chunk holds at least ceil(P / K) of them, its gathers run over d-replica groups,
-        each on a path no faster than one of :func:`fastest_group_paths` (d), and a gather
-        costs no less for more parameters."""
+        each on a path no faster than one of :func:`fastest_group_paths` (d) (with ``cap``:
+        of :func:`capped_group_paths` (d, cap), for plans with at most ``cap`` members of a
+        group per node, :meth:`_shape_bound` case A), and a gather costs no less for more
+        parameters."""
         if shape.gather_dp == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
         heaviest = -(-whole_totals(table)[0] // shape.num_chunks)
-        forms = self._gather_forms.get(shape.dp)
-        if forms is None:  # kept per d: one d serves many (table, S)
-            forms = self._gather_forms[shape.dp] = tuple(
-                self.prices.gather_form(shape.dp, self.ids.id_of(path))
-                for path in fastest_group_paths(self.network, shape.dp))
+        forms = self._gather_forms.get((shape.dp, cap))
+        if forms is None:  # kept per (d, cap): one d serves many (table, S)
+            paths = self._group_paths(shape.dp, cap)
+            forms = self._gather_forms[shape.dp, cap] = tuple(
+                self.prices.gather_form(shape.dp, self.ids.id_of(path)) for path in paths)
         return min(2 * form.of(heaviest) for form in forms)
 
-    def _sync_bound(self, shape: Shape) -> int:
-        """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z): the layouts and
-        recompute choices of one shape share it."""
-        key = (id(shape.table), shape.num_stages, shape.dp, shape.zero)
+    def _sync_bound(self, shape: Shape, cap: int | None = None) -> int:
+        """:meth:`_fresh_sync_bound`, once per (layer table, S, d, z, cap): the layouts and
+        recompute choices of one shape share it.  With ``cap``, on the paths of
+        :func:`capped_group_paths` (size, cap) (:meth:`_shape_bound` case A)."""
+        key = (id(shape.table), shape.num_stages, shape.dp, shape.zero, cap)
         found = self._sync_bounds.get(key)
         if found is None or found[0] is not shape.table:
-            found = (shape.table, self._fresh_sync_bound(shape))
+            found = (shape.table, self._fresh_sync_bound(shape, cap=cap))
             self._sync_bounds[key] = found
         return found[1]
 
-    def _fresh_sync_bound(self, shape: Shape, paths_of=None) -> int:
+    def _fresh_sync_bound(self, shape: Shape, paths_of=None, cap: int | None = None) -> int:
         """A lower bound on max_s exposed_s, from the fastest paths a sync group may have
         (``paths_of(kind, size)``, kind 0 dense and 1 expert: paths one of which every
         group of the kind runs on or on a slower one; default the fastest paths of any
-        ``size`` devices).
+        ``size`` devices; with ``cap``, :func:`capped_group_paths` (size, cap), the paths of
+        plans with at most ``cap`` members of a group per node, :meth:`_shape_bound`).
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
         cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
@@ -854,11 +1187,11 @@ class _Search:
             if size <= 1 or params == 0:
                 continue
             if paths_of is None:
-                paths = fastest_group_paths(self.network, size)
-                floor = self._floors.get((shape.zero, size))
-                if floor is None:  # kept per (z, size): one size serves many (table, S)
+                paths = self._group_paths(size, cap)
+                floor = self._floors.get((shape.zero, size, cap))
+                if floor is None:  # kept per (z, size, cap): one serves many (table, S)
                     floor = self.prices.sync_floor(shape.zero, size, paths)
-                    self._floors[shape.zero, size] = floor
+                    self._floors[shape.zero, size, cap] = floor
             else:
                 paths = paths_of(kind, size)
                 floor = self.prices.sync_floor(shape.zero, size, paths)

@@ -483,6 +483,8 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
     monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
     monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
     monkeypatch.setattr(planner._Search, "_layout_sync_bound", lambda *args: 0)
+    monkeypatch.setattr(planner._Search, "_crossing_chunk_bound", lambda *args: 0)
+    monkeypatch.setattr(planner._Search, "_stagewise_bound", lambda *args: 0)
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
         (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))

@@ -1,0 +1,128 @@
+"""The planner's bounds that link TP placement to data-parallel channels (issue 35,
+dp/node_bounds.py) against exhaustive search over every injective placement."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+from exhaustive import canonical_placements, shape_optimum
+
+from nest_cp.cost import terms as cost
+from nest_cp.dp import planner
+from nest_cp.dp.compose import Shape
+from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, tp_qualities
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.result import SolveOptions
+
+
+def _instance(seed: int, tier_sizes: tuple[int, ...], configs, overlap: bool):
+    instance = random_instance(seed, num_layers=3, tier_sizes=tier_sizes, configs=configs,
+                               zero_stages=(0, 1, 3), global_batch=8, comm_scale=50,
+                               recompute_modes=(RecomputeMode.NONE,))
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
+
+
+def _shapes(search, instance):
+    """Every v = 1 shape (config, S, d >= 2, z) with the DP's Shape and the exhaustive one."""
+    devices = instance.cluster.num_devices
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        table = search._table(choice_index)
+        for stages in range(1, table.num_layers + 1):
+            for dp in range(2, devices // (config.devices * stages) + 1):
+                microbatches = cost.num_microbatches(instance.training.global_batch,
+                                                     microbatch, config, dp)
+                for zero in instance.training.zero_stages:
+                    yield choice_index, Shape(table, stages, dp, 1, zero, microbatches), \
+                        SimpleNamespace(config=config, microbatch=microbatch, zero=zero,
+                                        dp=dp, num_stages=stages)
+
+
+# nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2)
+@pytest.mark.parametrize("tier_sizes, overlap", [((2, 2, 2), False), ((2, 2, 2), True),
+                                                 ((4, 2), False), ((4, 2), True)])
+def test_node_bounds_never_exceed_the_exhaustive_optimum(tier_sizes, overlap):
+    """For every shape, the case-split bound and the stage-by-stage bound are at most the
+    least objective over every split and every injective placement (one per class of
+    tests/exhaustive.py's canonical placements); both rise above the fastest-path bound on
+    some shapes, and the larger of them is tight on some."""
+    raised = tight = 0
+    for seed in range(2):
+        instance = _instance(seed, tier_sizes, (IntraConfig(), IntraConfig(tp=2)), overlap)
+        search = planner._Search(instance, SolveOptions(), ())
+        for choice_index, shape, exhaustive_shape in _shapes(search, instance):
+            chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+            fast = shape.rounds * max(chunk, search._gather_bound(shape)) \
+                + search._sync_bound(shape)
+            bound = search._shape_bound(shape, chunk)
+            stagewise = search._stagewise_bound(shape) if shape.table.config.tp > 1 else 0
+            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+                tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+            if optimum == math.inf:
+                continue
+            assert fast <= bound <= optimum, (shape, fast, bound, optimum)
+            assert stagewise <= optimum, (shape, stagewise, optimum)
+            raised += max(bound, stagewise) > fast
+            tight += max(bound, stagewise) == optimum
+    assert raised and tight
+
+
+def test_the_paths_follow_the_node_counting():
+    """On 8-device nodes: t = 8 can lie in a node (quality 8, cap 1: one channel, no group
+    of two inside a node) or cross it with 1 to 4 channels; t = 16 only crosses."""
+    instance = random_instance(0, tier_sizes=(8, 4, 2))
+    network = NetworkModel(instance.cluster)
+    assert tp_qualities(network, 1) == ()
+    assert tp_qualities(network, 8) == (1, 2, 3, 4, 8)
+    assert tp_qualities(network, 16) == (1, 2, 3, 4, 5, 6, 7, 8)
+    one_channel = capped_group_paths(network, 16, 1)
+    assert one_channel == (network.tier_path(1), network.tier_path(2))[:len(one_channel)]
+    assert network.tier_path(0) not in capped_group_paths(network, 2, 1)
+    assert network.tier_path(0) in capped_group_paths(network, 2, 2)
+    assert crossing_tp_paths(network, 8, 4)[0] == network.channel_path(1, 4)
+
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruning_never_changes_the_optimum_when_tp_fills_a_node(seed, monkeypatch):
+    """test_dp_v3's medium instances (t in {1, 2}, e in {1, 2}, v in {1, 2}, both overlap
+    flags by seed) on nodes of 2, where t = 2 fills a node (c = 1): the DP with every bound
+    finds the objective the DP with every bound replaced by 0 (all outers searched) finds."""
+    import numpy as np
+    from test_dp_v3 import medium_v3_instance
+
+    from nest_cp.dp import interleaved
+    from nest_cp.model.instance import HierarchicalNetwork, Tier
+    from nest_cp.solvers.registry import solve
+
+    instance = medium_v3_instance(seed)
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
+                                   Tier("rack", 4, 1e10, 1e-5),
+                                   Tier("spine", 2, 5e9, 2e-5, efficiency=0.7)))
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, network=network))
+    pruned = solve(instance, "dp", SolveOptions())
+    outer_choices = planner._Search._outer_choices
+
+    def without_bounds(search):
+        return [dataclasses.replace(o, lower_bound=0, chunk_bound=0)
+                for o in outer_choices(search)]
+
+    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
+    for name in ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
+                 "_stagewise_bound"):
+        monkeypatch.setattr(planner._Search, name, lambda *args: 0)
+    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
+    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
+        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    exhaustive = solve(instance, "dp", SolveOptions())
+    assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
+        exhaustive.stats["outer_choices"]
+    assert pruned.stats["outer_searched"] < exhaustive.stats["outer_searched"]
+    assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
+                                                       exhaustive.objective_ticks)
