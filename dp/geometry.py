@@ -339,13 +339,8 @@ class LayoutGeometries:
             return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
                 :, None, None] + offsets]
 
-        activation_from, gradient_from = _senders(num_stages, wrap)
-        pairs = []
-        for senders in (activation_from, gradient_from):
-            receivers = [index for index, stage in enumerate(stages)
-                         if senders[stage] is not None]
-            pairs.append((receivers, placed([senders[stages[index]] for index in receivers])))
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config, *pairs)
+        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
+                                   *_receive_pairs(stages, num_stages, wrap, placed))
         if computed is None:
             return None
         replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
@@ -463,13 +458,8 @@ class LayoutGeometries:
             return strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[:, None, None] \
                 + offsets
 
-        activation_from, gradient_from = _senders(num_stages, wrap)
-        pairs = []
-        for senders in (activation_from, gradient_from):
-            receivers = [index for index, stage in enumerate(stages)
-                         if senders[stage] is not None]
-            pairs.append((receivers, placed([senders[stages[index]] for index in receivers])))
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config, *pairs)
+        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
+                                   *_receive_pairs(stages, num_stages, wrap, placed))
         if computed is None:
             return None
         row = {stage: index for index, stage in enumerate(stages)}
@@ -534,6 +524,16 @@ def fastest_group_paths(network: NetworkModel, group_size: int) -> tuple[Path, .
 def _fastest_by_size(network: NetworkModel) -> dict[int, tuple[Path, ...]]:
     """The table :func:`fastest_group_paths` fills for ``network`` (the last few kept)."""
     return {}
+
+
+def _receive_pairs(stages: list[int], num_stages: int, wrap: bool, placed) -> list[tuple]:
+    """For the activation and then the gradient: the indices in ``stages`` of the stages
+    that receive one, and ``placed`` (stages -> device array) of their senders."""
+    pairs = []
+    for senders in _senders(num_stages, wrap):
+        receivers = [index for index, stage in enumerate(stages) if senders[stage] is not None]
+        pairs.append((receivers, placed([senders[stages[index]] for index in receivers])))
+    return pairs
 
 
 def _senders(num_stages: int, wrap: bool) -> tuple[list[int | None], list[int | None]]:
