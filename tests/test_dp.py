@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unbounded import without_dp_bounds
 
 from nest_cp.dp import geometry, interleaved, planner, suffix
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
@@ -473,21 +474,7 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
     instance = (medium_block_instance(int(seed.split("-")[1])) if isinstance(seed, str)
                 else medium_instance(seed))
     pruned = dp_solve(instance, OPTIONS)
-    outer_choices = planner._Search._outer_choices
-
-    def without_bounds(search):
-        return [dataclasses.replace(o, lower_bound=0, chunk_bound=0)
-                for o in outer_choices(search)]
-
-    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
-    monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_layout_sync_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_crossing_chunk_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_stagewise_bound", lambda *args: 0)
-    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
-    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
-        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    without_dp_bounds(monkeypatch)
     exhaustive = dp_solve(instance, OPTIONS)
     assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
         exhaustive.stats["outer_choices"]

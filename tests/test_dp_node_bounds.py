@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from exhaustive import canonical_placements, shape_optimum
+from unbounded import without_dp_bounds
 
 from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
@@ -93,10 +94,8 @@ def test_pruning_never_changes_the_optimum_when_tp_fills_a_node(seed, monkeypatc
     """test_dp_v3's medium instances (t in {1, 2}, e in {1, 2}, v in {1, 2}, both overlap
     flags by seed) on nodes of 2, where t = 2 fills a node (c = 1): the DP with every bound
     finds the objective the DP with every bound replaced by 0 (all outers searched) finds."""
-    import numpy as np
     from test_dp_v3 import medium_v3_instance
 
-    from nest_cp.dp import interleaved
     from nest_cp.model.instance import HierarchicalNetwork, Tier
     from nest_cp.solvers.registry import solve
 
@@ -107,19 +106,7 @@ def test_pruning_never_changes_the_optimum_when_tp_fills_a_node(seed, monkeypatc
     instance = dataclasses.replace(instance, cluster=dataclasses.replace(
         instance.cluster, network=network))
     pruned = solve(instance, "dp", SolveOptions())
-    outer_choices = planner._Search._outer_choices
-
-    def without_bounds(search):
-        return [dataclasses.replace(o, lower_bound=0, chunk_bound=0)
-                for o in outer_choices(search)]
-
-    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
-    for name in ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
-                 "_stagewise_bound"):
-        monkeypatch.setattr(planner._Search, name, lambda *args: 0)
-    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
-    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
-        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    without_dp_bounds(monkeypatch)
     exhaustive = solve(instance, "dp", SolveOptions())
     assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
         exhaustive.stats["outer_choices"]

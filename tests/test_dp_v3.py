@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unbounded import without_dp_bounds
 
 from nest_cp import evaluate
 from nest_cp.dp import geometry, planner
@@ -304,20 +305,7 @@ def test_bounds_never_change_the_optimum_under_v3(seed, monkeypatch):
     the bounds stay lower bounds with channels, efficiencies, RS + AG and both flags."""
     instance = medium_v3_instance(seed)
     pruned = solve(instance, "dp", SolveOptions())
-    outer_choices = planner._Search._outer_choices
-
-    def without_bounds(search):
-        return [dataclasses.replace(o, lower_bound=0, chunk_bound=0)
-                for o in outer_choices(search)]
-
-    monkeypatch.setattr(planner._Search, "_outer_choices", without_bounds)
-    monkeypatch.setattr(planner._Search, "_gather_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_sync_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_layout_sync_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_crossing_chunk_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_stagewise_bound", lambda *args: 0)
-    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
-        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    without_dp_bounds(monkeypatch)
     exhaustive = solve(instance, "dp", SolveOptions())
     assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
         exhaustive.stats["outer_choices"]

@@ -1,0 +1,31 @@
+"""Test helper: the DP with every lower bound it prunes by replaced by 0, so that it searches
+every outer choice to the end (the reference the bound tests compare the pruned DP with)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from nest_cp.dp import interleaved, planner
+
+# the planner's bound methods; a new bound belongs here, or the "unbounded" DP still prunes
+BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
+                 "_stagewise_bound")
+
+
+def without_dp_bounds(monkeypatch) -> None:
+    """Patch the planner so that no bound prunes: outer choices' and chunks' bounds, the bound
+    methods, the interleaved search's sync floor and the cheapest chunk times all 0."""
+    outer_choices = planner._Search._outer_choices
+
+    def unbounded_outers(search):
+        return [dataclasses.replace(outer, lower_bound=0, chunk_bound=0)
+                for outer in outer_choices(search)]
+
+    monkeypatch.setattr(planner._Search, "_outer_choices", unbounded_outers)
+    for name in BOUND_METHODS:
+        monkeypatch.setattr(planner._Search, name, lambda *args: 0)
+    monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
+    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
+        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
