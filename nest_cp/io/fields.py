@@ -42,6 +42,17 @@ class FieldReader:
             self.fail(field, "a non-empty list" if nonempty else "a list", value)
         return value
 
+    def integers(self, value: Any, field: str, minimum: int = 0) -> tuple[int, ...]:
+        """A non-empty list of integers >= ``minimum``; an element's error names it
+        (``field[i]``)."""
+        return tuple(self.integer(item, f"{field}[{index}]", minimum)
+                     for index, item in enumerate(self.seq(value, field)))
+
+    def choices(self, value: Any, field: str, enum: type) -> tuple:
+        """A non-empty list of ``enum`` values; an element's error names it (``field[i]``)."""
+        return tuple(self.choice(item, f"{field}[{index}]", enum)
+                     for index, item in enumerate(self.seq(value, field)))
+
     def integer(self, value: Any, field: str, minimum: int = 0) -> int:
         if isinstance(value, LongInteger):
             self.fail(field, f"an integer >= {minimum} of at most {MAX_INT_DIGITS} digits", value)

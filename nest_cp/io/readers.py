@@ -165,14 +165,11 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
         "seq_len": reader.integer(value["seq_len"], join_field(field, "seq_len"), 1),
     }
     if "microbatches" in value:
-        sizes = reader.seq(value["microbatches"], join_field(field, "microbatches"))
-        kwargs["microbatches"] = tuple(
-            reader.integer(v, join_field(field, f"microbatches[{i}]"), 1)
-            for i, v in enumerate(sizes))
+        kwargs["microbatches"] = reader.integers(value["microbatches"],
+                                                 join_field(field, "microbatches"), 1)
     if "zero_stages" in value:
-        stages = reader.seq(value["zero_stages"], join_field(field, "zero_stages"))
-        kwargs["zero_stages"] = tuple(
-            reader.integer(v, join_field(field, f"zero_stages[{i}]")) for i, v in enumerate(stages))
+        kwargs["zero_stages"] = reader.integers(value["zero_stages"],
+                                                join_field(field, "zero_stages"))
     if "optimizer" in value:
         opt_field = join_field(field, "optimizer")
         opt = reader.mapping(value["optimizer"], opt_field,
@@ -186,19 +183,15 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
                     "either recompute (the allowed modes) or the older allow_recompute, not both",
                     "both")
     if "recompute" in value:
-        modes = reader.seq(value["recompute"], join_field(field, "recompute"))
-        kwargs["recompute_modes"] = tuple(
-            reader.choice(v, join_field(field, f"recompute[{i}]"), RecomputeMode)
-            for i, v in enumerate(modes))
+        kwargs["recompute_modes"] = reader.choices(value["recompute"],
+                                                   join_field(field, "recompute"), RecomputeMode)
     if "allow_recompute" in value:  # the v1 boolean: true = none or full, false = none
         allow = reader.boolean(value["allow_recompute"], join_field(field, "allow_recompute"))
         kwargs["recompute_modes"] = (RecomputeMode.NONE, RecomputeMode.FULL) if allow \
             else (RecomputeMode.NONE,)
     if "virtual_stages" in value:
-        counts = reader.seq(value["virtual_stages"], join_field(field, "virtual_stages"))
-        kwargs["virtual_stages"] = tuple(
-            reader.integer(v, join_field(field, f"virtual_stages[{i}]"), 1)
-            for i, v in enumerate(counts))
+        kwargs["virtual_stages"] = reader.integers(value["virtual_stages"],
+                                                   join_field(field, "virtual_stages"), 1)
     for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
         if flag in value:
             kwargs[flag] = reader.boolean(value[flag], join_field(field, flag))
@@ -212,17 +205,13 @@ def _training(reader: FieldReader, value: Any, field: str) -> TrainingSetup:
         kwargs["tick_s"] = reader.number(value["tick_s"], join_field(field, "tick_s"),
                                          positive=True)
     if "strategies" in value:
-        names = reader.seq(value["strategies"], join_field(field, "strategies"))
-        kwargs["strategies"] = tuple(
-            reader.choice(v, join_field(field, f"strategies[{i}]"), Strategy)
-            for i, v in enumerate(names))
+        kwargs["strategies"] = reader.choices(value["strategies"],
+                                              join_field(field, "strategies"), Strategy)
     if "sdp" in value:
         kwargs["sdp"] = _sdp_setup(reader, value["sdp"], join_field(field, "sdp"))
     if "context_parallel" in value:
-        widths = reader.seq(value["context_parallel"], join_field(field, "context_parallel"))
-        kwargs["context_parallel"] = tuple(
-            reader.integer(v, join_field(field, f"context_parallel[{i}]"), 1)
-            for i, v in enumerate(widths))
+        kwargs["context_parallel"] = reader.integers(value["context_parallel"],
+                                                     join_field(field, "context_parallel"), 1)
     if "cp_comm" in value:
         kwargs["cp_comm"] = reader.choice(value["cp_comm"], join_field(field, "cp_comm"), CpComm)
     return reader.build(field, TrainingSetup, **kwargs)
@@ -234,13 +223,9 @@ def _sdp_setup(reader: FieldReader, value: Any, field: str) -> SdpSetup:
     kwargs: dict[str, Any] = {}
     for key, enum in (("levels", SdpLevel), ("maskings", SdpMasking)):
         if key in value:
-            items = reader.seq(value[key], join_field(field, key))
-            kwargs[key] = tuple(reader.choice(v, join_field(field, f"{key}[{i}]"), enum)
-                                for i, v in enumerate(items))
+            kwargs[key] = reader.choices(value[key], join_field(field, key), enum)
     if "holders" in value:
-        items = reader.seq(value["holders"], join_field(field, "holders"))
-        kwargs["holders"] = tuple(reader.integer(v, join_field(field, f"holders[{i}]"), 1)
-                                  for i, v in enumerate(items))
+        kwargs["holders"] = reader.integers(value["holders"], join_field(field, "holders"), 1)
     if "coverages" in value:
         items = reader.seq(value["coverages"], join_field(field, "coverages"))
         kwargs["coverages"] = tuple(_coverage(reader, v, join_field(field, f"coverages[{i}]"))
