@@ -464,8 +464,8 @@ def test_exact_backend_model_bug_exits_3(monkeypatch):
 
     real = CpSatAdapter.solve
 
-    def lying(self, time_limit_s, seed, workers):
-        outcome = real(self, time_limit_s, seed, workers)
+    def lying(self, time_limit_s, seed, workers, work_limit=None):
+        outcome = real(self, time_limit_s, seed, workers, work_limit)
         if outcome.objective is None:
             return outcome
         return RawOutcome(RawStatus.FEASIBLE, outcome.objective - 1, outcome.objective - 1)

@@ -113,8 +113,8 @@ def _lying(monkeypatch, adapter_class, status: RawStatus, objective_shift: int,
     """Make ``adapter_class`` report ``status`` with its objective and bound shifted."""
     real = adapter_class.solve
 
-    def solve_and_lie(self, time_limit_s, seed, workers):
-        outcome = real(self, time_limit_s, seed, workers)
+    def solve_and_lie(self, time_limit_s, seed, workers, work_limit=None):
+        outcome = real(self, time_limit_s, seed, workers, work_limit)
         if outcome.objective is None:
             return outcome
         return RawOutcome(status, outcome.objective + objective_shift,

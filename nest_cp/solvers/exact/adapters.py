@@ -109,8 +109,7 @@ class _Building:
         if time_left <= 0:
             raise OutOfTime
         self.label = label
-        outcome = self.solve(time_left, seed, workers) if work_limit is None else \
-            self.solve(time_left, seed, workers, work_limit)
+        outcome = self.solve(time_left, seed, workers, work_limit)
         logger.info("%s: %s objective=%s bound=%s (%d terms, built in %.2f s, %.3f work "
                     "units)", label, outcome.status.value, outcome.objective, outcome.bound,
                     self.terms, building_s, outcome.work)
