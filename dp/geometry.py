@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nest_cp.dp.node_bounds import capped_group_paths
 from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel, Path
 from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
@@ -512,11 +513,9 @@ def fastest_group_paths(network: NetworkModel, group_size: int) -> tuple[Path, .
     Kept per network and size (the planner's bounds ask for them on every outer choice).
     """
     known = _fastest_by_size(network)
-    if group_size not in known:
-        domains = network.cluster.network.domain_sizes()
-        channels = min(group_size // 2, domains[0])
-        known[group_size] = tuple(network.channel_path(tier, channels)
-                                  for tier, size in enumerate(domains) if size >= group_size)
+    if group_size not in known:  # no cap on the members per node beyond its size G_0
+        known[group_size] = capped_group_paths(network, group_size,
+                                               network.cluster.network.domain_sizes()[0])
     return known[group_size]
 
 

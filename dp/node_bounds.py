@@ -70,8 +70,9 @@ def capped_group_paths(network: NetworkModel, group_size: int, cap: int) -> tupl
     """The fastest paths a group of ``group_size`` >= 2 ranks may run on when no node holds
     more than ``cap`` >= 1 of its members (Fact 1): per tier whose domains hold that many
     devices, tier 0 only if group_size <= cap, and tiers K >= 1 with
-    min(group_size // 2, G_0, cap) channels.  ``cap`` >= G_0 gives
-    :func:`~nest_cp.dp.geometry.fastest_group_paths`' paths."""
+    min(group_size // 2, G_0, cap) channels.  With ``cap`` = G_0 (no cap beyond a node's
+    size) these are :func:`~nest_cp.dp.geometry.fastest_group_paths`' paths, which it
+    computes by this function."""
     domains = network.cluster.network.domain_sizes()
     channels = min(group_size // 2, domains[0], cap)
     return tuple(network.channel_path(tier, channels) for tier, size in enumerate(domains)
