@@ -192,3 +192,48 @@ def test_certify_full_records_its_work_limit(tmp_path):
     assert record["status"] == "OPTIMAL" and record["work_limit"] == 1.0
     assert record["work_units"] >= 0 and "wall_capped" not in record
     assert "Work limit per instance" in (tmp_path / "certified.md").read_text()
+
+
+def _sweep_document(tmp_path: Path, name: str, instance: Path, *args: str) -> dict:
+    result = CliRunner().invoke(cli, [
+        "sweep", str(instance), "--out", str(tmp_path / name), "--cache-dir",
+        str(tmp_path / f"{name}-cache"), "--no-progress", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / name / "sweep.json").read_text())
+
+
+def _sweep_answers(document: dict) -> list:
+    """What a point proves, without its wall time."""
+    return [(p["status"], p["bound_ticks"], p["best_ticks"], p["certificate"], p["dp"])
+            for p in document["points"]]
+
+
+def test_sweep_records_its_work_limit(tmp_path):
+    """``sweep --work-limit`` records the limit and its wall cap in the protocol and the
+    tables; ``off`` keeps the plain time limit; a bad value is bad input (exit 2)."""
+    vary = ("--vary", "spine.bandwidth_Bps=0.5x,2x")
+    document = _sweep_document(tmp_path, "w", SMALL / "h2-dense-l4-d8.json", *vary,
+                               "--work-limit", "0.5")
+    options = document["protocol"]["options"]
+    assert options["work_limit"] == 0.5 and options["time_limit_s"] == 600.0
+    assert "0.5 work units per point" in (tmp_path / "w" / "sweep.md").read_text()
+    document = _sweep_document(tmp_path, "t", SMALL / "h2-dense-l4-d8.json", *vary,
+                               "--work-limit", "off", "--time-limit", "10")
+    assert "work_limit" not in document["protocol"]["options"]
+    assert document["protocol"]["options"]["time_limit_s"] == 10.0
+    result = CliRunner().invoke(cli, ["sweep", str(SMALL / "h2-dense-l4-d8.json"), *vary,
+                                      "--out", str(tmp_path / "bad"), "--work-limit", "0"])
+    assert result.exit_code == 2 and "--work-limit" in result.output
+    assert not (tmp_path / "bad").exists()
+
+
+@SLOW
+def test_work_limited_sweep_is_the_same_under_load(tmp_path):
+    """A sweep point the work limit leaves open (FEASIBLE, not proven) is the same on a busy
+    machine: same status, bound, best plan and DP plan."""
+    instance = SMALL / "tight-l8-d16-h3.json"
+    args = ("--vary", "hbm_bytes=1x", "--work-limit", "0.3")
+    idle = _sweep_answers(_sweep_document(tmp_path, "idle", instance, *args))
+    assert idle[0][0] == "FEASIBLE"  # the limit decides this point
+    with busy_machine():
+        assert _sweep_answers(_sweep_document(tmp_path, "busy", instance, *args)) == idle

@@ -391,7 +391,8 @@ def render_csv(document: dict) -> str:
 
 _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                    "_": r"\_", "{": r"\{", "}": r"\}", "~": r"$\sim$",
-                   "^": r"\textasciicircum{}", "—": "--", "∞": r"$\infty$"}
+                   "^": r"\textasciicircum{}", "—": "--", "∞": r"$\infty$",
+                   "†": r"\dag{}"}
 
 
 def latex_escape(text: str) -> str:

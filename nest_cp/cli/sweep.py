@@ -21,6 +21,12 @@ from nest_cp.io.readers import load_instance
 from nest_cp.model.errors import NestCpError
 from nest_cp.model.exits import ExitCode, GuardedCommand
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR
+from nest_cp.verify.cli import (
+    CERTIFY_WALL_CAP_FACTOR,
+    DEFAULT_WALL_CAP_S,
+    DEFAULT_WORK_LIMIT,
+    parse_work_limit,
+)
 
 VARY_HELP = (
     "PARAM=VALUES; at most twice (the grid is the product). PARAM: "
@@ -46,9 +52,17 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
               required=True,
               help="Directory for sweep.{json,csv,md,tex,png} and each point's instance "
                    "(instances/).")
+@click.option("--work-limit", "work_limit_text", default=None, metavar="UNITS|off",
+              help=f"Deterministic work units per point for its certificate (CP-SAT's "
+                   f"deterministic time; default {DEFAULT_WORK_LIMIT:g}), so the sweep is the "
+                   f"same on an idle or a loaded machine; off: the time limit decides.")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True),
-              callback=_finite, default=sweep.DEFAULT_TIME_LIMIT_S, show_default=True,
-              help="Seconds per point for its certificate (the DP's plan included at scale).")
+              callback=_finite, default=None,
+              help=f"Seconds per point for its certificate (the DP's plan included at scale): "
+                   f"a wall-clock cap under a work limit (default max("
+                   f"{DEFAULT_WALL_CAP_S:g}, {CERTIFY_WALL_CAP_FACTOR:g} x work units)), the "
+                   f"limit itself with --work-limit off (default "
+                   f"{sweep.DEFAULT_TIME_LIMIT_S:g}).")
 @click.option("--certify", type=click.Choice([c.value for c in sweep.Certifier]),
               default=sweep.Certifier.AUTO.value, show_default=True,
               help=f"exact: CP-SAT over the full space (one worker); full: the full-space "
@@ -71,7 +85,8 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 @click.option("--progress/--no-progress", default=True,
               help="Progress bar on stderr (drawn only on a terminal).")
 def sweep_command(instance_path: str, vary: tuple[str, ...], out_dir: Path,
-                  time_limit_s: float, certify: str, seed: int, prices: tuple[str, ...],
+                  work_limit_text: str | None, time_limit_s: float | None, certify: str,
+                  seed: int, prices: tuple[str, ...],
                   device_price: float | None, jobs: int, executor_kind: str,
                   address: str | None, no_cache: bool, cache_dir: Path,
                   progress: bool) -> None:
@@ -90,6 +105,10 @@ def sweep_command(instance_path: str, vary: tuple[str, ...], out_dir: Path,
                           f"{len(vary)}")
     if address is not None and executor_kind != ExecutorKind.RAY.value:
         raise click.UsageError("--address needs --executor ray")
+    work_limit = parse_work_limit(work_limit_text)
+    if time_limit_s is None:
+        time_limit_s = sweep.DEFAULT_TIME_LIMIT_S if work_limit is None else max(
+            DEFAULT_WALL_CAP_S, CERTIFY_WALL_CAP_FACTOR * work_limit)
     instance = load_instance(instance_path)
     axes = [sweep.parse_axis(text, instance) for text in vary]
     names = [axis.parameter.name for axis in axes]
@@ -98,7 +117,7 @@ def sweep_command(instance_path: str, vary: tuple[str, ...], out_dir: Path,
     price_table = sweep.parse_prices(prices, instance.cluster)
     points = sweep.build_points(instance, axes)
     check_outputs(out_dir, sweep.OUTPUTS, inputs=(instance_path,))
-    options = sweep.SweepOptions(time_limit_s=time_limit_s, seed=seed,
+    options = sweep.SweepOptions(time_limit_s=time_limit_s, work_limit=work_limit, seed=seed,
                                  certify=sweep.Certifier(certify), cache_dir=cache_dir,
                                  use_cache=not no_cache)
     with make_executor(executor_kind, jobs, address) as executor:

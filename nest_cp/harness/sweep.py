@@ -125,9 +125,10 @@ class Point:
 class SweepOptions:
     """The protocol of one sweep; ``use_cache=False`` solves every point again."""
 
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # a wall-clock cap when work_limit is set
     seed: int = 0
     certify: Certifier = Certifier.AUTO
+    work_limit: float | None = None  # work units per point's certificate (budget.Work)
     cache_dir: Path = DEFAULT_CACHE_DIR
     use_cache: bool = True
 
@@ -448,7 +449,8 @@ def run_point(task: PointTask) -> dict:
 def _certified_exactly(instance: Instance, options: SweepOptions, with_exact: bool) -> dict:
     """The DP and (``with_exact``) CP-SAT over the full space, each cached as verify caches it."""
     harness = HarnessOptions(backends=("dp", "cpsat"), time_limit_s=options.time_limit_s,
-                             seed=options.seed, cache_dir=options.cache_dir,
+                             work_limit=options.work_limit, seed=options.seed,
+                             cache_dir=options.cache_dir,
                              use_cache=options.use_cache)
     cache = ResultCache(options.cache_dir, options.use_cache)
     sha, code = instance_digest(instance), code_fingerprint()
@@ -463,7 +465,8 @@ def _certified_exactly(instance: Instance, options: SweepOptions, with_exact: bo
         sources.append(exact["source"])
         certificate = {"by": "cpsat/full", "status": exact["status"],
                        "objective_ticks": exact["objective_ticks"],
-                       "bound_ticks": exact["bound_ticks"], "message": exact.get("message", "")}
+                       "bound_ticks": exact["bound_ticks"], "message": exact.get("message", ""),
+                       **({"wall_capped": True} if exact.get("wall_capped") else {})}
     return {"dp_status": dp["status"], "dp_ticks": dp["objective_ticks"], "dp_plan": dp_plan,
             "dp_message": dp.get("message", ""), "certificate": certificate,
             "source": "solved" if "solved" in sources else sources[-1]}
@@ -474,7 +477,7 @@ def _certified_at_scale(task: PointTask) -> dict:
     options = task.options
     record = certify_instance(task.path, FullCertOptions(
         time_limit_s=options.time_limit_s, seed=options.seed, cache_dir=options.cache_dir,
-        use_cache=options.use_cache))
+        use_cache=options.use_cache, work_limit=options.work_limit))
     dp = record["dp"]
     return {"dp_status": dp["status"], "dp_ticks": dp["objective_ticks"],
             "dp_plan": None if dp["plan"] is None else plan_from_dict(dp["plan"]),
@@ -482,7 +485,8 @@ def _certified_at_scale(task: PointTask) -> dict:
             "certificate": {"by": "certify-full", "status": record["status"],
                             "objective_ticks": record["objective_ticks"],
                             "bound_ticks": record["bound_ticks"],
-                            "message": "; ".join(record["notes"])}}
+                            "message": "; ".join(record["notes"]),
+                            **({"wall_capped": True} if record.get("wall_capped") else {})}}
 
 
 def interval(dp_ticks: int | None, certificate: dict) -> tuple[str, int | None, int | None,
@@ -576,6 +580,7 @@ def run_sweep(instance_path: Path, axes: Sequence[Axis], points: Sequence[Point]
             "prices": {"per_GBps": prices or {}, "device": device_price},
             "protocol": tables.protocol(
                 {"time_limit_s": options.time_limit_s, "seed": options.seed,
+                 **({} if options.work_limit is None else {"work_limit": options.work_limit}),
                  "workers_per_solve": 1, "certify": options.certify.value,
                  "exact_max_devices": EXACT_MAX_DEVICES},
                 {"dp": True, "cpsat/full": backend_available("cpsat"), "certify-full": True}),

@@ -44,6 +44,13 @@ def _columns(document: dict) -> list[str]:
             *(["cost", "Pareto"] if priced else []), "source"]
 
 
+def _status(record: dict) -> str:
+    """The point's status, † when the wall-clock cap rather than the work limit ended its
+    certificate (its figures then depend on the machine)."""
+    return record["status"] + (tables.WALL_CAPPED_MARK if record["certificate"].get("wall_capped")
+                               else "")
+
+
 def _row(record: dict, priced: bool) -> list[str]:
     dp, tick_s = record["dp"], record["tick_s"]
     row = [setting["label"] for setting in record["settings"]]
@@ -51,7 +58,7 @@ def _row(record: dict, priced: bool) -> list[str]:
             _optional(dp["samples_per_s"], ",.2f"), _optional(dp["tokens_per_s"], ",.0f"),
             MISSING if dp["mfu"] is None else f"{100 * dp['mfu']:.1f}%",
             _ms(record["bound_ticks"], tick_s), _ms(record["best_ticks"], tick_s),
-            record["status"], record["certificate"]["by"],
+            _status(record), record["certificate"]["by"],
             MISSING if record["gap"] is None else f"{100 * record['gap']:.2f}%"]
     if priced:
         row += [_optional(record["cost"], ",.2f"), "*" if record["pareto"] else ""]
@@ -65,7 +72,11 @@ def _protocol_text(document: dict) -> str:
     priced = ", ".join(f"{tier} {cost_:g} per GB/s" for tier, cost_ in prices["per_GBps"].items())
     if prices["device"] is not None:
         priced = ", ".join(filter(None, [priced, f"{prices['device']:g} per device"]))
-    return (f"Protocol: {options['time_limit_s']:g} s per point, seed {options['seed']}, one "
+    limit = (f"{options['time_limit_s']:g} s per point" if options.get("work_limit") is None
+             else f"{options['work_limit']:g} work units per point (deterministic; a "
+                  f"{options['time_limit_s']:g} s wall-clock cap, "
+                  f"{tables.WALL_CAPPED_MARK} where it ended a run)")
+    return (f"Protocol: {limit}, seed {options['seed']}, one "
             f"worker per solve; certify {options['certify']} (CP-SAT over the full space up "
             f"to {options['exact_max_devices']} devices, the full-space certificate above)"
             + (f"; prices: {priced}" if priced else "")
@@ -109,7 +120,7 @@ def render_csv(document: dict) -> str:
                  record["devices"], *(found.get(k) for k in "tepdzbv"), dp["status"],
                  dp["objective_ticks"], dp["iteration_time_s"], dp["samples_per_s"],
                  dp["tokens_per_s"], dp["mfu"], record["certificate"]["by"],
-                 record["certificate"]["status"], record["status"], record["bound_ticks"],
+                 record["certificate"]["status"], _status(record), record["bound_ticks"],
                  record["best_ticks"], record["gap"], record["best_samples_per_s"],
                  record["bound_samples_per_s"], record["tick_s"], record["cost"],
                  record["pareto"], record["source"], record["wall_time_s"],

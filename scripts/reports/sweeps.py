@@ -10,8 +10,10 @@ For each of the five NEST-grid models at 1,024 devices (``instances/paper/*--102
 on both NEST networks, ``nest-cp sweep`` varies the bandwidth of each tier above the node
 (H100 spine-leaf: leaf and spine; TPUv4 fat-tree: group and fabric, the same two levels)
 over 0.25x, 0.5x, 1x, 2x and 4x of the preset's own value, one tier at a time, with the
-full-space certificate under ``--time-limit`` seconds per point (default 20: a certificate
-is an interval, honest at any limit; a longer limit narrows it).  Each sweep is written to
+full-space certificate under ``--work-limit`` work units per point (default 20,
+deterministic, so the tables regenerate identically on a loaded machine; ``--work-limit off
+--time-limit S`` for the old clock.  A certificate is an interval, honest at any limit; a
+larger limit narrows it).  Each sweep is written to
 ``reports/sweeps/<model>--<network>--<tier>/`` (sweep.{json,csv,md,tex,png} and the
 points' instances); this script then writes ``README.md`` (the knee of every sweep, the
 protocol) and one figure per network and tier (throughput relative to 1x against the
@@ -41,7 +43,7 @@ NETWORKS = ("nest-h100-spineleaf", "nest-tpuv4-fattree")
 DEVICES = 1024
 VALUES = "0.25x,0.5x,1x,2x,4x"
 KNEE_GAIN = 0.05
-DEFAULT_TIME_LIMIT_S = 20.0
+DEFAULT_WORK_LIMIT = 20.0  # work units per point (nest-cp sweep --work-limit)
 
 
 def instance_path(model: str, network: str) -> Path:
@@ -72,7 +74,9 @@ def run_sweep(model: str, network: str, tier: str, args: argparse.Namespace) -> 
                _relative(instance_path(model, network)),
                "--vary", f"{tier}.bandwidth_Bps={args.values}",
                "--out", _relative(sweep_dir(args.out, model, network, tier)),
-               "--time-limit", str(args.time_limit), "--jobs", str(args.jobs),
+               "--work-limit", args.work_limit,
+               *([] if args.time_limit is None else ["--time-limit", str(args.time_limit)]),
+               "--jobs", str(args.jobs),
                "--executor", args.executor, "--no-progress"]
     if args.address:
         command += ["--address", args.address]
@@ -103,8 +107,14 @@ def summarise(document: dict) -> dict:
     speeds = [p["dp"]["samples_per_s"] for p in points]
     one = speeds[xs.index(1.0)] if 1.0 in xs and speeds[xs.index(1.0)] else None
     gaps = [p["gap"] for p in points if p["gap"] is not None]
+    def relative(speed: float | None) -> float | None:
+        return None if speed is None or one is None else speed / one
+
     return {"xs": xs, "speeds": speeds,
-            "relative": [None if s is None or one is None else s / one for s in speeds],
+            "relative": [relative(s) for s in speeds],
+            # the optimum's certified throughput interval [B / best, B / bound], relative
+            "band": [(relative(p["best_samples_per_s"]), relative(p["bound_samples_per_s"]))
+                     for p in points],
             "plans": ["—" if p["dp"]["degrees"] is None else
                       "t{t} e{e} p{p} d{d}".format(**p["dp"]["degrees"]) for p in points],
             "knee": knee(xs, speeds),
@@ -135,22 +145,37 @@ def plot(out: Path, network: str, tier: str, rows: dict[str, dict]) -> str:
     from matplotlib.ticker import NullLocator
 
     figure, axis = plt.subplots(figsize=(5.6, 3.8))
-    for model, row in rows.items():
+    for colour, (model, row) in enumerate(rows.items()):
         points = [(x, r) for x, r in zip(row["xs"], row["relative"]) if r is not None]
-        axis.plot([x for x, _ in points], [r for _, r in points], marker="o", label=model)
+        axis.plot([x for x, _ in points], [r for _, r in points], marker="o", label=model,
+                  color=f"C{colour}")
+        band = [(x, low, high) for x, (low, high) in zip(row["xs"], row["band"])
+                if low is not None and high is not None]
+        axis.fill_between([x for x, _, _ in band], [low for _, low, _ in band],
+                          [high for _, _, high in band], color=f"C{colour}", alpha=0.15,
+                          linewidth=0)
     xs = sorted({x for row in rows.values() for x in row["xs"]})
     axis.set_xscale("log")
     axis.xaxis.set_minor_locator(NullLocator())
     axis.set_xticks(xs, [f"{x:g}x" for x in xs])
     axis.set_xlabel(f"{tier} bandwidth (× the preset's)")
     axis.set_ylabel("throughput / throughput at 1x")
-    axis.set_title(f"{network}, {DEVICES} devices", fontsize=9)
+    axis.set_title(f"{network}, {DEVICES} devices\nband: certified interval of the "
+                   f"optimum's throughput", fontsize=9)
     axis.legend(fontsize=7)
     figure.tight_layout()
     name = f"{network}--{tier}.png"
     figure.savefig(out / name, dpi=120)
     plt.close(figure)
     return name
+
+
+def _limit_text(options: dict) -> str:
+    if options.get("work_limit") is None:
+        return f"{options['time_limit_s']:g} s"
+    return (f"{options['work_limit']:g} work units (deterministic: the same on an idle or a "
+            f"loaded machine; a {options['time_limit_s']:g} s wall-clock cap, † on a point it "
+            f"ended)")
 
 
 def write_readme(out: Path, documents: dict[tuple[str, str, str], dict]) -> None:
@@ -178,7 +203,7 @@ def write_readme(out: Path, documents: dict[tuple[str, str, str], dict]) -> None
         f"reached by {columns[-1]:g}x\": the model still gained at least {KNEE_GAIN:.0%} over "
         f"the last step.",
         "",
-        f"Protocol: {options['time_limit_s']:g} s per point for the certificate (the DP's plan "
+        f"Protocol: {_limit_text(options)} per point for the certificate (the DP's plan "
         f"included), seed {options['seed']}, one worker per solve; {protocol['date_utc']}; "
         f"nest-cp {protocol['versions']['nest-cp']}, OR-Tools {protocol['versions']['ortools']};"
         f" {machine['processor']}, {machine['cores']} cores.",
@@ -222,7 +247,11 @@ def main() -> None:
     parser.add_argument("--tiers", default=None,
                         help="Comma-separated tier names (default: every tier above the node).")
     parser.add_argument("--values", default=VALUES)
-    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S)
+    parser.add_argument("--work-limit", default=str(DEFAULT_WORK_LIMIT),
+                        help="Work units per point (deterministic), or off.")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="Seconds per point: the wall-clock cap under a work limit, the "
+                             "limit itself with --work-limit off (nest-cp sweep's defaults).")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--address", default=None)
