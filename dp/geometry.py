@@ -48,7 +48,14 @@ import numpy as np
 from nest_cp.dp.node_bounds import capped_group_paths
 from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel, Path
-from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
+from nest_cp.model.plan import (
+    Dim,
+    RankLayout,
+    context_groups,
+    expert_groups,
+    rank_index,
+    tensor_groups,
+)
 
 CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
 DATA_KEPT = 512  # v3a layouts' data-parallel group paths kept (asked twice per outer choice)
@@ -87,12 +94,18 @@ class ReplicaPaths:
     # every TP group inside one tier-0 domain (tiered networks only): where
     # tp_comm_overlap hides the TP collectives behind the GEMMs (cost model §5 e)
     tp_local: bool = False
+    # context width c > 1 (docs/context-parallelism.md): the paths of consecutive ranks of
+    # its CP rings (the wrap included), where p2p sends K/V, and of its CP groups, where
+    # a2a's all-to-alls run; empty for c = 1
+    context_pairs: tuple[int, ...] = ()
+    context_groups: tuple[int, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.tp_groups, self.ep_groups,
                                                 self.recv_activation, self.recv_gradient,
-                                                self.tp_local)))
+                                                self.tp_local, self.context_pairs,
+                                                self.context_groups)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -106,8 +119,10 @@ class StageGeometry:
     stage of many replica combinations would be hashed anew on every lookup."""
 
     replicas: tuple[ReplicaPaths, ...]
-    replica_groups: tuple[int, ...]  # d-replica group of each rank j (ZeRO-3, expert sync)
-    dense_groups: tuple[int, ...]    # d*e group of each tensor rank t (dense sync)
+    # d-replica group of each rank j (ZeRO-3, expert sync); with context width c > 1 the
+    # d·c group of each (tensor, expert) index (the c context ranks hold the same weights)
+    replica_groups: tuple[int, ...]
+    dense_groups: tuple[int, ...]  # d·e (c > 1: d·e·c) group of each tensor rank t (dense sync)
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +131,14 @@ class StageGeometry:
 
     def __hash__(self) -> int:
         return self._hash
+
+
+def layout_config(config: IntraConfig) -> IntraConfig:
+    """The configuration a rank layout numbers a stage replica by: with context width c the
+    context index rides inside the expert digit (ranks j = t_index + t·(c_index + c·e_index)
+    number a (t, c·e) replica exactly), so the context ranks sit between the tensor and the
+    expert ranks in every layout, as brute force's structured space places them."""
+    return config if config.cp == 1 else IntraConfig(config.tp, config.cp * config.ep)
 
 
 def effective_order(layout: RankLayout, config: IntraConfig, num_stages: int,
@@ -220,6 +243,10 @@ class LayoutGeometries:
 
     def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  wrap: bool = False) -> list[StageGeometry]:
+        if config.cp > 1:  # rank by rank (context parallelism has no strided form yet)
+            devices = rank_devices(layout, layout_config(config), num_stages, dp,
+                                   self.order_of(layout), self.network.node_size)
+            return context_geometries(self.network, self.ids, devices, config, wrap)
         if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
@@ -251,7 +278,10 @@ class LayoutGeometries:
         groups, per stage those of its d·e groups), equal to the ``replica_groups`` and
         ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
         case (a graph, an order other than the canonical one); for a v3a layout on a tiered
-        network from :meth:`_translated_data` (the key: the sets themselves)."""
+        network from :meth:`_translated_data` (the key: the sets themselves).  None with
+        context width c > 1 (its groups are found rank by rank, :meth:`__call__`)."""
+        if config.cp > 1:
+            return None
         if not self._strided(layout):
             if not self.translated:
                 return None
@@ -951,5 +981,67 @@ def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
             {group([placement[stage][r][t + config.tp * e]
                     for r in range(dp) for e in range(config.ep)])
              for t in range(config.tp)})) if dp * config.ep > 1 else ()
+        geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
+    return geometries
+
+
+def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                       config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    """:func:`stage_geometries` of a placement with context width c > 1, rank by rank on any
+    network (docs/context-parallelism.md): ``devices[stage, replica, j]`` with j =
+    t_index + t·c_index + t·c·e_index.  Each replica also gets the paths of its CP rings'
+    consecutive pairs and of its CP groups (what :class:`nest_cp.cost.terms.ContextPaths`
+    holds); the data-parallel groups are the d·c ranks of each (tensor, expert) index
+    (ZeRO-3 gathers, expert sync) and the d·e·c ranks of each tensor index (dense sync),
+    as the evaluator groups them."""
+    num_stages, dp, _ = devices.shape
+    placement = devices.tolist()
+    activation_from, gradient_from = _senders(num_stages, wrap)
+    tp, cp, ep = config.tp, config.cp, config.ep
+
+    def group(members: list[int]) -> int:
+        path = network.group_path(members)
+        return -1 if path is None else ids.id_of(path)
+
+    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
+        found = {group([ranks[j] for j in members]) for members in rank_groups}
+        return tuple(sorted(found - {-1}))
+
+    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
+        if sender is None:
+            return ()
+        return tuple(sorted({ids.id_of(network.pair_path(one, other)) for one, other in
+                             zip(placement[sender][replica], placement[receiver][replica],
+                                 strict=True)}))
+
+    def ring_pairs(ranks: list[int]) -> tuple[int, ...]:
+        found: set[int] = set()
+        for ring in context_groups(config):
+            members = [ranks[j] for j in ring]
+            found |= {ids.id_of(network.pair_path(members[k], members[(k + 1) % cp]))
+                      for k in range(cp) if members[k] != members[(k + 1) % cp]}
+        return tuple(sorted(found))
+
+    geometries = []
+    for stage in range(num_stages):
+        ranks_of = placement[stage]
+        replicas = tuple(sorted(
+            {ReplicaPaths(tp_groups=groups(ranks_of[replica], tensor_groups(config)),
+                          ep_groups=groups(ranks_of[replica], expert_groups(config)),
+                          recv_activation=pairs(activation_from[stage], stage, replica),
+                          recv_gradient=pairs(gradient_from[stage], stage, replica),
+                          context_pairs=ring_pairs(ranks_of[replica]),
+                          context_groups=groups(ranks_of[replica], context_groups(config)))
+             for replica in range(dp)},
+            key=lambda r: (r.tp_groups, r.ep_groups, r.recv_activation, r.recv_gradient,
+                           r.context_pairs, r.context_groups)))
+        replica_groups = tuple(sorted(
+            {group([ranks_of[r][rank_index(config, t, c, e)]
+                    for r in range(dp) for c in range(cp)])
+             for t in range(tp) for e in range(ep)} - {-1}))
+        dense_groups = tuple(sorted(
+            {group([ranks_of[r][rank_index(config, t, c, e)]
+                    for r in range(dp) for c in range(cp) for e in range(ep)])
+             for t in range(tp)} - {-1}))
         geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
     return geometries

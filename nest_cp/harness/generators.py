@@ -21,6 +21,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     GraphNetwork,
     HierarchicalNetwork,
     Instance,
@@ -648,3 +649,56 @@ def random_sdp_instance(seed: int, num_blocks: int = 2, units: int = 2,
         levels=levels, maskings=maskings, holders=holders))
     return Instance(Workload(base.workload.name, tuple(layers)), base.cluster, training,
                     name=f"{base.name}-sdp")
+
+
+def random_cp_instance(seed: int, configs: tuple[IntraConfig, ...], num_layers: int = 3,
+                       tier_sizes: tuple[int, ...] = (2, 2), cp_comm: str = "p2p",
+                       zero_stages: tuple[int, ...] = (0, 1),
+                       recompute_modes: tuple[RecomputeMode, ...] = (
+                           RecomputeMode.NONE, RecomputeMode.FULL),
+                       virtual_stages: tuple[int, ...] = (1,), global_batch: int = 8,
+                       hbm_bytes: int = 40 * _GB, comm_scale: int = 1,
+                       identical_blocks: bool = False,
+                       launcher: Launcher = Launcher.NONE) -> Instance:
+    """A random instance allowing context parallelism (docs/context-parallelism.md) with
+    the context widths of ``configs``, on a hierarchical network of ``tier_sizes``.
+
+    Each layer is :func:`random_instance`'s, profiled at every configuration as the
+    profiler splits a sequence over c ranks: token-proportional figures (compute,
+    activations, checkpoints, outputs, collective volumes) divided by c, an attention core
+    (a random share of compute, whose FLOPs fall by c as the rest does) with K/V and
+    all-to-all payloads of random size, some layers without attention.
+    """
+    rng = random.Random(seed)
+    num_devices = math.prod(tier_sizes)
+    layers = []
+    for index in range(num_layers):
+        fwd_ms = rng.choice((0.5, 1.0, 2.0))
+        params = rng.choice((1, 2, 3)) * 2 * 10**8
+        act = rng.choice((2, 4, 8)) * 10**9
+        out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
+        experts = rng.random() < 0.3
+        attention = rng.random() < 0.8
+        share = rng.choice((0.25, 0.5))
+        kv = rng.choice((1, 5, 20)) * 10**7 * comm_scale if attention else 0
+        profiles = {}
+        for config in configs:
+            base = _profile(fwd_ms / config.cp, params, act // config.cp, out // config.cp,
+                            experts, IntraConfig(config.tp, config.ep), 1)
+            profiles[(config, 1)] = dataclasses.replace(
+                base, attn_fwd_s=round(base.fwd_s * share, 9) if attention else None,
+                attn_bwd_s=round(base.bwd_s * share, 9) if attention else None,
+                cp_kv_bytes=kv // (config.cp * config.tp) if config.cp > 1 else 0,
+                cp_a2a_bytes=2 * kv // (config.cp * config.tp) if config.cp > 1 else 0)
+        layers.append(Layer(f"layer{index}", profiles))
+    if identical_blocks and num_layers >= 3:
+        layers = [layers[0], *(Layer(f"block{index}", layers[1].profiles)
+                               for index in range(1, num_layers - 1)), layers[-1]]
+    cluster = Cluster(num_devices, hbm_bytes, _hierarchy(rng, tier_sizes), name=f"cp-{seed}")
+    widths = tuple(sorted({config.cp for config in configs}))
+    training = TrainingSetup(global_batch=global_batch, seq_len=64, microbatches=(1,),
+                             optimizer=Optimizer(2, 2, 12), zero_stages=zero_stages,
+                             recompute_modes=recompute_modes, virtual_stages=virtual_stages,
+                             context_parallel=widths, cp_comm=CpComm(cp_comm), launcher=launcher)
+    return Instance(Workload(f"cp-{seed}", tuple(layers), heads=8, kv_heads=8), cluster,
+                    training, name=f"cp-{seed}-L{num_layers}-N{num_devices}")
