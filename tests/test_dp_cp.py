@@ -83,6 +83,20 @@ def test_dp_equals_structured_brute_force_with_context_widths(seed, comm):
         assert evaluate(instance, found.plan).objective_ticks == found.objective_ticks
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_dp_equals_structured_brute_force_on_graphs(seed):
+    """The same on random graphs (the CP rings' pairs and groups on their graph paths)."""
+    instance = random_cp_instance(seed, cp_comm=("p2p", "a2a")[seed % 2],
+                                  comm_scale=(1, 10, 50)[seed % 3],
+                                  hbm_bytes=(12, 20, 40)[seed % 5 % 3] * 10**9,
+                                  global_batch=(2, 4, 8)[seed % 7 % 3], graph=True,
+                                  **SHAPES[seed % len(SHAPES)])
+    found = solve(instance, "dp")
+    brute = solve(instance, "brute", STRUCTURED)
+    assert found.status is brute.status
+    assert found.objective_ticks == brute.objective_ticks
+
+
 @pytest.mark.parametrize("comm", ["p2p", "a2a"])
 @pytest.mark.parametrize("seed", [0, 3, 9, 12])
 def test_dp_against_full_space_brute_force(seed, comm):
