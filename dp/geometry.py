@@ -243,9 +243,12 @@ class LayoutGeometries:
 
     def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  wrap: bool = False) -> list[StageGeometry]:
-        if config.cp > 1:  # rank by rank (context parallelism has no strided form yet)
+        if config.cp > 1:  # from the device array (context parallelism has no strided form)
             devices = rank_devices(layout, layout_config(config), num_stages, dp,
                                    self.order_of(layout), self.network.node_size)
+            if self.network.is_hierarchical:
+                return tiered_context_geometries(self.network, self.ids, devices, config,
+                                                 wrap)
             return context_geometries(self.network, self.ids, devices, config, wrap)
         if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
@@ -1014,6 +1017,11 @@ def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                              zip(placement[sender][replica], placement[receiver][replica],
                                  strict=True)}))
 
+    def tp_local(ranks: list[int]) -> bool:  # as nest_cp.cost.terms.GroupPaths decides it
+        return network.is_hierarchical and all(
+            len(members) == 1 or network.tier_of([ranks[j] for j in members]) == 0
+            for members in tensor_groups(config))
+
     def ring_pairs(ranks: list[int]) -> tuple[int, ...]:
         found: set[int] = set()
         for ring in context_groups(config):
@@ -1030,11 +1038,11 @@ def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                           ep_groups=groups(ranks_of[replica], expert_groups(config)),
                           recv_activation=pairs(activation_from[stage], stage, replica),
                           recv_gradient=pairs(gradient_from[stage], stage, replica),
+                          tp_local=tp_local(ranks_of[replica]),
                           context_pairs=ring_pairs(ranks_of[replica]),
                           context_groups=groups(ranks_of[replica], context_groups(config)))
              for replica in range(dp)},
-            key=lambda r: (r.tp_groups, r.ep_groups, r.recv_activation, r.recv_gradient,
-                           r.context_pairs, r.context_groups)))
+            key=_replica_order))
         replica_groups = tuple(sorted(
             {group([ranks_of[r][rank_index(config, t, c, e)]
                     for r in range(dp) for c in range(cp)])
@@ -1044,4 +1052,76 @@ def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                     for r in range(dp) for c in range(cp) for e in range(ep)])
              for t in range(tp)} - {-1}))
         geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
+    return geometries
+
+
+
+def _replica_order(replica: ReplicaPaths) -> tuple:
+    """The order of a stage's distinct replicas in :func:`context_geometries` (a fixed one,
+    so that equal placements give equal geometries)."""
+    return (replica.tp_groups, replica.ep_groups, replica.recv_activation,
+            replica.recv_gradient, replica.tp_local, replica.context_pairs,
+            replica.context_groups)
+
+
+def tiered_context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                              config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    """:func:`context_geometries` on a tiered network, vectorised over ranks: the same
+    geometries (tests/test_dp_cp.py compares the two).  A stage's (d, a) device array is
+    read as (d, e, c, t) (rank j = t_index + t·c_index + t·c·e_index), so each kind of
+    group lies along one axis or a block of axes and :class:`_GroupPathCodes` prices all of
+    them at once; a pair's path is its tier's (:meth:`NetworkModel.tier_of_pairs`)."""
+    num_stages, dp, _ = devices.shape
+    tp, cp, ep = config.tp, config.cp, config.ep
+    codes = _GroupPathCodes(network, ids)
+    tier_ids = np.array([ids.id_of(network.tier_path(tier)) for tier in range(network.num_tiers)],
+                        dtype=np.int64)
+    activation_from, gradient_from = _senders(num_stages, wrap)
+    shaped = devices.reshape(num_stages, dp, ep, cp, tp)
+
+    def pair_ids(one: np.ndarray, other: np.ndarray) -> np.ndarray:
+        return tier_ids[np.asarray(network.tier_of_pairs(np.minimum(one, other),
+                                                         np.maximum(one, other)))]
+
+    def columns(values: np.ndarray | None) -> np.ndarray:  # (d, k) per replica
+        return np.zeros((dp, 0), dtype=np.int64) if values is None else \
+            values.reshape(dp, -1)
+
+    geometries = []
+    for stage in range(num_stages):
+        grid = shaped[stage]  # (d, e, c, t)
+        tensor = codes.of(grid, 3) if tp > 1 else None
+        expert = codes.of(grid, 1) if ep > 1 else None
+        context = codes.of(grid, 2)
+        following = np.roll(grid, -1, axis=2)
+        ring = pair_ids(grid, following)
+        inner = np.asarray(network.tier_of_pairs(grid.min(axis=3), grid.max(axis=3))) == 0 \
+            if tp > 1 else np.ones((dp, ep, cp), dtype=bool)
+        local = inner.reshape(dp, -1).all(axis=1)
+        receives = []
+        for sender in (activation_from[stage], gradient_from[stage]):
+            receives.append(None if sender is None else
+                            pair_ids(devices[sender], devices[stage]))
+        parts = [columns(tensor), columns(expert), columns(receives[0]), columns(receives[1]),
+                 local[:, None].astype(np.int64), columns(ring), columns(context)]
+        widths = [part.shape[1] for part in parts]
+        rows, first = np.unique(np.concatenate(parts, axis=1), axis=0, return_index=True)
+        replicas = set()
+        for row in rows[np.argsort(first)]:
+            split = np.split(row, np.cumsum(widths)[:-1])
+            tensor_ids, expert_ids, act_ids, grad_ids, tp_local, ring_ids, context_ids = (
+                tuple(sorted(set(part.tolist()))) for part in split)
+            replicas.add(ReplicaPaths(
+                tp_groups=tensor_ids, ep_groups=expert_ids, recv_activation=act_ids,
+                recv_gradient=grad_ids, tp_local=bool(tp_local[0]),
+                context_pairs=ring_ids, context_groups=context_ids))
+        # the d·c ranks of each (tensor, expert) index, the d·e·c ranks of each tensor index
+        shard = np.moveaxis(grid, (1, 3), (0, 1)).reshape(ep, tp, dp * cp)
+        dense = np.moveaxis(grid, 3, 0).reshape(tp, dp * ep * cp)
+        replica_groups = tuple(sorted(set(codes.of(shard, 2).ravel().tolist()))) \
+            if dp * cp > 1 else ()
+        dense_groups = tuple(sorted(set(codes.of(dense, 1).ravel().tolist()))) \
+            if dp * ep * cp > 1 else ()
+        geometries.append(StageGeometry(tuple(sorted(replicas, key=_replica_order)),
+                                        replica_groups, dense_groups))
     return geometries

@@ -8,6 +8,7 @@ import dataclasses
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from exhaustive import canonical_placements, shape_optimum
 from unbounded import without_dp_bounds
@@ -246,3 +247,35 @@ def test_pruning_never_changes_the_optimum_with_context_widths(seed, monkeypatch
     pruned = solve(instance, "dp")
     without_dp_bounds(monkeypatch)
     assert solve(instance, "dp").objective_ticks == pruned.objective_ticks
+
+
+@pytest.mark.parametrize("tier_sizes", [(2, 2), (2, 2, 2), (4, 2, 2)])
+def test_tiered_context_geometries_equal_the_rank_by_rank_ones(tier_sizes):
+    """On tiered networks the vectorised context geometries are the rank-by-rank ones (the
+    reference, on any network) for every configuration with c > 1, S, d, layout and wrap."""
+    from nest_cp.dp.geometry import (
+        PathIds,
+        context_geometries,
+        layout_config,
+        rank_devices,
+        tiered_context_geometries,
+    )
+    from nest_cp.model.network import NetworkModel
+
+    configs = (C(cp=2), C(tp=2, cp=2), C(cp=2, ep=2), C(cp=4), C(tp=2, cp=4))
+    instance = random_cp_instance(0, configs, num_layers=2, tier_sizes=tier_sizes)
+    network = NetworkModel(instance.cluster)
+    ids = PathIds(network)
+    compared = 0
+    for config in configs:
+        for stages in (1, 2):
+            for dp in range(1, network.num_devices // (config.devices * stages) + 1):
+                for layout in all_layouts()[::5]:
+                    devices = rank_devices(layout, layout_config(config), stages, dp,
+                                           np.array(network.layout_order(layout)),
+                                           network.node_size)
+                    for wrap in (False, True):
+                        assert tiered_context_geometries(network, ids, devices, config, wrap) \
+                            == context_geometries(network, ids, devices, config, wrap)
+                        compared += 1
+    assert compared
