@@ -81,6 +81,10 @@ def test_dp_equals_structured_brute_force_with_context_widths(seed, comm):
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
     if found.plan is not None:
+        hidden = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, tp_comm_overlap=False))
+        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
+    if found.plan is not None:
         assert evaluate(instance, found.plan).objective_ticks == found.objective_ticks
 
 
@@ -96,6 +100,10 @@ def test_dp_equals_structured_brute_force_on_graphs(seed):
     brute = solve(instance, "brute", STRUCTURED)
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
+    if found.plan is not None:
+        hidden = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, tp_comm_overlap=False))
+        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
 
 
 @pytest.mark.parametrize("comm", ["p2p", "a2a"])
@@ -181,6 +189,10 @@ def test_dp_respects_launcher_rules_for_context_widths(seed, launcher):
     brute = solve(instance, "brute", STRUCTURED)
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
+    if found.plan is not None:
+        hidden = dataclasses.replace(instance, training=dataclasses.replace(
+            instance.training, tp_comm_overlap=False))
+        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
     if found.plan is not None:
         config = found.plan.config
         assert config.cp == 1 or (launcher is Launcher.MEGATRON and config.ep == 1)
@@ -279,3 +291,29 @@ def test_tiered_context_geometries_equal_the_rank_by_rank_ones(tier_sizes):
                             == context_geometries(network, ids, devices, config, wrap)
                         compared += 1
     assert compared
+
+
+def _overlap_instance(seed: int, overlap: bool) -> Instance:
+    instance = random_cp_instance(seed, (C(tp=2, cp=2),), num_layers=2, tier_sizes=(4, 2),
+                                  cp_comm=("p2p", "a2a")[seed % 2],
+                                  global_batch=(2, 4)[seed % 2])
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, tp_comm_overlap=overlap))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_equals_brute_force_with_tp_overlap_beside_context_widths(seed):
+    """With tp_comm_overlap (TP collectives hidden where a replica's TP groups lie in one
+    tier-0 domain, docs/cost-model.md §5 e) and (t, c) = (2, 2): DP = brute force."""
+    instance = _overlap_instance(seed, True)
+    found = solve(instance, "dp")
+    brute = solve(instance, "brute", STRUCTURED)
+    assert found.status is brute.status
+    assert found.objective_ticks == brute.objective_ticks
+
+
+def test_tp_overlap_beside_context_widths_is_priced():
+    """On those instances the overlap lowers some optimum: it is priced, not ignored."""
+    assert any(solve(_overlap_instance(seed, True), "dp").objective_ticks
+               < solve(_overlap_instance(seed, False), "dp").objective_ticks
+               for seed in range(4))
