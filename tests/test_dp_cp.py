@@ -81,10 +81,6 @@ def test_dp_equals_structured_brute_force_with_context_widths(seed, comm):
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
     if found.plan is not None:
-        hidden = dataclasses.replace(instance, training=dataclasses.replace(
-            instance.training, tp_comm_overlap=False))
-        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
-    if found.plan is not None:
         assert evaluate(instance, found.plan).objective_ticks == found.objective_ticks
 
 
@@ -100,10 +96,6 @@ def test_dp_equals_structured_brute_force_on_graphs(seed):
     brute = solve(instance, "brute", STRUCTURED)
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
-    if found.plan is not None:
-        hidden = dataclasses.replace(instance, training=dataclasses.replace(
-            instance.training, tp_comm_overlap=False))
-        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
 
 
 @pytest.mark.parametrize("comm", ["p2p", "a2a"])
@@ -189,10 +181,6 @@ def test_dp_respects_launcher_rules_for_context_widths(seed, launcher):
     brute = solve(instance, "brute", STRUCTURED)
     assert found.status is brute.status
     assert found.objective_ticks == brute.objective_ticks
-    if found.plan is not None:
-        hidden = dataclasses.replace(instance, training=dataclasses.replace(
-            instance.training, tp_comm_overlap=False))
-        assert solve(hidden, "dp").objective_ticks > found.objective_ticks
     if found.plan is not None:
         config = found.plan.config
         assert config.cp == 1 or (launcher is Launcher.MEGATRON and config.ep == 1)
