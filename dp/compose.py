@@ -11,9 +11,14 @@ recompute mode ρ (DESIGN §3, §3.2):
 
     τ(f, l) = Σ (fwd + bwd) + rerun_ρ
               + max over g's replicas r of ( coll_r + [ρ = full] fwd coll_r
+                                             + cp_r + [ρ ≠ none] fwd cp_r
                                              + [activation] act_r(out_{f−1})
                                              + [gradient] grad_r(out_l) )
               + [z = 3] max over g's d-groups of 2 · gather(params),
+
+with cp_r the exposed context-parallel communication of the layers on r's CP groups
+(0 for c = 1; docs/context-parallelism.md) and, with context width c, the d-groups the
+d·c ranks of a (tensor, expert) index and the dense groups d·e·c ranks;
 
 where each collective costs its slowest TP or EP group of the replica (§3.2 f);
 ``activation`` / ``gradient`` say whether the chunk receives them (not the first /
@@ -27,7 +32,8 @@ slowest group (cost model §5 c):
     exposed = [overlap_grad_reduce ? max(0, RS − Σ bwd) : RS]
               + [overlap_param_gather ? max(0, AG − Σ fwd) : AG]   (§3.2 c, §5 d),
 
-and the memory pieces state(params) + [z = 3] buffers (§3.2 d).
+and the memory pieces state(params) + [z = 3] buffers (§3.2 d) + [p2p, c > 1] the ring's
+two K/V buffers.
 """
 
 from __future__ import annotations
@@ -84,14 +90,15 @@ class RangePrices:
         cache and returned read-only.
         """
         full = mode is RecomputeMode.FULL
+        rerun = mode is not RecomputeMode.NONE  # reruns the forward's context communication
         if at is not None:
             key = ("time-at", geometry, mode, gather_dp, activation, gradient, at.key)
             return self._cached(table, key, lambda: _read_only(self._communication(
-                table, geometry, full, gather_dp, activation, gradient, at.index)
+                table, geometry, full, gather_dp, activation, gradient, at.index, rerun)
                 + table.compute_range[at.index] + table.rerun_range[mode][at.index]))
         key = ("time", geometry.replicas, mode, activation, gradient)
         time = self._cached(table, key, lambda: _read_only(self._communication(
-            table, geometry, full, 1, activation, gradient)
+            table, geometry, full, 1, activation, gradient, rerun=rerun)
             + (table.compute_range + table.rerun_range[mode])))
         if gather_dp == 1 or not geometry.replica_groups:
             return time
@@ -102,14 +109,18 @@ class RangePrices:
 
     def _communication(self, table: LayerTable, geometry: StageGeometry, full: bool,
                        gather_dp: int, activation: bool, gradient: bool,
-                       at: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-        """The slowest replica's collectives and receives, plus the ZeRO-3 gathers at the
-        ranges ``at`` (without gathers if ``at`` is None: :meth:`chunk_time` adds them)."""
+                       at: tuple[np.ndarray, np.ndarray] | None = None,
+                       rerun: bool = False) -> np.ndarray:
+        """The slowest replica's collectives, receives and exposed context communication
+        (``rerun``: its forward part twice), plus the ZeRO-3 gathers at the ranges ``at``
+        (without gathers if ``at`` is None: :meth:`chunk_time` adds them)."""
         worst = None
         for replica in geometry.replicas:
-            key = ("replica", replica, full, activation, gradient)
-            term = self._cached(table, key, lambda replica=replica: self._replica_time(
-                table, replica, full, activation, gradient))
+            rerun_context = rerun and bool(replica.context_pairs or replica.context_groups)
+            key = ("replica", replica, full, activation, gradient, rerun_context)
+            term = self._cached(table, key, lambda replica=replica, again=rerun_context:
+                                self._replica_time(table, replica, full, activation, gradient,
+                                                   again))
             term = term if at is None else term[at]
             worst = term if worst is None else np.maximum(worst, term)
         if at is not None and gather_dp > 1 and geometry.replica_groups:
@@ -127,8 +138,11 @@ class RangePrices:
                                         for path in geometry.replica_groups], params)[index])
 
     def _replica_time(self, table: LayerTable, replica: ReplicaPaths, full: bool,
-                      activation: bool, gradient: bool) -> np.ndarray:
-        """Collectives (rerun forward ones too under full recompute) and receives of a replica."""
+                      activation: bool, gradient: bool, rerun_context: bool = False
+                      ) -> np.ndarray:
+        """Collectives (rerun forward ones too under full recompute), receives and exposed
+        context communication (its forward part again under any recompute:
+        ``rerun_context``) of a replica."""
         paths = self.ids.paths
         tp = tuple(paths[p] for p in replica.tp_groups)
         ep = tuple(paths[p] for p in replica.ep_groups)
@@ -136,6 +150,11 @@ class RangePrices:
         if full:
             time_matrix = time_matrix + table.collective_range(tp, ep, Phase.FWD,
                                                                tp_local=replica.tp_local)
+        if replica.context_pairs or replica.context_groups:
+            both, forward = table.context_range(
+                tuple(paths[p] for p in replica.context_pairs),
+                tuple(paths[p] for p in replica.context_groups))
+            time_matrix = time_matrix + both + (forward if rerun_context else 0)
         if activation and replica.recv_activation:
             sent = np.max([table.transfers(paths[p]) for p in replica.recv_activation], axis=0)
             time_matrix = time_matrix + np.concatenate(([0], sent[:-1]))[:, None]
@@ -150,11 +169,13 @@ class RangePrices:
              dense: np.ndarray, expert: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A stage's gradient sync for (arrays of) its dense and expert parameter totals:
         (RS_s, AG_s), its gradient phase and its weight gather (0 unless ZeRO 1 or 2), each
-        the slowest dense group's plus the slowest expert group's (cost model §5 c)."""
+        the slowest dense group's plus the slowest expert group's (cost model §5 c).  With
+        context width c the groups have d·e·c and d·c ranks (docs/context-parallelism.md)."""
         reduce = np.zeros(np.shape(dense), dtype=np.int64)
         gather = np.zeros(np.shape(dense), dtype=np.int64)
-        for params, size, groups in ((dense, dp * table.config.ep, geometry.dense_groups),
-                                     (expert, dp, geometry.replica_groups)):
+        config = table.config
+        for params, size, groups in ((dense, dp * config.ep * config.cp, geometry.dense_groups),
+                                     (expert, dp * config.cp, geometry.replica_groups)):
             if not groups or not np.any(np.asarray(params) > 0):  # nothing to sync: 0
                 continue
             forms = [self.sync_forms(zero, size, path) for path in groups]
@@ -194,18 +215,24 @@ class RangePrices:
     # ------------------------------------------------------------ memory
 
     def fixed_memory(self, table: LayerTable, dp: int, zero: int, params: np.ndarray,
-                     params_max: np.ndarray) -> np.ndarray:
-        """state(params) + [z = 3] 2 · w · params_max: the bytes that do not depend on the
-        activations (elementwise over parameter totals and largest-layer parameters); on the
-        table's own range matrix, priced once per distinct total."""
+                     params_max: np.ndarray, kv_max: np.ndarray | None = None) -> np.ndarray:
+        """state(params) + [z = 3] 2 · w · params_max + 2 · kv_max: the bytes that do not
+        depend on the activations (elementwise over parameter totals, largest-layer
+        parameters and, for the p2p ring of context width c > 1, the largest ``cp_kv_bytes``
+        of the stage's layers: ``kv_max``, None without a ring); on the table's own range
+        matrix, priced once per distinct total.  With context width c the ZeRO shards are
+        over d·c ranks (docs/context-parallelism.md)."""
         optimizer = self.instance.training.optimizer
+        shards = dp * table.config.cp
         if params is table.params_range:
             (totals,), index = distinct_ranges(table, (table.params_range,))
-            fixed = cost.state_bytes(totals, optimizer, zero, dp)[index]
+            fixed = cost.state_bytes(totals, optimizer, zero, shards)[index]
         else:
-            fixed = cost.state_bytes(np.asarray(params, dtype=np.int64), optimizer, zero, dp)
+            fixed = cost.state_bytes(np.asarray(params, dtype=np.int64), optimizer, zero, shards)
         if zero == 3:
             fixed = fixed + 2 * np.asarray(params_max, dtype=np.int64) * optimizer.weight_bytes
+        if kv_max is not None:
+            fixed = fixed + 2 * np.asarray(kv_max, dtype=np.int64)
         return fixed
 
     # ------------------------------------------------------------ forms and cache
@@ -362,13 +389,14 @@ def distinct_ranges(table: LayerTable, matrices: tuple[np.ndarray, ...]
 
 def parameter_kinds(table: LayerTable) -> tuple[tuple[int, bool, int], ...]:
     """For the dense and the expert parameters: their total over the layers, whether every
-    layer holds some, and the ranks per replica their sync runs over (e, 1: the sync groups
-    have d·e and d ranks); kept in the table's cache."""
+    layer holds some, and the ranks per replica their sync runs over (e·c, c: the sync
+    groups have d·e·c and d·c ranks, with c = 1 d·e and d); kept in the table's cache."""
     if "kinds" not in table.cache:
+        config = table.config
         table.cache["kinds"] = tuple(
             (int(params[0, -1]), bool((np.diag(params) > 0).all()), per_replica)
-            for params, per_replica in ((table.dense_range, table.config.ep),
-                                        (table.expert_range, 1)))
+            for params, per_replica in ((table.dense_range, config.ep * config.cp),
+                                        (table.expert_range, config.cp)))
     return table.cache["kinds"]
 
 
@@ -531,8 +559,9 @@ class Shape:
 
     @property
     def gather_dp(self) -> int:
-        """d under ZeRO-3 (the gathers' group size), 1 otherwise (no gathers)."""
-        return self.dp if self.zero == 3 else 1
+        """d·c under ZeRO-3 (the gathers' group size: the shards are over the d replicas
+        and the c context ranks), 1 otherwise (no gathers)."""
+        return self.dp * self.table.config.cp if self.zero == 3 else 1
 
     def in_flight(self) -> np.ndarray:
         """In-flight (chunk-)microbatches of every stage (:func:`nest_cp.cost.terms.in_flight`)."""

@@ -44,8 +44,9 @@ class SplitEnumeration:
         self.forward = self._stage_sums(table.fwd_range)
         self.backward = self._stage_sums(table.bwd_range)
         params_max = self._stage_max(table.params_max_range)
+        kv_max = None if table.kv_max_range is None else self._stage_max(table.kv_max_range)
         fixed = prices.fixed_memory(table, shape.dp, shape.zero, self.dense + self.expert,
-                                    params_max)
+                                    params_max, kv_max)
         in_flight = shape.in_flight()[None, :]
         self.memory = np.stack([fixed + in_flight * self._stage_max(table.kept_range[mode])
                                 + self._stage_max(table.work_range[mode])

@@ -48,7 +48,14 @@ import numpy as np
 from nest_cp.dp.node_bounds import capped_group_paths
 from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel, Path
-from nest_cp.model.plan import Dim, RankLayout, expert_groups, tensor_groups
+from nest_cp.model.plan import (
+    Dim,
+    RankLayout,
+    context_groups,
+    expert_groups,
+    rank_index,
+    tensor_groups,
+)
 
 CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
 DATA_KEPT = 512  # v3a layouts' data-parallel group paths kept (asked twice per outer choice)
@@ -87,12 +94,18 @@ class ReplicaPaths:
     # every TP group inside one tier-0 domain (tiered networks only): where
     # tp_comm_overlap hides the TP collectives behind the GEMMs (cost model §5 e)
     tp_local: bool = False
+    # context width c > 1 (docs/context-parallelism.md): the paths of consecutive ranks of
+    # its CP rings (the wrap included), where p2p sends K/V, and of its CP groups, where
+    # a2a's all-to-alls run; empty for c = 1
+    context_pairs: tuple[int, ...] = ()
+    context_groups: tuple[int, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.tp_groups, self.ep_groups,
                                                 self.recv_activation, self.recv_gradient,
-                                                self.tp_local)))
+                                                self.tp_local, self.context_pairs,
+                                                self.context_groups)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -106,8 +119,10 @@ class StageGeometry:
     stage of many replica combinations would be hashed anew on every lookup."""
 
     replicas: tuple[ReplicaPaths, ...]
-    replica_groups: tuple[int, ...]  # d-replica group of each rank j (ZeRO-3, expert sync)
-    dense_groups: tuple[int, ...]    # d*e group of each tensor rank t (dense sync)
+    # d-replica group of each rank j (ZeRO-3, expert sync); with context width c > 1 the
+    # d·c group of each (tensor, expert) index (the c context ranks hold the same weights)
+    replica_groups: tuple[int, ...]
+    dense_groups: tuple[int, ...]  # d·e (c > 1: d·e·c) group of each tensor rank t (dense sync)
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +131,14 @@ class StageGeometry:
 
     def __hash__(self) -> int:
         return self._hash
+
+
+def layout_config(config: IntraConfig) -> IntraConfig:
+    """The configuration a rank layout numbers a stage replica by: with context width c the
+    context index rides inside the expert digit (ranks j = t_index + t·(c_index + c·e_index)
+    number a (t, c·e) replica exactly), so the context ranks sit between the tensor and the
+    expert ranks in every layout, as brute force's structured space places them."""
+    return config if config.cp == 1 else IntraConfig(config.tp, config.cp * config.ep)
 
 
 def effective_order(layout: RankLayout, config: IntraConfig, num_stages: int,
@@ -220,6 +243,13 @@ class LayoutGeometries:
 
     def __call__(self, layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
                  wrap: bool = False) -> list[StageGeometry]:
+        if config.cp > 1:  # from the device array (context parallelism has no strided form)
+            devices = rank_devices(layout, layout_config(config), num_stages, dp,
+                                   self.order_of(layout), self.network.node_size)
+            if self.network.is_hierarchical:
+                return tiered_context_geometries(self.network, self.ids, devices, config,
+                                                 wrap)
+            return context_geometries(self.network, self.ids, devices, config, wrap)
         if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
@@ -251,7 +281,10 @@ class LayoutGeometries:
         groups, per stage those of its d·e groups), equal to the ``replica_groups`` and
         ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
         case (a graph, an order other than the canonical one); for a v3a layout on a tiered
-        network from :meth:`_translated_data` (the key: the sets themselves)."""
+        network from :meth:`_translated_data` (the key: the sets themselves).  None with
+        context width c > 1 (its groups are found rank by rank, :meth:`__call__`)."""
+        if config.cp > 1:
+            return None
         if not self._strided(layout):
             if not self.translated:
                 return None
@@ -952,4 +985,143 @@ def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                     for r in range(dp) for e in range(config.ep)])
              for t in range(config.tp)})) if dp * config.ep > 1 else ()
         geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
+    return geometries
+
+
+def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                       config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    """:func:`stage_geometries` of a placement with context width c > 1, rank by rank on any
+    network (docs/context-parallelism.md): ``devices[stage, replica, j]`` with j =
+    t_index + t·c_index + t·c·e_index.  Each replica also gets the paths of its CP rings'
+    consecutive pairs and of its CP groups (what :class:`nest_cp.cost.terms.ContextPaths`
+    holds); the data-parallel groups are the d·c ranks of each (tensor, expert) index
+    (ZeRO-3 gathers, expert sync) and the d·e·c ranks of each tensor index (dense sync),
+    as the evaluator groups them."""
+    num_stages, dp, _ = devices.shape
+    placement = devices.tolist()
+    activation_from, gradient_from = _senders(num_stages, wrap)
+    tp, cp, ep = config.tp, config.cp, config.ep
+
+    def group(members: list[int]) -> int:
+        path = network.group_path(members)
+        return -1 if path is None else ids.id_of(path)
+
+    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
+        found = {group([ranks[j] for j in members]) for members in rank_groups}
+        return tuple(sorted(found - {-1}))
+
+    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
+        if sender is None:
+            return ()
+        return tuple(sorted({ids.id_of(network.pair_path(one, other)) for one, other in
+                             zip(placement[sender][replica], placement[receiver][replica],
+                                 strict=True)}))
+
+    def tp_local(ranks: list[int]) -> bool:  # as nest_cp.cost.terms.GroupPaths decides it
+        return network.is_hierarchical and all(
+            len(members) == 1 or network.tier_of([ranks[j] for j in members]) == 0
+            for members in tensor_groups(config))
+
+    def ring_pairs(ranks: list[int]) -> tuple[int, ...]:
+        found: set[int] = set()
+        for ring in context_groups(config):
+            members = [ranks[j] for j in ring]
+            found |= {ids.id_of(network.pair_path(members[k], members[(k + 1) % cp]))
+                      for k in range(cp) if members[k] != members[(k + 1) % cp]}
+        return tuple(sorted(found))
+
+    geometries = []
+    for stage in range(num_stages):
+        ranks_of = placement[stage]
+        replicas = tuple(sorted(
+            {ReplicaPaths(tp_groups=groups(ranks_of[replica], tensor_groups(config)),
+                          ep_groups=groups(ranks_of[replica], expert_groups(config)),
+                          recv_activation=pairs(activation_from[stage], stage, replica),
+                          recv_gradient=pairs(gradient_from[stage], stage, replica),
+                          tp_local=tp_local(ranks_of[replica]),
+                          context_pairs=ring_pairs(ranks_of[replica]),
+                          context_groups=groups(ranks_of[replica], context_groups(config)))
+             for replica in range(dp)},
+            key=_replica_order))
+        replica_groups = tuple(sorted(
+            {group([ranks_of[r][rank_index(config, t, c, e)]
+                    for r in range(dp) for c in range(cp)])
+             for t in range(tp) for e in range(ep)} - {-1}))
+        dense_groups = tuple(sorted(
+            {group([ranks_of[r][rank_index(config, t, c, e)]
+                    for r in range(dp) for c in range(cp) for e in range(ep)])
+             for t in range(tp)} - {-1}))
+        geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
+    return geometries
+
+
+
+def _replica_order(replica: ReplicaPaths) -> tuple:
+    """The order of a stage's distinct replicas in :func:`context_geometries` (a fixed one,
+    so that equal placements give equal geometries)."""
+    return (replica.tp_groups, replica.ep_groups, replica.recv_activation,
+            replica.recv_gradient, replica.tp_local, replica.context_pairs,
+            replica.context_groups)
+
+
+def tiered_context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                              config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    """:func:`context_geometries` on a tiered network, vectorised over ranks: the same
+    geometries (tests/test_dp_cp.py compares the two).  A stage's (d, a) device array is
+    read as (d, e, c, t) (rank j = t_index + t·c_index + t·c·e_index), so each kind of
+    group lies along one axis or a block of axes and :class:`_GroupPathCodes` prices all of
+    them at once; a pair's path is its tier's (:meth:`NetworkModel.tier_of_pairs`)."""
+    num_stages, dp, _ = devices.shape
+    tp, cp, ep = config.tp, config.cp, config.ep
+    codes = _GroupPathCodes(network, ids)
+    tier_ids = np.array([ids.id_of(network.tier_path(tier)) for tier in range(network.num_tiers)],
+                        dtype=np.int64)
+    activation_from, gradient_from = _senders(num_stages, wrap)
+    shaped = devices.reshape(num_stages, dp, ep, cp, tp)
+
+    def pair_ids(one: np.ndarray, other: np.ndarray) -> np.ndarray:
+        return tier_ids[np.asarray(network.tier_of_pairs(np.minimum(one, other),
+                                                         np.maximum(one, other)))]
+
+    def columns(values: np.ndarray | None) -> np.ndarray:  # (d, k) per replica
+        return np.zeros((dp, 0), dtype=np.int64) if values is None else \
+            values.reshape(dp, -1)
+
+    geometries = []
+    for stage in range(num_stages):
+        grid = shaped[stage]  # (d, e, c, t)
+        tensor = codes.of(grid, 3) if tp > 1 else None
+        expert = codes.of(grid, 1) if ep > 1 else None
+        context = codes.of(grid, 2)
+        following = np.roll(grid, -1, axis=2)
+        ring = pair_ids(grid, following)
+        inner = np.asarray(network.tier_of_pairs(grid.min(axis=3), grid.max(axis=3))) == 0 \
+            if tp > 1 else np.ones((dp, ep, cp), dtype=bool)
+        local = inner.reshape(dp, -1).all(axis=1)
+        receives = []
+        for sender in (activation_from[stage], gradient_from[stage]):
+            receives.append(None if sender is None else
+                            pair_ids(devices[sender], devices[stage]))
+        parts = [columns(tensor), columns(expert), columns(receives[0]), columns(receives[1]),
+                 local[:, None].astype(np.int64), columns(ring), columns(context)]
+        widths = [part.shape[1] for part in parts]
+        rows, first = np.unique(np.concatenate(parts, axis=1), axis=0, return_index=True)
+        replicas = set()
+        for row in rows[np.argsort(first)]:
+            split = np.split(row, np.cumsum(widths)[:-1])
+            tensor_ids, expert_ids, act_ids, grad_ids, tp_local, ring_ids, context_ids = (
+                tuple(sorted(set(part.tolist()))) for part in split)
+            replicas.add(ReplicaPaths(
+                tp_groups=tensor_ids, ep_groups=expert_ids, recv_activation=act_ids,
+                recv_gradient=grad_ids, tp_local=bool(tp_local[0]),
+                context_pairs=ring_ids, context_groups=context_ids))
+        # the d·c ranks of each (tensor, expert) index, the d·e·c ranks of each tensor index
+        shard = np.moveaxis(grid, (1, 3), (0, 1)).reshape(ep, tp, dp * cp)
+        dense = np.moveaxis(grid, 3, 0).reshape(tp, dp * ep * cp)
+        replica_groups = tuple(sorted(set(codes.of(shard, 2).ravel().tolist()))) \
+            if dp * cp > 1 else ()
+        dense_groups = tuple(sorted(set(codes.of(dense, 1).ravel().tolist()))) \
+            if dp * ep * cp > 1 else ()
+        geometries.append(StageGeometry(tuple(sorted(replicas, key=_replica_order)),
+                                        replica_groups, dense_groups))
     return geometries

@@ -273,6 +273,9 @@ class _BlockCounts:
         ends = {name: np.zeros(num_stages, dtype=np.int64)
                 for name in ("dense", "expert", "forward", "backward")}
         ends["params_max"] = np.full(num_stages, table.params_max_range[block, block])
+        kv_max = table.kv_max_range  # the p2p ring's K/V (context parallelism), or None
+        if kv_max is not None:
+            ends["kv_max"] = np.full(num_stages, kv_max[block, block])
         for mode in self.modes:
             ends[mode] = np.full(num_stages, table.work_range[mode][block, block])
         layers = {0: range(blocks.leading),
@@ -285,6 +288,8 @@ class _BlockCounts:
                 ends["backward"][stage] += table.bwd_range[layer, layer]
                 ends["params_max"][stage] = max(ends["params_max"][stage],
                                                 table.params_max_range[layer, layer])
+                if kv_max is not None:
+                    ends["kv_max"][stage] = max(ends["kv_max"][stage], kv_max[layer, layer])
                 for mode in self.modes:
                     ends[mode][stage] = max(ends[mode][stage],
                                             table.work_range[mode][layer, layer])
@@ -304,7 +309,8 @@ class _BlockCounts:
         fixed = self.prices.fixed_memory(
             table, shape.dp, shape.zero,
             self._totals("dense", table.dense_range) + self._totals("expert", table.expert_range),
-            self._ends["params_max"][:, None])
+            self._ends["params_max"][:, None],
+            self._ends["kv_max"][:, None] if "kv_max" in self._ends else None)
         in_flight = shape.in_flight()[:, None]
         used = sorted({int(kind) for slots in self.slots.values() for kind in slots.kind.flat})
         by_kind = np.full((len(KINDS) + 1, len(self.modes), *fixed.shape), -1, dtype=np.int64)

@@ -1,6 +1,7 @@
 r"""The structured DP planner: exact optimum of the structured space v3a (DESIGN §3.2, §4).
 
-Outer choices.  For every (configuration c, microbatch b) of ``instance.choices``,
+Outer choices.  For every (configuration c = (t, e, context width), microbatch b) of
+``instance.choices``,
 pipeline depth S, data-parallel degree d with a·S·d <= N, allowed virtual-stage
 count v (v > 1 only with S >= 2, S·v <= L and m = ceil(B / (b·e·d)) a multiple of
 S), allowed ZeRO stage z and rank layout λ (any of the 24 orders of (t, e, stage,
@@ -17,7 +18,12 @@ slowest TP / EP group, receives on the actual pairs (wrapping S − 1 → 0 when
 v > 1), ZeRO-3 gathers and buffers, in-flight counts of 1F1B or of Megatron's
 interleaved schedule, the sync as an all-reduce (z = 0) or a reduce-scatter (and for
 z ∈ {1, 2} an all-gather of the weights), each group on its multi-channel path (cost
-model §5 a, c) and each phase minus the compute it overlaps (§5 d).  The objective is
+model §5 a, c) and each phase minus the compute it overlaps (§5 d); with a context width
+above 1 also each replica's exposed ring or all-to-alls (on its slowest CP group, the
+forward part again under recomputation), the p2p ring's K/V buffers, and the sync and
+ZeRO shards over the d·c ranks (docs/context-parallelism.md; the context ranks sit
+between the tensor and the expert ranks in every layout,
+:func:`nest_cp.dp.geometry.layout_config`).  The objective is
 
     T = (v·m + S − 1) · max_k τ_k + max_s exposed_s.
 
@@ -60,7 +66,9 @@ every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
 that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 1 and 2 price τ
 and sync identically and 2 only shrinks memory: only the larger allowed one is
-searched (and z = 0 and z = 3 only where they differ from it, d·e > 1).  Layouts
+searched (and z = 0 and z = 3 only where they differ from it, d·e·c > 1).  With a
+context width above 1 the bounds are the placement-free ones and the layout's own (each
+argued for a group of g ranks, with g = d·e·c and d·c), without the TP case split.  Layouts
 whose order without radix-1 dimensions coincides give equal placements, and layouts whose
 stages meet the same paths (equal stage geometries) are priced alike: only the
 first of either is searched.
@@ -93,7 +101,13 @@ from nest_cp.dp.compose import (
     parameter_kinds,
     whole_totals,
 )
-from nest_cp.dp.geometry import LayoutGeometries, PathIds, effective_order, fastest_group_paths
+from nest_cp.dp.geometry import (
+    LayoutGeometries,
+    PathIds,
+    effective_order,
+    fastest_group_paths,
+    layout_config,
+)
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
 from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
 from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, node_cap, tp_qualities
@@ -436,7 +450,7 @@ class _Search:
         somewhere, of the largest of them (each a bound on that z's plans); ``refined``
         where neither applies (t = 1, graphs)."""
         table = self._table(outer.choice_index)
-        if table.config.tp == 1 or not self.network.is_hierarchical:
+        if table.config.tp == 1 or table.config.cp > 1 or not self.network.is_hierarchical:
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
@@ -591,7 +605,7 @@ class _Search:
         allowed = {zero for zero in self.instance.training.zero_stages
                    if self.instance.admits(config, table.microbatch, dp, num_stages, virtual,
                                            zero)}
-        syncs = dp * config.ep > 1
+        syncs = dp * config.ep * config.cp > 1  # the c context ranks sync too
         kept = sorted(allowed & {1, 2})[-1:]
         if 0 in allowed and (syncs or not kept):
             kept.insert(0, 0)
@@ -609,10 +623,11 @@ class _Search:
         spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
             >= self.network.node_size
         key = (config, num_stages > 1, dp > 1, spare_node)
+        numbered = layout_config(config)  # the context ranks ride in the expert digit
         if key not in self._distinct_layouts:
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
-                order = (effective_order(layout, config, num_stages, dp), layout.digits,
+                order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
                          layout.spare_first and spare_node)
                 if order not in seen:
                     seen.add(order)
@@ -635,7 +650,8 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             bound = self._shape_bound(shape, outer.chunk_bound)
-            if virtual == 1 and config.tp > 1 and self.network.is_hierarchical and \
+            if virtual == 1 and config.tp > 1 and config.cp == 1 and \
+                    self.network.is_hierarchical and \
                     self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_bound(shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
@@ -721,7 +737,7 @@ class _Search:
         table = shape.table
 
         def build() -> Plan:
-            placement = layout.placement(table.config, shape.num_stages, shape.dp,
+            placement = layout.placement(layout_config(table.config), shape.num_stages, shape.dp,
                                          self.geometries.order_of(layout),  # an array
                                          self.network.node_size)
             return Plan(table.config, table.microbatch, shape.zero, shape.dp, stages,
@@ -829,8 +845,9 @@ class _Search:
         node, one channel: up to 8 times slower.  Here each group is priced on the path the
         layout actually gives it:
 
-        For each kind of parameters (dense over d·e ranks, expert over d), the stage s*
-        holding the most of them holds at least ceil(P / S).  Its exposed sync is at least
+        For each kind of parameters (dense over d·e·c ranks, expert over d·c; c the
+        context width), the stage s* holding the most of them holds at least ceil(P / S).
+        Its exposed sync is at least
         its parts the iteration waits for in full (RS without overlap_grad_reduce, AG
         without overlap_param_gather; the others are >= 0, §5 d), each the price on the
         kind's slowest group of s* (§5 c), so at least the largest over s*'s groups of
@@ -904,7 +921,8 @@ class _Search:
         fast = shape.rounds * max(chunk_bound, self._gather_bound(shape)) \
             + self._sync_bound(shape)
         tp = shape.table.config.tp
-        qualities = self._tp_qualities(tp) if split else ()
+        # (the case split is argued for c = 1; with context parallelism the fast bound alone)
+        qualities = self._tp_qualities(tp) if split and shape.table.config.cp == 1 else ()
         if not qualities:
             return fast
         least = INF
@@ -1122,20 +1140,22 @@ class _Search:
     def _gather_bound(self, shape: Shape, cap: int | None = None) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
 
-        That chunk holds at least ceil(P / K) of them, its gathers run over d-replica groups,
-        each on a path no faster than one of :func:`fastest_group_paths` (d) (with ``cap``:
-        of :func:`capped_group_paths` (d, cap), for plans with at most ``cap`` members of a
+        That chunk holds at least ceil(P / K) of them, its gathers run over groups of g =
+        d·c ranks (d replicas, c context ranks; g = d without context parallelism), each on
+        a path no faster than one of :func:`fastest_group_paths` (g) (with ``cap``: of
+        :func:`capped_group_paths` (g, cap), for plans with at most ``cap`` members of a
         group per node, :meth:`_shape_bound` case A), and a gather costs no less for more
         parameters."""
-        if shape.gather_dp == 1 or not self.network.is_hierarchical:
+        size = shape.gather_dp
+        if size == 1 or not self.network.is_hierarchical:
             return 0
         table = shape.table
         heaviest = -(-whole_totals(table)[0] // shape.num_chunks)
-        forms = self._gather_forms.get((shape.dp, cap))
-        if forms is None:  # kept per (d, cap): one d serves many (table, S)
-            paths = self._group_paths(shape.dp, cap)
-            forms = self._gather_forms[shape.dp, cap] = tuple(
-                self.prices.gather_form(shape.dp, self.ids.id_of(path)) for path in paths)
+        forms = self._gather_forms.get((size, cap))
+        if forms is None:  # kept per (g, cap): one g serves many (table, S)
+            paths = self._group_paths(size, cap)
+            forms = self._gather_forms[size, cap] = tuple(
+                self.prices.gather_form(size, self.ids.id_of(path)) for path in paths)
         return min(2 * form.of(heaviest) for form in forms)
 
     def _sync_bound(self, shape: Shape, cap: int | None = None) -> int:
@@ -1157,8 +1177,9 @@ class _Search:
         plans with at most ``cap`` members of a group per node, :meth:`_shape_bound`).
 
         Stage s's sync has a gradient phase RS_s and a weight gather AG_s (ZeRO 1 and 2;
-        cost model §5 c), each the sum over the kinds (dense over d·e ranks, expert over
-        d) of its price on the kind's slowest group, so at least its price on any one
+        cost model §5 c), each the sum over the kinds (dense over d·e·c ranks, expert over
+        d·c; c the context width) of its price on the kind's slowest group, so at least
+        its price on any one
         group; a group of g devices runs on a path no faster than one of
         :func:`fastest_group_paths` (g) (§5 a), and a price never falls as the parameter
         count grows.  Two bounds, of which the larger is returned:
@@ -1236,7 +1257,7 @@ def _require_exact_method(table: LayerTable, num_chunks: int) -> None:
 
 def _where(shape: Shape) -> str:
     config = shape.table.config
-    text = (f"config tp={config.tp}, ep={config.ep}, b={shape.table.microbatch}, "
+    text = (f"config {config.label}, b={shape.table.microbatch}, "
             f"S={shape.num_stages}, d={shape.dp}, z={shape.zero}")
     return text if shape.virtual == 1 else f"{text}, v={shape.virtual}"
 

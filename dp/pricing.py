@@ -20,7 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest_cp.cost import terms as cost
-from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig, Phase, RecomputeMode
+from nest_cp.model.instance import (
+    CollectiveKind,
+    CpComm,
+    Instance,
+    IntraConfig,
+    Phase,
+    RecomputeMode,
+)
 from nest_cp.model.network import Path, collective_seconds, exact
 
 INT64_SAFE = 2**62
@@ -136,8 +143,13 @@ class LayerTable:
                                              for p in self.profiles]) for mode in self.modes}
         self.work_range = {mode: range_maxima([cost.working_set_bytes([p], mode)
                                                for p in self.profiles]) for mode in self.modes}
+        # context parallelism (docs/context-parallelism.md): the p2p ring's K/V buffers are
+        # 2 · the largest cp_kv_bytes of a stage's layers, beside its other memory
+        self.kv_max_range = range_maxima(self._column("cp_kv_bytes")) \
+            if config.cp > 1 and instance.training.cp_comm is CpComm.P2P else None
         self.cache: dict = {}
         self._collectives: dict[tuple, np.ndarray] = {}
+        self._contexts: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._transfers: dict[Path, np.ndarray] = {}
 
     @property
@@ -166,6 +178,23 @@ class LayerTable:
                 for p, fwd, bwd in zip(self.profiles, self.fwd, self.bwd, strict=True)]
             self._collectives[key] = range_sums(per_layer)
         return self._collectives[key]
+
+    def context_range(self, pairs: tuple[Path, ...], groups: tuple[Path, ...]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(forward + backward, forward) exposed context-parallel ticks of every layer range
+        on a stage replica whose CP rings have the pair paths ``pairs`` and the group paths
+        ``groups`` (:func:`nest_cp.cost.terms.context_ticks`, layer by layer, summed as the
+        evaluator sums a chunk's layers); the forward part is what recomputation reruns."""
+        key = (pairs, groups)
+        if key not in self._contexts:
+            training = self.instance.training
+            paths = cost.ContextPaths(pairs=pairs, groups=groups)
+            per_layer = np.array([cost.context_ticks(p, self.config, training.cp_comm, paths,
+                                                     training.tick_s)
+                                  for p in self.profiles], dtype=np.int64).reshape(-1, 2)
+            self._contexts[key] = (range_sums(per_layer.sum(axis=1)),
+                                   range_sums(per_layer[:, 0]))
+        return self._contexts[key]
 
     def transfers(self, path: Path) -> np.ndarray:
         """transfers[layer] = ticks to send that layer's output over ``path``."""

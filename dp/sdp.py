@@ -286,6 +286,8 @@ class _SdpSearch:
         training, devices = self.instance.training, self.instance.cluster.num_devices
         found = []
         for choice_index, (config, microbatch) in enumerate(self.instance.choices):
+            if config.cp > 1:  # SDP plans keep c = 1 (docs/context-parallelism.md)
+                continue
             for level in training.sdp.levels:
                 vectors = self._vectors(choice_index, level)
                 if not vectors.table.num_units:

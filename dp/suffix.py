@@ -52,7 +52,8 @@ class SuffixMemory:
         width = table.num_layers - num_stages + 1
         self.ordered = np.triu(np.ones((width, width), dtype=bool))
         self.fixed = windows(prices.fixed_memory(table, shape.dp, shape.zero, table.params_range,
-                                                 table.params_max_range), num_stages)
+                                                 table.params_max_range, table.kv_max_range),
+                             num_stages)
         self.in_flight = shape.in_flight()[:, None, None]
         self.table, self.num_stages = table, num_stages
         spare = limit - self.fixed

@@ -1,6 +1,7 @@
 """Backends on instances that allow context parallelism (docs/context-parallelism.md): brute
-force searches every c; the others search c = 1 only, say so, and claim nothing about c > 1;
-``evaluate --cp`` prices uniform plans with c > 1."""
+force and the DP search every c (the DP's own tests: tests/test_dp_cp.py); the others search
+c = 1 only, say so, and claim nothing about c > 1; ``evaluate --cp`` prices uniform plans
+with c > 1."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_brute_searches_context_widths():
     assert full.objective_ticks <= structured.objective_ticks
 
 
-@pytest.mark.parametrize("backend", ["dp", "cpsat", "milp", "manual"])
+@pytest.mark.parametrize("backend", ["cpsat", "milp", "manual"])
 def test_other_backends_search_c1_and_claim_nothing_beyond(backend, caplog):
     """A backend that does not search c > 1 returns a c = 1 plan of the instance, says so in
     its message (and the log), and never reports OPTIMAL, INFEASIBLE nor a bound (the c > 1
@@ -90,11 +91,12 @@ def test_other_backends_search_c1_and_claim_nothing_beyond(backend, caplog):
 
 def test_backends_refuse_instances_without_c1():
     """Only c = 2 allowed: a backend that searches c = 1 only has nothing to search and is
-    refused (exit 2 on the command line); brute force still plans."""
+    refused (exit 2 on the command line); brute force and the DP still plan."""
     instance = _instance(widths=(2,))
     with pytest.raises(BackendOptionError, match="does not search context parallelism"):
-        solve(instance, "dp")
+        solve(instance, "cpsat")
     assert solve(instance, "brute", STRUCTURED).plan.config.cp == 2
+    assert solve(instance, "dp").plan.config.cp == 2
 
 
 def test_full_space_certificates_do_not_cover_context_parallelism():
@@ -104,22 +106,28 @@ def test_full_space_certificates_do_not_cover_context_parallelism():
 
 
 def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
-    """`solve --backend dp` notes the restriction on stderr and exits 0 with a FEASIBLE plan;
-    with only c = 2 allowed it exits 2; `evaluate --cp 2` prices the worked example's plan
-    (A) to the tick: 312,064,000."""
+    """`solve --backend cpsat` notes the restriction on stderr and exits 0 with a FEASIBLE
+    plan; with only c = 2 allowed it exits 2; `solve` (the DP) searches every c: OPTIMAL,
+    no note; `evaluate --cp 2` prices the worked example's plan (A) to the tick:
+    312,064,000."""
     path = tmp_path / "cp.json"
     save_instance(_instance(hbm_bytes=80 * 10**9), path)
     runner = CliRunner()
-    solved = runner.invoke(main, ["solve", str(path), "--json"])
+    solved = runner.invoke(main, ["solve", str(path), "--backend", "cpsat", "--workers", "1",
+                                  "--json"])
     assert solved.exit_code == 0, solved.output
     assert "does not search context parallelism yet (searched c = 1 only" in solved.stderr
     assert json.loads(solved.stdout)["status"] == "FEASIBLE"
+    planned = runner.invoke(main, ["solve", str(path), "--json"])
+    assert planned.exit_code == 0, planned.output
+    assert "context parallelism" not in planned.stderr
+    assert json.loads(planned.stdout)["status"] == "OPTIMAL"
     priced = runner.invoke(main, ["evaluate", str(path), "--pp", "1", "--dp", "2", "--cp", "2",
                                   "--json"])
     assert priced.exit_code == 0, priced.output
     assert json.loads(priced.stdout)["objective_ticks"] == 312_064_000
     only_c2 = tmp_path / "cp2.json"
     save_instance(_instance(widths=(2,)), only_c2)
-    refused = runner.invoke(main, ["solve", str(only_c2)])
+    refused = runner.invoke(main, ["solve", str(only_c2), "--backend", "cpsat"])
     assert refused.exit_code == 2
     assert "context parallelism" in refused.output

@@ -46,7 +46,8 @@ def test_first_thirty_seeds_agree(tmp_path: Path):
     assert {("dp", "structured"), ("brute", "structured"), ("cpsat", "full"),
             ("milp", "structured"), ("brute", "full"), ("certify-full", "full")} <= ran
     assert counts["certificates"]["checked"] >= 3
-    assert {"graph", "hierarchy", "no plan fits", "has a plan"} <= set(counts["kinds"])
+    assert {"graph", "hierarchy", "no plan fits", "has a plan",
+            "context widths (p2p)"} <= set(counts["kinds"])
 
 
 @SLOW
@@ -173,8 +174,12 @@ def _recipe_hash(seed: int) -> str:
         del fields["training"]["overlap_param_gather"]
     fields["training"].pop("launcher", None)
     fields["training"].pop("tp_comm_overlap", None)
-    for config in fields["configs"]:  # the context width, a field added later, is always 1
-        assert config.pop("cp") == 1
+    # the context draw (a stream of its own, added later) only adds widths c > 1
+    fields["training"].pop("context_parallel", None)
+    fields["training"].pop("cp_comm", None)
+    fields["configs"] = [config for config in fields["configs"] if config["cp"] == 1]
+    for config in fields["configs"]:
+        del config["cp"]
     text = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -318,3 +323,24 @@ def test_some_seeds_are_searched_under_each_launcher_and_none_with_sdp():
     launchers = {recipe.training.get("launcher") for recipe in drawn}
     assert {Launcher.MEGATRON, Launcher.TORCHTITAN, Launcher.DEEPSPEED} <= launchers
     assert not any(recipe.sdp and "launcher" in recipe.training for recipe in drawn)
+
+
+def test_some_seeds_allow_context_widths_and_agree():
+    """The context draw (training.context_parallel) reaches p2p and a2a, c = 2 and c = 4,
+    never an SDP seed; on its first seeds the soak's checks find the DP and brute force in
+    agreement (CP-SAT and the MILP search c = 1 only there: FEASIBLE, never contradicting)."""
+    drawn = [(seed, draw_tiny_recipe(seed, max_structured_plans=1000)) for seed in range(200)]
+    context = [(seed, recipe) for seed, recipe in drawn
+               if any(config.cp > 1 for config in recipe.configs)]
+    assert not any(recipe.sdp for _, recipe in context)
+    assert {recipe.training["cp_comm"].value for _, recipe in context} == {"p2p", "a2a"}
+    assert {config.cp for _, recipe in context for config in recipe.configs} == {1, 2, 4}
+    options = soak.SoakOptions(count=1, exact_time_limit_s=1.0)
+    for index, (seed, recipe) in enumerate(context[:6]):
+        runs, failures = soak.check_instance(tiny_instance(recipe), seed, options,
+                                             sampled=index == 0)
+        assert failures == [], (seed, failures)
+        dp, brute = (next(run for run in runs if (run["backend"], run["space"]) == key)
+                     for key in (("dp", "structured"), ("brute", "structured")))
+        assert (dp["status"], dp["objective_ticks"]) == \
+            (brute["status"], brute["objective_ticks"])

@@ -16,7 +16,11 @@ to every structured optimum).  About a fifth of the other seeds (not the certifi
 draw below) with at most 8 devices also allow SDP (DESIGN §7;
 :data:`nest_cp.harness.generators.SDP_SHARE`): every backend's SDP search is then compared
 the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and the full-space brute force
-runs only where its SDP enumeration is small enough too.  A run that raises (an internal
+runs only where its SDP enumeration is small enough too.  A fifth of the other non-SDP
+seeds (:data:`nest_cp.harness.generators.CONTEXT_SHARE`) also allow context widths c > 1
+(docs/context-parallelism.md): the DP and brute force search them, CP-SAT and the MILP
+search c = 1 only there (FEASIBLE without a bound: never a proof the DP is held to), and
+the full-space certificate declines them.  A run that raises (an internal
 error, a crash) is a disagreement too.  An exact run stopped by its time limit is counted
 as open, not as a disagreement, unless it contradicts another run.
 
@@ -67,7 +71,12 @@ from pathlib import Path
 from nest_cp import __version__
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.executors import Executor, LocalExecutor
-from nest_cp.harness.generators import CERTIFY_SHARE, draw_tiny_recipe, tiny_instance
+from nest_cp.harness.generators import (
+    CERTIFY_SHARE,
+    CONTEXT_SHARE,
+    draw_tiny_recipe,
+    tiny_instance,
+)
 from nest_cp.io.writers import instance_to_dict
 from nest_cp.model.documents import write_document
 from nest_cp.model.instance import Strategy
@@ -449,6 +458,8 @@ def summary(records: list[dict]) -> dict:
             kinds["TP overlap with t > 1"] += 1
         if kind.get("launcher", "none") != "none":
             kinds[f"launcher {kind['launcher']}"] += 1
+        if any(config.count("x") == 2 for config in kind["configs"]):  # t x e x c
+            kinds[f"context widths ({kind.get('cp_comm', 'p2p')})"] += 1
         if "sdp" in kind:
             kinds["SDP allowed"] += 1
             sdp = next((run.get("sdp") for run in record["runs"] if run["backend"] == "dp"),
@@ -540,6 +551,9 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
               "(uneven hierarchies with tiers of size 1 or 3 and outer tiers as fast or "
               "faster, expert width 2 without EP collectives, identical blocks, tight "
               "memory, every v2 choice). "
+              f"Another share ({CONTEXT_SHARE:.0%} of the others, a stream of its own) "
+              "also allows context widths c > 1 (p2p or a2a): the DP and brute force search "
+              "them, CP-SAT and the MILP search c = 1 only there (FEASIBLE, no bound). "
               "Every plan is re-evaluated by the plan evaluator.", "",
               f"- options: {json.dumps(asdict(options), sort_keys=True)}",
               f"- protocol key (with the code fingerprint): {options.protocol_key()}",

@@ -21,6 +21,7 @@ from nest_cp.model.instance import (
     Collective,
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     GraphNetwork,
     HierarchicalNetwork,
     Instance,
@@ -192,10 +193,11 @@ class TinyRecipe:
         """Plain data for reports: the kind of instance this is."""
         return {"layers": self.num_layers, "devices": self.num_devices, "network": self.network,
                 "moe": any(self.moe_layers),
-                "configs": [f"{c.tp}x{c.ep}" for c in self.configs],
+                "configs": [f"{c.tp}x{c.ep}" + (f"x{c.cp}" if c.cp > 1 else "")
+                            for c in self.configs],
                 "memory_scale": round(self.memory_scale, 4),
                 **{name: list(value) if isinstance(value, tuple) else
-                   value.value if isinstance(value, Launcher) else value
+                   value.value if isinstance(value, Launcher | CpComm) else value
                    for name, value in self.training.items()},
                 **({"sdp": self.sdp} if self.sdp else {}),
                 **({"identical_blocks": True} if self.identical_blocks else {}),
@@ -259,9 +261,37 @@ def draw_tiny_recipe(seed: int, max_layers: int = 6, max_devices: int = 16,
     while max_structured_plans is not None and \
             structured_plan_count(recipe) > max_structured_plans:
         recipe = _shrunk(recipe, shrink)
-    return _with_tp_overlap(_with_launcher(_with_v3(_with_sdp(
-        recipe, random.Random(f"sdp-{seed}")), v3), launcher),
-        random.Random(f"tp-overlap-{seed}"))
+    recipe = _with_context(_with_sdp(recipe, random.Random(f"sdp-{seed}")),
+                           random.Random(f"context-{seed}"))
+    shrink = random.Random(f"context-shrink-{seed}")  # (only a recipe the draw widened)
+    while max_structured_plans is not None and \
+            structured_plan_count(recipe) > max_structured_plans:
+        recipe = _shrunk(recipe, shrink)
+    return _with_tp_overlap(_with_launcher(_with_v3(recipe, v3), launcher),
+                            random.Random(f"tp-overlap-{seed}"))
+
+
+CONTEXT_SHARE = 0.2  # the share of (non-SDP) seeds that also allow context widths c > 1
+
+
+def _with_context(recipe: TinyRecipe, rng: random.Random) -> TinyRecipe:
+    """Some recipes also allow context parallelism (docs/context-parallelism.md): widths
+    {2} or {2, 4} beside 1, exchanged by p2p or a2a, the (1, 1) configuration and one other
+    drawn configuration also profiled at each width that fits the devices.  SDP recipes keep
+    c = 1 (SDP plans do).  From a stream of its own, so the rest of a seed's draw is
+    unchanged; a recipe it widens beyond the brute-force budget is shrunk again."""
+    if recipe.sdp is not None or rng.random() >= CONTEXT_SHARE:
+        return recipe
+    widths = rng.choice(((2,), (2,), (2, 4)))
+    comm = rng.choice((CpComm.P2P, CpComm.A2A))
+    bases = {IntraConfig(), rng.choice(recipe.configs)}
+    added = {IntraConfig(base.tp, base.ep, width) for base in bases for width in widths
+             if base.devices * width <= recipe.num_devices}
+    if not added:
+        return recipe
+    configs = tuple(sorted(set(recipe.configs) | added, key=lambda c: (c.tp, c.ep, c.cp)))
+    return dataclasses.replace(recipe, configs=configs, training={
+        **recipe.training, "context_parallel": (1, *widths), "cp_comm": comm})
 
 
 TP_OVERLAP_SHARE = 0.3  # the share of seeds whose TP collectives overlap the GEMMs
@@ -475,8 +505,14 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
     """Build the instance of ``recipe`` (deterministic: the recipe's seed drives the numbers)."""
     rng = random.Random(f"numbers-{recipe.seed}")
     microbatches = recipe.training.get("microbatches", (1,))
+    # attention share and K/V volume per layer, from a stream of their own (None: no
+    # context widths drawn, the layer as it always was)
+    context_rng = random.Random(f"context-numbers-{recipe.seed}")
+    has_context = any(config.cp > 1 for config in recipe.configs)
     layers = tuple(_tiny_layer(rng, index, recipe.configs, microbatches, recipe.comm_scale,
-                               experts) for index, experts in enumerate(recipe.moe_layers))
+                               experts, _draw_attention(context_rng, recipe.comm_scale)
+                               if has_context else None)
+                   for index, experts in enumerate(recipe.moe_layers))
     if recipe.identical_blocks:
         layers = tuple(Layer(layer.name, layers[_block_of(index, len(layers))].profiles)
                        for index, layer in enumerate(layers))
@@ -496,7 +532,9 @@ def tiny_instance(recipe: TinyRecipe) -> Instance:
             levels=tuple(SdpLevel(level) for level in sdp["levels"]),
             maskings=tuple(SdpMasking(masking) for masking in sdp["maskings"]),
             holders=tuple(sdp["holders"]))}
-    training = TrainingSetup(seq_len=1, optimizer=optimizer, **recipe.training, **extra)
+    # a sequence Megatron may split over every width (a multiple of 2c; it changes no price)
+    seq_len = 64 if has_context else 1
+    training = TrainingSetup(seq_len=seq_len, optimizer=optimizer, **recipe.training, **extra)
     cluster = Cluster(recipe.num_devices, hbm_bytes, network, name=f"tiny-{recipe.seed}")
     return Instance(Workload(f"tiny-{recipe.seed}", layers), cluster, training,
                     name=f"tiny-{recipe.seed}")
@@ -529,23 +567,43 @@ def _sliced(layer: Layer, units: int, fraction: float, halve_wgrad: bool = False
     return Layer(layer.name, {key: sliced(profile) for key, profile in layer.profiles.items()})
 
 
+def _draw_attention(rng: random.Random, comm_scale: int) -> tuple[float, int] | None:
+    """A layer's attention core: (its share of the compute, the K/V bytes of a whole
+    microbatch at t = 1), or None for a layer without attention."""
+    if rng.random() < 0.2:
+        return None
+    return rng.choice((0.25, 0.5)), rng.choice((1, 5, 20)) * 10**7 * comm_scale
+
+
 def _tiny_layer(rng: random.Random, index: int, configs, microbatches, comm_scale: int,
-                experts: bool) -> Layer:
+                experts: bool, attention: tuple[float, int] | None = None) -> Layer:
     """A transformer-shaped layer; with experts its expert parameters split over ep and its
     tokens cross an all-to-all.  Also carries the optional v2 profile fields (weight-gradient
-    time, selective recompute, forward FLOPs), which the cost model uses once it prices them."""
+    time, selective recompute, forward FLOPs), which the cost model uses once it prices them.
+    At a context width c every token-proportional figure is 1/c of the whole's and the
+    attention core (``attention``: its share, the K/V bytes) gets its times and volumes."""
     fwd_ms = rng.choice((0.2, 0.5, 1.0, 1.5, 3.0))
     params = rng.choice((1, 2, 3, 5)) * 10**8
     act = rng.choice((1, 2, 4, 8)) * 10**9
     out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
     profiles = {}
     for config in configs:
+        cp = config.cp
         for microbatch in microbatches:
-            base = _profile(fwd_ms, params, act, out, experts, config, microbatch)
-            profiles[(config, microbatch)] = dataclasses.replace(
+            base = _profile(fwd_ms / cp, params, act // cp, out // cp, experts,
+                            IntraConfig(config.tp, config.ep), microbatch)
+            profile = dataclasses.replace(
                 base, wgrad_s=round(base.bwd_s / 2, 12), sel_fwd_s=round(base.fwd_s * 0.3, 12),
                 sel_act_bytes=base.act_bytes * 2 // 5,
-                flops=float(2 * (base.dense_params + base.expert_params) * microbatch))
+                flops=float(2 * (base.dense_params + base.expert_params) * microbatch) / cp)
+            if cp > 1 and attention is not None:
+                share, kv = attention
+                profile = dataclasses.replace(
+                    profile, attn_fwd_s=round(base.fwd_s * share, 12),
+                    attn_bwd_s=round(base.bwd_s * share, 12),
+                    cp_kv_bytes=kv * microbatch // (cp * config.tp),
+                    cp_a2a_bytes=2 * kv * microbatch // (cp * config.tp))
+            profiles[(config, microbatch)] = profile
     return Layer(f"layer{index}", profiles)
 
 
@@ -648,3 +706,58 @@ def random_sdp_instance(seed: int, num_blocks: int = 2, units: int = 2,
         levels=levels, maskings=maskings, holders=holders))
     return Instance(Workload(base.workload.name, tuple(layers)), base.cluster, training,
                     name=f"{base.name}-sdp")
+
+
+def random_cp_instance(seed: int, configs: tuple[IntraConfig, ...], num_layers: int = 3,
+                       tier_sizes: tuple[int, ...] = (2, 2), cp_comm: str = "p2p",
+                       zero_stages: tuple[int, ...] = (0, 1),
+                       recompute_modes: tuple[RecomputeMode, ...] = (
+                           RecomputeMode.NONE, RecomputeMode.FULL),
+                       virtual_stages: tuple[int, ...] = (1,), global_batch: int = 8,
+                       hbm_bytes: int = 40 * _GB, comm_scale: int = 1,
+                       identical_blocks: bool = False, graph: bool = False,
+                       launcher: Launcher = Launcher.NONE) -> Instance:
+    """A random instance allowing context parallelism (docs/context-parallelism.md) with
+    the context widths of ``configs``, on a hierarchical network of ``tier_sizes`` (or, with
+    ``graph``, a random graph of as many devices).
+
+    Each layer is :func:`random_instance`'s, profiled at every configuration as the
+    profiler splits a sequence over c ranks: token-proportional figures (compute,
+    activations, checkpoints, outputs, collective volumes) divided by c, an attention core
+    (a random share of compute, whose FLOPs fall by c as the rest does) with K/V and
+    all-to-all payloads of random size, some layers without attention.
+    """
+    rng = random.Random(seed)
+    num_devices = math.prod(tier_sizes)
+    layers = []
+    for index in range(num_layers):
+        fwd_ms = rng.choice((0.5, 1.0, 2.0))
+        params = rng.choice((1, 2, 3)) * 2 * 10**8
+        act = rng.choice((2, 4, 8)) * 10**9
+        out = rng.choice((1, 2, 4)) * 10**6 * comm_scale
+        experts = rng.random() < 0.3
+        attention = rng.random() < 0.8
+        share = rng.choice((0.25, 0.5))
+        kv = rng.choice((1, 5, 20)) * 10**7 * comm_scale if attention else 0
+        profiles = {}
+        for config in configs:
+            base = _profile(fwd_ms / config.cp, params, act // config.cp, out // config.cp,
+                            experts, IntraConfig(config.tp, config.ep), 1)
+            profiles[(config, 1)] = dataclasses.replace(
+                base, attn_fwd_s=round(base.fwd_s * share, 9) if attention else None,
+                attn_bwd_s=round(base.bwd_s * share, 9) if attention else None,
+                cp_kv_bytes=kv // (config.cp * config.tp) if config.cp > 1 else 0,
+                cp_a2a_bytes=2 * kv // (config.cp * config.tp) if config.cp > 1 else 0)
+        layers.append(Layer(f"layer{index}", profiles))
+    if identical_blocks and num_layers >= 3:
+        layers = [layers[0], *(Layer(f"block{index}", layers[1].profiles)
+                               for index in range(1, num_layers - 1)), layers[-1]]
+    network = _random_graph(rng, num_devices) if graph else _hierarchy(rng, tier_sizes)
+    cluster = Cluster(num_devices, hbm_bytes, network, name=f"cp-{seed}")
+    widths = tuple(sorted({config.cp for config in configs}))
+    training = TrainingSetup(global_batch=global_batch, seq_len=64, microbatches=(1,),
+                             optimizer=Optimizer(2, 2, 12), zero_stages=zero_stages,
+                             recompute_modes=recompute_modes, virtual_stages=virtual_stages,
+                             context_parallel=widths, cp_comm=CpComm(cp_comm), launcher=launcher)
+    return Instance(Workload(f"cp-{seed}", tuple(layers), heads=8, kv_heads=8), cluster,
+                    training, name=f"cp-{seed}-L{num_layers}-N{num_devices}")

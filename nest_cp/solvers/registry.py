@@ -70,7 +70,7 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
 # The backends that search context parallelism (c > 1, cost model v4).  The others search the
 # instance restricted to c = 1 (:func:`_context_restricted`): their plans are plans of the
 # whole instance, but neither their optimum nor their bound covers the plans with c > 1.
-CONTEXT_BACKENDS = frozenset({"brute"})
+CONTEXT_BACKENDS = frozenset({"brute", "dp"})
 
 LOGGER = logging.getLogger(__name__)
 
