@@ -256,6 +256,13 @@ class RangePrices:
             self._ring.form(CollectiveKind.ALL_GATHER, optimizer.weight_bytes, size, path)
             if gathers else None))
 
+    def ring_rates(self, kind: CollectiveKind, bytes_per_unit: int,
+                   path: int) -> tuple[int, int, int, int] | None:
+        """X and Y of :class:`_RingForms` for a collective on the path with id ``path`` (its
+        forms over g ranks: slope X·(g − 1)/g, offset Y·(g − 1)), or None when the cost
+        model's forms are not of that shape."""
+        return self._ring.rates(kind, bytes_per_unit, path)
+
     def sync_floor(self, zero: int, size: int, paths: tuple[Path, ...]) -> SyncFloor:
         """The sync over ``size`` ranks on each of ``paths`` (the fastest a group of that size
         may have), summarised for the planner's lower bound on the exposed sync: see

@@ -97,3 +97,63 @@ def vector_windows(vector: np.ndarray, num_stages: int) -> np.ndarray:
                       strides=(stride, stride))
     view.flags.writeable = False
     return view
+
+
+def superset_minimum(weights: np.ndarray) -> np.ndarray:
+    """w̃(f, l) = min of w over the ranges [f', l'] ⊇ [f, l] (f' <= f <= l <= l'), for each
+    L x L range matrix w of a stack (count, L, L) (below the diagonal: meaningless)."""
+    superset = np.minimum.accumulate(weights, axis=1)  # over f' <= f
+    return np.minimum.accumulate(superset[:, :, ::-1], axis=2)[:, :, ::-1]  # over l' >= l
+
+
+def min_max_exceeds(superset: np.ndarray, num_stages: int,
+                    threshold: np.ndarray) -> np.ndarray:
+    """For each L x L range matrix w of a stack (count, L, L), given as
+    :func:`superset_minimum` (w), whether every split of the L layers into ``num_stages``
+    contiguous non-empty stages has a stage with w > its ``threshold`` (count,): then
+    ``fill_table(windows(w, S))[0][0, 0]``, the least over splits of the largest stage
+    weight, exceeds it.
+
+    Proof.  Let w̃(f, l) = min of w over the ranges [f', l'] ⊇ [f, l] (f' <= f, l' >= l):
+    w̃ <= w, so if every split has a stage with w̃ > threshold, every split has one with
+    w > threshold.  w̃ is monotone under inclusion ([a, b] ⊆ [f, l] gives w̃(a, b) <=
+    w̃(f, l): every superset of [f, l] is one of [a, b]), so "w̃ <= threshold" holds on
+    every sub-range of a range where it holds.  Greedy — each stage runs from the layer
+    after the previous one as far as w̃ <= threshold allows — then uses the fewest stages
+    g of any split whose stages all have w̃ <= threshold (by induction the i-th greedy stage
+    ends no earlier than the i-th stage of any such split: the next greedy stage starts
+    inside or before that split's next stage and its range from there is a sub-range of
+    it, so allowed).  A split into exactly S <= L stages with all w̃ <= threshold exists
+    iff g <= S (from g stages, splitting stages gives sub-ranges, still allowed; and every
+    such split has at least g stages), so the answer is "greedy needs more than S stages
+    or gets stuck (a layer with w̃ > threshold alone)".  Costs O(L²) per matrix instead of
+    the recurrence's O(S·W²)."""
+    count, num_layers, _ = superset.shape
+    allowed = (superset <= threshold[:, None, None]) \
+        & np.triu(np.ones((num_layers, num_layers), dtype=bool))
+    reach = allowed.sum(axis=2)  # [·, f]: layers f .. f + reach - 1 form an allowed stage
+    rows = np.arange(count)
+    first = np.zeros(count, dtype=np.int64)
+    stages = np.zeros(count, dtype=np.int64)
+    stuck = np.zeros(count, dtype=bool)
+    for _ in range(min(num_stages, num_layers)):
+        open_rows = first < num_layers
+        step = np.where(open_rows, reach[rows, np.minimum(first, num_layers - 1)], 0)
+        stuck |= open_rows & (step == 0)
+        stages += open_rows
+        first = first + step
+    return stuck | (first < num_layers)
+
+
+def min_max_values(weights: np.ndarray, num_stages: int) -> np.ndarray:
+    """``fill_table(windows(w, S))[0][0, 0]`` for each L x L range matrix w of a stack
+    (count, L, L) at once (INF below the diagonal: no such stage): the same recurrence,
+    one stage at a time from the last, the stack's matrices side by side (values only)."""
+    count, num_layers, _ = weights.shape
+    width = num_layers - num_stages + 1
+    value = np.full((count, width), INF, dtype=np.int64)
+    value[:, width - 1] = 0
+    for stage in range(num_stages - 1, -1, -1):
+        window = weights[:, stage:stage + width, stage:stage + width]
+        value = np.maximum(window, value[:, None, :]).min(axis=2)
+    return value[:, 0]

@@ -54,9 +54,14 @@ split on where the TP groups lie (:meth:`_Search._shape_bound`,
 :mod:`nest_cp.dp.node_bounds`: per-node counting ties the data-parallel groups' ring
 channels to the TP groups' placement, so a bound cannot price 8 NIC channels for the
 sync and an in-node TP group at once); the least over the z that fit somewhere is the
-outer's refined bound.  When an outer (v = 1) first reaches the top of the queue its
-bound is raised once more by the same argument stage by stage
-(:meth:`_Search._stagewise_bound`), and it is queued again if that rose.  Outers
+outer's refined bound, priced for every d of its (c, b, S, v) at once and rounded down
+(:meth:`_Search._group_bounds`, :mod:`nest_cp.dp.vector_bounds`: at 10^5 devices tens of
+thousands of outers are refined, too many to price one by one).  When an outer (v = 1)
+first reaches the top of the queue its bound is raised once more by the same argument
+stage by stage
+(:meth:`_Search._stagewise_bound`, priced with up to ``STAGEWISE_BATCH`` other d of
+its (c, b, S) that may still win, and rounded down: :meth:`_Search._stagewise_bounds`),
+and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
@@ -109,12 +114,21 @@ from nest_cp.dp.geometry import (
     layout_config,
 )
 from nest_cp.dp.interleaved import Interleaved, exact_method_available
-from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
+from nest_cp.dp.kernel import (
+    INF,
+    fill_table,
+    min_max_exceeds,
+    min_max_values,
+    superset_minimum,
+    vector_windows,
+    windows,
+)
 from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, node_cap, tp_qualities
 from nest_cp.dp.pricing import LayerTable, range_sums
 from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
+from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.errors import BackendOptionError
-from nest_cp.model.instance import Instance, IntraConfig
+from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
@@ -126,6 +140,10 @@ CHEAPEST_KEPT = 16  # (K, W, W) cheapest-time arrays kept for reuse across outer
 STOP_AFTER_S = "stop_after_s"  # options.extra key: stop after this many seconds (the hint)
 REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between two searches
 STAGEWISE_KEPT = 4096  # stage-by-stage bounds kept (per (table, S, d, z)) before clearing
+STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once (16 MiB)
+STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
+VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
+BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +334,9 @@ class _Search:
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
+        self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
+        self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
+        self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
         self.best = Best()
         self.stats = Stats()
 
@@ -418,6 +439,188 @@ class _Search:
             self.stopped_bound = min(left, default=self.best.objective or 0)
 
     def _refined_bound(self, outer: Outer) -> int:
+        """The outer's bound of :meth:`_group_bounds` (priced with every d of its (c, b, S,
+        v) at once, on the first of them to ask), or where that cannot be priced so (a cost
+        model without ring forms) or is not worth it (fewer than ``VECTOR_MIN_DPS`` values
+        of d) :meth:`_exact_refined_bound`."""
+        key = (outer.choice_index, outer.num_stages, outer.virtual)
+        bounds = self._groups.get(key)
+        if bounds is None:
+            table = self._table(outer.choice_index)
+            few = self.instance.cluster.num_devices // (table.config.devices
+                                                        * outer.num_stages) < VECTOR_MIN_DPS
+            bounds = self._groups[key] = False if few else self._group_bounds(outer)
+        if bounds is False:
+            return self._exact_refined_bound(outer)
+        return int(bounds[outer.dp - 1])
+
+    def _group_bounds(self, outer: Outer) -> np.ndarray | bool:
+        """For every d of the outer's (c, b, S, v) (entry d − 1), a lower bound on the cost
+        of every plan of (c, b, S, d, v): the least over the ZeRO stages worth searching
+        (:meth:`_zero_stages`, here as masks over d), over those some split fits in memory,
+        of :meth:`_vector_shape_bound`, itself at most :meth:`_shape_bound` (both halves,
+        fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`);
+        INF where none fits (no plan).  False when a collective is not a ring form."""
+        table = self._table(outer.choice_index)
+        config, num_stages, virtual = table.config, outer.num_stages, outer.virtual
+        dps = np.arange(1, self.instance.cluster.num_devices // (config.devices * num_stages)
+                        + 1, dtype=np.int64)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, config, dps)
+        rounds = virtual * microbatches + num_stages - 1
+        least = np.full(len(dps), INF, dtype=np.int64)
+        priced: dict[tuple, np.ndarray | None] = {}
+        for zero, mask in self._zero_masks(table, dps, num_stages, virtual).items():
+            if not mask.any():
+                continue
+            form = (cost.sync_collective(zero), cost.gathers_weights(zero), zero == 3)
+            if form not in priced:  # ZeRO 1 and 2 are priced alike
+                priced[form] = self._vector_shape_bound(table, num_stages, virtual, zero,
+                                                        dps, rounds, outer.chunk_bound)
+            bound = priced[form]
+            if bound is None:
+                return False
+            self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
+            if not np.any(bound[mask] < least[mask]):
+                continue
+            shape = Shape(table, num_stages, 1, virtual, zero, int(microbatches[0]))
+            if self._fits_at_most_replicas(shape):  # per (c, b, S, v, z): any d will do
+                least = np.where(mask, np.minimum(least, bound), least)
+        return least
+
+    def _zero_masks(self, table: LayerTable, dps: np.ndarray, num_stages: int,
+                    virtual: int) -> dict[int, np.ndarray]:
+        """:meth:`_zero_stages` for every d at once: per allowed ZeRO stage, the d where it
+        is worth searching (the same rule, elementwise)."""
+        config = table.config
+        allowed = {zero: np.broadcast_to(self.instance.admits(
+            config, table.microbatch, dps, num_stages, virtual, zero), dps.shape)
+            for zero in self.instance.training.zero_stages}
+        syncs = dps * config.ep > 1
+        never = np.zeros(len(dps), dtype=bool)
+        one, two = allowed.get(1, never), allowed.get(2, never)
+        masks = {}
+        if 1 in allowed:
+            masks[1] = one & ~two
+        if 2 in allowed:
+            masks[2] = two
+        if 0 in allowed:
+            masks[0] = allowed[0] & (syncs | ~(one | two))
+        if 3 in allowed:
+            masks[3] = allowed[3] & (syncs | ~(one | two | masks.get(0, never)))
+        return masks
+
+    def _vector_shape_bound(self, table: LayerTable, num_stages: int, virtual: int,
+                            zero: int, dps: np.ndarray, rounds: np.ndarray,
+                            chunk_bound: int) -> np.ndarray | None:
+        """:meth:`_shape_bound` (split) of (c, b, S, d, v, z) for every d of ``dps`` at
+        once, each entry at most the exact one: the same terms, the gathers and sync by
+        :meth:`_vector_gathers` and :meth:`_vector_sync` (rounded down), the compute and
+        crossing bounds exact (they do not depend on d).  None when a collective is not a
+        ring form."""
+        fast = self._vector_parts(table, num_stages, virtual, zero, dps, None)
+        if fast is None:
+            return None
+        bound = rounds * np.maximum(chunk_bound, fast[0]) + fast[1]
+        qualities = self._tp_qualities(table.config.tp)
+        if not qualities:
+            return bound
+        least = np.full(len(dps), INF, dtype=np.int64)
+        for quality, cap in qualities:
+            crossing = 0 if quality == table.config.tp else self._crossing_chunk_bound(
+                table, num_stages * virtual, quality, num_stages)
+            if crossing >= INF:  # no plan has this least quality
+                continue
+            capped = self._vector_parts(table, num_stages, virtual, zero, dps, cap)
+            if capped is None:
+                return None
+            least = np.minimum(least, rounds * np.maximum(
+                max(chunk_bound, crossing), capped[0]) + capped[1])
+        return np.maximum(bound, least)
+
+    def _vector_parts(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                      dps: np.ndarray, cap: int | None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(gathers, sync) of :meth:`_vector_shape_bound` on the paths of ``cap``, kept per
+        (table, S, v, z, cap) in the table's cache."""
+        key = ("vector parts", num_stages, virtual, zero, cap, len(dps))
+        if key not in table.cache:
+            gathers = self._vector_gathers(table, num_stages * virtual, zero, dps, cap)
+            sync = self._vector_sync(table, num_stages, zero, dps, cap)
+            table.cache[key] = None if gathers is None or sync is None else (gathers, sync)
+        return table.cache[key]
+
+    def _vector_gathers(self, table: LayerTable, num_chunks: int, zero: int,
+                        dps: np.ndarray, cap: int | None) -> np.ndarray | None:
+        """:meth:`_gather_bound` for every d (entry d − 1), rounded down: the ceilings of
+        its ring forms dropped (:mod:`nest_cp.dp.vector_bounds`)."""
+        gathers = np.zeros(len(dps), dtype=np.int64)
+        if zero != 3 or not self.network.is_hierarchical:
+            return gathers
+        heaviest = -(-whole_totals(table)[0] // num_chunks)
+        bytes_per_unit = self.instance.training.optimizer.weight_bytes
+        for mask, paths in path_classes(self.network, dps, cap):
+            least = None
+            for path in paths:
+                rates = self.prices.ring_rates(CollectiveKind.ALL_GATHER, bytes_per_unit,
+                                               self.ids.id_of(path))
+                if rates is None:
+                    return None
+                slope, offset = ring_terms(rates, dps[mask])
+                price = 2 * (slope * heaviest + offset)
+                least = price if least is None else np.minimum(least, price)
+            gathers[mask] = np.maximum(0, lower_ticks(least))
+        return gathers
+
+    def _vector_sync(self, table: LayerTable, num_stages: int, zero: int, dps: np.ndarray,
+                     cap: int | None) -> np.ndarray | None:
+        """:meth:`_fresh_sync_bound` (default paths, or ``cap``'s) for every d (entry
+        d − 1), rounded down: the same two bounds with every ceiling of a ring form dropped
+        (:mod:`nest_cp.dp.vector_bounds`)."""
+        if not self.network.is_hierarchical:
+            return np.zeros(len(dps), dtype=np.int64)
+        training = self.instance.training
+        optimizer = training.optimizer
+        phases = [(cost.sync_collective(zero), optimizer.grad_bytes,
+                   not training.overlap_grad_reduce)]
+        if cost.gathers_weights(zero):
+            phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
+                           not training.overlap_param_gather))
+        _, forward, backward = whole_totals(table)
+        heaviest_bound = np.zeros(len(dps))
+        total = np.zeros(len(dps))
+        for params, every_layer, per_replica in parameter_kinds(table):
+            if params == 0:
+                continue
+            sizes = dps * per_replica
+            heaviest = -(-params // num_stages)
+            holders = num_stages if every_layer else 1
+            for mask, paths in path_classes(self.network, sizes, cap):
+                slopes, offsets, heavy = [], [], None  # per phase: least over paths
+                for kind, bytes_per_unit, full in phases:
+                    terms = []
+                    for path in paths:
+                        rates = self.prices.ring_rates(kind, bytes_per_unit,
+                                                       self.ids.id_of(path))
+                        if rates is None:
+                            return None
+                        terms.append(ring_terms(rates, sizes[mask]))
+                    slopes.append(np.min([slope for slope, _ in terms], axis=0))
+                    offsets.append(np.min([offset for _, offset in terms], axis=0))
+                    if full:  # per path, summed over the phases paid in full
+                        prices = [slope * heaviest + offset for slope, offset in terms]
+                        heavy = prices if heavy is None else [
+                            old + new for old, new in zip(heavy, prices)]
+                total[mask] += sum(slopes) * params + holders * sum(offsets)
+                if heavy is not None:
+                    heaviest_bound[mask] = np.maximum(heaviest_bound[mask],
+                                                      np.min(heavy, axis=0))
+        hidden = (backward if training.overlap_grad_reduce else 0) \
+            + (forward if training.overlap_param_gather and cost.gathers_weights(zero) else 0)
+        mean = (total - hidden) / num_stages
+        return np.maximum(0, np.maximum(lower_ticks(heaviest_bound), lower_ticks(mean, hidden)))
+
+    def _exact_refined_bound(self, outer: Outer) -> int:
         """The least over the ZeRO stages worth searching of the bound
         :meth:`_search_outer` checks first, (v·m + S − 1)·max(τ_lb, gathers) + sync (each
         term a bound: module docstring), over those some split fits in memory; INF when
@@ -460,12 +663,49 @@ class _Search:
                           microbatches)
             if not self._fits_at_most_replicas(shape):
                 continue
-            bound = self._shape_bound(shape, outer.chunk_bound)
+            vector = self._zero_bounds.get((outer.choice_index, outer.num_stages, outer.virtual,
+                                             zero))
+            bound = int(vector[outer.dp - 1]) if vector is not None else \
+                self._shape_bound(shape, outer.chunk_bound)
             if outer.virtual == 1 and bound < least and \
                     self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._stagewise_bound(shape))
+                bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
         return max(refined, least)
+
+    def _stagewise_of(self, outer: Outer, shape: Shape) -> int:
+        """:meth:`_stagewise_bounds` of the outer's d and ``shape.zero``, priced together
+        with every other d of its (c, b, S) whose bound of :meth:`_group_bounds` may still
+        beat the incumbent (those the search may ask next), kept per (c, b, S, z)."""
+        key = (outer.choice_index, outer.num_stages, shape.zero)
+        if key not in self._stagewise_rows:
+            size = self.instance.cluster.num_devices // (shape.table.config.devices
+                                                         * outer.num_stages)
+            # per d: the bound (-1 unknown) and the threshold it was found at (INF: exact)
+            self._stagewise_rows[key] = (np.full(size, -1, dtype=np.int64),
+                                         np.full(size, INF, dtype=np.int64))
+        row, checked = self._stagewise_rows[key]
+        objective = self.best.objective
+        threshold = INF if objective is None or outer.num_stages == 1 else objective
+        stale = (row < 0) | ((row <= threshold) & (checked > threshold))
+        if stale[outer.dp - 1]:
+            group = self._groups.get((outer.choice_index, outer.num_stages, 1))
+            wanted = np.zeros(len(row), dtype=bool)
+            if isinstance(group, np.ndarray) and objective is not None:
+                wanted = group <= objective
+            wanted &= stale
+            candidates = np.flatnonzero(wanted)
+            if len(candidates) > STAGEWISE_BATCH:  # the least bounds: searched first
+                candidates = candidates[np.argpartition(group[candidates],
+                                                        STAGEWISE_BATCH)[:STAGEWISE_BATCH]]
+            dps = np.union1d(candidates, [outer.dp - 1]) + 1
+            lows = self._zero_bounds.get((outer.choice_index, outer.num_stages, 1, shape.zero))
+            row[dps - 1] = self._stagewise_bounds(
+                shape.table, outer.num_stages, shape.zero, dps,
+                np.zeros(len(dps), dtype=np.int64) if lows is None else lows[dps - 1],
+                None if threshold >= INF else threshold)
+            checked[dps - 1] = threshold
+        return int(row[outer.dp - 1])
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -653,7 +893,7 @@ class _Search:
             if virtual == 1 and config.tp > 1 and config.cp == 1 and \
                     self.network.is_hierarchical and \
                     self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._stagewise_bound(shape))
+                bound = max(bound, self._stagewise_of(outer, shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
@@ -1081,6 +1321,144 @@ class _Search:
         self._stagewise[key] = (table, bound)
         return bound
 
+    def _stagewise_bounds(self, table: LayerTable, num_stages: int, zero: int,
+                          dps: np.ndarray, lows: np.ndarray,
+                          threshold: int | None) -> np.ndarray:
+        """For every d of ``dps``, a lower bound on the cost of every plan of (c, b, S, d,
+        v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l),
+        min over the TP qualities of rounds·(time floor + gathers) + exposed, with the
+        gathers and exposed sync of :meth:`_vector_stage_floors` (rounded down), so the
+        min-max over contiguous splits of these H is at most the exact one.  With S = 1 that
+        min-max is H(0, L − 1) itself; with few stages (S·W² <= 8·L²) or no ``threshold``
+        the min-max itself (:func:`min_max_values`); otherwise a lower bound on it by
+        bisection with :func:`min_max_exceeds` between ``lows`` (valid bounds of the same
+        plans) and ``threshold`` (the incumbent's objective): ``threshold`` + 1 where the
+        min-max exceeds it, else mid + 1 for the largest mid it was shown to exceed
+        (``BISECTIONS`` steps), else ``lows``.  ``STAGEWISE_BLOCK`` stage weights at a
+        time.  H is a function of a range's totals (parameters, compute, time floors), so
+        it is priced once per distinct tuple of them and read back per range."""
+        config = table.config
+        qualities = self._tp_qualities(config.tp)
+        floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
+        columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                                   table.bwd_range, table.fwd_range,
+                                                   table.params_range) + floors)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, config, dps)
+        rounds = (microbatches + num_stages - 1)[:, None]
+        least = None
+        for (_, cap), floor in zip(qualities, columns[5:]):
+            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
+            total = rounds * (floor[None, :] if gathers is None else floor + gathers) + exposed
+            least = total if least is None else np.minimum(least, total, out=least)
+        num_layers = table.num_layers
+        if num_stages == 1:  # one stage holds every layer
+            return least[:, inverse[0, num_layers - 1]]
+        ranges = np.where(np.triu(np.ones((num_layers, num_layers), dtype=bool)), inverse, -1)
+        least = np.concatenate([least, np.full((len(dps), 1), INF, dtype=np.int64)], axis=1)
+        bounds = np.empty(len(dps), dtype=np.int64)
+        block_size = max(1, STAGEWISE_BLOCK // (num_layers * num_layers))
+        for start in range(0, len(dps), block_size):
+            self.stats.dp_passes += 1
+            weights = least[start:start + block_size][:, ranges]
+            width = num_layers - num_stages + 1
+            if threshold is None or num_stages * width * width <= 8 * num_layers ** 2:
+                bounds[start:start + block_size] = min_max_values(weights, num_stages)
+                continue
+            superset = superset_minimum(weights)
+            high = np.full(len(weights), threshold, dtype=np.int64)
+            low = np.minimum(lows[start:start + block_size], high)  # the bound so far
+            above = min_max_exceeds(superset, num_stages, high)
+            low[above] = threshold + 1
+            for _ in range(BISECTIONS):  # min-max > low − 1, and not shown > high
+                open_rows = ~above & (low < high)
+                if not open_rows.any():
+                    break
+                middle = (low + high) // 2
+                exceeds = min_max_exceeds(superset, num_stages, middle) & open_rows
+                low = np.where(exceeds, middle + 1, low)
+                high = np.where(open_rows & ~exceeds, middle, high)
+            bounds[start:start + block_size] = low
+        return bounds
+
+    def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,
+                             columns: tuple[np.ndarray, ...]
+                             ) -> tuple[np.ndarray | None, np.ndarray]:
+        """:meth:`_capped_stage_floors` for every d of ``dps`` (rows) and every distinct
+        range (columns of :func:`distinct_ranges`: dense, expert, backward, forward and
+        parameter totals), rounded down: every ring form's ceiling dropped, the least over
+        the capped paths of the real prices, max(0, x − y) of those (it does not fall as x
+        grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A form that is
+        not a ring form is priced exactly, d by d."""
+        training = self.instance.training
+        optimizer = training.optimizer
+        dense, expert, backward, forward, params = columns
+        count, width = len(dps), len(dense)
+        reduce = np.zeros((count, width))
+        gather = np.zeros((count, width))
+        phases = [(reduce, cost.sync_collective(zero), optimizer.grad_bytes)]
+        if cost.gathers_weights(zero):
+            phases.append((gather, CollectiveKind.ALL_GATHER, optimizer.weight_bytes))
+        for volumes, per_replica in ((dense, table.config.ep), (expert, 1)):
+            if not np.any(volumes > 0):
+                continue
+            sizes = dps * per_replica
+            for mask, paths in path_classes(self.network, sizes, cap):
+                for out, kind, bytes_per_unit in phases:
+                    least = self._least_ring_price(kind, bytes_per_unit, paths, sizes[mask],
+                                                   volumes)
+                    if least is None:
+                        return self._exact_stage_floors(table, zero, dps, cap)
+                    out[mask] += least
+        scale = 0
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward[None, :])
+            scale = max(scale, int(backward.max(initial=0)))
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward[None, :])
+            scale = max(scale, int(forward.max(initial=0)))
+        exposed = np.maximum(0, lower_ticks(reduce + gather, scale))
+        if zero != 3:
+            return None, exposed
+        gathers = np.zeros((count, width))
+        for mask, paths in path_classes(self.network, dps, cap):
+            least = self._least_ring_price(CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
+                                           paths, dps[mask], params)
+            if least is None:
+                return self._exact_stage_floors(table, zero, dps, cap)
+            gathers[mask] = 2 * least
+        return np.maximum(0, lower_ticks(gathers)), exposed
+
+    def _least_ring_price(self, kind: CollectiveKind, bytes_per_unit: int, paths: tuple,
+                          sizes: np.ndarray, volumes: np.ndarray) -> np.ndarray | None:
+        """(len(sizes), len(volumes)) floats: the least over ``paths`` of the real price
+        (slope·V + offset, 0 at V = 0, as :class:`~nest_cp.dp.pricing.LinearTicks`) of the
+        collective over g = ``sizes`` ranks; None when a path's forms are not ring forms."""
+        least = None
+        for path in paths:
+            rates = self.prices.ring_rates(kind, bytes_per_unit, self.ids.id_of(path))
+            if rates is None:
+                return None
+            slope, offset = ring_terms(rates, sizes)
+            price = slope[:, None] * volumes[None, :] + offset[:, None]
+            least = price if least is None else np.minimum(least, price)
+        return np.where(volumes[None, :] > 0, least, 0.0)
+
+    def _exact_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray,
+                            cap: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """:meth:`_vector_stage_floors` where a form is not a ring form: each d priced
+        exactly by :meth:`_capped_stage_floors`, read back per distinct range."""
+        training = self.instance.training
+        rows_gathers, rows_exposed = [], []
+        for dp in dps.tolist():
+            microbatches = cost.num_microbatches(training.global_batch, table.microbatch,
+                                                 table.config, dp)
+            gathers, exposed = self._capped_stage_floors(
+                Shape(table, 1, dp, 1, zero, microbatches), cap, distinct=True)
+            rows_exposed.append(exposed)
+            rows_gathers.append(np.zeros_like(exposed) if gathers is None else gathers)
+        return (np.array(rows_gathers) if zero == 3 else None), np.array(rows_exposed)
+
     def _stage_time_floor(self, table: LayerTable, quality: int) -> np.ndarray:
         """L x L: the compute and collectives of :meth:`_cheapest_ranges`, plus, for a TP
         quality h < t, :meth:`_crossing_extra` (h); kept in the table's cache."""
@@ -1101,12 +1479,13 @@ class _Search:
             self._masks[key] = np.where(np.triu(np.ones((width, width), dtype=bool)), 0, INF)
         return self._masks[key]
 
-    def _capped_stage_floors(self, shape: Shape, cap: int
+    def _capped_stage_floors(self, shape: Shape, cap: int, distinct: bool = False
                              ) -> tuple[np.ndarray | None, np.ndarray]:
         """L x L floors of :meth:`_stagewise_bound` for a stage of layers f..l whose groups
         have at most ``cap`` members per node: the ZeRO-3 gathers (None unless z = 3 and
         d > 1) and the exposed sync, each phase at the least price over
-        :func:`capped_group_paths`."""
+        :func:`capped_group_paths`; with ``distinct``, per distinct range of
+        :func:`distinct_ranges` instead of L x L."""
         table, zero, dp = shape.table, shape.zero, shape.dp
         training = self.instance.training
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
@@ -1128,13 +1507,14 @@ class _Search:
             reduce = np.maximum(0, reduce - backward)
         if training.overlap_param_gather:
             gather = np.maximum(0, gather - forward)
-        exposed = (reduce + gather)[inverse]
+        index = slice(None) if distinct else inverse
+        exposed = (reduce + gather)[index]
         gathers = None
         if shape.gather_dp > 1:
             gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
                                   .of_array(params)
                                   for path in self._group_paths(dp, cap)],
-                                 axis=0)[inverse]
+                                 axis=0)[index]
         return gathers, exposed
 
     def _gather_bound(self, shape: Shape, cap: int | None = None) -> int:

@@ -11,7 +11,7 @@ from nest_cp.dp import interleaved, planner
 
 # the planner's bound methods; a new bound belongs here, or the "unbounded" DP still prunes
 BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
-                 "_stagewise_bound")
+                 "_stagewise_bound", "_stagewise_of")
 
 
 def without_dp_bounds(monkeypatch) -> None:
@@ -26,6 +26,9 @@ def without_dp_bounds(monkeypatch) -> None:
     monkeypatch.setattr(planner._Search, "_outer_choices", unbounded_outers)
     for name in BOUND_METHODS:
         monkeypatch.setattr(planner._Search, name, lambda *args: 0)
+    # the bounds priced for every d at once: "not priceable", so each outer's refined bound
+    # is the one-shape one, built from the bound methods above (0, or INF where none fits)
+    monkeypatch.setattr(planner._Search, "_group_bounds", lambda search, outer: False)
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
         (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
