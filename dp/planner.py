@@ -442,14 +442,16 @@ class _Search:
         """The outer's bound of :meth:`_group_bounds` (priced with every d of its (c, b, S,
         v) at once, on the first of them to ask), or where that cannot be priced so (a cost
         model without ring forms) or is not worth it (fewer than ``VECTOR_MIN_DPS`` values
-        of d) :meth:`_exact_refined_bound`."""
+        of d) :meth:`_exact_refined_bound`, which is also the one for c > 1 (the vector
+        pass prices the groups and the TP case split as c = 1 has them)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual)
         bounds = self._groups.get(key)
         if bounds is None:
             table = self._table(outer.choice_index)
             few = self.instance.cluster.num_devices // (table.config.devices
                                                         * outer.num_stages) < VECTOR_MIN_DPS
-            bounds = self._groups[key] = False if few else self._group_bounds(outer)
+            bounds = self._groups[key] = False if few or table.config.cp > 1 else \
+                self._group_bounds(outer)
         if bounds is False:
             return self._exact_refined_bound(outer)
         return int(bounds[outer.dp - 1])
