@@ -16,11 +16,17 @@ from nest_cp.harness.executors import LocalExecutor
 from nest_cp.harness.generators import (
     draw_tiny_recipe,
     full_placement_count,
+    random_instance,
     structured_plan_count,
     tiny_instance,
 )
 from nest_cp.io.readers import load_instance
-from nest_cp.model.instance import CollectiveGroup, HierarchicalNetwork, RecomputeMode
+from nest_cp.model.instance import (
+    CollectiveGroup,
+    HierarchicalNetwork,
+    IntraConfig,
+    RecomputeMode,
+)
 from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.certify import certify_full
@@ -318,3 +324,13 @@ def test_some_seeds_are_searched_under_each_launcher_and_none_with_sdp():
     launchers = {recipe.training.get("launcher") for recipe in drawn}
     assert {Launcher.MEGATRON, Launcher.TORCHTITAN, Launcher.DEEPSPEED} <= launchers
     assert not any(recipe.sdp and "launcher" in recipe.training for recipe in drawn)
+
+
+def test_shape_bounds_are_checked_against_exhaustive_search(monkeypatch):
+    """The exact driver's sub-problem bounds on a tiny 2-tier instance pass the soak's
+    per-shape check, and a bound raised above a shape's least plan is reported."""
+    instance = random_instance(1, tier_sizes=(2, 2), comm_scale=30, global_batch=4,
+                               configs=(IntraConfig(), IntraConfig(2, 1)))
+    assert soak.shape_bound_violations(instance) == []
+    monkeypatch.setattr(soak, "communication_lower_bound", lambda *arguments: 10**15)
+    assert soak.shape_bound_violations(instance)
