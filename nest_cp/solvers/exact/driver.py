@@ -9,8 +9,9 @@ nest_cp.solvers.exact.subproblems.shapes_by_bound lazily, in order of their comp
 bound; once that bound reaches the incumbent, the shape and all later ones hold no
 better plan and are pruned without ever being built.  A shape's
 sub-problems (one per ZeRO stage) are built only when reached; their memory-aware
-bound and the sharper bound with the cheapest possible communication
-(nest_cp.solvers.exact.bounds) may prune them too.  Every model carries the cutoff
+bound and the sharper bound with communication (nest_cp.solvers.exact.bounds: the
+larger of every group on its cheapest path and the per-rank node count of
+nest_cp.solvers.exact.rank_bounds) may prune them too.  Every model carries the cutoff
 objective <= incumbent − 1, so a solver's INFEASIBLE there means "nothing better
 here".
 
@@ -70,7 +71,6 @@ tolerance leaves its sub-problem open with the solver's bound, noted in the mess
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
@@ -100,7 +100,6 @@ from nest_cp.solvers.exact.subproblems import (
 logger = logging.getLogger(__name__)
 
 FIRST_PASS_SHARE = 0.1  # fraction of the time limit one sub-problem may take in pass 1
-RANKING_SHARE = 0.5  # fraction of the time limit for bounding shapes before pass 1 solves
 ASSUMED_TERMS_PER_S = 50_000  # model-building rate assumed before any model is measured
 SLOW_STEP_S = 0.5  # steps longer than this are logged at INFO (-v), so long runs show progress
 
@@ -166,35 +165,18 @@ class _Run:
         self.tolerance_rel = make_adapter().objective_tolerance_rel
         self._sharp_bounds: dict[str, float] = {}  # sub-problem label -> communication bound
         self._built_terms, self._built_s = 0, 0.0  # measured model-building rate
-        self._ranking_done = False  # whether the ranking enumerated every shape it had to
 
     # ------------------------------------------------------------ passes
 
     def first_pass(self) -> list[_Open]:
-        """Bound the shapes, then solve their sub-problems best bound first; each gets at
-        most FIRST_PASS_SHARE (of the time limit, or of the work limit when there is one).
-
-        Ranking: shapes come in order of their compute bound; each reached one's
-        sub-problems are built and given their communication bound, until the compute
-        bound reaches the incumbent (nothing later is better) or the ranking's share of the
-        time limit (RANKING_SHARE; none under a work limit, so that what is ranked does not
-        depend on the machine) is spent.  The ranked sub-problems are then solved in order
-        of that sharper bound, so the likeliest optima come first and their incumbent
-        prunes the rest; the shapes the ranking did not reach follow in compute-bound
-        order, as they come."""
+        """Walk the shapes in bound order; each sub-problem gets at most FIRST_PASS_SHARE
+        (of the time limit, or of the work limit when there is one)."""
         cap_s = self.options.time_limit_s * FIRST_PASS_SHARE
         pending: list[_Open] = []
         shapes = shapes_by_bound(self.instance, self.deadline)
-        ranking = self.deadline if self.work.deterministic else \
-            self.deadline.sooner(self.options.time_limit_s * RANKING_SHARE)
+        reached = 0
         with self._progress("pass 1", count_shapes(self.instance)) as progress:
-            ranked, resume, reached = self._rank(shapes, ranking, progress)
-            for index, item in enumerate(ranked):
-                self._visit(item, self._pass_one_deadline(cap_s), pending, FIRST_PASS_SHARE)
-                self._report(progress, [entry.bound for entry in ranked[index + 1:]]
-                             + [item.bound for item in pending], steps=0)
-            rest = shapes if resume is None else itertools.chain([resume], shapes)
-            for bound, shape in rest if not self._ranking_done else ():
+            for bound, shape in shapes:
                 if self._prunable(bound):
                     break  # every later shape has a bound at least as large
                 if shape is None or self.deadline.expired() or self.work.exhausted():
@@ -203,59 +185,12 @@ class _Run:
                     break
                 reached += 1
                 for zero in admitted_zeros(self.instance, shape):
-                    self._visit(_Open(bound, shape, zero), self._pass_one_deadline(cap_s),
+                    self._visit(_Open(bound, shape, zero), self.deadline if
+                                self.work.deterministic else self.deadline.sooner(cap_s),
                                 pending, FIRST_PASS_SHARE)
                 self._report(progress, [bound] + [item.bound for item in pending])
             self._report(progress, [item.bound for item in pending], steps=0)  # final status
         return self._sorted(pending, reached)
-
-    def _pass_one_deadline(self, cap_s: float) -> Deadline:
-        return self.deadline if self.work.deterministic else self.deadline.sooner(cap_s)
-
-    def _rank(self, shapes, ranking: Deadline,
-              progress: Progress) -> tuple[list[_Open], tuple | None, int]:
-        """Build and bound the sub-problems of the shapes ``shapes`` yields until ``ranking``
-        passes (first_pass); returns the open ones sorted by bound (then label), the
-        (bound, shape) to resume the enumeration at (None: continue with ``shapes``) and
-        how many shapes were reached.  Sets ``_ranking_done`` when the enumeration ended
-        (every shape ranked, pruned by the incumbent, or the deadline passed)."""
-        ranked: list[_Open] = []
-        reached = 0
-        self._ranking_done = True
-        for bound, shape in shapes:
-            if self._prunable(bound):
-                break  # every later shape has a bound at least as large
-            if shape is None or self.deadline.expired():
-                self.search.unreached_bound = bound
-                self._note_clock(True)
-                break
-            if ranking.expired():
-                self._ranking_done = False
-                return self._ordered(ranked), (bound, shape), reached
-            reached += 1
-            progress.advance(1)
-            zeros = admitted_zeros(self.instance, shape)
-            for index, zero in enumerate(zeros):
-                item = _Open(bound, shape, zero)
-                try:
-                    item.sub = build_subproblem(self.instance, shape, zero, ranking)
-                    if not item.sub.feasible:
-                        continue  # no memory-feasible split: resolved without a model
-                    item.bound = max(item.bound, item.sub.lower_bound_ticks,
-                                     self._sharp_bound(item.sub, ranking))
-                except OutOfTime:  # this and the shape's other sub-problems go to _visit
-                    ranked += [item] + [_Open(bound, shape, later) for later in zeros[index + 1:]]
-                    self._ranking_done = False
-                    return self._ordered(ranked), None, reached
-                if self._prunable(item.bound):
-                    self.search.pruned += 1
-                else:
-                    ranked.append(item)
-        return self._ordered(ranked), None, reached
-
-    @staticmethod
-    def _ordered(items: list[_Open]) -> list[_Open]:
-        return sorted(items, key=lambda item: (item.bound, _label_of_open(item)))
 
     def _sorted(self, pending: list[_Open], reached: int) -> list[_Open]:
         logger.info("pass 1: %d shapes reached, %d sub-problems open, %.1f s and %.3f work "
@@ -432,12 +367,6 @@ def _over_memory_within(evaluation, tolerance: float) -> bool:
     return not evaluation.malformed_fields and all(
         stage.memory_bytes <= stage.memory_limit_bytes * (1 + tolerance) + 1
         for stage in evaluation.stages)
-
-
-def _label_of_open(item: _Open) -> str:
-    shape = item.shape
-    return (f"tp={shape.config.tp},ep={shape.config.ep},b={shape.microbatch},"
-            f"S={shape.num_stages},d={shape.dp},z={item.zero},v={shape.virtual_stages}")
 
 
 def _label_of(plan: Plan) -> str:
