@@ -36,7 +36,7 @@ from nest_cp.model.plan import Plan, Stage
 from nest_cp.model.result import Space, Status
 from nest_cp.solvers.exact import enumerate_subproblems
 from nest_cp.solvers.exact.adapters import CpSatAdapter, MilpAdapter
-from nest_cp.solvers.exact.bounds import communication_lower_bound
+from nest_cp.solvers.exact.bounds import cheapest_path_bound, communication_lower_bound
 from nest_cp.solvers.exact.pricing import ChunkPricing
 from nest_cp.solvers.exact.skeleton import build_model
 from nest_cp.solvers.registry import SolveOptions, solve
@@ -227,22 +227,26 @@ def test_communication_bound_meets_the_two_channel_optimum(worked):
 @pytest.mark.parametrize(("overlap_grad", "overlap_param"), FLAGS)
 def test_communication_bound_never_exceeds_a_subproblem_optimum(overlap_grad, overlap_param):
     """On the light worked example (ZeRO 0-2, efficiency 0.8, v up to 2) the bound is at most
-    every sub-problem's full-space optimum (CP-SAT), and below it for S = 2, d = 2, whose
-    pipeline and sync cannot both stay inside a node."""
+    every sub-problem's full-space optimum (CP-SAT); for S = 2, d = 2, whose pipeline and
+    sync cannot both stay inside a node, the cheapest-path bound alone is below it and the
+    rank bound raises it."""
     instance = load_instance(DATA / "worked_example.json")
     instance = _v3(instance, 0.8, overlap_grad, overlap_param, params_divisor=100)
     instance = dataclasses.replace(instance, training=dataclasses.replace(
         instance.training, virtual_stages=(1, 2), global_batch=4))
     network = NetworkModel(instance.cluster)
-    below = 0
+    below = sharper = 0
     for sub in enumerate_subproblems(instance):
         bound = communication_lower_bound(sub, ChunkPricing(instance, sub), network,
                                           overlap_grad, None, overlap_param)
         optimum = _model_optimum(instance, sub, Space.FULL, CpSatAdapter())
         assert bound <= optimum, sub.label
         if sub.num_stages == 2 and sub.dp == 2 and sub.virtual_stages == 1:
-            below += bound < optimum
-    assert below
+            cheapest = cheapest_path_bound(sub, ChunkPricing(instance, sub), network,
+                                           overlap_grad, None, overlap_param)
+            below += cheapest < optimum
+            sharper += bound > cheapest
+    assert below and sharper
 
 
 # ------------------------------------------------------------------ SDP

@@ -16,11 +16,17 @@ from nest_cp.harness.executors import LocalExecutor
 from nest_cp.harness.generators import (
     draw_tiny_recipe,
     full_placement_count,
+    random_instance,
     structured_plan_count,
     tiny_instance,
 )
 from nest_cp.io.readers import load_instance
-from nest_cp.model.instance import CollectiveGroup, HierarchicalNetwork, RecomputeMode
+from nest_cp.model.instance import (
+    CollectiveGroup,
+    HierarchicalNetwork,
+    IntraConfig,
+    RecomputeMode,
+)
 from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.certify import certify_full
@@ -344,3 +350,13 @@ def test_some_seeds_allow_context_widths_and_agree():
                      for key in (("dp", "structured"), ("brute", "structured")))
         assert (dp["status"], dp["objective_ticks"]) == \
             (brute["status"], brute["objective_ticks"])
+
+
+def test_shape_bounds_are_checked_against_exhaustive_search(monkeypatch):
+    """The exact driver's sub-problem bounds on a tiny 2-tier instance pass the soak's
+    per-shape check, and a bound raised above a shape's least plan is reported."""
+    instance = random_instance(1, tier_sizes=(2, 2), comm_scale=30, global_batch=4,
+                               configs=(IntraConfig(), IntraConfig(2, 1)))
+    assert soak.shape_bound_violations(instance) == []
+    monkeypatch.setattr(soak, "communication_lower_bound", lambda *arguments: 10**15)
+    assert soak.shape_bound_violations(instance)

@@ -12,8 +12,10 @@ DP plan on even seeds, and brute force in the full space where it has at most
 :func:`nest_cp.solvers.registry.solve`, so the evaluator re-checks every plan and objective;
 the runs are then compared by :mod:`nest_cp.verify.certify` (no plan below another
 run's proven bound or optimum, no plan where infeasibility is proven, the DP equal
-to every structured optimum).  About a fifth of the other seeds (not the certificate's
-draw below) with at most 8 devices also allow SDP (DESIGN §7;
+to every structured optimum).  Where the full-space brute force runs on a sampled
+seed, every sub-problem bound the exact driver prunes with is checked against the least
+full-space plan of its shape (:func:`shape_bound_violations`).  About a fifth of the
+other seeds (not the certificate's draw below) with at most 8 devices also allow SDP (DESIGN §7;
 :data:`nest_cp.harness.generators.SDP_SHARE`): every backend's SDP search is then compared
 the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and the full-space brute force
 runs only where its SDP enumeration is small enough too.  A fifth of the other non-SDP
@@ -80,9 +82,13 @@ from nest_cp.harness.generators import (
 from nest_cp.io.writers import instance_to_dict
 from nest_cp.model.documents import write_document
 from nest_cp.model.instance import Strategy
+from nest_cp.model.network import NetworkModel
 from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
-from nest_cp.solvers import brute_sdp
+from nest_cp.solvers import brute, brute_sdp
 from nest_cp.solvers.certify import Certificate, certify_full, unsupported
+from nest_cp.solvers.exact import enumerate_subproblems
+from nest_cp.solvers.exact.bounds import communication_lower_bound
+from nest_cp.solvers.exact.pricing import ChunkPricing
 from nest_cp.solvers.registry import solve
 from nest_cp.verify import certify
 from nest_cp.verify import sdp as sdp_records
@@ -182,12 +188,39 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
                 Strategy.SDP not in instance.training.strategies
                 or brute_sdp.within_size(instance, Space.FULL, options.max_full_sdp_plans)):
             _run(instance, "brute", SolveOptions(space=Space.FULL), runs, failures)
+            failures += shape_bound_violations(instance)
     _check_certificate(instance, seed, options, dp_plan, runs, failures)
     backends = [run for run in runs if run["backend"] != CERTIFY_BACKEND]
     failures += _contradictions(backends)
     # the same checks on the SDP searches, ranked by T_eff (nest_cp.verify.sdp)
     failures += [f"sdp: {failure}" for failure in _contradictions(sdp_records.views(backends))]
     return runs, list(dict.fromkeys(failures))
+
+
+def shape_bound_violations(instance) -> list[str]:
+    """Every sub-problem of the exact backends whose bound (its memory-aware compute bound
+    and :func:`nest_cp.solvers.exact.bounds.communication_lower_bound`, with which the
+    driver closes sub-problems unsolved) exceeds the least full-space plan of its shape
+    (brute force evaluates every plan); [] where the exact backends do not search the
+    instance as it is (SDP, context parallelism)."""
+    if Strategy.SDP in instance.training.strategies or any(
+            config.cp > 1 for config, _ in instance.choices):
+        return []
+    least = brute.least_per_shape(instance)
+    network = NetworkModel(instance.cluster)
+    training = instance.training
+    found = []
+    for sub in enumerate_subproblems(instance):
+        optimum = least.get(sub.shape_key)
+        if optimum is None:
+            continue
+        bound = max(sub.lower_bound_ticks, communication_lower_bound(
+            sub, ChunkPricing(instance, sub), network, training.overlap_grad_reduce, None,
+            training.overlap_param_gather))
+        if bound > optimum:
+            found.append(f"exact shape bound: {sub.label} bound {bound} > least plan "
+                         f"{optimum} ticks (brute force, full space)")
+    return found
 
 
 def _contradictions(runs: list[dict]) -> list[str]:

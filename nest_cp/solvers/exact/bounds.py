@@ -46,7 +46,8 @@ from nest_cp.model.network import NetworkModel, Path
 from nest_cp.solvers.exact.budget import Deadline
 from nest_cp.solvers.exact.placement import channel_cap
 from nest_cp.solvers.exact.pricing import GATHER, REDUCE, ChunkPricing
-from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem
+from nest_cp.solvers.exact.rank_bounds import rank_lower_bound
+from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem, split_min_max
 
 
 def candidate_paths(network: NetworkModel, group_size: int) -> list[Path]:
@@ -81,11 +82,36 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
                               network: NetworkModel, overlap: bool = False,
                               deadline: Deadline | None = None,
                               overlap_gather: bool = False) -> float:
-    """(v·m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists.
+    """The larger of :func:`cheapest_path_bound` and
+    :func:`~nest_cp.solvers.exact.rank_bounds.rank_lower_bound` (each a lower bound on every
+    plan of the sub-problem, so their maximum is one); +inf if no split exists.
 
     Raises :class:`~nest_cp.solvers.exact.budget.OutOfTime` when ``deadline`` passes first.
     """
     deadline = deadline or Deadline()
+    cheapest, interleaved_sync = _cheapest_path_bound(sub, pricing, network, overlap, deadline,
+                                                      overlap_gather)
+    if math.isinf(cheapest):
+        return cheapest
+    return max(cheapest, rank_lower_bound(sub, pricing, network, overlap, deadline,
+                                          overlap_gather, interleaved_sync))
+
+
+def cheapest_path_bound(sub: SubProblem, pricing: ChunkPricing, network: NetworkModel,
+                        overlap: bool = False, deadline: Deadline | None = None,
+                        overlap_gather: bool = False) -> float:
+    """(v·m + S − 1)·τ_lb + sync_lb of the module docstring; +inf if no split exists.
+
+    Raises :class:`~nest_cp.solvers.exact.budget.OutOfTime` when ``deadline`` passes first.
+    """
+    return _cheapest_path_bound(sub, pricing, network, overlap, deadline or Deadline(),
+                                overlap_gather)[0]
+
+
+def _cheapest_path_bound(sub: SubProblem, pricing: ChunkPricing, network: NetworkModel,
+                         overlap: bool, deadline: Deadline,
+                         overlap_gather: bool) -> tuple[float, int]:
+    """:func:`cheapest_path_bound` and its T_sync bound for v > 1 (0 for v = 1)."""
     config = sub.config
     group_paths = {size: candidate_paths(network, size) for size in {config.tp, config.ep}}
     pair_paths = candidate_paths(network, 2)
@@ -107,7 +133,7 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
 
     def sync(chunk: int, option: ChunkOption) -> int:
         if sub.virtual_stages > 1:
-            return 0  # bounded below for the whole split by _interleaved_sync_bound
+            return 0  # bounded below for the whole split by interleaved_sync_bound
         reduce, gather = (cheapest(partial(pricing.dense_sync, phase=phase), option,
                                    dense_paths)
                           + cheapest(partial(pricing.expert_sync, phase=phase), option,
@@ -115,19 +141,20 @@ def communication_lower_bound(sub: SubProblem, pricing: ChunkPricing,
         return cost.exposed_sync_ticks(reduce, pricing.backward(option), overlap, gather,
                                        pricing.forward(option), overlap_gather)
 
-    tau_lb = _min_max(sub, tau, deadline)
-    sync_lb = _min_max(sub, sync, deadline)
+    tau_lb = split_min_max(sub, tau, deadline)
+    sync_lb = split_min_max(sub, sync, deadline)
     if tau_lb is None or sync_lb is None:
-        return math.inf
+        return math.inf, 0
+    interleaved_sync = 0
     if sub.virtual_stages > 1:
-        sync_lb = _interleaved_sync_bound(sub, pricing, {
+        sync_lb = interleaved_sync = interleaved_sync_bound(sub, pricing, {
             "dense": (sub.dp * config.ep, dense_paths),
             "expert": (sub.dp, shard_paths)}, overlap, overlap_gather)
-    return sub.rounds * tau_lb + sync_lb
+    return sub.rounds * tau_lb + sync_lb, interleaved_sync
 
 
-def _interleaved_sync_bound(sub: SubProblem, pricing: ChunkPricing, groups: dict,
-                            overlap: bool, overlap_gather: bool) -> int:
+def interleaved_sync_bound(sub: SubProblem, pricing: ChunkPricing, groups: dict,
+                           overlap: bool, overlap_gather: bool) -> int:
     """T_sync's lower bound for v > 1 (module docstring); groups[kind] = (size, paths)."""
     whole = ChunkOption(0, pricing.num_layers - 1, RecomputeMode.NONE)
     params = {"dense": pricing.dense_params(whole), "expert": pricing.expert_params(whole)}
@@ -144,19 +171,3 @@ def _interleaved_sync_bound(sub: SubProblem, pricing: ChunkPricing, groups: dict
     hidden = (pricing.backward(whole) if overlap else 0) \
         + (pricing.forward(whole) if overlap_gather else 0)
     return max(0, math.ceil((slopes - hidden) / sub.num_stages))
-
-
-def _min_max(sub: SubProblem, value, deadline: Deadline) -> int | None:
-    """min over contiguous splits of max over chunks of value(chunk, option)."""
-    num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
-    best = {(sub.num_chunks, num_layers): 0}
-    for chunk in reversed(range(sub.num_chunks)):
-        for option in sub.options[chunk]:
-            deadline.tick()
-            rest = best.get((chunk + 1, option.last_layer + 1))
-            if rest is None:
-                continue
-            candidate = max(value(chunk, option), rest)
-            key = (chunk, option.first_layer)
-            best[key] = min(best.get(key, candidate), candidate)
-    return best.get((0, 0))

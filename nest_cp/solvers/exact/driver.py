@@ -9,8 +9,9 @@ nest_cp.solvers.exact.subproblems.shapes_by_bound lazily, in order of their comp
 bound; once that bound reaches the incumbent, the shape and all later ones hold no
 better plan and are pruned without ever being built.  A shape's
 sub-problems (one per ZeRO stage) are built only when reached; their memory-aware
-bound and the sharper bound with the cheapest possible communication
-(nest_cp.solvers.exact.bounds) may prune them too.  Every model carries the cutoff
+bound and the sharper bound with communication (nest_cp.solvers.exact.bounds: the
+larger of every group on its cheapest path and the per-rank node count of
+nest_cp.solvers.exact.rank_bounds) may prune them too.  Every model carries the cutoff
 objective <= incumbent − 1, so a solver's INFEASIBLE there means "nothing better
 here".
 

@@ -113,14 +113,19 @@ class ChunkPricing:
 
     def backward(self, option: ChunkOption) -> int:
         """Σ bwd ticks of one microbatch over the span (what overlapped reduction hides behind)."""
-        return sum(cost.compute_ticks(self._profiles[layer], self.tick_s)[1]
-                   for layer in option.layers)
+        return sum(self._compute_ticks(layer)[1] for layer in option.layers)
 
     def forward(self, option: ChunkOption) -> int:
         """Σ fwd ticks of one microbatch over the span (what an overlapped weight gather hides
         behind)."""
-        return sum(cost.compute_ticks(self._profiles[layer], self.tick_s)[0]
-                   for layer in option.layers)
+        return sum(self._compute_ticks(layer)[0] for layer in option.layers)
+
+    def _compute_ticks(self, layer: int) -> tuple[int, int]:
+        """(fwd, bwd) ticks of one microbatch of ``layer``, memoised."""
+        key = ("compute", layer)
+        if key not in self._memo:
+            self._memo[key] = cost.compute_ticks(self._profiles[layer], self.tick_s)
+        return self._memo[key]
 
     def dense_params(self, option: ChunkOption) -> int:
         return sum(self._profiles[layer].dense_params for layer in option.layers)
@@ -206,26 +211,57 @@ class ChunkPricing:
         return min(plain, self._cheapest(option, candidates, (CollectiveGroup.EP,))
                    + self.tp_collectives(option, local))
 
+    def collectives_on(self, option: ChunkOption, paths_by_group: dict,
+                       local_tp: Path | None = None) -> int:
+        """The span's collectives of each group kind on the cheapest of
+        ``paths_by_group[kind]``; with ``local_tp`` (the tier-0 path of TP groups that all lie
+        in tier-0 domains) at most its EP collectives so priced plus its TP collectives
+        overlapped there (cost model §5 e), as :meth:`cheapest_collectives`."""
+        config = self._sub.config
+
+        def on(kind: CollectiveGroup) -> int:
+            return self._cheapest(option, {cost.group_size(kind, config):
+                                           paths_by_group.get(kind, [])}, (kind,))
+        plain = on(CollectiveGroup.TP) + on(CollectiveGroup.EP)
+        if local_tp is None:
+            return plain
+        local = cost.GroupPaths((local_tp,), (), tp_local=True)
+        return min(plain, on(CollectiveGroup.EP) + self.tp_collectives(option, local))
+
     def _cheapest(self, option: ChunkOption, candidates: dict,
                   kinds: tuple[CollectiveGroup, ...]) -> int:
-        """The span's collectives of group ``kinds``, each on the cheapest candidate path."""
-        config = self._sub.config
+        """The span's collectives of group ``kinds``, each on the cheapest candidate path
+        (summed per layer: each collective is rounded alone, so the sum is the same)."""
+        key = (kinds, tuple((size, tuple(paths)) for size, paths in candidates.items()))
+        full = option.mode is RecomputeMode.FULL
         total = 0
         for layer in option.layers:
+            forward, other = self._layer_cheapest(layer, key, candidates, kinds)
+            total += (2 if full else 1) * forward + other
+        return total
+
+    def _layer_cheapest(self, layer: int, key: tuple, candidates: dict,
+                        kinds: tuple[CollectiveGroup, ...]) -> tuple[int, int]:
+        """One layer's collectives of ``kinds`` on their cheapest candidates: (forward ones,
+        the others), memoised by ``key`` (the kinds and candidates)."""
+        memo_key = ("layer", layer, key)
+        if memo_key not in self._memo:
+            config = self._sub.config
+            forward = other = 0
             for collective in self._profiles[layer].collectives:
-                if collective.group not in kinds:
-                    continue
                 size = cost.group_size(collective.group, config)
                 paths = candidates.get(size, [])
-                if size <= 1 or not paths:
+                if collective.group not in kinds or size <= 1 or not paths:
                     continue
                 once = min(cost.intra_collective_ticks(collective, config,
                                                        cost.GroupPaths((p,), (p,)), self.tick_s)
                            for p in paths)
-                repeats = 2 if (option.mode is RecomputeMode.FULL
-                                and collective.phase is Phase.FWD) else 1
-                total += repeats * once
-        return total
+                if collective.phase is Phase.FWD:
+                    forward += once
+                else:
+                    other += once
+            self._memo[memo_key] = (forward, other)
+        return self._memo[memo_key]
 
     # ------------------------------------------------------------ pipeline, ZeRO-3
 
@@ -265,16 +301,22 @@ class ChunkPricing:
     def dense_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
         """One phase (REDUCE or GATHER) of the gradient sync of the span's dense parameters
         over the d·e ranks of one t index (the stage's when the span is the whole stage)."""
-        return self._cached(("dense", phase), option, path, lambda: cost.gradient_sync_parts(
-            self.dense_params(option), self._training.optimizer, self._sub.zero,
-            self.dense_sync_size(), path, self.tick_s)[phase])
+        return self._sync_parts(self.dense_params(option), self.dense_sync_size(), path)[phase]
 
     def expert_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
         """One phase of the gradient sync of the span's expert parameters over the d ranks of
         one j."""
-        return self._cached(("expert", phase), option, path, lambda: cost.gradient_sync_parts(
-            self.expert_params(option), self._training.optimizer, self._sub.zero,
-            self._sub.dp, path, self.tick_s)[phase])
+        return self._sync_parts(self.expert_params(option), self._sub.dp, path)[phase]
+
+    def _sync_parts(self, params: int, group_size: int, path: Path | None) -> tuple[int, int]:
+        """Both phases of a gradient sync of ``params`` parameters, memoised by the count (the
+        spans of one layer range share it whatever their recompute mode)."""
+        key = ("sync", params, group_size, path)
+        if key not in self._memo:
+            self._memo[key] = cost.gradient_sync_parts(
+                params, self._training.optimizer, self._sub.zero, group_size, path,
+                self.tick_s)
+        return self._memo[key]
 
     def sync_of(self, params: int, group_size: int, path: Path | None) -> int:
         """One whole gradient sync (both phases) of ``params`` parameters over ``group_size``

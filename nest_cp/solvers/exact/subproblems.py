@@ -108,6 +108,12 @@ class SubProblem:
         return (f"tp={self.config.tp},ep={self.config.ep},b={self.microbatch},"
                 f"S={self.num_stages},d={self.dp},z={self.zero},v={self.virtual_stages}")
 
+    @property
+    def shape_key(self) -> tuple:
+        """(c, b, S, d, z, v), in the order of nest_cp.solvers.brute.shape_key."""
+        return (self.config, self.microbatch, self.num_stages, self.dp, self.zero,
+                self.virtual_stages)
+
     def matches(self, plan) -> bool:
         """Whether ``plan`` makes this sub-problem's six enumerated choices."""
         return (plan.config == self.config and plan.microbatch == self.microbatch
@@ -334,4 +340,21 @@ def _min_max_compute(options, compute, num_layers: int) -> int | None:
             value = max(compute[option], rest)
             key = (chunk, option.first_layer)
             best[key] = min(best.get(key, value), value)
+    return best.get((0, 0))
+
+
+def split_min_max(sub: SubProblem, value, deadline: Deadline | None = None) -> int | None:
+    """min over contiguous splits of max over chunks of value(chunk, option)."""
+    deadline = deadline or Deadline()
+    num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
+    best = {(sub.num_chunks, num_layers): 0}
+    for chunk in reversed(range(sub.num_chunks)):
+        for option in sub.options[chunk]:
+            deadline.tick()
+            rest = best.get((chunk + 1, option.last_layer + 1))
+            if rest is None:
+                continue
+            candidate = max(value(chunk, option), rest)
+            key = (chunk, option.first_layer)
+            best[key] = min(best.get(key, candidate), candidate)
     return best.get((0, 0))
