@@ -20,8 +20,9 @@ rules), then prices two kinds of plan with the evaluator (docs/cost-model.md):
   (docs/certificates.md) over t, c, p, d, ZeRO, recomputation and v.
 
 Every plan is evaluated again with ``evaluate --json`` for its memory per device and where
-its time goes, and the DP's plans are exported to Megatron-LM (``megatron--<length>.sh``).  Nothing here is fitted to Meta's measurements: they are the yardstick the
-prediction is read against.
+its time goes, and the DP's plans are exported to Megatron-LM (``megatron--<length>.sh``).
+Nothing here is fitted to Meta's measurements: they are the yardstick the prediction is
+read against.
 """
 
 from __future__ import annotations
