@@ -947,26 +947,40 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
 # ------------------------------------------------------------------------ graph
 
 
+class _PlacementPaths:
+    """Path ids (``ids``) of one placement's rank groups and pipeline pairs, rank by rank:
+    ``placement[stage][replica][j]`` is rank j's device."""
+
+    def __init__(self, network: NetworkModel, ids: PathIds, placement: list):
+        self.network, self.ids, self.placement = network, ids, placement
+
+    def group(self, members: list[int]) -> int:
+        """The id of the group's path on ``members`` (devices); -1 for no path (one device)."""
+        path = self.network.group_path(members)
+        return -1 if path is None else self.ids.id_of(path)
+
+    def groups(self, ranks: list[int], rank_groups) -> tuple[int, ...]:
+        """The distinct path ids of the groups (rank indices into ``ranks``), none for -1."""
+        found = {self.group([ranks[j] for j in members]) for members in rank_groups}
+        return tuple(sorted(found - {-1}))
+
+    def pairs(self, sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
+        """The distinct path ids of rank j of stage ``sender`` to rank j of ``receiver``."""
+        if sender is None:
+            return ()
+        return tuple(sorted({self.ids.id_of(self.network.pair_path(one, other))
+                             for one, other in zip(self.placement[sender][replica],
+                                                   self.placement[receiver][replica],
+                                                   strict=True)}))
+
+
 def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                       config: IntraConfig, wrap: bool) -> list[StageGeometry]:
     num_stages, dp, num_ranks = devices.shape
     placement = devices.tolist()
     activation_from, gradient_from = _senders(num_stages, wrap)
-
-    def group(members: list[int]) -> int:
-        path = network.group_path(members)
-        return -1 if path is None else ids.id_of(path)
-
-    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
-        found = {group([ranks[j] for j in members]) for members in rank_groups}
-        return tuple(sorted(found - {-1}))
-
-    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
-        if sender is None:
-            return ()
-        return tuple(sorted({ids.id_of(network.pair_path(placement[sender][replica][j],
-                                                         placement[receiver][replica][j]))
-                             for j in range(num_ranks)}))
+    found = _PlacementPaths(network, ids, placement)
+    group, groups, pairs = found.group, found.groups, found.pairs
 
     geometries = []
     for stage in range(num_stages):
@@ -1001,21 +1015,8 @@ def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
     placement = devices.tolist()
     activation_from, gradient_from = _senders(num_stages, wrap)
     tp, cp, ep = config.tp, config.cp, config.ep
-
-    def group(members: list[int]) -> int:
-        path = network.group_path(members)
-        return -1 if path is None else ids.id_of(path)
-
-    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
-        found = {group([ranks[j] for j in members]) for members in rank_groups}
-        return tuple(sorted(found - {-1}))
-
-    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
-        if sender is None:
-            return ()
-        return tuple(sorted({ids.id_of(network.pair_path(one, other)) for one, other in
-                             zip(placement[sender][replica], placement[receiver][replica],
-                                 strict=True)}))
+    found = _PlacementPaths(network, ids, placement)
+    group, groups, pairs = found.group, found.groups, found.pairs
 
     def tp_local(ranks: list[int]) -> bool:  # as nest_cp.cost.terms.GroupPaths decides it
         return network.is_hierarchical and all(

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from dp_shapes import v1_shapes
 from exhaustive import canonical_placements, shape_optimum
 from unbounded import without_dp_bounds
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate
-from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
-from nest_cp.dp.compose import Shape
 from nest_cp.harness.generators import random_cp_instance
 from nest_cp.model.instance import (
     Cluster,
@@ -193,23 +191,6 @@ def test_dp_is_a_context_backend():
     assert solve(instance, "dp").status is Status.OPTIMAL
 
 
-def _cp_shapes(search, instance):
-    """Every v = 1 shape with c > 1 (config, S, d, z): the DP's Shape and the exhaustive one."""
-    devices = instance.cluster.num_devices
-    for choice_index, (config, microbatch) in enumerate(instance.choices):
-        if config.cp == 1:
-            continue
-        table = search._table(choice_index)
-        for stages in range(1, table.num_layers + 1):
-            for dp in range(1, devices // (config.devices * stages) + 1):
-                microbatches = cost.num_microbatches(instance.training.global_batch,
-                                                     microbatch, config, dp)
-                for zero in instance.training.zero_stages:
-                    yield choice_index, Shape(table, stages, dp, 1, zero, microbatches), \
-                        SimpleNamespace(config=config, microbatch=microbatch, zero=zero,
-                                        dp=dp, num_stages=stages)
-
-
 @pytest.mark.parametrize("comm", ["p2p", "a2a"])
 @pytest.mark.parametrize("tier_sizes", [(2, 2), (2, 2, 2)])
 def test_bounds_with_context_widths_never_exceed_the_exhaustive_optimum(tier_sizes, comm):
@@ -225,7 +206,8 @@ def test_bounds_with_context_widths_never_exceed_the_exhaustive_optimum(tier_siz
                                       cp_comm=comm, zero_stages=(0, 1, 3), comm_scale=10,
                                       recompute_modes=(RecomputeMode.NONE,))
         search = planner._Search(instance, SolveOptions(), all_layouts())
-        for choice_index, shape, exhaustive_shape in _cp_shapes(search, instance):
+        shapes = v1_shapes(search, instance, keep=lambda config: config.cp > 1)
+        for choice_index, shape, exhaustive_shape in shapes:
             chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
             bound = search._shape_bound(shape, chunk)
             slots = shape.table.config.devices * shape.num_stages * shape.dp

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from types import SimpleNamespace
 
 import pytest
+from dp_shapes import v1_shapes
 from exhaustive import canonical_placements, shape_optimum
 from unbounded import without_dp_bounds
 
-from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
-from nest_cp.dp.compose import Shape
 from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, tp_qualities
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import IntraConfig, RecomputeMode
@@ -29,21 +27,6 @@ def _instance(seed: int, tier_sizes: tuple[int, ...], configs, overlap: bool):
         instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
 
 
-def _shapes(search, instance):
-    """Every v = 1 shape (config, S, d >= 2, z) with the DP's Shape and the exhaustive one."""
-    devices = instance.cluster.num_devices
-    for choice_index, (config, microbatch) in enumerate(instance.choices):
-        table = search._table(choice_index)
-        for stages in range(1, table.num_layers + 1):
-            for dp in range(2, devices // (config.devices * stages) + 1):
-                microbatches = cost.num_microbatches(instance.training.global_batch,
-                                                     microbatch, config, dp)
-                for zero in instance.training.zero_stages:
-                    yield choice_index, Shape(table, stages, dp, 1, zero, microbatches), \
-                        SimpleNamespace(config=config, microbatch=microbatch, zero=zero,
-                                        dp=dp, num_stages=stages)
-
-
 # nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2)
 @pytest.mark.parametrize("tier_sizes, overlap", [((2, 2, 2), False), ((2, 2, 2), True),
                                                  ((4, 2), False), ((4, 2), True)])
@@ -56,7 +39,7 @@ def test_node_bounds_never_exceed_the_exhaustive_optimum(tier_sizes, overlap):
     for seed in range(2):
         instance = _instance(seed, tier_sizes, (IntraConfig(), IntraConfig(tp=2)), overlap)
         search = planner._Search(instance, SolveOptions(), ())
-        for choice_index, shape, exhaustive_shape in _shapes(search, instance):
+        for choice_index, shape, exhaustive_shape in v1_shapes(search, instance, min_dp=2):
             chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
             fast = shape.rounds * max(chunk, search._gather_bound(shape)) \
                 + search._sync_bound(shape)
