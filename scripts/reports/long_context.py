@@ -173,7 +173,7 @@ def main() -> None:
              "| plan | t | c | p | d | ZeRO | v | recompute | iteration (s) | tokens/s | "
              "TF/s per GPU | MFU | m | τ_max (ms) | compute / recompute / TP / CP / recv | "
              "exposed sync (ms) | memory per device (GB) |",
-             "|---|" + "---:|" * 7 + "---|" + "---:|" * 6 + "---|---:|---:|"]
+             "|---|" + "---:|" * 6 + "---|" + "---:|" * 6 + "---|---:|---:|"]
     notes, record = [], {}
     for name, case in CASES.items():
         instance = make_instance(name, case["seq"])
