@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 import pytest
+from dp_shapes import v1_shapes
 from exhaustive import canonical_placements, shape_optimum
-from test_dp_node_bounds import _instance, _shapes
+from test_dp_node_bounds import _instance
 
 from nest_cp.dp import planner
 from nest_cp.dp.kernel import (
@@ -43,7 +44,7 @@ def test_vector_bounds_never_exceed_the_exact_bounds_or_the_optimum(tier_sizes, 
     for seed in range(2):
         instance = _instance(seed, tier_sizes, (IntraConfig(), IntraConfig(tp=2)), overlap)
         search = planner._Search(instance, SolveOptions(), ())
-        for choice_index, shape, exhaustive_shape in _shapes(search, instance):
+        for choice_index, shape, exhaustive_shape in v1_shapes(search, instance, min_dp=2):
             if shape.zero not in search._zero_stages(shape.table, shape.dp, shape.num_stages,
                                                      1):
                 continue
