@@ -11,6 +11,7 @@ import pytest
 from dp_shapes import v1_shapes
 from exhaustive import canonical_placements, shape_optimum
 from test_dp_node_bounds import _instance
+from tiers import slow_unless
 
 from nest_cp.dp import planner
 from nest_cp.dp.kernel import (
@@ -33,8 +34,9 @@ def _slack(exact: int, rounds: int) -> int:
     return 4 * (rounds + 2) + exact // 2**26
 
 
-@pytest.mark.parametrize("tier_sizes, overlap", [((2, 2, 2), False), ((2, 2, 2), True),
-                                                 ((4, 2), False), ((4, 2), True)])
+@pytest.mark.parametrize("tier_sizes, overlap", slow_unless(
+    [((2, 2, 2), False), ((2, 2, 2), True), ((4, 2), False), ((4, 2), True)],
+    lambda case: case == ((4, 2), True)))
 def test_vector_bounds_never_exceed_the_exact_bounds_or_the_optimum(tier_sizes, overlap):
     """Per shape (c, S, d >= 2, z), v = 1: the d-vector of the case-split bound is at most
     :meth:`_shape_bound` and the vector stage-by-stage bound at most
