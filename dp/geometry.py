@@ -186,7 +186,7 @@ def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
         geometries = _hierarchical_geometries(network, ids, devices, config, wrap)
         if geometries is not None:
             return geometries
-    return _graph_geometries(network, ids, devices, config, wrap)
+    return rank_geometries(network, ids, devices, config, wrap)
 
 
 class LayoutGeometries:
@@ -249,7 +249,7 @@ class LayoutGeometries:
             if self.network.is_hierarchical:
                 return tiered_context_geometries(self.network, self.ids, devices, config,
                                                  wrap)
-            return context_geometries(self.network, self.ids, devices, config, wrap)
+            return rank_geometries(self.network, self.ids, devices, config, wrap)
         if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
@@ -944,81 +944,43 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
     return replicas
 
 
-# ------------------------------------------------------------------------ graph
+# ------------------------------------------------------------------------ rank by rank
 
 
-class _PlacementPaths:
-    """Path ids (``ids``) of one placement's rank groups and pipeline pairs, rank by rank:
-    ``placement[stage][replica][j]`` is rank j's device."""
-
-    def __init__(self, network: NetworkModel, ids: PathIds, placement: list):
-        self.network, self.ids, self.placement = network, ids, placement
-
-    def group(self, members: list[int]) -> int:
-        """The id of the group's path on ``members`` (devices); -1 for no path (one device)."""
-        path = self.network.group_path(members)
-        return -1 if path is None else self.ids.id_of(path)
-
-    def groups(self, ranks: list[int], rank_groups) -> tuple[int, ...]:
-        """The distinct path ids of the groups (rank indices into ``ranks``), none for -1."""
-        found = {self.group([ranks[j] for j in members]) for members in rank_groups}
-        return tuple(sorted(found - {-1}))
-
-    def pairs(self, sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
-        """The distinct path ids of rank j of stage ``sender`` to rank j of ``receiver``."""
-        if sender is None:
-            return ()
-        return tuple(sorted({self.ids.id_of(self.network.pair_path(one, other))
-                             for one, other in zip(self.placement[sender][replica],
-                                                   self.placement[receiver][replica],
-                                                   strict=True)}))
-
-
-def _graph_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
-                      config: IntraConfig, wrap: bool) -> list[StageGeometry]:
-    num_stages, dp, num_ranks = devices.shape
-    placement = devices.tolist()
-    activation_from, gradient_from = _senders(num_stages, wrap)
-    found = _PlacementPaths(network, ids, placement)
-    group, groups, pairs = found.group, found.groups, found.pairs
-
-    geometries = []
-    for stage in range(num_stages):
-        replicas = tuple(sorted(
-            {ReplicaPaths(tp_groups=groups(placement[stage][replica], tensor_groups(config)),
-                          ep_groups=groups(placement[stage][replica], expert_groups(config)),
-                          recv_activation=pairs(activation_from[stage], stage, replica),
-                          recv_gradient=pairs(gradient_from[stage], stage, replica))
-             for replica in range(dp)},
-            key=lambda r: (r.tp_groups, r.ep_groups, r.recv_activation, r.recv_gradient)))
-        replica_groups = tuple(sorted(
-            {group([placement[stage][r][j] for r in range(dp)]) for j in range(num_ranks)}
-        )) if dp > 1 else ()
-        dense_groups = tuple(sorted(
-            {group([placement[stage][r][t + config.tp * e]
-                    for r in range(dp) for e in range(config.ep)])
-             for t in range(config.tp)})) if dp * config.ep > 1 else ()
-        geometries.append(StageGeometry(replicas, replica_groups, dense_groups))
-    return geometries
-
-
-def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
-                       config: IntraConfig, wrap: bool) -> list[StageGeometry]:
-    """:func:`stage_geometries` of a placement with context width c > 1, rank by rank on any
-    network (docs/context-parallelism.md): ``devices[stage, replica, j]`` with j =
-    t_index + t·c_index + t·c·e_index.  Each replica also gets the paths of its CP rings'
-    consecutive pairs and of its CP groups (what :class:`nest_cp.cost.terms.ContextPaths`
-    holds); the data-parallel groups are the d·c ranks of each (tensor, expert) index
-    (ZeRO-3 gathers, expert sync) and the d·e·c ranks of each tensor index (dense sync),
-    as the evaluator groups them."""
+def rank_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
+                    config: IntraConfig, wrap: bool) -> list[StageGeometry]:
+    """:func:`stage_geometries` rank by rank, on any network and context width: the graph
+    networks' form, the tiered networks' fallback (:func:`_hierarchical_geometries` returns
+    None when a replica's paths overflow its code) and the reference the vectorised forms
+    are tested against.  ``devices[stage, replica, j]`` with j = t_index + t·c_index +
+    t·c·e_index.  Per replica: the paths of its TP and EP groups, of its receives, whether
+    every TP group lies inside one tier-0 domain (``tp_local``, as
+    :class:`nest_cp.cost.terms.GroupPaths` decides it), and with context width c > 1 the
+    paths of its CP rings' consecutive pairs and of its CP groups
+    (docs/context-parallelism.md); the data-parallel groups are the d·c ranks of each
+    (tensor, expert) index (ZeRO-3 gathers, expert sync) and the d·e·c ranks of each tensor
+    index (dense sync), as the evaluator groups them."""
     num_stages, dp, _ = devices.shape
     placement = devices.tolist()
     activation_from, gradient_from = _senders(num_stages, wrap)
     tp, cp, ep = config.tp, config.cp, config.ep
-    found = _PlacementPaths(network, ids, placement)
-    group, groups, pairs = found.group, found.groups, found.pairs
 
-    def tp_local(ranks: list[int]) -> bool:  # as nest_cp.cost.terms.GroupPaths decides it
+    def group(members: list[int]) -> int:  # -1: no path (one device)
+        path = network.group_path(members)
+        return -1 if path is None else ids.id_of(path)
+
+    def groups(ranks: list[int], rank_groups) -> tuple[int, ...]:
+        return tuple(sorted({group([ranks[j] for j in members])
+                             for members in rank_groups} - {-1}))
+
+    def pairs(sender: int | None, receiver: int, replica: int) -> tuple[int, ...]:
+        if sender is None:
+            return ()
+        return tuple(sorted({ids.id_of(network.pair_path(one, other)) for one, other in
+                             zip(placement[sender][replica], placement[receiver][replica],
+                                 strict=True)}))
+
+    def tp_local(ranks: list[int]) -> bool:
         return network.is_hierarchical and all(
             len(members) == 1 or network.tier_of([ranks[j] for j in members]) == 0
             for members in tensor_groups(config))
@@ -1056,9 +1018,8 @@ def context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
     return geometries
 
 
-
 def _replica_order(replica: ReplicaPaths) -> tuple:
-    """The order of a stage's distinct replicas in :func:`context_geometries` (a fixed one,
+    """The order of a stage's distinct replicas in :func:`rank_geometries` (a fixed one,
     so that equal placements give equal geometries)."""
     return (replica.tp_groups, replica.ep_groups, replica.recv_activation,
             replica.recv_gradient, replica.tp_local, replica.context_pairs,
@@ -1067,11 +1028,12 @@ def _replica_order(replica: ReplicaPaths) -> tuple:
 
 def tiered_context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                               config: IntraConfig, wrap: bool) -> list[StageGeometry]:
-    """:func:`context_geometries` on a tiered network, vectorised over ranks: the same
-    geometries (tests/test_dp_cp.py compares the two).  A stage's (d, a) device array is
-    read as (d, e, c, t) (rank j = t_index + t·c_index + t·c·e_index), so each kind of
-    group lies along one axis or a block of axes and :class:`_GroupPathCodes` prices all of
-    them at once; a pair's path is its tier's (:meth:`NetworkModel.tier_of_pairs`)."""
+    """:func:`rank_geometries` on a tiered network with context width c > 1, vectorised
+    over ranks: the same geometries (tests/test_dp_cp.py compares the two).  A stage's
+    (d, a) device array is read as (d, e, c, t) (rank j = t_index + t·c_index +
+    t·c·e_index), so each kind of group lies along one axis or a block of axes and
+    :class:`_GroupPathCodes` prices all of them at once; a pair's path is its tier's
+    (:meth:`NetworkModel.tier_of_pairs`)."""
     num_stages, dp, _ = devices.shape
     tp, cp, ep = config.tp, config.cp, config.ep
     codes = _GroupPathCodes(network, ids)

@@ -363,7 +363,7 @@ def test_vectorised_tier_geometry_equals_rank_by_rank(seed, layout_index, wrap):
                            np.array(network.canonical_order()))
     ids = PathIds(network)
     vectorised = geometry._hierarchical_geometries(network, ids, devices, config, wrap)
-    rank_by_rank = geometry._graph_geometries(network, ids, devices, config, wrap)
+    rank_by_rank = geometry.rank_geometries(network, ids, devices, config, wrap)
     assert resolved(vectorised, ids) == resolved(rank_by_rank, ids)
 
 
@@ -373,7 +373,7 @@ def resolved(geometries, ids: PathIds) -> list:
         return frozenset(ids.paths[p] for p in path_ids)
 
     return [(frozenset((paths(r.tp_groups), paths(r.ep_groups), paths(r.recv_activation),
-                        paths(r.recv_gradient)) for r in g.replicas),
+                        paths(r.recv_gradient), r.tp_local) for r in g.replicas),
              paths(g.replica_groups), paths(g.dense_groups)) for g in geometries]
 
 

@@ -237,9 +237,9 @@ def test_tiered_context_geometries_equal_the_rank_by_rank_ones(tier_sizes):
     reference, on any network) for every configuration with c > 1, S, d, layout and wrap."""
     from nest_cp.dp.geometry import (
         PathIds,
-        context_geometries,
         layout_config,
         rank_devices,
+        rank_geometries,
         tiered_context_geometries,
     )
     from nest_cp.model.network import NetworkModel
@@ -258,7 +258,7 @@ def test_tiered_context_geometries_equal_the_rank_by_rank_ones(tier_sizes):
                                            network.node_size)
                     for wrap in (False, True):
                         assert tiered_context_geometries(network, ids, devices, config, wrap) \
-                            == context_geometries(network, ids, devices, config, wrap)
+                            == rank_geometries(network, ids, devices, config, wrap)
                         compared += 1
     assert compared
 

@@ -252,7 +252,7 @@ def _resolved(geometries, ids: PathIds) -> list:
         return frozenset(ids.paths[p] for p in path_ids)
 
     return [(frozenset((paths(r.tp_groups), paths(r.ep_groups), paths(r.recv_activation),
-                        paths(r.recv_gradient)) for r in g.replicas),
+                        paths(r.recv_gradient), r.tp_local) for r in g.replicas),
              paths(g.replica_groups), paths(g.dense_groups)) for g in geometries]
 
 
@@ -273,7 +273,7 @@ def test_vectorised_channel_geometry_equals_group_path():
         ids = PathIds(network)
         wrap = rng.random() < 0.5
         vectorised = geometry._hierarchical_geometries(network, ids, devices, config, wrap)
-        rank_by_rank = geometry._graph_geometries(network, ids, devices, config, wrap)
+        rank_by_rank = geometry.rank_geometries(network, ids, devices, config, wrap)
         assert _resolved(vectorised, ids) == _resolved(rank_by_rank, ids)
         channel_paths += len(ids.paths) > network.num_tiers
     assert channel_paths > 0
