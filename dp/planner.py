@@ -498,7 +498,7 @@ class _Search:
         allowed = {zero: np.broadcast_to(self.instance.admits(
             config, table.microbatch, dps, num_stages, virtual, zero), dps.shape)
             for zero in self.instance.training.zero_stages}
-        syncs = dps * config.ep > 1
+        syncs = dps * config.ep * config.cp > 1
         never = np.zeros(len(dps), dtype=bool)
         one, two = allowed.get(1, never), allowed.get(2, never)
         masks = {}
@@ -559,19 +559,14 @@ class _Search:
         gathers = np.zeros(len(dps), dtype=np.int64)
         if zero != 3 or not self.network.is_hierarchical:
             return gathers
-        heaviest = -(-whole_totals(table)[0] // num_chunks)
+        heaviest = np.array([-(-whole_totals(table)[0] // num_chunks)])
         bytes_per_unit = self.instance.training.optimizer.weight_bytes
         for mask, paths in path_classes(self.network, dps, cap):
-            least = None
-            for path in paths:
-                rates = self.prices.ring_rates(CollectiveKind.ALL_GATHER, bytes_per_unit,
-                                               self.ids.id_of(path))
-                if rates is None:
-                    return None
-                slope, offset = ring_terms(rates, dps[mask])
-                price = 2 * (slope * heaviest + offset)
-                least = price if least is None else np.minimum(least, price)
-            gathers[mask] = np.maximum(0, lower_ticks(least))
+            least = self._least_ring_price(CollectiveKind.ALL_GATHER, bytes_per_unit, paths,
+                                           dps[mask], heaviest)
+            if least is None:
+                return None
+            gathers[mask] = np.maximum(0, lower_ticks(2 * least[:, 0]))
         return gathers
 
     def _vector_sync(self, table: LayerTable, num_stages: int, zero: int, dps: np.ndarray,
