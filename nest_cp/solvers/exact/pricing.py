@@ -203,13 +203,12 @@ class ChunkPricing:
         with ``local_tp`` (the path of a TP group inside a tier-0 domain, where
         ``tp_comm_overlap`` applies: cost model §5 e) at most its EP collectives so priced
         plus its TP collectives overlapped on that path, a stage replica's price when its TP
-        groups are local."""
-        plain = self._cheapest(option, candidates, tuple(CollectiveGroup))
-        if local_tp is None:
-            return plain
-        local = cost.GroupPaths((local_tp,), (), tp_local=True)
-        return min(plain, self._cheapest(option, candidates, (CollectiveGroup.EP,))
-                   + self.tp_collectives(option, local))
+        groups are local.  ``candidates``: paths by group size, so :meth:`collectives_on`
+        with each kind's size's paths."""
+        config = self._sub.config
+        return self.collectives_on(option, {
+            kind: candidates.get(cost.group_size(kind, config), []) for kind in CollectiveGroup},
+            local_tp)
 
     def collectives_on(self, option: ChunkOption, paths_by_group: dict,
                        local_tp: Path | None = None) -> int:
@@ -222,11 +221,12 @@ class ChunkPricing:
         def on(kind: CollectiveGroup) -> int:
             return self._cheapest(option, {cost.group_size(kind, config):
                                            paths_by_group.get(kind, [])}, (kind,))
-        plain = on(CollectiveGroup.TP) + on(CollectiveGroup.EP)
+        expert = on(CollectiveGroup.EP)
+        plain = on(CollectiveGroup.TP) + expert
         if local_tp is None:
             return plain
         local = cost.GroupPaths((local_tp,), (), tp_local=True)
-        return min(plain, on(CollectiveGroup.EP) + self.tp_collectives(option, local))
+        return min(plain, expert + self.tp_collectives(option, local))
 
     def _cheapest(self, option: ChunkOption, candidates: dict,
                   kinds: tuple[CollectiveGroup, ...]) -> int:
