@@ -307,7 +307,8 @@ def build_subproblem(instance: Instance, shape: Shape, zero: int,
                                                                   training.tick_s)
                     for layer in option.layers)
         options.append(tuple(fitting))
-    tau_lower = _min_max_compute(options, compute, num_layers)
+    tau_lower = _min_max(options, lambda _, option: compute[option], num_layers,
+                         Deadline())
     return SubProblem(config, microbatch, num_stages, dp, zero, microbatches, tuple(options),
                       compute, tau_lower, virtual)
 
@@ -323,33 +324,23 @@ def _spans(chunk: int, num_chunks: int, num_layers: int, modes):
                 yield ChunkOption(first_layer, last_layer, mode)
 
 
-def _min_max_compute(options, compute, num_layers: int) -> int | None:
-    """min over contiguous splits made of offered options of the slowest chunk's compute.
+def split_min_max(sub: SubProblem, value, deadline: Deadline | None = None) -> int | None:
+    """min over contiguous splits of max over chunks of value(chunk, option)."""
+    num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
+    return _min_max(sub.options, value, num_layers, deadline or Deadline())
+
+
+def _min_max(options, value, num_layers: int, deadline: Deadline) -> int | None:
+    """min over contiguous splits made of offered options of the largest value(chunk, o).
 
     best[chunk][first_layer] = min over options o of chunk starting at first_layer of
-    max(compute[o], best[chunk + 1][o.last_layer + 1]); best[S·v][L] = 0.  Modes need
+    max(value(chunk, o), best[chunk + 1][o.last_layer + 1]); best[S·v][L] = 0.  Modes need
     not agree between a stage's chunks here (a relaxation: still a lower bound).
     """
     num_chunks = len(options)
     best = {(num_chunks, num_layers): 0}
     for chunk in reversed(range(num_chunks)):
         for option in options[chunk]:
-            rest = best.get((chunk + 1, option.last_layer + 1))
-            if rest is None:
-                continue
-            value = max(compute[option], rest)
-            key = (chunk, option.first_layer)
-            best[key] = min(best.get(key, value), value)
-    return best.get((0, 0))
-
-
-def split_min_max(sub: SubProblem, value, deadline: Deadline | None = None) -> int | None:
-    """min over contiguous splits of max over chunks of value(chunk, option)."""
-    deadline = deadline or Deadline()
-    num_layers = max(o.last_layer for o in sub.options[-1]) + 1 if sub.options[-1] else 0
-    best = {(sub.num_chunks, num_layers): 0}
-    for chunk in reversed(range(sub.num_chunks)):
-        for option in sub.options[chunk]:
             deadline.tick()
             rest = best.get((chunk + 1, option.last_layer + 1))
             if rest is None:
