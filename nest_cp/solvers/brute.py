@@ -34,6 +34,7 @@ from nest_cp.model.instance import Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Placement, Plan, Stage
 from nest_cp.model.result import SolveResult, Space, Status
+from nest_cp.solvers.exact.subproblems import plan_shape_key
 
 MAX_PLACEMENTS = 10**6
 
@@ -73,26 +74,19 @@ def solve(instance: Instance, options) -> SolveResult:
 
 def least_per_shape(instance: Instance) -> dict[tuple, int]:
     """The least feasible objective of the full space per (configuration, microbatch, S, d,
-    z, v), keyed by :func:`shape_key` (shapes without a feasible plan are absent): the
-    oracle for per-shape lower bounds.  Refuses instances with more than MAX_PLACEMENTS
-    placements, as :func:`solve` does."""
+    z, v), keyed by :func:`~nest_cp.solvers.exact.subproblems.plan_shape_key` (shapes
+    without a feasible plan are absent): the oracle for per-shape lower bounds.  Refuses
+    instances with more than MAX_PLACEMENTS placements, as :func:`solve` does."""
     network = NetworkModel(instance.cluster)
     referee = Evaluator(instance, network)
     _check_size(instance, MAX_PLACEMENTS)
     least: dict[tuple, int] = {}
     for plan in _plans(instance, network, Space.FULL):
         evaluation = referee.evaluate(plan)
-        key = shape_key(plan)
+        key = plan_shape_key(plan)
         if evaluation.feasible and evaluation.objective_ticks < least.get(key, math.inf):
             least[key] = evaluation.objective_ticks
     return least
-
-
-def shape_key(plan: Plan) -> tuple:
-    """(configuration, microbatch, S, d, z, v) of ``plan``: the choices one sub-problem of
-    the exact backends fixes (nest_cp.solvers.exact.subproblems.SubProblem.shape_key)."""
-    return (plan.config, plan.microbatch, plan.num_stages, plan.num_replicas, plan.zero,
-            plan.virtual_stages)
 
 
 def _shapes(instance: Instance) -> Iterator[tuple[IntraConfig, int, int, int]]:

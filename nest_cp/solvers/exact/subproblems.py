@@ -110,15 +110,20 @@ class SubProblem:
 
     @property
     def shape_key(self) -> tuple:
-        """(c, b, S, d, z, v), in the order of nest_cp.solvers.brute.shape_key."""
+        """(c, b, S, d, z, v): the six enumerated choices, as :func:`plan_shape_key`."""
         return (self.config, self.microbatch, self.num_stages, self.dp, self.zero,
                 self.virtual_stages)
 
     def matches(self, plan) -> bool:
         """Whether ``plan`` makes this sub-problem's six enumerated choices."""
-        return (plan.config == self.config and plan.microbatch == self.microbatch
-                and plan.num_stages == self.num_stages and plan.num_replicas == self.dp
-                and plan.zero == self.zero and plan.virtual_stages == self.virtual_stages)
+        return plan_shape_key(plan) == self.shape_key
+
+
+def plan_shape_key(plan) -> tuple:
+    """(c, b, S, d, z, v) of ``plan``: the choices one sub-problem fixes
+    (:attr:`SubProblem.shape_key`)."""
+    return (plan.config, plan.microbatch, plan.num_stages, plan.num_replicas, plan.zero,
+            plan.virtual_stages)
 
 
 def enumerate_subproblems(instance: Instance) -> list[SubProblem]:
