@@ -23,7 +23,13 @@ from functools import cached_property
 
 import networkx as nx
 
-from nest_cp.model.instance import Cluster, CollectiveKind, GraphNetwork, HierarchicalNetwork
+from nest_cp.model.instance import (
+    Cluster,
+    CollectiveKind,
+    GraphNetwork,
+    HierarchicalNetwork,
+    IntraConfig,
+)
 from nest_cp.model.plan import (
     Placement,
     RankLayout,
@@ -268,7 +274,14 @@ class NetworkModel:
                                 self.node_size)
 
     def structured_placements(self, config, num_stages: int, dp: int) -> list[Placement]:
-        """The distinct placements of the structured space at this shape, in layout order."""
+        """The distinct placements of the structured space at this shape, in layout order.
+
+        The layouts order (t, e, stage, replica); with c > 1 the context index rides inside
+        the expert digit (ranks j = t_index + t·(c_index + c·e_index) number a (t, c·e)
+        replica exactly), so the context ranks sit between the tensor and the expert ranks
+        in every layout (DESIGN §3.4; the DP's and brute force's structured space)."""
+        if config.cp > 1:
+            config = IntraConfig(config.tp, config.cp * config.ep)
         seen: dict[Placement, None] = {}
         for layout in self.structured_layouts:
             seen.setdefault(self.layout_placement(layout, config, num_stages, dp))

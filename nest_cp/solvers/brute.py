@@ -144,9 +144,7 @@ def _placements(network: NetworkModel, config: IntraConfig, num_stages: int, dp:
                               for replica in range(dp))
                         for stage in range(num_stages))
         return
-    # The layouts order (t, e, stage, replica); with c > 1 the context index rides inside
-    # the expert digit (ranks j = t + t·(c_index + c·e_index) number a (t, c·e) replica
-    # exactly), so context ranks sit between tensor and expert ranks in every layout.
-    fused = IntraConfig(config.tp, config.cp * config.ep)
-    yield from network.structured_placements(fused, num_stages, dp)
+    # with c > 1 the context ranks sit between the tensor and expert ranks in every layout
+    # (NetworkModel.structured_placements)
+    yield from network.structured_placements(config, num_stages, dp)
 

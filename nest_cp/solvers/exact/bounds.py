@@ -14,6 +14,7 @@ Pricing every term on its cheapest candidate under-estimates it, so with
                     (with tp_comm_overlap, at most the EP ones so priced plus the TP ones
                     overlapped on the tier-0 path: cost model §5 e)
                     + min gather(o)
+                    + min context(o)   (c > 1: DESIGN §3.4, ChunkPricing.cheapest_context)
                     + min transfer(out of layer o.first − 1)   (k > 0)
                     + min transfer(out of layer o.last)        (k < S·v − 1)
     sync_lb(s, o) = exposed(min RS_dense(o) + min RS_expert(o), R(o),
@@ -24,6 +25,12 @@ overlap flags say (cost model §5 c, d: the stage's RS_s (AG_s) is its slowest d
 group's plus its slowest expert group's, each at least the cheapest candidate's, and
 exposed grows with both), every plan of the sub-problem has T ≥ (v·m + S − 1)·min_split max_k τ_lb +
 min_split max_s sync_lb (minimising the two separately can only lower the sum).
+With context width c > 1 (DESIGN §3.4) the same holds with the groups' sizes of §3.4:
+the ZeRO-3 gathers and the expert sync run over the d·c ranks of a shard group, the
+dense sync over d·e·c ranks, and the context term is each stage replica's exposed ring
+(all-to-alls), at least its price on one fixed ring pair (CP group) of the replica, so at
+least the least such price over the candidate paths of a pair (a group of c) —
+:meth:`~nest_cp.solvers.exact.pricing.ChunkPricing.cheapest_context`.
 The boundary volume into chunk k is known from o.first alone, so one DP over
 (chunk, first layer) computes each min-max exactly.  With v > 1 a stage's sync
 depends on all its chunks, which that DP does not see; instead, of P parameters of
@@ -115,8 +122,9 @@ def _cheapest_path_bound(sub: SubProblem, pricing: ChunkPricing, network: Networ
     config = sub.config
     group_paths = {size: candidate_paths(network, size) for size in {config.tp, config.ep}}
     pair_paths = candidate_paths(network, 2)
-    shard_paths = candidate_paths(network, sub.dp)
-    dense_paths = candidate_paths(network, sub.dp * config.ep)
+    shard_paths = candidate_paths(network, pricing.shard_size())
+    dense_paths = candidate_paths(network, pricing.dense_sync_size())
+    context_paths = candidate_paths(network, pricing.context_group_size())
     local_tp = local_tp_path(network, pricing.overlaps_tp, config.tp)
 
     def cheapest(price, option: ChunkOption, paths: list[Path]) -> int:
@@ -124,7 +132,8 @@ def _cheapest_path_bound(sub: SubProblem, pricing: ChunkPricing, network: Networ
 
     def tau(chunk: int, option: ChunkOption) -> int:
         total = sub.compute[option] + pricing.cheapest_collectives(option, group_paths, local_tp) \
-            + cheapest(pricing.zero_gather, option, shard_paths)
+            + cheapest(pricing.zero_gather, option, shard_paths) \
+            + pricing.cheapest_context(option, context_paths)
         if chunk > 0:
             total += cheapest(pricing.transfer_into, option, pair_paths)
         if chunk < sub.num_chunks - 1:
@@ -148,8 +157,8 @@ def _cheapest_path_bound(sub: SubProblem, pricing: ChunkPricing, network: Networ
     interleaved_sync = 0
     if sub.virtual_stages > 1:
         sync_lb = interleaved_sync = interleaved_sync_bound(sub, pricing, {
-            "dense": (sub.dp * config.ep, dense_paths),
-            "expert": (sub.dp, shard_paths)}, overlap, overlap_gather)
+            "dense": (pricing.dense_sync_size(), dense_paths),
+            "expert": (pricing.shard_size(), shard_paths)}, overlap, overlap_gather)
     return sub.rounds * tau_lb + sync_lb, interleaved_sync
 
 

@@ -80,7 +80,7 @@ from nest_cp.cost.evaluate import evaluate
 from nest_cp.model.errors import ModelMismatch
 from nest_cp.model.instance import Instance
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan
+from nest_cp.model.plan import Plan, contiguous_placement
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import SolveResult, Space, Status
 from nest_cp.solvers.exact.adapters import RawOutcome, RawStatus, check_solver_numbers, proven_bound
@@ -94,6 +94,7 @@ from nest_cp.solvers.exact.subproblems import (
     admitted_zeros,
     build_subproblem,
     count_shapes,
+    shape_label,
     shapes_by_bound,
 )
 
@@ -370,8 +371,8 @@ def _over_memory_within(evaluation, tolerance: float) -> bool:
 
 
 def _label_of(plan: Plan) -> str:
-    return (f"tp={plan.config.tp},ep={plan.config.ep},b={plan.microbatch},"
-            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero},v={plan.virtual_stages}")
+    return shape_label(plan.config, plan.microbatch, plan.num_stages, plan.num_replicas,
+                       plan.zero, plan.virtual_stages)
 
 
 def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
@@ -379,7 +380,7 @@ def _placed(hint: Plan | None, network: NetworkModel) -> Plan | None:
     if hint is None or hint.placement is not None or \
             hint.num_devices_used > network.num_devices:
         return hint
-    return hint.with_placement(MEGATRON_LAYOUT.placement(
+    return hint.with_placement(contiguous_placement(
         hint.config, hint.num_stages, hint.num_replicas, network.canonical_order()))
 
 

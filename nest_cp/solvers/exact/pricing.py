@@ -28,6 +28,13 @@ group per replica), so the model floors one term per class over the groups.  Wit
 domains pays per layer and direction only max(⌈C/t⌉, C − X) of its TP collectives' C:
 not a sum over classes, so :meth:`ChunkPricing.tp_collectives` prices a stage replica's
 TP collectives whole, with the evaluator's own function.
+
+Context parallelism (DESIGN §3.4, c > 1): the c ranks of a CP group hold the same
+parameters, so the dense sync runs over d·e·c ranks, the expert sync and the ZeRO-3
+gathers over d·c; a stage replica's exposed ring (p2p) or all-to-alls (a2a) are a
+max over its CP groups inside a sum over layers and directions, so
+:meth:`ChunkPricing.context` prices a stage replica's context communication whole, with
+the evaluator's own function, on the replica's :class:`~nest_cp.cost.terms.ContextPaths`.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from nest_cp.cost import terms as cost
 from nest_cp.model.instance import (
     CollectiveGroup,
     CollectiveKind,
+    CpComm,
     Instance,
     Phase,
     RecomputeMode,
@@ -135,6 +143,51 @@ class ChunkPricing:
 
     def params(self, option: ChunkOption) -> int:
         return self.dense_params(option) + self.expert_params(option)
+
+    # ------------------------------------------------------------ context parallelism
+
+    def context(self, option: ChunkOption, paths: cost.ContextPaths) -> int:
+        """The span's exposed context-parallel communication on a stage replica whose CP
+        groups have ``paths``, as the evaluator prices it (DESIGN §3.4): per layer the
+        forward and backward parts (:func:`~nest_cp.cost.terms.context_ticks`) and, under
+        full or selective recomputation, the forward part again; 0 for c = 1."""
+        config = self._sub.config
+        if config.cp == 1:
+            return 0
+        comm = self._training.cp_comm
+
+        def price() -> int:
+            total = 0
+            for layer in option.layers:
+                forward, backward = cost.context_ticks(self._profiles[layer], config, comm,
+                                                       paths, self.tick_s)
+                total += forward + backward
+                if option.mode is not RecomputeMode.NONE:
+                    total += forward  # the rerun forward repeats its ring or all-to-alls
+            return total
+        return self._cached("context", option, paths, price)
+
+    def context_group_size(self) -> int:
+        """The ranks one priced piece of the context communication spans: a pair of
+        consecutive ring ranks under p2p, the whole CP group of c ranks under a2a; 1 (no
+        communication) for c = 1."""
+        cp = self._sub.config.cp
+        if cp == 1:
+            return 1
+        return 2 if self._training.cp_comm is CpComm.P2P else cp
+
+    def cheapest_context(self, option: ChunkOption, paths: list[Path]) -> int:
+        """The least :meth:`context` of the span over one-path CP groups, one per candidate
+        in ``paths`` (each the path a ring pair (p2p) or a CP group (a2a) may have).
+
+        A lower bound on the span's context price on any stage replica: per layer and
+        direction the evaluator charges the slowest ring pair (or CP group), at least the
+        charge on one fixed pair q (group) of the replica, a price that grows with q's
+        transfer (all-to-all) time; summed over layers with the same q it is
+        :meth:`context` on ContextPaths((q,), (q,)), at least its least over candidates
+        holding q's path."""
+        return min((self.context(option, cost.ContextPaths((path,), (path,)))
+                    for path in paths), default=0)
 
     # ------------------------------------------------------------ collectives
 
@@ -281,17 +334,25 @@ class ChunkPricing:
         return self.transfer(boundary, path)
 
     def zero_gather(self, option: ChunkOption, path: Path | None) -> int:
-        """ZeRO-3 all-gathers (fwd and bwd) of the chunk's parameters over the d replicas."""
+        """ZeRO-3 all-gathers (fwd and bwd) of the chunk's parameters over the d·c ranks of
+        one shard group (the d replicas and c context ranks of one tensor and expert index)."""
         if self._sub.zero != 3:
             return 0
         return self._cached("gather", option, path, lambda: cost.zero3_gather_ticks(
-            self.params(option), self._training.optimizer, self._sub.dp, path, self.tick_s))
+            self.params(option), self._training.optimizer, self.shard_size(), path,
+            self.tick_s))
 
     # ------------------------------------------------------------ gradient sync
 
     def dense_sync_size(self) -> int:
-        """Ranks of one dense sync group: the d·e ranks of one tensor index."""
-        return self._sub.dp * self._sub.config.ep
+        """Ranks of one dense sync group: the d·e·c ranks of one tensor index."""
+        return self._sub.dp * self._sub.config.ep * self._sub.config.cp
+
+    def shard_size(self) -> int:
+        """Ranks of one shard group (expert sync, ZeRO shards and gathers): the d·c ranks of
+        one tensor and expert index (DESIGN §3.4: the context ranks hold the same
+        parameters)."""
+        return self._sub.dp * self._sub.config.cp
 
     @property
     def gathers_weights(self) -> bool:
@@ -300,13 +361,13 @@ class ChunkPricing:
 
     def dense_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
         """One phase (REDUCE or GATHER) of the gradient sync of the span's dense parameters
-        over the d·e ranks of one t index (the stage's when the span is the whole stage)."""
+        over the d·e·c ranks of one t index (the stage's when the span is the whole stage)."""
         return self._sync_parts(self.dense_params(option), self.dense_sync_size(), path)[phase]
 
     def expert_sync(self, option: ChunkOption, path: Path | None, phase: int = REDUCE) -> int:
-        """One phase of the gradient sync of the span's expert parameters over the d ranks of
-        one j."""
-        return self._sync_parts(self.expert_params(option), self._sub.dp, path)[phase]
+        """One phase of the gradient sync of the span's expert parameters over the d·c ranks
+        of one tensor and expert index."""
+        return self._sync_parts(self.expert_params(option), self.shard_size(), path)[phase]
 
     def _sync_parts(self, params: int, group_size: int, path: Path | None) -> tuple[int, int]:
         """Both phases of a gradient sync of ``params`` parameters, memoised by the count (the

@@ -27,25 +27,32 @@ so that least price never rises with n, which the steps below use to take n as l
 allowed.  (Tier 0 need not be the fastest: an outer tier may be faster, so "more mates"
 is never assumed to price faster, only "at most n mates" to allow more paths.)
 
-The groups of ρ and their mates.  Its TP group (t ranks of its replica with its EP index),
-its dense sync group (the d·e ranks with its TP index, one per (replica, EP index)), its
-EP group (its replica's e ranks with its TP index: inside the dense group), its shard
-group (the d ranks with its j, one per replica: the expert sync and the ZeRO-3 gather
-group, docs/cost-model.md §3; also inside the dense group), and its pipeline partners
+The groups of ρ and their mates.  Its TP group (t ranks of its replica with its EP and
+CP index), its dense sync group (the d·e·c ranks with its TP index, one per (replica,
+CP index, EP index); c = 1 without context parallelism, DESIGN §3.4), its EP group (its
+replica's e ranks with its TP and CP index: inside the dense group), its shard group
+(the d·c ranks with its TP and EP index, one per (replica, CP index): the expert sync and
+the ZeRO-3 gather group, docs/cost-model.md §3 and DESIGN §3.4; also inside the dense
+group), with c > 1 its CP group (its replica's c ranks with its TP and EP index, a ring
+in CP-index order: inside the dense group, so are ρ's ring successor and the pair they
+form), and its pipeline partners
 (the ranks with its replica and j on the stages of chunks k − 1 and k + 1, when those
 chunks exist).  The TP group meets the dense group in ρ alone (their members differ in TP
 index), and the partners sit on other stages (S ≥ 2 whenever a partner exists), so the
 mates of ρ in the TP group (n_t), in the dense group (n_d) and among the partners (n_p for
 the sender, n_n for the receiver of the output: 0 or 1 each; one shared device when both
 partners are on the same stage, S = 2 with v > 1) are distinct devices:
-n_t + n_d + n_p + n_n ≤ G_0 − 1.  The EP and shard groups lie inside the dense group, so
-their mates number at most min(n_d, e − 1) and min(n_d, d − 1).
+n_t + n_d + n_p + n_n ≤ G_0 − 1.  The EP, shard and CP groups lie inside the dense group,
+so their mates number at most min(n_d, e − 1), min(n_d, d·c − 1) and min(n_d, c − 1), and
+ρ's ring pair (ρ and its successor) has at most min(n_d, 1).
 
 Claim.  T(P) ≥ rounds·τ_ρ + σ_ρ for v = 1, where for some allocation (n_t, n_d, n_p, n_n)
 within the budget, τ_ρ = compute(o) + the span's collectives on ρ's TP and EP groups'
 mate paths (with ``tp_comm_overlap``, when n_t = t − 1, at most the overlapped price on
 tier 0, cost model §5 e: a replica whose TP groups all lie in tier-0 domains hides them,
-one that does not pays them in full) + the ZeRO-3 gathers on the shard mate paths + the
+one that does not pays them in full) + the ZeRO-3 gathers on the shard mate paths + with
+c > 1 the span's context price on one ring pair's (p2p) or one CP group's (a2a) mate
+paths (:meth:`~nest_cp.solvers.exact.pricing.ChunkPricing.cheapest_context`) + the
 receive into o on the sender's pair paths + the receive of the gradient of o's output on
 the receiver's pair paths, and σ_ρ = the exposed sync of o's dense and expert phases on
 the dense and shard mate paths; so T(P) ≥ min over allocations of rounds·τ_ρ + σ_ρ =:
@@ -54,7 +61,10 @@ over splits of that max (:func:`split_min_max`).
 
 Proof.  τ(s, 0) (DESIGN §3, §3.2 a, b, f) holds per collective its slowest group, which
 costs at least its price on ρ's group; each receive its slowest j, at least ρ's pair's
-price; the ZeRO-3 gathers (z = 3) at least ρ's shard group's price.  By the lemma each of
+price; the ZeRO-3 gathers (z = 3) at least ρ's shard group's price; the context
+communication (c > 1), per layer and direction its slowest ring pair (CP group), at least
+its charge on ρ's ring pair (CP group), which summed over the span is the context price on
+that pair's (group's) one path.  By the lemma each of
 these is at least its least price over the mate paths of its group's n.  So
 τ_chunk ≥ τ(s, 0) ≥ τ_ρ.  With v = 1 T_sync ≥ the exposed sync of stage s
 (``cost.exposed_sync_ticks``: its RS_s (AG_s) is its slowest dense group's plus its
@@ -112,7 +122,7 @@ def rank_lower_bound(sub: SubProblem, pricing: ChunkPricing, network: NetworkMod
     if not network.is_hierarchical:
         return 0
     deadline = deadline or Deadline()
-    config, dp = sub.config, sub.dp
+    config = sub.config
     budget = min(network.cluster.network.domain_sizes()[0], network.num_devices) - 1
     shared_partner = sub.num_stages == 2 and sub.virtual_stages > 1
     paths = _MatePaths(network)
@@ -129,7 +139,7 @@ def rank_lower_bound(sub: SubProblem, pricing: ChunkPricing, network: NetworkMod
             if partner_budget < 0:
                 continue
             for n_tp in range(min(config.tp - 1, partner_budget) + 1):
-                n_dense = min(dp * config.ep - 1, partner_budget - n_tp)
+                n_dense = min(pricing.dense_sync_size() - 1, partner_budget - n_tp)
                 best = min(best, _allocation_value(
                     sub, pricing, paths, option, overlaps_tp, overlap, overlap_gather,
                     n_in if has_in else None, n_out if has_out else None, n_tp, n_dense))
@@ -161,11 +171,12 @@ def _allocation_value(sub: SubProblem, pricing: ChunkPricing, paths: _MatePaths,
                       n_dense: int) -> int:
     """rounds·τ_ρ + σ_ρ (v = 1; rounds·τ_ρ for v > 1) for one allocation of ρ's mates
     (module docstring); ``n_in`` / ``n_out`` None: no such partner."""
-    config, dp = sub.config, sub.dp
+    config, shard, context = sub.config, pricing.shard_size(), pricing.context_group_size()
     tp_paths = paths(config.tp, n_tp)
     ep_paths = paths(config.ep, min(n_dense, config.ep - 1))
-    shard_paths = paths(dp, min(n_dense, dp - 1))
-    dense_paths = paths(dp * config.ep, n_dense)
+    shard_paths = paths(shard, min(n_dense, shard - 1))
+    dense_paths = paths(pricing.dense_sync_size(), n_dense)
+    context_paths = paths(context, min(n_dense, context - 1))
     local_tp = tp_paths[0] if overlaps_tp and n_tp == config.tp - 1 else None
 
     def cheapest(price, path_list: list[Path]) -> int:
@@ -174,7 +185,8 @@ def _allocation_value(sub: SubProblem, pricing: ChunkPricing, paths: _MatePaths,
     tau = (pricing.compute(option)
            + pricing.collectives_on(option, {CollectiveGroup.TP: tp_paths,
                                              CollectiveGroup.EP: ep_paths}, local_tp)
-           + cheapest(pricing.zero_gather, shard_paths))
+           + cheapest(pricing.zero_gather, shard_paths)
+           + pricing.cheapest_context(option, context_paths))
     if n_in is not None:
         tau += cheapest(pricing.transfer_into, paths(2, n_in))
     if n_out is not None:

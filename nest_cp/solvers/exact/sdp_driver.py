@@ -94,6 +94,8 @@ def sdp_subproblems(instance: Instance, deadline: Deadline | None = None
         return [], True
     found = []
     for config, microbatch in instance.choices:
+        if config.cp > 1:  # SDP plans keep c = 1 (docs/context-parallelism.md)
+            continue
         for level in training.sdp.levels:
             table = unit_table(instance, config, microbatch, level)
             if not table.num_units:

@@ -21,13 +21,20 @@ chunks (chunk k on stage k mod S), each stage's recompute mode and the placement
                               optimum sets it when it may), spread == 1 − local
     bnd[boundary, replica]    >= slowest rank's transfer between chunks b and b + 1 (the
                               activation forward and the gradient back, one device pair)
-    gather[chunk]             >= ZeRO-3 gathers of the chunk's parameters, slowest rank j
+    gather[chunk]             >= ZeRO-3 gathers of the chunk's parameters over the d·c ranks
+                              of a shard group, slowest (t, e) index
+    ctx[chunk, replica]       c > 1 (structured space): >= the chunk's exposed context
+                              communication on the stage replica under each layout (DESIGN
+                              §3.4: ring or all-to-alls, the forward part again when it
+                              recomputes)
     tau_max                   >= τ_c(k, r) = compute + Σ coll (or tp) + bnd[k − 1] + bnd[k]
-                              + gather
-    dense[stage, phase]       >= one phase of the dense gradient sync of the stage's parameters,
-                              slowest t index (phase: the reduction, all-reduce for z = 0 or
-                              reduce-scatter, or for z ∈ {1, 2} the weight all-gather)
-    expert[stage, phase]      >= one phase of the expert gradient sync, slowest rank j
+                              + gather + ctx
+    dense[stage, phase]       >= one phase of the dense gradient sync of the stage's parameters
+                              over d·e·c ranks, slowest t index (phase: the reduction,
+                              all-reduce for z = 0 or reduce-scatter, or for z ∈ {1, 2} the
+                              weight all-gather)
+    expert[stage, phase]      >= one phase of the expert gradient sync over d·c ranks,
+                              slowest (t, e) index
     has[stage, kind]          1 if the stage holds dense (expert) parameters (v > 1)
     carry[...]                integer rounding carry of a term rounded once per stage (v > 1)
     shown[stage, phase]       >= the phase's dense + expert less the compute it overlaps
@@ -35,8 +42,9 @@ chunks (chunk k on stage k mod S), each stage's recompute mode and the placement
                               and >= 0; only when the sync has both phases and this one
                               overlaps (cost model §5 d)
     t_sync                    >= Σ_phase exposed part of the stage's sync, and >= 0
-    act, work, buffer[stage]  >= the largest chunk's kept activations, the largest working
-                              set, the ZeRO-3 buffers: the maxima of stage memory (v > 1)
+    act, work, buffer, kv[stage] >= the largest chunk's kept activations, the largest
+                              working set, the ZeRO-3 buffers, the p2p ring's K/V buffers
+                              (c > 1): the maxima of stage memory (v > 1)
     minimise (v·m + S − 1)·tau_max + t_sync
 
 Every cost family is a floor "term >= Σ_o opt[k, o]·price(o, path)" enforced when
@@ -122,7 +130,7 @@ def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
     floors over the options of the chunks it prices, one per bottleneck case.
     """
     config, stages, dp, virtual = sub.config, sub.num_stages, sub.dp, sub.virtual_stages
-    ranks = config.devices
+    ranks, shard, shards = config.devices, sub.dp * config.cp, config.tp * config.ep
     per_chunk = [len(options) for options in sub.options]
     per_stage = [sum(per_chunk[k] for k in sub.chunks_of_stage(s)) for s in range(stages)]
     groups = []  # (options floored, group size) of every group a cost term is floored over
@@ -131,11 +139,14 @@ def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
             groups += [(per_chunk[k], group_size) for k in range(sub.num_chunks)
                        for _ in range(dp * count)]
     groups += [(per_chunk[k], 2) for k in range(sub.num_chunks - 1) for _ in range(dp * ranks)]
-    groups += [(per_chunk[k], dp) for k in range(sub.num_chunks) for _ in range(ranks)] \
-        if dp > 1 else []
-    groups += [(per_stage[s], dp * config.ep) for s in range(stages) for _ in range(config.tp)] \
-        if dp * config.ep > 1 else []
-    groups += [(per_stage[s], dp) for s in range(stages) for _ in range(ranks)] if dp > 1 else []
+    groups += [(per_chunk[k], shard) for k in range(sub.num_chunks) for _ in range(shards)] \
+        if shard > 1 else []
+    groups += [(per_stage[s], shard * config.ep) for s in range(stages)
+               for _ in range(config.tp)] if shard * config.ep > 1 else []
+    groups += [(per_stage[s], shard) for s in range(stages) for _ in range(shards)] \
+        if shard > 1 else []
+    groups += [(per_chunk[k], config.cp) for k in range(sub.num_chunks) for _ in range(dp)] \
+        if config.cp > 1 else []  # ctx: one floor per layout and stage replica
     terms = 3 * sum(per_chunk) + (8 * sum(per_stage) if virtual > 1 else 0)
     if space is Space.STRUCTURED:
         cases = len(network.structured_layouts)

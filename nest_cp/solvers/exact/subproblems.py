@@ -105,8 +105,8 @@ class SubProblem:
 
     @property
     def label(self) -> str:
-        return (f"tp={self.config.tp},ep={self.config.ep},b={self.microbatch},"
-                f"S={self.num_stages},d={self.dp},z={self.zero},v={self.virtual_stages}")
+        return shape_label(self.config, self.microbatch, self.num_stages, self.dp, self.zero,
+                           self.virtual_stages)
 
     @property
     def shape_key(self) -> tuple:
@@ -117,6 +117,16 @@ class SubProblem:
     def matches(self, plan) -> bool:
         """Whether ``plan`` makes this sub-problem's six enumerated choices."""
         return plan_shape_key(plan) == self.shape_key
+
+
+def shape_label(config: IntraConfig, microbatch: int, num_stages: int, dp: int, zero: int,
+                virtual_stages: int) -> str:
+    """How logs and messages name a sub-problem (c, b, S, d, z, v); the context width
+    only when c > 1 (the driver keys its bounds by it, so it tells every sub-problem
+    apart)."""
+    context = f",cp={config.cp}" if config.cp > 1 else ""
+    return (f"tp={config.tp},ep={config.ep}{context},b={microbatch},S={num_stages},d={dp},"
+            f"z={zero},v={virtual_stages}")
 
 
 def plan_shape_key(plan) -> tuple:
@@ -304,7 +314,8 @@ def build_subproblem(instance: Instance, shape: Shape, zero: int,
             span = profiles[option.first_layer:option.last_layer + 1]
             # the stage holding this chunk alone: exact for v = 1, a lower bound for v > 1
             memory = cost.stage_memory_bytes([span], option.mode, in_flight,
-                                             training.optimizer, zero, dp)
+                                             training.optimizer, zero, dp, config.cp,
+                                             training.cp_comm)
             if memory <= limit:
                 fitting.append(option)
                 compute[option] = sum(

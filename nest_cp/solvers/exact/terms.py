@@ -15,6 +15,10 @@ group's, so a stage's two phases may be paid on different groups.  Two kinds of 
   the stage replica, not of one group; tp[chunk, replica] takes their place in τ, floored
   per layout in the structured space and, in the full space, at Σ of the TP coll terms
   unless local[stage, replica] and at the overlapped tier-0 price when it holds;
+- *context terms* (DESIGN §3.4, c > 1; structured space): ctx[chunk, replica] >= the
+  chunk's exposed ring or all-to-alls on the stage replica under each layout, priced whole
+  as the evaluator does (:meth:`ChunkPricing.context`: a max over the replica's CP groups
+  inside a sum over layers and directions, so one floor per layout, not per group);
 - *stage-rounded terms* (v > 1): a price the evaluator rounds once over the stage's
   total parameters, ⌈Σ_k x(o_k) + c·has⌉, as integer floors per option plus a
   carry (nest_cp.solvers.exact.pricing.StageRounding), floored per case like chunk terms.
@@ -80,13 +84,16 @@ class CostTerms:
             self.pricing.transfer)
             for b in range(sub.num_chunks - 1) for r in replicas}
         # gather[chunk] >= ZeRO-3 gathers of the chunk's parameters, slowest rank j
-        gather = {k: self._chunk_term(f"gather_{k}", k, self._shards(groups, k % sub.num_stages),
+        gather = {k: self._chunk_term(f"gather_{k}", k, groups.shards(k % sub.num_stages),
                                       self.pricing.zero_gather)
-                  for k in chunks if sub.zero == 3 and sub.dp > 1}
+                  for k in chunks if sub.zero == 3 and self.pricing.shard_size() > 1}
+        # ctx[chunk, replica] >= the chunk's exposed context communication (DESIGN §3.4)
+        ctx = {(k, r): self._layout_context(k, r) for k in chunks for r in replicas
+               if sub.config.cp > 1}
         upper = max(self._largest_compute(k) for k in chunks) \
             + max((sum(self._upper[id(t)] for t in terms) for terms in coll.values()),
                   default=0) \
-            + 2 * self._worst(bnd) + self._worst(gather)
+            + 2 * self._worst(bnd) + self._worst(gather) + self._worst(ctx)
         tau_max = adapter.new_int("tau_max", sub.tau_lower_ticks, upper)
         for k in chunks:
             compute = adapter.total(self.opt[k, o] * self.pricing.compute(o)
@@ -96,7 +103,7 @@ class CostTerms:
             adapter.add(tau_max >= compute)
             for r in replicas:
                 parts = [*coll.get((k, r), []), bnd.get((k - 1, r)), bnd.get((k, r)),
-                         gather.get(k)]
+                         gather.get(k), ctx.get((k, r))]
                 adapter.add(tau_max >= compute + adapter.total(p for p in parts
                                                                if p is not None))
         return tau_max
@@ -151,6 +158,25 @@ class CostTerms:
             floors.append((literals, {o: pricing.tp_collectives(o, paths) for o in options}))
         cheapest = {o: min(coefficients[o] for _, coefficients in floors) for o in options}
         return self._floored(f"tp_{chunk}_{replica}", chunk, floors, cheapest)
+
+    def _layout_context(self, chunk: int, replica: int):
+        """Structured space: ctx[chunk, replica] >= the chunk's context communication on the
+        stage replica under each layout (the exposed ring or all-to-alls of its slowest CP
+        group, forward part again under recomputation: DESIGN §3.4), priced as the
+        evaluator does.  The full space does not search c > 1 (nest_cp.solvers.registry)."""
+        sub, pricing = self.sub, self.pricing
+        if not isinstance(self.placement, StructuredPlacement):
+            raise ValueError(f"expected the structured space for context width "
+                             f"c = {sub.config.cp} > 1 (the full-space models search c = 1 "
+                             f"only)")
+        options = sub.options[chunk]
+        floors = []
+        for literals, devices in self.placement.replica_devices(chunk % sub.num_stages,
+                                                                 replica):
+            paths = cost.ContextPaths.of_replica(self.network, devices, sub.config)
+            floors.append((literals, {o: pricing.context(o, paths) for o in options}))
+        cheapest = {o: min(coefficients[o] for _, coefficients in floors) for o in options}
+        return self._floored(f"ctx_{chunk}_{replica}", chunk, floors, cheapest)
 
     def _overlapped_tp(self, groups: RankGroups, chunk: int, replica: int, plain: list):
         """Full space: tp[chunk, replica] >= Σ plain (the coll terms of the TP classes) unless
@@ -253,8 +279,8 @@ class CostTerms:
 
     def _phase_terms(self, groups: RankGroups, stage: int, phase: int) -> list:
         """dense[stage, phase] and expert[stage, phase]: one phase of the stage's dense sync
-        over the d·e ranks (slowest t index) and of its expert sync over the d replicas
-        (slowest rank j)."""
+        over the d·e·c ranks (slowest t index) and of its expert sync over the d·c ranks of
+        a shard group (slowest tensor and expert index)."""
         sub, pricing, terms = self.sub, self.pricing, []
         if pricing.dense_sync_size() > 1:
             terms.append(self._stage_sync(
@@ -262,11 +288,11 @@ class CostTerms:
                 [groups.dense[stage, t] for t in range(sub.config.tp)], pricing.dense_params,
                 lambda o, path: pricing.dense_sync(o, path, phase), pricing.dense_sync_size(),
                 phase))
-        if sub.dp > 1:
+        if pricing.shard_size() > 1:
             terms.append(self._stage_sync(
-                f"expert_{stage}_{phase}", "expert", stage, self._shards(groups, stage),
+                f"expert_{stage}_{phase}", "expert", stage, groups.shards(stage),
                 pricing.expert_params, lambda o, path: pricing.expert_sync(o, path, phase),
-                sub.dp, phase))
+                pricing.shard_size(), phase))
         return [term for term in terms if term is not None]
 
     def _stage_sync(self, name: str, kind: str, stage: int, group_list: list[Group], params,
@@ -314,7 +340,8 @@ class CostTerms:
     # ------------------------------------------------------------ memory (v > 1)
 
     def memory(self) -> None:
-        """state + buffer + n_s·act + work <= usable HBM for every stage (module docstring)."""
+        """state + buffer + n_s·act + work + kv <= usable HBM for every stage (module
+        docstring; kv: the p2p ring's K/V buffers with c > 1, DESIGN §3.4)."""
         sub, adapter, pricing = self.sub, self.adapter, self.pricing
         optimizer = self.instance.training.optimizer
         limit = self.instance.cluster.usable_hbm_bytes
@@ -330,8 +357,9 @@ class CostTerms:
             for name, per_param, zero_from in (("weights", optimizer.weight_bytes, 3),
                                                ("grads", optimizer.grad_bytes, 2),
                                                ("states", optimizer.state_bytes, 1)):
-                # W_s·bytes/δ, rounded up once over the stage's chunks (cost.state_bytes)
-                shards = sub.dp if sub.zero >= zero_from else 1
+                # W_s·bytes/δ, rounded up once over the stage's chunks (cost.state_bytes;
+                # the shards are over d·c ranks)
+                shards = pricing.shard_size() if sub.zero >= zero_from else 1
                 values = {o: Fraction(pricing.params(o) * per_param, shards)
                           for k in chunks for o in sub.options[k]}
                 state.append(self._stage_rounded(f"mem_{name}", s, None, values,
@@ -347,7 +375,10 @@ class CostTerms:
             # buffer[stage] >= the ZeRO-3 gather buffers of every chunk
             buffer = self._stage_max(f"buffer_{s}", chunks, lambda o: cost.zero3_buffer_bytes(
                 span(o), optimizer, sub.zero))
-            adapter.add(adapter.total([*state, buffer, in_flight * act, work]) <= limit)
+            # kv[stage] >= the p2p ring's two K/V buffers of every chunk (0 without them)
+            kv = self._stage_max(f"kv_{s}", chunks, lambda o: cost.cp_buffer_bytes(
+                span(o), sub.config.cp, self.instance.training.cp_comm))
+            adapter.add(adapter.total([*state, buffer, in_flight * act, work, kv]) <= limit)
 
     def _stage_max(self, name: str, chunks: list[int], value):
         """A variable >= value(option) of every chunk's chosen option (their maximum)."""
@@ -465,9 +496,6 @@ class CostTerms:
     def _priced(self, chunk: int, coefficients: dict):
         """Σ_o opt[chunk, o]·coefficient[o]: the price of the chunk's chosen option."""
         return self.adapter.total(self.opt[chunk, o] * c for o, c in coefficients.items() if c)
-
-    def _shards(self, groups: RankGroups, stage: int) -> list[Group]:
-        return [groups.shard[stage, j] for j in range(self.sub.config.devices)]
 
     def _worst(self, family: dict) -> int:
         return max((self._upper[id(term)] for term in family.values()), default=0)
