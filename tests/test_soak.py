@@ -333,8 +333,11 @@ def test_some_seeds_are_searched_under_each_launcher_and_none_with_sdp():
 
 def test_some_seeds_allow_context_widths_and_agree():
     """The context draw (training.context_parallel) reaches p2p and a2a, c = 2 and c = 4,
-    never an SDP seed; on its first seeds the soak's checks find the DP and brute force in
-    agreement (CP-SAT and the MILP search c = 1 only there: FEASIBLE, never contradicting)."""
+    never an SDP seed; on its first seeds the soak's checks find the DP, brute force and the
+    structured CP-SAT and MILP (run on every such seed, sampled or not) in agreement: each
+    exact run that settles (OPTIMAL, INFEASIBLE) has brute force's status and objective,
+    one stopped by its 1 s limit no better plan (in the full space CP-SAT and the MILP
+    search c = 1 only: FEASIBLE, never contradicting)."""
     drawn = [(seed, draw_tiny_recipe(seed, max_structured_plans=1000)) for seed in range(200)]
     context = [(seed, recipe) for seed, recipe in drawn
                if any(config.cp > 1 for config in recipe.configs)]
@@ -342,14 +345,23 @@ def test_some_seeds_allow_context_widths_and_agree():
     assert {recipe.training["cp_comm"].value for _, recipe in context} == {"p2p", "a2a"}
     assert {config.cp for _, recipe in context for config in recipe.configs} == {1, 2, 4}
     options = soak.SoakOptions(count=1, exact_time_limit_s=1.0)
+    settled = 0
     for index, (seed, recipe) in enumerate(context[:6]):
         runs, failures = soak.check_instance(tiny_instance(recipe), seed, options,
                                              sampled=index == 0)
         assert failures == [], (seed, failures)
-        dp, brute = (next(run for run in runs if (run["backend"], run["space"]) == key)
-                     for key in (("dp", "structured"), ("brute", "structured")))
-        assert (dp["status"], dp["objective_ticks"]) == \
-            (brute["status"], brute["objective_ticks"])
+        dp, brute, *exact = [next(run for run in runs if (run["backend"], run["space"]) == key)
+                             for key in (("dp", "structured"), ("brute", "structured"),
+                                         ("cpsat", "structured"), ("milp", "structured"))]
+        optimum = (brute["status"], brute["objective_ticks"])
+        assert (dp["status"], dp["objective_ticks"]) == optimum
+        for run in exact:
+            if run["status"] in ("OPTIMAL", "INFEASIBLE"):
+                settled += 1
+                assert (run["status"], run["objective_ticks"]) == optimum, (seed, run)
+            elif run["objective_ticks"] is not None:
+                assert run["objective_ticks"] >= brute["objective_ticks"], (seed, run)
+    assert settled >= 6  # most of the twelve exact runs settle within their second
 
 
 def test_shape_bounds_are_checked_against_exhaustive_search(monkeypatch):

@@ -20,9 +20,11 @@ other seeds (not the certificate's draw below) with at most 8 devices also allow
 the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and the full-space brute force
 runs only where its SDP enumeration is small enough too.  A fifth of the other non-SDP
 seeds (:data:`nest_cp.harness.generators.CONTEXT_SHARE`) also allow context widths c > 1
-(docs/context-parallelism.md): the DP and brute force search them, CP-SAT and the MILP
-search c = 1 only there (FEASIBLE without a bound: never a proof the DP is held to), and
-the full-space certificate declines them.  A run that raises (an internal
+(docs/context-parallelism.md): the DP, brute force and the structured CP-SAT and MILP
+search them, and CP-SAT and the MILP run in the structured space on every such seed (not
+only on the sample), so each is held to the DP's optimum there; in the full space they
+search c = 1 only (FEASIBLE without a bound: never a proof the DP is held to), and the
+full-space certificate declines them.  A run that raises (an internal
 error, a crash) is a disagreement too.  An exact run stopped by its time limit is counted
 as open, not as a disagreement, unless it contradicts another run.
 
@@ -89,7 +91,7 @@ from nest_cp.solvers.certify import Certificate, certify_full, unsupported
 from nest_cp.solvers.exact import enumerate_subproblems
 from nest_cp.solvers.exact.bounds import communication_lower_bound
 from nest_cp.solvers.exact.pricing import ChunkPricing
-from nest_cp.solvers.registry import solve
+from nest_cp.solvers.registry import allows_context, solve
 from nest_cp.verify import certify
 from nest_cp.verify import sdp as sdp_records
 from nest_cp.verify.cache import DEFAULT_CACHE_DIR, code_fingerprint, digest, solver_versions
@@ -176,11 +178,12 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
     runs, failures = [], []
     dp_plan = _run(instance, "dp", SolveOptions(), runs, failures)
     _run(instance, "brute", SolveOptions(space=Space.STRUCTURED), runs, failures)
-    if sampled:
+    if sampled or allows_context(instance):  # the structured models search c > 1 too
         milp_solver = "highs" if seed % 2 == 0 else "cbc"
         hint = dp_plan if seed % 2 == 0 else None
+        spaces = (Space.STRUCTURED, Space.FULL) if sampled else (Space.STRUCTURED,)
         for backend in ("cpsat", "milp"):
-            for space in (Space.STRUCTURED, Space.FULL):
+            for space in spaces:
                 _run(instance, backend, SolveOptions(
                     space=space, time_limit_s=options.exact_time_limit_s, seed=seed % 1000,
                     workers=1, milp_solver=milp_solver, hint=hint), runs, failures)
@@ -202,9 +205,9 @@ def shape_bound_violations(instance) -> list[str]:
     and :func:`nest_cp.solvers.exact.bounds.communication_lower_bound`, with which the
     driver closes sub-problems unsolved) exceeds the least full-space plan of its shape
     (brute force evaluates every plan); [] where the exact backends do not search the
-    instance as it is (SDP, context parallelism)."""
-    if Strategy.SDP in instance.training.strategies or any(
-            config.cp > 1 for config, _ in instance.choices):
+    instance as it is (SDP).  With context widths c > 1 the bounds are placement-free, so
+    they bound the full space's shapes as well as the structured space's they prune."""
+    if Strategy.SDP in instance.training.strategies:
         return []
     least = brute.least_per_shape(instance)
     network = NetworkModel(instance.cluster)
@@ -503,7 +506,14 @@ def summary(records: list[dict]) -> dict:
         dp = next((run for run in record["runs"] if run["backend"] == "dp"), None)
         kinds["no plan fits" if dp and dp["status"] == Status.INFEASIBLE.value else
               "has a plan"] += 1
+    context = [record for record in records
+               if any(config.count("x") == 2 for config in record["kind"]["configs"])]
     return {"instances": len(records),
+            "context_seeds": len(context),
+            "context_seeds_exact": sum(
+                {("cpsat", Space.STRUCTURED.value), ("milp", Space.STRUCTURED.value)}
+                <= {(run["backend"], run["space"]) for run in record["runs"]}
+                for record in context),
             "agreements": sum(r["verdict"] == "agree" for r in records),
             "disagreements": sum(r["verdict"] == "disagree" for r in records),
             "sampled": sum(r["sampled"] for r in records), "exact_runs_open": open_runs,
@@ -546,6 +556,8 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
              f"- disagreements: {counts['disagreements']}",
              f"- exact solvers ran on {counts['sampled']} sampled instances; runs stopped "
              f"at the time limit (open, not contradicting): {counts['exact_runs_open']}",
+             f"- seeds allowing context widths c > 1: {counts['context_seeds']}, with the "
+             f"structured CP-SAT and MILP run on {counts['context_seeds_exact']} of them",
              f"- wall time: {wall_time_s:.0f} s in the last invocation with {jobs} "
              f"process(es); sum over seeds {sum(r['wall_time_s'] for r in records):.0f} s",
              "", "## Instances", ""]
@@ -585,8 +597,9 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
               "faster, expert width 2 without EP collectives, identical blocks, tight "
               "memory, every v2 choice). "
               f"Another share ({CONTEXT_SHARE:.0%} of the others, a stream of its own) "
-              "also allows context widths c > 1 (p2p or a2a): the DP and brute force search "
-              "them, CP-SAT and the MILP search c = 1 only there (FEASIBLE, no bound). "
+              "also allows context widths c > 1 (p2p or a2a): the DP, brute force and the "
+              "structured CP-SAT and MILP search them (the structured exact runs on every "
+              "such seed), the full-space CP-SAT and MILP c = 1 only (FEASIBLE, no bound). "
               "Every plan is re-evaluated by the plan evaluator.", "",
               f"- options: {json.dumps(asdict(options), sort_keys=True)}",
               f"- protocol key (with the code fingerprint): {options.protocol_key()}",

@@ -110,7 +110,7 @@ def run_unrefereed(instance: Instance, backend: str,
     if unbuilt is not None:  # the launcher admits no shape: the space is empty
         return SolveResult(backend, Status.INFEASIBLE, space=options.space,
                            message=f"no plan: {unbuilt}")
-    if not searches_context(backend, options.space) and _allows_context(instance):
+    if not searches_context(backend, options.space) and allows_context(instance):
         return _context_restricted(instance, backend, options)
     if one_recompute_mode(instance.training.launcher) and backend not in ONE_MODE_BACKENDS \
             and len(instance.training.recompute_modes) > 1:
@@ -127,14 +127,14 @@ def context_note(instance: Instance, backend: str,
                  space: Space = Space.STRUCTURED) -> str | None:
     """The one line saying ``backend`` searched c = 1 only of the instance's widths in
     ``space``, or None when it searches every width the instance allows."""
-    if searches_context(backend, space) or not _allows_context(instance):
+    if searches_context(backend, space) or not allows_context(instance):
         return None
     where = f" in the {space.value} space" if backend in CONTEXT_BACKENDS else ""
     return (f"the {backend} backend does not search context parallelism{where} yet "
             f"(searched c = 1 only of the allowed {list(instance.training.context_parallel)})")
 
 
-def _allows_context(instance: Instance) -> bool:
+def allows_context(instance: Instance) -> bool:
     """Whether some plan of the instance may use a context width c > 1."""
     return any(config.cp > 1 for config, _ in instance.choices)
 
