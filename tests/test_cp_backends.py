@@ -1,8 +1,7 @@
 """Backends on instances that allow context parallelism (docs/context-parallelism.md): brute
-force and the DP search every c (the DP's own tests: tests/test_dp_cp.py), CP-SAT and the
-MILP in the structured space (tests/test_exact_cp.py); the others, and CP-SAT and the MILP
-in the full space, search c = 1 only, say so, and claim nothing about c > 1;
-``evaluate --cp`` prices uniform plans with c > 1."""
+force, the DP, CP-SAT and the MILP search every c (tests/test_dp_cp.py,
+tests/test_exact_cp.py); the baselines search c = 1 only, say so, and claim nothing about
+c > 1; ``evaluate --cp`` prices uniform plans with c > 1."""
 
 from __future__ import annotations
 
@@ -73,18 +72,15 @@ def test_brute_searches_context_widths():
     assert full.objective_ticks <= structured.objective_ticks
 
 
-@pytest.mark.parametrize(("backend", "space"), [("cpsat", Space.FULL), ("milp", Space.FULL),
-                                               ("manual", Space.STRUCTURED)])
-def test_other_backends_search_c1_and_claim_nothing_beyond(backend, space, caplog):
-    """A backend that does not search c > 1 (in the space asked for) returns a c = 1 plan of
-    the instance, says so in its message (and the log), and never reports OPTIMAL,
-    INFEASIBLE nor a bound (the c > 1 plans were not searched); here brute force proves a
-    c = 2 plan better than it found."""
+@pytest.mark.parametrize("backend", ["phaze", "manual"])
+def test_other_backends_search_c1_and_claim_nothing_beyond(backend, caplog):
+    """A backend that does not search c > 1 returns a c = 1 plan of the instance, says so in
+    its message (and the log), and never reports OPTIMAL, INFEASIBLE nor a bound (the c > 1
+    plans were not searched); here brute force proves a c = 2 plan better than it found."""
     instance = _instance()
     with caplog.at_level(logging.INFO):
-        result = solve(instance, backend, SolveOptions(space=space, time_limit_s=20, seed=0,
-                                                       workers=1))
-    assert f"the {backend} backend does not search context parallelism" in caplog.text
+        result = solve(instance, backend, SolveOptions(time_limit_s=20, seed=0, workers=1))
+    assert f"the {backend} backend does not search context parallelism yet" in caplog.text
     assert result.bound_ticks is None and "searched c = 1 only" in result.message
     if backend == "manual":  # Megatron's rules find no c = 1 plan that fits: not INFEASIBLE
         assert result.plan is None and result.status is Status.UNKNOWN
@@ -95,13 +91,14 @@ def test_other_backends_search_c1_and_claim_nothing_beyond(backend, space, caplo
 
 def test_backends_refuse_instances_without_c1():
     """Only c = 2 allowed: a backend that searches c = 1 only has nothing to search and is
-    refused (exit 2 on the command line), as CP-SAT is in the full space; brute force, the
-    DP and CP-SAT in the structured space still plan."""
+    refused (exit 2 on the command line); brute force, the DP and CP-SAT (in either space)
+    still plan."""
     instance = _instance(widths=(2,))
     with pytest.raises(BackendOptionError, match="does not search context parallelism"):
-        solve(instance, "cpsat", SolveOptions(space=Space.FULL))
-    assert solve(instance, "cpsat", SolveOptions(space=Space.STRUCTURED, seed=0,
-                                                 workers=1)).plan.config.cp == 2
+        solve(instance, "phaze")
+    for space in Space:
+        assert solve(instance, "cpsat", SolveOptions(space=space, seed=0,
+                                                     workers=1)).plan.config.cp == 2
     assert solve(instance, "brute", STRUCTURED).plan.config.cp == 2
     assert solve(instance, "dp").plan.config.cp == 2
 
@@ -113,24 +110,22 @@ def test_full_space_certificates_do_not_cover_context_parallelism():
 
 
 def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
-    """`solve --backend cpsat` (the full space by default) notes the restriction on stderr
-    and exits 0 with a FEASIBLE plan; with only c = 2 allowed it exits 2; `solve` (the DP)
-    and `solve --backend cpsat --space structured` search every c: OPTIMAL, no note;
-    `evaluate --cp 2` prices the worked example's plan (A) to the tick: 312,064,000."""
+    """`solve --backend phaze` notes the restriction on stderr and exits 0 with a FEASIBLE
+    plan; with only c = 2 allowed it exits 2; `solve` (the DP) and `solve --backend cpsat`
+    (the full space) search every c: OPTIMAL, no note; `evaluate --cp 2` prices the worked
+    example's plan (A) to the tick: 312,064,000."""
     path = tmp_path / "cp.json"
     save_instance(_instance(hbm_bytes=80 * 10**9), path)
     runner = CliRunner()
-    solved = runner.invoke(main, ["solve", str(path), "--backend", "cpsat", "--workers", "1",
-                                  "--json"])
+    solved = runner.invoke(main, ["solve", str(path), "--backend", "phaze", "--json"])
     assert solved.exit_code == 0, solved.output
-    assert "does not search context parallelism in the full space yet (searched c = 1 only" \
-        in solved.stderr
+    assert "does not search context parallelism yet (searched c = 1 only" in solved.stderr
     assert json.loads(solved.stdout)["status"] == "FEASIBLE"
-    structured = runner.invoke(main, ["solve", str(path), "--backend", "cpsat", "--space",
-                                      "structured", "--workers", "1", "--json"])
-    assert structured.exit_code == 0, structured.output
-    assert "context parallelism" not in structured.stderr
-    assert json.loads(structured.stdout)["status"] == "OPTIMAL"
+    exact = runner.invoke(main, ["solve", str(path), "--backend", "cpsat", "--workers", "1",
+                                 "--json"])
+    assert exact.exit_code == 0, exact.output
+    assert "context parallelism" not in exact.stderr
+    assert json.loads(exact.stdout)["status"] == "OPTIMAL"
     planned = runner.invoke(main, ["solve", str(path), "--json"])
     assert planned.exit_code == 0, planned.output
     assert "context parallelism" not in planned.stderr
@@ -141,6 +136,6 @@ def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
     assert json.loads(priced.stdout)["objective_ticks"] == 312_064_000
     only_c2 = tmp_path / "cp2.json"
     save_instance(_instance(widths=(2,)), only_c2)
-    refused = runner.invoke(main, ["solve", str(only_c2), "--backend", "cpsat"])
+    refused = runner.invoke(main, ["solve", str(only_c2), "--backend", "phaze"])
     assert refused.exit_code == 2
     assert "context parallelism" in refused.output

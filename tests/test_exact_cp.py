@@ -1,24 +1,26 @@
-"""The exact backends search context parallelism in the structured space (DESIGN §3.4,
-docs/context-parallelism.md): c is a sub-problem choice beside t and e, each stage
-replica's exposed ring or all-to-alls are floored per layout as the evaluator prices them,
-the sync and ZeRO shards run over d·c ranks and the K/V buffers count in memory.  So on
-small CP instances the DP, the structured CP-SAT, the structured MILP (HiGHS) and
-structured brute force agree in status and objective to the tick, and every bound the
-driver prunes with stays at most the least plan of its sub-problem."""
+"""The exact backends search context parallelism (DESIGN §3.4, docs/context-parallelism.md):
+c is a sub-problem choice beside t and e, each stage replica's exposed ring or all-to-alls
+are floored per layout (structured space) or per signature on every ring pair or CP group
+(full space) as the evaluator prices them, the sync and ZeRO shards run over d·c ranks and
+the K/V buffers count in memory.  So on small CP instances the DP, CP-SAT, the MILP
+(HiGHS) and brute force agree in status and objective to the tick in the structured space,
+CP-SAT, the MILP and brute force in the full space, and every bound the driver prunes with
+stays at most the least plan of its sub-problem."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 from ortools.sat.python import cp_model
-from pinning import pinned_cpsat
+from pinning import pinned_cpsat, random_placement
 from test_dp_cp import SHAPES, _cp_instance, _worked_example
 from tiers import first_fast, slow_unless
 
-from nest_cp import IntraConfig, Plan, Stage
+from nest_cp import IntraConfig, Plan, Stage, evaluate
 from nest_cp.harness.generators import random_cp_instance
-from nest_cp.model.instance import CpComm, RecomputeMode
+from nest_cp.model.instance import CpComm, HierarchicalNetwork, RecomputeMode, Tier
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import least_per_shape
@@ -77,6 +79,82 @@ def test_exact_optima_use_context_widths():
     optimum has c = 2."""
     plans = [solve(_cp_instance(seed, "p2p"), "cpsat", CPSAT).plan for seed in (6, 12)]
     assert [plan.config.cp for plan in plans] == [2, 2]
+
+
+def _full_instance(seed: int, kind: str):
+    """A 4-device CP instance of tests/test_dp_cp.py's shapes on two nodes whose outer tier is
+    faster but slower to start than the inner one (so ring pairs' prices are not ordered by
+    one path: the full space's per-signature floors matter), or on a random graph."""
+    shape = SHAPES[seed % len(SHAPES)]
+    instance = random_cp_instance(seed, cp_comm=kind if kind != "graph" else "p2p",
+                                  comm_scale=(1, 10, 50)[seed % 3],
+                                  hbm_bytes=(12, 20, 40)[seed % 5 % 3] * 10**9,
+                                  global_batch=(2, 4, 8)[seed % 7 % 3],
+                                  graph=kind == "graph", **shape)
+    if kind == "graph":
+        return instance
+    crossed = HierarchicalNetwork((Tier("node", 2, 1e10, 1e-7), Tier("spine", 2, 1e11, 2e-4)))
+    return dataclasses.replace(instance, cluster=dataclasses.replace(instance.cluster,
+                                                                     network=crossed))
+
+
+FULL_CASES = [(seed, kind) for seed in (6, 12, 15, 0, 2) for kind in ("p2p", "a2a", "graph")]
+
+
+@pytest.mark.parametrize(("seed", "kind"),
+                         slow_unless(FULL_CASES, lambda case: case in {(6, "a2a"), (12, "p2p"),
+                                                                       (15, "graph")}))
+def test_full_space_exact_backends_equal_brute_force_with_context_widths(seed, kind):
+    """Full space: CP-SAT = MILP (HiGHS) = brute force, status and objective, on 4-device CP
+    instances (hierarchies with crossed tiers, graphs)."""
+    instance = _full_instance(seed, kind)
+    full = [solve(instance, "cpsat", dataclasses.replace(CPSAT, space=Space.FULL)),
+            solve(instance, "milp", dataclasses.replace(HIGHS, space=Space.FULL)),
+            solve(instance, "brute", SolveOptions(space=Space.FULL))]
+    assert len({(result.status, result.objective_ticks) for result in full}) == 1, full
+
+
+@pytest.mark.parametrize("kind", ["p2p", "a2a", "graph"])
+def test_full_space_model_prices_random_placements_as_the_evaluator(kind):
+    """Every variable of the full-space model pinned to a random plan with c = 2 (random
+    split, recompute modes and injective placement): CP-SAT's objective is the evaluator's
+    for every plan that fits."""
+    rng = random.Random(kind)
+    instance = _full_instance(12, kind)
+    network = NetworkModel(instance.cluster)
+    checked = 0
+    for sub in enumerate_subproblems(instance):
+        if sub.config.cp == 1 or not sub.feasible:
+            continue
+        for _ in range(3):
+            plan = Plan(sub.config, sub.microbatch, sub.zero, sub.dp,
+                        _random_split(rng, sub), random_placement(rng, sub, network,
+                                                                  Space.FULL),
+                        sub.virtual_stages)
+            expected = evaluate(instance, plan)
+            if expected.feasible:
+                assert pinned_cpsat(instance, sub, network, Space.FULL, plan) == \
+                    expected.objective_ticks, plan
+                checked += 1
+    assert checked >= 5
+
+
+def _random_split(rng, sub) -> tuple[Stage, ...]:
+    """A split of the sub-problem's offered options (one mode per stage), chosen at random."""
+    while True:
+        chunks, first = [], 0
+        modes = [rng.choice(sorted({o.mode for o in sub.options[0]}, key=str))
+                 for _ in range(sub.num_stages)]
+        for chunk in range(sub.num_chunks):
+            fitting = [o for o in sub.options[chunk] if o.first_layer == first
+                       and o.mode is modes[chunk % sub.num_stages]]
+            if not fitting:
+                break
+            option = rng.choice(fitting)
+            chunks.append(Stage(option.first_layer, option.last_layer, option.mode))
+            first = option.last_layer + 1
+        if len(chunks) == sub.num_chunks:
+            return tuple(chunks)
 
 
 # ------------------------------------------------------------------ the worked example
@@ -202,14 +280,11 @@ def test_context_bounds_are_tight_somewhere_loose_elsewhere_and_not_vacuous(monk
 # ------------------------------------------------------------------ the registry
 
 
-def test_registry_lets_the_structured_exact_backends_search_context_widths():
-    """cpsat and milp search c > 1 in the structured space (no note, OPTIMAL kept) and c = 1
-    only in the full space (the note says so; FEASIBLE without a bound)."""
-    instance = _cp_instance(2, "p2p")
+def test_registry_lets_the_exact_backends_search_context_widths():
+    """cpsat and milp are context backends: no note, and OPTIMAL kept in both spaces."""
+    instance = _cp_instance(12, "p2p")
     for backend in ("cpsat", "milp"):
-        assert Space.STRUCTURED in CONTEXT_BACKENDS[backend]
-        assert context_note(instance, backend, Space.STRUCTURED) is None
-        assert "full space" in context_note(instance, backend, Space.FULL)
-    full = solve(instance, "cpsat", dataclasses.replace(CPSAT, space=Space.FULL))
-    assert full.status is Status.FEASIBLE and full.bound_ticks is None
-    assert solve(instance, "cpsat", CPSAT).status is Status.OPTIMAL
+        assert backend in CONTEXT_BACKENDS and context_note(instance, backend) is None
+    for space in Space:
+        found = solve(instance, "cpsat", dataclasses.replace(CPSAT, space=space))
+        assert found.status is Status.OPTIMAL and found.bound_ticks == found.objective_ticks

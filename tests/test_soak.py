@@ -336,8 +336,7 @@ def test_some_seeds_allow_context_widths_and_agree():
     never an SDP seed; on its first seeds the soak's checks find the DP, brute force and the
     structured CP-SAT and MILP (run on every such seed, sampled or not) in agreement: each
     exact run that settles (OPTIMAL, INFEASIBLE) has brute force's status and objective,
-    one stopped by its 1 s limit no better plan (in the full space CP-SAT and the MILP
-    search c = 1 only: FEASIBLE, never contradicting)."""
+    one stopped by its 1 s limit no better plan."""
     drawn = [(seed, draw_tiny_recipe(seed, max_structured_plans=1000)) for seed in range(200)]
     context = [(seed, recipe) for seed, recipe in drawn
                if any(config.cp > 1 for config in recipe.configs)]

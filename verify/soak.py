@@ -20,11 +20,10 @@ other seeds (not the certificate's draw below) with at most 8 devices also allow
 the same way, ranked by T_eff (:mod:`nest_cp.verify.sdp`), and the full-space brute force
 runs only where its SDP enumeration is small enough too.  A fifth of the other non-SDP
 seeds (:data:`nest_cp.harness.generators.CONTEXT_SHARE`) also allow context widths c > 1
-(docs/context-parallelism.md): the DP, brute force and the structured CP-SAT and MILP
-search them, and CP-SAT and the MILP run in the structured space on every such seed (not
-only on the sample), so each is held to the DP's optimum there; in the full space they
-search c = 1 only (FEASIBLE without a bound: never a proof the DP is held to), and the
-full-space certificate declines them.  A run that raises (an internal
+(docs/context-parallelism.md): the DP, brute force, CP-SAT and the MILP search them, and
+CP-SAT and the MILP run in the structured space on every such seed (not only on the
+sample, where they also run in the full space), so each is held to the DP's optimum
+there; the full-space certificate declines them.  A run that raises (an internal
 error, a crash) is a disagreement too.  An exact run stopped by its time limit is counted
 as open, not as a disagreement, unless it contradicts another run.
 
@@ -178,7 +177,7 @@ def check_instance(instance, seed: int, options: SoakOptions, sampled: bool
     runs, failures = [], []
     dp_plan = _run(instance, "dp", SolveOptions(), runs, failures)
     _run(instance, "brute", SolveOptions(space=Space.STRUCTURED), runs, failures)
-    if sampled or allows_context(instance):  # the structured models search c > 1 too
+    if sampled or allows_context(instance):  # the exact models search c > 1 too
         milp_solver = "highs" if seed % 2 == 0 else "cbc"
         hint = dp_plan if seed % 2 == 0 else None
         spaces = (Space.STRUCTURED, Space.FULL) if sampled else (Space.STRUCTURED,)
@@ -597,9 +596,9 @@ def render_report(records: list[dict], options: SoakOptions, wall_time_s: float,
               "faster, expert width 2 without EP collectives, identical blocks, tight "
               "memory, every v2 choice). "
               f"Another share ({CONTEXT_SHARE:.0%} of the others, a stream of its own) "
-              "also allows context widths c > 1 (p2p or a2a): the DP, brute force and the "
-              "structured CP-SAT and MILP search them (the structured exact runs on every "
-              "such seed), the full-space CP-SAT and MILP c = 1 only (FEASIBLE, no bound). "
+              "also allows context widths c > 1 (p2p or a2a): the DP, brute force, CP-SAT and "
+              "the MILP search them (CP-SAT and the MILP in the structured space on every "
+              "such seed, in the full space on the sample). "
               "Every plan is re-evaluated by the plan evaluator.", "",
               f"- options: {json.dumps(asdict(options), sort_keys=True)}",
               f"- protocol key (with the code fingerprint): {options.protocol_key()}",

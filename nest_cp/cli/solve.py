@@ -162,7 +162,7 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
             raise click.BadParameter(str(exc), param_hint=_FLAGS[exc.option]) from None
         raise
     evaluation = check_result(inst, result)  # the referee's, reused by the report
-    if (note := context_note(inst, backend, chosen)) is not None:
+    if (note := context_note(inst, backend)) is not None:
         click.echo(f"note: {note}", err=True)
     result = _with_memory_reason(result, hinted)
     record = result_record(inst, result)

@@ -23,7 +23,7 @@ from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
 from nest_cp.model.launchers.search import model_problem, one_recompute_mode
-from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
+from nest_cp.model.result import SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
 BACKENDS: dict[str, str] = {
@@ -67,14 +67,10 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
-# The backends that search context parallelism (c > 1, cost model v4), each with the spaces
-# it searches it in: the exact models price c in the structured space only (their full-space
-# placement has no context groups yet).  Elsewhere a backend searches the instance
-# restricted to c = 1 (:func:`_context_restricted`): its plans are plans of the whole
-# instance, but neither its optimum nor its bound covers the plans with c > 1.
-CONTEXT_BACKENDS: dict[str, frozenset[Space]] = {
-    "brute": frozenset(Space), "dp": frozenset(Space),
-    "cpsat": frozenset({Space.STRUCTURED}), "milp": frozenset({Space.STRUCTURED})}
+# The backends that search context parallelism (c > 1, cost model v4).  The others search the
+# instance restricted to c = 1 (:func:`_context_restricted`): their plans are plans of the
+# whole instance, but neither their optimum nor their bound covers the plans with c > 1.
+CONTEXT_BACKENDS = frozenset({"brute", "dp", "cpsat", "milp"})
 
 LOGGER = logging.getLogger(__name__)
 
@@ -110,7 +106,7 @@ def run_unrefereed(instance: Instance, backend: str,
     if unbuilt is not None:  # the launcher admits no shape: the space is empty
         return SolveResult(backend, Status.INFEASIBLE, space=options.space,
                            message=f"no plan: {unbuilt}")
-    if not searches_context(backend, options.space) and allows_context(instance):
+    if backend not in CONTEXT_BACKENDS and allows_context(instance):
         return _context_restricted(instance, backend, options)
     if one_recompute_mode(instance.training.launcher) and backend not in ONE_MODE_BACKENDS \
             and len(instance.training.recompute_modes) > 1:
@@ -118,20 +114,13 @@ def run_unrefereed(instance: Instance, backend: str,
     return _solve_strategies(instance, backend, options)
 
 
-def searches_context(backend: str, space: Space) -> bool:
-    """Whether ``backend`` searches the context widths c > 1 in ``space``."""
-    return space in CONTEXT_BACKENDS.get(backend, frozenset())
-
-
-def context_note(instance: Instance, backend: str,
-                 space: Space = Space.STRUCTURED) -> str | None:
-    """The one line saying ``backend`` searched c = 1 only of the instance's widths in
-    ``space``, or None when it searches every width the instance allows."""
-    if searches_context(backend, space) or not allows_context(instance):
+def context_note(instance: Instance, backend: str) -> str | None:
+    """The one line saying ``backend`` searched c = 1 only of the instance's widths, or None
+    when it searches every width the instance allows."""
+    if backend in CONTEXT_BACKENDS or not allows_context(instance):
         return None
-    where = f" in the {space.value} space" if backend in CONTEXT_BACKENDS else ""
-    return (f"the {backend} backend does not search context parallelism{where} yet "
-            f"(searched c = 1 only of the allowed {list(instance.training.context_parallel)})")
+    return (f"the {backend} backend does not search context parallelism yet (searched c = 1 "
+            f"only of the allowed {list(instance.training.context_parallel)})")
 
 
 def allows_context(instance: Instance) -> bool:
@@ -153,12 +142,12 @@ def _context_restricted(instance: Instance, backend: str,
     if 1 not in widths or not any(config.cp == 1 for config in instance.workload.configs):
         raise BackendOptionError(
             f"expected c = 1 among training.context_parallel, and profiles for it, for "
-            f"--backend {backend} in the {options.space.value} space, which does not search "
-            f"context parallelism yet, got {widths}; use --backend dp, brute, or cpsat or "
-            f"milp in the structured space, or price plans with evaluate", option="backend")
+            f"--backend {backend}, which does not search context parallelism yet, got "
+            f"{widths}; use --backend {', '.join(sorted(CONTEXT_BACKENDS))} or price plans "
+            f"with evaluate", option="backend")
     restricted = dataclasses.replace(instance, training=dataclasses.replace(
         instance.training, context_parallel=(1,)))
-    note = context_note(instance, backend, options.space)
+    note = context_note(instance, backend)
     LOGGER.info(note)  # the message carries it to the caller (the command line prints it)
     result = run_unrefereed(restricted, backend, options)
     status = {Status.OPTIMAL: Status.FEASIBLE, Status.INFEASIBLE: Status.UNKNOWN}.get(

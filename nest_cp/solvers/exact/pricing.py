@@ -52,8 +52,8 @@ from nest_cp.model.instance import (
     Phase,
     RecomputeMode,
 )
-from nest_cp.model.network import Path, collective_seconds
-from nest_cp.model.ticks import exact
+from nest_cp.model.network import Path, collective_seconds, collective_ticks
+from nest_cp.model.ticks import ceil_div, exact, to_ticks
 from nest_cp.solvers.exact.subproblems import ChunkOption, SubProblem
 
 ALL = "all"  # the class holding every collective of a group kind
@@ -166,6 +166,59 @@ class ChunkPricing:
                     total += forward  # the rerun forward repeats its ring or all-to-alls
             return total
         return self._cached("context", option, paths, price)
+
+    def context_signatures(self) -> tuple[tuple, ...]:
+        """The distinct pieces of context communication the layers have (DESIGN §3.4), each
+        a function of one path: under p2p ("p2p", volume, X) for the forward ring
+        (cp_kv_bytes, X = ⌈attn_fwd ticks / c⌉) and the backward one (2·cp_kv_bytes,
+        ⌈attn_bwd ticks / c⌉), priced (c − 1)·max(0, P(volume) − X) on a ring pair; under a2a
+        ("a2a", volume, 0), one all-to-all of cp_a2a_bytes over a CP group; () for c = 1."""
+        return tuple(sorted({signature for layer in range(self.num_layers)
+                             for signature, _ in self._context_pieces(layer, RecomputeMode.NONE)}))
+
+    def _context_pieces(self, layer: int, mode: RecomputeMode) -> list[tuple[tuple, int]]:
+        """(signature, how many times one microbatch pays it) of one layer under ``mode``:
+        p2p the forward ring once (twice when it recomputes) and the backward ring once; a2a
+        two all-to-alls in each direction (two more when it recomputes), as
+        :func:`~nest_cp.cost.terms.context_ticks` and the evaluator charge them."""
+        config, profile = self._sub.config, self._profiles[layer]
+        rerun = int(mode is not RecomputeMode.NONE)
+        if config.cp == 1:
+            return []
+        if self._training.cp_comm is CpComm.A2A:
+            if profile.cp_a2a_bytes == 0:
+                return []
+            return [(("a2a", profile.cp_a2a_bytes, 0), 4 + 2 * rerun)]
+        if profile.cp_kv_bytes == 0:
+            return []
+
+        def step(attention_s: float) -> int:
+            return ceil_div(to_ticks(exact(attention_s), self.tick_s), config.cp)
+        return [(("p2p", profile.cp_kv_bytes, step(profile.attn_fwd_s)), 1 + rerun),
+                (("p2p", 2 * profile.cp_kv_bytes, step(profile.attn_bwd_s)), 1)]
+
+    def context_piece(self, option: ChunkOption, signature: tuple, path: Path | None) -> int:
+        """The span's context communication of one signature on one ring pair's (p2p) or CP
+        group's (a2a) path.  A stage replica pays, per signature, its slowest pair (group):
+        the price grows with the transfer (all-to-all) time, so the slowest for one layer of
+        a signature is the slowest for all of them, and the sum over signatures of these
+        maxima is :meth:`context` on the replica's paths."""
+        if path is None:
+            return 0
+
+        def price() -> int:
+            count = sum(times for layer in option.layers
+                        for piece, times in self._context_pieces(layer, option.mode)
+                        if piece == signature)
+            if count == 0:
+                return 0
+            kind, volume, step = signature
+            if kind == "a2a":
+                return count * collective_ticks(CollectiveKind.ALL_TO_ALL, volume,
+                                                self._sub.config.cp, path, self.tick_s)
+            return count * (self._sub.config.cp - 1) * max(
+                0, cost.transfer_ticks(volume, path, self.tick_s) - step)
+        return self._cached(("context piece", signature), option, path, price)
 
     def context_group_size(self) -> int:
         """The ranks one priced piece of the context communication spans: a pair of

@@ -23,10 +23,12 @@ chunks (chunk k on stage k mod S), each stage's recompute mode and the placement
                               activation forward and the gradient back, one device pair)
     gather[chunk]             >= ZeRO-3 gathers of the chunk's parameters over the d·c ranks
                               of a shard group, slowest (t, e) index
-    ctx[chunk, replica]       c > 1 (structured space): >= the chunk's exposed context
-                              communication on the stage replica under each layout (DESIGN
-                              §3.4: ring or all-to-alls, the forward part again when it
-                              recomputes)
+    ctx[chunk, replica, piece] c > 1: >= the chunk's exposed context communication on the
+                              stage replica (DESIGN §3.4: ring or all-to-alls, the forward
+                              part again when it recomputes); structured space: one term
+                              floored per layout; full space: one per signature (a ring's
+                              volume and step, or an all-to-all's volume), floored on every
+                              ring pair (CP group) and its cases
     tau_max                   >= τ_c(k, r) = compute + Σ coll (or tp) + bnd[k − 1] + bnd[k]
                               + gather + ctx
     dense[stage, phase]       >= one phase of the dense gradient sync of the stage's parameters
@@ -145,8 +147,8 @@ def estimate_terms(sub: SubProblem, network: NetworkModel, space: Space) -> int:
                for _ in range(config.tp)] if shard * config.ep > 1 else []
     groups += [(per_stage[s], shard) for s in range(stages) for _ in range(shards)] \
         if shard > 1 else []
-    groups += [(per_chunk[k], config.cp) for k in range(sub.num_chunks) for _ in range(dp)] \
-        if config.cp > 1 else []  # ctx: one floor per layout and stage replica
+    groups += [(per_chunk[k], config.cp) for k in range(sub.num_chunks)
+               for _ in range(dp * config.tp * config.ep)] if config.cp > 1 else []  # ctx
     terms = 3 * sum(per_chunk) + (8 * sum(per_stage) if virtual > 1 else 0)
     if space is Space.STRUCTURED:
         cases = len(network.structured_layouts)

@@ -15,10 +15,13 @@ group's, so a stage's two phases may be paid on different groups.  Two kinds of 
   the stage replica, not of one group; tp[chunk, replica] takes their place in τ, floored
   per layout in the structured space and, in the full space, at Σ of the TP coll terms
   unless local[stage, replica] and at the overlapped tier-0 price when it holds;
-- *context terms* (DESIGN §3.4, c > 1; structured space): ctx[chunk, replica] >= the
-  chunk's exposed ring or all-to-alls on the stage replica under each layout, priced whole
-  as the evaluator does (:meth:`ChunkPricing.context`: a max over the replica's CP groups
-  inside a sum over layers and directions, so one floor per layout, not per group);
+- *context terms* (DESIGN §3.4, c > 1): the evaluator charges per layer and direction the
+  slowest ring pair (p2p) or CP group (a2a) of the stage replica, a max inside a sum.  In
+  the structured space ctx[chunk, replica] is floored per layout at the price of the whole
+  replica (:meth:`ChunkPricing.context`); in the full space there is one term per
+  *signature* (ring volume and compute step, or all-to-all volume: pieces whose slowest
+  pair or group is the same for every layer), floored like a chunk term on every pair
+  (group) and case (:meth:`ChunkPricing.context_piece`), and their sum is that price;
 - *stage-rounded terms* (v > 1): a price the evaluator rounds once over the stage's
   total parameters, ⌈Σ_k x(o_k) + c·has⌉, as integer floors per option plus a
   carry (nest_cp.solvers.exact.pricing.StageRounding), floored per case like chunk terms.
@@ -87,13 +90,16 @@ class CostTerms:
         gather = {k: self._chunk_term(f"gather_{k}", k, groups.shards(k % sub.num_stages),
                                       self.pricing.zero_gather)
                   for k in chunks if sub.zero == 3 and self.pricing.shard_size() > 1}
-        # ctx[chunk, replica] >= the chunk's exposed context communication (DESIGN §3.4)
-        ctx = {(k, r): self._layout_context(k, r) for k in chunks for r in replicas
+        # ctx[chunk, replica, piece] >= the chunk's exposed context communication (DESIGN
+        # §3.4): one term per layout's price (structured), per signature (full space)
+        ctx = {(k, r): self._context(groups, k, r) for k in chunks for r in replicas
                if sub.config.cp > 1}
         upper = max(self._largest_compute(k) for k in chunks) \
             + max((sum(self._upper[id(t)] for t in terms) for terms in coll.values()),
                   default=0) \
-            + 2 * self._worst(bnd) + self._worst(gather) + self._worst(ctx)
+            + 2 * self._worst(bnd) + self._worst(gather) \
+            + max((sum(self._upper[id(t)] for t in terms) for terms in ctx.values()),
+                  default=0)
         tau_max = adapter.new_int("tau_max", sub.tau_lower_ticks, upper)
         for k in chunks:
             compute = adapter.total(self.opt[k, o] * self.pricing.compute(o)
@@ -102,8 +108,8 @@ class CostTerms:
             # alone, before any placement literal is fixed
             adapter.add(tau_max >= compute)
             for r in replicas:
-                parts = [*coll.get((k, r), []), bnd.get((k - 1, r)), bnd.get((k, r)),
-                         gather.get(k), ctx.get((k, r))]
+                parts = [*coll.get((k, r), []), *ctx.get((k, r), []), bnd.get((k - 1, r)),
+                         bnd.get((k, r)), gather.get(k)]
                 adapter.add(tau_max >= compute + adapter.total(p for p in parts
                                                                if p is not None))
         return tau_max
@@ -159,16 +165,32 @@ class CostTerms:
         cheapest = {o: min(coefficients[o] for _, coefficients in floors) for o in options}
         return self._floored(f"tp_{chunk}_{replica}", chunk, floors, cheapest)
 
+    def _context(self, groups: RankGroups, chunk: int, replica: int) -> list:
+        """The context terms of one chunk and stage replica (DESIGN §3.4): structured space,
+        one term floored per layout (:meth:`_layout_context`); full space, one term per
+        signature of :meth:`ChunkPricing.context_signatures`, floored on every ring pair
+        (p2p) or CP group (a2a) of the stage replica and each of its cases: at an optimum
+        each is its slowest pair's (group's) price, and their sum the evaluator's."""
+        if isinstance(self.placement, StructuredPlacement):
+            return [self._layout_context(chunk, replica)]
+        sub, pricing = self.sub, self.pricing
+        rings = groups.context(chunk % sub.num_stages, replica)
+        if pricing.context_group_size() == 2:  # the ring's consecutive pairs, each once
+            members = sorted({tuple(sorted((ring[k], ring[(k + 1) % len(ring)])))
+                              for ring in rings for k in range(len(ring))})
+        else:
+            members = rings
+        return [self._chunk_term(
+            f"ctx_{chunk}_{replica}_{index}", chunk, members,
+            lambda o, path, signature=signature: pricing.context_piece(o, signature, path))
+            for index, signature in enumerate(pricing.context_signatures())]
+
     def _layout_context(self, chunk: int, replica: int):
         """Structured space: ctx[chunk, replica] >= the chunk's context communication on the
         stage replica under each layout (the exposed ring or all-to-alls of its slowest CP
         group, forward part again under recomputation: DESIGN §3.4), priced as the
-        evaluator does.  The full space does not search c > 1 (nest_cp.solvers.registry)."""
+        evaluator does."""
         sub, pricing = self.sub, self.pricing
-        if not isinstance(self.placement, StructuredPlacement):
-            raise ValueError(f"expected the structured space for context width "
-                             f"c = {sub.config.cp} > 1 (the full-space models search c = 1 "
-                             f"only)")
         options = sub.options[chunk]
         floors = []
         for literals, devices in self.placement.replica_devices(chunk % sub.num_stages,
