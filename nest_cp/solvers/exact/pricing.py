@@ -34,7 +34,14 @@ parameters, so the dense sync runs over d·e·c ranks, the expert sync and the Z
 gathers over d·c; a stage replica's exposed ring (p2p) or all-to-alls (a2a) are a
 max over its CP groups inside a sum over layers and directions, so
 :meth:`ChunkPricing.context` prices a stage replica's context communication whole, with
-the evaluator's own function, on the replica's :class:`~nest_cp.cost.terms.ContextPaths`.
+the evaluator's own function, on the replica's :class:`~nest_cp.cost.terms.ContextPaths`
+(the structured space: one price per layout).  The full space splits it into *signatures*
+(:meth:`ChunkPricing.context_piece`: a ring's volume and compute step, or an all-to-all's
+volume), each a function of one pair's (group's) path that grows with its transfer
+(all-to-all) time, so one pair is the slowest for every piece of a signature and the model
+floors one term per signature over the pairs; that restatement of
+:func:`~nest_cp.cost.terms.context_ticks` is checked against the evaluator on random
+full-space plans (tests/test_exact_cp.py).
 """
 
 from __future__ import annotations
