@@ -334,9 +334,9 @@ def test_some_seeds_are_searched_under_each_launcher_and_none_with_sdp():
 def test_some_seeds_allow_context_widths_and_agree():
     """The context draw (training.context_parallel) reaches p2p and a2a, c = 2 and c = 4,
     never an SDP seed; on its first seeds the soak's checks find the DP, brute force and the
-    structured CP-SAT and MILP (run on every such seed, sampled or not) in agreement: each
-    exact run that settles (OPTIMAL, INFEASIBLE) has brute force's status and objective,
-    one stopped by its 1 s limit no better plan."""
+    structured CP-SAT and MILP (run on every such seed, sampled or not, in both spaces) in
+    agreement: each structured exact run that settles (OPTIMAL, INFEASIBLE) has brute
+    force's status and objective, one stopped by its 1 s limit no better plan."""
     drawn = [(seed, draw_tiny_recipe(seed, max_structured_plans=1000)) for seed in range(200)]
     context = [(seed, recipe) for seed, recipe in drawn
                if any(config.cp > 1 for config in recipe.configs)]
