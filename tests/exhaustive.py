@@ -7,13 +7,14 @@ import itertools
 import math
 
 from nest_cp.cost.evaluate import evaluate
-from nest_cp.model.instance import Instance
+from nest_cp.model.instance import CollectiveGroup, Instance
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, block_chain
 
@@ -69,10 +70,11 @@ def canonical_placements(sizes: tuple[int, ...], slots: int):
     yield from place((), {}, 0)
 
 
-def shape_optimum(instance: Instance, shape, placements=None) -> float:
+def shape_optimum(instance: Instance, shape, placements=None, only=None) -> float:
     """Least objective over every plan of the shape (inf when none fits): every split,
     recompute vector and placement of ``placements`` (device tuples, stage-major, then
-    replica, then intra-stage rank; default one per pattern of pairwise tiers)."""
+    replica, then intra-stage rank; default one per pattern of pairwise tiers) for which
+    ``only(placement)`` holds (default: every one)."""
     network = NetworkModel(instance.cluster)
     config = shape.config
     slots = config.devices * shape.num_stages * shape.dp
@@ -88,11 +90,44 @@ def shape_optimum(instance: Instance, shape, placements=None) -> float:
                 placement = tuple(tuple(tuple(next(it) for _ in range(config.devices))
                                         for _ in range(shape.dp))
                                   for _ in range(shape.num_stages))
+                if only is not None and not only(placement):
+                    continue
                 plan = Plan(config, shape.microbatch, shape.zero, shape.dp, stages, placement)
                 evaluation = evaluate(instance, plan, network)
                 if evaluation.feasible:
                     best = min(best, evaluation.objective_ticks)
     return best
+
+
+def raised_filter(instance: Instance, shape):
+    """A test of a placement: whether some intra group of a present family lies above its
+    innermost admitting tier k_min (geometry: the plan is *raised*)."""
+    network = NetworkModel(instance.cluster)
+    prices = LayerPrices(instance, shape.config, shape.microbatch, network_tiers(network))
+    k_min = geometry(prices).k_min
+    tp, ep = shape.config.tp, shape.config.ep
+    groups = {CollectiveGroup.TP: [[i + tp * k for i in range(tp)] for k in range(ep)],
+              CollectiveGroup.EP: [[i + tp * k for k in range(ep)] for i in range(tp)]}
+    checks = [(lowest, group) for family, lowest in k_min.items() for group in groups[family]]
+
+    def raised(placement) -> bool:
+        return any(network.tier_of(devices[j] for j in group) > lowest
+                   for lowest, group in checks for stage in placement for devices in stage)
+    return raised
+
+
+def raised_bound(instance: Instance, shape) -> float:
+    """The raised bound certify_full takes for the shape: the larger of the bounds module's
+    and the raised path bound (block chains)."""
+    tiers = network_tiers(NetworkModel(instance.cluster))
+    prices = LayerPrices(instance, shape.config, shape.microbatch, tiers)
+    fast = FastBounds(instance, prices, block_chain(prices))
+    geo = geometry(prices)
+    value = fast.raised(shape, geo.k_min)
+    if fast.chain is not None and math.isfinite(value):
+        path = RaisedPathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo))
+        value = max(value, shape.rounds * path.tau + fast.bound(shape).sync)
+    return value
 
 
 def shape_bound(instance: Instance, shape) -> float:
@@ -111,4 +146,4 @@ def shape_bound(instance: Instance, shape) -> float:
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
     main = max(main, outcome.bound)
-    return min(main, fast.raised(shape, geo.k_min))
+    return min(main, raised_bound(instance, shape))

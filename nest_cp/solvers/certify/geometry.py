@@ -62,6 +62,8 @@ from nest_cp.model.instance import CollectiveGroup
 from nest_cp.solvers.certify.chain import FAMILIES, LayerPrices, Tier
 
 NONE = -1  # combo side without a transfer (first stage's input, last stage's output)
+FREE = -2  # in-class of a fresh segment's first stage: any class >= 1 (raised paths)
+FRESH = -2  # side of the nodes of a fresh segment (sides not tracked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +174,33 @@ def replica_arcs(num_stages: int, geo: Geometry) -> list[Arc]:
     its current top-level run: a break of the outermost class moves it to the other
     one (its pairs must lie on the outer tier, so not in the same domain).
     """
+    return _arcs_from(list(geo.start_nodes()), num_stages, geo, fresh=False)
+
+
+def segment_arcs(num_stages: int, geo: Geometry) -> list[Arc]:
+    """Every arc reachable from a *fresh* segment start (s0, no runs, side ``FRESH``) for
+    s0 = 1..S−1: the first stage after a stage with a raised group
+    (:mod:`nest_cp.solvers.certify.raised`).  The first arc's in-class is ``FREE`` (any
+    class >= 1; that module's lemma), later ones as in :func:`replica_arcs`; sides are not
+    tracked (``FRESH`` stays), which only drops a condition."""
+    zeros = (0,) * (geo.levels - 1)
+    return _arcs_from([(start, zeros, FRESH) for start in range(1, num_stages)], num_stages,
+                      geo, fresh=True)
+
+
+def _arcs_from(frontier: list[tuple], num_stages: int, geo: Geometry, fresh: bool
+               ) -> list[Arc]:
+    """The arcs reachable from ``frontier``; with ``fresh``, the arcs leaving a frontier
+    node (a fresh segment start, or a node with no runs that a segment reaches again,
+    whose real in-class is one of the FREE ones) get in-class FREE."""
     levels, top = geo.levels, len(geo.tiers) - 1
     zeros = (0,) * (levels - 1)
-    frontier = list(geo.start_nodes())
+    starts = set(frontier) if fresh else set()
     arcs, seen = [], set(frontier)
     while frontier:
         position, state, side = frontier.pop()
-        in_class = NONE if position == 0 else _in_class(state, top)
+        in_class = NONE if position == 0 else FREE if (position, state, side) in starts \
+            else _in_class(state, top)
         for length in range(1, num_stages - position + 1):
             runs = (length, *(m + length for m in state))
             if any(run * geo.joined[level] > geo.capacity(level)

@@ -15,8 +15,9 @@ bound over the shapes still open, −inf if the placement-free pass was cut shor
    min(main bound, raised bound), where the main bound is the largest of the
    placement-free bound, the path bound (:mod:`nest_cp.solvers.certify.paths`) and
    the relaxation's proven value (:mod:`nest_cp.solvers.certify.relax`) — each valid
-   for every main plan — and the raised bound (bounds) is valid for every raised
-   plan.  A shape with no replica path has no main plan: main bound +inf.  On a
+   for every main plan — and the raised bound, the larger of the bounds module's and
+   the raised path bound (:mod:`nest_cp.solvers.certify.raised`), each valid for every
+   raised plan.  A shape with no replica path has no main plan: main bound +inf.  On a
    graph no such split is made: the placement-free bound alone.
 4. The relaxation is solved with the cutoff "objective <= incumbent − 1", so its
    INFEASIBLE proves the shape's main plans cost at least the incumbent; its
@@ -59,6 +60,7 @@ from nest_cp.solvers.certify.bounds import FastBounds, ShapeBound
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shapes
@@ -288,13 +290,17 @@ class _Run:
         mark = self._mark()
         prices, fast = self._choice(shape)
         geo = geometry(prices)
-        if outcome.raised_bound is None and geo is not None:
-            outcome.raised_bound = fast.raised(shape, geo.k_min)
         if geo is None:
             outcome.relax_status = "no model"  # a graph network: the placement-free bound
             outcome.raised_bound = outcome.fast_bound
             return
         arcs = replica_arcs(shape.num_stages, geo)
+        if outcome.raised_bound is None:
+            outcome.raised_bound = fast.raised(shape, geo.k_min)
+            if fast.chain is not None and self._beats(outcome.raised_bound):
+                # both bound every raised plan (module docstring of raised): keep the larger
+                outcome.raised_bound = max(outcome.raised_bound, shape.rounds * RaisedPathBound(
+                    shape, geo, fast, arcs).tau + outcome.sync_bound)
         if fast.chain is not None and outcome.path_bound == -math.inf:
             path = PathBound(shape, geo, fast, arcs)
             outcome.path_tau = path.tau
