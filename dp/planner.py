@@ -901,6 +901,9 @@ class _Search:
                     not self._fits_at_most_replicas(shape):
                 continue
             inner = None  # built when a layout first passes its bounds (most never do)
+            # a lower bound on max_k τ_k of every plan of the shape, any layout: the layout's
+            # T >= rounds·tau_floor + its own sync bound (each bounds its part of T)
+            tau_floor = tau_bound
             searched = set()
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
@@ -910,7 +913,8 @@ class _Search:
                 groups = self.geometries.data_groups(layout, config, num_stages, dp)
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
-                    if not self.best.may_beat(max(bound, layout_sync), key):
+                    if not self.best.may_beat(max(bound, shape.rounds * tau_floor
+                                                  + layout_sync), key):
                         continue
                 if layout_index not in geometries:
                     geometries[layout_index] = tuple(self.geometries(
@@ -923,13 +927,15 @@ class _Search:
                     layout_sync = max(sync_bound, self._layout_sync_bound(
                         shape, geometry, [g.replica_groups for g in geometry],
                         [g.dense_groups for g in geometry]))
-                layout_bound = self._layout_bound(shape, geometry) + layout_sync
+                layout_bound = max(self._layout_bound(shape, geometry),
+                                   shape.rounds * tau_floor) + layout_sync
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
                 if inner is None:
-                    inner, bound = self._inner(shape, tau_bound, sync_bound, bound)
+                    inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
                         break
+                    layout_bound = max(layout_bound, shape.rounds * tau_floor + layout_sync)
                     if not self.best.may_beat(max(bound, layout_bound), key):
                         continue
                 self.stats.layouts_searched += 1
@@ -937,11 +943,13 @@ class _Search:
 
     def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
         """The inner search of a shape (layout-free: memory does not depend on the
-        layout) and the shape's bound, for v = 1 refined by the min-max split restricted to
-        splits that fit memory (module docstring); (None, bound) when no split fits."""
+        layout), the shape's bound and a lower bound on max_k τ_k of its plans, for v = 1
+        both refined by the min-max split restricted to splits that fit memory (module
+        docstring: the split's chunk times, cheapest paths and the modes' reruns, are at most
+        the real ones); (None, bound, tau_bound) when no split fits."""
         if shape.virtual > 1:
             _require_exact_method(shape.table, shape.num_chunks)
-            return Interleaved(self.prices, shape, self.limit), bound
+            return Interleaved(self.prices, shape, self.limit), bound, tau_bound
         table, num_stages = shape.table, shape.num_stages
         inner = SuffixMemory(self.prices, shape, self.limit)
         cheapest = self._cheapest_times(table, num_stages)
@@ -950,8 +958,9 @@ class _Search:
             {mode: cheapest + windows(table.rerun_range[mode], num_stages)
              for mode in table.modes}))[0][0, 0])
         if fitting >= INF:
-            return None, bound
-        return inner, max(bound, shape.rounds * max(tau_bound, fitting) + sync_bound)
+            return None, bound, tau_bound
+        tau_floor = max(tau_bound, fitting)
+        return inner, max(bound, shape.rounds * tau_floor + sync_bound), tau_floor
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
