@@ -330,7 +330,7 @@ class _Search:
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
-        self._layout_totals: dict[tuple, int] = {}
+        self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
@@ -1059,18 +1059,28 @@ class _Search:
     def _layout_bound(self, shape: Shape, geometries: tuple) -> int:
         """(v·m + S − 1) times the mean chunk time on this layout, a lower bound on T − sync.
 
-        A chunk costs at least its compute plus, for every one of its layers, the layer's
-        collectives on the replica of its stage where they are cheapest; every layer is in
-        one chunk, so Σ_k τ_k >= Σ_layers (compute + the least such price over the stages),
-        and max_k τ_k >= that sum / K.  The sum is kept per (table, geometries): the ZeRO
-        stages of an outer choice, and outer choices with equal placements, share it.
+        A chunk's time is its slowest replica's compute, collectives and receives (cost
+        model §3.2; :meth:`RangePrices.chunk_time`), so at least its compute plus, for every
+        one of its layers, the layer's collectives on the replica of its stage where they are
+        cheapest, plus the cheapest receive any replica of its stage has (a replica's sum is
+        at least the least of each part).  Every layer is in one chunk, and each of the
+        K − 1 chunks after the first receives an activation (from the chunk before, its
+        stage's receiving pairs; with v > 1 stage 0 receives across the wrap) and each of
+        the K − 1 before the last a gradient, each a transfer of one layer's output on one
+        of the paths of the layout's receiving pairs.  So Σ_k τ_k >= Σ_layers (compute +
+        the least such collective price over the stages) + (K − 1)·(a + g), with a (g) the
+        least transfer of any layer output but the last over the paths the layout's
+        replicas receive activations (gradients) on (0 when none), and max_k τ_k >= that
+        sum / K.  The parts are kept per (table, geometries): the ZeRO stages of an outer
+        choice, and outer choices with equal placements, share them.
         """
         table = shape.table
         key = (id(table), geometries)
-        total = self._layout_totals.get(key)
-        if total is None:
+        parts = self._layout_totals.get(key)
+        if parts is None:
             paths = self.ids.paths
             cheapest = None
+            received: tuple[set, set] = (set(), set())
             for geometry in set(geometries):
                 for replica in geometry.replicas:
                     per_layer = np.diag(table.collective_range(
@@ -1079,8 +1089,13 @@ class _Search:
                         tp_local=replica.tp_local))
                     cheapest = per_layer if cheapest is None else np.minimum(cheapest,
                                                                              per_layer)
-            total = int(table.compute.sum()) + int(cheapest.sum())
-            self._layout_totals[key] = total
+                    received[0].update(replica.recv_activation)
+                    received[1].update(replica.recv_gradient)
+            floors = tuple(min((int(table.transfers(paths[p])[:-1].min(initial=INF))
+                                for p in ids), default=0) for ids in received)
+            parts = (int(table.compute.sum()) + int(cheapest.sum()), sum(floors))
+            self._layout_totals[key] = parts
+        total = parts[0] + (shape.num_chunks - 1) * parts[1]
         return shape.rounds * -(-total // shape.num_chunks)
 
     def _layout_sync_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
