@@ -56,16 +56,19 @@ channels to the TP groups' placement, so a bound cannot price 8 NIC channels for
 sync and an in-node TP group at once); the least over the z that fit somewhere is the
 outer's refined bound, priced for every d of its (c, b, S, v) at once and rounded down
 (:meth:`_Search._group_bounds`, :mod:`nest_cp.dp.vector_bounds`: at 10^5 devices tens of
-thousands of outers are refined, too many to price one by one).  When an outer (v = 1)
-first reaches the top of the queue its bound is raised once more by the same argument
-stage by stage
-(:meth:`_Search._stagewise_bound`, priced with up to ``STAGEWISE_BATCH`` other d of
-its (c, b, S) that may still win, and rounded down: :meth:`_Search._stagewise_bounds`),
-and it is queued again if that rose.  Outers
+thousands of outers are refined, too many to price one by one).  When an outer first
+reaches the top of the queue its bound is raised once more by the same argument stage by
+stage (v = 1: :meth:`_Search._stagewise_bound`, priced with up to ``STAGEWISE_BATCH``
+other d of its (c, b, S) that may still win, and rounded down:
+:meth:`_Search._stagewise_bounds`; v > 1 on block workloads: a stage's slowest chunk
+costs at least the mean of its v chunks, so the stage weights of its layers' union over
+v, the stages' block counts relaxed to intervals:
+:meth:`_Search._interleaved_stagewise_bounds`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
-own sync group paths and its mean chunk time, and for v = 1 by the same min-max
+own sync group paths and its mean chunk time (receives counted on the layout's own
+receiving paths), and for v = 1 by the same min-max
 split restricted to splits that fit memory (placement-free, so one pass serves
 every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
