@@ -56,16 +56,19 @@ channels to the TP groups' placement, so a bound cannot price 8 NIC channels for
 sync and an in-node TP group at once); the least over the z that fit somewhere is the
 outer's refined bound, priced for every d of its (c, b, S, v) at once and rounded down
 (:meth:`_Search._group_bounds`, :mod:`nest_cp.dp.vector_bounds`: at 10^5 devices tens of
-thousands of outers are refined, too many to price one by one).  When an outer (v = 1)
-first reaches the top of the queue its bound is raised once more by the same argument
-stage by stage
-(:meth:`_Search._stagewise_bound`, priced with up to ``STAGEWISE_BATCH`` other d of
-its (c, b, S) that may still win, and rounded down: :meth:`_Search._stagewise_bounds`),
-and it is queued again if that rose.  Outers
+thousands of outers are refined, too many to price one by one).  When an outer first
+reaches the top of the queue its bound is raised once more by the same argument stage by
+stage (v = 1: :meth:`_Search._stagewise_bound`, priced with up to ``STAGEWISE_BATCH``
+other d of its (c, b, S) that may still win, and rounded down:
+:meth:`_Search._stagewise_bounds`; v > 1 on block workloads: a stage's slowest chunk
+costs at least the mean of its v chunks, so the stage weights of its layers' union over
+v, the stages' block counts relaxed to intervals:
+:meth:`_Search._interleaved_stagewise_bounds`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
-own sync group paths and its mean chunk time, and for v = 1 by the same min-max
+own sync group paths and its mean chunk time (receives counted on the layout's own
+receiving paths), and for v = 1 by the same min-max
 split restricted to splits that fit memory (placement-free, so one pass serves
 every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
@@ -113,7 +116,7 @@ from nest_cp.dp.geometry import (
     fastest_group_paths,
     layout_config,
 )
-from nest_cp.dp.interleaved import Interleaved, exact_method_available
+from nest_cp.dp.interleaved import Interleaved, block_structure, exact_method_available
 from nest_cp.dp.kernel import (
     INF,
     fill_table,
@@ -330,7 +333,7 @@ class _Search:
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
-        self._layout_totals: dict[tuple, int] = {}
+        self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
@@ -644,11 +647,11 @@ class _Search:
                     and self._fits_at_most_replicas(shape)), default=least)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
-        """The outer's refined bound raised by the case split of :meth:`_shape_bound` and,
-        for v = 1, by :meth:`_stagewise_bound` (computed only where the split's bound may
-        still beat the incumbent): the least over the ZeRO stages worth searching, that fit
-        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
-        where neither applies (t = 1, graphs)."""
+        """The outer's refined bound raised by the case split of :meth:`_shape_bound` and
+        by the stage-by-stage bound of :meth:`_stagewise_of` (computed only where the
+        split's bound may still beat the incumbent): the least over the ZeRO stages worth
+        searching, that fit somewhere, of the largest of them (each a bound on that z's
+        plans); ``refined`` where neither applies (t = 1, graphs)."""
         table = self._table(outer.choice_index)
         if table.config.tp == 1 or table.config.cp > 1 or not self.network.is_hierarchical:
             return refined
@@ -664,17 +667,17 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound)
-            if outer.virtual == 1 and bound < least and \
-                    self.best.may_beat(bound, outer.key + (zero,)):
+            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
         return max(refined, least)
 
     def _stagewise_of(self, outer: Outer, shape: Shape) -> int:
-        """:meth:`_stagewise_bounds` of the outer's d and ``shape.zero``, priced together
-        with every other d of its (c, b, S) whose bound of :meth:`_group_bounds` may still
-        beat the incumbent (those the search may ask next), kept per (c, b, S, z)."""
-        key = (outer.choice_index, outer.num_stages, shape.zero)
+        """:meth:`_stagewise_bounds` (v = 1) or :meth:`_interleaved_stagewise_bounds`
+        (v > 1) of the outer's d and ``shape.zero``, priced together with every other d of
+        its (c, b, S, v) whose bound of :meth:`_group_bounds` may still beat the incumbent
+        (those the search may ask next), kept per (c, b, S, v, z)."""
+        key = (outer.choice_index, outer.num_stages, outer.virtual, shape.zero)
         if key not in self._stagewise_rows:
             size = self.instance.cluster.num_devices // (shape.table.config.devices
                                                          * outer.num_stages)
@@ -683,10 +686,11 @@ class _Search:
                                          np.full(size, INF, dtype=np.int64))
         row, checked = self._stagewise_rows[key]
         objective = self.best.objective
-        threshold = INF if objective is None or outer.num_stages == 1 else objective
+        threshold = INF if objective is None or outer.num_stages == 1 or outer.virtual > 1 \
+            else objective  # the interleaved bound is found whole, without a threshold
         stale = (row < 0) | ((row <= threshold) & (checked > threshold))
         if stale[outer.dp - 1]:
-            group = self._groups.get((outer.choice_index, outer.num_stages, 1))
+            group = self._groups.get((outer.choice_index, outer.num_stages, outer.virtual))
             wanted = np.zeros(len(row), dtype=bool)
             if isinstance(group, np.ndarray) and objective is not None:
                 wanted = group <= objective
@@ -696,6 +700,11 @@ class _Search:
                 candidates = candidates[np.argpartition(group[candidates],
                                                         STAGEWISE_BATCH)[:STAGEWISE_BATCH]]
             dps = np.union1d(candidates, [outer.dp - 1]) + 1
+            if outer.virtual > 1:
+                row[dps - 1] = self._interleaved_stagewise_bounds(
+                    shape.table, outer.num_stages, outer.virtual, shape.zero, dps)
+                checked[dps - 1] = threshold
+                return int(row[outer.dp - 1])
             lows = self._zero_bounds.get((outer.choice_index, outer.num_stages, 1, shape.zero))
             row[dps - 1] = self._stagewise_bounds(
                 shape.table, outer.num_stages, shape.zero, dps,
@@ -887,7 +896,7 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             bound = self._shape_bound(shape, outer.chunk_bound)
-            if virtual == 1 and config.tp > 1 and config.cp == 1 and \
+            if config.tp > 1 and config.cp == 1 and \
                     self.network.is_hierarchical and \
                     self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
@@ -895,6 +904,9 @@ class _Search:
                     not self._fits_at_most_replicas(shape):
                 continue
             inner = None  # built when a layout first passes its bounds (most never do)
+            # a lower bound on max_k τ_k of every plan of the shape, any layout: the layout's
+            # T >= rounds·tau_floor + its own sync bound (each bounds its part of T)
+            tau_floor = tau_bound
             searched = set()
             for layout_index, layout in layouts:
                 key = outer.key + (zero, layout_index)
@@ -904,7 +916,8 @@ class _Search:
                 groups = self.geometries.data_groups(layout, config, num_stages, dp)
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
-                    if not self.best.may_beat(max(bound, layout_sync), key):
+                    if not self.best.may_beat(max(bound, shape.rounds * tau_floor
+                                                  + layout_sync), key):
                         continue
                 if layout_index not in geometries:
                     geometries[layout_index] = tuple(self.geometries(
@@ -917,13 +930,15 @@ class _Search:
                     layout_sync = max(sync_bound, self._layout_sync_bound(
                         shape, geometry, [g.replica_groups for g in geometry],
                         [g.dense_groups for g in geometry]))
-                layout_bound = self._layout_bound(shape, geometry) + layout_sync
+                layout_bound = max(self._layout_bound(shape, geometry),
+                                   shape.rounds * tau_floor) + layout_sync
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
                 if inner is None:
-                    inner, bound = self._inner(shape, tau_bound, sync_bound, bound)
+                    inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
                         break
+                    layout_bound = max(layout_bound, shape.rounds * tau_floor + layout_sync)
                     if not self.best.may_beat(max(bound, layout_bound), key):
                         continue
                 self.stats.layouts_searched += 1
@@ -931,11 +946,13 @@ class _Search:
 
     def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
         """The inner search of a shape (layout-free: memory does not depend on the
-        layout) and the shape's bound, for v = 1 refined by the min-max split restricted to
-        splits that fit memory (module docstring); (None, bound) when no split fits."""
+        layout), the shape's bound and a lower bound on max_k τ_k of its plans, for v = 1
+        both refined by the min-max split restricted to splits that fit memory (module
+        docstring: the split's chunk times, cheapest paths and the modes' reruns, are at most
+        the real ones); (None, bound, tau_bound) when no split fits."""
         if shape.virtual > 1:
             _require_exact_method(shape.table, shape.num_chunks)
-            return Interleaved(self.prices, shape, self.limit), bound
+            return Interleaved(self.prices, shape, self.limit), bound, tau_bound
         table, num_stages = shape.table, shape.num_stages
         inner = SuffixMemory(self.prices, shape, self.limit)
         cheapest = self._cheapest_times(table, num_stages)
@@ -944,8 +961,9 @@ class _Search:
             {mode: cheapest + windows(table.rerun_range[mode], num_stages)
              for mode in table.modes}))[0][0, 0])
         if fitting >= INF:
-            return None, bound
-        return inner, max(bound, shape.rounds * max(tau_bound, fitting) + sync_bound)
+            return None, bound, tau_bound
+        tau_floor = max(tau_bound, fitting)
+        return inner, max(bound, shape.rounds * tau_floor + sync_bound), tau_floor
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
                        layout: RankLayout) -> None:
@@ -1044,18 +1062,28 @@ class _Search:
     def _layout_bound(self, shape: Shape, geometries: tuple) -> int:
         """(v·m + S − 1) times the mean chunk time on this layout, a lower bound on T − sync.
 
-        A chunk costs at least its compute plus, for every one of its layers, the layer's
-        collectives on the replica of its stage where they are cheapest; every layer is in
-        one chunk, so Σ_k τ_k >= Σ_layers (compute + the least such price over the stages),
-        and max_k τ_k >= that sum / K.  The sum is kept per (table, geometries): the ZeRO
-        stages of an outer choice, and outer choices with equal placements, share it.
+        A chunk's time is its slowest replica's compute, collectives and receives (cost
+        model §3.2; :meth:`RangePrices.chunk_time`), so at least its compute plus, for every
+        one of its layers, the layer's collectives on the replica of its stage where they are
+        cheapest, plus the cheapest receive any replica of its stage has (a replica's sum is
+        at least the least of each part).  Every layer is in one chunk, and each of the
+        K − 1 chunks after the first receives an activation (from the chunk before, its
+        stage's receiving pairs; with v > 1 stage 0 receives across the wrap) and each of
+        the K − 1 before the last a gradient, each a transfer of one layer's output on one
+        of the paths of the layout's receiving pairs.  So Σ_k τ_k >= Σ_layers (compute +
+        the least such collective price over the stages) + (K − 1)·(a + g), with a (g) the
+        least transfer of any layer output but the last over the paths the layout's
+        replicas receive activations (gradients) on (0 when none), and max_k τ_k >= that
+        sum / K.  The parts are kept per (table, geometries): the ZeRO stages of an outer
+        choice, and outer choices with equal placements, share them.
         """
         table = shape.table
         key = (id(table), geometries)
-        total = self._layout_totals.get(key)
-        if total is None:
+        parts = self._layout_totals.get(key)
+        if parts is None:
             paths = self.ids.paths
             cheapest = None
+            received: tuple[set, set] = (set(), set())
             for geometry in set(geometries):
                 for replica in geometry.replicas:
                     per_layer = np.diag(table.collective_range(
@@ -1064,8 +1092,13 @@ class _Search:
                         tp_local=replica.tp_local))
                     cheapest = per_layer if cheapest is None else np.minimum(cheapest,
                                                                              per_layer)
-            total = int(table.compute.sum()) + int(cheapest.sum())
-            self._layout_totals[key] = total
+                    received[0].update(replica.recv_activation)
+                    received[1].update(replica.recv_gradient)
+            floors = tuple(min((int(table.transfers(paths[p])[:-1].min(initial=INF))
+                                for p in ids), default=0) for ids in received)
+            parts = (int(table.compute.sum()) + int(cheapest.sum()), sum(floors))
+            self._layout_totals[key] = parts
+        total = parts[0] + (shape.num_chunks - 1) * parts[1]
         return shape.rounds * -(-total // shape.num_chunks)
 
     def _layout_sync_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
@@ -1322,32 +1355,17 @@ class _Search:
                           dps: np.ndarray, lows: np.ndarray,
                           threshold: int | None) -> np.ndarray:
         """For every d of ``dps``, a lower bound on the cost of every plan of (c, b, S, d,
-        v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l),
-        min over the TP qualities of rounds·(time floor + gathers) + exposed, with the
-        gathers and exposed sync of :meth:`_vector_stage_floors` (rounded down), so the
-        min-max over contiguous splits of these H is at most the exact one.  With S = 1 that
+        v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l)
+        (:meth:`_stage_weights`), so the min-max over contiguous splits of these H is at
+        most the exact one.  With S = 1 that
         min-max is H(0, L − 1) itself; with few stages (S·W² <= 8·L²) or no ``threshold``
         the min-max itself (:func:`min_max_values`); otherwise a lower bound on it by
         bisection with :func:`min_max_exceeds` between ``lows`` (valid bounds of the same
         plans) and ``threshold`` (the incumbent's objective): ``threshold`` + 1 where the
         min-max exceeds it, else mid + 1 for the largest mid it was shown to exceed
         (``BISECTIONS`` steps), else ``lows``.  ``STAGEWISE_BLOCK`` stage weights at a
-        time.  H is a function of a range's totals (parameters, compute, time floors), so
-        it is priced once per distinct tuple of them and read back per range."""
-        config = table.config
-        qualities = self._tp_qualities(config.tp)
-        floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
-        columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
-                                                   table.bwd_range, table.fwd_range,
-                                                   table.params_range) + floors)
-        microbatches = cost.num_microbatches(self.instance.training.global_batch,
-                                             table.microbatch, config, dps)
-        rounds = (microbatches + num_stages - 1)[:, None]
-        least = None
-        for (_, cap), floor in zip(qualities, columns[5:]):
-            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
-            total = rounds * (floor[None, :] if gathers is None else floor + gathers) + exposed
-            least = total if least is None else np.minimum(least, total, out=least)
+        time."""
+        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps)
         num_layers = table.num_layers
         if num_stages == 1:  # one stage holds every layer
             return least[:, inverse[0, num_layers - 1]]
@@ -1377,6 +1395,129 @@ class _Search:
                 high = np.where(open_rows & ~exceeds, middle, high)
             bounds[start:start + block_size] = low
         return bounds
+
+    def _interleaved_stagewise_bounds(self, table: LayerTable, num_stages: int,
+                                      virtual: int, zero: int,
+                                      dps: np.ndarray) -> np.ndarray:
+        """For v > 1 and t >= 2 on a tiered network, for every d of ``dps`` a lower bound on
+        the cost of every plan of (c, b, S, d, v, z) (any split into K = S·v non-empty
+        chunks, recompute and injective placement), stage by stage, on a workload of
+        identical blocks between at most one leading and one trailing layer
+        (:func:`~nest_cp.dp.interleaved.block_structure`; 0 on any other workload).
+
+        Stage s runs the chunks k ≡ s (mod S) (cost model §3.2 b); with R = v·m + S − 1
+
+            T = R·max_k τ_k + max_s exposed_s >= R·max_{k ∈ s} τ_k + exposed_s   for every s.
+
+        Let U_s be the layers of s's chunks, h_s the least quality of s's own TP groups
+        and c_s = ⌊G_0 / h_s⌋ (:mod:`nest_cp.dp.node_bounds`).  Every chunk of s runs on
+        s's replicas, so the argument of :meth:`_stagewise_bound` holds chunk by chunk:
+        τ_k >= cheapest(k) + [h_s < t]·crossing(k) + [z = 3]·2·AG_c_s(P_k) (receives and
+        reruns dropped, >= 0), AG on the path of one fixed group of s, at least the least
+        over :func:`capped_group_paths` (d, c_s).  cheapest and crossing are sums over
+        layers (:meth:`_cheapest_ranges`, :meth:`_crossing_extra` are range sums), and an
+        all-gather form ⌈(a·P + b) / q⌉ (a, b >= 0; 0 at P = 0) is subadditive in P (a sum
+        of ceilings is at least the ceiling of the sum, and b counts once at least), so
+
+            max_{k ∈ s} τ_k >= ⌈Σ_{k ∈ s} τ_k / v⌉ >= ⌈(floor_h_s(U_s) + gathers_c_s(U_s)) / v⌉,
+
+        the totals over U_s.  exposed_s is the stage's sync over all of U_s (cost model
+        §5 c, d; gradients of all its chunks, minus their backward and forward), a
+        function of U_s's totals bounded as in :meth:`_stagewise_bound`.  So
+        R·max_{k ∈ s} τ_k + exposed_s >= H_v(U_s) of :meth:`_stage_weights` (the least
+        over h of the bound with h_s = h), a function of U_s's totals alone.
+
+        With blocks, U_s's totals are those of its block count N_s and of whether it
+        holds the leading layer (s = 0, which runs chunk 0) or the trailing one (s = S − 1,
+        which runs chunk K − 1; S >= 2): the contiguous range of the same layers,
+        [0, lead + N − 1], [lead, lead + N − 1] or [L − trail − N, L − 1], so
+        H_first(N), H_mid(N), H_last(N).  Every chunk holds a layer, so N_0 >= v − lead,
+        N_{S−1} >= v − trail, N_s >= v otherwise, and Σ_s N_s = n blocks.  Hence
+        T >= X* = max_s H(N_s) for the plan's own counts.  For a threshold X let A_t(X) be
+        the counts N of kind t with H_t(N) <= X (within those limits): X* is a value of
+        some H and the plan's counts lie in A_first(X*), A_mid(X*) (S − 2 of them) and
+        A_last(X*), so n lies between the sums of the least and of the largest members
+        of these sets.  The least value X of the H meeting that test (monotone in X: the
+        sets only grow) is at most X*, so at most T.  The test relaxes each set to its
+        hull, so the bound can be below the exact min-max over counts, never above."""
+        blocks = block_structure(table)
+        if blocks is None:
+            return np.zeros(len(dps), dtype=np.int64)
+        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps)
+        count, num_layers = blocks.count, table.num_layers
+        counts = np.arange(count + 1)
+        kinds = []  # (range of N blocks of the kind, fewest blocks a stage of it holds)
+        for first, last, fewest in (
+                (np.zeros_like(counts), blocks.leading + counts - 1, virtual - blocks.leading),
+                (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, virtual),
+                (num_layers - blocks.trailing - counts, np.full_like(counts, num_layers - 1),
+                 virtual - blocks.trailing)):
+            usable = counts >= max(fewest, 0)
+            index = inverse[np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1)]
+            kinds.append(np.where(usable[None, :], least[:, index], INF))
+        weights = np.stack(kinds, axis=1)  # (D, 3, n + 1)
+        # min over N' <= N (non-increasing in N) and over N' >= N (non-decreasing): the
+        # least member of A_t(X) is the count of N with the first above X, the largest
+        # one less than the count of N with the second at most X
+        before = np.minimum.accumulate(weights, axis=2)
+        after = np.minimum.accumulate(weights[:, :, ::-1], axis=2)[:, :, ::-1]
+        middles = num_stages - 2
+
+        def holds(limits: np.ndarray) -> np.ndarray:
+            limits = limits[:, None, None]
+            fewest = (before > limits).sum(axis=2)  # count + 1 where A_t(X) is empty
+            most = (after <= limits).sum(axis=2) - 1
+            present = fewest <= count
+            low = fewest[:, 0] + fewest[:, 2] + middles * fewest[:, 1]
+            high = most[:, 0] + most[:, 2] + middles * most[:, 1]
+            return present[:, 0] & present[:, 2] & (present[:, 1] | (middles == 0)) \
+                & (low <= count) & (count <= high) & (limits[:, 0, 0] < INF)
+
+        candidates = np.sort(weights.reshape(len(dps), -1), axis=1)  # every value X* takes
+        rows = np.arange(len(dps))
+        low = np.zeros(len(dps), dtype=np.int64)  # bisection on the index of the least X
+        high = np.full(len(dps), candidates.shape[1], dtype=np.int64)
+        while np.any(low < high):
+            middle = np.minimum((low + high) // 2, candidates.shape[1] - 1)
+            found = holds(candidates[rows, middle]) & (low < high)
+            high = np.where(found, middle, high)
+            low = np.where(found | (low >= high), low, middle + 1)
+        return np.where(low < candidates.shape[1],
+                        candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
+
+    def _stage_weights(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                       dps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per d of ``dps`` (rows) and distinct range (columns, read back per L x L range
+        through the returned index, :func:`distinct_ranges`), the stage weight
+
+            H_v(f, l) = min over the TP qualities h of
+                        R·⌈(time floor_h(f, l) + gathers_c(f, l)) / v⌉ + exposed_c(f, l),
+
+        R = v·m + S − 1, the floors of :meth:`_stage_time_floor` and
+        :meth:`_vector_stage_floors` (rounded down).  With v = 1 this is
+        :meth:`_stagewise_bound`'s H with its gathers and exposed sync rounded down; with
+        v > 1 it is the weight of a stage whose chunks hold the layers of f..l in all
+        (:meth:`_interleaved_stagewise_bounds`).  H is a function of a range's totals
+        (parameters, compute, time floors), so it is priced once per distinct tuple of
+        them."""
+        config = table.config
+        qualities = self._tp_qualities(config.tp)
+        floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
+        columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                                   table.bwd_range, table.fwd_range,
+                                                   table.params_range) + floors)
+        microbatches = cost.num_microbatches(self.instance.training.global_batch,
+                                             table.microbatch, config, dps)
+        rounds = (virtual * microbatches + num_stages - 1)[:, None]
+        least = None
+        for (_, cap), floor in zip(qualities, columns[5:]):
+            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
+            time = floor[None, :] if gathers is None else floor + gathers
+            if virtual > 1:
+                time = -(-time // virtual)
+            total = rounds * time + exposed
+            least = total if least is None else np.minimum(least, total, out=least)
+        return least, inverse
 
     def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,
                              columns: tuple[np.ndarray, ...]

@@ -71,20 +71,22 @@ def canonical_placements(sizes: tuple[int, ...], slots: int):
 
 
 def shape_optimum(instance: Instance, shape, placements=None, only=None) -> float:
-    """Least objective over every plan of the shape (inf when none fits): every split,
-    recompute vector and placement of ``placements`` (device tuples, stage-major, then
-    replica, then intra-stage rank; default one per pattern of pairwise tiers) for which
-    ``only(placement)`` holds (default: every one)."""
+    """Least objective over every plan of the shape (inf when none fits): every split
+    (into S·v chunks, ``shape.virtual`` v, default 1), recompute vector and placement of
+    ``placements`` (device tuples, stage-major, then replica, then intra-stage rank; default
+    one per pattern of pairwise tiers) for which ``only(placement)`` holds (default: every
+    one)."""
     network = NetworkModel(instance.cluster)
     config = shape.config
+    virtual = getattr(shape, "virtual", 1)
     slots = config.devices * shape.num_stages * shape.dp
     modes = instance.training.recompute_modes
     best = math.inf
     placements = list(_placements(network, slots) if placements is None else placements)
-    for split in _splits(instance.workload.num_layers, shape.num_stages):
+    for split in _splits(instance.workload.num_layers, shape.num_stages * virtual):
         for mode_vector in itertools.product(modes, repeat=shape.num_stages):
-            stages = tuple(Stage(first, last, mode)
-                           for (first, last), mode in zip(split, mode_vector, strict=True))
+            stages = tuple(Stage(first, last, mode_vector[chunk % shape.num_stages])
+                           for chunk, (first, last) in enumerate(split))
             for devices in placements:
                 it = iter(devices)
                 placement = tuple(tuple(tuple(next(it) for _ in range(config.devices))
@@ -92,7 +94,8 @@ def shape_optimum(instance: Instance, shape, placements=None, only=None) -> floa
                                   for _ in range(shape.num_stages))
                 if only is not None and not only(placement):
                     continue
-                plan = Plan(config, shape.microbatch, shape.zero, shape.dp, stages, placement)
+                plan = Plan(config, shape.microbatch, shape.zero, shape.dp, stages, placement,
+                            virtual)
                 evaluation = evaluate(instance, plan, network)
                 if evaluation.feasible:
                     best = min(best, evaluation.objective_ticks)

@@ -1,0 +1,117 @@
+"""The stage-by-stage bound of interleaved shapes (v > 1, planner
+``_interleaved_stagewise_bounds``) against exhaustive search over every split into S·v chunks
+and every injective placement, and the pruned DP against the unbounded one on interleaved
+instances."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from exhaustive import canonical_placements, shape_optimum
+from tiers import slow_unless
+from unbounded import without_dp_bounds
+
+from nest_cp.cost import terms as cost
+from nest_cp.dp import planner
+from nest_cp.dp.compose import Shape
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import IntraConfig, RecomputeMode
+from nest_cp.model.result import SolveOptions
+from nest_cp.solvers.registry import solve
+
+
+def _blocks_instance(seed: int, tier_sizes: tuple[int, ...], overlap: bool,
+                     num_layers: int = 5):
+    """An embedding, identical blocks and a head (the presets' shape, searched by block
+    counting), t in {1, 2}, ZeRO 0, 1 and 3, v in {1, 2}, communication heavy."""
+    instance = random_instance(seed, num_layers=num_layers, tier_sizes=tier_sizes,
+                               configs=(IntraConfig(), IntraConfig(tp=2)), zero_stages=(0, 1, 3),
+                               global_batch=8, comm_scale=50, virtual_stages=(1, 2),
+                               recompute_modes=(RecomputeMode.NONE,), identical_blocks=True)
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
+
+
+def _interleaved_shapes(search, instance, virtual: int):
+    """Every (t = 2, S, d, v, z) shape interleaving allows: (Shape, exhaustive description)."""
+    devices = instance.cluster.num_devices
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        if config.tp != 2:
+            continue
+        table = search._table(choice_index)
+        for stages in range(2, table.num_layers // virtual + 1):
+            for dp in range(1, devices // (config.devices * stages) + 1):
+                microbatches = cost.num_microbatches(instance.training.global_batch,
+                                                     microbatch, config, dp)
+                if microbatches % stages:
+                    continue
+                for zero in instance.training.zero_stages:
+                    yield choice_index, Shape(table, stages, dp, virtual, zero, microbatches), \
+                        SimpleNamespace(config=config, microbatch=microbatch, zero=zero, dp=dp,
+                                        num_stages=stages, virtual=virtual)
+
+
+# nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2)
+@pytest.mark.parametrize("tier_sizes, overlap", slow_unless(
+    [((2, 2, 2), False), ((2, 2, 2), True), ((4, 2), False), ((4, 2), True)],
+    lambda case: case[0] == (4, 2)))
+def test_interleaved_stagewise_bound_never_exceeds_the_exhaustive_optimum(tier_sizes, overlap):
+    """For every interleaved shape (v = 2, t = 2): the stage-by-stage bound is at most the
+    least objective over every split into S·v chunks and every injective placement; it rises
+    above the case-split bound :meth:`_shape_bound` on some shapes and stays below the
+    optimum on others (a relaxation: the chunks' mean time, each stage's count set by its
+    hull)."""
+    raised = loose = compared = 0
+    for seed in range(2):
+        instance = _blocks_instance(seed, tier_sizes, overlap)
+        search = planner._Search(instance, SolveOptions(), ())
+        for choice_index, shape, exhaustive_shape in _interleaved_shapes(search, instance, 2):
+            chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+            bound = search._shape_bound(shape, chunk)
+            stagewise = int(search._interleaved_stagewise_bounds(
+                shape.table, shape.num_stages, shape.virtual, shape.zero,
+                np.array([shape.dp]))[0])
+            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+                tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+            if optimum == math.inf:
+                continue
+            compared += 1
+            assert stagewise <= optimum, (shape, stagewise, optimum)
+            raised += stagewise > bound
+            loose += stagewise < optimum
+    assert compared and raised and loose
+
+
+def test_interleaved_stagewise_bound_is_zero_without_blocks():
+    """On a workload that is not identical blocks the bound does not apply: 0 for every d."""
+    instance = dataclasses.replace(_blocks_instance(0, (2, 2, 2), False),
+                                   workload=random_instance(1, num_layers=5,
+                                                            configs=(IntraConfig(),
+                                                                     IntraConfig(tp=2)),
+                                                            ).workload)
+    search = planner._Search(instance, SolveOptions(), ())
+    table = search._table(1)
+    assert table.config.tp == 2
+    assert search._interleaved_stagewise_bounds(table, 2, 2, 0, np.array([1, 2])).tolist() \
+        == [0, 0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pruning_never_changes_the_interleaved_optimum(seed, monkeypatch):
+    """On block workloads allowing v in {1, 2} (8 devices, nodes of 2 and of 4 by seed, both
+    overlap flags by seed): the DP with every bound finds the objective the DP with every
+    bound replaced by 0 (all outers searched) finds, and prunes some outer."""
+    instance = _blocks_instance(seed, ((2, 2, 2), (4, 2))[seed % 2], bool(seed % 2),
+                                num_layers=6)
+    pruned = solve(instance, "dp", SolveOptions())
+    without_dp_bounds(monkeypatch)  # the interleaved stage-by-stage bound among them
+    exhaustive = solve(instance, "dp", SolveOptions())
+    assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
+        exhaustive.stats["outer_choices"]
+    assert pruned.stats["outer_searched"] < exhaustive.stats["outer_searched"]
+    assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
+                                                       exhaustive.objective_ticks)
