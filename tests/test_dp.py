@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from unbounded import without_dp_bounds
+from unbounded import same_optimum_unbounded
 
 from nest_cp.dp import geometry, interleaved, planner, suffix
 from nest_cp.dp.geometry import PathIds, effective_order, rank_devices
@@ -473,13 +473,8 @@ def test_bounds_never_change_the_optimum(seed, monkeypatch):
     """With every lower bound replaced by 0 the DP finds the same objective and plan."""
     instance = (medium_block_instance(int(seed.split("-")[1])) if isinstance(seed, str)
                 else medium_instance(seed))
-    pruned = dp_solve(instance, OPTIONS)
-    without_dp_bounds(monkeypatch)
-    exhaustive = dp_solve(instance, OPTIONS)
-    assert exhaustive.stats["outer_searched"] + exhaustive.stats["outer_unfit"] == \
-        exhaustive.stats["outer_choices"]
-    assert (pruned.status, pruned.objective_ticks) == (exhaustive.status,
-                                                       exhaustive.objective_ticks)
+    pruned, exhaustive = same_optimum_unbounded(instance, monkeypatch,
+                                                lambda i: dp_solve(i, OPTIONS))
     assert pruned.plan == exhaustive.plan
     check_result(instance, pruned)
 

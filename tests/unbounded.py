@@ -33,3 +33,18 @@ def without_dp_bounds(monkeypatch) -> None:
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
         (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+
+
+def same_optimum_unbounded(instance, monkeypatch, solve_dp):
+    """Solve ``instance`` with ``solve_dp`` (instance -> result) as the DP is, then with
+    every bound zeroed (:func:`without_dp_bounds`); assert that the unbounded run searched
+    every outer choice and that both give the same status and objective.  Returns the two
+    results (pruned, unbounded) for further checks."""
+    pruned = solve_dp(instance)
+    without_dp_bounds(monkeypatch)
+    unbounded = solve_dp(instance)
+    assert unbounded.stats["outer_searched"] + unbounded.stats["outer_unfit"] == \
+        unbounded.stats["outer_choices"]
+    assert (pruned.status, pruned.objective_ticks) == (unbounded.status,
+                                                       unbounded.objective_ticks)
+    return pruned, unbounded
