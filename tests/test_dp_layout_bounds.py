@@ -25,6 +25,28 @@ def _least_max_exposed(search, table, shape, layout) -> int:
     return int(fill_table(np.where(ordered, exposed, INF))[0][0, 0])
 
 
+def _shapes(search, instance, first_dp: int, virtuals=(1,)):
+    """(config, table, shape) for every config, S, d >= ``first_dp``, v in ``virtuals``
+    the planner allows and ZeRO stage of ``instance``."""
+    from nest_cp.cost import terms as cost
+    from nest_cp.dp.compose import Shape
+
+    devices = instance.cluster.num_devices
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        table = search._table(choice_index)
+        for stages in range(1, table.num_layers + 1):
+            for dp in range(first_dp, devices // (config.devices * stages) + 1):
+                microbatches = cost.num_microbatches(instance.training.global_batch,
+                                                     microbatch, config, dp)
+                for virtual in virtuals:
+                    if not planner._interleaving_allowed(stages, virtual, microbatches,
+                                                         table.num_layers):
+                        continue
+                    for zero in instance.training.zero_stages:
+                        yield config, table, Shape(table, stages, dp, virtual, zero,
+                                                   microbatches)
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_the_layout_sync_bound_never_exceeds_the_least_exposed_sync(overlap):
     """On small multi-channel networks, for every (config, S, d, z) and layout, the
@@ -33,8 +55,6 @@ def test_the_layout_sync_bound_never_exceeds_the_least_exposed_sync(overlap):
     are the geometries' own."""
     import dataclasses
 
-    from nest_cp.cost import terms as cost
-    from nest_cp.dp.compose import Shape
     from nest_cp.harness.generators import random_instance
     from nest_cp.model.instance import IntraConfig
     from nest_cp.model.plan import all_layouts
@@ -47,27 +67,19 @@ def test_the_layout_sync_bound_never_exceeds_the_least_exposed_sync(overlap):
         instance = dataclasses.replace(instance, training=dataclasses.replace(
             instance.training, overlap_grad_reduce=overlap))
         search = planner._Search(instance, SolveOptions(), all_layouts())
-        devices = instance.cluster.num_devices
-        for choice_index, (config, microbatch) in enumerate(instance.choices):
-            table = search._table(choice_index)
-            for stages in range(1, table.num_layers + 1):
-                for dp in range(2, devices // (config.devices * stages) + 1):
-                    microbatches = cost.num_microbatches(instance.training.global_batch,
-                                                         microbatch, config, dp)
-                    for zero in instance.training.zero_stages:
-                        shape = Shape(table, stages, dp, 1, zero, microbatches)
-                        for layout in all_layouts()[::6]:
-                            key, replica_groups, dense_groups = search.geometries.data_groups(
-                                layout, config, stages, dp)
-                            geometries = search.geometries(layout, config, stages, dp)
-                            assert replica_groups == [g.replica_groups for g in geometries]
-                            assert dense_groups == [g.dense_groups for g in geometries]
-                            bound = search._layout_sync_bound(shape, key, replica_groups,
-                                                              dense_groups)
-                            least = _least_max_exposed(search, table, shape, layout)
-                            assert 0 <= bound <= least
-                            tight += bound == least
-                            strict += bound < least
+        for config, table, shape in _shapes(search, instance, 2):
+            stages, dp = shape.num_stages, shape.dp
+            for layout in all_layouts()[::6]:
+                key, replica_groups, dense_groups = search.geometries.data_groups(
+                    layout, config, stages, dp)
+                geometries = search.geometries(layout, config, stages, dp)
+                assert replica_groups == [g.replica_groups for g in geometries]
+                assert dense_groups == [g.dense_groups for g in geometries]
+                bound = search._layout_sync_bound(shape, key, replica_groups, dense_groups)
+                least = _least_max_exposed(search, table, shape, layout)
+                assert 0 <= bound <= least
+                tight += bound == least
+                strict += bound < least
     assert tight and strict
 
 
@@ -79,8 +91,6 @@ def test_the_layout_bound_never_exceeds_the_layouts_optimum(tier_sizes):
     and above the same bound without receives on some shapes (not vacuous)."""
     import math
 
-    from nest_cp.cost import terms as cost
-    from nest_cp.dp.compose import Shape
     from nest_cp.harness.generators import random_instance
     from nest_cp.model.instance import IntraConfig, RecomputeMode
     from nest_cp.model.plan import all_layouts
@@ -93,35 +103,22 @@ def test_the_layout_bound_never_exceeds_the_layouts_optimum(tier_sizes):
                                    virtual_stages=(1, 2), identical_blocks=True,
                                    recompute_modes=(RecomputeMode.NONE,))
         search = planner._Search(instance, SolveOptions(), all_layouts())
-        devices = instance.cluster.num_devices
-        for choice_index, (config, microbatch) in enumerate(instance.choices):
-            table = search._table(choice_index)
-            for stages in range(1, table.num_layers + 1):
-                for dp in range(1, devices // (config.devices * stages) + 1):
-                    microbatches = cost.num_microbatches(instance.training.global_batch,
-                                                         microbatch, config, dp)
-                    for virtual in (1, 2):
-                        if not planner._interleaving_allowed(stages, virtual, microbatches,
-                                                             table.num_layers):
-                            continue
-                        for zero in instance.training.zero_stages:
-                            shape = Shape(table, stages, dp, virtual, zero, microbatches)
-                            for layout in all_layouts()[::5]:
-                                geometry = tuple(search.geometries(layout, config, stages, dp,
-                                                                   virtual > 1))
-                                bound = search._layout_bound(shape, geometry)
-                                search.best = planner.Best()
-                                inner, _, _ = search._inner(shape, 0, 0, 0)
-                                if inner is None:
-                                    continue
-                                search._search_layout(shape, inner, list(geometry), (0,),
-                                                      layout)
-                                optimum = search.best.objective
-                                if optimum is None:
-                                    continue
-                                compared += 1
-                                assert bound <= optimum, (shape, layout, bound, optimum)
-                                layers = search._layout_totals[id(table), geometry][0]
-                                raised += bound > shape.rounds * math.ceil(
-                                    layers / shape.num_chunks)
+        for config, table, shape in _shapes(search, instance, 1, (1, 2)):
+            stages, dp = shape.num_stages, shape.dp
+            for layout in all_layouts()[::5]:
+                geometry = tuple(search.geometries(layout, config, stages, dp,
+                                                   shape.virtual > 1))
+                bound = search._layout_bound(shape, geometry)
+                search.best = planner.Best()
+                inner, _, _ = search._inner(shape, 0, 0, 0)
+                if inner is None:
+                    continue
+                search._search_layout(shape, inner, list(geometry), (0,), layout)
+                optimum = search.best.objective
+                if optimum is None:
+                    continue
+                compared += 1
+                assert bound <= optimum, (shape, layout, bound, optimum)
+                layers = search._layout_totals[id(table), geometry][0]
+                raised += bound > shape.rounds * math.ceil(layers / shape.num_chunks)
     assert compared and raised
