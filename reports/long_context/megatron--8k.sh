@@ -40,6 +40,7 @@ MEGATRON_ARGS=(
   --use-distributed-optimizer
   --no-gradient-accumulation-fusion
   --ckpt-format fsdp_dtensor
+  --overlap-grad-reduce
   --attention-backend flash
 )
 # node_rank  host      CUDA_VISIBLE_DEVICES  global ranks
