@@ -112,3 +112,21 @@ def test_gpt3_at_1024_devices_stops_at_the_limit_with_the_hint():
     assert result.status is Status.FEASIBLE and result.plan == hint
     assert result.stats["shapes_unreached"]
     assert 0 < result.bound_ticks < result.objective_ticks
+
+
+def test_a_model_too_large_for_the_limit_is_named_in_the_message():
+    """A full-space model too large to build in the time left is never started: the result
+    says so (with its size) instead of reading like a solver stopped by its clock."""
+    from nest_cp.harness.generators import draw_tiny_recipe, tiny_instance
+
+    # a 12-device a2a ring whose (t = 2, c = 2) shape has a full-space model of ~550,000
+    # terms (the soak's seed 1473, where this was found)
+    instance = tiny_instance(draw_tiny_recipe(1473))
+    result = solve(instance, "cpsat", SolveOptions(space=Space.FULL, time_limit_s=1.0,
+                                                   seed=0, workers=1))
+    assert result.status is Status.UNKNOWN
+    assert result.stats["models_skipped"] >= 1
+    assert "too large to build" in result.message and "terms" in result.message
+    assert result.bound_ticks is not None
+    assert result.bound_ticks <= solve(instance, "brute", SolveOptions(space=Space.STRUCTURED)
+                                       ).objective_ticks

@@ -128,6 +128,7 @@ class _Search:
     solver_runs: int = 0  # models solved (a sub-problem may be solved in both passes)
     pruned: int = 0
     skipped_models: int = 0  # models not started: too big for the time left
+    largest_skipped: int = 0  # the estimated terms of the largest of them
     disagreements: int = 0  # proofs a second solve contradicted: the result is never OPTIMAL
     notes: list[str] = field(default_factory=list)
 
@@ -288,6 +289,7 @@ class _Run:
         estimate = estimate_terms(sub, self.network, self.options.space)
         if estimate / self._rate() > deadline.remaining():
             self.search.skipped_models += 1
+            self.search.largest_skipped = max(self.search.largest_skipped, estimate)
             logger.info("%s: model of about %d terms cannot be built in %.1f s; left open",
                         sub.label, estimate, deadline.remaining())
             raise OutOfTime
@@ -425,7 +427,10 @@ def _result(backend: str, space: Space, search: _Search, wall_time_s: float,
         # two runs') holds if one of them is right, but the result is not OPTIMAL
         open_bounds = [bound]
     bound = min(open_bounds + search.tolerance_bounds, default=-math.inf)
-    message = "; ".join(([limit_text(work)] if limited else []) + search.notes)
+    skipped = ([f"{search.skipped_models} sub-problem model(s) too large to build in the time "
+                f"left, never started (the largest about {search.largest_skipped:,} terms)"]
+               if limited and search.skipped_models else [])
+    message = "; ".join(([limit_text(work)] if limited else []) + skipped + search.notes)
     if search.best_plan is None:
         return SolveResult(backend, Status.UNKNOWN, bound_ticks=_int_or_none(bound),
                            wall_time_s=wall_time_s, space=space, message=message, stats=stats,
