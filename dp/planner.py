@@ -135,7 +135,7 @@ from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
-from nest_cp.model.result import SolveResult, Space, Status
+from nest_cp.model.result import CUTOFF_TICKS, SolveResult, Space, Status
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +242,13 @@ def solve(instance: Instance, options=None,
     being searched that were already offered are at least the incumbent, the rest at
     least β.  Stopped while the outer choices were still being listed, β = 0 (no time is
     negative).
+    ``options.extra[CUTOFF_TICKS]`` = C (the registry's search one recompute mode at a time:
+    the best objective of the parts searched before, whose plan wins ties) starts the search
+    with C as the incumbent's objective and a key below every key, so only plans of fewer
+    than C ticks are accepted and every bound at least C prunes, as an incumbent's would.
+    The optimum is then unchanged wherever it is below C; where no plan is, the result is
+    UNKNOWN with the bound C (every plan of the space costs at least C: the search ran to
+    the end, each pruning exact), or with min(C, β) when stopped.
     ``layouts`` restricts the rank layouts (default: every layout of the structured space on
     the instance's network, :attr:`NetworkModel.structured_layouts`: v2's 24 of
     ``all_layouts()``, then v3a's other device orders and spare-first offsets), e.g.
@@ -250,8 +257,9 @@ def solve(instance: Instance, options=None,
     """
     start = time.perf_counter()
     stop_after = stop_after_seconds(options)
+    cutoff = (getattr(options, "extra", None) or {}).get(CUTOFF_TICKS)
     search = _Search(instance, options, layouts,
-                     None if stop_after is None else start + stop_after)
+                     None if stop_after is None else start + stop_after, cutoff)
     best = search.run()
     elapsed = time.perf_counter() - start
     stats = {"outer_choices": search.stats.outer_total,
@@ -259,10 +267,12 @@ def solve(instance: Instance, options=None,
              "outer_unfit": search.stats.outer_unfit,
              "layouts_searched": search.stats.layouts_searched,
              "dp_passes": search.stats.dp_passes}
-    if best.objective is not None:
+    if best.layout:  # a plan was found (a cutoff alone has none)
         stats["layout"] = best.layout
     if search.stopped_bound is not None:
         return _stopped(best, search.stopped_bound, elapsed, stats)
+    if best.plan is None and cutoff is not None:
+        return _cut_off(cutoff, elapsed, stats)
     if best.plan is None:
         return SolveResult(backend="dp", status=Status.INFEASIBLE, wall_time_s=elapsed,
                            space=Space.STRUCTURED, message=_infeasible_reason(best),
@@ -286,15 +296,25 @@ def stop_after_seconds(options) -> float | None:
 
 def _stopped(best: Best, unsearched_bound: int, elapsed: float, stats: dict) -> SolveResult:
     """The result of a search stopped at its time limit (see :func:`solve`)."""
-    if best.plan is None:
+    if best.plan is None:  # with a cutoff C, β <= C bounds the space (see :func:`solve`)
         return SolveResult(backend="dp", status=Status.UNKNOWN, wall_time_s=elapsed,
                            space=Space.STRUCTURED, stats=stats,
+                           bound_ticks=None if best.objective is None
+                           else min(unsearched_bound, best.objective),
                            message="stopped at the time limit before finding a plan")
     return SolveResult(backend="dp", status=Status.FEASIBLE, plan=best.plan,
                        objective_ticks=best.objective,
                        bound_ticks=min(best.objective, unsearched_bound),
                        wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats,
                        message="stopped at the time limit")
+
+
+def _cut_off(cutoff: int, elapsed: float, stats: dict) -> SolveResult:
+    """The result of a search to the end that found no plan below its cutoff C: every plan
+    of the space costs at least C (see :func:`solve`)."""
+    return SolveResult(backend="dp", status=Status.UNKNOWN, bound_ticks=int(cutoff),
+                       wall_time_s=elapsed, space=Space.STRUCTURED, stats=stats,
+                       message=f"no plan below the cutoff of {int(cutoff)} ticks")
 
 
 class _TimeUp(Exception):
@@ -312,7 +332,7 @@ class _Search:
     """The outer enumeration with bounds, and the inner searches of each outer choice."""
 
     def __init__(self, instance: Instance, options, layouts: tuple[RankLayout, ...] | None,
-                 deadline: float | None = None):
+                 deadline: float | None = None, cutoff: int | None = None):
         self.deadline = deadline  # perf_counter() time to stop at, or None
         self.stopped_bound: int | None = None  # least bound of the unsearched, if stopped
         self.instance = instance
@@ -340,7 +360,8 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
-        self.best = Best()
+        # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
+        self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
 
     # ------------------------------------------------------------ outer loop
@@ -355,7 +376,7 @@ class _Search:
         show = bool(getattr(self.options, "progress", False))
         with Progress("dp", len(outers), show_bar=show, logger=logger) as progress:
             self._best_first(outers, progress)
-        if self.best.plan is None and self.stopped_bound is None:
+        if self.best.objective is None and self.stopped_bound is None:
             self._measure_excess(outers)
         return self.best
 

@@ -96,6 +96,12 @@ def status_text(status: str, tolerance_rel: float | None) -> str:
 MAX_WORKERS = 64  # solver threads per solve; more only oversubscribes any machine we run on
 
 
+# SolveOptions.extra key: another part of a search over a union of spaces (one recompute mode
+# at a time, nest_cp.solvers.registry) holds a plan of this many ticks that wins ties; a
+# backend honouring it searches only for plans strictly below it (nest_cp.dp.planner.solve)
+CUTOFF_TICKS = "cutoff_ticks"
+
+
 @dataclass(frozen=True, slots=True)
 class SolveOptions:
     """Options every backend accepts; a backend ignores those that do not apply to it, so

@@ -23,7 +23,7 @@ from nest_cp.cost.evaluate import Evaluation, evaluate
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, Strategy
 from nest_cp.model.launchers.search import model_problem, one_recompute_mode
-from nest_cp.model.result import SolveOptions, SolveResult, Status
+from nest_cp.model.result import CUTOFF_TICKS, SolveOptions, SolveResult, Status
 
 # name -> "module:function"; each function has the signature (Instance, SolveOptions) -> SolveResult
 BACKENDS: dict[str, str] = {
@@ -170,10 +170,17 @@ def one_mode_instances(instance: Instance) -> list[Instance]:
 
 def _solve_per_mode(instance: Instance, backend: str, options: SolveOptions) -> SolveResult:
     """The search under one recompute mode at a time, merged (:func:`merge_parts`); each part
-    gets an equal share of the time still left, so the limit bounds the whole solve."""
+    gets an equal share of the time still left, so the limit bounds the whole solve.
+
+    The DP searches each part below the best objective of the parts before it
+    (``CUTOFF_TICKS``, :func:`nest_cp.dp.planner.solve`): a plan of a later part that does
+    not beat it would lose the merge's tie to the earlier one, so the merged plan is the
+    same, and the later part's bound still bounds its space (plain plans only: an instance
+    allowing SDP is searched without it)."""
     started = time.monotonic()
     parts = []
     restricted = one_mode_instances(instance)
+    cuts = backend == "dp" and Strategy.SDP not in instance.training.strategies
     for index, part in enumerate(restricted):
         left = options.time_limit_s - (time.monotonic() - started)
         share = max(left / (len(restricted) - index), MIN_SDP_TIME_S)
@@ -181,8 +188,12 @@ def _solve_per_mode(instance: Instance, backend: str, options: SolveOptions) -> 
         if hint is not None and any(stage.recompute not in part.training.recompute_modes
                                     for stage in hint.stages):
             hint = None  # a hint of another mode is no plan of this part
+        extra = options.extra
+        found = [earlier.objective_ticks for earlier in parts if earlier.plan is not None]
+        if cuts and found:
+            extra = {**extra, CUTOFF_TICKS: min(found)}
         parts.append(_solve_strategies(part, backend, dataclasses.replace(
-            options, time_limit_s=share, hint=hint)))
+            options, time_limit_s=share, hint=hint, extra=extra)))
     labels = [part.training.recompute_modes[0].value for part in restricted]
     return merge_parts(backend, parts, labels, time.monotonic() - started)
 
@@ -191,10 +202,12 @@ def merge_parts(backend: str, parts: list[SolveResult], labels: list[str],
                 wall_time_s: float) -> SolveResult:
     """One result over a union of disjoint spaces searched apart (``labels`` name them).
 
-    The plan is the best found; the bound the least of the parts' bounds (an infeasible part
-    bounds nothing below +inf; a part without a bound leaves the union without one). The
-    union is OPTIMAL when every part is OPTIMAL or INFEASIBLE, INFEASIBLE when every part
-    is, else FEASIBLE with a plan or UNKNOWN without.
+    The plan is the best found (the earliest part's on a tie); the bound the least of the
+    parts' bounds (an infeasible part bounds nothing below +inf; a part without a bound
+    leaves the union without one). The union is OPTIMAL when every part is OPTIMAL or
+    INFEASIBLE, or when the bound reaches the best plan's objective (a part stopped or cut
+    off, :func:`_solve_per_mode`, whose bound is no lower: no plan of it is better),
+    INFEASIBLE when every part is, else FEASIBLE with a plan or UNKNOWN without.
     """
     found = [part for part in parts if part.plan is not None]
     best = min(found, key=lambda part: part.objective_ticks, default=None)
@@ -205,7 +218,8 @@ def merge_parts(backend: str, parts: list[SolveResult], labels: list[str],
         status = Status.INFEASIBLE if all(part.status is Status.INFEASIBLE
                                           for part in parts) else Status.UNKNOWN
     else:
-        status = Status.OPTIMAL if settled else Status.FEASIBLE
+        proven = bound is not None and bound >= best.objective_ticks
+        status = Status.OPTIMAL if settled or proven else Status.FEASIBLE
     if best is not None and bound is not None:
         bound = min(bound, best.objective_ticks)
     message = "; ".join(f"{label}: {part.message}" for label, part in
