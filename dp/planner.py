@@ -790,14 +790,32 @@ class _Search:
 
     def _chunk_time_bounds(self, choice_index: int) -> dict[int, int]:
         """For every chunk count K, the least max τ over splits into K chunks with every
-        term on its cheapest possible path: a lower bound for any S·v = K, d, z, layout."""
+        term on its cheapest possible path: a lower bound for any S·v = K, d, z, layout.
+
+        It is ``fill_table`` of :meth:`_cheapest_times` (K) at [0, 0] for every K, found for
+        all K by one recurrence over layer suffixes.  A chunk's weight there depends on its
+        layers f..l only: the activation receive is added iff the chunk is not the first,
+        that is iff f > 0 (the first chunk starts at layer 0, every other after it), and the
+        gradient receive iff it is not the last, iff l < L − 1.  So with c(f, l) that weight
+        (INF for l < f) and h_k(f) the least maximum weight over splits of layers f..L − 1
+        into k chunks (INF when fewer than k layers are left),
+
+            h_1(f) = c(f, L − 1),   h_k(f) = min over l >= f of max(c(f, l), h_{k−1}(l + 1)),
+
+        and the bound for K is h_K(0): L steps of O(L²) instead of one O(K·W²) table per K.
+        """
         table = self._table(choice_index)
-        bounds = {}
-        for num_chunks in range(1, table.num_layers + 1):
-            width = table.num_layers - num_chunks + 1
-            weight = np.where(np.triu(np.ones((width, width), dtype=bool)),
-                              self._cheapest_times(table, num_chunks), INF)
-            bounds[num_chunks] = int(fill_table(weight)[0][0, 0])
+        base, activation, received = self._cheapest_ranges(table)
+        num_layers = table.num_layers
+        lasts = np.arange(num_layers)
+        weight = base + activation[:, None] + np.where(lasts < num_layers - 1, received, 0)
+        weight = np.where(lasts[None, :] >= lasts[:, None], weight, INF)
+        least = weight[:, num_layers - 1].copy()  # h_1
+        bounds = {1: int(least[0])}
+        for num_chunks in range(2, num_layers + 1):
+            after = np.append(least[1:], INF)  # h_{k-1}(l + 1), by l
+            least = np.maximum(weight, after[None, :]).min(axis=1)
+            bounds[num_chunks] = int(least[0])
         return bounds
 
     def _cheapest_ranges(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

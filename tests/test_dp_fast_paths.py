@@ -311,3 +311,28 @@ def test_windows_are_read_only_views_of_each_stage_range():
             assert (vector_view[stage] == vector[stage:stage + width]).all()
         assert not view.flags.writeable and not vector_view.flags.writeable
         assert np.shares_memory(view, matrix) and np.shares_memory(vector_view, vector)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunk_time_bounds_equal_the_min_max_table_of_every_chunk_count(seed):
+    """The suffix recurrence of ``_chunk_time_bounds`` gives, for every K, the value of the
+    kernel's min-max table on the cheapest chunk times (its definition), also with c > 1."""
+    from nest_cp.dp.planner import _Search
+    from nest_cp.harness.generators import random_cp_instance, random_instance
+
+    rng = random.Random(seed)
+    instance = random_cp_instance(
+        seed, configs=(IntraConfig(1, 1), IntraConfig(2, 1, cp=2), IntraConfig(1, 1, cp=4)),
+        tier_sizes=(2, 4), num_layers=rng.randint(3, 9)) if seed % 2 else random_instance(
+        seed, num_layers=rng.randint(3, 9), tier_sizes=(2, 4, 2),
+        configs=(IntraConfig(1, 1), IntraConfig(2, 1), IntraConfig(4, 1)))
+    search = _Search(instance, None, None)
+    for choice_index in range(len(instance.choices)):
+        table = search._table(choice_index)
+        expected = {}
+        for num_chunks in range(1, table.num_layers + 1):
+            width = table.num_layers - num_chunks + 1
+            weight = np.where(np.triu(np.ones((width, width), dtype=bool)),
+                              search._cheapest_times(table, num_chunks), INF)
+            expected[num_chunks] = int(fill_table(weight)[0][0, 0])
+        assert search._chunk_time_bounds(choice_index) == expected
