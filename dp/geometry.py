@@ -1029,8 +1029,8 @@ def _replica_order(replica: ReplicaPaths) -> tuple:
 def tiered_context_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                               config: IntraConfig, wrap: bool) -> list[StageGeometry]:
     """:func:`rank_geometries` on a tiered network with context width c > 1, vectorised
-    over ranks: the same geometries (tests/test_dp_cp.py compares the two).  A stage's
-    (d, a) device array is read as (d, e, c, t) (rank j = t_index + t·c_index +
+    over ranks and stages: the same geometries (tests/test_dp_cp.py compares the two).  A
+    stage's (d, a) device array is read as (d, e, c, t) (rank j = t_index + t·c_index +
     t·c·e_index), so each kind of group lies along one axis or a block of axes and
     :class:`_GroupPathCodes` prices all of them at once; a pair's path is its tier's
     (:meth:`NetworkModel.tier_of_pairs`)."""
@@ -1046,45 +1046,52 @@ def tiered_context_geometries(network: NetworkModel, ids: PathIds, devices: np.n
         return tier_ids[np.asarray(network.tier_of_pairs(np.minimum(one, other),
                                                          np.maximum(one, other)))]
 
-    def columns(values: np.ndarray | None) -> np.ndarray:  # (d, k) per replica
-        return np.zeros((dp, 0), dtype=np.int64) if values is None else \
-            values.reshape(dp, -1)
+    # every stage at once (the per-stage work is Python sets of the few distinct rows)
+    tensor = codes.of(shaped, 4) if tp > 1 else None  # (S, d, e, c)
+    expert = codes.of(shaped, 2) if ep > 1 else None  # (S, d, c, t)
+    context = codes.of(shaped, 3)  # (S, d, e, t)
+    ring = pair_ids(shaped, np.roll(shaped, -1, axis=3))
+    inner = np.asarray(network.tier_of_pairs(shaped.min(axis=4), shaped.max(axis=4))) == 0 \
+        if tp > 1 else np.ones((num_stages, dp, ep, cp), dtype=bool)
+    local = inner.reshape(num_stages, dp, -1).all(axis=2)
+    receives = []
+    for senders in (activation_from, gradient_from):  # -1 where a stage receives none
+        found = np.full(devices.shape, -1, dtype=np.int64)
+        stages = [stage for stage in range(num_stages) if senders[stage] is not None]
+        if stages:
+            found[stages] = pair_ids(devices[[senders[stage] for stage in stages]],
+                                     devices[stages])
+        receives.append(found)
 
-    geometries = []
-    for stage in range(num_stages):
-        grid = shaped[stage]  # (d, e, c, t)
-        tensor = codes.of(grid, 3) if tp > 1 else None
-        expert = codes.of(grid, 1) if ep > 1 else None
-        context = codes.of(grid, 2)
-        following = np.roll(grid, -1, axis=2)
-        ring = pair_ids(grid, following)
-        inner = np.asarray(network.tier_of_pairs(grid.min(axis=3), grid.max(axis=3))) == 0 \
-            if tp > 1 else np.ones((dp, ep, cp), dtype=bool)
-        local = inner.reshape(dp, -1).all(axis=1)
-        receives = []
-        for sender in (activation_from[stage], gradient_from[stage]):
-            receives.append(None if sender is None else
-                            pair_ids(devices[sender], devices[stage]))
-        parts = [columns(tensor), columns(expert), columns(receives[0]), columns(receives[1]),
-                 local[:, None].astype(np.int64), columns(ring), columns(context)]
-        widths = [part.shape[1] for part in parts]
-        rows, first = np.unique(np.concatenate(parts, axis=1), axis=0, return_index=True)
-        replicas = set()
-        for row in rows[np.argsort(first)]:
-            split = np.split(row, np.cumsum(widths)[:-1])
-            tensor_ids, expert_ids, act_ids, grad_ids, tp_local, ring_ids, context_ids = (
-                tuple(sorted(set(part.tolist()))) for part in split)
-            replicas.add(ReplicaPaths(
-                tp_groups=tensor_ids, ep_groups=expert_ids, recv_activation=act_ids,
-                recv_gradient=grad_ids, tp_local=bool(tp_local[0]),
-                context_pairs=ring_ids, context_groups=context_ids))
-        # the d·c ranks of each (tensor, expert) index, the d·e·c ranks of each tensor index
-        shard = np.moveaxis(grid, (1, 3), (0, 1)).reshape(ep, tp, dp * cp)
-        dense = np.moveaxis(grid, 3, 0).reshape(tp, dp * ep * cp)
-        replica_groups = tuple(sorted(set(codes.of(shard, 2).ravel().tolist()))) \
-            if dp * cp > 1 else ()
-        dense_groups = tuple(sorted(set(codes.of(dense, 1).ravel().tolist()))) \
-            if dp * ep * cp > 1 else ()
-        geometries.append(StageGeometry(tuple(sorted(replicas, key=_replica_order)),
-                                        replica_groups, dense_groups))
-    return geometries
+    def columns(values: np.ndarray | None) -> np.ndarray:  # (S, d, k) per replica
+        return np.zeros((num_stages, dp, 0), dtype=np.int64) if values is None else \
+            values.reshape(num_stages, dp, -1)
+
+    parts = [columns(tensor), columns(expert), columns(receives[0]), columns(receives[1]),
+             local[:, :, None].astype(np.int64), columns(ring), columns(context)]
+    widths = [part.shape[2] for part in parts]
+    stage_column = np.broadcast_to(np.arange(num_stages)[:, None, None], (num_stages, dp, 1))
+    rows = np.unique(np.concatenate([stage_column, *parts], axis=2).reshape(
+        num_stages * dp, -1), axis=0)
+    replicas: list[set] = [set() for _ in range(num_stages)]
+    for row in rows.tolist():
+        split, at = [], 1
+        for width in widths:
+            split.append(row[at:at + width])
+            at += width
+        tensor_ids, expert_ids, act_ids, grad_ids, tp_local, ring_ids, context_ids = (
+            tuple(sorted(set(part) - {-1})) for part in split)  # -1: no receive
+        replicas[row[0]].add(ReplicaPaths(
+            tp_groups=tensor_ids, ep_groups=expert_ids, recv_activation=act_ids,
+            recv_gradient=grad_ids, tp_local=bool(split[4][0]),
+            context_pairs=ring_ids, context_groups=context_ids))
+    # the d·c ranks of each (tensor, expert) index, the d·e·c ranks of each tensor index
+    shard = np.moveaxis(shaped, (2, 4), (1, 2)).reshape(num_stages, ep, tp, dp * cp)
+    dense = np.moveaxis(shaped, 4, 1).reshape(num_stages, tp, dp * ep * cp)
+    shard_ids = codes.of(shard, 3).reshape(num_stages, -1) if dp * cp > 1 else None
+    dense_ids = codes.of(dense, 2).reshape(num_stages, -1) if dp * ep * cp > 1 else None
+    return [StageGeometry(
+        tuple(sorted(replicas[stage], key=_replica_order)),
+        () if shard_ids is None else tuple(sorted(set(shard_ids[stage].tolist()))),
+        () if dense_ids is None else tuple(sorted(set(dense_ids[stage].tolist()))))
+        for stage in range(num_stages)]

@@ -250,7 +250,7 @@ def test_tiered_context_geometries_equal_the_rank_by_rank_ones(tier_sizes):
     ids = PathIds(network)
     compared = 0
     for config in configs:
-        for stages in (1, 2):
+        for stages in (1, 2, 3):  # 3: a middle stage, receiving both ways
             for dp in range(1, network.num_devices // (config.devices * stages) + 1):
                 for layout in all_layouts()[::5]:
                     devices = rank_devices(layout, layout_config(config), stages, dp,
