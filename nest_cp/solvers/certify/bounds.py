@@ -35,23 +35,30 @@ Proof.  Fix a plan P of the shape.
    costs at least one pair's price, so by 1 at least the cheapest tier admitting
    2 (a transfer runs one channel on the tier's own path), with the sender's real
    last layer (or, on a block chain, the least over the layers it can be).
-   Gathers (>= 0) are dropped.  So τ(s, r) >= stage_tau(s).
+   Gathers (>= 0) are dropped.  With context width c > 1 (docs/context-parallelism.md)
+   τ(s, r) also holds the replica's exposed context exchange; fixing one ring pair
+   (p2p) or one CP group (a2a) of the replica, it is at least chain's
+   ``context(span, tier)`` on that pair's (group's) tier (chain's "Context exchange"),
+   which admits 2 (c), so by 1 at least its cheapest admitting tier's; every other term
+   is the same function of the profiles at c as above.  So τ(s, r) >= stage_tau(s).
 3. Sync per stage.  T_sync(P) = max over stages of the exposed sync
    E(RS_s, AG_s) (§3.2 c, cost model §5 c, d): RS_s (AG_s) is the gradient phase
    (weight gather) of the slowest dense group plus that of the slowest expert
-   group, dense groups d·e ranks and expert groups d, and
+   group, dense groups d·e·c ranks and expert groups d·c (c = 1 without context
+   parallelism: a CP group's c ranks hold the same parameters), and
    E(RS, AG) = (max(0, RS − R_s) or RS) + (max(0, AG − F_s) or AG) as the overlap
    flags say (``cost.exposed_sync_ticks``), R_s / F_s the span's backward /
    forward ticks.  Fix any dense group G_d and expert group G_e: a max is at
    least each of its terms, so RS_s >= RS(G_d) + RS(G_e) and AG_s >= AG(G_d) +
    AG(G_e), and E never falls when either argument grows, so E(RS_s, AG_s) >=
-   E(RS(G_d) + RS(G_e), AG(G_d) + AG(G_e)).  G_d lies on a tier t_d admitting d·e,
+   E(RS(G_d) + RS(G_e), AG(G_d) + AG(G_e)).  G_d lies on a tier t_d admitting d·e·c,
    and by 1 each of its phases costs at least its price on t_d (both phases run
    on the group's one path); likewise G_e on t_e.  So the exposed sync is at least
    the least over admitting pairs (t_d, t_e) of E of those prices
    (:meth:`FastBounds.stage_sync`).
 4. P's split is one of those minimised over (its stages fit in memory with
-   k_s = min(S − s, m) in flight, §3; the catalogue offers exactly those), so
+   k_s = min(S − s, m) in flight, §3, priced by the evaluator's own memory function at
+   the shape's c; the catalogue offers exactly those), so
    τ_max(P) >= max_s stage_tau(s) >= τ_lb and T_sync(P) >= σ_lb; minimising the two
    separately can only lower the sum.  T(P) = (m + S − 1)·τ_max + T_sync (§3).  ∎
 
@@ -173,6 +180,8 @@ class FastBounds:
             else:
                 value += cheapest_tier(self.tiers, size,
                                        lambda tier, f=family: prices.collectives(span, f, tier))
+        value += cheapest_tier(self.tiers, prices.context_size,
+                               lambda tier: prices.context(span, tier))
         if sends:
             value += cheapest_tier(self.tiers, 2, lambda tier: prices.transfer(span.last, tier))
         if receives:
@@ -190,11 +199,11 @@ class FastBounds:
         """The exposed sync of a stage with its dense and expert groups on the pair of
         admitting tiers that exposes least: at most the stage's exposed sync in every plan
         (the module docstring, step 3)."""
-        prices, config = self.prices, self.prices.config
-        dense = self._sync_parts(dp * config.ep,
+        prices = self.prices
+        dense = self._sync_parts(prices.dense_group(dp),
                                  lambda tier: prices.dense_sync_parts(span, dp, zero, tier))
-        expert = self._sync_parts(dp, lambda tier: prices.expert_sync_parts(span, dp, zero,
-                                                                           tier))
+        expert = self._sync_parts(prices.expert_group(dp),
+                                  lambda tier: prices.expert_sync_parts(span, dp, zero, tier))
         backward, forward = prices.backward(span), prices.forward(span)
         return min(cost.exposed_sync_ticks(d[0] + e[0], backward, self.overlap, d[1] + e[1],
                                            forward, self.overlap_gather)
@@ -414,8 +423,8 @@ class FastBounds:
             return found
 
         exposed = [self._exposed(d[0] + e[0], d[1] + e[1], backward, forward)
-                   for d in parts(dp * self.prices.config.ep, dense)
-                   for e in parts(dp, expert)]
+                   for d in parts(self.prices.dense_group(dp), dense)
+                   for e in parts(self.prices.expert_group(dp), expert)]
         least = np.min(np.stack([np.broadcast_to(np.asarray(x, dtype=object), valid.shape)
                                  for x in exposed]), axis=0)
         row = np.where(valid, least, INF).astype(np.int64)
