@@ -13,6 +13,7 @@ import logging
 
 import pytest
 from click.testing import CliRunner
+from test_dp_cp import _cp_instance
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate
 from nest_cp.cli import main
@@ -192,3 +193,10 @@ def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
     refused = runner.invoke(main, ["solve", str(only_c2), "--backend", "phaze"])
     assert refused.exit_code == 2
     assert "context parallelism" in refused.output
+
+
+def test_manual_answers_where_only_interleaving_is_allowed():
+    """manual on a CP instance allowing v = 2 alone (tests/test_dp_cp.py seed 17) never
+    returns a v = 1 plan the instance refuses: a refereed plan, or UNKNOWN."""
+    result = solve(_cp_instance(17, "p2p"), "manual")
+    assert result.plan is None or result.plan.virtual_stages == 2

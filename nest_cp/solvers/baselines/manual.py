@@ -114,6 +114,7 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
         plan = _context_plan(referee, config)
         if plan is not None:
             plan = _interleaved(referee, plan)
+        if plan is not None:
             logger.debug("manual: t=%d c=%d e=%d S=%d d=%d v=%d", config.tp, plan.config.cp,
                          config.ep, plan.num_stages, plan.num_replicas, plan.virtual_stages)
             return feasible_result("manual", referee, plan, started,
@@ -326,13 +327,16 @@ def _rest_plan(referee: Evaluator, config: IntraConfig, num_stages: int) -> Plan
     return None
 
 
-def _interleaved(referee: Evaluator, plan: Plan) -> Plan:
-    """Rule 5: ``plan`` with the largest allowed v > 1 that applies and fits, else as it is."""
+def _interleaved(referee: Evaluator, plan: Plan) -> Plan | None:
+    """Rule 5: ``plan`` with the largest allowed v > 1 that applies and fits, else as it is
+    (None when the instance does not allow v = 1 either)."""
     instance, num_stages = referee.instance, plan.num_stages
+    # only an interleaved plan may be allowed (v = 1 not among the instance's v)
+    plain = plan if 1 in instance.training.virtual_stages else None
     microbatches = cost.num_microbatches(instance.training.global_batch, plan.microbatch,
                                          plan.config, plan.num_replicas)
     if num_stages < 2 or microbatches % num_stages:
-        return plan
+        return plain
     for virtual in sorted(instance.training.virtual_stages, reverse=True):
         if virtual == 1 or \
                 instance.workload.num_layers < MIN_LAYERS_PER_CHUNK * num_stages * virtual:
@@ -341,7 +345,7 @@ def _interleaved(referee: Evaluator, plan: Plan) -> Plan:
                                     num_stages, plan.num_replicas, virtual)
         if interleaved is not None:
             return interleaved
-    return plan
+    return plain
 
 
 def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int,
