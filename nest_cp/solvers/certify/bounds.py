@@ -222,14 +222,18 @@ class FastBounds:
 
         Proof.  Fix a stage replica and, per present family f (TP, EP with collectives; CP,
         the c ranks of a context group), k_f the largest tier any of its groups lies on —
-        for CP under p2p the largest tier of a ring pair; every pair of a ring then lies in
-        one tier-k_f domain and the ring is connected by them, so the whole group does too
-        (domains partition the devices).  A group of f lies on tier k_f, so tier k_f admits
-        its size, and the family's term is at least chain's price on k_f (steps 1 and 2,
-        and chain's "Context exchange"; with ``tp_comm_overlap`` its "TP overlap" lemma for
-        that group).  For every capacity tier k, the families F with k_f <= k have every
-        group inside a tier-k domain; the ranks j = t_index + t·c_index + t·c·e_index
-        reachable from one rank through groups of F vary exactly F's coordinates, so
+        for CP under p2p the largest tier of a ring pair; on a hierarchy every pair of a
+        ring then lies in one tier-k_f domain and the ring is connected by them, so the
+        whole group does too (domains partition the devices).  A group (a ring pair) of f
+        lies on tier k_f, so tier k_f admits its size (2 for a pair), and the family's term
+        is at least chain's price on k_f (steps 1 and 2, and chain's "Context exchange";
+        with ``tp_comm_overlap`` its "TP overlap" lemma for that group).  On a graph
+        there are no capacity tiers and the choice is each family's cheapest admitting
+        tier, as in step 2 (a ring of c devices need not be a clique of its slowest pair's
+        speed, so only its pair is admitted).  For every capacity tier k, the families F
+        with k_f <= k have every group inside a tier-k domain; the ranks j = t_index +
+        t·c_index + t·c·e_index reachable from one rank through groups of F vary exactly
+        F's coordinates, so
         ∏_{f∈F} |f| distinct devices (the placement is injective) share one tier-k domain:
         ∏ <= the largest tier-k domain.  The replica's (k_f) is therefore one of the choices
         minimised over, and its intra terms are at least that choice's sum.  ∎  Families
@@ -242,9 +246,14 @@ class FastBounds:
                 size = cost.group_size(family, config)
                 families.append((size, [(t.index, prices.collectives(span, family, t.index))
                                         for t in self.tiers if t.admits(size)]))
+        # the context family's tier admits its pair (p2p) or group (a2a); containment of
+        # the whole ring (size c) is the capacity rows' job, on hierarchies only
         families.append((config.cp, [(t.index, prices.context(span, t.index))
-                                     for t in self.tiers if t.admits(config.cp)]))
+                                     for t in self.tiers if t.admits(prices.context_size)]))
         capacities = [(t.index, max(t.domains)) for t in self.tiers if t.capacity is not None]
+        if not capacities:  # a graph: nothing is contained, each family at its cheapest
+            return sum(min((price for _, price in options), default=math.inf)
+                       for _, options in families)
         best = math.inf
         for choice in itertools.product(*(options for _, options in families)):
             if all(math.prod(size for (size, _), (tier, _) in zip(families, choice, strict=True)
