@@ -1,7 +1,7 @@
 """Cross-check every per-shape bound of ``verify --certify-full`` against exhaustive search.
 
 `python -m benchmarks.certify_shapes [--first-seed S] [--count N] [--budget-s T]
-[--out FILE]` draws seeded random hierarchies of 4-8 devices (tier-0 domains of 2-4
+[--context] [--out FILE]` draws seeded random hierarchies of 4-8 devices (tier-0 domains of 2-4
 devices, so sync groups of four or more that leave a node can run two or more ring
 channels, cost model §5 a), and for every shape whose full space exhaustive search can
 enumerate compares the placement relaxation's proven value
@@ -14,6 +14,11 @@ over the shape's raised plans alone.  A bound above the optimum is a violation. 
 whole-instance certificate is checked by the soak (:mod:`nest_cp.verify.soak`); this is
 the per-shape check, where a bound that is wrong on a shape the certificate's interval
 hides is still caught.  Not part of ``make bench``.
+
+With ``--context`` every seed draws instead a context-parallel instance
+(:func:`nest_cp.harness.generators.random_cp_instance`: widths c in {1, 2, 4} beside t
+or e, p2p or a2a, 4-8 devices), whose c > 1 shapes the certificate bounds by the
+placement-free bound alone (:func:`nest_cp.solvers.certify.geometry.geometry`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import time
 from pathlib import Path
 
 from nest_cp.cost.evaluate import evaluate
-from nest_cp.harness.generators import random_instance
+from nest_cp.harness.generators import random_cp_instance, random_instance
 from nest_cp.model.instance import CollectiveGroup, IntraConfig, Optimizer, RecomputeMode
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
@@ -65,6 +70,25 @@ def _instance(seed: int):
             instance.training, optimizer=MEGATRON,
             overlap_grad_reduce=rng.random() < 0.5, overlap_param_gather=rng.random() < 0.3))
     return instance
+
+
+CONTEXT_CONFIGS = ((IntraConfig(), IntraConfig(cp=2)), (IntraConfig(cp=2), IntraConfig(cp=4)),
+                   (IntraConfig(), IntraConfig(cp=2), IntraConfig(tp=2)),
+                   (IntraConfig(cp=2), IntraConfig(cp=2, ep=2), IntraConfig(ep=2)))
+
+
+def _context_instance(seed: int):
+    """A seeded context-parallel instance of 4-8 devices (``--context``)."""
+    rng = random.Random(f"context-{seed}")
+    tiers = rng.choice([t for t in HIERARCHIES if math.prod(t) <= 8])
+    configs = rng.choice(CONTEXT_CONFIGS)
+    if any(config.devices > math.prod(tiers) for config in configs):
+        configs = configs[:1]
+    return random_cp_instance(
+        seed, configs=configs, num_layers=rng.choice((2, 3)), tier_sizes=tiers,
+        cp_comm=rng.choice(("p2p", "a2a")), zero_stages=rng.choice(((0,), (0, 1), (0, 3))),
+        global_batch=rng.choice((2, 4, 8)), hbm_bytes=rng.choice((12, 20, 40)) * 10**9,
+        comm_scale=rng.choice((1, 10, 50)), identical_blocks=rng.random() < 0.3)
 
 
 def _patterns(network: NetworkModel, slots: int, cache: dict) -> list[tuple[int, ...]]:
@@ -153,15 +177,18 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--budget-s", type=float, default=600.0)
+    parser.add_argument("--context", action="store_true",
+                        help="draw context-parallel instances (c in {1, 2, 4})")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     began = time.monotonic()
-    totals = {"seeds": 0, "comparisons": 0, "with_channels": 0, "violations": [],
+    totals = {"seeds": 0, "comparisons": 0, "context_comparisons": 0, "with_channels": 0,
+              "violations": [],
               "relax_tight": 0, "relax_above_fast_and_path": 0}
     for seed in range(args.first_seed, args.first_seed + args.count):
         if time.monotonic() - began > args.budget_s:
             break
-        instance = _instance(seed)
+        instance = _context_instance(seed) if args.context else _instance(seed)
         network = NetworkModel(instance.cluster)
         cache: dict = {}
         totals["seeds"] += 1
@@ -176,6 +203,7 @@ def main() -> None:
             bounds = _bounds(instance, network, shape)
             optimum, raised_optimum = _optimum(instance, network, shape, placements)
             totals["comparisons"] += 1
+            totals["context_comparisons"] += shape.config.cp > 1
             if bounds["raised"] > raised_optimum:  # the raised bounds hold for raised plans
                 totals["violations"].append({"seed": seed, "shape": shape.label,
                                              "bound": "raised", "value": bounds["raised"],

@@ -412,7 +412,7 @@ def test_workers_are_capped():
 
 @pytest.mark.parametrize("degrees, expected", [
     ("1,1,2", "no profile for t=2"), ("3,1,1", "p <= 2 layers"), ("2,4,1", "<= 4 devices"),
-    ("2,2", "p,d,t[,e]"),
+    ("2,2", "p,d,t[,e[,c]]"),
 ])
 def test_fixed_degrees_that_do_not_fit_the_instance_exit_2_naming_degrees(degrees, expected):
     """fixed with an unprofiled width, too many stages or devices, or too few degrees is bad

@@ -1,7 +1,9 @@
 """Backends on instances that allow context parallelism (docs/context-parallelism.md): brute
 force, the DP, CP-SAT and the MILP search every c (tests/test_dp_cp.py,
-tests/test_exact_cp.py); the baselines search c = 1 only, say so, and claim nothing about
-c > 1; ``evaluate --cp`` prices uniform plans with c > 1."""
+tests/test_exact_cp.py), and so do the baselines whose systems express it (manual, fixed,
+mcmc); phaze searches c = 1 only, says so, and claims nothing about c > 1; the full-space
+certificate covers c (tests/test_certify_cp.py); ``evaluate --cp`` prices uniform plans
+with c > 1."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import logging
 
 import pytest
 from click.testing import CliRunner
+from test_dp_cp import _cp_instance
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate
 from nest_cp.cli import main
@@ -29,7 +32,7 @@ from nest_cp.model.instance import (
     Workload,
 )
 from nest_cp.model.result import SolveOptions, Space, Status
-from nest_cp.solvers.certify import unsupported
+from nest_cp.solvers.certify import certify_full, unsupported
 from nest_cp.solvers.registry import solve
 
 CP2 = IntraConfig(cp=2)
@@ -72,19 +75,16 @@ def test_brute_searches_context_widths():
     assert full.objective_ticks <= structured.objective_ticks
 
 
-@pytest.mark.parametrize("backend", ["phaze", "manual"])
-def test_other_backends_search_c1_and_claim_nothing_beyond(backend, caplog):
-    """A backend that does not search c > 1 returns a c = 1 plan of the instance, says so in
-    its message (and the log), and never reports OPTIMAL, INFEASIBLE nor a bound (the c > 1
-    plans were not searched); here brute force proves a c = 2 plan better than it found."""
+def test_phaze_searches_c1_and_claims_nothing_beyond(caplog):
+    """phaze (Phaze / Piper have no context parallelism) returns a c = 1 plan of the
+    instance, says so in its message (and the log), and never reports OPTIMAL, INFEASIBLE
+    nor a bound (the c > 1 plans were not searched); here brute force proves a c = 2 plan
+    better than it found."""
     instance = _instance()
     with caplog.at_level(logging.INFO):
-        result = solve(instance, backend, SolveOptions(time_limit_s=20, seed=0, workers=1))
-    assert f"the {backend} backend does not search context parallelism yet" in caplog.text
+        result = solve(instance, "phaze", SolveOptions(time_limit_s=20, seed=0, workers=1))
+    assert "the phaze backend searches no context parallelism" in caplog.text
     assert result.bound_ticks is None and "searched c = 1 only" in result.message
-    if backend == "manual":  # Megatron's rules find no c = 1 plan that fits: not INFEASIBLE
-        assert result.plan is None and result.status is Status.UNKNOWN
-        return
     assert result.status is Status.FEASIBLE and result.plan.config.cp == 1
     assert solve(instance, "brute", STRUCTURED).objective_ticks < result.objective_ticks
 
@@ -94,7 +94,7 @@ def test_backends_refuse_instances_without_c1():
     refused (exit 2 on the command line); brute force, the DP and CP-SAT (in either space)
     still plan."""
     instance = _instance(widths=(2,))
-    with pytest.raises(BackendOptionError, match="does not search context parallelism"):
+    with pytest.raises(BackendOptionError, match="searches no context parallelism"):
         solve(instance, "phaze")
     for space in Space:
         assert solve(instance, "cpsat", SolveOptions(space=space, seed=0,
@@ -103,10 +103,63 @@ def test_backends_refuse_instances_without_c1():
     assert solve(instance, "dp").plan.config.cp == 2
 
 
-def test_full_space_certificates_do_not_cover_context_parallelism():
-    """The full-space bounds say they do not cover an instance allowing c > 1."""
-    assert "context widths" in unsupported(_instance())
-    assert unsupported(_instance(widths=(1,))) is None
+def test_manual_picks_the_context_width_megatron_practice_would():
+    """manual (rule 2b): no c = 1 plan fits, so it sets Megatron's --context-parallel-size to
+    2 (the registry referees the plan: the evaluator prices it at manual's objective); with
+    c = 1 alone its rules find nothing (UNKNOWN, never INFEASIBLE); with c = 2 alone, c = 2;
+    no note either way."""
+    for widths, expected in (((1, 2), 2), ((2,), 2), ((1,), None)):
+        result = solve(_instance(widths), "manual")
+        assert "context parallelism" not in result.message
+        if expected is None:
+            assert result.plan is None and result.status is Status.UNKNOWN
+            continue
+        assert result.status is Status.FEASIBLE and result.plan.config.cp == expected
+        assert evaluate(_instance(widths), result.plan).objective_ticks == \
+            result.objective_ticks
+
+
+def test_manual_keeps_c1_where_activations_fit():
+    """With room for c = 1 without recomputation (80e9 B), manual keeps c = 1: context
+    parallelism is turned on for activations that do not fit, not searched for speed."""
+    result = solve(_instance(hbm_bytes=80 * 10**9), "manual")
+    assert result.plan.config.cp == 1
+
+
+def test_fixed_takes_the_context_width_as_a_fifth_degree():
+    """fixed --degrees p,d,t,e,c: c = 2 gives a c = 2 plan priced by the evaluator; c = 1 by
+    default (which fits nowhere here: UNKNOWN); a width the instance does not allow is a bad
+    option naming it."""
+    instance = _instance()
+    result = solve(instance, "fixed", SolveOptions(extra={"degrees": (1, 1, 1, 1, 2)}))
+    assert result.status is Status.FEASIBLE and result.plan.config == CP2
+    assert evaluate(instance, result.plan).objective_ticks == result.objective_ticks
+    assert solve(instance, "fixed", SolveOptions(extra={"degrees": (1, 2, 1)})).plan is None
+    with pytest.raises(BackendOptionError, match="t=1, e=1, c=2"):
+        solve(_instance(widths=(1,)), "fixed", SolveOptions(extra={"degrees": (1, 1, 1, 1, 2)}))
+
+
+def test_mcmc_walks_over_context_widths():
+    """mcmc (FlexFlow's SOAP space splits the sequence) moves among the allowed widths: on
+    c in {1, 2} it ends on a c = 2 plan (no c = 1 plan here beats the c = 2 ones), priced by
+    the evaluator and no better than brute force's optimum; with c = 2 alone, c = 2."""
+    options = SolveOptions(seed=0, extra={"budget": 200, "chains": 2})
+    for widths in ((1, 2), (2,)):
+        instance = _instance(widths)
+        result = solve(instance, "mcmc", options)
+        assert result.status is Status.FEASIBLE and result.plan.config.cp == 2
+        assert evaluate(instance, result.plan).objective_ticks == result.objective_ticks
+        assert result.objective_ticks >= solve(instance, "brute", STRUCTURED).objective_ticks
+
+
+def test_full_space_certificates_cover_context_parallelism():
+    """The full-space bounds cover an instance allowing c > 1: its interval contains the
+    full-space optimum brute force finds."""
+    instance = _instance()
+    assert unsupported(instance) is None
+    certificate = certify_full(instance, solve(instance, "dp").plan, 20.0, 0)
+    best = solve(instance, "brute", SolveOptions(space=Space.FULL)).objective_ticks
+    assert certificate.bound_ticks <= best <= certificate.objective_ticks
 
 
 def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
@@ -119,7 +172,8 @@ def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
     runner = CliRunner()
     solved = runner.invoke(main, ["solve", str(path), "--backend", "phaze", "--json"])
     assert solved.exit_code == 0, solved.output
-    assert "does not search context parallelism yet (searched c = 1 only" in solved.stderr
+    assert "searches no context parallelism, as the system it reproduces has none (searched " \
+        "c = 1 only" in solved.stderr
     assert json.loads(solved.stdout)["status"] == "FEASIBLE"
     exact = runner.invoke(main, ["solve", str(path), "--backend", "cpsat", "--workers", "1",
                                  "--json"])
@@ -139,3 +193,10 @@ def test_cli_solve_notes_and_evaluate_prices_cp(tmp_path):
     refused = runner.invoke(main, ["solve", str(only_c2), "--backend", "phaze"])
     assert refused.exit_code == 2
     assert "context parallelism" in refused.output
+
+
+def test_manual_answers_where_only_interleaving_is_allowed():
+    """manual on a CP instance allowing v = 2 alone (tests/test_dp_cp.py seed 17) never
+    returns a v = 1 plan the instance refuses: a refereed plan, or UNKNOWN."""
+    result = solve(_cp_instance(17, "p2p"), "manual")
+    assert result.plan is None or result.plan.virtual_stages == 2

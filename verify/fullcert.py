@@ -189,7 +189,8 @@ def describe_plan(instance: Instance, plan: Plan, network: NetworkModel) -> dict
         sync["-" if worst is None else tiers[worst]] += 1
     layers = [stage.last_layer - stage.first_layer + 1 for stage in plan.stages]
     full = [i for i, stage in enumerate(plan.stages) if stage.recompute.value == "full"]
-    return {"tp": plan.config.tp, "ep": plan.config.ep, "stages": plan.num_stages,
+    return {"tp": plan.config.tp, "ep": plan.config.ep, "cp": plan.config.cp,
+            "stages": plan.num_stages,
             "dp": plan.num_replicas, "zero": plan.zero, "microbatch": plan.microbatch,
             "layers_per_stage": layers, "full_recompute_stages": full,
             "boundary_tiers": dict(boundaries), "sync_tiers": dict(sync),
@@ -199,7 +200,10 @@ def describe_plan(instance: Instance, plan: Plan, network: NetworkModel) -> dict
 def _layouts_of(plan: Plan, network: NetworkModel) -> list[str]:
     """Names of the structured space's rank layouts (``NetworkModel.structured_layouts``:
     v2's orders, and v3a's device orders and spare-first offsets) that give the plan's
-    placement."""
+    placement; none for c > 1 (the layouts order t and e, not a context dimension:
+    ``plan.contiguous_placement``)."""
+    if plan.config.cp > 1:
+        return []
     placed = np.asarray(plan.placement, dtype=np.int64)
     found = []
     for layout in network.structured_layouts:

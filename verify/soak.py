@@ -24,7 +24,8 @@ seeds (:data:`nest_cp.harness.generators.CONTEXT_SHARE`) also allow context widt
 every such seed runs what a sampled one runs (CP-SAT and the MILP in both spaces, brute
 force in the full space where small enough, the per-shape bound check), so the exact
 models are held to the DP's optimum and to exhaustive search there; the full-space
-certificate declines them.  A run that raises (an internal
+certificate is checked on them as on any other seed (its c > 1 shapes are bounded
+placement-free).  A run that raises (an internal
 error, a crash) is a disagreement too.  An exact run stopped by its time limit is counted
 as open, not as a disagreement, unless it contradicts another run.
 

@@ -76,7 +76,8 @@ _FLAGS["hint"] = "--hint/--no-hint"
 @click.option("--hint/--no-hint", default=True, show_default=True,
               help="cpsat/milp: start from the DP plan (hint / warm start).")
 @click.option("--degrees", callback=int_list, default=None,
-              help="fixed: p,d,t[,e] (pipeline, data, tensor[, expert] degrees).")
+              help="fixed: p,d,t[,e[,c]] (pipeline, data, tensor[, expert[, context]] "
+                   "degrees).")
 @click.option("--vp", type=click.IntRange(min=1), default=None,
               help="fixed: virtual stages v (interleaved 1F1B; default 1).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full", "all-but-last"]),

@@ -67,10 +67,14 @@ HONOURED_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
-# The backends that search context parallelism (c > 1, cost model v4).  The others search the
-# instance restricted to c = 1 (:func:`_context_restricted`): their plans are plans of the
-# whole instance, but neither their optimum nor their bound covers the plans with c > 1.
-CONTEXT_BACKENDS = frozenset({"brute", "dp", "cpsat", "milp"})
+# The backends that search context parallelism (c > 1, cost model v4): the exact ones, and
+# the baselines whose systems express it (manual: Megatron-LM's --context-parallel-size;
+# fixed: the user's c; mcmc: FlexFlow's SOAP space splits a sample's sequence dimension).
+# phaze searches the instance restricted to c = 1 (:func:`_context_restricted`; Phaze and
+# Piper search tensor, pipeline and data parallelism only, docs/baselines.md): its plans are
+# plans of the whole instance, but it says nothing about the plans with c > 1.
+# ``verify --certify-full`` bounds every c too (nest_cp.solvers.certify).
+CONTEXT_BACKENDS = frozenset({"brute", "dp", "cpsat", "milp", "manual", "fixed", "mcmc"})
 
 LOGGER = logging.getLogger(__name__)
 
@@ -119,8 +123,9 @@ def context_note(instance: Instance, backend: str) -> str | None:
     when it searches every width the instance allows."""
     if backend in CONTEXT_BACKENDS or not allows_context(instance):
         return None
-    return (f"the {backend} backend does not search context parallelism yet (searched c = 1 "
-            f"only of the allowed {list(instance.training.context_parallel)})")
+    return (f"the {backend} backend searches no context parallelism, as the system it "
+            f"reproduces has none (searched c = 1 only of the allowed "
+            f"{list(instance.training.context_parallel)})")
 
 
 def allows_context(instance: Instance) -> bool:
@@ -130,7 +135,7 @@ def allows_context(instance: Instance) -> bool:
 
 def _context_restricted(instance: Instance, backend: str,
                         options: SolveOptions) -> SolveResult:
-    """``backend`` (which does not search context parallelism yet) on the instance restricted
+    """``backend`` (which does not search context parallelism) on the instance restricted
     to c = 1, with the result weakened to what that search proves about the whole instance.
 
     Its plan is a plan of the instance (the evaluator prices it on the instance itself),
@@ -142,7 +147,7 @@ def _context_restricted(instance: Instance, backend: str,
     if 1 not in widths or not any(config.cp == 1 for config in instance.workload.configs):
         raise BackendOptionError(
             f"expected c = 1 among training.context_parallel, and profiles for it, for "
-            f"--backend {backend}, which does not search context parallelism yet, got "
+            f"--backend {backend}, which searches no context parallelism, got "
             f"{widths}; use --backend {', '.join(sorted(CONTEXT_BACKENDS))} or price plans "
             f"with evaluate", option="backend")
     restricted = dataclasses.replace(instance, training=dataclasses.replace(

@@ -28,7 +28,7 @@ from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
 from nest_cp.model.launchers.search import one_recompute_mode
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, Stage, uniform_stages
+from nest_cp.model.plan import Plan, Stage, contiguous_placement, uniform_stages
 from nest_cp.model.result import SolveResult, Space, Status
 
 # Megatron practice (Korthikanti et al., "Reducing Activation Recomputation in Large
@@ -98,7 +98,7 @@ def megatron_plan(referee: Evaluator, config: IntraConfig, microbatch: int, zero
                                        virtual_stages=virtual_stages))
     if plan is None:
         return None
-    return plan.with_placement(MEGATRON_LAYOUT.placement(
+    return plan.with_placement(contiguous_placement(  # Megatron's order, c included
         config, num_stages, dp, referee.network.canonical_order()))
 
 

@@ -19,12 +19,22 @@ the rest):
    whose replica t·e still fits in one node — Narayanan et al.'s "tensor
    parallelism up to the node size, then pipeline parallelism".  If nothing
    fits with that width, the other widths are tried in ascending order.
+2b. Context width c (Megatron-LM's ``--context-parallel-size``), where the instance
+   allows widths c > 1 profiled with that (t, e): the smallest allowed width whose
+   plan (rules 3 and 4) recomputes nowhere; if every width's plan recomputes, the
+   smallest whose plan fits.  Context parallelism splits the sequence, so it divides
+   a stage's activations by c at the price of the ring's (or the all-to-alls')
+   traffic; practitioners turn it on for long sequences whose activations do not
+   fit, before recomputing (Llama 3 trained its 8K stage with c = 1 and its 128K
+   stage with c = 16, Dubey et al. 2024, §3.3.2).  This is our reading of practice,
+   not a rule Megatron enforces; the CP ranks sit in Megatron's order
+   (t, c, e, replica, stage), inside t·c·e-rank replicas that may leave a node.
 3. Pipeline depth S: the smallest depth at which every stage fits memory
    (without interleaving), each stage recomputing by Megatron practice: no
    recomputation where the stage fits, else selective recomputation if the
    instance allows it and it fits, else full (``_common.fit_recompute``;
    Korthikanti et al., MLSys'23).
-4. Data parallelism d: the rest, d = floor(N / (t·e·S)), capped at
+4. Data parallelism d: the rest, d = floor(N / (t·c·e·S)), capped at
    B / (b·e) so no replica is idle.
 5. Interleaving (DESIGN §3.2 b), where the instance allows v > 1 and the model
    is deep enough: the largest allowed v with S >= 2, m a multiple of S
@@ -39,8 +49,9 @@ the rest):
    Llama 3.1 405B: 126 layers, pipeline 8, virtual pipeline 8).  This is our
    reading of common practice, not a rule Megatron enforces.
 6. Layers split as evenly as possible into S·v chunks (the later ones take the
-   surplus); ranks in Megatron's default order (t, e, replica, stage) over the
-   network's canonical device order (``plan.MEGATRON_LAYOUT``).  Gradient
+   surplus); ranks in Megatron's default order (t, c, e, replica, stage) over the
+   network's canonical device order (``plan.contiguous_placement``: for c = 1
+   ``plan.MEGATRON_LAYOUT``).  Gradient
    reduction overlaps the backward exactly when the instance says so (a fact of
    the training setup, not a choice).
 
@@ -53,7 +64,7 @@ profiles (t up to 8) the 7B model does not fit one device, so rule 2 fills
 the node, (1, 16, 8).  GPT3 (32, 1, 4) uses NEST's smallest profiled width
 where rule 2 fills the node (t = 8).  Llama3 (80, 1, 1) and Mixtral
 (32, 1, 1, e = 4) put one layer per stage, deeper than memory requires under
-rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e])`` (``--degrees``),
+rule 3.  Use ``fixed`` with ``extra["degrees"] = (p, d, t[, e[, c]])`` (``--degrees``),
 optionally ``extra["virtual_stages"]`` (``--vp``) and ``extra["recompute"]``
 (``--recompute``), to run a published configuration exactly.
 
@@ -77,7 +88,7 @@ from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import HierarchicalNetwork, Instance, IntraConfig, RecomputeMode
 from nest_cp.model.launchers.search import SearchShape, one_recompute_mode, shape_problems
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, uniform_stages
+from nest_cp.model.plan import Plan, contiguous_placement, uniform_stages
 from nest_cp.model.result import SolveOptions, SolveResult, Status
 from nest_cp.solvers.baselines._common import (
     admitted_dp,
@@ -100,11 +111,12 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
     started = time.perf_counter()
     referee = Evaluator(instance)
     for config in _tensor_candidates(referee):
-        plan = _shallowest_plan(referee, config)
+        plan = _context_plan(referee, config)
         if plan is not None:
             plan = _interleaved(referee, plan)
-            logger.debug("manual: t=%d e=%d S=%d d=%d v=%d", config.tp, config.ep,
-                         plan.num_stages, plan.num_replicas, plan.virtual_stages)
+        if plan is not None:
+            logger.debug("manual: t=%d c=%d e=%d S=%d d=%d v=%d", config.tp, plan.config.cp,
+                         config.ep, plan.num_stages, plan.num_replicas, plan.virtual_stages)
             return feasible_result("manual", referee, plan, started,
                                    stats={"degrees": _degrees(plan)})
     launcher = instance.training.launcher.value
@@ -115,7 +127,8 @@ def solve_manual(instance: Instance, options: SolveOptions) -> SolveResult:
 
 
 def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
-    """The user's degrees extra["degrees"] = (p, d, t[, e]): uniform split, Megatron layout.
+    """The user's degrees extra["degrees"] = (p, d, t[, e[, c]]): uniform split, Megatron
+    layout (c the context width, Megatron-LM's ``--context-parallel-size``; default 1).
 
     Optional extra["microbatch"], extra["zero"] (defaults: the smallest allowed),
     extra["virtual_stages"] (default 1) and extra["recompute"] (a mode for every stage,
@@ -130,15 +143,17 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     zero = options.extra.get("zero", min(instance.training.zero_stages))
     if microbatch is None or (config, microbatch) not in instance.choices:
         which = "any allowed microbatch" if microbatch is None else f"microbatch={microbatch}"
-        profiled = ", ".join(f"t={c.tp},e={c.ep}" for c in instance.workload.configs)
-        raise BackendOptionError(f"expected a profiled width ({profiled}), got no profile for "
-                                 f"t={config.tp}, e={config.ep} with {which}", option="degrees")
+        profiled = ", ".join(sorted({_widths(c) for c, _ in instance.choices}))
+        raise BackendOptionError(f"expected an allowed, profiled width ({profiled}), got no "
+                                 f"profile for {_widths(config)} with {which}",
+                                 option="degrees")
     virtual = _fixed_virtual_stages(instance, options.extra, config, microbatch, num_stages, dp)
     recompute = _fixed_recompute(instance, options.extra)
     _check_launcher(instance, SearchShape(config.tp, config.ep, microbatch, dp, num_stages,
                                           virtual, zero, config.cp), recompute)
     referee = Evaluator(instance)
     degrees = f"(p, d, t, e) = ({num_stages}, {dp}, {config.tp}, {config.ep})" + (
+        f" with c = {config.cp}" if config.cp > 1 else "") + (
         f" with v = {virtual}" if virtual > 1 else "")
     if recompute is None:
         plan = megatron_plan(referee, config, microbatch, zero, num_stages, dp, virtual)
@@ -146,7 +161,7 @@ def solve_fixed(instance: Instance, options: SolveOptions) -> SolveResult:
     else:
         plan = Plan(config, microbatch, zero, dp, uniform_stages(
             instance.workload.num_layers, num_stages, recompute, virtual), virtual_stages=virtual)
-        plan = plan.with_placement(MEGATRON_LAYOUT.placement(
+        plan = plan.with_placement(contiguous_placement(  # Megatron's order, c included
             config, num_stages, dp, referee.network.canonical_order()))
         limit = instance.cluster.usable_hbm_bytes
         if any(referee.stage_memory_bytes(plan, stage) > limit for stage in range(num_stages)):
@@ -172,21 +187,29 @@ def _check_launcher(instance: Instance, shape: SearchShape, recompute: str | Non
 
 
 def _fixed_degrees(instance: Instance, extra: dict) -> tuple[int, int, IntraConfig]:
-    """(S, d, config) of extra["degrees"] = (p, d, t[, e]); BackendOptionError if unusable."""
+    """(S, d, config) of extra["degrees"] = (p, d, t[, e[, c]]); BackendOptionError if
+    unusable."""
     degrees = tuple(extra.get("degrees", ()))
-    if len(degrees) not in (3, 4) or not all(isinstance(x, int) and x >= 1 for x in degrees):
-        raise BackendOptionError(f"expected degrees p,d,t[,e] of integers >= 1, got "
+    if len(degrees) not in (3, 4, 5) or not all(isinstance(x, int) and x >= 1 for x in degrees):
+        raise BackendOptionError(f"expected degrees p,d,t[,e[,c]] of integers >= 1, got "
                                  f"{extra.get('degrees')!r}", option="degrees")
     num_stages, dp, tp = degrees[:3]
-    config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) == 4 else 1)
+    config = IntraConfig(tp=tp, ep=degrees[3] if len(degrees) >= 4 else 1,
+                         cp=degrees[4] if len(degrees) == 5 else 1)
     if num_stages > instance.workload.num_layers:
         raise BackendOptionError(f"expected p <= {instance.workload.num_layers} layers, "
                                  f"got p = {num_stages}", option="degrees")
     if config.devices * num_stages * dp > instance.cluster.num_devices:
         raise BackendOptionError(
-            f"expected p*d*t*e <= {instance.cluster.num_devices} devices, got "
+            f"expected p*d*t*e{'*c' if config.cp > 1 else ''} <= "
+            f"{instance.cluster.num_devices} devices, got "
             f"{config.devices * num_stages * dp}", option="degrees")
     return num_stages, dp, config
+
+
+def _widths(config: IntraConfig) -> str:
+    """``t=T, e=E`` and, when c > 1, ``, c=C``: a configuration in --degrees' letters."""
+    return f"t={config.tp}, e={config.ep}" + (f", c={config.cp}" if config.cp > 1 else "")
 
 
 def _fixed_virtual_stages(instance: Instance, extra: dict, config: IntraConfig, microbatch: int,
@@ -245,6 +268,8 @@ def _tensor_candidates(referee: Evaluator) -> list[IntraConfig]:
               if smallest_microbatch(instance, config) is not None]
     if not usable:
         return []
+    narrowest = min(config.cp for config in usable)  # rule 2b widens c afterwards
+    usable = [config for config in usable if config.cp == narrowest]
     expert_widths = sorted({config.ep for config in usable})
     inside = [width for width in expert_widths if width <= node]
     expert = inside[-1] if inside else expert_widths[0]
@@ -256,6 +281,25 @@ def _tensor_candidates(referee: Evaluator) -> list[IntraConfig]:
     filling = [config for config in configs if config.devices <= node]
     order = filling[-1:]
     return order + [config for config in configs if config not in order]
+
+
+def _context_plan(referee: Evaluator, config: IntraConfig) -> Plan | None:
+    """Rule 2b over rules 3 and 4: the smallest allowed context width with (t, e) of
+    ``config`` whose shallowest plan recomputes nowhere, else the smallest whose plan
+    fits; None if none fits."""
+    instance = referee.instance
+    widths = sorted({choice.cp for choice, _ in instance.choices
+                     if (choice.tp, choice.ep) == (config.tp, config.ep)})
+    fallback = None
+    for width in widths:
+        plan = _shallowest_plan(referee, IntraConfig(config.tp, config.ep, width))
+        if plan is None:
+            continue
+        if all(plan.stage_recompute(stage) is RecomputeMode.NONE
+               for stage in range(plan.num_stages)):
+            return plan
+        fallback = fallback or plan
+    return fallback
 
 
 def _shallowest_plan(referee: Evaluator, config: IntraConfig) -> Plan | None:
@@ -283,13 +327,16 @@ def _rest_plan(referee: Evaluator, config: IntraConfig, num_stages: int) -> Plan
     return None
 
 
-def _interleaved(referee: Evaluator, plan: Plan) -> Plan:
-    """Rule 5: ``plan`` with the largest allowed v > 1 that applies and fits, else as it is."""
+def _interleaved(referee: Evaluator, plan: Plan) -> Plan | None:
+    """Rule 5: ``plan`` with the largest allowed v > 1 that applies and fits, else as it is
+    (None when the instance does not allow v = 1 either)."""
     instance, num_stages = referee.instance, plan.num_stages
+    # only an interleaved plan may be allowed (v = 1 not among the instance's v)
+    plain = plan if 1 in instance.training.virtual_stages else None
     microbatches = cost.num_microbatches(instance.training.global_batch, plan.microbatch,
                                          plan.config, plan.num_replicas)
     if num_stages < 2 or microbatches % num_stages:
-        return plan
+        return plain
     for virtual in sorted(instance.training.virtual_stages, reverse=True):
         if virtual == 1 or \
                 instance.workload.num_layers < MIN_LAYERS_PER_CHUNK * num_stages * virtual:
@@ -298,7 +345,7 @@ def _interleaved(referee: Evaluator, plan: Plan) -> Plan:
                                     num_stages, plan.num_replicas, virtual)
         if interleaved is not None:
             return interleaved
-    return plan
+    return plain
 
 
 def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int,
@@ -311,6 +358,7 @@ def _data_parallel_rest(instance: Instance, config: IntraConfig, microbatch: int
 def _degrees(plan: Plan) -> dict:
     modes = [plan.stage_recompute(stage).value for stage in range(plan.num_stages)]
     return {"p": plan.num_stages, "d": plan.num_replicas, "t": plan.config.tp, "e": plan.config.ep,
+            "c": plan.config.cp,
             "b": plan.microbatch, "z": plan.zero, "v": plan.virtual_stages,
             "recompute": sum(mode != RecomputeMode.NONE.value for mode in modes),
             "recompute_modes": modes}

@@ -4,10 +4,14 @@ FlexFlow (Jia et al., SysML'19, "Beyond data and model parallelism for deep
 neural networks", §5) searches parallelisation strategies by Markov chain
 Monte Carlo: propose a random local change, simulate it, accept it with the
 Metropolis rule.  Here a state is every choice of DESIGN §2 and §3.2 —
-configuration, microbatch b, ZeRO stage z, data parallelism d, virtual stages v,
+configuration (t, e and the context width c: FlexFlow's SOAP space partitions a
+sample's *attribute* dimensions, the sequence among them, §4, so splitting the
+sequence over c ranks is a FlexFlow strategy; the widths are the instance's
+``training.context_parallel``), microbatch b, ZeRO stage z, data parallelism d, virtual stages v,
 the boundaries of the S·v chunks, one recompute mode per stage — plus a
 permutation of all device ids; rank (stage, replica, j) runs on the device at
-its Megatron-layout position of that permutation, so every injective placement
+its Megatron-layout position of that permutation (t, c, e, replica, stage from
+innermost: ``plan.contiguous_placement``), so every injective placement
 is reachable.  Overlapped gradient reduction is a fact of the instance.
 
 Moves (weight in brackets, drawn with ``random.Random``): another
@@ -59,7 +63,7 @@ from nest_cp.model.errors import BackendOptionError, InvalidPlan
 from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
 from nest_cp.model.launchers.search import one_recompute_mode
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import MEGATRON_LAYOUT, Plan, Stage
+from nest_cp.model.plan import Plan, Stage, contiguous_placement
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import SolveOptions, SolveResult, Space, Status
 from nest_cp.solvers.baselines._common import empty_result, feasible_result, uniform_split
@@ -103,8 +107,8 @@ class _State:
                      for chunk, (first, last) in enumerate(zip(firsts, self.boundaries)))
 
     def plan(self) -> Plan:
-        placement = MEGATRON_LAYOUT.placement(self.config, self.num_stages, self.dp,
-                                              self.device_order)
+        placement = contiguous_placement(self.config, self.num_stages, self.dp,
+                                         self.device_order)
         return Plan(self.config, self.microbatch, self.zero, self.dp, self.stages(), placement,
                     self.virtual)
 
@@ -269,8 +273,9 @@ def _state_from_plan(plan: Plan, network: NetworkModel) -> _State:
     for stage, replicas in enumerate(plan.placement):
         for replica, ranks in enumerate(replicas):
             for rank, device in enumerate(ranks):
-                order[MEGATRON_LAYOUT.position(stage, replica, rank, plan.config,
-                                               plan.num_stages, plan.num_replicas)] = device
+                # contiguous_placement's position: j + a·(r + d·s)
+                order[rank + plan.config.devices * (replica + plan.num_replicas * stage)] = \
+                    device
     used = [order[position] for position in range(len(order))]
     rest = [device for device in network.canonical_order() if device not in set(used)]
     return _State(plan.config, plan.microbatch, plan.zero, plan.num_replicas,

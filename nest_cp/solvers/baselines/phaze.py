@@ -17,6 +17,11 @@ DP (``nest_cp.dp.planner:solve``):
 3. Re-evaluate on the real network with the plan evaluator and report that
    objective.  Memory does not depend on the network, so the plan still fits.
 
+Context parallelism: Phaze and Piper split neither the sequence nor any activation
+dimension across devices (their space is tensor, pipeline and data parallelism), so this
+baseline searches c = 1 only; the registry runs it on the instance restricted to c = 1 and
+says so (``nest_cp.solvers.registry.context_note``).
+
 Under a launcher (``training.launcher``) the DP searches the flat instance under the
 same rules (its shape masks; the registry runs it one recompute mode at a time, as it
 does the DP), so the plan is one the launcher starts; the placement does not enter the

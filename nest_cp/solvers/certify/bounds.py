@@ -35,23 +35,36 @@ Proof.  Fix a plan P of the shape.
    costs at least one pair's price, so by 1 at least the cheapest tier admitting
    2 (a transfer runs one channel on the tier's own path), with the sender's real
    last layer (or, on a block chain, the least over the layers it can be).
-   Gathers (>= 0) are dropped.  So τ(s, r) >= stage_tau(s).
+   Gathers (>= 0) are dropped (for c = 1).  With context width c > 1 (docs/context-parallelism.md)
+   τ(s, r) also holds the replica's exposed context exchange; fixing one ring pair
+   (p2p) or one CP group (a2a) of the replica, it is at least chain's
+   ``context(span, tier)`` on that pair's (group's) tier (chain's "Context exchange"),
+   which admits 2 (c), so by 1 at least its cheapest admitting tier's; every other term
+   is the same function of the profiles at c as above.  With c > 1 the TP, EP and
+   context terms are bounded together instead (:meth:`FastBounds._joint_intra`: each
+   family on the largest tier of its groups, the tiers constrained by what the groups
+   they join can fit), which is at least each family's own cheapest tier, and the
+   ZeRO-3 gathers are kept: each of the replica's gathers runs over d·c ranks and costs
+   at least one group's, at least its price on the cheapest tier admitting d·c (step 1;
+   an all-gather's ticks never fall as the path slows).  So τ(s, r) >= stage_tau(s).
 3. Sync per stage.  T_sync(P) = max over stages of the exposed sync
    E(RS_s, AG_s) (§3.2 c, cost model §5 c, d): RS_s (AG_s) is the gradient phase
    (weight gather) of the slowest dense group plus that of the slowest expert
-   group, dense groups d·e ranks and expert groups d, and
+   group, dense groups d·e·c ranks and expert groups d·c (c = 1 without context
+   parallelism: a CP group's c ranks hold the same parameters), and
    E(RS, AG) = (max(0, RS − R_s) or RS) + (max(0, AG − F_s) or AG) as the overlap
    flags say (``cost.exposed_sync_ticks``), R_s / F_s the span's backward /
    forward ticks.  Fix any dense group G_d and expert group G_e: a max is at
    least each of its terms, so RS_s >= RS(G_d) + RS(G_e) and AG_s >= AG(G_d) +
    AG(G_e), and E never falls when either argument grows, so E(RS_s, AG_s) >=
-   E(RS(G_d) + RS(G_e), AG(G_d) + AG(G_e)).  G_d lies on a tier t_d admitting d·e,
+   E(RS(G_d) + RS(G_e), AG(G_d) + AG(G_e)).  G_d lies on a tier t_d admitting d·e·c,
    and by 1 each of its phases costs at least its price on t_d (both phases run
    on the group's one path); likewise G_e on t_e.  So the exposed sync is at least
    the least over admitting pairs (t_d, t_e) of E of those prices
    (:meth:`FastBounds.stage_sync`).
 4. P's split is one of those minimised over (its stages fit in memory with
-   k_s = min(S − s, m) in flight, §3; the catalogue offers exactly those), so
+   k_s = min(S − s, m) in flight, §3, priced by the evaluator's own memory function at
+   the shape's c; the catalogue offers exactly those), so
    τ_max(P) >= max_s stage_tau(s) >= τ_lb and T_sync(P) >= σ_lb; minimising the two
    separately can only lower the sum.  T(P) = (m + S − 1)·τ_max + T_sync (§3).  ∎
 
@@ -78,6 +91,7 @@ raised plan.  ∎  A shape whose family has no tier above k_min gets +inf for it
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -151,16 +165,25 @@ class FastBounds:
     # ------------------------------------------------------------ shared prices
 
     def stage_tau(self, span: Span, receives: bool, sends: bool, sender_last: int | None,
-                  raised: tuple | None = None) -> float:
+                  raised: tuple | None = None, gather: tuple | None = None) -> float:
         """τ of a stage with every term on its cheapest tier (ZeRO-3 gathers dropped): at
         most τ(s, r) of every replica of every plan holding ``span`` there (the module
         docstring, step 2; with ``raised``, "Raised bound").
 
         ``raised = (family, k_min)``: that family's groups priced only on tiers above
-        k_min (some group of it lies there); inf when no such tier exists.
+        k_min (some group of it lies there); inf when no such tier exists.  ``gather =
+        (d, z)`` (c > 1 shapes, :meth:`_gather_of`): the ZeRO-3 gathers are kept, on the
+        cheapest tier admitting their d·c ranks (the module docstring, step 2).
         """
         prices, config = self.prices, self.prices.config
         value = prices.compute(span)
+        if config.cp > 1 and raised is None:
+            value += self._joint_intra(span)
+            if gather is not None:
+                dp, zero = gather
+                value += cheapest_tier(self.tiers, prices.expert_group(dp),
+                                       lambda tier: prices.zero_gather(span, dp, zero, tier))
+            return value + self._transfers(span, receives, sends, sender_last)
         for family in FAMILIES:
             if not prices.has_family[family]:
                 continue
@@ -173,6 +196,12 @@ class FastBounds:
             else:
                 value += cheapest_tier(self.tiers, size,
                                        lambda tier, f=family: prices.collectives(span, f, tier))
+        return value + self._transfers(span, receives, sends, sender_last)
+
+    def _transfers(self, span: Span, receives: bool, sends: bool,
+                   sender_last: int | None) -> int:
+        """The stage's two receives, each on the cheapest tier admitting a pair (step 2)."""
+        prices, value = self.prices, 0
         if sends:
             value += cheapest_tier(self.tiers, 2, lambda tier: prices.transfer(span.last, tier))
         if receives:
@@ -180,6 +209,57 @@ class FastBounds:
             value += min(cheapest_tier(self.tiers, 2, lambda tier, s=s: prices.transfer(s, tier))
                          for s in senders)
         return value
+
+    @staticmethod
+    def _gather_of(shape: Shape) -> tuple | None:
+        """(d, z) when stage_tau keeps the shape's ZeRO-3 gathers (c > 1, z = 3), else None."""
+        return (shape.dp, shape.zero) if shape.config.cp > 1 and shape.zero == 3 else None
+
+    def _joint_intra(self, span: Span) -> float:
+        """The intra-layer terms of a stage replica with context width c > 1: its TP and EP
+        collectives and its context exchange, each family on one tier, the tiers chosen
+        together so that the groups they join fit the domains (inf if no choice does).
+
+        Proof.  Fix a stage replica and, per present family f (TP, EP with collectives; CP,
+        the c ranks of a context group), k_f the largest tier any of its groups lies on —
+        for CP under p2p the largest tier of a ring pair; on a hierarchy every pair of a
+        ring then lies in one tier-k_f domain and the ring is connected by them, so the
+        whole group does too (domains partition the devices).  A group (a ring pair) of f
+        lies on tier k_f, so tier k_f admits its size (2 for a pair), and the family's term
+        is at least chain's price on k_f (steps 1 and 2, and chain's "Context exchange";
+        with ``tp_comm_overlap`` its "TP overlap" lemma for that group).  On a graph
+        there are no capacity tiers and the choice is each family's cheapest admitting
+        tier, as in step 2 (a ring of c devices need not be a clique of its slowest pair's
+        speed, so only its pair is admitted).  For every capacity tier k, the families F
+        with k_f <= k have every group inside a tier-k domain; the ranks j = t_index +
+        t·c_index + t·c·e_index reachable from one rank through groups of F vary exactly
+        F's coordinates, so
+        ∏_{f∈F} |f| distinct devices (the placement is injective) share one tier-k domain:
+        ∏ <= the largest tier-k domain.  The replica's (k_f) is therefore one of the choices
+        minimised over, and its intra terms are at least that choice's sum.  ∎  Families
+        with no collectives are left out (they cost nothing; dropping a constraint only
+        lowers the minimum)."""
+        prices, config = self.prices, self.prices.config
+        families = []  # (group size, [(tier, price)])
+        for family in FAMILIES:
+            if prices.has_family[family]:
+                size = cost.group_size(family, config)
+                families.append((size, [(t.index, prices.collectives(span, family, t.index))
+                                        for t in self.tiers if t.admits(size)]))
+        # the context family's tier admits its pair (p2p) or group (a2a); containment of
+        # the whole ring (size c) is the capacity rows' job, on hierarchies only
+        families.append((config.cp, [(t.index, prices.context(span, t.index))
+                                     for t in self.tiers if t.admits(prices.context_size)]))
+        capacities = [(t.index, max(t.domains)) for t in self.tiers if t.capacity is not None]
+        if not capacities:  # a graph: nothing is contained, each family at its cheapest
+            return sum(min((price for _, price in options), default=math.inf)
+                       for _, options in families)
+        best = math.inf
+        for choice in itertools.product(*(options for _, options in families)):
+            if all(math.prod(size for (size, _), (tier, _) in zip(families, choice, strict=True)
+                             if tier <= level) <= largest for level, largest in capacities):
+                best = min(best, sum(price for _, price in choice))
+        return best
 
     def _possible_senders(self) -> list[int]:
         """Last layers a block-chain stage's predecessor may end with: a block, or the head."""
@@ -190,11 +270,11 @@ class FastBounds:
         """The exposed sync of a stage with its dense and expert groups on the pair of
         admitting tiers that exposes least: at most the stage's exposed sync in every plan
         (the module docstring, step 3)."""
-        prices, config = self.prices, self.prices.config
-        dense = self._sync_parts(dp * config.ep,
+        prices = self.prices
+        dense = self._sync_parts(prices.dense_group(dp),
                                  lambda tier: prices.dense_sync_parts(span, dp, zero, tier))
-        expert = self._sync_parts(dp, lambda tier: prices.expert_sync_parts(span, dp, zero,
-                                                                           tier))
+        expert = self._sync_parts(prices.expert_group(dp),
+                                  lambda tier: prices.expert_sync_parts(span, dp, zero, tier))
         backward, forward = prices.backward(span), prices.forward(span)
         return min(cost.exposed_sync_ticks(d[0] + e[0], backward, self.overlap, d[1] + e[1],
                                            forward, self.overlap_gather)
@@ -231,7 +311,8 @@ class FastBounds:
         def tau(option) -> int:
             span = option.span
             return self.stage_tau(span, option.stage > 0, option.stage < num_stages - 1,
-                                  span.first - 1 if option.stage > 0 else None)
+                                  span.first - 1 if option.stage > 0 else None,
+                                  gather=self._gather_of(shape))
 
         tau_lb = min_max_split(catalogue, tau)
         if math.isinf(tau_lb):
@@ -347,17 +428,18 @@ class FastBounds:
             self._fit_cache[key] = best
         return self._fit_cache[key]
 
-    def _tau_row(self, kind: Kind, mode: RecomputeMode, raised: tuple | None = None
-                 ) -> np.ndarray:
+    def _tau_row(self, kind: Kind, mode: RecomputeMode, raised: tuple | None = None,
+                 gather: tuple | None = None) -> np.ndarray:
         """Suffix minima over block counts of the cheap τ of a stage of this kind."""
-        key = (kind, mode, raised)
+        key = (kind, mode, raised, gather)
         if key not in self._tau_rows:
             row = np.full(self.chain.blocks + 1, INF, dtype=np.int64)
             for blocks in range(self.chain.blocks + 1):
                 span = self._kind_span(kind, blocks, mode)
                 if span is not None:
                     value = self.stage_tau(span, kind in (Kind.MIDDLE, Kind.LAST),
-                                           kind in (Kind.FIRST, Kind.MIDDLE), None, raised)
+                                           kind in (Kind.FIRST, Kind.MIDDLE), None, raised,
+                                           gather)
                     row[blocks] = INF if math.isinf(value) else value
             self._tau_rows[key] = np.minimum.accumulate(row[::-1])[::-1]
         return self._tau_rows[key]
@@ -366,7 +448,9 @@ class FastBounds:
         num_stages, m = shape.num_stages, shape.num_microbatches
         key = (num_stages, min(m, num_stages), shape.zero, shape.dp if shape.zero else 0)
         if key not in self._tau_cache:
-            rows = self._stage_rows(shape, lambda kind, mode: self._tau_row(kind, mode))
+            gather = self._gather_of(shape)
+            rows = self._stage_rows(shape, lambda kind, mode: self._tau_row(kind, mode,
+                                                                            gather=gather))
             self._tau_cache[key] = self._min_max(rows, shape)
         return self._tau_cache[key]
 
@@ -414,8 +498,8 @@ class FastBounds:
             return found
 
         exposed = [self._exposed(d[0] + e[0], d[1] + e[1], backward, forward)
-                   for d in parts(dp * self.prices.config.ep, dense)
-                   for e in parts(dp, expert)]
+                   for d in parts(self.prices.dense_group(dp), dense)
+                   for e in parts(self.prices.expert_group(dp), expert)]
         least = np.min(np.stack([np.broadcast_to(np.asarray(x, dtype=object), valid.shape)
                                  for x in exposed]), axis=0)
         row = np.where(valid, least, INF).astype(np.int64)

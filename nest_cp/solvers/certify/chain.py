@@ -25,15 +25,35 @@ checks the identity against the evaluator):
   hierarchical tier 0 is priced as the evaluator exposes it (cost model §5 e,
   "TP overlap" below);
 - a transfer of the span's last layer output on a pair's tier;
-- gradient sync of the span's dense parameters over d·e ranks and expert
-  parameters over d ranks, as its two phases (all-reduce or reduce-scatter, then
-  for ZeRO 1 and 2 the weights' all-gather, each rounded alone, cost model
-  §5 c), and the ZeRO-3 gathers, each rounded once per stage;
+- gradient sync of the span's dense parameters over d·e·c ranks and expert
+  parameters over d·c ranks (c the context width: the c ranks of a CP group hold
+  the same parameters, docs/context-parallelism.md), as its two phases (all-reduce
+  or reduce-scatter, then for ZeRO 1 and 2 the weights' all-gather, each rounded
+  alone, cost model §5 c), and the ZeRO-3 gathers over d·c ranks, each rounded once
+  per stage;
+- with c > 1, the exposed context exchange (:meth:`LayerPrices.context`): per layer
+  :func:`nest_cp.cost.terms.context_ticks` with the ring's slowest pair on the tier's
+  own path (p2p) or the CP group on the tier's fastest path for c devices (a2a), and
+  under any recomputation the forward part once more, as the evaluator charges it;
 - the span's forward and backward ticks of one microbatch, which an overlapped
   weight gather and gradient reduction hide behind (§3.2 c, §5 d).
 
-Terms rounded per layer (compute, collectives) are summed per layer like the
-evaluator; terms rounded per stage are priced on the stage's totals.
+Terms rounded per layer (compute, collectives, the context exchange) are summed per
+layer like the evaluator; terms rounded per stage are priced on the stage's totals.
+Memory is the evaluator's own :func:`nest_cp.cost.terms.stage_memory_bytes` with the
+context width (ZeRO shards over d·c ranks, the p2p ring's K/V buffers).
+
+Context exchange (c > 1).  A stage replica pays Σ over its layers of context_ticks on
+its CP paths: p2p the slowest consecutive pair of its rings, a2a its slowest CP group.
+Fix one pair (p2p) or one CP group (a2a) of the replica; it is a pair (a group of c
+distinct devices, the placement being injective) lying on some tier k that admits 2
+(c), and its path is tier k's own path (a transfer runs one channel) or no faster than
+:meth:`Tier.collective_path` of c (a2a, its docstring), exactly as for the other
+groups below.  context_ticks never falls when the pair's transfer or the group's
+all-to-all gets slower ((c − 1)·max(0, P − X) and 2·A are non-decreasing in P and A),
+and the slowest pair / group costs at least the fixed one, so the replica's exposed
+exchange is at least :meth:`LayerPrices.context` on tier k — the same k for every
+layer of the stage, since the fixed pair is the replica's.
 
 Why every group's price is at least one of these tiers'.  Hierarchical: a
 group's path is the path of its tier with as many ring channels as its fewest
@@ -86,6 +106,7 @@ import numpy as np
 from nest_cp.cost import terms as cost
 from nest_cp.model.instance import (
     CollectiveGroup,
+    CpComm,
     Instance,
     IntraConfig,
     LayerProfile,
@@ -236,6 +257,7 @@ class LayerPrices:
         training = instance.training
         self.tick_s, self.optimizer = training.tick_s, training.optimizer
         self.tp_overlap = training.tp_comm_overlap
+        self.cp_comm = training.cp_comm
         self.profiles: list[LayerProfile] = [layer.profile(config, microbatch)
                                              for layer in instance.workload.layers]
         tick = self.tick_s
@@ -257,6 +279,13 @@ class LayerPrices:
                     per_layer = [self._layer_family_ticks(p, family, tier, forward_only)
                                  for p in self.profiles]
                     self._collectives[family, tier.index, forward_only] = _prefix(per_layer)
+        # context[tier] / forward-only: prefix sums of per-layer exposed context ticks (c > 1)
+        self._context: dict[tuple[int, bool], np.ndarray] = {}
+        if config.cp > 1:
+            for tier in tiers:
+                per_layer = [self._layer_context_ticks(p, tier) for p in self.profiles]
+                self._context[tier.index, False] = _prefix([f + b for f, b in per_layer])
+                self._context[tier.index, True] = _prefix([f for f, _ in per_layer])
         self.has_family = {family: cost.group_size(family, config) > 1 and any(
             c.group is family for p in self.profiles for c in p.collectives)
             for family in FAMILIES}
@@ -284,6 +313,22 @@ class LayerPrices:
             profile, self.config, paths, self.tick_s, Phase.FWD if forward_only else None,
             cost.compute_ticks(profile, self.tick_s) if hides else None)
 
+    @property
+    def context_size(self) -> int:
+        """The devices one context price is taken on: a ring pair (p2p) or a CP group of c
+        (a2a); 1 without context parallelism (nothing to price)."""
+        if self.config.cp == 1:
+            return 1
+        return 2 if self.cp_comm is CpComm.P2P else self.config.cp
+
+    def _layer_context_ticks(self, profile: LayerProfile, tier: Tier) -> tuple[int, int]:
+        """One layer's exposed context exchange (forward, backward) with its ring pair on
+        ``tier``'s own path (p2p) or its CP group on ``tier``'s fastest path for c devices
+        (a2a), by the evaluator's :func:`~nest_cp.cost.terms.context_ticks`."""
+        paths = cost.ContextPaths(pairs=(tier.path,),
+                                  groups=(tier.collective_path(self.config.cp),))
+        return cost.context_ticks(profile, self.config, self.cp_comm, paths, self.tick_s)
+
     # ------------------------------------------------------------ range sums
 
     def compute(self, span: Span) -> int:
@@ -310,6 +355,27 @@ class LayerPrices:
             value += forward[span.last + 1] - forward[span.first]
         return int(value)
 
+    def context(self, span: Span, tier: int) -> int:
+        """The span's exposed context exchange with its ring pair (p2p) or CP group (a2a) on
+        ``tier``, the forward part again under any recomputation (0 for c = 1; the module
+        docstring's "Context exchange")."""
+        if self.config.cp == 1:
+            return 0
+        total = self._context[tier, False]
+        value = total[span.last + 1] - total[span.first]
+        if span.mode is not RecomputeMode.NONE:
+            forward = self._context[tier, True]
+            value += forward[span.last + 1] - forward[span.first]
+        return int(value)
+
+    def dense_group(self, dp: int) -> int:
+        """Ranks of one dense sync group: d·e·c."""
+        return dp * self.config.ep * self.config.cp
+
+    def expert_group(self, dp: int) -> int:
+        """Ranks of one expert sync group (and of the ZeRO shards): d·c."""
+        return dp * self.config.cp
+
     def dense_params(self, span: Span) -> int:
         return int(self._dense[span.last + 1] - self._dense[span.first])
 
@@ -325,16 +391,17 @@ class LayerPrices:
 
     def dense_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
                          channels: int | None = None) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one dense sync group (d·e ranks) on ``tier``,
+        """(gradient phase, weight gather) of one dense sync group (d·e·c ranks) on ``tier``,
         with ``channels`` ring channels (None: the most a group of its size can have)."""
-        return self._sync_parts(self.dense_params(span), dp * self.config.ep, zero, tier,
+        return self._sync_parts(self.dense_params(span), self.dense_group(dp), zero, tier,
                                 channels)
 
     def expert_sync_parts(self, span: Span, dp: int, zero: int, tier: int,
                           channels: int | None = None) -> tuple[int, int]:
-        """(gradient phase, weight gather) of one expert sync group (d ranks) on ``tier``,
+        """(gradient phase, weight gather) of one expert sync group (d·c ranks) on ``tier``,
         with ``channels`` ring channels (None: the most a group of its size can have)."""
-        return self._sync_parts(self.expert_params(span), dp, zero, tier, channels)
+        return self._sync_parts(self.expert_params(span), self.expert_group(dp), zero, tier,
+                                channels)
 
     def dense_sync(self, span: Span, dp: int, zero: int, tier: int) -> int:
         """The whole dense sync of one group on ``tier``: both phases."""
@@ -358,22 +425,23 @@ class LayerPrices:
 
     def zero_gather(self, span: Span, dp: int, zero: int, tier: int,
                     channels: int | None = None) -> int:
-        """The ZeRO-3 gathers of one group (d ranks) on ``tier``, with ``channels`` ring
+        """The ZeRO-3 gathers of one group (d·c ranks) on ``tier``, with ``channels`` ring
         channels (None: the most a group of its size can have)."""
         if zero != 3:
             return 0
         params = self.dense_params(span) + self.expert_params(span)
-        return self._memoised(("gather", params, dp, tier, channels),
+        size = self.expert_group(dp)
+        return self._memoised(("gather", params, size, tier, channels),
                               lambda: cost.zero3_gather_ticks(
-                                  params, self.optimizer, dp,
-                                  self._group_path(tier, dp, channels), self.tick_s))
+                                  params, self.optimizer, size,
+                                  self._group_path(tier, size, channels), self.tick_s))
 
     def memory(self, span: Span, in_flight: int, zero: int, dp: int) -> int:
         """Bytes per device of a stage holding ``span`` (``cost.stage_memory_bytes``)."""
         key = ("memory", span, in_flight, zero, dp if zero else 0)
         return self._memoised(key, lambda: cost.stage_memory_bytes(
             [self.profiles[span.first:span.last + 1]], span.mode, in_flight, self.optimizer,
-            zero, dp))
+            zero, dp, self.config.cp, self.cp_comm))
 
     def _memoised(self, key, price) -> int:
         if key not in self._memo:

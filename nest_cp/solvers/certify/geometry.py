@@ -138,9 +138,13 @@ class Geometry:
 
 
 def geometry(prices: LayerPrices) -> Geometry | None:
-    """The capacity levels of a hierarchical network; None if there are none (a graph)."""
+    """The capacity levels of a hierarchical network; None if there are none (a graph), or
+    if the configuration has a context width c > 1: the lemma above packs the t·e grid of a
+    stage replica, not CP groups and rings, so neither the main / raised split nor the path
+    bound, the relaxation or their placements are made for such shapes — they keep the
+    placement-free bound (valid for every plan of the shape, bounds module docstring)."""
     tiers = prices.tiers
-    if not tiers or tiers[0].capacity is None:
+    if not tiers or tiers[0].capacity is None or prices.config.cp > 1:
         return None
     config = prices.config
     k_min = {}

@@ -4,8 +4,9 @@ Why the bound is valid.  The certificate's lower end is min(incumbent, least
 bound over the shapes still open, −inf if the placement-free pass was cut short).
 
 1. Every plan (v = 1, plain data parallelism: :func:`unsupported` refuses the rest)
-   belongs to exactly one shape (c, b, S, d, z) (:mod:`nest_cp.solvers.certify.split`),
-   so the least over shapes of a bound per shape bounds every plan.
+   belongs to exactly one shape (c, b, S, d, z) (:mod:`nest_cp.solvers.certify.split`;
+   c the intra-layer configuration, context width included), so the least over shapes
+   of a bound per shape bounds every plan.
 2. Every shape gets the placement-free bound (:mod:`nest_cp.solvers.certify.bounds`),
    valid for all its plans; a shape whose bound reaches the incumbent holds no
    better plan and is dropped.
@@ -18,7 +19,8 @@ bound over the shapes still open, −inf if the placement-free pass was cut shor
    for every main plan — and the raised bound, the larger of the bounds module's and
    the raised path bound (:mod:`nest_cp.solvers.certify.raised`), each valid for every
    raised plan.  A shape with no replica path has no main plan: main bound +inf.  On a
-   graph no such split is made: the placement-free bound alone.
+   graph, and for a shape with context width c > 1 (geometry), no such split is made:
+   the placement-free bound alone.
 4. The relaxation is solved with the cutoff "objective <= incumbent − 1", so its
    INFEASIBLE proves the shape's main plans cost at least the incumbent; its
    status counts only as the solver construction confirms it (DESIGN §4 v3).
@@ -291,7 +293,7 @@ class _Run:
         prices, fast = self._choice(shape)
         geo = geometry(prices)
         if geo is None:
-            outcome.relax_status = "no model"  # a graph network: the placement-free bound
+            outcome.relax_status = "no model"  # a graph, or c > 1: the placement-free bound
             outcome.raised_bound = outcome.fast_bound
             return
         arcs = replica_arcs(shape.num_stages, geo)
@@ -480,9 +482,11 @@ class _Run:
 def unsupported(instance: Instance) -> str | None:
     """Why the bounds do not cover this instance's full space, or None when they do.
 
-    Interleaved 1F1B (v > 1) prices chunks, not stages, subnetwork data parallelism
-    (DESIGN §7) prices masked replicas, and context parallelism (c > 1) adds ring or
-    all-to-all terms and d·c-rank syncs; nothing here bounds any of them.
+    Interleaved 1F1B (v > 1) prices chunks, not stages, and subnetwork data parallelism
+    (DESIGN §7) prices masked replicas; nothing here bounds either.  Context parallelism
+    (c > 1) is covered: its shapes get the placement-free bound with the context exchange
+    at its least price over the tiers a ring pair or CP group could span and the syncs over
+    d·e·c and d·c ranks (bounds module docstring), and no stronger one (geometry).
     Overlapped gradient reduction and weight gathers are covered (each exposed phase
     of the sync is bounded below by the phase minus the stage's backward, resp.
     forward, ticks, and by 0), and so is tensor-parallel communication overlap (TP
@@ -496,7 +500,4 @@ def unsupported(instance: Instance) -> str | None:
         return (f"replication strategies {[s.value for s in instance.training.strategies]} "
                 f"allowed; only plain data parallelism is bounded (subnetwork data "
                 f"parallelism, SDP, is not)")
-    if any(config.cp > 1 for config, _ in instance.choices):
-        return (f"context widths {list(instance.training.context_parallel)} allowed; only "
-                f"c = 1 is bounded (context parallelism is not yet)")
     return None

@@ -1,7 +1,8 @@
 """Shapes (the outer choices) and the stage options of a shape's split.
 
 A *shape* fixes (c, b, S, d, z): everything that is not split, recomputation or
-placement.  Every plan of the full space with v = 1 (DESIGN §2, §4) fixes exactly
+placement (c here is the whole intra-layer configuration: t, e and the context
+width).  Every plan of the full space with v = 1 (DESIGN §2, §4) fixes exactly
 one configuration c, microbatch b, depth S, degree d with a·S·d <= N and ZeRO
 stage z, so it belongs to exactly one shape of :func:`shapes` (m = ceil(B / (b·e·d))
 follows); a lower bound per shape and the minimum over shapes bound the whole
@@ -58,7 +59,8 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return (f"tp={self.config.tp},ep={self.config.ep},b={self.microbatch},"
+        context = f",cp={self.config.cp}" if self.config.cp > 1 else ""
+        return (f"tp={self.config.tp},ep={self.config.ep}{context},b={self.microbatch},"
                 f"S={self.num_stages},d={self.dp},z={self.zero}")
 
     @property
