@@ -63,6 +63,8 @@ DATA = Path(__file__).parent / "data"
     ("broken_recursive_alias.yaml", None, "without recursive aliases"),
     ("broken_model_kv_heads.json", "workload.model.kv_heads", "a divisor of the 4 heads"),
     ("broken_model_positions.json", "workload.model.positions", "one of 'learned', 'rope'"),
+    ("plan_megatron_default.json", None,
+     "expected an instance file (workload, cluster, training), got a plan file"),
 ])
 def test_broken_instance_names_file_field_and_expectation(name, field, expected):
     """Every malformed instance raises one InstanceFormatError naming file, field, expectation."""
@@ -83,6 +85,8 @@ def test_broken_instance_names_file_field_and_expectation(name, field, expected)
     ("broken_plan_not_mapping.json", "expected a mapping"),
     ("broken_plan_recompute_mode.json", "stages[0].recompute: expected one of 'none'"),
     ("broken_plan_virtual_zero.json", "virtual_stages: expected an integer >= 1"),
+    ("worked_example.json", "expected a plan file"),
+    ("worked_example.json", "got an instance file"),
 ])
 def test_broken_plan_is_a_plan_format_error(name, expected):
     """Malformed plan files raise PlanFormatError with the field and what was expected."""

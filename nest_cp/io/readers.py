@@ -73,6 +73,7 @@ def load_instance(path: str | FsPath) -> Instance:
 def instance_from_dict(data: Any, file: str | None = None,
                        base_dir: FsPath | None = None) -> Instance:
     reader = FieldReader(file, InstanceFormatError)
+    _refuse_the_other_kind(reader, data, "workload", "stages")
     reader.mapping(data, "", {"name", "workload", "cluster", "training", "provenance"},
                    ("workload", "cluster", "training"))
     if "provenance" in data:
@@ -91,6 +92,19 @@ def instance_from_dict(data: Any, file: str | None = None,
 
 
 _MODEL_KEYS = ("transformer", "hf_config")  # workload sections the profiler expands
+
+_KINDS = {"workload": "an instance file (workload, cluster, training)",
+          "stages": "a plan file (stages, dp, placement)"}
+
+
+def _refuse_the_other_kind(reader: FieldReader, data: Any, own_key: str,
+                           other_key: str) -> None:
+    """A plan given where an instance belongs, or the reverse (``solve p.json``,
+    ``evaluate p.json x.json``): say which file is which rather than that a field is
+    missing."""
+    if isinstance(data, dict) and own_key not in data and other_key in data:
+        raise reader.error(f"expected {_KINDS[own_key]}, got {_KINDS[other_key]}",
+                           file=reader.file)
 
 
 def _section(reader: FieldReader, value: Any, field: str, base_dir: FsPath | None,
@@ -444,6 +458,7 @@ def load_plan(path: str | FsPath) -> Plan:
 
 def plan_from_dict(data: Any, file: str | None = None) -> Plan:
     reader = FieldReader(file, PlanFormatError)
+    _refuse_the_other_kind(reader, data, "stages", "workload")
     reader.mapping(data, "", {"config", "microbatch", "zero", "stages", "dp", "placement",
                               "virtual_stages", "strategy", "sdp"}, ("stages",))
     config_raw = reader.mapping(data.get("config", {}), "config", {"tp", "ep", "cp"})
