@@ -170,6 +170,19 @@ def test_instance_new_unknown_model_exit_2(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("option, value", [("--model", "llama-7b"),
+                                           ("--network", "spineleaf"), ("--device", "h100")])
+def test_instance_new_unknown_preset_names_its_option(tmp_path, option, value):
+    """An unknown --model, --network or --device name is blamed on that option (not on an
+    instance field such as 'preset'), with the names it could have been."""
+    args = {"--model": "llama2-7b", "--network": "nest-h100-spineleaf", option: value}
+    result = _run("instance", "new", *[word for pair in args.items() for word in pair],
+                  "--devices", "8", "-o", tmp_path / "x.json")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert f"Invalid value for {option}: expected one of " in result.output
+    assert f"got '{value}'" in result.output
+
+
 def test_solve_dp_json_record():
     """`solve --backend dp --json` finds DESIGN §3.1's optimum 27,099,000 with the record keys."""
     result = _run("solve", DATA / "worked_example.json", "--backend", "dp", "--json")

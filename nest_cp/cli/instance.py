@@ -153,11 +153,18 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
     except ValueError:
         raise click.BadParameter(f"expected modes among none, selective, full, got "
                                  f"{recompute_modes!r}", param_hint="--recompute-modes") from None
-    built = presets.build_instance(model=chosen, devices=devices, network=network,
-                                   device=device, global_batch=global_batch, seq_len=seq_len,
-                                   microbatches=microbatches, options=options,
-                                   recompute_modes=modes, tp_widths=tp_widths or None,
-                                   ep_widths=ep_widths or None, cp_widths=context_parallel)
+    try:
+        built = presets.build_instance(model=chosen, devices=devices, network=network,
+                                       device=device, global_batch=global_batch,
+                                       seq_len=seq_len, microbatches=microbatches,
+                                       options=options, recompute_modes=modes,
+                                       tp_widths=tp_widths or None, ep_widths=ep_widths or None,
+                                       cp_widths=context_parallel)
+    except InstanceFormatError as exc:  # an unknown preset name: blame the option given
+        option = _PRESET_OPTIONS.get(exc.field or "")
+        if exc.file is not None or option is None:
+            raise
+        raise click.BadParameter(exc.detail, param_hint=option) from None
     built = replace(built, training=replace(built.training, **flags))
     io.save_instance(built, output)
     click.echo(f"wrote {output}: {built.workload.num_layers} layers, "
@@ -175,6 +182,10 @@ def instance_new(model: str | None, hf_config: str | None, devices: int, network
         if refused is not None:  # the width stays allowed (launcher none may use it)
             click.echo(f"note: no plan of context width {width} runs under --launcher "
                        f"{launcher}: {refused}", err=True)
+
+
+# the field presets.build_instance blames for an unknown name, and the option that gave it
+_PRESET_OPTIONS = {"model": "--model", "preset": "--network", "device": "--device"}
 
 
 @instance.command("show")
