@@ -34,7 +34,7 @@ MIN_TIME_LEFT_S = 0.01  # what an exact backend still gets when the DP hint used
 # What follows the search, in referee checks of the DP hint (measured at 1,048,576
 # devices: the check 1.0, the plan file 0.9, the placement report 1.6, together 3.5 of the
 # hint's check); --time-limit keeps that much time back for them.
-AFTER_SEARCH_CHECKS = 4
+AFTER_SEARCH_CHECKS = 4  # solve's --help says "four times": change both
 # Without a hint to time: one referee check's seconds per device (0.9-1.8 s at 1,048,576
 # devices on a loaded 2-core machine)
 CHECK_S_PER_DEVICE = 1.5e-6
@@ -42,7 +42,7 @@ CHECK_S_PER_DEVICE = 1.5e-6
 # process's start), for what follows it (the referee's evaluation of the plan, the record,
 # the placement map, the interpreter's exit), so the command ends within S + 2 s even on a
 # busy machine
-DP_AFTERWORK_S = 0.5
+DP_AFTERWORK_S = 0.5  # solve's --help says "half a second": change both
 
 
 # solve's options that map to a SolveOptions field or extra key a backend may not honour
@@ -62,7 +62,8 @@ _FLAGS["hint"] = "--hint/--no-hint"
               help="Search space (default: structured for dp, full for exact backends).")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="cpsat/milp/mcmc: seconds for the whole solve (the "
-              "DP hint included).")
+              "DP hint included); dp: only when given, then it stops in time with its "
+              "best plan and a bound (without it the DP runs to its optimum).")
 @click.option("--work-limit", type=click.FloatRange(min=0, min_open=True), default=None,
               help="cpsat/milp: deterministic work units for the solver runs (about a "
               "second of one core each), so that the same command gives the same answer on "
@@ -102,15 +103,15 @@ def solve_command(instance_path: str, backend: str, space: str | None, time_limi
                   rank_by: str, as_json: bool, output: str | None) -> None:
     """Plan INSTANCE with one backend; exit 1 when no plan fits.
 
-    --time-limit bounds the whole solve of cpsat and milp: starting nest-cp (run as a
-    command), loading the instance, the DP plan they start from (--hint, computed first),
-    and the referee's check, report and plan file after the search (time kept back:
-    AFTER_SEARCH_CHECKS times the hint's check, or without a hint an estimate from the
-    device count) all count against the limit.  The DP runs to its proven optimum unless
-    --time-limit is given: then it stops DP_AFTERWORK_S before the limit, counted the same
-    way, with its best plan and a lower bound (:func:`nest_cp.dp.planner.solve`).  On an
-    instance allowing SDP (training.strategies) the best plain and the best SDP plan are
-    both reported; exit 0 when either exists.
+    --time-limit bounds the whole solve of cpsat and milp, counted from the start of
+    nest-cp: loading the instance, the DP plan they start from (--hint, computed first),
+    the search, and the referee's check, report and plan file after it (the search leaves
+    them four times what the hint's check took, or without a hint an estimate from the
+    device count).  The DP runs to its proven optimum unless --time-limit is given: then
+    it stops half a second before the limit, counted the same way, with its best plan and
+    a lower bound (docs/cli.md, "Time limits").  On an instance allowing SDP
+    (training.strategies) the best plain and the best SDP plan are both reported; exit 0
+    when either exists.
     """
     started = (click.get_current_context().obj or {}).get(PROCESS_STARTED, time.monotonic())
     honoured = HONOURED_OPTIONS[backend]
