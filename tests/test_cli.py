@@ -611,3 +611,20 @@ def test_instance_new_refuses_widths_that_are_not_positive_integers(tmp_path, op
     assert result.exit_code == ExitCode.BAD_INPUT
     assert len(result.output.strip().splitlines()) == 1 and option in result.output
     assert not (tmp_path / "x.json").exists()
+
+
+def test_evaluate_what_if_refused_by_the_launcher_says_how_to_drop_its_rules(tmp_path):
+    """A what-if the instance's launcher refuses (megatron: one recompute mode) exits 2 in
+    one line that names the rule and the instance option without launcher rules; the same
+    what-if on an instance made with --launcher none evaluates."""
+    paths = {}
+    for launcher in ("megatron", "none"):
+        paths[launcher] = tmp_path / f"{launcher}.json"
+        made = _run("instance", "new", "--model", "bert-large", "--devices", "8", "--network",
+                    "nest-h100-spineleaf", "--launcher", launcher, "-o", paths[launcher])
+        assert made.exit_code == 0, made.output
+    what_if = ("--pp", "2", "--dp", "4", "--recompute", "all-but-last")
+    refused = _run("evaluate", paths["megatron"], *what_if)
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
+    assert "one recompute mode" in refused.output and "--launcher none" in refused.output
+    assert _run("evaluate", paths["none"], *what_if).exit_code == 0

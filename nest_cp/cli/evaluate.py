@@ -67,8 +67,10 @@ def evaluate_command(instance_path: str, plan_path: str | None, pp: int | None,
     evaluation = evaluate(inst, plan)
     if evaluation.malformed_fields:
         if plan_path is None:
+            way_out = ("; an instance made with `instance new ... --launcher none` has no "
+                       "launcher rules" if evaluation.malformed_fields[0] == "launcher" else "")
             raise click.UsageError(f"the plan from the options does not fit the instance: "
-                                   f"{evaluation.violations[0]}")
+                                   f"{evaluation.violations[0]}{way_out}")
         raise PlanFormatError(f"expected a plan that fits the instance: "
                               f"{evaluation.violations[0]}", file=plan_path,
                               field=evaluation.malformed_fields[0])
