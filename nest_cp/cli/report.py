@@ -214,7 +214,8 @@ def plan_report(instance: Instance, evaluation: Evaluation,
     groups = device_groups(instance, max_lines=max_lines)
     lines = [usage_line(instance, evaluation),
              f"placement ({len(groups)} lines; s = stage, r = replica, j = intra-stage rank "
-             f"of {plan.devices_per_replica}, listed only when a stage replica is split):"]
+             f"(a stage replica has {plan.devices_per_replica}), shown only where a stage "
+             f"replica is split over lines):"]
     lines += placement_lines(instance, evaluation, max_lines=max_lines)
     lines.append("stages (time per microbatch and sync in ms, memory per device in GiB; "
                  "k = microbatches in flight):")
