@@ -6,7 +6,8 @@ devices, so sync groups of four or more that leave a node can run two or more ri
 channels, cost model §5 a), and for every shape whose full space exhaustive search can
 enumerate compares the placement relaxation's proven value
 (:class:`nest_cp.solvers.certify.relax.Relaxation`, no cutoff, one CP-SAT worker), the
-path bound and the placement-free bound with the least objective over every plan of
+path bound, the packed path bound (:mod:`nest_cp.solvers.certify.packed`) and the
+placement-free bound with the least objective over every plan of
 the shape (every split, recompute vector and injective placement up to pairwise-tier
 patterns, each plan priced by the evaluator), and the raised bound (the larger of the
 bounds module's and :mod:`nest_cp.solvers.certify.raised`'s) with the least objective
@@ -41,6 +42,7 @@ from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
@@ -151,14 +153,16 @@ def _bounds(instance, network, shape) -> dict:
     prices = LayerPrices(instance, shape.config, shape.microbatch, network_tiers(network))
     fast = FastBounds(instance, prices, block_chain(prices))
     base = fast.bound(shape)
-    out = {"fast": base.total, "path": -math.inf, "relax": -math.inf, "raised": math.inf,
-           "channels": False}
+    out = {"fast": base.total, "path": -math.inf, "packed": -math.inf, "relax": -math.inf,
+           "raised": math.inf, "channels": False}
     geo = geometry(prices)
     if geo is None or math.isinf(base.total):
         return out
     arcs = replica_arcs(shape.num_stages, geo)
     if fast.chain is not None:
-        out["path"] = shape.rounds * PathBound(shape, geo, fast, arcs).tau + base.sync
+        path = PathBound(shape, geo, fast, arcs)
+        out["path"] = shape.rounds * path.tau + base.sync
+        out["packed"] = shape.rounds * PackedPathBound(path).tau + base.sync
     relaxation = Relaxation(Catalogue(instance, prices, shape, fast.chain), geo, arcs)
     result = relaxation.solve(10.0)
     out["relax"] = result.bound
@@ -184,7 +188,7 @@ def main() -> None:
     began = time.monotonic()
     totals = {"seeds": 0, "comparisons": 0, "context_comparisons": 0, "with_channels": 0,
               "violations": [],
-              "relax_tight": 0, "relax_above_fast_and_path": 0}
+              "relax_tight": 0, "relax_above_fast_and_path": 0, "packed_above_path": 0}
     for seed in range(args.first_seed, args.first_seed + args.count):
         if time.monotonic() - began > args.budget_s:
             break
@@ -215,7 +219,8 @@ def main() -> None:
                 totals["relax_tight"] += min(bounds["relax"], bounds["raised"]) == optimum
                 totals["relax_above_fast_and_path"] += bounds["relax"] > max(bounds["fast"],
                                                                               bounds["path"])
-            for name in ("fast", "path", "relax"):
+            totals["packed_above_path"] += bounds["packed"] > bounds["path"]
+            for name in ("fast", "path", "packed", "relax"):
                 # the main bounds hold for main plans only: compare min(main, raised)
                 value = min(bounds[name], bounds["raised"])
                 if value > optimum:

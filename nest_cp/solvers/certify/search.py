@@ -61,6 +61,7 @@ from nest_cp.model.result import Status
 from nest_cp.solvers.certify.bounds import FastBounds, ShapeBound
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
@@ -98,6 +99,7 @@ class ShapeOutcome:
     # the channel-agnostic relaxation run first (Relaxation(channels=False)): its status,
     # "not run" until it has been
     agnostic_status: str = "not run"
+    path_realised: bool = False  # the path bound's uniform plan has been placed (or tried)
 
     @property
     def main_bound(self) -> float:
@@ -185,6 +187,7 @@ def certify_full(instance: Instance, hint: Plan | None = None, time_limit_s: flo
     start = time.monotonic()
     run = _Run(instance, hint, start + time_limit_s, seed, work_limit)
     run.fast_pass()
+    run.path_pass()
     run.visit_all(min(FIRST_PASS_S, FIRST_PASS_SHARE * time_limit_s) if work_limit is None
                   else min(FIRST_PASS_WORK, FIRST_PASS_SHARE * work_limit))
     run.visit_all(None)
@@ -211,6 +214,7 @@ class _Run:
         self.open: dict[str, tuple[Shape, ShapeOutcome]] = {}
         self.resolved: list[ShapeOutcome] = []
         self.total = 0
+        self.paths: dict[str, PathBound] = {}  # the path pass's searches, by shape label
         self.unreached = math.inf  # least fast bound of shapes the fast pass never reached
         self.notes: list[str] = []
 
@@ -258,6 +262,70 @@ class _Run:
                 self.open[bound.shape.label] = (bound.shape, ShapeOutcome(
                     bound.shape.label, bound.total, bound.sync))
 
+    def path_pass(self) -> None:
+        """Raise the open shapes' bounds with their raised and (packed) path bounds before
+        any work is spent, least bound first, until the least is one already raised.
+
+        Both are proven bounds (:mod:`~nest_cp.solvers.certify.paths`,
+        :mod:`~nest_cp.solvers.certify.packed`, :mod:`~nest_cp.solvers.certify.raised`)
+        that charge no work units, so this changes no figure's dependence on the
+        machine; it only stops a shape that the work limit never reaches from keeping its
+        placement-free bound.  Taking the least bound first computes them only where they
+        can move the certificate's lower end (the least bound over open shapes): when the
+        least belongs to a shape already raised, every other is at least that.  The open
+        shapes are then re-ordered by their bounds, and those that reach the incumbent are
+        dropped.  (Path solutions are still realised when the shapes are visited.)  Only
+        the wall-clock cap can cut it short; a shape it does not reach keeps its
+        placement-free bound, which is still valid.
+        """
+        raised = set()
+        while True:
+            if self._remaining() <= 0:
+                self.work.wall_capped = self.work.deterministic
+                self.notes.append("wall-clock cap reached during the path pass")
+                break
+            least = min(((outcome.bound, label) for label, (_, outcome) in self.open.items()
+                         if self._beats(outcome.bound)), default=None)
+            if least is None or least[1] in raised:
+                break
+            label = least[1]
+            raised.add(label)
+            shape, outcome = self.open[label]
+            prices, fast = self._choice(shape)
+            geo = geometry(prices)
+            if geo is not None:
+                self._path_pass_one(shape, outcome, fast, geo)
+        ordered = sorted(self.open.items(), key=lambda item: (item[1][1].bound, item[0]))
+        self.open = dict(ordered)
+        for label, (_, outcome) in ordered:
+            if not self._beats(outcome.bound):
+                self._resolve(label)
+
+    def _path_bounds(self, shape: Shape, outcome: ShapeOutcome, fast: FastBounds, geo,
+                     arcs) -> PathBound | None:
+        """Fill in the shape's raised bound and path bound where not yet computed; the
+        path bound's search (None when it was computed before or there is no block chain)."""
+        if outcome.raised_bound is None:
+            outcome.raised_bound = fast.raised(shape, geo.k_min)
+            if fast.chain is not None and self._beats(outcome.raised_bound):
+                # both bound every raised plan (module docstring of raised): keep the larger
+                outcome.raised_bound = max(outcome.raised_bound, shape.rounds * RaisedPathBound(
+                    shape, geo, fast, arcs).tau + outcome.sync_bound)
+        if fast.chain is None or outcome.path_bound != -math.inf:
+            return None
+        path = PathBound(shape, geo, fast, arcs)
+        # the packed path bound (module docstring of packed) is at least the path bound and
+        # bounds the same main plans' τ_max
+        outcome.path_tau = PackedPathBound(path).tau
+        outcome.path_bound = shape.rounds * outcome.path_tau + outcome.sync_bound
+        return path
+
+    def _path_pass_one(self, shape: Shape, outcome: ShapeOutcome, fast: FastBounds, geo
+                       ) -> None:
+        path = self._path_bounds(shape, outcome, fast, geo, replica_arcs(shape.num_stages, geo))
+        if path is not None and self._beats(outcome.bound):
+            self.paths[outcome.label] = path  # its solution is realised at the visit
+
     def _beats(self, bound: float) -> bool:
         """Whether a shape with this bound may still hold a plan better than the incumbent."""
         return self.best_ticks is None or bound < self.best_ticks
@@ -297,16 +365,11 @@ class _Run:
             outcome.raised_bound = outcome.fast_bound
             return
         arcs = replica_arcs(shape.num_stages, geo)
-        if outcome.raised_bound is None:
-            outcome.raised_bound = fast.raised(shape, geo.k_min)
-            if fast.chain is not None and self._beats(outcome.raised_bound):
-                # both bound every raised plan (module docstring of raised): keep the larger
-                outcome.raised_bound = max(outcome.raised_bound, shape.rounds * RaisedPathBound(
-                    shape, geo, fast, arcs).tau + outcome.sync_bound)
-        if fast.chain is not None and outcome.path_bound == -math.inf:
-            path = PathBound(shape, geo, fast, arcs)
-            outcome.path_tau = path.tau
-            outcome.path_bound = shape.rounds * path.tau + outcome.sync_bound
+        path = self._path_bounds(shape, outcome, fast, geo, arcs)
+        if fast.chain is not None and not outcome.path_realised:
+            outcome.path_realised = True
+            if path is None:  # computed in the path pass
+                path = self.paths.pop(outcome.label, None) or PathBound(shape, geo, fast, arcs)
             if self._beats(outcome.bound):
                 catalogue = Catalogue(self.instance, prices, shape, fast.chain)
                 solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
