@@ -150,3 +150,16 @@ def shape_bound(instance: Instance, shape) -> float:
     outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
     main = max(main, outcome.bound)
     return min(main, raised_bound(instance, shape))
+
+
+def tally_shape_bounds(instance: Instance, shape_list, label: str) -> tuple[int, int]:
+    """Assert each shape's certify bound is at most its exhaustive optimum; (how many are
+    tight, how many strictly below) among the shapes with a finite optimum."""
+    tight = loose = 0
+    for shape in shape_list:
+        bound, optimum = shape_bound(instance, shape), shape_optimum(instance, shape)
+        assert bound <= optimum, f"{label} {shape.label}: bound {bound} > optimum {optimum}"
+        if math.isfinite(optimum):
+            tight += bound == optimum
+            loose += bound < optimum
+    return tight, loose

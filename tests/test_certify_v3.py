@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-from exhaustive import shape_bound, shape_optimum
+from exhaustive import shape_bound, tally_shape_bounds
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate, load_instance
 from nest_cp.harness.generators import random_instance
@@ -138,15 +137,8 @@ def test_shape_bounds_never_exceed_the_shape_optimum(name):
     <= the exhaustive optimum of the shape; some shape is bounded exactly, and on the TP / EP
     instance exhaustive search finds shapes bounded strictly below their optimum."""
     instance = v3_instances()[name]
-    tight = loose = 0
-    for shape in shapes(instance):
-        if shape.num_stages > 2:
-            continue
-        bound, optimum = shape_bound(instance, shape), shape_optimum(instance, shape)
-        assert bound <= optimum, f"{name} {shape.label}: bound {bound} > optimum {optimum}"
-        if math.isfinite(optimum):
-            tight += bound == optimum
-            loose += bound < optimum
+    tight, loose = tally_shape_bounds(
+        instance, [shape for shape in shapes(instance) if shape.num_stages <= 2], name)
     assert tight >= 1
     assert loose >= 1 or name != "mixed-tp-ep"
 

@@ -53,7 +53,7 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.geometry import NONE
-from nest_cp.solvers.certify.paths import INF, PathBound
+from nest_cp.solvers.certify.paths import INF, PathBound, arc_blocks
 
 
 def knapsack(capacity: int, weights: dict[int, int]) -> int:
@@ -140,26 +140,22 @@ class PackedPathBound:
         # value[node][w]: most blocks a path from node holds with weight exactly... at most w
         value: dict = {}
         for arc in path._order:
-            held = 0
-            for stage, combo in arc.combos():
-                count = most[combo][stage]
-                if count < 0:
-                    break
-                held += int(count)
+            held = arc_blocks(arc, most)
+            if held is None:
+                continue
+            weight = weights[arc.runs[level] * joined] if level in arc.emits else 0
+            if weight > limit:
+                continue
+            if arc.end_class == NONE:
+                rest = np.zeros(limit + 1, dtype=np.int64)
             else:
-                weight = weights[arc.runs[level] * joined] if level in arc.emits else 0
-                if weight > limit:
+                rest = value.get(arc.next_node)
+                if rest is None:
                     continue
-                if arc.end_class == NONE:
-                    rest = np.zeros(limit + 1, dtype=np.int64)
-                else:
-                    rest = value.get(arc.next_node)
-                    if rest is None:
-                        continue
-                shifted = np.full(limit + 1, -1, dtype=np.int64)
-                shifted[weight:] = rest[:limit + 1 - weight]
-                candidate = np.where(shifted >= 0, shifted + held, -1)
-                old = value.get(arc.node)
-                value[arc.node] = candidate if old is None else np.maximum(old, candidate)
+            shifted = np.full(limit + 1, -1, dtype=np.int64)
+            shifted[weight:] = rest[:limit + 1 - weight]
+            candidate = np.where(shifted >= 0, shifted + held, -1)
+            old = value.get(arc.node)
+            value[arc.node] = candidate if old is None else np.maximum(old, candidate)
         return any(int(value[start][-1]) >= blocks for start in path._starts
                    if start in value)

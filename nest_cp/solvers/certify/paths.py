@@ -96,21 +96,17 @@ class PathBound:
         value: dict = {}
         choice: dict = {}
         for arc in self._order:
-            held = 0
-            for stage, combo in arc.combos():
-                blocks = most[combo][stage]
-                if blocks < 0:
-                    break
-                held += int(blocks)
+            held = arc_blocks(arc, most)
+            if held is None:
+                continue
+            if arc.end_class == NONE:
+                rest = 0
             else:
-                if arc.end_class == NONE:
-                    rest = 0
-                else:
-                    rest = value.get(arc.next_node, -1)
-                    if rest < 0:
-                        continue
-                if held + rest > value.get(arc.node, -1):
-                    value[arc.node], choice[arc.node] = held + rest, (arc, most)
+                rest = value.get(arc.next_node, -1)
+                if rest < 0:
+                    continue
+            if held + rest > value.get(arc.node, -1):
+                value[arc.node], choice[arc.node] = held + rest, (arc, most)
         return max(value.get(start, -1) for start in self._starts), choice
 
     def solution(self, catalogue: Catalogue, sync_class) -> dict | None:
@@ -164,3 +160,15 @@ def _balanced(largest: list[int], lowest: list[int], total: int) -> list[int]:
         counts[stage] -= 1
         excess -= 1
     return counts
+
+
+def arc_blocks(arc, most: dict) -> int | None:
+    """The blocks an arc's stages hold, each at most ``most[combo][stage]`` (the largest count
+    under a cap); None when one of them can hold none (the arc cannot be taken)."""
+    held = 0
+    for stage, combo in arc.combos():
+        count = most[combo][stage]
+        if count < 0:
+            return None
+        held += int(count)
+    return held
