@@ -101,7 +101,13 @@ import numpy as np
 from nest_cp.cost import terms as cost
 from nest_cp.model.instance import CollectiveKind, Instance, RecomputeMode
 from nest_cp.solvers.certify.chain import FAMILIES, LayerPrices, LinearTicks, Span, Tier
-from nest_cp.solvers.certify.split import BlockChain, Catalogue, Shape, min_max_split
+from nest_cp.solvers.certify.split import (
+    BlockChain,
+    Catalogue,
+    Shape,
+    least_passing,
+    min_max_split,
+)
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -566,16 +572,7 @@ class FastBounds:
             loss = np.where(usable, most - raised, np.iinfo(np.int64).max)
             return int(most.sum()) - int(loss.min()) >= self.chain.blocks
 
-        if not holds(int(finite[-1])):
-            return math.inf
-        low, high = 0, finite.size - 1
-        while low < high:
-            middle = (low + high) // 2
-            if holds(int(finite[middle])):
-                high = middle
-            else:
-                low = middle + 1
-        return int(finite[low])
+        return least_passing(finite, holds)
 
     def _min_blocks(self, stage: int, num_stages: int) -> int:
         chain = self.chain

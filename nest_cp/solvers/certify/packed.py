@@ -53,7 +53,8 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.geometry import NONE
-from nest_cp.solvers.certify.paths import INF, PathBound, arc_blocks
+from nest_cp.solvers.certify.paths import PathBound, arc_blocks
+from nest_cp.solvers.certify.split import least_passing
 
 
 def knapsack(capacity: int, weights: dict[int, int]) -> int:
@@ -108,24 +109,16 @@ class PackedPathBound:
         return found
 
     def _search(self) -> float:
-        path = self.path
-        caps = np.unique(np.concatenate([np.stack(r).ravel() for r in path.rows.values()]))
-        caps = caps[caps < INF]
-        current = int(path.tau)
+        caps = self.path.caps()
+        current = int(self.path.tau)
         for level, weights, budget in self._weights():
             if self._holds(current, level, weights, budget):
                 continue
-            higher = caps[caps > current]
-            if higher.size == 0 or not self._holds(int(higher[-1]), level, weights, budget):
+            current = least_passing(caps[caps > current], lambda cap, level=level,
+                                    weights=weights, budget=budget:
+                                    self._holds(cap, level, weights, budget))
+            if math.isinf(current):
                 return math.inf
-            low, high = 0, higher.size - 1
-            while low < high:
-                middle = (low + high) // 2
-                if self._holds(int(higher[middle]), level, weights, budget):
-                    high = middle
-                else:
-                    low = middle + 1
-            current = int(higher[low])
         return current
 
     def _holds(self, cap: int, level: int, weights: dict[int, int], budget: int) -> bool:
@@ -134,8 +127,7 @@ class PackedPathBound:
         path, shape = self.path, self.shape
         limit = budget // shape.dp  # W(cap) must be <= this
         blocks = path.fast.chain.blocks
-        most = {combo: path.fast.largest_blocks(path.rows[combo], shape, cap)
-                for combo in path.combos}
+        most = path.most_blocks(cap)
         joined = self.geo.joined[level]
         # value[node][w]: most blocks a path from node holds with weight exactly... at most w
         value: dict = {}

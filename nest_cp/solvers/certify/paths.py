@@ -57,7 +57,7 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.geometry import NONE, Arc, Geometry
-from nest_cp.solvers.certify.split import Catalogue
+from nest_cp.solvers.certify.split import Catalogue, least_passing
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -76,23 +76,22 @@ class PathBound:
     def _search(self) -> float:
         if not self.rows:
             return math.inf  # no replica path exists: the shape has no main plan
+        return least_passing(self.caps(), lambda cap: self._longest(cap)[0]
+                             >= self.fast.chain.blocks)
+
+    def caps(self) -> np.ndarray:
+        """The finite stage times a cap can usefully take, ascending."""
         caps = np.unique(np.concatenate([np.stack(r).ravel() for r in self.rows.values()]))
-        caps = caps[caps < INF]
-        if caps.size == 0 or self._longest(int(caps[-1]))[0] < self.fast.chain.blocks:
-            return math.inf
-        low, high = 0, caps.size - 1
-        while low < high:
-            middle = (low + high) // 2
-            if self._longest(int(caps[middle]))[0] >= self.fast.chain.blocks:
-                high = middle
-            else:
-                low = middle + 1
-        return int(caps[low])
+        return caps[caps < INF]
+
+    def most_blocks(self, cap: int) -> dict:
+        """Per combination and stage, the most blocks a stage can hold under ``cap``."""
+        return {combo: self.fast.largest_blocks(self.rows[combo], self.shape, cap)
+                for combo in self.combos}
 
     def _longest(self, cap: int) -> tuple[int, dict]:
         """Most blocks one path can hold under ``cap``, and the best arc out of each node."""
-        most = {combo: self.fast.largest_blocks(self.rows[combo], self.shape, cap)
-                for combo in self.combos}
+        most = self.most_blocks(cap)
         value: dict = {}
         choice: dict = {}
         for arc in self._order:
@@ -172,3 +171,4 @@ def arc_blocks(arc, most: dict) -> int | None:
             return None
         held += int(count)
     return held
+

@@ -66,6 +66,7 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.geometry import FREE, FRESH, NONE, Arc, Geometry, segment_arcs
+from nest_cp.solvers.certify.split import least_passing
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -111,16 +112,7 @@ class RaisedPathBound:
         caps = np.unique(np.concatenate(values))
         caps = caps[caps < INF]
         blocks = self.fast.chain.blocks
-        if caps.size == 0 or self._held(int(caps[-1])) < blocks:
-            return math.inf
-        low, high = 0, caps.size - 1
-        while low < high:
-            middle = (low + high) // 2
-            if self._held(int(caps[middle])) >= blocks:
-                high = middle
-            else:
-                low = middle + 1
-        return int(caps[low])
+        return least_passing(caps, lambda cap: self._held(cap) >= blocks)
 
     def _held(self, cap: int) -> int:
         """Most blocks a replica with at least one raised stage can hold under ``cap``

@@ -253,14 +253,20 @@ def _block_min_max(catalogue: Catalogue, value) -> float:
                 return False
         return bool(reach >> total & 1)
 
-    caps = sorted({price for cheapest in per_stage for price in cheapest.values()})
-    if not holds(caps[-1]):
+    return least_passing(sorted({price for cheapest in per_stage
+                                 for price in cheapest.values()}), holds)
+
+
+def least_passing(caps, holds) -> float:
+    """The least of the ascending ``caps`` that ``holds``, by bisection (``holds`` is
+    monotone: true from some cap on); inf when none does."""
+    if len(caps) == 0 or not holds(int(caps[-1])):
         return math.inf
     low, high = 0, len(caps) - 1
     while low < high:
         middle = (low + high) // 2
-        if holds(caps[middle]):
+        if holds(int(caps[middle])):
             high = middle
         else:
             low = middle + 1
-    return caps[low]
+    return int(caps[low])
