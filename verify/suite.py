@@ -508,7 +508,7 @@ def paper_instances() -> list[dict]:
     return [{
         "name": f"{model}--{cluster}--{devices}",
         "provenance": {"family": f"paper-{cluster}",
-                       "source": "NEST (arXiv 2603.06798) evaluation grid, DESIGN.md section 6"},
+                       "source": "NEST (arXiv 2603.06798) evaluation grid and its artifact scai-tech/Nest (instances/paper/README.md)"},
         "workload": {"preset": model, "device": PAPER_CLUSTERS[cluster],
                      "attention": "materialized", **({"ep": [ep]} if ep > 1 else {})},
         "cluster": {"preset": cluster, "num_devices": devices},
@@ -536,8 +536,9 @@ def paper_v2_instances() -> list[dict]:
             **document,
             "provenance": {"family": document["provenance"]["family"].replace(
                 "paper-", "paper-v2-", 1),
-                "source": document["provenance"]["source"] + "; v2 choices of DESIGN.md "
-                "section 3.2 (instances/paper-v2/README.md)"},
+                "source": document["provenance"]["source"] + "; v2 choices: virtual "
+                "stages, recompute modes, overlapped gradient reduction, priced as "
+                "docs/cost-model.md section 3 says (instances/paper-v2/README.md)"},
             "training": {**training, **PAPER_V2_TRAINING}})
     return documents
 
@@ -562,12 +563,12 @@ def write_instances(root: Path) -> list[Path]:
         _write_text(text, root / folder / "README.md")
         written.append(root / folder / "README.md")
     data = Path(__file__).resolve().parent.parent / "tests" / "data"
-    for name, family, section in (("worked_example", "worked-example", "3.1"),
-                                  ("sdp_worked_example", "sdp", "7")):
+    for name, family, section in (("worked_example", "worked-example", "3, worked examples"),
+                                  ("sdp_worked_example", "sdp", "6")):
         worked = data / f"{name}.json"
         if worked.exists():
             document = json.loads(worked.read_text(encoding="utf-8"))
-            document["provenance"] = {"family": family, "source": f"DESIGN.md section "
+            document["provenance"] = {"family": family, "source": f"docs/cost-model.md section "
                                       f"{section} (copied from tests/data/{name}.json)"}
             target = root / "small" / f"{name}.json"
             _write_json(document, target)
@@ -603,7 +604,8 @@ be controllable, not to match any real model. Every number follows from
   checkpoint bytes = output bytes = per-sample output x microbatch. tp > 1 adds two
   all-reduces of the output in forward and two in backward (Megatron-LM, Shoeybi et al.
   2019, Sec. 3); ep > 1 adds two all-to-alls (dispatch, combine) per direction.
-- **Optimizer**: mixed-precision Adam, 2 / 2 / 12 bytes per parameter (DESIGN §1.3).
+- **Optimizer**: mixed-precision Adam, 2 / 2 / 12 bytes per parameter
+  (`docs/cost-model.md` §4).
   Sequence length 1024 (informational only: the profiles are given per sample).
 - **Networks**: node tier 1e11 B/s, 1 us (NVLink class); rack tier 2.5e10 B/s, 3 us
   (200 Gb/s NIC); spine tier 1.25e10 B/s, 5 us (100 Gb/s NIC), 10x slower in
@@ -621,9 +623,9 @@ be controllable, not to match any real model. Every number follows from
   (recomputation still holds one layer's activations), 3e9 embedding parameters x 16 B on
   40 GB without ZeRO or tensor parallelism, and 8e9 expert parameters (4e9 per device at
   ep 2) with at most ZeRO-1 on 40 GB.
-- `worked_example` is DESIGN §3.1 verbatim (copied from `tests/data/worked_example.json`);
-  its optimum 27,099,000 ticks is stated there.
-- **SDP** (`sdp-*`, `sdp_worked_example`; DESIGN §7): the same chains with every block
+- `worked_example` is the worked example of `docs/cost-model.md` §3 (copied from
+  `tests/data/worked_example.json`); its optimum 27,099,000 ticks is derived there.
+- **SDP** (`sdp-*`, `sdp_worked_example`; `docs/sdp.md`): the same chains with every block
   maskable (`maskable`): at block level one unit per block, at neuron level 4 width slices
   carrying 90 % of the block; the weight gradient is half the backward (`wgrad_s` = the
   forward time). They allow both strategies (`strategies: ["dp", "sdp"]`), so every run
@@ -634,9 +636,9 @@ be controllable, not to match any real model. Every number follows from
   worker (C = 1/4) needs 34.6 GB. `sdp-slowtier-l6-d8`: nodes of 2, racks of 2 and a
   2.5e9 B/s pod tier, blocks of 1e9 parameters between an embedding and a head of 1e7:
   the shared all-reduce may cross the pods, a block's holder pair must not.
-  `sdp_worked_example` is DESIGN §7's worked example (copied from
+  `sdp_worked_example` is the worked example of `docs/cost-model.md` §6 (copied from
   `tests/data/sdp_worked_example.json`).
-- **v2** (`v2-*`, DESIGN §3.2): one instance per v2 choice that decides the optimum, each
+- **v2** (`v2-*`, `docs/cost-model.md` §3): one instance per v2 choice that decides the optimum, each
   measured with the DP against variants without the choice (the numbers are in each file's
   `provenance.measured`). `v2-interleave-l6-d4`: six equal blocks of 1e9 parameters on one
   4-device node, B = 6, virtual stages 1 or 2: v = 2 (one block per chunk on 3 stages) is
@@ -647,7 +649,7 @@ be controllable, not to match any real model. Every number follows from
   `v2-overlap-l5-d8`: `h2-dense-l5-d8-slowspine` with `overlap_grad_reduce`: overlap makes
   two replicas of one stage (S = 1, d = 2) optimal where a two-stage pipeline without
   replicas is optimal otherwise. `v2-zero3-buffers-l5-d8`: ZeRO 0 or 3 on 8.5 GB, where only
-  ZeRO-3 plans fit; the plan that would be optimal without the gather buffers (§3.2 d)
+  ZeRO-3 plans fit; the plan that would be optimal without the gather buffers (cost model §4)
   exceeds memory only by its 1.2 GB of buffers, so the optimum is a plan 9.6 % slower.
 
 ## Reference results
@@ -681,12 +683,12 @@ Llama3-70B, GPT3-175B, Mixtral-8x7B) on its two clusters (`nest-tpuv4-fattree`,
 
 - Grid, global batch 4,096, microbatch 1, sequence lengths (512 BERT, 2,048 GPT3, 4,096
   the others) and Mixtral's expert width 4: NEST (arXiv 2603.06798) and its artifact
-  `scai-tech/Nest`, as restated in DESIGN.md §6.
+  `scai-tech/Nest`.
 - The files reference presets; `nest_cp/io.py` expands them with
   `nest_cp.profiles.presets.workload_from_preset` / `cluster_from_preset`, where every model,
   device and network number carries its citation (model hyperparameters from the model
   papers, device peaks from datasheets and kernel efficiencies from kernel
-  microbenchmarks (`docs/device-model.md`), the two networks from DESIGN §6: tiers
+  microbenchmarks (`docs/device-model.md`), the two networks from NEST's artifact: tiers
   8 / 4 / N/32, 900 / 100 / 400 resp. 900 / 12.5 / 50 "GB/s" with NEST's 2^30
   conversion, 64 GiB resp. 90 GiB HBM). The workload is profiled on the cluster's own
   device (`nest-tpuv4`, `nest-h100`) with materialised attention (NEST's traced graphs
@@ -710,7 +712,7 @@ Written by `python -m nest_cp.verify.suite` (module `verify/suite.py`, function
 `paper_v2_instances`); regenerate, do not edit. The same fifty instances as
 `instances/paper` (five models x two clusters x 64 ... 1,024 devices, same names, presets,
 global batch 4,096, microbatch 1, sequence lengths, Mixtral's expert width 4, ZeRO 0,
-optimizer 2/2/12 B per parameter), with the training choices of DESIGN.md §3.2 open:
+optimizer 2/2/12 B per parameter), with the training choices of `docs/cost-model.md` §3 open:
 
 - `recompute: ["none", "selective", "full"]` per stage (replacing `allow_recompute: true`,
   which allows none and full). Selective recomputation needs `sel_fwd_s` / `sel_act_bytes`
@@ -753,9 +755,9 @@ def small_readme() -> str:
             _recompute_cell(spec), f"{spec.hbm_bytes / GB:g}",
             spec.purpose]) + " |")
     rows.append("| worked_example | worked-example | 2 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
-                "DESIGN §3.1 |")
+                "docs/cost-model.md §3, worked examples |")
     rows.append("| sdp_worked_example | sdp | 4 | 4 | 2 tiers | 1x1 | 1 | 0 | no | 80 | "
-                "DESIGN §7 (SDP, h = 2) |")
+                "docs/cost-model.md §6 (SDP, h = 2) |")
     head = ["| " + " | ".join(SMALL_TABLE_HEADER) + " |",
             "|" + "---|" * len(SMALL_TABLE_HEADER)]
     return SMALL_README + "\n".join(head + rows) + "\n"
