@@ -256,6 +256,12 @@ def test_compare_names_the_folder_it_writes_into(tmp_path: Path, monkeypatch) ->
                                                   "--backends", "manual", "--no-progress"])
     assert result.exit_code == 0, result.output
     default = tmp_path / "compare-out"
-    assert f"into {default}/" in result.stderr
+    assert f"into {default}/ (choose with --out)" in result.stderr
     assert "wrote compare-out/compare.csv" in result.stdout
     assert (default / "compare.csv").is_file()
+    chosen = tmp_path / "chosen"
+    result = CliRunner().invoke(compare_command, [str(DATA / "worked_example.json"),
+                                                  "--backends", "manual", "--no-progress",
+                                                  "--out", str(chosen)])
+    assert result.exit_code == 0, result.output
+    assert f"into {chosen}/\n" in result.stderr  # given --out: no hint to choose it

@@ -579,17 +579,22 @@ def _proven_without_plan(rows: Sequence[Row]) -> list[tuple[str, str]]:
             and group[0].message]
 
 
-def _say_where(out: Path) -> None:
-    """One line on stderr naming the folder the results go to (before any solve)."""
-    click.echo(f"compare: writing compare.csv, .md, .tex and .png into {out.resolve()}/ "
-               "(choose with --out)", err=True)
+def _say_where(out: Path, default: bool) -> None:
+    """One line on stderr naming the folder the results go to (before any solve); when it
+    is the default folder, how to choose another."""
+    click.echo(f"compare: writing compare.csv, .md, .tex and .png into {out.resolve()}/"
+               + (" (choose with --out)" if default else ""), err=True)
 
 
 def _solve_to_csv(instances: Sequence[str], backends: Sequence[str], normaliser: str,
                   scope: str, out: Path, options: SolveOptions, executor: Executor,
                   progress: bool) -> Path:
     """Run the comparison and store it as ``out/compare.csv``."""
+    source = click.get_current_context(silent=True)
+    default = source is None or source.get_parameter_source("out_dir") is not \
+        click.core.ParameterSource.COMMANDLINE
     rows = normalise(run_comparison(instances, backends, options, executor, progress,
-                                    loaded=lambda: _say_where(out)), normaliser, scope)
+                                    loaded=lambda: _say_where(out, default)),
+                     normaliser, scope)
     write_csv(rows, out / "compare.csv")
     return out / "compare.csv"
