@@ -149,7 +149,8 @@ def write(rows: list[dict], small: list[dict], out_dir: Path, per_family: int) -
         "",
         "gap = (T_structured − T_full) / T_full, where T_full is brute force's optimum over "
         "every placement (the full space) and T_structured the DP's optimum over the rank "
-        "layouts of the structured space (docs/certificates.md): *before* = the six orders with tensor ranks innermost, "
+        "layouts of the structured space (docs/certificates.md): *before* = the six "
+        "orders with tensor ranks innermost, "
         "*after* = all 24 orders of (t, e, stage, replica) (structured space v2). Every "
         "DP optimum over 24 layouts was checked equal to structured brute force (the "
         "algorithmic certificate).",
@@ -158,7 +159,9 @@ def write(rows: list[dict], small: list[dict], out_dir: Path, per_family: int) -
         "a two-tier network of two-device nodes (family `graph`: a random two-switch "
         "graph); 2-3 layers from `nest_cp.harness.generators.random_instance` with communication "
         "scaled by 1, 10 or 100 and HBM 80 or 20 GB; v = 1, recompute none/full, ZeRO 0. "
-        "Family `tp2-ep2` allows only t = e = 2 (the case structured space v2 was widened for, docs/certificates.md), `mixed` and `graph` a "
+        "Family `tp2-ep2` allows only t = e = 2 "
+        "(the case structured space v2 was widened for, docs/certificates.md), `mixed` "
+        "and `graph` a "
         "random subset of (t, e) in {1, 2}².",
         "",
         "| family | instances | feasible | gap > 0 before | gap > 0 after | improved | "

@@ -508,7 +508,8 @@ def paper_instances() -> list[dict]:
     return [{
         "name": f"{model}--{cluster}--{devices}",
         "provenance": {"family": f"paper-{cluster}",
-                       "source": "NEST (arXiv 2603.06798) evaluation grid and its artifact scai-tech/Nest (instances/paper/README.md)"},
+                       "source": "NEST (arXiv 2603.06798) evaluation grid and its artifact "
+                                 "scai-tech/Nest (instances/paper/README.md)"},
         "workload": {"preset": model, "device": PAPER_CLUSTERS[cluster],
                      "attention": "materialized", **({"ep": [ep]} if ep > 1 else {})},
         "cluster": {"preset": cluster, "num_devices": devices},
@@ -638,19 +639,20 @@ be controllable, not to match any real model. Every number follows from
   the shared all-reduce may cross the pods, a block's holder pair must not.
   `sdp_worked_example` is the worked example of `docs/cost-model.md` §6 (copied from
   `tests/data/sdp_worked_example.json`).
-- **v2** (`v2-*`, `docs/cost-model.md` §3): one instance per v2 choice that decides the optimum, each
-  measured with the DP against variants without the choice (the numbers are in each file's
-  `provenance.measured`). `v2-interleave-l6-d4`: six equal blocks of 1e9 parameters on one
-  4-device node, B = 6, virtual stages 1 or 2: v = 2 (one block per chunk on 3 stages) is
-  10.2 % faster than the best v = 1 plan. `v2-selective-l5-d8`: `dense_chain(3)` whose
-  blocks recompute 10 % of their forward and keep 30 % of their activations under
-  selective recomputation (`selective`; the embedding and head have no attention core),
-  16 GB: selective on the first stage beats the best plan with only none / full by 8.0 %.
-  `v2-overlap-l5-d8`: `h2-dense-l5-d8-slowspine` with `overlap_grad_reduce`: overlap makes
-  two replicas of one stage (S = 1, d = 2) optimal where a two-stage pipeline without
-  replicas is optimal otherwise. `v2-zero3-buffers-l5-d8`: ZeRO 0 or 3 on 8.5 GB, where only
-  ZeRO-3 plans fit; the plan that would be optimal without the gather buffers (cost model §4)
-  exceeds memory only by its 1.2 GB of buffers, so the optimum is a plan 9.6 % slower.
+- **v2** (`v2-*`, `docs/cost-model.md` §3): one instance per v2 choice that decides the
+  optimum, each measured with the DP against variants without the choice (the numbers are in
+  each file's `provenance.measured`). `v2-interleave-l6-d4`: six equal blocks of 1e9
+  parameters on one 4-device node, B = 6, virtual stages 1 or 2: v = 2 (one block per chunk
+  on 3 stages) is 10.2 % faster than the best v = 1 plan. `v2-selective-l5-d8`:
+  `dense_chain(3)` whose blocks recompute 10 % of their forward and keep 30 % of their
+  activations under selective recomputation (`selective`; the embedding and head have no
+  attention core), 16 GB: selective on the first stage beats the best plan with only none /
+  full by 8.0 %. `v2-overlap-l5-d8`: `h2-dense-l5-d8-slowspine` with `overlap_grad_reduce`:
+  overlap makes two replicas of one stage (S = 1, d = 2) optimal where a two-stage pipeline
+  without replicas is optimal otherwise. `v2-zero3-buffers-l5-d8`: ZeRO 0 or 3 on 8.5 GB,
+  where only ZeRO-3 plans fit; the plan that would be optimal without the gather buffers
+  (cost model §4) exceeds memory only by its 1.2 GB of buffers, so the optimum is a plan 9.6
+  % slower.
 
 ## Reference results
 
