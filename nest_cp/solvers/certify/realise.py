@@ -131,11 +131,14 @@ def realise(catalogue: Catalogue, geo: Geometry, solution: dict,
     if len(paths) != shape.dp:
         return None
     if SlicePlacement.fits(catalogue, geo):
-        exact = SlicePlacement(catalogue, geo, paths, solution,
-                               _term_prices(catalogue, solution["options"]))
-        plan = exact.solve(time_limit_s, seed, work, work_limit)
-        if plan is not None:
-            return plan
+        # with the channel counts the solution priced first (when it counted any), then
+        # without them (the model the channel-agnostic relaxation's solutions get)
+        for channels in ((True, False) if solution.get("channels") else (False,)):
+            exact = SlicePlacement(catalogue, geo, paths, solution,
+                                   _term_prices(catalogue, solution["options"]), channels)
+            plan = exact.solve(time_limit_s, seed, work, work_limit)
+            if plan is not None:
+                return plan
     bundle_from = _bundle_level(solution["classes"], geo, paths, ranks, shape.dp)
     if bundle_from < levels:
         members = tuple(range(shape.dp))

@@ -190,6 +190,8 @@ class Relaxation:
         self.model = cp_model.CpModel()
         self.arcs = arcs if arcs is not None else replica_arcs(self.shape.num_stages, geo)
         self.classes: dict[str, dict[int, cp_model.IntVar]] = {}  # term -> tier -> literal
+        # term -> tier -> channel count -> literal (tiers where a group can run several)
+        self.counts: dict[str, dict[int, dict[int, cp_model.IntVar]]] = {}
         self._term_upper: dict[str, int] = {}
         self._build()
 
@@ -385,6 +387,7 @@ class Relaxation:
             # (c = most: at least that many)
             counts = {c: model.new_bool_var(f"{name}_k{k}_c{c}") for c in range(1, most + 1)}
             model.add(sum(counts.values()) == literal)
+            self.counts.setdefault(name, {})[k] = counts
             cases.extend((counts[c], k, c) for c in counts)
             self._channels(name, stage, group, counts, widen)
         parts = []
@@ -564,6 +567,10 @@ class Relaxation:
                  if solver.value(var)}
         classes = {name: next(k for k, lit in literals.items() if solver.value(lit))
                    for name, literals in self.classes.items()}
+        # the ring channels the solution gives a term's groups on its class tier (>= 2 only)
+        channels = {name: c for name, k in classes.items()
+                    for c, lit in self.counts.get(name, {}).get(k, {}).items()
+                    if c >= 2 and solver.value(lit)}
         return {"options": chosen, "flows": {self.arcs[i]: v for i, v in flows.items()},
-                "classes": classes, "tau_max": solver.value(self.tau_max),
+                "classes": classes, "channels": channels, "tau_max": solver.value(self.tau_max),
                 "t_sync": solver.value(self.t_sync)}
