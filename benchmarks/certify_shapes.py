@@ -6,12 +6,15 @@ devices, so sync groups of four or more that leave a node can run two or more ri
 channels, cost model §5 a), and for every shape whose full space exhaustive search can
 enumerate compares the placement relaxation's proven value
 (:class:`nest_cp.solvers.certify.relax.Relaxation`, no cutoff, one CP-SAT worker), the
-path bound, the packed path bound (:mod:`nest_cp.solvers.certify.packed`) and the
+path bound, the packed path bound (:mod:`nest_cp.solvers.certify.packed`), the
+crowded-node bound (:mod:`nest_cp.solvers.certify.crowded`; with the packed path τ as the
+main plans' bound, and with the cheap τ on its own, which holds for every plan) and the
 placement-free bound with the least objective over every plan of
 the shape (every split, recompute vector and injective placement up to pairwise-tier
 patterns, each plan priced by the evaluator), and the raised bound (the larger of the
 bounds module's and :mod:`nest_cp.solvers.certify.raised`'s) with the least objective
-over the shape's raised plans alone.  A bound above the optimum is a violation.  The
+over the shape's raised plans alone (the raised bound includes the crowded-node bound
+with its own τ, as the search takes it).  A bound above the optimum is a violation.  The
 whole-instance certificate is checked by the soak (:mod:`nest_cp.verify.soak`); this is
 the per-shape check, where a bound that is wrong on a shape the certificate's interval
 hides is still caught.  Not part of ``make bench``.
@@ -41,6 +44,7 @@ from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.crowded import CrowdedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
@@ -154,7 +158,8 @@ def _bounds(instance, network, shape) -> dict:
     fast = FastBounds(instance, prices, block_chain(prices))
     base = fast.bound(shape)
     out = {"fast": base.total, "path": -math.inf, "packed": -math.inf, "relax": -math.inf,
-           "raised": math.inf, "channels": False}
+           "raised": math.inf, "channels": False, "crowded": -math.inf,
+           "crowded_all": -math.inf}
     geo = geometry(prices)
     if geo is None or math.isinf(base.total):
         return out
@@ -171,6 +176,16 @@ def _bounds(instance, network, shape) -> dict:
     if fast.chain is not None and math.isfinite(out["raised"]):
         path = RaisedPathBound(shape, geo, fast, arcs)
         out["raised"] = max(out["raised"], shape.rounds * path.tau + base.sync)
+    if fast.chain is not None:
+        # the crowded-node bound: with the cheap τ (every plan), the path τ (main plans) and
+        # the raised bound's τ (raised plans), as the search takes it
+        crowded = CrowdedBound(shape, geo, fast)
+        out["crowded_all"] = crowded.bound(base.tau)
+        out["crowded"] = crowded.bound((out["packed"] - base.sync) // shape.rounds) \
+            if math.isfinite(out["packed"]) else -math.inf
+        if math.isfinite(out["raised"]):
+            out["raised"] = max(out["raised"], crowded.bound(
+                (out["raised"] - base.sync) // shape.rounds))
     sizes = [shape.dp * shape.config.ep, shape.dp]
     out["channels"] = any(t.channel_cap(g) >= 2 for t in geo.tiers for g in sizes)
     return out
@@ -188,7 +203,8 @@ def main() -> None:
     began = time.monotonic()
     totals = {"seeds": 0, "comparisons": 0, "context_comparisons": 0, "with_channels": 0,
               "violations": [],
-              "relax_tight": 0, "relax_above_fast_and_path": 0, "packed_above_path": 0}
+              "relax_tight": 0, "relax_above_fast_and_path": 0, "packed_above_path": 0,
+              "crowded_above_packed": 0}
     for seed in range(args.first_seed, args.first_seed + args.count):
         if time.monotonic() - began > args.budget_s:
             break
@@ -220,7 +236,15 @@ def main() -> None:
                 totals["relax_above_fast_and_path"] += bounds["relax"] > max(bounds["fast"],
                                                                               bounds["path"])
             totals["packed_above_path"] += bounds["packed"] > bounds["path"]
-            for name in ("fast", "path", "packed", "relax"):
+            totals["crowded_above_packed"] += bounds["crowded"] > bounds["packed"]
+            if bounds["crowded_all"] > optimum:  # with the cheap τ it holds for every plan
+                totals["violations"].append({"seed": seed, "shape": shape.label,
+                                             "bound": "crowded_all",
+                                             "value": bounds["crowded_all"],
+                                             "optimum": optimum})
+                print(f"VIOLATION seed {seed} {shape.label} crowded_all "
+                      f"{bounds['crowded_all']} > {optimum}", flush=True)
+            for name in ("fast", "path", "packed", "crowded", "relax"):
                 # the main bounds hold for main plans only: compare min(main, raised)
                 value = min(bounds[name], bounds["raised"])
                 if value > optimum:

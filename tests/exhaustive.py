@@ -12,6 +12,7 @@ from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.crowded import CrowdedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
@@ -129,7 +130,9 @@ def raised_bound(instance: Instance, shape) -> float:
     value = fast.raised(shape, geo.k_min)
     if fast.chain is not None and math.isfinite(value):
         path = RaisedPathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo))
-        value = max(value, shape.rounds * path.tau + fast.bound(shape).sync)
+        sync = fast.bound(shape).sync
+        value = max(value, shape.rounds * path.tau + sync)
+        value = max(value, CrowdedBound(shape, geo, fast).bound((value - sync) // shape.rounds))
     return value
 
 
@@ -145,7 +148,9 @@ def shape_bound(instance: Instance, shape) -> float:
     main = base.total
     arcs = replica_arcs(shape.num_stages, geo)
     if fast.chain is not None:
-        main = max(main, shape.rounds * PathBound(shape, geo, fast, arcs).tau + base.sync)
+        tau = PathBound(shape, geo, fast, arcs).tau
+        main = max(main, shape.rounds * tau + base.sync,
+                   CrowdedBound(shape, geo, fast).bound(tau))
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
     main = max(main, outcome.bound)

@@ -469,9 +469,12 @@ class FastBounds:
 
         return self._min_max(self._stage_rows(shape, row), shape)
 
-    def _sync_row(self, kind: Kind, dp: int, zero: int) -> np.ndarray:
+    def _sync_row(self, kind: Kind, dp: int, zero: int, dense_from: int = 0,
+                  dense_channels: int | None = None) -> np.ndarray:
         """Suffix minima over block counts of :meth:`stage_sync` (the same least over pairs
-        of admitting tiers, each phase priced by :class:`LinearTicks`)."""
+        of admitting tiers, each phase priced by :class:`LinearTicks`); ``dense_from``: the
+        dense group only on tiers from that index, ``dense_channels``: on at most that
+        many ring channels (:mod:`~nest_cp.solvers.certify.crowded`)."""
         if kind not in self._params:
             spans = [self._kind_span(kind, blocks, RecomputeMode.NONE)
                      for blocks in range(self.chain.blocks + 1)]
@@ -486,15 +489,18 @@ class FastBounds:
         valid, dense, expert, backward, forward = self._params[kind]
         optimizer, tick_s = self.prices.optimizer, self.prices.tick_s
 
-        def parts(group: int, params: np.ndarray) -> list[tuple]:
-            """(gradient phase, weight gather) arrays of one group on each admitting tier."""
+        def parts(group: int, params: np.ndarray, lowest: int = 0,
+                  channels: int | None = None) -> list[tuple]:
+            """(gradient phase, weight gather) arrays of one group on each admitting tier
+            from index ``lowest``, on at most ``channels`` ring channels."""
             if group <= 1:
                 return [(0, 0)]
             found = []
             for tier in self.tiers:
-                if not tier.admits(group):
+                if not tier.admits(group) or tier.index < lowest:
                     continue
-                path = tier.collective_path(group)
+                path = tier.collective_path(group) if channels is None else \
+                    tier.channel_path(max(1, min(tier.channel_cap(group), channels)))
                 reduce = LinearTicks.of_collective(cost.sync_collective(zero),
                                                    optimizer.grad_bytes, group, path, tick_s)
                 gather = LinearTicks.of_collective(CollectiveKind.ALL_GATHER,
@@ -504,7 +510,8 @@ class FastBounds:
             return found
 
         exposed = [self._exposed(d[0] + e[0], d[1] + e[1], backward, forward)
-                   for d in parts(self.prices.dense_group(dp), dense)
+                   for d in parts(self.prices.dense_group(dp), dense, dense_from,
+                                  dense_channels)
                    for e in parts(self.prices.expert_group(dp), expert)]
         least = np.min(np.stack([np.broadcast_to(np.asarray(x, dtype=object), valid.shape)
                                  for x in exposed]), axis=0)

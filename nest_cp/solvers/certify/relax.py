@@ -99,6 +99,29 @@ uses c at s, each class literal to the largest tier of its groups in P, and
    disjoint, and a replica's group members fall in ``merged(ℓ, widen)`` ranks'
    worth of pieces (the joined families, widened by EP for the dense sync).  So
    Σ_r runs[ℓ]·merged <= G_ℓ.
+5a. Sides (geometry: two top-level domains, a stage replica's a ranks in one of
+   them, the arc's ``side``).  Every group of a term at stage s holds a member of
+   every replica's stage s (dense sync: rank j's tensor index over the d·e ranks;
+   expert sync and ZeRO-3 gathers: rank j over the d replicas; the evaluator's
+   ``_sync_ticks`` and ZeRO-3 gather).  If all d replicas' stage s lie in one
+   top-level domain, so does every group: the class is at most the top capacity
+   level.  Otherwise two replicas' stage s lie in different top-level domains, and
+   a group holding a member of each lies in no top-level domain: the outermost
+   tier, the largest, so the class is the outermost tier.  So the outermost class
+   literal holds exactly when the side-0 flow through stage s (each replica's arc
+   through s carries its side) is neither 0 nor d; both directions are rows.
+5b. Nesting.  The expert-sync group of rank j = (t_index, e_index) at stage s (rank
+   j over the d replicas) is a subset of the dense-sync group of t_index (over the
+   d·e ranks of the replicas and expert indices), and the ZeRO-3 gather group of
+   rank j is the same set as its expert-sync group.  A subset lies on a tier no
+   larger than its superset's (domains are nested), and a class is a maximum over
+   groups, so class(g_s) = class(expert_s) <= class(dense_s): for every tier k,
+   Σ_{k' >= k} expert literals <= Σ_{k' >= k} dense literals, and the gather and
+   expert literals are equal tier by tier (both admit the same group size d).
+   (Tiers need not be monotone in price: on the TPUv4 fat-tree the global tier is
+   faster than the pod tier, and without these rows the model priced the expert
+   sync on the global tier while its dense sync, and so every expert group, stayed
+   in one pod.)
 6. Floors and domains: the floor rows (τ_max >= τ_path, T_sync >= σ_lb) are met
    by τ_max(P) and T_sync(P), since τ_path and σ_lb are proven bounds on them
    (paths, bounds).  So the least values of τ_max and T_sync are at most τ_max(P)
@@ -167,6 +190,8 @@ class Relaxation:
         self.model = cp_model.CpModel()
         self.arcs = arcs if arcs is not None else replica_arcs(self.shape.num_stages, geo)
         self.classes: dict[str, dict[int, cp_model.IntVar]] = {}  # term -> tier -> literal
+        # term -> tier -> channel count -> literal (tiers where a group can run several)
+        self.counts: dict[str, dict[int, dict[int, cp_model.IntVar]]] = {}
         self._term_upper: dict[str, int] = {}
         self._build()
 
@@ -362,6 +387,7 @@ class Relaxation:
             # (c = most: at least that many)
             counts = {c: model.new_bool_var(f"{name}_k{k}_c{c}") for c in range(1, most + 1)}
             model.add(sum(counts.values()) == literal)
+            self.counts.setdefault(name, {})[k] = counts
             cases.extend((counts[c], k, c) for c in counts)
             self._channels(name, stage, group, counts, widen)
         parts = []
@@ -377,6 +403,7 @@ class Relaxation:
             parts.append(part)
         self.classes[name] = literals
         self._merge(name, stage, literals, widen)
+        self._sides(name, stage, literals)
         return parts
 
     def _items(self, stage: int, level: int, widen: CollectiveGroup | None):
@@ -400,6 +427,38 @@ class Relaxation:
             model.add(sum(within) == inside)  # one class literal holds
             model.add(self._items(stage, level, widen) <= geo.capacity(level)
                       ).only_enforce_if(inside)
+
+    def _nest(self, stage: int) -> None:
+        """Nested groups order their classes (step 5b): every expert-sync group of the
+        stage lies inside a dense-sync group, and the ZeRO-3 gather groups are the
+        expert-sync groups, so class(g) == class(expert) <= class(dense)."""
+        dense, expert = self.classes.get(f"dense_{stage}"), self.classes.get(f"expert_{stage}")
+        gather = self.classes.get(f"g_{stage}")
+        model = self.model
+        if expert is not None and gather is not None:
+            for k, literal in expert.items():
+                model.add(literal == gather[k])
+        if expert is not None and dense is not None:
+            for k in expert:
+                model.add(sum(lit for j, lit in expert.items() if j >= k)
+                          <= sum(lit for j, lit in dense.items() if j >= k))
+
+    def _sides(self, name: str, stage: int, literals: dict) -> None:
+        """With sides tracked, the term's class is the outermost tier exactly when the
+        replicas' ``stage`` lies on both sides (step 5a)."""
+        geo, dp = self.geo, self.shape.dp
+        top = len(geo.tiers) - 1
+        if not geo.sides or top not in literals or top < geo.levels:
+            return
+        model = self.model
+        on_first = sum(self.flow[i] for i, arc in enumerate(self.arcs)
+                       if arc.side == 0 and arc.start <= stage < arc.start + arc.length)
+        spread = literals[top]
+        model.add(on_first >= 1).only_enforce_if(spread)
+        model.add(on_first <= dp - 1).only_enforce_if(spread)
+        first = model.new_bool_var(f"{name}_side")
+        model.add(on_first == dp).only_enforce_if([spread.Not(), first])
+        model.add(on_first == 0).only_enforce_if([spread.Not(), first.Not()])
 
     def _channels(self, name: str, stage: int, group: int, counts: dict,
                   widen: CollectiveGroup | None) -> None:
@@ -434,6 +493,7 @@ class Relaxation:
                 parts.append(self._class_term(f"expert_{s}", s, dp,
                                               phases(prices.expert_sync_parts), None))
             terms.append(parts)
+            self._nest(s)
         upper = sum(self._term_upper.get(f"dense_{s}", 0) + self._term_upper.get(
             f"expert_{s}", 0) for s in stages)
         t_sync = model.new_int_var(0, upper, "t_sync")
@@ -507,6 +567,10 @@ class Relaxation:
                  if solver.value(var)}
         classes = {name: next(k for k, lit in literals.items() if solver.value(lit))
                    for name, literals in self.classes.items()}
+        # the ring channels the solution gives a term's groups on its class tier (>= 2 only)
+        channels = {name: c for name, k in classes.items()
+                    for c, lit in self.counts.get(name, {}).get(k, {}).items()
+                    if c >= 2 and solver.value(lit)}
         return {"options": chosen, "flows": {self.arcs[i]: v for i, v in flows.items()},
-                "classes": classes, "tau_max": solver.value(self.tau_max),
+                "classes": classes, "channels": channels, "tau_max": solver.value(self.tau_max),
                 "t_sync": solver.value(self.t_sync)}

@@ -58,12 +58,16 @@ def pieces(geo: Geometry, config) -> list[tuple[int, ...]]:
 class SlicePlacement:
     """The CP-SAT model of the module docstring for one relaxation solution."""
 
-    def __init__(self, catalogue: Catalogue, geo: Geometry, paths, solution: dict, price):
+    def __init__(self, catalogue: Catalogue, geo: Geometry, paths, solution: dict, price,
+                 channels: bool = False):
         """``price(kind, stage, tier)`` prices a boundary ("pair", stage = its sender) or a
-        stage's sync term ("dense", "expert", "g") on a tier."""
+        stage's sync term ("dense", "expert", "g") on a tier; ``channels``: also give each
+        group of a term the ring channels the solution counted for it (``solution
+        ["channels"]``): every tier-0 domain it touches holds at least that many members."""
         self.catalogue, self.geo, self.paths, self.price = catalogue, geo, paths, price
         self.shape = catalogue.shape
         self.classes = solution["classes"]
+        self.channels = solution.get("channels", {}) if channels else {}
         self.options = solution["options"]
         self.pieces = pieces(geo, self.shape.config)
         self.model = cp_model.CpModel()
@@ -153,6 +157,30 @@ class SlicePlacement:
                 if len(group) > 1:
                     self._on_allowed_tiers(group, cls,
                                            lambda k, n=kind, s=stage: self.price(n, s, k))
+            if name in self.channels:
+                for members in self._member_counts(kind, stage):
+                    self._channel_rows(members, self.channels[name])
+
+    def _member_counts(self, kind: str, stage: int) -> list[dict]:
+        """Per sync or gather group of ``stage``: slice -> how many of its members it holds."""
+        config, dp = self.shape.config, self.shape.dp
+        if kind == "dense":  # ranks with one tensor index, over replicas and expert indices
+            held = [[sum(1 for j in ranks if j % config.tp == t) for ranks in self.pieces]
+                    for t in range(config.tp)]
+        else:  # one rank j over the replicas
+            held = [[int(j in ranks) for ranks in self.pieces] for j in range(config.devices)]
+        unique = {tuple(row) for row in held}
+        return [{(r, stage, q): row[q] for r in range(dp) for q in range(len(self.pieces))
+                 if row[q]} for row in unique]
+
+    def _channel_rows(self, members: dict, channels: int) -> None:
+        """Every tier-0 domain the group touches holds at least ``channels`` members."""
+        total = sum(members.values())
+        for n in self.nodes:
+            held = sum(count * self.x[u, n] for u, count in members.items())
+            touched = self.model.new_bool_var("")
+            self.model.add(held >= channels * touched)
+            self.model.add(held <= total * touched)
 
     def _sync_groups(self, kind: str, stage: int) -> list[list]:
         """Slices holding each sync or gather group of ``stage``."""
