@@ -15,13 +15,14 @@ evaluator's price of at most :data:`MAX_LAYOUTS` placements per (shape, split).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
 
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.model.instance import HierarchicalNetwork, Strategy
-from nest_cp.model.plan import Plan
+from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.layouts import device_orders, placements
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,9 @@ CLASSES = ("D", "Pad", "R", "S", "P")  # in the order they are priced
 MAX_BLOCK = 8               # R and S: inner blocks up to this size, and every divisor
 MAX_PIECEWISE_STAGES = 16   # P only for S up to this
 MAX_SEGMENTS = ((6, 3), (MAX_PIECEWISE_STAGES, 2))  # P: (S up to, segments at most)
-MAX_LAYOUTS = 2000          # layouts enumerated (and at most priced) per (shape, split)
+MAX_LAYOUTS = 1000          # layouts enumerated (and at most priced) per (shape, split)
+CLIMB_PLACEMENTS = 2        # the cheapest placements re-split by steepest descent
+CLIMB_EVALUATIONS = 1000    # evaluations the re-splitting may spend per (shape, split)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,24 +65,54 @@ class LayoutProbe:
                 and plan.config.cp == 1)
 
     def best(self, split: Plan, below: int | None = None) -> ProbeResult:
-        """The cheapest feasible plan with ``split``'s shape and stages over the classes'
-        placements (``split``'s own placement is ignored); ``below``: the plan is kept
-        only if it costs less (None: any feasible plan)."""
+        """The cheapest feasible plan found at ``split``'s shape (``split``'s own placement
+        is ignored): every class placement priced with ``split``'s stages, then the
+        :data:`CLIMB_PLACEMENTS` cheapest re-split by :meth:`_climb`; ``below``: a plan is
+        kept only if it costs less (None: any feasible plan).  ``priced`` counts the
+        evaluations."""
         if not self.applies(split):
             return ProbeResult(None, None, None, 0)
-        best_plan, best_ticks, best_layout = None, below, None
-        seen: set = set()
-        for name, placement in itertools.islice(self._candidates(split), MAX_LAYOUTS):
+        ranked, seen = [], set()
+        for index, (name, placement) in enumerate(
+                itertools.islice(self._candidates(split), MAX_LAYOUTS)):
             if placement is None or placement in seen:
                 continue
             seen.add(placement)
-            plan = split.with_placement(placement)
-            evaluation = self.evaluator.evaluate(plan)
-            if evaluation.feasible and (best_ticks is None or
-                                        evaluation.objective_ticks < best_ticks):
-                best_plan, best_ticks, best_layout = plan, evaluation.objective_ticks, name
-        return ProbeResult(best_plan, best_ticks if best_plan is not None else None,
-                           best_layout, len(seen))
+            evaluation = self.evaluator.evaluate(split.with_placement(placement))
+            if evaluation.feasible:
+                ranked.append((evaluation.objective_ticks, index, name, placement))
+        ranked.sort(key=lambda entry: entry[:2])
+        best = ProbeResult(None, below, None, len(seen))
+        left = CLIMB_EVALUATIONS
+        for ticks, _, name, placement in ranked[:CLIMB_PLACEMENTS]:
+            plan, ticks, left = self._climb(split.with_placement(placement), ticks, left)
+            if best.ticks is None or ticks < best.ticks:
+                best = ProbeResult(plan, ticks, name, best.priced)
+        priced = len(seen) + CLIMB_EVALUATIONS - left
+        return ProbeResult(best.plan, best.ticks if best.plan is not None else None,
+                           best.layout, priced)
+
+    def _climb(self, plan: Plan, ticks: int, left: int) -> tuple[Plan, int, int]:
+        """Re-split ``plan`` on its placement by steepest descent: each round prices every
+        move of one layer from a stage of two or more layers to another stage (the stages
+        between shift by one layer; recomputation modes stay with the stage indices) and
+        takes the cheapest feasible one if it is cheaper, until none is or ``left``
+        evaluations are spent; returns the plan, its price and the evaluations left."""
+        while left > 0:
+            improved = None
+            for stages in _moves(plan.stages):
+                if left <= 0:
+                    break
+                left -= 1
+                candidate = dataclasses.replace(plan, stages=stages)
+                evaluation = self.evaluator.evaluate(candidate)
+                if evaluation.feasible and evaluation.objective_ticks < (
+                        ticks if improved is None else improved[0]):
+                    improved = (evaluation.objective_ticks, candidate)
+            if improved is None:
+                break
+            ticks, plan = improved
+        return plan, ticks, left
 
     def _candidates(self, split: Plan):
         """(class and layout name, placement or None) in a fixed order: the classes of
@@ -90,3 +123,20 @@ class LayoutProbe:
             for layout, placement in placements(name, split, self.devices, self.node,
                                                 MAX_BLOCK, MAX_PIECEWISE_STAGES, segments):
                 yield f"{name}: {layout}", placement
+
+
+def _moves(stages: tuple[Stage, ...]):
+    """Every split that moves one layer from stage ``source`` (of two or more layers) to
+    stage ``target``, the stages' sizes otherwise kept, in (source, target) order."""
+    sizes = [stage.last_layer - stage.first_layer + 1 for stage in stages]
+    for source, target in itertools.permutations(range(len(stages)), 2):
+        if sizes[source] < 2:
+            continue
+        moved = list(sizes)
+        moved[source] -= 1
+        moved[target] += 1
+        first, out = stages[0].first_layer, []
+        for stage, size in zip(stages, moved):
+            out.append(Stage(first, first + size - 1, stage.recompute))
+            first += size
+        yield tuple(out)

@@ -81,6 +81,7 @@ REALISE_S = 20.0          # time for placing one relaxation solution
 FIRST_PASS_WORK = 20.0    # with a work limit: work units per shape in the first pass (at most)
 REALISE_WORK = 20.0       # ... and per placement run
 PROBE_SHAPES = 3          # open shapes the layout probe tries, least bound first
+PROBE_LOOKS = 30          # ... among at most this many whose path bound it computes
 AGNOSTIC_SHARE = 0.3      # of a shape's first visit, for the channel-agnostic relaxation
 FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
 
@@ -339,7 +340,9 @@ class _Run:
     def probe_pass(self) -> None:
         """The layout probe (:mod:`~nest_cp.solvers.certify.probe`) at the incumbent's shape
         with its split, then at the first :data:`PROBE_SHAPES` open shapes below the
-        incumbent (least bound first) with the split of their path bound's solution; the
+        incumbent (least bound first, each shape's path bound computed before its bound
+        counts, as in :meth:`path_pass`; at most :data:`PROBE_LOOKS` computed) with the
+        split of their path bound's solution; the
         cheapest plan it prices below the incumbent becomes the incumbent.  The open shapes
         are then re-ordered by their bounds (their path bounds may have been computed here)
         and those that reach the incumbent are dropped.
@@ -355,13 +358,20 @@ class _Run:
             label = _label(self.best_plan)
             if label in self.open and self._beats(self.open[label][1].bound):
                 splits.append((label, self.best_plan))
-        tried = 0
-        for label, (shape, outcome) in list(self.open.items()):
-            if tried >= PROBE_SHAPES:
+        looked: set[str] = set()   # shapes whose path bound is in
+        probed: set[str] = set()
+        while len(probed) < PROBE_SHAPES and len(looked) < PROBE_LOOKS:
+            least = min(((outcome.bound, label) for label, (_, outcome) in self.open.items()
+                         if label not in probed), default=None)
+            if least is None or not self._beats(least[0]):
                 break
-            if not self._beats(outcome.bound):
+            label = least[1]
+            shape, outcome = self.open[label]
+            if label not in looked:  # raise its bound first: it may no longer be the least
+                looked.add(label)
+                self._path_of(shape, outcome)
                 continue
-            tried += 1
+            probed.add(label)
             split = self._path_split(shape, outcome)
             if split is not None:
                 splits.append((label, split))
@@ -381,9 +391,9 @@ class _Run:
                 self.notes.append(f"layout probe: {label}, {found.layout}: {ticks} ticks")
         self._reorder()
 
-    def _path_split(self, shape: Shape, outcome: ShapeOutcome) -> Plan | None:
-        """The shape's stages and recomputation from its path bound's solution (None when
-        there is none), without a placement."""
+    def _path_of(self, shape: Shape, outcome: ShapeOutcome) -> PathBound | None:
+        """The shape's path bound search (None without a block chain or geometry), its
+        raised and path bounds filled in where not yet computed (:meth:`_path_bounds`)."""
         prices, fast = self._choice(shape)
         geo = geometry(prices)
         if geo is None or fast.chain is None:
@@ -391,8 +401,17 @@ class _Run:
         arcs = replica_arcs(shape.num_stages, geo)
         path = self._path_bounds(shape, outcome, fast, geo, arcs) or \
             self.paths.get(outcome.label) or PathBound(shape, geo, fast, arcs)
-        if outcome.label not in self.paths:
-            self.paths[outcome.label] = path  # realised again at the visit
+        self.paths[outcome.label] = path  # its solution is realised at the visit
+        return path
+
+    def _path_split(self, shape: Shape, outcome: ShapeOutcome) -> Plan | None:
+        """The shape's stages and recomputation from its path bound's solution (None when
+        there is none), without a placement."""
+        path = self._path_of(shape, outcome)
+        if path is None:
+            return None
+        prices, fast = self._choice(shape)
+        geo = geometry(prices)
         catalogue = Catalogue(self.instance, prices, shape, fast.chain)
         solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
         if solution is None:
