@@ -8,9 +8,14 @@ R, stage blocks S, piecewise P), prices each placement with the evaluator and re
 cheapest feasible plan.  Each candidate is a plan of the full space, so the cheapest one is
 a valid upper end of the certificate whatever the bounds say; nothing here is a bound.
 
-The enumeration is fixed by the shape and the caps below (no clock, no solver, no work
-units), so the probe finds the same plan on any machine at any load.  Its cost is the
-evaluator's price of at most :data:`MAX_LAYOUTS` placements per (shape, split).
+The split matters as much as the placement: each placement is first priced with the
+given split, and the few cheapest are then re-split by steepest descent over one-layer
+moves between stages (:meth:`LayoutProbe._climb`), each step priced by the evaluator.
+
+The enumeration and the descent are fixed by the shape and the caps below (no clock, no
+solver, no work units; ties go to the earlier candidate), so the probe finds the same plan
+on any machine at any load.  Its cost is at most :data:`MAX_LAYOUTS` +
+:data:`CLIMB_EVALUATIONS` evaluator calls per (shape, split).
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ CLIMB_EVALUATIONS = 1000    # evaluations the re-splitting may spend per (shape,
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
-    """The cheapest plan the probe found, its evaluator price and its layout's name, and how
-    many distinct placements were priced."""
+    """The cheapest plan the probe found (None: none below the limit), its evaluator price,
+    the name of the layout it started from, and how many evaluations were spent."""
 
     plan: Plan | None
     ticks: int | None
