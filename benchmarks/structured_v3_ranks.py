@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.structured_v3 import (
-    CERTIFIED,
-    ROOT,
-    SplitLayout,
-    _map,
-    _padded_positions,
-    _piecewise,
-    device_orders,
-)
+from benchmarks.structured_v3 import CERTIFIED, ROOT
 from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.view import plan_view
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.io.readers import load_instance, plan_from_dict
 from nest_cp.model.plan import all_layouts
+from nest_cp.solvers.certify.layouts import (
+    SplitLayout,
+    device_orders,
+    map_positions,
+    padded_positions,
+    piecewise,
+)
 
 GPUS_PER_HOST = 8
 # (instance, class, shape the candidate is built at: "dp" or "best")
@@ -48,15 +47,16 @@ def candidate(instance, plan, name: str):
     layouts = {layout.name: layout for layout in all_layouts()}
     if name == "D":
         layout = layouts["t,e,replica,stage" if replicas == 1 else "t,e,stage,replica"]
-        return _map(layout.positions(config, stages, replicas), devices["021"])
+        return map_positions(layout.positions(config, stages, replicas), devices["021"])
     if name == "R":
         layout = SplitLayout(("t", "r_in", "s_in", "r_out"), stages, 2)
-        return _map(layout.positions(config.tp, config.ep, stages, replicas), devices["021"])
+        return map_positions(layout.positions(config.tp, config.ep, stages, replicas),
+                             devices["021"])
     if name == "Pad":
-        return _map(_padded_positions(layouts["t,e,stage,replica"], 3, config, stages,
-                                      replicas, GPUS_PER_HOST), devices["012"])
+        return map_positions(padded_positions(layouts["t,e,stage,replica"], 3, config, stages,
+                                              replicas, GPUS_PER_HOST), devices["012"])
     wanted = "rot=1 cuts=(8,) orders=['t,e,stage,replica', 't,e,replica,stage'] dev=012"
-    return next(placement for label, placement in _piecewise(plan, {"012": devices["012"]})
+    return next(placement for label, placement in piecewise(plan, {"012": devices["012"]})
                 if label == wanted)
 
 

@@ -24,11 +24,14 @@ bound over the shapes still open, −inf if the placement-free pass was cut shor
 4. The relaxation is solved with the cutoff "objective <= incumbent − 1", so its
    INFEASIBLE proves the shape's main plans cost at least the incumbent; its
    status counts only as the solver construction confirms it (DESIGN §4 v3).
-5. The upper end is a plan priced by the evaluator (the hint, or a realised
-   relaxation solution): never a solver's number.
+5. The upper end is a plan priced by the evaluator (the hint, a layout-probe plan or a
+   realised relaxation solution): never a solver's number.
 
-How it runs.  The placement-free bound is computed for every shape (cheap);
-shapes below the incumbent are visited in order of that bound, each getting its
+How it runs.  The placement-free bound is computed for every shape (cheap), the open
+shapes' path bounds are raised (:meth:`_Run.path_pass`), and the layout probe
+(:mod:`nest_cp.solvers.certify.probe`, :meth:`_Run.probe_pass`) prices wider placement
+classes at the incumbent's shape and the least-bound open shapes; then shapes below the
+incumbent are visited in order of their bounds, each getting its
 raised bound, its path bound (and the uniform plan that path suggests, placed and
 priced), and then, unless that settled it, the relaxation within a per-shape
 share of the time limit (a first pass with a short share, then the unresolved
@@ -52,11 +55,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from nest_cp.cost.evaluate import evaluate
+from nest_cp.cost.evaluate import Evaluator, evaluate
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import CollectiveGroup, Instance, RecomputeMode, Strategy
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan
+from nest_cp.model.plan import Plan, Stage
 from nest_cp.model.result import Status
 from nest_cp.solvers.certify.bounds import FastBounds, ShapeBound
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
@@ -64,6 +67,7 @@ from nest_cp.solvers.certify.crowded import CrowdedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.probe import LayoutProbe
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
@@ -77,6 +81,8 @@ FIRST_PASS_SHARE = 0.05   # ... and at most this share of the whole limit
 REALISE_S = 20.0          # time for placing one relaxation solution
 FIRST_PASS_WORK = 20.0    # with a work limit: work units per shape in the first pass (at most)
 REALISE_WORK = 20.0       # ... and per placement run
+PROBE_SHAPES = 3          # open shapes the layout probe tries, least bound first
+PROBE_LOOKS = 30          # ... among at most this many whose path bound it computes
 AGNOSTIC_SHARE = 0.3      # of a shape's first visit, for the channel-agnostic relaxation
 FINAL = ("optimal", "infeasible", "no model", "not needed")  # nothing more to learn
 
@@ -151,7 +157,7 @@ class Certificate:
     plan: Plan | None
     objective_ticks: int | None
     bound_ticks: int | None
-    plan_source: str                 # "hint" (the DP plan) or "relaxation" (a realised plan)
+    plan_source: str  # "hint" (the DP plan), "relaxation" (a realised plan), "layout probe"
     closed_by: str                   # which bound decided the lower end
     hint_ticks: int | None
     wall_time_s: float
@@ -189,6 +195,7 @@ def certify_full(instance: Instance, hint: Plan | None = None, time_limit_s: flo
     run = _Run(instance, hint, start + time_limit_s, seed, work_limit)
     run.fast_pass()
     run.path_pass()
+    run.probe_pass()
     run.visit_all(min(FIRST_PASS_S, FIRST_PASS_SHARE * time_limit_s) if work_limit is None
                   else min(FIRST_PASS_WORK, FIRST_PASS_SHARE * work_limit))
     run.visit_all(None)
@@ -296,6 +303,10 @@ class _Run:
             geo = geometry(prices)
             if geo is not None:
                 self._path_pass_one(shape, outcome, fast, geo)
+        self._reorder()
+
+    def _reorder(self) -> None:
+        """Order the open shapes by their bounds; drop those that reach the incumbent."""
         ordered = sorted(self.open.items(), key=lambda item: (item[1][1].bound, item[0]))
         self.open = dict(ordered)
         for label, (_, outcome) in ordered:
@@ -337,6 +348,89 @@ class _Run:
         path = self._path_bounds(shape, outcome, fast, geo, replica_arcs(shape.num_stages, geo))
         if path is not None and self._beats(outcome.bound):
             self.paths[outcome.label] = path  # its solution is realised at the visit
+
+    def probe_pass(self) -> None:
+        """The layout probe (:mod:`~nest_cp.solvers.certify.probe`) at the incumbent's shape
+        with its split, then at the first :data:`PROBE_SHAPES` open shapes below the
+        incumbent (least bound first, each shape's path bound computed before its bound
+        counts, as in :meth:`path_pass`; at most :data:`PROBE_LOOKS` computed) with the
+        split of their path bound's solution; the
+        cheapest plan it prices below the incumbent becomes the incumbent.  The open shapes
+        are then re-ordered by their bounds (their path bounds may have been computed here)
+        and those that reach the incumbent are dropped.
+
+        Each candidate is a full-space plan priced by the evaluator, so the incumbent stays a
+        valid upper end.  The shapes, splits and layouts are fixed by the instance and the
+        bounds already proven (no clock, no work units), so the probe is deterministic;
+        only the wall-clock cap can cut it short, and that is recorded.
+        """
+        probe = LayoutProbe(Evaluator(self.instance, self.network))
+        splits = []
+        if self.best_plan is not None and probe.applies(self.best_plan):
+            label = _label(self.best_plan)
+            if label in self.open and self._beats(self.open[label][1].bound):
+                splits.append((label, self.best_plan))
+        looked: set[str] = set()   # shapes whose path bound is in
+        probed: set[str] = set()
+        while len(probed) < PROBE_SHAPES and len(looked) < PROBE_LOOKS:
+            least = min(((outcome.bound, label) for label, (_, outcome) in self.open.items()
+                         if label not in probed), default=None)
+            if least is None or not self._beats(least[0]):
+                break
+            label = least[1]
+            shape, outcome = self.open[label]
+            if label not in looked:  # raise its bound first: it may no longer be the least
+                looked.add(label)
+                self._path_of(shape, outcome)
+                continue
+            probed.add(label)
+            split = self._path_split(shape, outcome)
+            if split is not None:
+                splits.append((label, split))
+        for label, split in splits:
+            if self._remaining() <= 0:
+                self.work.wall_capped = self.work.deterministic
+                self.notes.append("wall-clock cap reached during the layout probe")
+                break
+            if not self._beats(self.open[label][1].bound):
+                continue
+            found = probe.best(split, self.best_ticks)
+            logger.info("%s: layout probe priced %d placements, best %s (%s)", label,
+                        found.priced, found.ticks, found.layout)
+            if found.plan is not None:
+                plan, ticks = self._tidy(found.plan, found.ticks)
+                self.best_plan, self.best_ticks, self.source = plan, ticks, "layout probe"
+                self.notes.append(f"layout probe: {label}, {found.layout}: {ticks} ticks")
+        self._reorder()
+
+    def _path_of(self, shape: Shape, outcome: ShapeOutcome) -> PathBound | None:
+        """The shape's path bound search (None without a block chain or geometry), its
+        raised and path bounds filled in where not yet computed (:meth:`_path_bounds`)."""
+        prices, fast = self._choice(shape)
+        geo = geometry(prices)
+        if geo is None or fast.chain is None:
+            return None
+        arcs = replica_arcs(shape.num_stages, geo)
+        path = self._path_bounds(shape, outcome, fast, geo, arcs) or \
+            self.paths.get(outcome.label) or PathBound(shape, geo, fast, arcs)
+        self.paths[outcome.label] = path  # its solution is realised at the visit
+        return path
+
+    def _path_split(self, shape: Shape, outcome: ShapeOutcome) -> Plan | None:
+        """The shape's stages and recomputation from its path bound's solution (None when
+        there is none), without a placement."""
+        path = self._path_of(shape, outcome)
+        if path is None:
+            return None
+        prices, fast = self._choice(shape)
+        geo = geometry(prices)
+        catalogue = Catalogue(self.instance, prices, shape, fast.chain)
+        solution = path.solution(catalogue, self._cheapest_sync(prices, shape, geo))
+        if solution is None:
+            return None
+        stages = tuple(Stage(span.first, span.last, span.mode)
+                       for span in catalogue.spans_of(solution["options"]))
+        return Plan(shape.config, shape.microbatch, shape.zero, shape.dp, stages)
 
     def _beats(self, bound: float) -> bool:
         """Whether a shape with this bound may still hold a plan better than the incumbent."""
@@ -552,6 +646,13 @@ class _Run:
     def _outcomes(self) -> list[ShapeOutcome]:
         return sorted(self.resolved + [o for _, o in self.open.values()],
                       key=lambda o: (o.bound, o.label))
+
+
+def _label(plan: Plan) -> str:
+    """The label of the shape a (v = 1) plan belongs to (:attr:`Shape.label`)."""
+    context = f",cp={plan.config.cp}" if plan.config.cp > 1 else ""
+    return (f"tp={plan.config.tp},ep={plan.config.ep}{context},b={plan.microbatch},"
+            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero}")
 
 
 def unsupported(instance: Instance) -> str | None:
