@@ -24,7 +24,8 @@ DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
 
 
-def _shape(instance, num_stages: int, dp: int, zero: int, config=IntraConfig()):
+def _shape(instance, num_stages: int, dp: int, zero: int, config: IntraConfig | None = None):
+    config = IntraConfig() if config is None else config
     return next(s for s in shapes(instance) if s.num_stages == num_stages and s.dp == dp
                 and s.config == config and s.zero == zero)
 
