@@ -84,3 +84,18 @@ def test_certificate_takes_probe_plan():
     assert evaluate(instance, certificate.plan).objective_ticks == certificate.objective_ticks
     assert certificate.bound_ticks <= optimum
     assert certificate.status in (Status.FEASIBLE, Status.OPTIMAL)
+
+
+def test_partly_populated_network_gets_the_canonical_order_only():
+    """Five devices under tiers of 3 and 2 (soak seed 19): N is no multiple of the domain
+    below the top, so the probe reads positions through the canonical order only (it
+    divided by a top radix of 0 before); six devices get both orders, each a permutation."""
+    from nest_cp.model.instance import HierarchicalNetwork, Tier
+    from nest_cp.solvers.certify.layouts import device_orders
+
+    network = HierarchicalNetwork(tiers=(Tier("a", 3, 5e10, 1e-6), Tier("b", 2, 2.5e10, 5e-7),
+                                         Tier("c", 1, 2.5e10, 2.5e-7)))
+    assert device_orders(network, 5) == {"012": [0, 1, 2, 3, 4]}
+    orders = device_orders(network, 6)
+    assert set(orders) == {"012", "021"}
+    assert all(sorted(devices) == list(range(6)) for devices in orders.values())

@@ -106,10 +106,16 @@ def device_orders(network: HierarchicalNetwork, num_devices: int) -> dict[str, l
     A device id is the mixed-radix number (slot, tier-1 index, ..., top index) of the
     network's tier sizes; order ``(0, 2, 1)`` reads positions with the tier-2 index varying
     before the tier-1 index, so consecutive tier-0 blocks of positions go to different
-    tier-1 domains.  ``(0, 1, 2, ...)`` is the canonical order (ids 0..N−1).
+    tier-1 domains.  ``(0, 1, 2, ...)`` is the canonical order (ids 0..N−1).  Where N is
+    not a multiple of the domain below the top tier (a partly populated network) the digits
+    are not a mixed-radix number of N, and only the canonical order is returned (as the
+    structured space's device orders, :func:`nest_cp.model.plan.digit_radices`).
     """
     sizes = [tier.size for tier in network.tiers[:-1]]
-    sizes.append(num_devices // math.prod(sizes))
+    below_top = math.prod(sizes)
+    if num_devices % below_top:
+        return {"".join(map(str, range(len(sizes) + 1))): list(range(num_devices))}
+    sizes.append(num_devices // below_top)
     orders = {}
     for upper in itertools.permutations(range(1, len(sizes))):
         order = (0, *upper)
