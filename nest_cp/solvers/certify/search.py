@@ -71,7 +71,7 @@ from nest_cp.solvers.certify.probe import LayoutProbe
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
-from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shapes
+from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shape_label, shapes
 from nest_cp.solvers.exact.budget import Work
 
 logger = logging.getLogger(__name__)
@@ -367,7 +367,9 @@ class _Run:
         probe = LayoutProbe(Evaluator(self.instance, self.network))
         splits = []
         if self.best_plan is not None and probe.applies(self.best_plan):
-            label = _label(self.best_plan)
+            incumbent = self.best_plan
+            label = shape_label(incumbent.config, incumbent.microbatch,
+                                incumbent.num_stages, incumbent.num_replicas, incumbent.zero)
             if label in self.open and self._beats(self.open[label][1].bound):
                 splits.append((label, self.best_plan))
         looked: set[str] = set()   # shapes whose path bound is in
@@ -646,13 +648,6 @@ class _Run:
     def _outcomes(self) -> list[ShapeOutcome]:
         return sorted(self.resolved + [o for _, o in self.open.values()],
                       key=lambda o: (o.bound, o.label))
-
-
-def _label(plan: Plan) -> str:
-    """The label of the shape a (v = 1) plan belongs to (:attr:`Shape.label`)."""
-    context = f",cp={plan.config.cp}" if plan.config.cp > 1 else ""
-    return (f"tp={plan.config.tp},ep={plan.config.ep}{context},b={plan.microbatch},"
-            f"S={plan.num_stages},d={plan.num_replicas},z={plan.zero}")
 
 
 def unsupported(instance: Instance) -> str | None:

@@ -40,6 +40,15 @@ from nest_cp.model.instance import Instance, IntraConfig, RecomputeMode
 from nest_cp.solvers.certify.chain import LayerPrices, Span
 
 
+def shape_label(config: IntraConfig, microbatch: int, num_stages: int, dp: int,
+                zero: int) -> str:
+    """The label of the shape (c, b, S, d, z): :attr:`Shape.label`, and the shape a plan
+    belongs to."""
+    context = f",cp={config.cp}" if config.cp > 1 else ""
+    return (f"tp={config.tp},ep={config.ep}{context},b={microbatch},S={num_stages},d={dp},"
+            f"z={zero}")
+
+
 @dataclass(frozen=True, slots=True)
 class Shape:
     """One (c, b, S, d, z) and its microbatch count m."""
@@ -59,9 +68,7 @@ class Shape:
 
     @property
     def label(self) -> str:
-        context = f",cp={self.config.cp}" if self.config.cp > 1 else ""
-        return (f"tp={self.config.tp},ep={self.config.ep}{context},b={self.microbatch},"
-                f"S={self.num_stages},d={self.dp},z={self.zero}")
+        return shape_label(self.config, self.microbatch, self.num_stages, self.dp, self.zero)
 
     @property
     def devices(self) -> int:
