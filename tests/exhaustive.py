@@ -13,6 +13,7 @@ from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.crowded import CrowdedBound
+from nest_cp.solvers.certify.divided import DividedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
@@ -132,7 +133,9 @@ def raised_bound(instance: Instance, shape) -> float:
         path = RaisedPathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo))
         sync = fast.bound(shape).sync
         value = max(value, shape.rounds * path.tau + sync)
-        value = max(value, CrowdedBound(shape, geo, fast).bound((value - sync) // shape.rounds))
+        tau_lb = (value - sync) // shape.rounds
+        value = max(value, CrowdedBound(shape, geo, fast).bound(tau_lb),
+                    DividedBound(shape, geo, fast).bound(tau_lb))
     return value
 
 
@@ -150,7 +153,8 @@ def shape_bound(instance: Instance, shape) -> float:
     if fast.chain is not None:
         tau = PathBound(shape, geo, fast, arcs).tau
         main = max(main, shape.rounds * tau + base.sync,
-                   CrowdedBound(shape, geo, fast).bound(tau))
+                   CrowdedBound(shape, geo, fast).bound(tau),
+                   DividedBound(shape, geo, fast).bound(tau))
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
     main = max(main, outcome.bound)

@@ -470,11 +470,14 @@ class FastBounds:
         return self._min_max(self._stage_rows(shape, row), shape)
 
     def _sync_row(self, kind: Kind, dp: int, zero: int, dense_from: int = 0,
-                  dense_channels: int | None = None) -> np.ndarray:
+                  dense_channels: int | None = None, expert_from: int = 0,
+                  expert_channels: int | None = None) -> np.ndarray:
         """Suffix minima over block counts of :meth:`stage_sync` (the same least over pairs
         of admitting tiers, each phase priced by :class:`LinearTicks`); ``dense_from``: the
         dense group only on tiers from that index, ``dense_channels``: on at most that
-        many ring channels (:mod:`~nest_cp.solvers.certify.crowded`)."""
+        many ring channels (:mod:`~nest_cp.solvers.certify.crowded`); ``expert_from`` and
+        ``expert_channels`` likewise for the expert group
+        (:mod:`~nest_cp.solvers.certify.divided`)."""
         if kind not in self._params:
             spans = [self._kind_span(kind, blocks, RecomputeMode.NONE)
                      for blocks in range(self.chain.blocks + 1)]
@@ -512,7 +515,8 @@ class FastBounds:
         exposed = [self._exposed(d[0] + e[0], d[1] + e[1], backward, forward)
                    for d in parts(self.prices.dense_group(dp), dense, dense_from,
                                   dense_channels)
-                   for e in parts(self.prices.expert_group(dp), expert)]
+                   for e in parts(self.prices.expert_group(dp), expert, expert_from,
+                                  expert_channels)]
         least = np.min(np.stack([np.broadcast_to(np.asarray(x, dtype=object), valid.shape)
                                  for x in exposed]), axis=0)
         row = np.where(valid, least, INF).astype(np.int64)

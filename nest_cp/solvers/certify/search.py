@@ -64,6 +64,7 @@ from nest_cp.model.result import Status
 from nest_cp.solvers.certify.bounds import FastBounds, ShapeBound
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.crowded import CrowdedBound
+from nest_cp.solvers.certify.divided import DividedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
@@ -317,7 +318,7 @@ class _Run:
                      arcs) -> PathBound | None:
         """Fill in the shape's raised bound and path bound where not yet computed; the
         path bound's search (None when it was computed before or there is no block chain)."""
-        crowded = None
+        crowded = divided = None
         if outcome.raised_bound is None:
             outcome.raised_bound = fast.raised(shape, geo.k_min)
             if fast.chain is not None and self._beats(outcome.raised_bound):
@@ -326,10 +327,13 @@ class _Run:
                     shape, geo, fast, arcs).tau + outcome.sync_bound)
                 if self._beats(outcome.raised_bound):
                     # every raised plan has τ_max >= (raised bound − σ_lb) / rounds: the
-                    # crowded-node bound with that τ_lb (module docstring of crowded)
+                    # crowded-node and divided-channel bounds with that τ_lb (module
+                    # docstrings of crowded and divided)
                     crowded = CrowdedBound(shape, geo, fast)
+                    divided = DividedBound(shape, geo, fast)
                     tau_lb = (outcome.raised_bound - outcome.sync_bound) // shape.rounds
-                    outcome.raised_bound = max(outcome.raised_bound, crowded.bound(tau_lb))
+                    outcome.raised_bound = max(outcome.raised_bound, crowded.bound(tau_lb),
+                                               divided.bound(tau_lb))
         if fast.chain is None or outcome.path_bound != -math.inf:
             return None
         path = PathBound(shape, geo, fast, arcs)
@@ -338,9 +342,12 @@ class _Run:
         outcome.path_tau = PackedPathBound(path).tau
         outcome.path_bound = shape.rounds * outcome.path_tau + outcome.sync_bound
         if self._beats(outcome.path_bound) and math.isfinite(outcome.path_tau):
-            # every main plan has τ_max >= path_tau: the crowded-node bound with it
+            # every main plan has τ_max >= path_tau: the crowded-node and divided-channel
+            # bounds with it
             crowded = crowded or CrowdedBound(shape, geo, fast)
-            outcome.path_bound = max(outcome.path_bound, crowded.bound(outcome.path_tau))
+            divided = divided or DividedBound(shape, geo, fast)
+            outcome.path_bound = max(outcome.path_bound, crowded.bound(outcome.path_tau),
+                                     divided.bound(outcome.path_tau))
         return path
 
     def _path_pass_one(self, shape: Shape, outcome: ShapeOutcome, fast: FastBounds, geo
