@@ -19,6 +19,7 @@ from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, block_chain
+from nest_cp.solvers.certify.syncpath import SyncPathBound
 
 
 def _splits(num_layers: int, num_stages: int):
@@ -154,7 +155,8 @@ def shape_bound(instance: Instance, shape) -> float:
         tau = PathBound(shape, geo, fast, arcs).tau
         main = max(main, shape.rounds * tau + base.sync,
                    CrowdedBound(shape, geo, fast).bound(tau),
-                   DividedBound(shape, geo, fast).bound(tau))
+                   DividedBound(shape, geo, fast).bound(tau),
+                   SyncPathBound(shape, geo, fast, arcs).bound(tau, base.sync))
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
     main = max(main, outcome.bound)

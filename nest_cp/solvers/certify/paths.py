@@ -65,10 +65,18 @@ INF = np.iinfo(np.int64).max // 4
 class PathBound:
     """τ_path of one shape and the path and block counts attaining it."""
 
-    def __init__(self, shape, geo: Geometry, fast, arcs: list[Arc]):
+    def __init__(self, shape, geo: Geometry, fast, arcs: list[Arc],
+                 floor: list[np.ndarray] | None = None):
+        """``floor``: per stage, a non-decreasing row over block counts that τ_max is also
+        at least (:mod:`~nest_cp.solvers.certify.syncpath`); every combo row is raised to
+        it, so step 3 holds as long as the floor does."""
         self.shape, self.geo, self.fast, self.arcs = shape, geo, fast, arcs
         self.combos = sorted({combo for arc in arcs for _, combo in arc.combos()})
         self.rows = {combo: fast.combo_rows(shape, geo.k_min, combo) for combo in self.combos}
+        if floor is not None:
+            self.rows = {combo: [np.maximum(row, low) for row, low in zip(rows, floor,
+                                                                          strict=True)]
+                         for combo, rows in self.rows.items()}
         self._order = sorted(arcs, key=lambda a: -a.start)
         self._starts = geo.start_nodes()
         self.tau = self._search()

@@ -73,6 +73,7 @@ from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shape_label, shapes
+from nest_cp.solvers.certify.syncpath import SyncPathBound
 from nest_cp.solvers.exact.budget import Work
 
 logger = logging.getLogger(__name__)
@@ -348,6 +349,12 @@ class _Run:
             divided = divided or DividedBound(shape, geo, fast)
             outcome.path_bound = max(outcome.path_bound, crowded.bound(outcome.path_tau),
                                      divided.bound(outcome.path_tau))
+        if self._beats(outcome.path_bound) and math.isfinite(outcome.path_tau):
+            # a stage whose dense sync stays in a domain it nearly fills sends its transfers
+            # out of it (module docstring of syncpath)
+            synced = SyncPathBound(shape, geo, fast, arcs)
+            outcome.path_bound = max(outcome.path_bound,
+                                     synced.bound(outcome.path_tau, outcome.sync_bound))
         return path
 
     def _path_pass_one(self, shape: Shape, outcome: ShapeOutcome, fast: FastBounds, geo
