@@ -250,6 +250,10 @@ class LayoutGeometries:
                 return tiered_context_geometries(self.network, self.ids, devices, config,
                                                  wrap)
             return rank_geometries(self.network, self.ids, devices, config, wrap)
+        if layout.block(config, num_stages, dp) > 1:  # replica blocks: no single stride
+            devices = rank_devices(layout, config, num_stages, dp, self.order_of(layout),
+                                   self.network.node_size)
+            return stage_geometries(self.network, self.ids, devices, config, wrap)
         if self._strided(layout):
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
@@ -282,8 +286,9 @@ class LayoutGeometries:
         ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
         case (a graph, an order other than the canonical one); for a v3a layout on a tiered
         network from :meth:`_translated_data` (the key: the sets themselves).  None with
-        context width c > 1 (its groups are found rank by rank, :meth:`__call__`)."""
-        if config.cp > 1:
+        context width c > 1 (its groups are found rank by rank, :meth:`__call__`) and for a
+        layout with replica blocks in effect (:meth:`RankLayout.block`: placed whole)."""
+        if config.cp > 1 or layout.block(config, num_stages, dp) > 1:
             return None
         if not self._strided(layout):
             if not self.translated:
