@@ -10,7 +10,8 @@ equal the DP's objective to the tick) and T is compared with the certificate's b
 whether it was loaded).
 
 Run: ``python -m benchmarks.structured_v3r [--only NAME ...] [--out FILE]``; ``--table
-FILE`` prints the markdown table from a result file.
+FILE`` prints the markdown table from a result file; ``--speed DEVICES v3a|v3b`` times the
+DP on GPT3-175B with the v3 choices on nest-tpuv4-fattree (one fresh process per run).
 """
 
 from __future__ import annotations
@@ -78,13 +79,33 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def speed(devices: int, version: str, network: str = "nest-tpuv4-fattree") -> dict:
+    """The DP's wall time on GPT3-175B with the v3 choices (``bench_dp.v2_instance(...,
+    v3=True)``) over v3a's or v3b-R's layouts, in this process (run each in a fresh one)."""
+    from benchmarks.bench_dp import v2_instance
+
+    instance, _ = v2_instance("gpt3-175b", devices, network, v3=True)
+    layouts = NetworkModel(instance.cluster).structured_layouts
+    if version == "v3a":
+        layouts = tuple(layout for layout in layouts if layout.replica_block == 1)
+    row = _run(instance, layouts)
+    row.update(devices=devices, network=network, version=version)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=list(MISS_ROWS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--table", type=Path)
+    parser.add_argument("--speed", nargs=2, metavar=("DEVICES", "VERSION"),
+                        help="time GPT3-175B (v3 choices) on nest-tpuv4-fattree over v3a's "
+                             "or v3b's layouts; prints one JSON line")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.speed:
+        print(json.dumps(speed(int(args.speed[0]), args.speed[1])))
+        return
     if args.table:
         print("\n".join(table(json.loads(args.table.read_text())["rows"])))
         return
