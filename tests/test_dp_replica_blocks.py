@@ -22,13 +22,14 @@ from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, IntraConfig, Tier
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import MEGATRON_LAYOUT, Dim, RankLayout, structured_layouts
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import _small
+from tests.test_dp_v3a import _small, _tier_speeds_swapped
 
 # h3-dense-l6-d12 with tiers 1 and 2 swapped: two replicas of a stage per node pay
 BLOCKED_CASE = ("h3-dense-l6-d12", True)
@@ -111,6 +112,19 @@ def test_dp_equals_structured_cpsat_with_replica_blocks():
     assert exact.objective_ticks == dp_solve(instance).objective_ticks
 
 
+def test_dp_equals_structured_milp_with_replica_blocks():
+    """The MILP (HiGHS, the second independent solver on the shared skeleton) proves the
+    DP's optimum where a replica block wins."""
+    from nest_cp.solvers.registry import solve as backend_solve
+
+    instance = _small(*BLOCKED_CASE)
+    exact = backend_solve(instance, "milp", SolveOptions(space=Space.STRUCTURED, workers=1,
+                                                         seed=0, time_limit_s=120.0,
+                                                         milp_solver="highs"))
+    assert exact.status is Status.OPTIMAL
+    assert exact.objective_ticks == dp_solve(instance).objective_ticks
+
+
 def test_rank_map_realises_a_replica_block_placement():
     """Under every framework rank order the rank map puts each global rank on the device the
     blocked placement gives its role, every device once, and its launcher agents cover the
@@ -132,3 +146,22 @@ def test_rank_map_realises_a_replica_block_placement():
                 assert entry.device == placement[entry.stage][entry.replica][j]
             assert sorted(entry.device for entry in ranks.entries) == list(range(24))
             assert sum(len(node.gpus) for node in ranks.nodes) == 24
+
+
+@pytest.mark.parametrize(("tier_sizes", "seed", "swapped"), [
+    ((2, 3, 2), 1, True), ((2, 3, 2), 2, True), ((4, 2, 2), 3, False), ((4, 2, 2), 4, False)])
+def test_dp_equals_brute_force_on_random_instances_where_blocks_win(tier_sizes, seed, swapped):
+    """On seeded random three-tier instances where a replica block lowers the DP's optimum
+    below v3a's, brute force over the structured placements finds the same optimum and the
+    evaluator prices the DP's plan at it."""
+    instance = random_instance(seed, num_layers=4, tier_sizes=tier_sizes)
+    if swapped:
+        instance = _tier_speeds_swapped(instance)
+    dp = dp_solve(instance)
+    v3a = dp_solve(instance, layouts=tuple(
+        layout for layout in NetworkModel(instance.cluster).structured_layouts
+        if layout.replica_block == 1))
+    assert dp.objective_ticks < v3a.objective_ticks
+    brute = brute_solve(instance, SolveOptions(space=Space.STRUCTURED))
+    assert brute.status is Status.OPTIMAL and brute.objective_ticks == dp.objective_ticks
+    assert Evaluator(instance).evaluate(dp.plan).objective_ticks == dp.objective_ticks
