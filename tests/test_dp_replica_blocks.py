@@ -12,8 +12,11 @@ the exports' rank map realises such a placement.
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from nest_cp.cli.export.deepspeed import DEEPSPEED_ORDER
@@ -21,6 +24,7 @@ from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
+from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, IntraConfig, Tier
@@ -29,7 +33,7 @@ from nest_cp.model.plan import MEGATRON_LAYOUT, Dim, RankLayout, structured_layo
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import _small, _tier_speeds_swapped
+from tests.test_dp_v3a import _by_path, _small, _tier_speeds_swapped
 
 # h3-dense-l6-d12 with tiers 1 and 2 swapped: two replicas of a stage per node pay
 BLOCKED_CASE = ("h3-dense-l6-d12", True)
@@ -77,6 +81,44 @@ def test_structured_layouts_end_with_the_replica_blocks():
     assert blocked[0].name == "t,e,replica,stage/replicas-of-2"
     assert blocked[-1].name == "e,t,replica,stage@021/replicas-of-4"
     assert not any(layout.replica_block > 1 for layout in structured_layouts((4, 2)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_translated_geometries_of_replica_blocks_equal_those_of_the_placement(seed):
+    """The DP's geometries of blocked layouts (a few replicas along r_in and r_out, a few
+    stages) and their data-parallel group paths equal those of the whole device array, at
+    shapes where the block applies."""
+    rng = random.Random(seed)
+    sizes = [(4, 3, 4), (8, 2, 3), (2, 2, 2, 3), (4, 4, 4), (2, 3, 5), (8, 1, 4)][seed]
+    tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
+                  rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
+             for index, size in enumerate(sizes)]
+    network = NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
+    fast_ids, array_ids = PathIds(network), PathIds(network)
+    fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
+    blocked = [layout for layout in network.structured_layouts if layout.replica_block > 1]
+    checked = 0
+    for _ in range(60):
+        config = IntraConfig(rng.choice([1, 2, 3]), rng.choice([1, 1, 2]))
+        num_stages = rng.choice([2, 3, 5])
+        layout, wrap = rng.choice(blocked), rng.random() < 0.5
+        most = network.num_devices // (config.devices * num_stages * layout.replica_block)
+        if most < 2:
+            continue
+        dp = layout.replica_block * rng.randint(2, most)
+        assert layout.block(config, num_stages, dp) == layout.replica_block
+        devices = rank_devices(layout, config, num_stages, dp,
+                               np.array(network.layout_order(layout)), network.node_size)
+        expected = _by_path(array_ids, stage_geometries(network, array_ids, devices, config,
+                                                        wrap))
+        assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) == expected
+        _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
+        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
+            == [entry[1] for entry in expected]
+        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
+            == [entry[2] for entry in expected]
+        checked += 1
+    assert checked > 5
 
 
 def test_replica_blocks_beat_every_v3a_layout_on_the_small_case():

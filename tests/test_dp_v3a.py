@@ -121,9 +121,10 @@ def _by_path(ids: PathIds, geometries) -> list:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_translated_geometries_equal_those_of_the_placement(seed):
-    """The DP's geometries of v3a layouts (a few replicas and stages that a cost-preserving
-    translation leaves distinct) and their data-parallel group paths equal those of the
-    placement's whole device array, over random layouts, shapes and wrap flags."""
+    """The DP's geometries of v3a layouts and replica blocks (a few replicas and stages that
+    a cost-preserving translation leaves distinct) and their data-parallel group paths equal
+    those of the placement's whole device array, over random layouts, shapes and wrap
+    flags."""
     rng = random.Random(seed)
     network = _tiered(rng)
     fast_ids, array_ids = PathIds(network), PathIds(network)
@@ -136,8 +137,7 @@ def test_translated_geometries_equal_those_of_the_placement(seed):
         if most < 1:
             continue
         dp = rng.randint(1, most)
-        layout, wrap = rng.choice([layout for layout in network.structured_layouts[24:]
-                                   if layout.replica_block == 1]), rng.random() < 0.5
+        layout, wrap = rng.choice(network.structured_layouts[24:]), rng.random() < 0.5
         devices = rank_devices(layout, config, num_stages, dp,
                                np.array(network.layout_order(layout)), network.node_size)
         expected = stage_geometries(network, array_ids, devices, config, wrap)
