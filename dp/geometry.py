@@ -158,13 +158,26 @@ def _order_without_ones(layout: RankLayout, tp: bool, ep: bool, stage: bool,
 
 def layout_strides(layout: RankLayout, config: IntraConfig, num_stages: int,
                    dp: int) -> dict[Dim, int]:
-    """The weight of each dimension in the layout's mixed-radix positions (innermost 1)."""
-    radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
+    """The weight of each dimension in the layout's mixed-radix positions (innermost 1); with
+    a replica block in effect the replica's is r_in's (:func:`replica_box`)."""
+    block = layout.block(config, num_stages, dp)
+    radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
+             Dim.REPLICA: block if block > 1 else dp}
     strides, weight = {}, 1
     for dim in layout.order:
         strides[dim] = weight
         weight *= radix[dim]
     return strides
+
+
+def replica_box(layout: RankLayout, strides: dict[Dim, int], config: IntraConfig,
+                num_stages: int, dp: int) -> list[tuple[int, int]]:
+    """(stride, count) of the replicas' position offsets: [(σ_R, d)], or with a replica
+    block k in effect [(σ_r_in, k), (a·S·k, d / k)] (r_out outermost)."""
+    block = layout.block(config, num_stages, dp)
+    if block == 1:
+        return [(strides[Dim.REPLICA], dp)]
+    return [(strides[Dim.REPLICA], block), (config.devices * num_stages * block, dp // block)]
 
 
 def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
@@ -250,7 +263,7 @@ class LayoutGeometries:
                 return tiered_context_geometries(self.network, self.ids, devices, config,
                                                  wrap)
             return rank_geometries(self.network, self.ids, devices, config, wrap)
-        if self._strided(layout):
+        if self._strided(layout) and layout.block(config, num_stages, dp) == 1:
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
                      Dim.REPLICA: dp}
@@ -282,10 +295,11 @@ class LayoutGeometries:
         ``dense_groups`` of the geometries :meth:`__call__` returns.  None off the strided
         case (a graph, an order other than the canonical one); for a v3a layout on a tiered
         network from :meth:`_translated_data` (the key: the sets themselves).  None with
-        context width c > 1 (its groups are found rank by rank, :meth:`__call__`)."""
+        context width c > 1 (its groups are found rank by rank, :meth:`__call__`); a layout
+        with a replica block in effect (:meth:`RankLayout.block`) is not strided."""
         if config.cp > 1:
             return None
-        if not self._strided(layout):
+        if not self._strided(layout) or layout.block(config, num_stages, dp) > 1:
             if not self.translated:
                 return None
             replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
@@ -355,7 +369,8 @@ class LayoutGeometries:
 
         Replica r's ranks and the ranks it receives from lie at positions r·σ_R from
         replica 0's, so replicas r and r + T / gcd(σ_R, T) are translates by a multiple of
-        T and meet the same paths (:meth:`_translation`); stages as
+        T and meet the same paths (:meth:`_translation`); with a replica block, at
+        r_in·σ_in + r_out·σ_out, the same along each of the two (:func:`replica_box`); stages as
         :meth:`_representative_stages`.  Their path combinations are computed from the
         devices of those few replicas and stages, the data-parallel groups (all d replicas)
         of those stages by :meth:`_translated_data`.  None when the path sets do not fit one
@@ -363,11 +378,13 @@ class LayoutGeometries:
         strides, offset, translation = self._translated_positions(layout, config,
                                                                   num_stages, dp)
         order = self.order_of(layout)
-        replicas = min(dp, translation // math.gcd(strides[Dim.REPLICA], translation))
+        replicas = np.zeros(1, dtype=np.int64)  # offsets of the representative replicas
+        for stride, count in replica_box(layout, strides, config, num_stages, dp):
+            kept = min(count, translation // math.gcd(stride, translation))
+            replicas = (replicas[None, :] + stride * np.arange(kept)[:, None]).ravel()
         stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
                                                      num_stages)
-        offsets = offset + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
-            + _rank_offsets(strides, config)
+        offsets = offset + replicas[None, :, None] + _rank_offsets(strides, config)
 
         def placed(of_stages: list[int]) -> np.ndarray:
             return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
@@ -409,10 +426,10 @@ class LayoutGeometries:
             return ids[inverse.reshape(lowest.shape)]
 
         no_groups = [()] * len(stages)
-        replica_sets = _row_sets(path_ids(first, [(strides[Dim.REPLICA], dp)])) \
-            if dp > 1 else no_groups
+        replicas = replica_box(layout, strides, config, num_stages, dp)
+        replica_sets = _row_sets(path_ids(first, replicas)) if dp > 1 else no_groups
         dense_sets = _row_sets(path_ids(
-            first[:, :config.tp], [(strides[Dim.EP], config.ep), (strides[Dim.REPLICA], dp)])) \
+            first[:, :config.tp], [(strides[Dim.EP], config.ep), *replicas])) \
             if dp * config.ep > 1 else no_groups
         found = ([replica_sets[row_of(stage)] for stage in range(num_stages)],
                  [dense_sets[row_of(stage)] for stage in range(num_stages)])

@@ -353,6 +353,7 @@ class _Search:
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
+        self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
         self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
@@ -901,19 +902,23 @@ class _Search:
     def _layouts(self, config: IntraConfig, num_stages: int,
                  dp: int) -> list[tuple[int, RankLayout]]:
         """(index, layout) of the layouts with distinct placements, first of each kept; per
-        configuration, which of S and d exceed 1 (all the effective orders depend on) and
+        configuration, which of S and d exceed 1 (all the effective orders depend on),
         whether a spare-first offset moves anything (a whole node spare: otherwise such a
-        layout places as its spare-last twin).  Equal effective orders on one device order
-        with the same offset give equal placements."""
+        layout places as its spare-last twin) and which replica blocks divide d
+        (:meth:`RankLayout.block`; elsewhere a blocked layout places as its unblocked
+        twin).  Equal effective orders on one device order with the same offset and block
+        give equal placements."""
         spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
             >= self.network.node_size
-        key = (config, num_stages > 1, dp > 1, spare_node)
+        blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
+        key = (config, num_stages > 1, dp > 1, spare_node, blocks)
         numbered = layout_config(config)  # the context ranks ride in the expert digit
         if key not in self._distinct_layouts:
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
-                         layout.spare_first and spare_node)
+                         layout.spare_first and spare_node,
+                         layout.block(numbered, num_stages, dp))
                 if order not in seen:
                     seen.add(order)
                     kept.append((index, layout))

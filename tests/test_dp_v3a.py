@@ -80,11 +80,11 @@ def test_layouts_of_the_v3a_space_in_tie_break_order():
     offsets; v2 alone on two tiers and on irregular or graph networks; names show both."""
     three = structured_layouts((2, 2, 2))
     assert three[:24] == all_layouts()
-    assert len(three) == 24 * 2 + 24 * 2
+    assert len(three) == 24 * 2 + 24 * 2 + 2 * 2  # and v3b-R's replica blocks of 2
     assert len({layout.name for layout in three}) == len(three)
     assert three[24].name == all_layouts()[0].name + "@021"
     assert three[48].name == all_layouts()[0].name + "/spare-first"
-    assert len(structured_layouts((2, 2, 2, 2))) == 24 * 6 * 2
+    assert len(structured_layouts((2, 2, 2, 2))) == 24 * 6 * 2 + 2 * 6
     assert structured_layouts((2, 4)) == all_layouts()
     assert structured_layouts(None) == all_layouts()
     assert digit_radices((2, 3, 4), 15) is None  # N not a multiple of G_1: canonical only
@@ -121,9 +121,10 @@ def _by_path(ids: PathIds, geometries) -> list:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_translated_geometries_equal_those_of_the_placement(seed):
-    """The DP's geometries of v3a layouts (a few replicas and stages that a cost-preserving
-    translation leaves distinct) and their data-parallel group paths equal those of the
-    placement's whole device array, over random layouts, shapes and wrap flags."""
+    """The DP's geometries of v3a layouts and replica blocks (a few replicas and stages that
+    a cost-preserving translation leaves distinct) and their data-parallel group paths equal
+    those of the placement's whole device array, over random layouts, shapes and wrap
+    flags."""
     rng = random.Random(seed)
     network = _tiered(rng)
     fast_ids, array_ids = PathIds(network), PathIds(network)
@@ -245,7 +246,8 @@ def test_a_v3a_placement_exports_like_its_v2_twin():
     compared = 0
     for config, num_stages, dp in ((IntraConfig(2, 1), 3, 3), (IntraConfig(1, 1), 5, 4),
                                    (IntraConfig(2, 1), 2, 4)):
-        for layout in network.structured_layouts[24:]:
+        for layout in (layout for layout in network.structured_layouts[24:]
+                       if layout.replica_block == 1):  # replica blocks: test_dp_replica_blocks
             views = [SimpleNamespace(tp=config.tp, cp=1, ep=config.ep, num_stages=num_stages,
                                      replicas=dp, world_size=config.devices * num_stages * dp,
                                      placement=network.layout_placement(which, config,

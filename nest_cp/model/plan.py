@@ -226,13 +226,22 @@ class RankLayout:
     - ``spare_first``: the positions shifted by the largest multiple of the node size that
       fits (:meth:`offset`), so the spare devices lie at the start instead of the end.
 
-    ``name`` shows both: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
-    ``t,e,stage,replica@021/spare-first``.
+    Structured space v3b-R (docs/certificates.md) adds replica blocks:
+
+    - ``replica_block`` k: the replica index splits as r = r_in + k·r_out; r_in (radix k)
+      takes the replica's place in ``order`` and r_out (radix d / k) is outermost, so
+      ``t,e,replica,stage`` with k = 2 puts two replicas of a stage side by side, then the
+      next stage.  It applies where k divides d and 1 < k < d (:meth:`block`); elsewhere the
+      layout places as the one without it.
+
+    ``name`` shows all three: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
+    ``t,e,stage,replica@021/spare-first``, ``t,e,replica,stage@021/replicas-of-2``.
     """
 
     order: tuple[Dim, ...]
     digits: tuple[int, ...] = ()
     spare_first: bool = False
+    replica_block: int = 1
 
     def __post_init__(self) -> None:
         if len(self.order) != len(Dim) or set(self.order) != set(Dim):
@@ -242,18 +251,33 @@ class RankLayout:
             raise ValueError(f"expected a permutation of the tiers 1..L-1, got {self.digits}")
         if self.digits == tuple(sorted(self.digits)):  # the identity is the canonical order
             object.__setattr__(self, "digits", ())
+        if not (isinstance(self.replica_block, int) and not isinstance(self.replica_block, bool)
+                and self.replica_block >= 1):
+            raise ValueError(f"expected a replica block k >= 1, got {self.replica_block!r}")
 
     @property
     def name(self) -> str:
         text = ",".join(dim.value for dim in self.order)
         if self.digits:
             text += "@0" + "".join(map(str, self.digits))
-        return text + ("/spare-first" if self.spare_first else "")
+        text += "/spare-first" if self.spare_first else ""
+        return text + (f"/replicas-of-{self.replica_block}" if self.replica_block > 1 else "")
 
     @property
     def base(self) -> RankLayout:
         """The v2 layout of the same order (canonical device order, spare devices last)."""
         return RankLayout(self.order)
+
+    def block(self, config: IntraConfig, num_stages: int, dp: int) -> int:
+        """The replica block k in effect at this shape: ``replica_block`` where it divides d,
+        1 < k < d, and a dimension of radix > 1 lies outside the replica in ``order`` (else
+        r_in and r_out are adjacent digits and the split moves nothing); 1 otherwise."""
+        k = self.replica_block
+        if k == 1 or not 1 < k < dp or dp % k:
+            return 1
+        radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages}
+        outer = self.order[self.order.index(Dim.REPLICA) + 1:]
+        return k if any(radix[dim] > 1 for dim in outer) else 1
 
     def offset(self, config: IntraConfig, num_stages: int, dp: int, num_devices: int,
                node: int) -> int:
@@ -270,13 +294,17 @@ class RankLayout:
         ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
         together (the DP places whole stages at once); the result has their shape.
         """
+        block = self.block(config, num_stages, dp)
         digits = {Dim.TP: rank % config.tp, Dim.EP: rank // config.tp,
-                  Dim.STAGE: stage, Dim.REPLICA: replica}
-        radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages, Dim.REPLICA: dp}
+                  Dim.STAGE: stage, Dim.REPLICA: replica % block if block > 1 else replica}
+        radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
+                 Dim.REPLICA: block if block > 1 else dp}
         position, weight = 0, 1
         for dim in self.order:
             position = position + digits[dim] * weight
             weight *= radix[dim]
+        if block > 1:  # r_out, outermost
+            position = position + (replica // block) * weight
         return position
 
     def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
@@ -342,6 +370,10 @@ def digit_device_order(radices: tuple[int, ...], digits: tuple[int, ...]) -> np.
 
 MEGATRON_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE))
 NEST_LAYOUT = RankLayout((Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA))
+# the orders structured space v3b-R splits the replica of: a stage replica's ranks innermost,
+# then r_in, the stage, r_out (t, e, r_in, stage, r_out and its e-first twin)
+REPLICA_BLOCK_ORDERS = ((Dim.TP, Dim.EP, Dim.REPLICA, Dim.STAGE),
+                        (Dim.EP, Dim.TP, Dim.REPLICA, Dim.STAGE))
 
 
 def all_layouts() -> tuple[RankLayout, ...]:
@@ -365,7 +397,10 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
 
     v2's 24 first (so the DP's tie-break keeps v2's plan wherever v2 is optimal), then the
     24 orders on every other device order δ (class D, (L − 1)! − 1 of them on L tiers), then
-    every order on every device order with the spare devices first (class O).  The index
+    every order on every device order with the spare devices first (class O), then
+    (v3b-R) the replica blocks: :data:`REPLICA_BLOCK_ORDERS` with every block k > 1 that
+    divides the node size n_0, on every device order (k replicas of a stage side by side,
+    inside a node when k·t·e divides n_0: the k-channel syncs of cost model §5 a).  The index
     is the DP's tie-break.  Layouts that place alike at a given shape (radix-1 dimensions,
     no spare node to move) are left to the searches to de-duplicate.
     """
@@ -378,7 +413,10 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
                         for layout in base)
     spare_first = tuple(RankLayout(layout.order, digits, spare_first=True)
                         for digits in orders for layout in base)
-    return (*base, *with_digits, *spare_first)
+    blocked = tuple(RankLayout(order, digits, replica_block=block)
+                    for block in range(2, radices[0] + 1) if radices[0] % block == 0
+                    for digits in orders for order in REPLICA_BLOCK_ORDERS)
+    return (*base, *with_digits, *spare_first, *blocked)
 
 
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",
