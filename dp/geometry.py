@@ -339,12 +339,16 @@ class LayoutGeometries:
                                self.network.node_size)
         return strides, offset, self._translation(layout)
 
-    def _representative_stages(self, stage_stride: int, translation: int,
-                               num_stages: int) -> tuple[list[int], Callable[[int], int]]:
+    def _representative_stages(self, stage_stride: int, translation: int, num_stages: int,
+                               period: int | None = None
+                               ) -> tuple[list[int], Callable[[int], int]]:
         """The stages that stand for all: the first, the last and the inner stages 1 .. p,
         p = T / gcd(σ_S, T): inner stage s and s + p are translates by a multiple of T with
-        their neighbours (:meth:`_translation`); and the map stage -> its row among them."""
-        period = translation // math.gcd(stage_stride, translation)
+        their neighbours (:meth:`_translation`); and the map stage -> its row among them.
+        ``period``: a p that also serves (a divisor of it), for the replicas' path
+        combinations (:func:`_inner_stage_period`), not the data-parallel groups."""
+        if period is None:
+            period = translation // math.gcd(stage_stride, translation)
         stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
         row = {stage: index for index, stage in enumerate(stages)}
         return stages, lambda stage: row[stage if stage in row else 1 + (stage - 1) % period]
@@ -364,8 +368,10 @@ class LayoutGeometries:
                                                                   num_stages, dp)
         order = self.order_of(layout)
         replicas = min(dp, translation // math.gcd(strides[Dim.REPLICA], translation))
-        stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
-                                                     num_stages)
+        stages, row_of = self._representative_stages(
+            strides[Dim.STAGE], translation, num_stages,
+            _inner_stage_period(translation, strides[Dim.STAGE], strides[Dim.REPLICA],
+                                replicas))
         offsets = offset + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
 
@@ -481,9 +487,11 @@ class LayoutGeometries:
                              origin: int = 0) -> list[tuple[ReplicaPaths, ...]] | None:
         """:meth:`_replica_paths`, from a few stages: an inner stage s (neither first nor
         last) is placed at s·(stage stride) and receives from its neighbours a stage stride
-        away, so it only depends on s modulo period / gcd(stage stride, period); the first
-        and last stage, and the inner stages 1 .. that period, stand for all."""
-        period = self.period // math.gcd(strides[Dim.STAGE], self.period)
+        away, so it only depends on s modulo :func:`_inner_stage_period` (at most
+        period / gcd(stage stride, period)); the first and last stage, and the inner stages
+        1 .. that period, stand for all."""
+        period = _inner_stage_period(self.period, strides[Dim.STAGE], strides[Dim.REPLICA],
+                                     replicas)
         stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
         offsets = origin + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
@@ -527,6 +535,26 @@ class LayoutGeometries:
                     if dense_box else no_groups
             self._data[key] = (replica_sets, dense_sets)
         return key, self._data[key]
+
+
+def _inner_stage_period(modulus: int, stage_stride: int, replica_stride: int,
+                        replicas: int) -> int:
+    """p such that inner stages s and s + p have the same set of replica path combinations,
+    when the replicas' paths depend on their first position only modulo ``modulus`` (M: the
+    period, or a layout's translation T) and ``replicas`` = min(d, M / gcd(σ_R, M)) of them
+    are placed (σ_R the replica stride; 0 with one replica).
+
+    Replica r of inner stage s (its ranks and the neighbours it receives from, a stage
+    stride away) is replica 0 of stage 0 moved by s·σ_S + r·σ_R, so its paths depend only
+    on b = s·σ_S + r·σ_R modulo M.  Always p = M / gcd(σ_S, M) (then s·σ_S ≡ (s + p)·σ_S).
+    When the replicas placed are all of M / g, g = gcd(σ_R, M), the values r·σ_R modulo M
+    are every multiple of g (σ_R / g is prime to M / g), so stage s meets b over the whole
+    class s·σ_S + gℤ modulo M: a set that depends on s·σ_S modulo g alone, so p = g /
+    gcd(σ_S, g), which divides the first (often 1: every inner stage alike)."""
+    coset = math.gcd(replica_stride, modulus)
+    if replicas == modulus // coset:
+        modulus = coset
+    return modulus // math.gcd(stage_stride, modulus)
 
 
 def _rank_offsets(strides: dict[Dim, int], config: IntraConfig) -> np.ndarray:
