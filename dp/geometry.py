@@ -220,6 +220,7 @@ class LayoutGeometries:
         self._replicas: dict[tuple, list[tuple[ReplicaPaths, ...]] | None] = {}
         self._data: dict[tuple, tuple[list, list]] = {}
         self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
+        self._translated_replicas: dict[tuple, tuple[list | None, Callable]] = {}
 
     def order_of(self, layout: RankLayout) -> np.ndarray:
         """The device order ``layout`` reads its positions through, as an array."""
@@ -366,26 +367,43 @@ class LayoutGeometries:
         code (:func:`_stage_replicas`)."""
         strides, offset, translation = self._translated_positions(layout, config,
                                                                   num_stages, dp)
-        order = self.order_of(layout)
         replicas = min(dp, translation // math.gcd(strides[Dim.REPLICA], translation))
+        replica_stride = _class_stride(translation, strides[Dim.REPLICA], replicas)
+        key = (layout.digits, config, num_stages, wrap, offset, replicas, replica_stride,
+               strides[Dim.STAGE], strides[Dim.TP], strides[Dim.EP])
+        if key not in self._translated_replicas:
+            if len(self._translated_replicas) >= DATA_KEPT:
+                self._translated_replicas.clear()
+            self._translated_replicas[key] = self._fresh_translated_replicas(
+                layout, config, num_stages, wrap, strides, offset, translation, replicas,
+                replica_stride)
+        computed, row_of = self._translated_replicas[key]
+        if computed is None:
+            return None
+        replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
+        return tuple(_assembled([computed[row_of(stage)] for stage in range(num_stages)],
+                                replica_sets, dense_sets))
+
+    def _fresh_translated_replicas(self, layout: RankLayout, config: IntraConfig,
+                                   num_stages: int, wrap: bool, strides: dict[Dim, int],
+                                   offset: int, translation: int, replicas: int,
+                                   replica_stride: int) -> tuple[list | None, Callable]:
+        """:meth:`_translated`'s path combinations of the representative stages (and the map
+        stage -> row), from ``replicas`` replicas ``replica_stride`` apart
+        (:func:`_class_stride`), kept per what they depend on: d only through those two."""
+        order = self.order_of(layout)
         stages, row_of = self._representative_stages(
             strides[Dim.STAGE], translation, num_stages,
-            _inner_stage_period(translation, strides[Dim.STAGE], strides[Dim.REPLICA],
-                                replicas))
-        offsets = offset + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
+            _inner_stage_period(translation, strides[Dim.STAGE], replica_stride, replicas))
+        offsets = offset + replica_stride * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
 
         def placed(of_stages: list[int]) -> np.ndarray:
             return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
                 :, None, None] + offsets]
 
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
-                                   *_receive_pairs(stages, num_stages, wrap, placed))
-        if computed is None:
-            return None
-        replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
-        return tuple(_assembled([computed[row_of(stage)] for stage in range(num_stages)],
-                                replica_sets, dense_sets))
+        return _stage_replicas(self.network, self.groups, placed(stages), config,
+                               *_receive_pairs(stages, num_stages, wrap, placed)), row_of
 
     def _translated_data(self, layout: RankLayout, config: IntraConfig, num_stages: int,
                          dp: int) -> tuple[list, list]:
@@ -472,10 +490,12 @@ class LayoutGeometries:
                        ) -> tuple[tuple, list[tuple[ReplicaPaths, ...]] | None]:
         """Per stage, the distinct path combinations of its replicas (None: too many paths
         for one code), from replicas r < period / gcd(replica stride, period) placed with
-        the ``canonical`` strides (:meth:`_canonical`); kept per canonical placement, which
-        is returned first (as the key)."""
+        the ``canonical`` strides (:meth:`_canonical`; the replica stride
+        :func:`_class_stride`); kept per canonical placement, which is returned first (as
+        the key): outer choices whose d and layout differ often place alike."""
         replicas = min(dp, self.period // math.gcd(replica_stride, self.period))
-        strides = {**canonical, Dim.REPLICA: canonical[Dim.REPLICA] if replicas > 1 else 0}
+        strides = {**canonical, Dim.REPLICA: _class_stride(
+            self.period, canonical[Dim.REPLICA], replicas) if replicas > 1 else 0}
         key = (config, num_stages, replicas, wrap, tuple(strides.values()), origin)
         if key not in self._replicas:
             self._replicas[key] = self._fresh_replica_paths(strides, config, num_stages,
@@ -535,6 +555,18 @@ class LayoutGeometries:
                     if dense_box else no_groups
             self._data[key] = (replica_sets, dense_sets)
         return key, self._data[key]
+
+
+def _class_stride(modulus: int, replica_stride: int, replicas: int) -> int:
+    """A replica stride that places the replicas' first positions on the same residues
+    modulo ``modulus`` (M) as ``replica_stride`` (σ_R) does, for ``replicas`` = min(d,
+    M / gcd(σ_R, M)) replicas: g = gcd(σ_R, M) when they are all M / g (r·σ_R modulo M,
+    r < M / g, is then every multiple of g, as r·g is), else σ_R.  With it the placement
+    no longer depends on d or σ_R beyond g, so outer choices share it; the replicas are
+    placed in another order, and the planner reads each stage's replicas as a set.  The
+    positions stay within those of the original replicas (g <= σ_R)."""
+    coset = math.gcd(replica_stride, modulus)
+    return coset if replicas == modulus // coset else replica_stride
 
 
 def _inner_stage_period(modulus: int, stage_stride: int, replica_stride: int,
