@@ -520,13 +520,63 @@ class LayoutGeometries:
             return strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[:, None, None] \
                 + offsets
 
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
-                                   *_receive_pairs(stages, num_stages, wrap, placed))
+        if replicas > 1 and len(stages) > 3:  # two inner stages or more
+            computed = self._by_residue(strides, config, num_stages, replicas, wrap, origin,
+                                        stages, placed)
+        else:
+            computed = _stage_replicas(self.network, self.groups, placed(stages), config,
+                                       *_receive_pairs(stages, num_stages, wrap, placed))
         if computed is None:
             return None
         row = {stage: index for index, stage in enumerate(stages)}
         return [computed[row[stage if stage in row else 1 + (stage - 1) % period]]
                 for stage in range(num_stages)]
+
+    def _by_residue(self, strides: dict[Dim, int], config: IntraConfig, num_stages: int,
+                    replicas: int, wrap: bool, origin: int, stages: list[int],
+                    placed: Callable[[list[int]], np.ndarray]
+                    ) -> list[tuple[ReplicaPaths, ...]] | None:
+        """:func:`_stage_replicas` of ``stages`` (the first, the last and inner ones), each
+        replica of an inner stage placed once per residue of its first position modulo the
+        period.  Replica r of inner stage s starts at b = origin + s·σ_S + r·σ_R and receives
+        from the ranks σ_S before and after its own, so its code depends on b modulo the
+        period only (module docstring: residues and differences); one inner replica per
+        distinct residue met is placed (where it lies, with its senders), and each inner
+        stage reads its replicas' codes back by residue.  The replicas placed are those of
+        the stages up to translation by multiples of the period, so the same group paths
+        are met and the codes (their bits index those paths) are those
+        :func:`_stage_replicas` gives."""
+        period, stage_stride = self.period, strides[Dim.STAGE]
+        last = num_stages - 1
+        inner = np.array(stages[1:-1], dtype=np.int64)
+        starts = origin + stage_stride * inner[:, None] \
+            + strides[Dim.REPLICA] * np.arange(replicas)[None, :]
+        _, first, inverse = np.unique(starts % period, return_index=True,
+                                      return_inverse=True)
+        inverse = inverse.reshape(starts.shape)
+        at_residues = starts.ravel()[first][:, None] + _rank_offsets(strides, config)[None, :]
+        length = max(replicas, len(first))
+
+        def padded(devices: np.ndarray) -> np.ndarray:  # repeats of a replica: same codes
+            return np.concatenate([devices, np.repeat(devices[-1:], length - len(devices),
+                                                      axis=0)])
+
+        rows = [padded(placed([0])[0]), padded(at_residues), padded(placed([last])[0])]
+        activation_from, gradient_from = _senders(num_stages, wrap)
+        receives = []
+        for sender_of, step in ((activation_from, -stage_stride), (gradient_from, stage_stride)):
+            ends = [(row, sender_of[stage]) for row, stage in ((0, 0), (2, last))
+                    if sender_of[stage] is not None]
+            receivers = [row for row, _ in ends] + [1]
+            sources = [padded(placed([sender])[0]) for _, sender in ends] \
+                + [padded(at_residues + step)]
+            receives.append((receivers, np.stack(sources)))
+        coded = _replica_codes(self.network, self.groups, np.stack(rows), config, *receives)
+        if coded is None:
+            return None
+        codes, decode = coded
+        return decode(np.concatenate([codes[0, None, :replicas], codes[1][inverse],
+                                      codes[2, None, :replicas]]))
 
     def _data_groups(self, canonical: dict[Dim, int], strides: dict[Dim, int],
                      config: IntraConfig, num_stages: int, dp: int,
@@ -946,7 +996,20 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
     """Per stage of ``devices[stage, replica, rank]``, the distinct :class:`ReplicaPaths`
     of its replicas, in code order; None when they do not fit one int64 code (more than
     ``CODE_BITS`` bits).  ``activation`` / ``gradient``: the stages that receive them and
-    the devices they receive from, rank for rank (:func:`_sender_devices`).
+    the devices they receive from, rank for rank (:func:`_sender_devices`)."""
+    coded = _replica_codes(network, groups, devices, config, activation, gradient)
+    if coded is None:
+        return None
+    codes, decode = coded
+    return decode(codes)
+
+
+def _replica_codes(network: NetworkModel, groups: _GroupPathCodes, devices: np.ndarray,
+                   config: IntraConfig, activation: tuple[list[int], np.ndarray],
+                   gradient: tuple[list[int], np.ndarray]) -> tuple[np.ndarray, Callable] | None:
+    """:func:`_stage_replicas` in two steps: each replica's code ([stage, replica]), and a
+    function from rows of codes to each row's distinct :class:`ReplicaPaths` in code order
+    (rows may gather codes of any rows: a code means the same paths throughout).
 
     Each replica is coded as four bitmasks: of the TP and of the EP groups' paths (bits
     indexing the distinct group path ids of the placement) and of the tiers of its
@@ -990,18 +1053,23 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
         return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
 
     decoded: dict[int, ReplicaPaths] = {}
-    replicas = []
-    for code_set in _row_sets(codes):
-        for code in code_set:
-            if code not in decoded:
-                pairs = code >> 2 * width
-                decoded[code] = ReplicaPaths(
-                    group_ids(code % (1 << width)), group_ids((code >> width) % (1 << width)),
-                    tiers_of(pairs % (1 << num_tiers)),
-                    tiers_of((pairs >> num_tiers) % (1 << num_tiers)),
-                    bool(pairs >> 2 * num_tiers))
-        replicas.append(tuple(decoded[code] for code in code_set))
-    return replicas
+
+    def decode(rows: np.ndarray) -> list[tuple[ReplicaPaths, ...]]:
+        replicas = []
+        for code_set in _row_sets(rows):
+            for code in code_set:
+                if code not in decoded:
+                    pairs = code >> 2 * width
+                    decoded[code] = ReplicaPaths(
+                        group_ids(code % (1 << width)),
+                        group_ids((code >> width) % (1 << width)),
+                        tiers_of(pairs % (1 << num_tiers)),
+                        tiers_of((pairs >> num_tiers) % (1 << num_tiers)),
+                        bool(pairs >> 2 * num_tiers))
+            replicas.append(tuple(decoded[code] for code in code_set))
+        return replicas
+
+    return codes, decode
 
 
 # ------------------------------------------------------------------------ rank by rank
