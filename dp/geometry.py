@@ -30,8 +30,12 @@ its (S, d, t·e) device array (10^5 devices): a tier and a channel count k only 
 device ids modulo the period (the least common multiple of the domain sizes below N)
 and on id differences below the period, so the replicas of a stage repeat with period
 period / gcd(replica stride, period), the inner stages with period / gcd(stage stride,
-period), and only that many are placed, with canonical strides (the same residues, no
-larger) so that layouts and d that place alike share the work; the groups of the d
+period) (with gcd(replica stride, period) in place of the period when the replicas placed
+cover a whole class of residues, :func:`_inner_stage_period`), and only that many are
+placed, with canonical strides (the same residues, no larger; the replica stride reduced
+to that gcd then, :func:`_class_stride`) so that layouts and d that place alike share the
+work, and the inner stages' replicas once per residue of their first position
+(:meth:`LayoutGeometries._by_residue`); the groups of the d
 replicas (d·e ranks) are arithmetic progressions whose k has a closed form
 (:func:`_progression_fewest`).
 """
