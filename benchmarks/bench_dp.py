@@ -98,22 +98,29 @@ def run(out_dir: Path) -> None:
     logger.info("wrote %s", out_dir / "dp_speed.json")
 
 
-def run_presets(out_dir: Path) -> None:
+def run_presets(out_dir: Path, networks: tuple[str, ...] = (),
+                devices: tuple[int, ...] = ()) -> None:
     """Issue 35's part alone (every preset, and the anytime DP), merged into the existing
     dp_speed.json (its other rows kept as they were measured, on their date): for a
-    machine or a session without the time for the whole of :func:`run`."""
+    machine or a session without the time for the whole of :func:`run`.  ``networks`` /
+    ``devices``: only those presets / sizes (all when empty)."""
     path = out_dir / "dp_speed.json"
     report = json.loads(path.read_text()) if path.exists() else {
         "speed": [], "throughput_vs_manual": [], "peak_target_bytes": PEAK_TARGET_BYTES}
-    cases = preset_cases()
+    cases = tuple(case for case in preset_cases()
+                  if (not networks or case[2] in networks) and (not devices or case[1] in devices))
     fresh = [_speed_case(*case) for case in cases]
     measured = {(row["model"], row["devices"], row["network"], row["choice_set"])
                 for row in fresh}
     report["speed"] = [row for row in report["speed"] if (
         row["model"], row["devices"], row.get("network", "nest-tpuv4-fattree"),
         row["choice_set"]) not in measured] + fresh
-    report["anytime"] = [_anytime_case(network, devices) for network in _preset_names()
-                         for devices in ANYTIME_DEVICES]
+    anytime = [_anytime_case(network, size) for network in _preset_names()
+               for size in ANYTIME_DEVICES
+               if (not networks or network in networks) and (not devices or size in devices)]
+    report["anytime"] = [row for row in report.get("anytime", []) if (
+        row["network"], row["devices"]) not in {(r["network"], r["devices"]) for r in anytime}
+    ] + anytime
     report["presets_machine"] = _machine()
     path.write_text(json.dumps(report, indent=1) + "\n")
     (out_dir / "dp_speed.md").write_text(_markdown(report))
@@ -474,3 +481,30 @@ def _target(value: float | None, form: str) -> str:
 
 def _ms(ticks: int | None) -> str:
     return "n/a" if ticks is None else f"{ticks / 1e6:,.1f}"
+
+
+def main() -> None:
+    """``python -m benchmarks.bench_dp [--presets [--network NET ...] [--devices N ...]]``:
+    the whole benchmark (as ``make bench`` runs it), or issue 35's preset rows alone
+    (:func:`run_presets`), optionally only some networks and sizes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", action="store_true",
+                        help="only issue 35's preset rows and the anytime DP, merged into "
+                             "the existing dp_speed.json")
+    parser.add_argument("--network", action="append", default=[],
+                        help="with --presets: only this network preset; repeatable")
+    parser.add_argument("--devices", action="append", type=int, default=[],
+                        help="with --presets: only this device count; repeatable")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.presets:
+        run_presets(args.out, tuple(args.network), tuple(args.devices))
+    else:
+        run(args.out)
+
+
+if __name__ == "__main__":
+    main()

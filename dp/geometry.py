@@ -30,8 +30,12 @@ its (S, d, t·e) device array (10^5 devices): a tier and a channel count k only 
 device ids modulo the period (the least common multiple of the domain sizes below N)
 and on id differences below the period, so the replicas of a stage repeat with period
 period / gcd(replica stride, period), the inner stages with period / gcd(stage stride,
-period), and only that many are placed, with canonical strides (the same residues, no
-larger) so that layouts and d that place alike share the work; the groups of the d
+period) (with gcd(replica stride, period) in place of the period when the replicas placed
+cover a whole class of residues, :func:`_inner_stage_period`), and only that many are
+placed, with canonical strides (the same residues, no larger; the replica stride reduced
+to that gcd then, :func:`_class_stride`) so that layouts and d that place alike share the
+work, and the inner stages' replicas once per residue of their first position
+(:meth:`LayoutGeometries._by_residue`); the groups of the d
 replicas (d·e ranks) are arithmetic progressions whose k has a closed form
 (:func:`_progression_fewest`).
 """
@@ -233,6 +237,7 @@ class LayoutGeometries:
         self._replicas: dict[tuple, list[tuple[ReplicaPaths, ...]] | None] = {}
         self._data: dict[tuple, tuple[list, list]] = {}
         self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
+        self._translated_replicas: dict[tuple, tuple[list | None, Callable]] = {}
 
     def order_of(self, layout: RankLayout) -> np.ndarray:
         """The device order ``layout`` reads its positions through, as an array."""
@@ -353,12 +358,16 @@ class LayoutGeometries:
                                self.network.node_size)
         return strides, offset, self._translation(layout)
 
-    def _representative_stages(self, stage_stride: int, translation: int,
-                               num_stages: int) -> tuple[list[int], Callable[[int], int]]:
+    def _representative_stages(self, stage_stride: int, translation: int, num_stages: int,
+                               period: int | None = None
+                               ) -> tuple[list[int], Callable[[int], int]]:
         """The stages that stand for all: the first, the last and the inner stages 1 .. p,
         p = T / gcd(σ_S, T): inner stage s and s + p are translates by a multiple of T with
-        their neighbours (:meth:`_translation`); and the map stage -> its row among them."""
-        period = translation // math.gcd(stage_stride, translation)
+        their neighbours (:meth:`_translation`); and the map stage -> its row among them.
+        ``period``: a p that also serves (a divisor of it), for the replicas' path
+        combinations (:func:`_inner_stage_period`), not the data-parallel groups."""
+        if period is None:
+            period = translation // math.gcd(stage_stride, translation)
         stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
         row = {stage: index for index, stage in enumerate(stages)}
         return stages, lambda stage: row[stage if stage in row else 1 + (stage - 1) % period]
@@ -377,26 +386,71 @@ class LayoutGeometries:
         code (:func:`_stage_replicas`)."""
         strides, offset, translation = self._translated_positions(layout, config,
                                                                   num_stages, dp)
-        order = self.order_of(layout)
-        replicas = np.zeros(1, dtype=np.int64)  # offsets of the representative replicas
-        for stride, count in replica_box(layout, strides, config, num_stages, dp):
-            kept = min(count, translation // math.gcd(stride, translation))
-            replicas = (replicas[None, :] + stride * np.arange(kept)[:, None]).ravel()
-        stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
-                                                     num_stages)
-        offsets = offset + replicas[None, :, None] + _rank_offsets(strides, config)
-
-        def placed(of_stages: list[int]) -> np.ndarray:
-            return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
-                :, None, None] + offsets]
-
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
-                                   *_receive_pairs(stages, num_stages, wrap, placed))
+        box = replica_box(layout, strides, config, num_stages, dp)
+        if len(box) > 1:  # a replica block: representatives along r_in and r_out, uncached
+            computed, row_of = self._blocked_replicas(layout, config, num_stages, wrap,
+                                                      strides, offset, translation, box)
+        else:
+            replicas = min(dp, translation // math.gcd(strides[Dim.REPLICA], translation))
+            replica_stride = _class_stride(translation, strides[Dim.REPLICA], replicas)
+            key = (layout.digits, config, num_stages, wrap, offset, replicas, replica_stride,
+                   strides[Dim.STAGE], strides[Dim.TP], strides[Dim.EP])
+            if key not in self._translated_replicas:
+                if len(self._translated_replicas) >= DATA_KEPT:
+                    self._translated_replicas.clear()
+                self._translated_replicas[key] = self._fresh_translated_replicas(
+                    layout, config, num_stages, wrap, strides, offset, translation, replicas,
+                    replica_stride)
+            computed, row_of = self._translated_replicas[key]
         if computed is None:
             return None
         replica_sets, dense_sets = self._translated_data(layout, config, num_stages, dp)
         return tuple(_assembled([computed[row_of(stage)] for stage in range(num_stages)],
                                 replica_sets, dense_sets))
+
+    def _blocked_replicas(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                          wrap: bool, strides: dict[Dim, int], offset: int, translation: int,
+                          box: list[tuple[int, int]]) -> tuple[list | None, Callable]:
+        """:meth:`_translated`'s path combinations under a replica block: along each of r_in
+        and r_out the replicas repeat every T / gcd(stride, T) (:func:`replica_box`), so
+        that many along each stand for all; stages as :meth:`_representative_stages`."""
+        replicas = np.zeros(1, dtype=np.int64)  # offsets of the representative replicas
+        for stride, count in box:
+            kept = min(count, translation // math.gcd(stride, translation))
+            replicas = (replicas[None, :] + stride * np.arange(kept)[:, None]).ravel()
+        stages, row_of = self._representative_stages(strides[Dim.STAGE], translation,
+                                                     num_stages)
+        offsets = offset + replicas[None, :, None] + _rank_offsets(strides, config)
+        return self._placed_paths(layout, config, num_stages, wrap, strides, stages,
+                                  offsets), row_of
+
+    def _fresh_translated_replicas(self, layout: RankLayout, config: IntraConfig,
+                                   num_stages: int, wrap: bool, strides: dict[Dim, int],
+                                   offset: int, translation: int, replicas: int,
+                                   replica_stride: int) -> tuple[list | None, Callable]:
+        """:meth:`_translated`'s path combinations of the representative stages (and the map
+        stage -> row), from ``replicas`` replicas ``replica_stride`` apart
+        (:func:`_class_stride`), kept per what they depend on: d only through those two."""
+        stages, row_of = self._representative_stages(
+            strides[Dim.STAGE], translation, num_stages,
+            _inner_stage_period(translation, strides[Dim.STAGE], replica_stride, replicas))
+        offsets = offset + replica_stride * np.arange(replicas)[None, :, None] \
+            + _rank_offsets(strides, config)
+        return self._placed_paths(layout, config, num_stages, wrap, strides, stages,
+                                  offsets), row_of
+
+    def _placed_paths(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                      wrap: bool, strides: dict[Dim, int], stages: list[int],
+                      offsets: np.ndarray) -> list | None:
+        """:func:`_stage_replicas` of ``stages`` with the replicas at ``offsets``."""
+        order = self.order_of(layout)
+
+        def placed(of_stages: list[int]) -> np.ndarray:
+            return order[strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[
+                :, None, None] + offsets]
+
+        return _stage_replicas(self.network, self.groups, placed(stages), config,
+                               *_receive_pairs(stages, num_stages, wrap, placed))
 
     def _translated_data(self, layout: RankLayout, config: IntraConfig, num_stages: int,
                          dp: int) -> tuple[list, list]:
@@ -483,10 +537,12 @@ class LayoutGeometries:
                        ) -> tuple[tuple, list[tuple[ReplicaPaths, ...]] | None]:
         """Per stage, the distinct path combinations of its replicas (None: too many paths
         for one code), from replicas r < period / gcd(replica stride, period) placed with
-        the ``canonical`` strides (:meth:`_canonical`); kept per canonical placement, which
-        is returned first (as the key)."""
+        the ``canonical`` strides (:meth:`_canonical`; the replica stride
+        :func:`_class_stride`); kept per canonical placement, which is returned first (as
+        the key): outer choices whose d and layout differ often place alike."""
         replicas = min(dp, self.period // math.gcd(replica_stride, self.period))
-        strides = {**canonical, Dim.REPLICA: canonical[Dim.REPLICA] if replicas > 1 else 0}
+        strides = {**canonical, Dim.REPLICA: _class_stride(
+            self.period, canonical[Dim.REPLICA], replicas) if replicas > 1 else 0}
         key = (config, num_stages, replicas, wrap, tuple(strides.values()), origin)
         if key not in self._replicas:
             self._replicas[key] = self._fresh_replica_paths(strides, config, num_stages,
@@ -498,9 +554,11 @@ class LayoutGeometries:
                              origin: int = 0) -> list[tuple[ReplicaPaths, ...]] | None:
         """:meth:`_replica_paths`, from a few stages: an inner stage s (neither first nor
         last) is placed at s·(stage stride) and receives from its neighbours a stage stride
-        away, so it only depends on s modulo period / gcd(stage stride, period); the first
-        and last stage, and the inner stages 1 .. that period, stand for all."""
-        period = self.period // math.gcd(strides[Dim.STAGE], self.period)
+        away, so it only depends on s modulo :func:`_inner_stage_period` (at most
+        period / gcd(stage stride, period)); the first and last stage, and the inner stages
+        1 .. that period, stand for all."""
+        period = _inner_stage_period(self.period, strides[Dim.STAGE], strides[Dim.REPLICA],
+                                     replicas)
         stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
         offsets = origin + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
@@ -509,13 +567,63 @@ class LayoutGeometries:
             return strides[Dim.STAGE] * np.array(of_stages, dtype=np.int64)[:, None, None] \
                 + offsets
 
-        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
-                                   *_receive_pairs(stages, num_stages, wrap, placed))
+        if replicas > 1 and len(stages) > 3:  # two inner stages or more
+            computed = self._by_residue(strides, config, num_stages, replicas, wrap, origin,
+                                        stages, placed)
+        else:
+            computed = _stage_replicas(self.network, self.groups, placed(stages), config,
+                                       *_receive_pairs(stages, num_stages, wrap, placed))
         if computed is None:
             return None
         row = {stage: index for index, stage in enumerate(stages)}
         return [computed[row[stage if stage in row else 1 + (stage - 1) % period]]
                 for stage in range(num_stages)]
+
+    def _by_residue(self, strides: dict[Dim, int], config: IntraConfig, num_stages: int,
+                    replicas: int, wrap: bool, origin: int, stages: list[int],
+                    placed: Callable[[list[int]], np.ndarray]
+                    ) -> list[tuple[ReplicaPaths, ...]] | None:
+        """:func:`_stage_replicas` of ``stages`` (the first, the last and inner ones), each
+        replica of an inner stage placed once per residue of its first position modulo the
+        period.  Replica r of inner stage s starts at b = origin + s·σ_S + r·σ_R and receives
+        from the ranks σ_S before and after its own, so its code depends on b modulo the
+        period only (module docstring: residues and differences); one inner replica per
+        distinct residue met is placed (where it lies, with its senders), and each inner
+        stage reads its replicas' codes back by residue.  The replicas placed are those of
+        the stages up to translation by multiples of the period, so the same group paths
+        are met and the codes (their bits index those paths) are those
+        :func:`_stage_replicas` gives."""
+        period, stage_stride = self.period, strides[Dim.STAGE]
+        last = num_stages - 1
+        inner = np.array(stages[1:-1], dtype=np.int64)
+        starts = origin + stage_stride * inner[:, None] \
+            + strides[Dim.REPLICA] * np.arange(replicas)[None, :]
+        _, first, inverse = np.unique(starts % period, return_index=True,
+                                      return_inverse=True)
+        inverse = inverse.reshape(starts.shape)
+        at_residues = starts.ravel()[first][:, None] + _rank_offsets(strides, config)[None, :]
+        length = max(replicas, len(first))
+
+        def padded(devices: np.ndarray) -> np.ndarray:  # repeats of a replica: same codes
+            return np.concatenate([devices, np.repeat(devices[-1:], length - len(devices),
+                                                      axis=0)])
+
+        rows = [padded(placed([0])[0]), padded(at_residues), padded(placed([last])[0])]
+        activation_from, gradient_from = _senders(num_stages, wrap)
+        receives = []
+        for sender_of, step in ((activation_from, -stage_stride), (gradient_from, stage_stride)):
+            ends = [(row, sender_of[stage]) for row, stage in ((0, 0), (2, last))
+                    if sender_of[stage] is not None]
+            receivers = [row for row, _ in ends] + [1]
+            sources = [padded(placed([sender])[0]) for _, sender in ends] \
+                + [padded(at_residues + step)]
+            receives.append((receivers, np.stack(sources)))
+        coded = _replica_codes(self.network, self.groups, np.stack(rows), config, *receives)
+        if coded is None:
+            return None
+        codes, decode = coded
+        return decode(np.concatenate([codes[0, None, :replicas], codes[1][inverse],
+                                      codes[2, None, :replicas]]))
 
     def _data_groups(self, canonical: dict[Dim, int], strides: dict[Dim, int],
                      config: IntraConfig, num_stages: int, dp: int,
@@ -544,6 +652,38 @@ class LayoutGeometries:
                     if dense_box else no_groups
             self._data[key] = (replica_sets, dense_sets)
         return key, self._data[key]
+
+
+def _class_stride(modulus: int, replica_stride: int, replicas: int) -> int:
+    """A replica stride that places the replicas' first positions on the same residues
+    modulo ``modulus`` (M) as ``replica_stride`` (σ_R) does, for ``replicas`` = min(d,
+    M / gcd(σ_R, M)) replicas: g = gcd(σ_R, M) when they are all M / g (r·σ_R modulo M,
+    r < M / g, is then every multiple of g, as r·g is), else σ_R.  With it the placement
+    no longer depends on d or σ_R beyond g, so outer choices share it; the replicas are
+    placed in another order, and the planner reads each stage's replicas as a set.  The
+    positions stay within those of the original replicas (g <= σ_R)."""
+    coset = math.gcd(replica_stride, modulus)
+    return coset if replicas == modulus // coset else replica_stride
+
+
+def _inner_stage_period(modulus: int, stage_stride: int, replica_stride: int,
+                        replicas: int) -> int:
+    """p such that inner stages s and s + p have the same set of replica path combinations,
+    when the replicas' paths depend on their first position only modulo ``modulus`` (M: the
+    period, or a layout's translation T) and ``replicas`` = min(d, M / gcd(σ_R, M)) of them
+    are placed (σ_R the replica stride; 0 with one replica).
+
+    Replica r of inner stage s (its ranks and the neighbours it receives from, a stage
+    stride away) is replica 0 of stage 0 moved by s·σ_S + r·σ_R, so its paths depend only
+    on b = s·σ_S + r·σ_R modulo M.  Always p = M / gcd(σ_S, M) (then s·σ_S ≡ (s + p)·σ_S).
+    When the replicas placed are all of M / g, g = gcd(σ_R, M), the values r·σ_R modulo M
+    are every multiple of g (σ_R / g is prime to M / g), so stage s meets b over the whole
+    class s·σ_S + gℤ modulo M: a set that depends on s·σ_S modulo g alone, so p = g /
+    gcd(σ_S, g), which divides the first (often 1: every inner stage alike)."""
+    coset = math.gcd(replica_stride, modulus)
+    if replicas == modulus // coset:
+        modulus = coset
+    return modulus // math.gcd(stage_stride, modulus)
 
 
 def _rank_offsets(strides: dict[Dim, int], config: IntraConfig) -> np.ndarray:
@@ -903,7 +1043,20 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
     """Per stage of ``devices[stage, replica, rank]``, the distinct :class:`ReplicaPaths`
     of its replicas, in code order; None when they do not fit one int64 code (more than
     ``CODE_BITS`` bits).  ``activation`` / ``gradient``: the stages that receive them and
-    the devices they receive from, rank for rank (:func:`_sender_devices`).
+    the devices they receive from, rank for rank (:func:`_sender_devices`)."""
+    coded = _replica_codes(network, groups, devices, config, activation, gradient)
+    if coded is None:
+        return None
+    codes, decode = coded
+    return decode(codes)
+
+
+def _replica_codes(network: NetworkModel, groups: _GroupPathCodes, devices: np.ndarray,
+                   config: IntraConfig, activation: tuple[list[int], np.ndarray],
+                   gradient: tuple[list[int], np.ndarray]) -> tuple[np.ndarray, Callable] | None:
+    """:func:`_stage_replicas` in two steps: each replica's code ([stage, replica]), and a
+    function from rows of codes to each row's distinct :class:`ReplicaPaths` in code order
+    (rows may gather codes of any rows: a code means the same paths throughout).
 
     Each replica is coded as four bitmasks: of the TP and of the EP groups' paths (bits
     indexing the distinct group path ids of the placement) and of the tiers of its
@@ -947,18 +1100,23 @@ def _stage_replicas(network: NetworkModel, groups: _GroupPathCodes, devices: np.
         return tuple(tier for tier in range(num_tiers) if mask >> tier & 1)
 
     decoded: dict[int, ReplicaPaths] = {}
-    replicas = []
-    for code_set in _row_sets(codes):
-        for code in code_set:
-            if code not in decoded:
-                pairs = code >> 2 * width
-                decoded[code] = ReplicaPaths(
-                    group_ids(code % (1 << width)), group_ids((code >> width) % (1 << width)),
-                    tiers_of(pairs % (1 << num_tiers)),
-                    tiers_of((pairs >> num_tiers) % (1 << num_tiers)),
-                    bool(pairs >> 2 * num_tiers))
-        replicas.append(tuple(decoded[code] for code in code_set))
-    return replicas
+
+    def decode(rows: np.ndarray) -> list[tuple[ReplicaPaths, ...]]:
+        replicas = []
+        for code_set in _row_sets(rows):
+            for code in code_set:
+                if code not in decoded:
+                    pairs = code >> 2 * width
+                    decoded[code] = ReplicaPaths(
+                        group_ids(code % (1 << width)),
+                        group_ids((code >> width) % (1 << width)),
+                        tiers_of(pairs % (1 << num_tiers)),
+                        tiers_of((pairs >> num_tiers) % (1 << num_tiers)),
+                        bool(pairs >> 2 * num_tiers))
+            replicas.append(tuple(decoded[code] for code in code_set))
+        return replicas
+
+    return codes, decode
 
 
 # ------------------------------------------------------------------------ rank by rank

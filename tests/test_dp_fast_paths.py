@@ -24,6 +24,7 @@ from nest_cp.dp.geometry import (
     LayoutGeometries,
     PathIds,
     _GroupPathCodes,
+    _inner_stage_period,
     _progression_fewest,
     fastest_group_paths,
     rank_devices,
@@ -103,6 +104,46 @@ def test_layout_geometries_on_a_graph_are_those_of_the_placement():
         expected = stage_geometries(network, array_ids, rank_devices(layout, config, 2, 3, order),
                                     config, True)
         assert fast(layout, config, 2, 3, True) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_layout_geometries_of_deep_pipelines_with_every_replica_class(seed):
+    """Deep pipelines (up to 40 stages) at the largest d, where the replicas placed cover a
+    whole class modulo the period and one inner stage stands for many
+    (:func:`_inner_stage_period`): the stage geometries of the placement's device array."""
+    rng = random.Random(100 + seed)
+    network = _tiered(rng, rng.choice([1024, 2048, 3000]))
+    order = np.array(network.canonical_order(), dtype=np.int64)
+    fast_ids, array_ids = PathIds(network), PathIds(network)
+    fast = LayoutGeometries(network, fast_ids, order)
+    for _ in range(30):
+        config = IntraConfig(rng.choice([1, 2, 3, 4, 8]), 1)
+        num_stages = rng.choice([9, 17, 24, 33, 40])
+        most = network.num_devices // (config.devices * num_stages)
+        if most < 1:
+            continue
+        dp = rng.randint(max(1, most - 3), most)
+        layout, wrap = rng.choice(all_layouts()), rng.random() < 0.5
+        expected = stage_geometries(network, array_ids, rank_devices(
+            layout, config, num_stages, dp, order), config, wrap)
+        assert fast(layout, config, num_stages, dp, wrap) == expected
+    assert fast_ids.paths == array_ids.paths
+
+
+def test_inner_stage_period_repeats_the_replica_classes():
+    """Inner stages s and s + p (p of :func:`_inner_stage_period`) meet the same first
+    positions modulo M over their placed replicas r < min(d, M / gcd(σ_R, M)), counted."""
+    rng = random.Random(5)
+    for _ in range(3000):
+        modulus = rng.choice([1, 2, 8, 12, 32, 96, 160, 256])
+        stage_stride, replica_stride = rng.randint(1, 600), rng.randint(1, 600)
+        replicas = min(rng.randint(1, 400), modulus // math.gcd(replica_stride, modulus))
+        stride = replica_stride if replicas > 1 else 0  # as the planner passes it
+        period = _inner_stage_period(modulus, stage_stride, stride, replicas)
+        assert (modulus // math.gcd(stage_stride, modulus)) % period == 0
+        met = [{(stage * stage_stride + r * replica_stride) % modulus for r in range(replicas)}
+               for stage in range(1, 6 + period)]
+        assert all(met[index] == met[index + period] for index in range(5))
 
 
 def test_progression_fewest_counts_the_members():
