@@ -38,7 +38,9 @@ OUT = ROOT / "reports" / "structured_v3.json"
 WITHIN = 0.005  # "within 0.5 % of the best plan known"
 
 
-def _run(instance, layouts) -> dict:
+def run_dp(instance, layouts) -> dict:
+    """One DP solve over ``layouts`` (None: the network's structured layouts), its plan
+    re-priced by the evaluator (which must agree to the tick), and what the tables show."""
     started = time.perf_counter()
     result = dp_solve(instance, layouts=layouts)
     wall = time.perf_counter() - started
@@ -55,7 +57,7 @@ def _run(instance, layouts) -> dict:
 def measure(path: Path, best_ticks: int, name: str, analysed: bool) -> dict:
     instance = load_instance(path)
     row = {"instance": name, "best_ticks": best_ticks, "analysed": analysed,
-           "v2": _run(instance, all_layouts()), "v3a": _run(instance, None)}
+           "v2": run_dp(instance, all_layouts()), "v3a": run_dp(instance, None)}
     logger.info("%s: v2 %d, v3a %d (%s), best %d", name, row["v2"]["ticks"],
                 row["v3a"]["ticks"], row["v3a"]["layout"], best_ticks)
     return row

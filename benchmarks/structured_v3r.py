@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 
-from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp.planner import solve as dp_solve
+from benchmarks.structured_v3a import run_dp
 from nest_cp.io.readers import load_instance
 from nest_cp.model.network import NetworkModel
 
@@ -38,26 +36,12 @@ MISS_ROWS = ("bert-large--nest-tpuv4-fattree--512", "bert-large--nest-tpuv4-fatt
              "llama2-7b--nest-h100-spineleaf--256", "bert-large--nest-h100-spineleaf--512")
 
 
-def _run(instance, layouts) -> dict:
-    started = time.perf_counter()
-    result = dp_solve(instance, layouts=layouts)
-    wall = time.perf_counter() - started
-    priced = Evaluator(instance).evaluate(result.plan).objective_ticks
-    if priced != result.objective_ticks:
-        raise AssertionError(f"DP reports {result.objective_ticks}, evaluator {priced}")
-    return {"ticks": result.objective_ticks, "status": result.status.value,
-            "layout": result.stats.get("layout"), "wall_s": round(wall, 2),
-            "layouts_searched": result.stats.get("layouts_searched"),
-            "S": result.plan.num_stages, "d": result.plan.num_replicas,
-            "tp": result.plan.config.tp, "ep": result.plan.config.ep}
-
-
 def measure(path: Path, best_ticks: int, name: str) -> dict:
     instance = load_instance(path)
     v3a = tuple(layout for layout in NetworkModel(instance.cluster).structured_layouts
                 if layout.replica_block == 1)
     row = {"instance": name, "best_ticks": best_ticks,
-           "v3a": _run(instance, v3a), "v3b": _run(instance, None)}
+           "v3a": run_dp(instance, v3a), "v3b": run_dp(instance, None)}
     logger.info("%s: v3a %d, v3b-R %d (%s), best %d", name, row["v3a"]["ticks"],
                 row["v3b"]["ticks"], row["v3b"]["layout"], best_ticks)
     return row
@@ -88,7 +72,7 @@ def speed(devices: int, version: str, network: str = "nest-tpuv4-fattree") -> di
     layouts = NetworkModel(instance.cluster).structured_layouts
     if version == "v3a":
         layouts = tuple(layout for layout in layouts if layout.replica_block == 1)
-    row = _run(instance, layouts)
+    row = run_dp(instance, layouts)
     row.update(devices=devices, network=network, version=version)
     return row
 

@@ -134,22 +134,38 @@ class CrowdedBound:
     def bound(self, tau_lb: float) -> float:
         """The largest min(A, B) over the candidate τ_1 (-inf when the bound does not
         apply or no candidate helps)."""
-        if not self.applies or not math.isfinite(tau_lb):
+        if not self.applies:
             return -math.inf
-        rounds, best = self.shape.rounds, -math.inf
-        crowd, normal = np.stack(self.crowd), np.stack(self.normal)
-        values = np.concatenate((crowd[crowd < INF], normal[normal < INF] + 1))
-        candidates = np.unique(values[values > tau_lb])[:CANDIDATES]
-        for tau_1 in candidates:
-            tau_1 = int(tau_1)
-            first = rounds * tau_1 + self.sigma
-            if first <= best:
-                continue
-            rows = [np.where(n >= tau_1, INF, np.where(c >= tau_1, np.maximum(y, z), y))
-                    for n, c, y, z in zip(self.normal, self.crowd, self.sync, self.off,
-                                          strict=True)]
-            sigma_1 = self.fast._min_max(rows, self.shape)
-            second = rounds * tau_lb + max(self.sigma, sigma_1)
-            best = max(best, min(first, second))
-        return best
+        return threshold_split(self.fast, self.shape, self.sigma, self.normal, self.crowd,
+                               self.sync, self.off, tau_lb)
 
+
+def threshold_split(fast: FastBounds, shape, sigma: float, normal: list[np.ndarray],
+                    split: list[np.ndarray], sync: list[np.ndarray], off: list[np.ndarray],
+                    tau_lb: float) -> float:
+    """max over τ_1 of min(A, B), the split on a threshold τ_1 of τ_max that the crowded-node
+    and the divided-channel bounds share (each module's docstring argues its rows).
+
+    Per stage and block, ``normal`` is the least τ of a plan outside the case the bound
+    excludes, ``split`` the least τ inside it; ``sync`` the stage's least sync and ``off``
+    its least sync outside the case.  A: τ_max >= τ_1, so T >= rounds·τ_1 + σ.  B: τ_max <
+    τ_1, so a block whose ``normal`` row reaches τ_1 is impossible and one whose ``split``
+    row reaches it pays ``off``: T >= rounds·τ_lb + the min-max of those sync rows.  The
+    candidates are the row values above τ_lb (at most CANDIDATES); -inf when none helps."""
+    if not math.isfinite(tau_lb):
+        return -math.inf
+    rounds, best = shape.rounds, -math.inf
+    inner, outer = np.stack(split), np.stack(normal)
+    values = np.concatenate((inner[inner < INF], outer[outer < INF] + 1))
+    candidates = np.unique(values[values > tau_lb])[:CANDIDATES]
+    for tau_1 in candidates:
+        tau_1 = int(tau_1)
+        first = rounds * tau_1 + sigma
+        if first <= best:
+            continue
+        rows = [np.where(n >= tau_1, INF, np.where(c >= tau_1, np.maximum(y, z), y))
+                for n, c, y, z in zip(normal, split, sync, off, strict=True)]
+        sigma_1 = fast._min_max(rows, shape)
+        second = rounds * tau_lb + max(sigma, sigma_1)
+        best = max(best, min(first, second))
+    return best

@@ -66,8 +66,9 @@ q = 2, and an odd d gives k_d = 1) the expert sync, the largest term, is then pr
 one channel instead of eight.
 
 Candidates τ_1: the values just above τ_lb where a region of some row changes (a value
-of R, and one past a value of N), ascending, at most ``CANDIDATES`` of them — a count,
-not a clock: the same on any machine.
+of R, and one past a value of N), ascending, at most ``crowded.CANDIDATES`` of them — a
+count, not a clock: the same on any machine (:func:`crowded.threshold_split`, which the
+crowded-node bound shares).
 """
 
 from __future__ import annotations
@@ -76,10 +77,9 @@ import math
 
 import numpy as np
 
-from nest_cp.solvers.certify.bounds import INF, FastBounds
+from nest_cp.solvers.certify.bounds import FastBounds
+from nest_cp.solvers.certify.crowded import threshold_split
 from nest_cp.solvers.certify.geometry import Geometry
-
-CANDIDATES = 400
 
 
 def divided_channels(replicas: int, per_domain: int) -> int:
@@ -129,22 +129,9 @@ class DividedBound:
 
     def bound(self, tau_lb: float) -> float:
         """The largest min(A, B) over the candidate τ_1 (-inf when the bound does not
-        apply or no candidate helps)."""
-        if not self.applies or not math.isfinite(tau_lb):
+        apply or no candidate helps; :func:`threshold_split` with the raised rows as the
+        case's)."""
+        if not self.applies:
             return -math.inf
-        rounds, best = self.shape.rounds, -math.inf
-        raised, normal = np.stack(self.raised), np.stack(self.normal)
-        values = np.concatenate((raised[raised < INF], normal[normal < INF] + 1))
-        candidates = np.unique(values[values > tau_lb])[:CANDIDATES]
-        for tau_1 in candidates:
-            tau_1 = int(tau_1)
-            first = rounds * tau_1 + self.sigma
-            if first <= best:
-                continue
-            rows = [np.where(n >= tau_1, INF, np.where(r >= tau_1, np.maximum(y, w), y))
-                    for n, r, y, w in zip(self.normal, self.raised, self.sync, self.off,
-                                          strict=True)]
-            sigma_1 = self.fast._min_max(rows, self.shape)
-            second = rounds * tau_lb + max(self.sigma, sigma_1)
-            best = max(best, min(first, second))
-        return best
+        return threshold_split(self.fast, self.shape, self.sigma, self.normal, self.raised,
+                               self.sync, self.off, tau_lb)
