@@ -99,7 +99,8 @@ def _checked(seed: int) -> int:
         prices = LayerPrices(instance, shape.config, shape.microbatch,
                              network_tiers(NetworkModel(instance.cluster)))
         fast = FastBounds(instance, prices, block_chain(prices))
-        if geometry(prices) is None or math.isinf(fast.bound(shape).total):
+        if (geometry(prices) is None or fast.chain is None
+                or math.isinf(fast.bound(shape).total)):
             continue
         before, after, synced = _bounds(instance, shape)
         if not synced.applies:
