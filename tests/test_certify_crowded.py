@@ -86,6 +86,9 @@ def test_crowded_bound_closes_the_llama3_tpuv4_256_shape():
     assert crowded.bound(raised) == 215_190_604_093
 
 
+WORK = 20  # work units per CP-SAT step, as verify --certify-full's default
+
+
 @SLOW
 def test_slice_placement_honours_the_counted_channels():
     """Llama3-70B on 512 TPUv4 devices, t = 4, S = 32, d = 4: the channel-counting
@@ -100,13 +103,16 @@ def test_slice_placement_honours_the_counted_channels():
     fast = FastBounds(instance, prices, block_chain(prices))
     geo = geometry(prices)
     catalogue = Catalogue(instance, prices, shape, fast.chain)
-    outcome = Relaxation(catalogue, geo, replica_arcs(shape.num_stages, geo)).solve(120.0)
+    # work limits, not the clock, so that a loaded machine gives the same answers
+    outcome = Relaxation(catalogue, geo, replica_arcs(shape.num_stages, geo)).solve(
+        3600.0, work_limit=WORK)
     assert outcome.status == "optimal" and outcome.objective == 109_204_118_956
     assert outcome.solution["channels"]
-    placed = evaluate(instance, realise(catalogue, geo, outcome.solution, 60.0))
+    placed = evaluate(instance, realise(catalogue, geo, outcome.solution, 3600.0,
+                                        work_limit=WORK))
     assert placed.objective_ticks == outcome.objective
     blind = dict(outcome.solution, channels={})
-    assert evaluate(instance, realise(catalogue, geo, blind, 60.0)).objective_ticks == \
-        109_204_463_080
+    assert evaluate(instance, realise(catalogue, geo, blind, 3600.0,
+                                      work_limit=WORK)).objective_ticks == 109_204_463_080
     path = RaisedPathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo)).tau
     assert CrowdedBound(shape, geo, fast).bound(path) == outcome.objective
