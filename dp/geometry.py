@@ -557,9 +557,10 @@ class LayoutGeometries:
         away, so it only depends on s modulo :func:`_inner_stage_period` (at most
         period / gcd(stage stride, period)); the first and last stage, and the inner stages
         1 .. that period, stand for all."""
-        period = _inner_stage_period(self.period, strides[Dim.STAGE], strides[Dim.REPLICA],
-                                     replicas)
-        stages = sorted({0, num_stages - 1, *range(1, min(period, num_stages - 2) + 1)})
+        stages, row_of = self._representative_stages(
+            strides[Dim.STAGE], self.period, num_stages,
+            _inner_stage_period(self.period, strides[Dim.STAGE], strides[Dim.REPLICA],
+                                replicas))
         offsets = origin + strides[Dim.REPLICA] * np.arange(replicas)[None, :, None] \
             + _rank_offsets(strides, config)
 
@@ -575,9 +576,7 @@ class LayoutGeometries:
                                        *_receive_pairs(stages, num_stages, wrap, placed))
         if computed is None:
             return None
-        row = {stage: index for index, stage in enumerate(stages)}
-        return [computed[row[stage if stage in row else 1 + (stage - 1) % period]]
-                for stage in range(num_stages)]
+        return [computed[row_of(stage)] for stage in range(num_stages)]
 
     def _by_residue(self, strides: dict[Dim, int], config: IntraConfig, num_stages: int,
                     replicas: int, wrap: bool, origin: int, stages: list[int],
