@@ -78,8 +78,11 @@ from nest_cp.solvers.certify.geometry import Geometry
 CANDIDATES = 400
 
 
-class CrowdedBound:
-    """The rows of the module docstring for one shape; :meth:`bound` per τ_lb."""
+class ThresholdSplit:
+    """A bound split on a threshold τ_1 of τ_max (:func:`threshold_split`): the rows every
+    such bound needs, built once the subclass's :meth:`_applies` says it applies; the
+    subclass gives the case's τ rows (:meth:`_case_rows`) and the sync rows off the case
+    (:meth:`_off_rows`)."""
 
     def __init__(self, shape, geo: Geometry, fast: FastBounds):
         self.shape, self.geo, self.fast = shape, geo, fast
@@ -88,13 +91,42 @@ class CrowdedBound:
             return
         self.sigma = fast.bound(shape).sync
         self.normal = fast._stage_rows(shape, lambda kind, mode: fast._tau_row(kind, mode))
-        self.crowd = fast._stage_rows(shape, self._crowd_row)
+        self.case = self._case_rows()
         self.sync = fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
             kind, shape.dp, shape.zero))
+        self.off = self._off_rows()
+
+    def _applies(self) -> bool:
+        raise NotImplementedError
+
+    def _case_rows(self) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _off_rows(self) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def bound(self, tau_lb: float) -> float:
+        """The largest min(A, B) over the candidate τ_1 (-inf when the bound does not
+        apply or no candidate helps)."""
+        if not self.applies:
+            return -math.inf
+        return threshold_split(self.fast, self.shape, self.sigma, self.normal, self.case,
+                               self.sync, self.off, tau_lb)
+
+
+class CrowdedBound(ThresholdSplit):
+    """The rows of the module docstring for one shape; :meth:`bound` per τ_lb."""
+
+    def _case_rows(self) -> list[np.ndarray]:
+        return self.fast._stage_rows(self.shape, self._crowd_row)
+
+    def _off_rows(self) -> list[np.ndarray]:
         # a tier-0 domain holds at most this many stage replicas, each beside its neighbour
         # (step 2): the dense group's members in it, and so its ring channels
-        most = max(1, max(geo.tiers[0].domains) // (2 * geo.ranks)) * shape.config.ep
-        self.off = fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
+        shape, fast = self.shape, self.fast
+        most = max(1, max(self.geo.tiers[0].domains) // (2 * self.geo.ranks)) \
+            * shape.config.ep
+        return fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
             kind, shape.dp, shape.zero, dense_from=1, dense_channels=most))
 
     def _applies(self) -> bool:
@@ -130,14 +162,6 @@ class CrowdedBound:
             value = min(isolated, raised)
             row[blocks] = INF if math.isinf(value) else value
         return np.minimum.accumulate(row[::-1])[::-1]
-
-    def bound(self, tau_lb: float) -> float:
-        """The largest min(A, B) over the candidate τ_1 (-inf when the bound does not
-        apply or no candidate helps)."""
-        if not self.applies:
-            return -math.inf
-        return threshold_split(self.fast, self.shape, self.sigma, self.normal, self.crowd,
-                               self.sync, self.off, tau_lb)
 
 
 def threshold_split(fast: FastBounds, shape, sigma: float, normal: list[np.ndarray],

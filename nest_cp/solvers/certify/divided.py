@@ -73,13 +73,9 @@ crowded-node bound shares).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from nest_cp.solvers.certify.bounds import FastBounds
-from nest_cp.solvers.certify.crowded import threshold_split
-from nest_cp.solvers.certify.geometry import Geometry
+from nest_cp.solvers.certify.crowded import ThresholdSplit
 
 
 def divided_channels(replicas: int, per_domain: int) -> int:
@@ -89,26 +85,23 @@ def divided_channels(replicas: int, per_domain: int) -> int:
     return replicas // -(-replicas // per_domain)
 
 
-class DividedBound:
-    """The rows of the module docstring for one shape; :meth:`bound` per τ_lb."""
+class DividedBound(ThresholdSplit):
+    """The rows of the module docstring for one shape (the case's rows: the raised ones);
+    :meth:`bound` per τ_lb."""
 
-    def __init__(self, shape, geo: Geometry, fast: FastBounds):
-        self.shape, self.geo, self.fast = shape, geo, fast
-        self.applies = self._applies()
-        if not self.applies:
-            return
-        self.sigma = fast.bound(shape).sync
-        self.normal = fast._stage_rows(shape, lambda kind, mode: fast._tau_row(kind, mode))
-        self.raised = None
-        for family, lowest in geo.k_min.items():
+    def _case_rows(self) -> list[np.ndarray]:
+        shape, fast, raised = self.shape, self.fast, None
+        for family, lowest in self.geo.k_min.items():
             rows = fast._stage_rows(shape, lambda kind, mode, r=(family, lowest):
                                     fast._tau_row(kind, mode, r))
-            self.raised = rows if self.raised is None else \
-                [np.minimum(a, b) for a, b in zip(self.raised, rows, strict=True)]
-        self.sync = fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
-            kind, shape.dp, shape.zero))
-        channels = divided_channels(shape.dp, max(geo.tiers[0].domains) // geo.ranks)
-        self.off = fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
+            raised = rows if raised is None else \
+                [np.minimum(a, b) for a, b in zip(raised, rows, strict=True)]
+        return raised
+
+    def _off_rows(self) -> list[np.ndarray]:
+        shape, fast = self.shape, self.fast
+        channels = divided_channels(shape.dp, max(self.geo.tiers[0].domains) // self.geo.ranks)
+        return fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
             kind, shape.dp, shape.zero, dense_from=1,
             dense_channels=shape.config.ep * channels, expert_from=1,
             expert_channels=channels))
@@ -126,12 +119,3 @@ class DividedBound:
         # a >= G_0 leaves no main stage replica to divide (and q = 0); d·a <= G_0 lets a
         # node hold every replica of a stage
         return geo.ranks <= largest < shape.dp * geo.ranks
-
-    def bound(self, tau_lb: float) -> float:
-        """The largest min(A, B) over the candidate τ_1 (-inf when the bound does not
-        apply or no candidate helps; :func:`threshold_split` with the raised rows as the
-        case's)."""
-        if not self.applies:
-            return -math.inf
-        return threshold_split(self.fast, self.shape, self.sigma, self.normal, self.raised,
-                               self.sync, self.off, tau_lb)
