@@ -21,6 +21,10 @@ from nest_cp.solvers.certify.relax import Relaxation
 from nest_cp.solvers.certify.split import Catalogue, block_chain
 from nest_cp.solvers.certify.syncpath import SyncPathBound
 
+# Work units (CP-SAT deterministic time) per relaxation, as verify --certify-full's default:
+# the clock never decides a test's answer, so a loaded machine gives the same numbers.
+WORK = 20
+
 
 def _splits(num_layers: int, num_stages: int):
     for cuts in itertools.combinations(range(1, num_layers), num_stages - 1):
@@ -158,7 +162,7 @@ def shape_bound(instance: Instance, shape) -> float:
                    DividedBound(shape, geo, fast).bound(tau),
                    SyncPathBound(shape, geo, fast, arcs).bound(tau, base.sync))
     catalogue = Catalogue(instance, prices, shape, fast.chain)
-    outcome = Relaxation(catalogue, geo, arcs).solve(30.0)
+    outcome = Relaxation(catalogue, geo, arcs).solve(3600.0, work_limit=WORK)
     main = max(main, outcome.bound)
     return min(main, raised_bound(instance, shape))
 

@@ -17,7 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from exhaustive import shape_bound, shape_optimum
+from exhaustive import WORK, shape_bound, shape_optimum
 
 from nest_cp.cost.evaluate import evaluate
 from nest_cp.harness.generators import random_instance
@@ -112,7 +112,7 @@ def test_relaxation_is_tight_on_a_packing_case():
         prices = LayerPrices(instance, shape.config, shape.microbatch, tiers)
         fast = FastBounds(instance, prices, block_chain(prices))
         relaxed = Relaxation(Catalogue(instance, prices, shape, fast.chain),
-                             geometry(prices)).solve(30.0)
+                             geometry(prices)).solve(3600.0, work_limit=WORK)
         tighter += relaxed.bound > fast.bound(shape).total
     assert tighter >= 1
 
@@ -126,7 +126,7 @@ def test_certified_interval_contains_the_brute_force_optimum(name):
     instance = tiny_instances()[name]
     brute = solve(instance, "brute", SolveOptions(space=Space.FULL))
     dp_plan = solve(instance, "dp").plan if brute.status is Status.OPTIMAL else None
-    certificate = certify_full(instance, dp_plan, time_limit_s=60.0)
+    certificate = certify_full(instance, dp_plan, time_limit_s=3600.0, work_limit=WORK)
     if brute.status is Status.INFEASIBLE:
         assert certificate.status is Status.INFEASIBLE
         return
@@ -138,7 +138,7 @@ def test_certified_interval_contains_the_brute_force_optimum(name):
 def test_certified_plan_is_priced_by_the_evaluator():
     """The certificate's objective is the evaluator's price of its plan."""
     instance = tiny_instances()["blocks-nonmono-tp"]
-    certificate = certify_full(instance, None, time_limit_s=60.0)
+    certificate = certify_full(instance, None, time_limit_s=3600.0, work_limit=WORK)
     evaluation = evaluate(instance, certificate.plan)
     assert evaluation.feasible and evaluation.objective_ticks == certificate.objective_ticks
 
@@ -178,7 +178,8 @@ def test_bound_below_the_stored_optimum_of_small_instances(file):
     reference = json.loads((SMALL / file.replace(".json", ".ref.json")).read_text())
     full = reference["spaces"]["full"]
     certificate = certify_full(instance, solve(instance, "dp").plan if full["status"] !=
-                               "INFEASIBLE" else None, time_limit_s=30.0)
+                               "INFEASIBLE" else None, time_limit_s=3600.0,
+                               work_limit=WORK)
     if full["status"] == "INFEASIBLE":
         assert certificate.status is Status.INFEASIBLE
         return
@@ -195,7 +196,8 @@ def test_bound_below_the_brute_force_optimum_of_small_instances(file):
     instance = load_instance(SMALL / file)
     brute = solve(instance, "brute", SolveOptions(space=Space.FULL))
     dp = solve(instance, "dp") if brute.status is Status.OPTIMAL else None
-    certificate = certify_full(instance, dp.plan if dp else None, time_limit_s=30.0)
+    certificate = certify_full(instance, dp.plan if dp else None, time_limit_s=3600.0,
+                               work_limit=WORK)
     if brute.status is Status.INFEASIBLE:
         assert certificate.status is Status.INFEASIBLE
         return

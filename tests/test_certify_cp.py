@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from exhaustive import tally_shape_bounds
+from exhaustive import WORK, tally_shape_bounds
 from test_dp_cp import _cp_instance
 from test_exact_cp import _full_instance
 from tiers import slow_unless
@@ -35,7 +35,8 @@ def _check_interval(instance) -> tuple[bool, int | None]:
     brute = solve(instance, "brute", SolveOptions(space=Space.FULL))
     assert unsupported(instance) is None
     dp = solve(instance, "dp")
-    certificate = certify_full(instance, dp.plan, time_limit_s=30.0, seed=0)
+    certificate = certify_full(instance, dp.plan, time_limit_s=3600.0, seed=0,
+                               work_limit=WORK)
     if brute.status is Status.INFEASIBLE:
         assert certificate.status is Status.INFEASIBLE
         return True, None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exhaustive import shape_bound
+from exhaustive import WORK, shape_bound
 from test_certify_channels import FOUR_PAIRS, _case, _hierarchy_optimum, _placement_free, _shape
 from tiers import SLOW
 
@@ -84,9 +84,6 @@ def test_crowded_bound_closes_the_llama3_tpuv4_256_shape():
     raised = RaisedPathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo)).tau
     assert shape.rounds * raised + sync == 215_188_543_809
     assert crowded.bound(raised) == 215_190_604_093
-
-
-WORK = 20  # work units per CP-SAT step, as verify --certify-full's default
 
 
 @SLOW

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exhaustive import shape_bound, shape_optimum
+from exhaustive import WORK, shape_bound, shape_optimum
 from tiers import SLOW
 
 from nest_cp import IntraConfig, load_instance
@@ -44,7 +44,7 @@ def _without_rows(monkeypatch, instance, shape) -> int:
     with monkeypatch.context() as patch:
         patch.setattr(Relaxation, "_sides", lambda *args: None)
         patch.setattr(Relaxation, "_nest", lambda *args: None)
-        return _relaxation(instance, shape).solve(30.0).bound
+        return _relaxation(instance, shape).solve(3600.0, work_limit=WORK).bound
 
 
 @pytest.mark.parametrize("zero, before, optimum", [(0, 82_124_000, 99_162_000),
@@ -82,4 +82,4 @@ def test_nesting_rows_close_the_mixtral_tpuv4_shape(monkeypatch):
     instance = load_instance(ROOT / "instances/paper/mixtral-8x7b--nest-tpuv4-fattree--128.json")
     shape = _shape(instance, 4, 4, 0, IntraConfig(tp=2, ep=4))
     assert _without_rows(monkeypatch, instance, shape) == 69_810_137_345
-    assert _relaxation(instance, shape).solve(30.0).bound == 69_812_004_042
+    assert _relaxation(instance, shape).solve(3600.0, work_limit=WORK).bound == 69_812_004_042

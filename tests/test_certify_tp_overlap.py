@@ -18,7 +18,7 @@ import math
 from unittest import mock
 
 import pytest
-from exhaustive import shape_bound, shape_optimum
+from exhaustive import WORK, shape_bound, shape_optimum
 
 from nest_cp import IntraConfig, Plan, Stage, evaluate
 from nest_cp.harness.generators import random_instance
@@ -84,14 +84,14 @@ def test_certificate_bound_below_the_brute_force_optimum(name):
     instance = make()
     optimum = _brute(instance)
     assert optimum < _brute(_with_flag(instance, False))
-    certificate = certify_full(instance, None, time_limit_s=30.0, seed=0)
+    certificate = certify_full(instance, None, time_limit_s=3600.0, seed=0, work_limit=WORK)
     assert certificate.bound_ticks <= optimum <= certificate.objective_ticks
     assert evaluate(instance, certificate.plan).objective_ticks == certificate.objective_ticks
     if certificate.status is Status.OPTIMAL:
         assert certificate.objective_ticks == optimum
     if plain_overshoots:
         with mock.patch.object(search, "network_tiers", _plain_tiers):
-            plain = certify_full(instance, None, time_limit_s=30.0, seed=0)
+            plain = certify_full(instance, None, time_limit_s=3600.0, seed=0, work_limit=WORK)
         assert plain.bound_ticks > optimum
 
 
