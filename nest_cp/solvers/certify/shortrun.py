@@ -13,7 +13,8 @@ Let q = ⌊G_0 / a⌋ (>= 1).
 
 Claim.  For any Θ every such plan P has T(P) >= min(A, B), A = (m + S − 1)·τ_path + Θ,
 B = (m + S − 1)·max(τ_path, τ_Θ) + σ_lb, with τ_path the (packed) path bound's τ, σ_lb the
-placement-free sync bound and τ_Θ the least cap at which the count search below holds;
+placement-free sync bound and τ_Θ the least cap at which the count search below holds
+(searched only from τ_path up: ``tau``);
 the bound is the largest min(A, B) over the candidate Θ (each is a valid bound, so the
 largest is).
 
@@ -109,11 +110,19 @@ class ShortRunBound:
             return
         ep, dp, zero = shape.config.ep, shape.dp, shape.zero
         self.per_domain = max(geo.tiers[0].domains) // geo.ranks  # q
-        self.sync = np.stack(fast._stage_rows(shape, lambda kind, mode: fast._sync_row(
-            kind, dp, zero)))
-        self.thin = [np.stack(fast._stage_rows(shape, lambda kind, mode, k=k: fast._sync_row(
-            kind, dp, zero, dense_from=1, dense_channels=ep * k, expert_from=1,
-            expert_channels=k))) for k in range(1, self.per_domain + 1)]
+        rows: dict = {}  # one sync row per (stage kind, channels): the stages share them
+
+        def sync_row(kind, channels: int | None) -> np.ndarray:
+            if (kind, channels) not in rows:
+                rows[kind, channels] = fast._sync_row(kind, dp, zero) if channels is None \
+                    else fast._sync_row(kind, dp, zero, dense_from=1,
+                                        dense_channels=ep * channels, expert_from=1,
+                                        expert_channels=channels)
+            return rows[kind, channels]
+
+        self.sync = np.stack(fast._stage_rows(shape, lambda kind, mode: sync_row(kind, None)))
+        self.thin = [np.stack(fast._stage_rows(shape, lambda kind, mode, k=k: sync_row(kind, k)))
+                     for k in range(1, self.per_domain + 1)]
         self.normal, self.sends, self.receives = self._transfer_rows()
         self.lows = [fast._min_blocks(s, shape.num_stages) for s in range(shape.num_stages)]
 
@@ -217,12 +226,17 @@ class ShortRunBound:
                 found.append(count)
         return found
 
-    def tau(self, theta: int) -> float:
-        """τ_Θ: the least cap (a row value) at which the count search holds."""
+    def tau(self, theta: int, floor: int) -> float:
+        """max(floor, τ_Θ): the least of ``floor`` and the row values above it at which the
+        count search holds (``holds`` changes only at row values and is monotone, so if
+        τ_Θ <= floor it holds at ``floor``, and otherwise τ_Θ is a row value above it)."""
         limits = self._limits(theta)
+        if np.all(limits == NO_LIMIT):
+            return floor  # no stage needs a channel more; a lower τ_Θ only weakens B
         values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
                                  self.receives.ravel()))
-        caps = np.unique(values[values < INF])
+        caps = np.unique(values[(values < INF) & (values > floor)])
+        caps = np.concatenate(([floor], caps))
         return least_passing(caps, lambda cap: self._holds(cap, theta, limits))
 
     def bound(self, tau_path: float, sigma_lb: float) -> float:
@@ -235,12 +249,18 @@ class ShortRunBound:
         if candidates.size == 0:
             return -math.inf
         taus: dict[int, float] = {}
+        floor = int(tau_path)
 
         def pair(index: int) -> tuple[float, float]:
             theta = int(candidates[index])
             if theta not in taus:
-                taus[theta] = self.tau(theta)
-            return rounds * tau_path + theta, rounds * max(tau_path, taus[theta]) + sigma_lb
+                taus[theta] = self.tau(theta, floor)
+            return rounds * tau_path + theta, rounds * taus[theta] + sigma_lb
+
+        # τ_Θ never rises with Θ: if the least candidate leaves it at τ_path, B is the path
+        # bound for every Θ and min(A, B) adds nothing
+        if pair(0)[1] <= rounds * tau_path + sigma_lb:
+            return -math.inf
 
         # the first candidate where A >= B (A rises, B never does); the best min(A, B) is
         # there or at the candidate before it
