@@ -18,6 +18,7 @@ from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.shortrun import ShortRunBound
 from nest_cp.solvers.certify.split import Catalogue, block_chain
 from nest_cp.solvers.certify.syncpath import SyncPathBound
 
@@ -160,7 +161,8 @@ def shape_bound(instance: Instance, shape) -> float:
         main = max(main, shape.rounds * tau + base.sync,
                    CrowdedBound(shape, geo, fast).bound(tau),
                    DividedBound(shape, geo, fast).bound(tau),
-                   SyncPathBound(shape, geo, fast, arcs).bound(tau, base.sync))
+                   SyncPathBound(shape, geo, fast, arcs).bound(tau, base.sync),
+                   ShortRunBound(shape, geo, fast).bound(tau, base.sync))
     catalogue = Catalogue(instance, prices, shape, fast.chain)
     outcome = Relaxation(catalogue, geo, arcs).solve(3600.0, work_limit=WORK)
     main = max(main, outcome.bound)

@@ -72,6 +72,7 @@ from nest_cp.solvers.certify.probe import LayoutProbe
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.shortrun import ShortRunBound
 from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shape_label, shapes
 from nest_cp.solvers.certify.syncpath import SyncPathBound
 from nest_cp.solvers.exact.budget import Work
@@ -355,6 +356,12 @@ class _Run:
             synced = SyncPathBound(shape, geo, fast, arcs)
             outcome.path_bound = max(outcome.path_bound,
                                      synced.bound(outcome.path_tau, outcome.sync_bound))
+        if self._beats(outcome.path_bound) and math.isfinite(outcome.path_tau):
+            # a stage whose sync needs several ring channels has a replica with a short run
+            # of stages in its node, whose ends leave the node (module docstring of shortrun)
+            short = ShortRunBound(shape, geo, fast)
+            outcome.path_bound = max(outcome.path_bound,
+                                     short.bound(outcome.path_tau, outcome.sync_bound))
         return path
 
     def _path_pass_one(self, shape: Shape, outcome: ShapeOutcome, fast: FastBounds, geo

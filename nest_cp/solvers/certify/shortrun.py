@@ -1,0 +1,278 @@
+r"""The short-run bound: a sync group that runs several ring channels needs, at every stage
+it syncs, a replica whose run of stages in one node is short, and a short run needs
+pipeline boundaries that leave the node close to that stage.
+
+Covers the *main* plans of a shape (c, b, S, d, z) on a block chain (``c = 1``,
+geometry), S >= 2, when
+
+(R) every present intra family has k_min = 0 and joins all a = t·e ranks at level 0
+    (``geo.joined[0] == a``), a fits the largest tier-0 domain G_0, the dense sync group
+    has more than one member, and d·a > G_0.
+
+Let q = ⌊G_0 / a⌋ (>= 1).
+
+Claim.  For any Θ every such plan P has T(P) >= min(A, B), A = (m + S − 1)·τ_path + Θ,
+B = (m + S − 1)·max(τ_path, τ_Θ) + σ_lb, with τ_path the (packed) path bound's τ, σ_lb the
+placement-free sync bound and τ_Θ the least cap at which the count search below holds
+(searched only from τ_path up: ``tau``);
+the bound is the largest min(A, B) over the candidate Θ (each is a valid bound, so the
+largest is).
+
+Rows (block chains, per stage over block counts, the least over the modes that fit,
+suffix minima, so non-decreasing and at most the real value, as in
+:meth:`~nest_cp.solvers.certify.bounds.FastBounds._stage_rows`): Y_s the placement-free
+sync row (``_sync_row``); W^k_s, for k = 1..q, the same with the dense group priced only
+on tiers >= 1 on at most e·k ring channels and the expert group only on tiers >= 1 on at
+most k (the divided-channel bound's rows with k_d = k); from the path bound's
+``combo_rows`` (paths step 2), N_s the least over every combo stage s can have, OUT_s the
+least over the combos whose output boundary has a class >= 1 admitting a pair, IN_s the
+same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
+W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / (k_s(c) + 1)⌋ (no limit when k_s(c) = 0);
+k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
+ring collective's price never rises with its channels), so L_s is non-increasing.
+
+Count search.  ``holds(cap)``: there are counts (c_s), Σ c_s >= n, each at least the
+fewest its stage must hold, with N_s(c_s) <= cap and Y_s(c_s) < Θ for every s, and, calling
+a boundary b (stage b → b + 1) *cuttable* when OUT_b(c_b) <= cap and IN_{b+1}(c_{b+1}) <=
+cap, for every s with k_s(c_s) >= 1: j*(s) − i*(s) + 1 <= L_s(c_s), where i*(s) is 1 + the
+last cuttable boundary before s (0 if none) and j*(s) the first cuttable boundary at or
+after s (S − 1 if none).
+
+Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_max(P) >=
+τ_path: paths, packed).  Otherwise:
+
+1. Y_s(c_s) <= T_sync(P) < Θ for every s (bounds step 3), and N_s(c_s) <= τ(s, r) <=
+   τ_max(P) for every replica r (paths step 2: the row of the combo (s, r) has).
+2. Take s with k = k_s(c_s) >= 1.  In a main plan each stage replica (s, r) lies in one
+   tier-0 domain (its families join all a ranks at level 0 with k_min = 0: geometry's
+   lemma, J_0 = a); let n_D be the number of stage replicas of s in domain D.  Every
+   dense sync group G of s (one per tensor index: that rank of every replica, every
+   expert index) has e·n_D members in each such D and every expert group H n_D; neither
+   lies on tier 0 (all d stage replicas in one domain would take d·a > G_0 devices, (R)),
+   so each lies on a tier >= 1 admitting its size.  If n_D <= k for some D holding a
+   stage replica of s, G's ring channels (its fewest members in a tier-0 domain it
+   touches, cost model §5 a, capped further by ``Tier.channel_cap``) are at most e·k and
+   H's at most k, and as in bounds step 3 (each term at least its price on its tier with
+   that many channels) the exposed sync of s is at least W^k_s(c_s) >= Θ > T_sync(P),
+   which is impossible.  So every such D has n_D >= k + 1.
+3. Take one such D and, for each of its n_D replicas r, the level-0 run R_r of r through s
+   (the maximal run of stages joined by class-0 boundaries, geometry): its |R_r|·a ranks
+   lie in D (geometry's lemma with J_0 = a; D holds (s, r)), and runs of different
+   replicas are disjoint devices (the placement is injective, DESIGN §2).  So
+   Σ_r |R_r| <= q and some replica r* has |R_{r*}| <= ⌊q / n_D⌋ <= L_s(c_s).
+4. Write R_{r*} = [i, j].  If i > 0 the boundary i − 1 of r* has a class >= 1 (the run is
+   maximal), admitting a pair (it holds one), so τ(i − 1, r*) >= OUT_{i−1}(c_{i−1}) and
+   τ(i, r*) >= IN_i(c_i) (paths step 2, the least over the combos they may have): with
+   cap = τ_max(P), boundary i − 1 is cuttable, and it lies before s, so i*(s) >= i.  Likewise
+   if j < S − 1 boundary j is cuttable and at or after s, so j*(s) <= j; if j = S − 1,
+   j*(s) <= S − 1 = j.  Hence j*(s) − i*(s) + 1 <= |R_{r*}| <= L_s(c_s).
+5. So P's counts pass ``holds(τ_max(P))``.  ``holds`` is monotone in the cap (a larger cap
+   keeps every condition on the counts and only adds cuttable boundaries, which moves
+   i*(s) right and j*(s) left) and changes only at row values (N, OUT, IN), so τ_Θ, the
+   least such value with ``holds`` (bisection), is <= τ_max(P); with τ_max(P) >= τ_path
+   and T_sync(P) >= σ_lb, T(P) >= B.  ∎
+
+The search (``_holds``) runs over the stages in order, keeping per state (whether the
+last stage's count has OUT <= cap, its distance from i*, how far the first cuttable
+boundary may still be) the most blocks so far; counts in a stage are tried only at the
+largest value of each class (same OUT and IN tests, same L), which loses nothing, as a
+stage's count only adds blocks and every condition is otherwise the class's.  Σ c_s >= n
+suffices: lowering counts to n keeps every condition (the rows are non-decreasing, L_s
+non-increasing in c).
+
+Candidates Θ: the values of the Y and W^k rows above σ_lb.  A rises with Θ and B never does
+(a larger Θ only weakens the conditions), and on each interval between two candidates the
+conditions are those of its upper end; so min(A, B) is largest where A and B cross, found
+by bisection over the sorted candidates with a logarithmic number of searches — a count,
+not a clock: the same on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nest_cp.solvers.certify.bounds import INF, FastBounds
+from nest_cp.solvers.certify.geometry import NONE, Geometry
+from nest_cp.solvers.certify.split import least_passing
+
+NO_LIMIT = -1  # L_s(c) of a count whose sync needs no extra channel
+
+
+class ShortRunBound:
+    """The rows of the module docstring for one shape; :meth:`bound` per (τ_path, σ_lb)."""
+
+    def __init__(self, shape, geo: Geometry, fast: FastBounds):
+        self.shape, self.geo, self.fast = shape, geo, fast
+        self.applies = self._applies()
+        if not self.applies:
+            return
+        ep, dp, zero = shape.config.ep, shape.dp, shape.zero
+        self.per_domain = max(geo.tiers[0].domains) // geo.ranks  # q
+        rows: dict = {}  # one sync row per (stage kind, channels): the stages share them
+
+        def sync_row(kind, channels: int | None) -> np.ndarray:
+            if (kind, channels) not in rows:
+                rows[kind, channels] = fast._sync_row(kind, dp, zero) if channels is None \
+                    else fast._sync_row(kind, dp, zero, dense_from=1,
+                                        dense_channels=ep * channels, expert_from=1,
+                                        expert_channels=channels)
+            return rows[kind, channels]
+
+        self.sync = np.stack(fast._stage_rows(shape, lambda kind, mode: sync_row(kind, None)))
+        self.thin = [np.stack(fast._stage_rows(shape, lambda kind, mode, k=k: sync_row(kind, k)))
+                     for k in range(1, self.per_domain + 1)]
+        self.normal, self.sends, self.receives = self._transfer_rows()
+        self.lows = [fast._min_blocks(s, shape.num_stages) for s in range(shape.num_stages)]
+
+    def _applies(self) -> bool:
+        geo, shape, fast = self.geo, self.shape, self.fast
+        config = fast.prices.config
+        if fast.chain is None or config.cp > 1 or geo.levels < 1 or shape.num_stages < 2:
+            return False
+        if any(k != 0 for k in geo.k_min.values()) or geo.joined[0] != geo.ranks:
+            return False
+        if fast.prices.dense_group(shape.dp) <= 1:
+            return False
+        largest = max(geo.tiers[0].domains)
+        return geo.ranks <= largest < shape.dp * geo.ranks
+
+    def _transfer_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """N, OUT and IN per stage (module docstring), from the path bound's combo rows."""
+        fast, shape, geo = self.fast, self.shape, self.geo
+        every = [t.index for t in geo.tiers if t.admits(2)]
+        last = shape.num_stages - 1
+        rows = {}
+
+        def least(combos: list[tuple[int, int]], stage: int) -> np.ndarray:
+            row = np.full(fast.chain.blocks + 1, INF, dtype=np.int64)
+            for combo in combos:
+                if combo not in rows:
+                    rows[combo] = fast.combo_rows(shape, geo.k_min, combo)
+                row = np.minimum(row, rows[combo][stage])
+            return row
+
+        normal, sends, receives = [], [], []
+        for stage in range(shape.num_stages):
+            ins = [NONE] if stage == 0 else every
+            outs = [NONE] if stage == last else every
+            normal.append(least([(i, o) for i in ins for o in outs], stage))
+            sends.append(least([(i, o) for i in ins for o in outs if o >= 1], stage))
+            receives.append(least([(i, o) for i in ins for o in outs if i >= 1], stage))
+        return np.stack(normal), np.stack(sends), np.stack(receives)
+
+    def _limits(self, theta: int) -> np.ndarray:
+        """L_s(c) per stage and count at Θ (NO_LIMIT where no channel is needed)."""
+        needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
+        for k, rows in enumerate(self.thin, start=1):
+            needed = np.where(rows >= theta, k, needed)
+        return np.where(needed > 0, self.per_domain // (needed + 1), NO_LIMIT)
+
+    def _holds(self, cap: int, theta: int, limits: np.ndarray) -> bool:
+        """The count search of the module docstring at one cap."""
+        blocks = self.fast.chain.blocks
+        allowed = (self.normal <= cap) & (self.sync < theta)
+        sends, receives = self.sends <= cap, self.receives <= cap
+        reach = max((int(v) for v in limits.ravel() if v != NO_LIMIT), default=0)
+        # state: (last count sends out, distance from i*, slack to the first cut or None)
+        states: dict[tuple, int] = {}
+        for stage in range(self.shape.num_stages):
+            grown: dict[tuple, int] = {}
+            for count in self._classes(stage, allowed, sends, receives, limits):
+                limit = int(limits[stage, count])
+                ships = bool(sends[stage, count])
+                if stage == 0:
+                    sources = [((False, 0, None), 0, True)]
+                else:
+                    sources = [(key, held, key[0] and bool(receives[stage, count]))
+                               for key, held in states.items()]
+                for (_, distance, slack), held, cut in sources:
+                    if stage == 0:
+                        distance, slack = 0, None
+                    elif cut:
+                        distance, slack = 0, None
+                    elif slack == 0:
+                        continue  # the window of an earlier stage passed its length
+                    else:
+                        distance = min(distance + 1, reach)
+                        slack = None if slack is None else slack - 1
+                    if limit != NO_LIMIT:
+                        if distance > limit - 1:
+                            continue
+                        own = limit - 1 - distance
+                        slack = own if slack is None else min(slack, own)
+                    key = (ships, distance, slack)
+                    total = held + count
+                    if total > grown.get(key, -1):
+                        grown[key] = total
+            states = grown
+            if not states:
+                return False
+        return max(states.values()) >= blocks
+
+    def _classes(self, stage: int, allowed, sends, receives, limits) -> list[int]:
+        """The largest count of each class of the stage (same OUT and IN tests, same L)
+        within what the stage may hold."""
+        low = self.lows[stage]
+        found, seen = [], set()
+        for count in range(self.fast.chain.blocks, low - 1, -1):
+            if not allowed[stage, count]:
+                continue
+            key = (bool(sends[stage, count]), bool(receives[stage, count]),
+                   int(limits[stage, count]))
+            if key not in seen:
+                seen.add(key)
+                found.append(count)
+        return found
+
+    def tau(self, theta: int, floor: int) -> float:
+        """max(floor, τ_Θ): the least of ``floor`` and the row values above it at which the
+        count search holds (``holds`` changes only at row values and is monotone, so if
+        τ_Θ <= floor it holds at ``floor``, and otherwise τ_Θ is a row value above it)."""
+        limits = self._limits(theta)
+        if np.all(limits == NO_LIMIT):
+            return floor  # no stage needs a channel more; a lower τ_Θ only weakens B
+        values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
+                                 self.receives.ravel()))
+        caps = np.unique(values[(values < INF) & (values > floor)])
+        caps = np.concatenate(([floor], caps))
+        return least_passing(caps, lambda cap: self._holds(cap, theta, limits))
+
+    def bound(self, tau_path: float, sigma_lb: float) -> float:
+        """The largest min(A, B) over the candidate Θ (-inf when the bound does not apply)."""
+        if not self.applies or not math.isfinite(tau_path) or not math.isfinite(sigma_lb):
+            return -math.inf
+        rounds = self.shape.rounds
+        values = np.concatenate([self.sync.ravel(), *(rows.ravel() for rows in self.thin)])
+        candidates = np.unique(values[(values < INF) & (values > sigma_lb)])
+        if candidates.size == 0:
+            return -math.inf
+        taus: dict[int, float] = {}
+        floor = int(tau_path)
+
+        def pair(index: int) -> tuple[float, float]:
+            theta = int(candidates[index])
+            if theta not in taus:
+                taus[theta] = self.tau(theta, floor)
+            return rounds * tau_path + theta, rounds * taus[theta] + sigma_lb
+
+        # τ_Θ never rises with Θ: if the least candidate leaves it at τ_path, B is the path
+        # bound for every Θ and min(A, B) adds nothing
+        if pair(0)[1] <= rounds * tau_path + sigma_lb:
+            return -math.inf
+
+        # the first candidate where A >= B (A rises, B never does); the best min(A, B) is
+        # there or at the candidate before it
+        low, high = 0, len(candidates) - 1
+        while low < high:
+            middle = (low + high) // 2
+            first, second = pair(middle)
+            if first >= second:
+                high = middle
+            else:
+                low = middle + 1
+        best = min(pair(low))
+        if low > 0:
+            best = max(best, min(pair(low - 1)))
+        return best

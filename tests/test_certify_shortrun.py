@@ -1,0 +1,146 @@
+"""The short-run bound (nest_cp/solvers/certify/shortrun.py): a sync group on several ring
+channels needs, at every stage, a replica whose run of stages in a node is short, and so
+pipeline boundaries that leave the node near that stage.  Checked against exhaustive search
+of the main plans of small shapes (tests/exhaustive.py) and on a NEST-grid shape."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+from exhaustive import canonical_placements, raised_filter, shape_optimum
+
+from nest_cp import IntraConfig, load_instance
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import RecomputeMode
+from nest_cp.model.network import NetworkModel
+from nest_cp.solvers.certify.bounds import FastBounds
+from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
+from nest_cp.solvers.certify.crowded import CrowdedBound
+from nest_cp.solvers.certify.divided import DividedBound
+from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.packed import PackedPathBound
+from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.shortrun import ShortRunBound
+from nest_cp.solvers.certify.split import block_chain, shapes
+from nest_cp.solvers.certify.syncpath import SyncPathBound
+
+ROOT = Path(__file__).parent.parent
+
+
+def _instance(seed: int):
+    """Identical blocks, t = 1 and e in {1, 2}, on small hierarchies with 2-4 device nodes."""
+    rng = random.Random(seed)
+    tiers = rng.choice(((2, 2, 2), (2, 4), (3, 2), (4, 2), (3, 3), (2, 2, 3)))
+    return random_instance(seed, num_layers=rng.choice((3, 4, 5)), tier_sizes=tiers,
+                           configs=rng.choice(((IntraConfig(),),
+                                               (IntraConfig(), IntraConfig(1, 2)))),
+                           recompute_modes=(RecomputeMode.NONE,),
+                           global_batch=rng.choice((4, 8, 16)),
+                           comm_scale=rng.choice((1, 5, 20, 50)), identical_blocks=True,
+                           zero_stages=rng.choice(((0,), (0, 1))))
+
+
+def _bounds(instance, shape) -> tuple[float, float, ShortRunBound]:
+    """(main bound before, main bound with the short-run bound, the bound's object)."""
+    prices = LayerPrices(instance, shape.config, shape.microbatch,
+                         network_tiers(NetworkModel(instance.cluster)))
+    fast = FastBounds(instance, prices, block_chain(prices))
+    geo = geometry(prices)
+    base = fast.bound(shape)
+    arcs = replica_arcs(shape.num_stages, geo)
+    tau = PackedPathBound(PathBound(shape, geo, fast, arcs)).tau
+    old = max(base.total, shape.rounds * tau + base.sync,
+              CrowdedBound(shape, geo, fast).bound(tau), DividedBound(shape, geo, fast).bound(tau),
+              SyncPathBound(shape, geo, fast, arcs).bound(tau, base.sync))
+    short = ShortRunBound(shape, geo, fast)
+    return old, max(old, short.bound(tau, base.sync)), short
+
+
+def _main_optimum(instance, shape) -> float:
+    """The least main plan of the shape (exhaustive search)."""
+    sizes = tuple(tier.size for tier in instance.cluster.network.tiers)
+    placements = list(canonical_placements(sizes, shape.config.devices * shape.num_stages
+                                           * shape.dp))
+    raised = raised_filter(instance, shape)
+    return shape_optimum(instance, shape, placements, only=lambda p: not raised(p))
+
+
+def _shape(instance, label: str):
+    return next(s for s in shapes(instance) if s.label == label)
+
+
+def _checked(seed: int, slots: int = 8) -> tuple[int, int, int]:
+    """(shapes where the bound applies, where it is stronger, where it equals the least main
+    plan) on one seed; asserts it never exceeds the least main plan."""
+    instance = _instance(seed)
+    applied = stronger = tight = 0
+    for shape in shapes(instance):
+        size = shape.config.devices * shape.num_stages * shape.dp
+        if size > min(slots, instance.cluster.num_devices) or shape.num_stages > 3:
+            continue
+        prices = LayerPrices(instance, shape.config, shape.microbatch,
+                             network_tiers(NetworkModel(instance.cluster)))
+        fast = FastBounds(instance, prices, block_chain(prices))
+        if (geometry(prices) is None or fast.chain is None
+                or math.isinf(fast.bound(shape).total)):
+            continue
+        before, after, short = _bounds(instance, shape)
+        if not short.applies:
+            continue
+        optimum = _main_optimum(instance, shape)
+        assert after <= optimum, f"seed {seed} {shape.label}: {after} > {optimum}"
+        applied += 1
+        stronger += after > before
+        tight += after == optimum
+    return applied, stronger, tight
+
+
+@pytest.mark.parametrize(("seed", "label", "old", "new", "optimum"), [
+    (8, "tp=1,ep=1,b=1,S=2,d=3,z=0", 93_288_667, 97_335_667, 97_335_667),
+    (8, "tp=1,ep=2,b=1,S=2,d=2,z=0", 38_724_000, 46_824_000, 49_824_000),
+    (21, "tp=1,ep=2,b=1,S=2,d=2,z=0", 158_534_000, 174_036_000, 191_536_000)])
+def test_short_run_bound_is_stronger_and_below_the_main_optimum(seed, label, old, new,
+                                                                 optimum):
+    """Two-device nodes: a sync group on two channels needs a replica alone in its node at
+    the stage, so both its boundaries leave the node.  The bound rises above the older ones,
+    to the least main plan on one shape (three replicas, one channel each without it) and
+    below it on two (e = 2: the expert group's channels)."""
+    instance = _instance(seed)
+    shape = _shape(instance, label)
+    before, after, short = _bounds(instance, shape)
+    assert short.applies
+    assert (before, after) == (old, new)
+    assert _main_optimum(instance, shape) == optimum
+
+
+@pytest.mark.parametrize("seed", [8, 21])
+def test_short_run_bound_never_exceeds_the_main_optimum(seed):
+    """Every shape of at most three stages and 8 ranks where the bound applies: at most the
+    least main plan, and strictly stronger than before on some."""
+    _, stronger, _ = _checked(seed)
+    assert stronger > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(40))
+def test_short_run_bound_never_exceeds_the_main_optimum_on_many_seeds(seed):
+    """As above on 40 seeds (slow tier), without asking for a stronger case."""
+    _checked(seed)
+
+
+def test_short_run_bound_raises_the_bert_h100_1024_shape():
+    """BERT-large on 1,024 H100s, S = 15, d = 64: a 2-block middle stage's sync (39.65 ms on
+    one spine channel) needs a second channel to stay below that, so some replica keeps at
+    most 4 of its stages in that node, with 1-block stages at both ends; 13 middle stages
+    cannot then hold 24 blocks under the path τ, and the older bounds' 90.205 ms (the
+    crowded-node bound's; the path bound prices every sync on eight channels) rises to
+    91.591 ms, the value of the relaxation's best solution."""
+    instance = load_instance(ROOT / "instances/paper/bert-large--nest-h100-spineleaf--1024.json")
+    shape = _shape(instance, "tp=1,ep=1,b=1,S=15,d=64,z=0")
+    before, after, short = _bounds(instance, shape)
+    assert short.applies and short.per_domain == 8
+    assert before == 90_204_766
+    assert after == 91_590_508
