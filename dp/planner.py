@@ -6,8 +6,9 @@ pipeline depth S, data-parallel degree d with a·S·d <= N, allowed virtual-stag
 count v (v > 1 only with S >= 2, S·v <= L and m = ceil(B / (b·e·d)) a multiple of
 S), allowed ZeRO stage z and rank layout λ (any of the 24 orders of (t, e, stage,
 replica), on a network of three tiers or more also read through another device order
-and with the spare nodes first, docs/certificates.md; layouts with equal placements
-deduplicated), the placement is fixed, and
+and with the spare nodes first, with replica blocks, and with a node tail,
+docs/certificates.md; layouts with equal placements deduplicated), the placement is
+fixed, and
 with it m and the path of every group and pair (:mod:`nest_cp.dp.geometry`).  The
 layers are split into K = S·v chunks, chunk k on stage k mod S, every stage in an
 allowed recompute mode shared by its chunks.  A chunk of layers f..l costs
@@ -354,6 +355,8 @@ class _Search:
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
+        self._tail_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
+                              if layout.node_tail is not None]
         self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
@@ -906,19 +909,22 @@ class _Search:
         whether a spare-first offset moves anything (a whole node spare: otherwise such a
         layout places as its spare-last twin) and which replica blocks divide d
         (:meth:`RankLayout.block`; elsewhere a blocked layout places as its unblocked
-        twin).  Equal effective orders on one device order with the same offset and block
-        give equal placements."""
+        twin), and where a node tail applies (:meth:`RankLayout.tailed`; elsewhere it
+        places as its order alone).  Equal effective orders on one device order with the
+        same offset, block and tail give equal placements."""
         spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
             >= self.network.node_size
         blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
-        key = (config, num_stages > 1, dp > 1, spare_node, blocks)
         numbered = layout_config(config)  # the context ranks ride in the expert digit
+        tails = tuple(index for index, layout in self._tail_layouts
+                      if layout.tailed(numbered, num_stages, dp))
+        key = (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
         if key not in self._distinct_layouts:
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
                          layout.spare_first and spare_node,
-                         layout.block(numbered, num_stages, dp))
+                         layout.block(numbered, num_stages, dp), index in tails)
                 if order not in seen:
                     seen.add(order)
                     kept.append((index, layout))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -211,6 +212,89 @@ class Dim(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeTail:
+    """Structured space v3c (docs/certificates.md): the last m = n_0 / a stages of every
+    replica fill one tier-0 domain (a *node tail*), the r = S − m stages before them run
+    elsewhere, packed so that no run straddles a tier-1 domain.
+
+    Rank (s, r, j) with a = t·e dividing n_0 and S > m:
+
+    - a *head* stage s < r sits in its replica's head run, the a·r positions
+      j + a·s from the run's start; the runs are numbered by replica and grouped into
+      blocks of q = lcm(a·r, n_0) / (a·r) runs (b = lcm / n_0 whole nodes); each tier-1
+      domain holds c = ⌊n_1 / b⌋ blocks at its start (n_1 nodes per tier-1 domain), so
+      run ρ lies in domain ⌊β / c⌋, block β = ⌊ρ / q⌋;
+    - a *tail* stage s >= r sits at j + a·(s − r) in the node of its replica's tail: the
+      ρ-th node, in increasing order, that holds no head block.
+
+    So hops inside a tail stay in a node, those inside a head run cross a node only at a
+    node boundary of its block and never a tier-1 domain, and the one hop from head to
+    tail goes wherever the tail's node is.  It applies (:meth:`positions` not None) where
+    a divides n_0, S > m, b <= n_1 and the nodes left after the head blocks hold d
+    tails; elsewhere the layout places as its order alone.
+
+    ``node_size`` n_0, ``domain_nodes`` n_1 and ``num_nodes`` N / n_0 are the network's
+    (:func:`structured_layouts` fills them from its digit radices).
+    """
+
+    node_size: int
+    domain_nodes: int
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        for field_name in ("node_size", "domain_nodes", "num_nodes"):
+            value = getattr(self, field_name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"expected {field_name} >= 1, got {value!r}")
+
+    def packing(self, config: IntraConfig, num_stages: int,
+                dp: int) -> tuple[int, int, int, int] | None:
+        """(r, q, b, c) of the class docstring at this shape: head stages, runs per block,
+        nodes per block, blocks per tier-1 domain; None where the node tail does not apply
+        (a ∤ n_0, S <= m, b > n_1, or too few nodes left for the d tails)."""
+        width, node = config.devices, self.node_size
+        if node % width or num_stages <= node // width:
+            return None
+        head = num_stages - node // width
+        run = width * head
+        block = run * node // math.gcd(run, node)  # lcm: whole nodes, whole runs
+        runs_per_block, block_nodes = block // run, block // node
+        per_domain = self.domain_nodes // block_nodes
+        if per_domain < 1:
+            return None
+        blocks = -(-dp // runs_per_block)
+        last = blocks - 1  # the head blocks end inside the network, the tails fit after them
+        end = (last // per_domain) * self.domain_nodes + (last % per_domain + 1) * block_nodes
+        if end > self.num_nodes or self.num_nodes - blocks * block_nodes < dp:
+            return None
+        return head, runs_per_block, block_nodes, per_domain
+
+    def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray | None:
+        """positions[stage, replica, rank] of the node-tail placement, an (S, d, a) int64
+        array; None where it does not apply (:meth:`packing`)."""
+        packing = self.packing(config, num_stages, dp)
+        if packing is None:
+            return None
+        head, runs_per_block, block_nodes, per_domain = packing
+        width, node = config.devices, self.node_size
+        blocks = np.arange(-(-dp // runs_per_block), dtype=np.int64)
+        first_nodes = (blocks // per_domain) * self.domain_nodes \
+            + (blocks % per_domain) * block_nodes
+        used = np.zeros(self.num_nodes, dtype=bool)
+        used[(first_nodes[:, None] + np.arange(block_nodes)).ravel()] = True
+        tail_nodes = np.flatnonzero(~used)[:dp]
+        replica = np.arange(dp, dtype=np.int64)
+        head_start = first_nodes[replica // runs_per_block] * node \
+            + (replica % runs_per_block) * width * head
+        stage = np.arange(num_stages, dtype=np.int64)
+        start = np.where(stage[:, None] < head, head_start[None, :],
+                         tail_nodes[None, :] * node)  # [stage, replica]
+        within = np.where(stage < head, stage, stage - head) * width
+        return start[:, :, None] + within[:, None, None] \
+            + np.arange(width, dtype=np.int64)[None, None, :]
+
+
+@dataclass(frozen=True, slots=True)
 class RankLayout:
     """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost,
     and the device order its positions are read through.
@@ -234,14 +318,23 @@ class RankLayout:
       next stage.  It applies where k divides d and 1 < k < d (:meth:`block`); elsewhere the
       layout places as the one without it.
 
-    ``name`` shows all three: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
-    ``t,e,stage,replica@021/spare-first``, ``t,e,replica,stage@021/replicas-of-2``.
+    Structured space v3c (docs/certificates.md) adds node tails:
+
+    - ``node_tail`` (:class:`NodeTail`): the last n_0 / a stages of each replica fill one
+      node, the stages before them run in blocks packed into tier-1 domains; only on
+      ``t,e,stage,replica``, the canonical device order, spare devices last, no replica
+      block.  Where it does not apply the layout places as its order alone.
+
+    ``name`` shows them all: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
+    ``t,e,stage,replica@021/spare-first``, ``t,e,replica,stage@021/replicas-of-2``,
+    ``t,e,stage,replica/node-tail``.
     """
 
     order: tuple[Dim, ...]
     digits: tuple[int, ...] = ()
     spare_first: bool = False
     replica_block: int = 1
+    node_tail: NodeTail | None = None
 
     def __post_init__(self) -> None:
         if len(self.order) != len(Dim) or set(self.order) != set(Dim):
@@ -254,6 +347,11 @@ class RankLayout:
         if not (isinstance(self.replica_block, int) and not isinstance(self.replica_block, bool)
                 and self.replica_block >= 1):
             raise ValueError(f"expected a replica block k >= 1, got {self.replica_block!r}")
+        if self.node_tail is not None and (
+                self.order != (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA) or self.digits
+                or self.spare_first or self.replica_block != 1):
+            raise ValueError(f"expected a node tail only on t,e,stage,replica (canonical "
+                             f"device order, spare last, no replica block), got {self.name}")
 
     @property
     def name(self) -> str:
@@ -261,7 +359,8 @@ class RankLayout:
         if self.digits:
             text += "@0" + "".join(map(str, self.digits))
         text += "/spare-first" if self.spare_first else ""
-        return text + (f"/replicas-of-{self.replica_block}" if self.replica_block > 1 else "")
+        text += f"/replicas-of-{self.replica_block}" if self.replica_block > 1 else ""
+        return text + ("/node-tail" if self.node_tail is not None else "")
 
     @property
     def base(self) -> RankLayout:
@@ -279,6 +378,19 @@ class RankLayout:
         outer = self.order[self.order.index(Dim.REPLICA) + 1:]
         return k if any(radix[dim] > 1 for dim in outer) else 1
 
+    def tailed(self, config: IntraConfig, num_stages: int, dp: int) -> bool:
+        """Whether the node tail applies at this shape (:meth:`NodeTail.packing`)."""
+        return self.node_tail is not None and \
+            self.node_tail.packing(config, num_stages, dp) is not None
+
+    def tail_positions(self, config: IntraConfig, num_stages: int,
+                       dp: int) -> np.ndarray | None:
+        """The positions of the node tail at this shape (:meth:`NodeTail.positions`); None
+        without one or where it does not apply (the order alone places then)."""
+        if self.node_tail is None:
+            return None
+        return self.node_tail.positions(config, num_stages, dp)
+
     def offset(self, config: IntraConfig, num_stages: int, dp: int, num_devices: int,
                node: int) -> int:
         """The first position used: 0, or with ``spare_first`` the largest multiple of the
@@ -294,6 +406,10 @@ class RankLayout:
         ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
         together (the DP places whole stages at once); the result has their shape.
         """
+        tail = self.tail_positions(config, num_stages, dp)
+        if tail is not None:
+            found = tail[stage, replica, rank]
+            return int(found) if np.ndim(found) == 0 else found
         block = self.block(config, num_stages, dp)
         digits = {Dim.TP: rank % config.tp, Dim.EP: rank // config.tp,
                   Dim.STAGE: stage, Dim.REPLICA: replica % block if block > 1 else replica}
@@ -310,6 +426,9 @@ class RankLayout:
     def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
         """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array
         (without the offset of :meth:`offset`)."""
+        tail = self.tail_positions(config, num_stages, dp)
+        if tail is not None:
+            return tail
         return self.position(np.arange(num_stages, dtype=np.int64)[:, None, None],
                              np.arange(dp, dtype=np.int64)[None, :, None],
                              np.arange(config.devices, dtype=np.int64)[None, None, :],
@@ -400,7 +519,9 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
     every order on every device order with the spare devices first (class O), then
     (v3b-R) the replica blocks: :data:`REPLICA_BLOCK_ORDERS` with every block k > 1 that
     divides the node size n_0, on every device order (k replicas of a stage side by side,
-    inside a node when k·t·e divides n_0: the k-channel syncs of cost model §5 a).  The index
+    inside a node when k·t·e divides n_0: the k-channel syncs of cost model §5 a), then
+    (v3c) ``t,e,stage,replica/node-tail`` (:class:`NodeTail`: each replica's last n_0 / a
+    stages in one node, the stages before them packed into tier-1 domains).  The index
     is the DP's tie-break.  Layouts that place alike at a given shape (radix-1 dimensions,
     no spare node to move) are left to the searches to de-duplicate.
     """
@@ -416,7 +537,9 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
     blocked = tuple(RankLayout(order, digits, replica_block=block)
                     for block in range(2, radices[0] + 1) if radices[0] % block == 0
                     for digits in orders for order in REPLICA_BLOCK_ORDERS)
-    return (*base, *with_digits, *spare_first, *blocked)
+    node_tail = RankLayout(NEST_LAYOUT.order, node_tail=NodeTail(
+        radices[0], radices[1], math.prod(radices[1:])))
+    return (*base, *with_digits, *spare_first, *blocked, node_tail)
 
 
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",
