@@ -115,6 +115,7 @@ from nest_cp.dp.geometry import (
     effective_order,
     fastest_group_paths,
     layout_config,
+    tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import Interleaved, block_structure, exact_method_available
 from nest_cp.dp.kernel import (
@@ -947,6 +948,7 @@ class _Search:
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
+            crossing = None  # the bound of layouts whose TP groups all leave their nodes
             inner = None  # built when a layout first passes its bounds (most never do)
             # a lower bound on max_k τ_k of every plan of the shape, any layout: the layout's
             # T >= rounds·tau_floor + its own sync bound (each bounds its part of T)
@@ -957,6 +959,12 @@ class _Search:
                 if not self.best.may_beat(bound, key):
                     break
                 self._check_time()
+                if self.network.is_hierarchical and tp_groups_leave_nodes(
+                        layout, config, num_stages, dp, self.network.node_size):
+                    if crossing is None:  # no replica placed: the strides tell
+                        crossing = self._all_crossing_bound(shape)
+                    if not self.best.may_beat(max(bound, crossing), key):
+                        continue
                 groups = self.geometries.data_groups(layout, config, num_stages, dp)
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
@@ -1323,6 +1331,44 @@ class _Search:
                                  np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
         table.cache[key] = int(crossed[0])
         return table.cache[key]
+
+    def _all_crossing_bound(self, shape: Shape) -> int:
+        """A lower bound on T over the plans of the shape whose every TP group has each of
+        its members in its own node (quality 1: the layouts of
+        :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes`), any split and recompute:
+
+            rounds·max(τ_×, gathers) + sync,
+
+        τ_× the least over splits into K = S·v chunks of the largest chunk weight
+        cheapest(k) + crossing(k) (:meth:`_cheapest_times`, :meth:`_crossing_extra` with
+        h = 1).  Every chunk runs on the replicas of its stage, each of whose TP groups has
+        quality 1, so by Fact 2 (:mod:`nest_cp.dp.node_bounds`) every TP collective of the
+        chunk is priced on one of :func:`crossing_tp_paths` (t, 1) or a slower path and
+        never hidden (cost model §5 e): the chunk's τ is at least its compute, its TP
+        collectives on the cheapest crossing path, its EP collectives and receives on their
+        cheapest paths (the terms of :meth:`_cheapest_times`; reruns, gathers dropped,
+        >= 0), which is at least cheapest(k) + crossing(k) (per layer that sum holds the
+        larger of the cheapest crossing TP price and the cheapest TP price over every path,
+        each at most the TP price paid).  So max_k τ_k >= τ_× for the plan's own split, and
+        >= the ZeRO-3 gather bound (:meth:`_gather_bound`); the sync is at least
+        :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.  0 (no pruning) when
+        no tier above the node holds t devices.  τ_× kept per (layer table, K)."""
+        table, num_chunks = shape.table, shape.num_chunks
+        key = ("all crossing", num_chunks)
+        if key not in table.cache:
+            if not crossing_tp_paths(self.network, table.config.tp, 1):
+                table.cache[key] = 0
+            else:
+                cheapest = self._cheapest_times(table, num_chunks)
+                extra = windows(self._crossing_extra(table, 1), num_chunks)
+                width = table.num_layers - num_chunks + 1
+                ordered = np.triu(np.ones((width, width), dtype=bool))
+                table.cache[key] = int(fill_table(np.where(ordered, cheapest + extra,
+                                                           INF))[0][0, 0])
+        if table.cache[key] == 0:
+            return 0
+        return shape.rounds * max(table.cache[key], self._gather_bound(shape)) \
+            + self._sync_bound(shape)
 
     def _crossing_extra(self, table: LayerTable, channels: int) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h)
