@@ -1351,8 +1351,9 @@ class _Search:
         larger of the cheapest crossing TP price and the cheapest TP price over every path,
         each at most the TP price paid).  So max_k τ_k >= τ_× for the plan's own split, and
         >= the ZeRO-3 gather bound (:meth:`_gather_bound`); the sync is at least
-        :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.  0 (no pruning) when
-        no tier above the node holds t devices.  τ_× kept per (layer table, K)."""
+        :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.
+        0 (no pruning) when no tier above the node holds t devices.  τ_× kept per (layer
+        table, K)."""
         table, num_chunks = shape.table, shape.num_chunks
         key = ("all crossing", num_chunks)
         if key not in table.cache:
