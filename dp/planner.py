@@ -115,6 +115,7 @@ from nest_cp.dp.geometry import (
     effective_order,
     fastest_group_paths,
     layout_config,
+    layout_strides,
     tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import Interleaved, block_structure, exact_method_available
@@ -134,7 +135,7 @@ from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan, RankLayout, Stage
+from nest_cp.model.plan import Dim, Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import CUTOFF_TICKS, SolveResult, Space, Status
 
@@ -362,6 +363,8 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
+        self._classes: dict[tuple, frozenset | None] = {}  # (c, S, d) -> TP classes met
+        self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -691,6 +694,8 @@ class _Search:
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound)
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
+            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
         return max(refined, least)
@@ -941,6 +946,10 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             bound = self._shape_bound(shape, outer.chunk_bound)
+            if config.tp > 1 and config.cp == 1 and \
+                    self.network.is_hierarchical and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if config.tp > 1 and config.cp == 1 and \
                     self.network.is_hierarchical and \
                     self.best.may_beat(bound, outer.key + (zero,)):
@@ -1331,6 +1340,71 @@ class _Search:
                                  np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
         table.cache[key] = int(crossed[0])
         return table.cache[key]
+
+    def _tp_classes(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
+        """Where the TP groups lie in the distinct layouts of (c, S, d) the search visits
+        (:meth:`_layouts`): "inside" for a layout with TP stride 1 and t dividing G_0 (its
+        ranks j are the innermost digit and every other stride and the spare-first offset
+        are multiples of t, so a TP group is t consecutive positions from a multiple of t,
+        inside one block of G_0 positions: one node, quality t), "crossing" for one of
+        :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
+        layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
+        key = (config, num_stages, dp)
+        if key not in self._classes:
+            node = self.network.node_size
+            classes: set | None = set()
+            if config.tp == 1 or config.ep > 1 or config.cp > 1 or \
+                    not self.network.is_hierarchical:
+                classes = None
+            for _, layout in self._layouts(config, num_stages, dp) if classes is not None \
+                    else ():
+                if tp_groups_leave_nodes(layout, config, num_stages, dp, node):
+                    classes.add("crossing")
+                elif node % config.tp == 0 and layout_strides(
+                        layout, config, num_stages, dp)[Dim.TP] == 1:
+                    classes.add("inside")
+                else:
+                    classes = None
+                    break
+            self._classes[key] = None if classes is None else frozenset(classes)
+        return self._classes[key]
+
+    def _layout_class_bound(self, shape: Shape, chunk_bound: int) -> int:
+        """A lower bound on T over the plans of the shape in the structured space (the
+        layouts the search visits, :meth:`_layouts`), from where their TP groups lie
+        (:meth:`_tp_classes`); 0 when some layout's TP groups may lie elsewhere.
+
+        The DP is exact over its structured space, so a bound needs to hold for those
+        plans only.  Each of them uses one visited layout, so it costs at least its
+        layout's class term, and the least over the classes met bounds them all:
+
+        - "inside": every TP group in one node, least quality h = t, so :meth:`_shape_bound`'s
+          h = t term, rounds·max(τ_lb, gathers_c) + sync_c with c = ⌊G_0 / t⌋ (Fact 1 of
+          :mod:`nest_cp.dp.node_bounds`; the other h of that case split cannot occur);
+        - "crossing": :meth:`_all_crossing_bound`.
+
+        Kept per (layer table, S, d, v, z)."""
+        table = shape.table
+        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
+        if not classes:
+            return 0
+        key = (id(table), shape.num_stages, shape.dp, shape.virtual, shape.zero)
+        found = self._class_bounds.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        terms = []
+        if "inside" in classes:
+            tp = table.config.tp
+            cap = node_cap(self.network, tp)
+            terms.append(shape.rounds * max(chunk_bound, self._gather_bound(shape, cap))
+                         + self._sync_bound(shape, cap))
+        if "crossing" in classes:
+            terms.append(self._all_crossing_bound(shape))
+        bound = min(terms)
+        if len(self._class_bounds) >= STAGEWISE_KEPT:
+            self._class_bounds.clear()
+        self._class_bounds[key] = (table, bound)
+        return bound
 
     def _all_crossing_bound(self, shape: Shape) -> int:
         """A lower bound on T over the plans of the shape whose every TP group has each of
