@@ -175,6 +175,23 @@ def layout_strides(layout: RankLayout, config: IntraConfig, num_stages: int,
     return strides
 
 
+def tp_groups_leave_nodes(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
+                          node_size: int) -> bool:
+    """Whether every TP group of the layout has each of its t >= 2 members in its own tier-0
+    domain (quality 1, :mod:`nest_cp.dp.node_bounds`), read from the strides alone.
+
+    The t ranks of a TP group sit at positions base + i·σ_T, i < t (mixed-radix positions,
+    :func:`layout_strides`; a spare-first offset shifts every position alike).  Every
+    device order of the structured space keeps blocks of G_0 consecutive positions whole
+    tier-0 domains (the canonical order's ids; :func:`nest_cp.model.plan.digit_device_order`
+    reads the slot innermost).  Two members differ by at least σ_T positions, so with
+    σ_T >= G_0 no block holds two of them.  False with context width c > 1 (its ranks ride
+    in the expert digit, :func:`layout_config`)."""
+    if config.tp < 2 or config.cp > 1:
+        return False
+    return layout_strides(layout, config, num_stages, dp)[Dim.TP] >= node_size
+
+
 def replica_box(layout: RankLayout, strides: dict[Dim, int], config: IntraConfig,
                 num_stages: int, dp: int) -> list[tuple[int, int]]:
     """(stride, count) of the replicas' position offsets: [(σ_R, d)], or with a replica

@@ -116,6 +116,8 @@ from nest_cp.dp.geometry import (
     effective_order,
     fastest_group_paths,
     layout_config,
+    layout_strides,
+    tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import Interleaved, block_structure, exact_method_available
 from nest_cp.dp.kernel import (
@@ -134,7 +136,7 @@ from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
 from nest_cp.model.network import NetworkModel
-from nest_cp.model.plan import Plan, RankLayout, Stage
+from nest_cp.model.plan import Dim, Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
 from nest_cp.model.result import CUTOFF_TICKS, SolveResult, Space, Status
 
@@ -364,6 +366,8 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
+        self._classes: dict[tuple, frozenset | None] = {}  # (c, S, d) -> TP classes met
+        self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -693,6 +697,8 @@ class _Search:
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound)
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
+            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
         return max(refined, least)
@@ -949,10 +955,15 @@ class _Search:
             if config.tp > 1 and config.cp == 1 and \
                     self.network.is_hierarchical and \
                     self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
+            if config.tp > 1 and config.cp == 1 and \
+                    self.network.is_hierarchical and \
+                    self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
+            crossing = None  # the bound of layouts whose TP groups all leave their nodes
             inner = None  # built when a layout first passes its bounds (most never do)
             # a lower bound on max_k τ_k of every plan of the shape, any layout: the layout's
             # T >= rounds·tau_floor + its own sync bound (each bounds its part of T)
@@ -963,6 +974,12 @@ class _Search:
                 if not self.best.may_beat(bound, key):
                     break
                 self._check_time()
+                if self.network.is_hierarchical and tp_groups_leave_nodes(
+                        layout, config, num_stages, dp, self.network.node_size):
+                    if crossing is None:  # no replica placed: the strides tell
+                        crossing = self._all_crossing_bound(shape)
+                    if not self.best.may_beat(max(bound, crossing), key):
+                        continue
                 groups = self.geometries.data_groups(layout, config, num_stages, dp)
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
@@ -1329,6 +1346,110 @@ class _Search:
                                  np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
         table.cache[key] = int(crossed[0])
         return table.cache[key]
+
+    def _tp_classes(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
+        """Where the TP groups lie in the distinct layouts of (c, S, d) the search visits
+        (:meth:`_layouts`): "inside" for a layout with TP stride 1 and t dividing G_0 (its
+        ranks j are the innermost digit and every other stride and the spare-first offset
+        are multiples of t, so a TP group is t consecutive positions from a multiple of t,
+        inside one block of G_0 positions: one node, quality t), "crossing" for one of
+        :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
+        layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
+        key = (config, num_stages, dp)
+        if key not in self._classes:
+            node = self.network.node_size
+            classes: set | None = set()
+            if config.tp == 1 or config.ep > 1 or config.cp > 1 or \
+                    not self.network.is_hierarchical:
+                classes = None
+            for _, layout in self._layouts(config, num_stages, dp) if classes is not None \
+                    else ():
+                if tp_groups_leave_nodes(layout, config, num_stages, dp, node):
+                    classes.add("crossing")
+                elif node % config.tp == 0 and layout_strides(
+                        layout, config, num_stages, dp)[Dim.TP] == 1:
+                    classes.add("inside")
+                else:
+                    classes = None
+                    break
+            self._classes[key] = None if classes is None else frozenset(classes)
+        return self._classes[key]
+
+    def _layout_class_bound(self, shape: Shape, chunk_bound: int) -> int:
+        """A lower bound on T over the plans of the shape in the structured space (the
+        layouts the search visits, :meth:`_layouts`), from where their TP groups lie
+        (:meth:`_tp_classes`); 0 when some layout's TP groups may lie elsewhere.
+
+        The DP is exact over its structured space, so a bound needs to hold for those
+        plans only.  Each of them uses one visited layout, so it costs at least its
+        layout's class term, and the least over the classes met bounds them all:
+
+        - "inside": every TP group in one node, least quality h = t, so :meth:`_shape_bound`'s
+          h = t term, rounds·max(τ_lb, gathers_c) + sync_c with c = ⌊G_0 / t⌋ (Fact 1 of
+          :mod:`nest_cp.dp.node_bounds`; the other h of that case split cannot occur);
+        - "crossing": :meth:`_all_crossing_bound`.
+
+        Kept per (layer table, S, d, v, z)."""
+        table = shape.table
+        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
+        if not classes:
+            return 0
+        key = (id(table), shape.num_stages, shape.dp, shape.virtual, shape.zero)
+        found = self._class_bounds.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        terms = []
+        if "inside" in classes:
+            tp = table.config.tp
+            cap = node_cap(self.network, tp)
+            terms.append(shape.rounds * max(chunk_bound, self._gather_bound(shape, cap))
+                         + self._sync_bound(shape, cap))
+        if "crossing" in classes:
+            terms.append(self._all_crossing_bound(shape))
+        bound = min(terms)
+        if len(self._class_bounds) >= STAGEWISE_KEPT:
+            self._class_bounds.clear()
+        self._class_bounds[key] = (table, bound)
+        return bound
+
+    def _all_crossing_bound(self, shape: Shape) -> int:
+        """A lower bound on T over the plans of the shape whose every TP group has each of
+        its members in its own node (quality 1: the layouts of
+        :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes`), any split and recompute:
+
+            rounds·max(τ_×, gathers) + sync,
+
+        τ_× the least over splits into K = S·v chunks of the largest chunk weight
+        cheapest(k) + crossing(k) (:meth:`_cheapest_times`, :meth:`_crossing_extra` with
+        h = 1).  Every chunk runs on the replicas of its stage, each of whose TP groups has
+        quality 1, so by Fact 2 (:mod:`nest_cp.dp.node_bounds`) every TP collective of the
+        chunk is priced on one of :func:`crossing_tp_paths` (t, 1) or a slower path and
+        never hidden (cost model §5 e): the chunk's τ is at least its compute, its TP
+        collectives on the cheapest crossing path, its EP collectives and receives on their
+        cheapest paths (the terms of :meth:`_cheapest_times`; reruns, gathers dropped,
+        >= 0), which is at least cheapest(k) + crossing(k) (per layer that sum holds the
+        larger of the cheapest crossing TP price and the cheapest TP price over every path,
+        each at most the TP price paid).  So max_k τ_k >= τ_× for the plan's own split, and
+        >= the ZeRO-3 gather bound (:meth:`_gather_bound`); the sync is at least
+        :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.
+        0 (no pruning) when no tier above the node holds t devices.  τ_× kept per (layer
+        table, K)."""
+        table, num_chunks = shape.table, shape.num_chunks
+        key = ("all crossing", num_chunks)
+        if key not in table.cache:
+            if not crossing_tp_paths(self.network, table.config.tp, 1):
+                table.cache[key] = 0
+            else:
+                cheapest = self._cheapest_times(table, num_chunks)
+                extra = windows(self._crossing_extra(table, 1), num_chunks)
+                width = table.num_layers - num_chunks + 1
+                ordered = np.triu(np.ones((width, width), dtype=bool))
+                table.cache[key] = int(fill_table(np.where(ordered, cheapest + extra,
+                                                           INF))[0][0, 0])
+        if table.cache[key] == 0:
+            return 0
+        return shape.rounds * max(table.cache[key], self._gather_bound(shape)) \
+            + self._sync_bound(shape)
 
     def _crossing_extra(self, table: LayerTable, channels: int) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h)
