@@ -1352,7 +1352,9 @@ class _Search:
         (:meth:`_layouts`): "inside" for a layout with TP stride 1 and t dividing G_0 (its
         ranks j are the innermost digit and every other stride and the spare-first offset
         are multiples of t, so a TP group is t consecutive positions from a multiple of t,
-        inside one block of G_0 positions: one node, quality t), "crossing" for one of
+        inside one block of G_0 positions: one node, quality t; a node-tail layout, v3c,
+        places rank j at j + a·s from a run or tail start that is a multiple of a inside
+        whole nodes, so the same holds, tests/test_dp_node_bounds.py), "crossing" for one of
         :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
         layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
         key = (config, num_stages, dp)

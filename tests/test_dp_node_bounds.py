@@ -135,6 +135,39 @@ def test_tp_groups_leave_nodes_reads_the_placement():
     assert said
 
 
+def test_inside_class_reads_the_placement():
+    """Where _tp_classes calls a visited layout "inside" (TP stride 1, t | G_0), every TP
+    group of its placement lies in one node, node-tail layouts (structured space v3c, whose
+    positions are not the strides') included; node tails apply on some of these shapes."""
+    from nest_cp.dp.geometry import Dim, layout_strides
+
+    tails = inside = 0
+    for tier_sizes in ((4, 3, 2), (4, 2, 2), (2, 4, 2)):
+        instance = random_instance(0, tier_sizes=tier_sizes)
+        search = planner._Search(instance, SolveOptions(), None)
+        network = search.network
+        node = network.node_size
+        for config in (IntraConfig(tp=2), IntraConfig(tp=4)):
+            if node % config.tp:
+                continue
+            for num_stages in (2, 3, 4):
+                for dp in range(1, network.num_devices // (config.devices * num_stages) + 1):
+                    if "inside" not in (search._tp_classes(config, num_stages, dp) or ()):
+                        continue
+                    for _, layout in search._layouts(config, num_stages, dp):
+                        if layout_strides(layout, config, num_stages, dp)[Dim.TP] != 1:
+                            continue
+                        inside += 1
+                        tails += layout.tailed(config, num_stages, dp)
+                        devices = layout.devices(config, num_stages, dp, np.array(
+                            network.layout_order(layout)), node)
+                        for group in _tp_groups(tuple(np.ravel(devices).tolist()), config,
+                                                num_stages, dp):
+                            assert len({device // node for device in group}) == 1, \
+                                (tier_sizes, config, num_stages, dp, layout.name)
+    assert inside and tails
+
+
 @pytest.mark.parametrize("tier_sizes", [(2, 2, 2), pytest.param((2, 3), marks=SLOW)])
 def test_all_crossing_bound_never_exceeds_the_exhaustive_optimum(tier_sizes):
     """For every t = 2 shape, the bound of the layouts whose TP groups all leave their nodes
