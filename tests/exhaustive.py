@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 from nest_cp.cost.evaluate import evaluate
-from nest_cp.model.instance import CollectiveGroup, Instance
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import CollectiveGroup, Instance, IntraConfig, RecomputeMode
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Plan, Stage
 from nest_cp.solvers.certify.bounds import FastBounds
@@ -180,3 +182,18 @@ def tally_shape_bounds(instance: Instance, shape_list, label: str) -> tuple[int,
             tight += bound == optimum
             loose += bound < optimum
     return tight, loose
+
+
+def identical_blocks_instance(seed: int, tier_choices: tuple[tuple[int, ...], ...]) -> Instance:
+    """A random instance of identical blocks, t = 1 and e in {1, 2}, on one of
+    ``tier_choices`` (drawn by ``seed``, as every other choice): the small hierarchies the
+    threshold bounds' tests search exhaustively."""
+    rng = random.Random(seed)
+    tiers = rng.choice(tier_choices)
+    return random_instance(seed, num_layers=rng.choice((3, 4, 5)), tier_sizes=tiers,
+                           configs=rng.choice(((IntraConfig(),),
+                                               (IntraConfig(), IntraConfig(1, 2)))),
+                           recompute_modes=(RecomputeMode.NONE,),
+                           global_batch=rng.choice((4, 8, 16)),
+                           comm_scale=rng.choice((1, 5, 20, 50)), identical_blocks=True,
+                           zero_stages=rng.choice(((0,), (0, 1))))

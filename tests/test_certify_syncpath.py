@@ -6,15 +6,12 @@ NEST-grid shape."""
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 
 import pytest
-from exhaustive import canonical_placements, raised_filter, shape_optimum
+from exhaustive import canonical_placements, identical_blocks_instance, raised_filter, shape_optimum
 
-from nest_cp import IntraConfig, load_instance
-from nest_cp.harness.generators import random_instance
-from nest_cp.model.instance import RecomputeMode
+from nest_cp import load_instance
 from nest_cp.model.network import NetworkModel
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
@@ -31,15 +28,7 @@ ROOT = Path(__file__).parent.parent
 
 def _instance(seed: int):
     """Identical blocks, t = 1 and e in {1, 2}, on a small hierarchy of full domains."""
-    rng = random.Random(seed)
-    tiers = rng.choice(((2, 2, 2), (2, 2), (2, 4), (4, 2), (2, 2, 3), (3, 2)))
-    return random_instance(seed, num_layers=rng.choice((3, 4, 5)), tier_sizes=tiers,
-                           configs=rng.choice(((IntraConfig(),),
-                                               (IntraConfig(), IntraConfig(1, 2)))),
-                           recompute_modes=(RecomputeMode.NONE,),
-                           global_batch=rng.choice((4, 8, 16)),
-                           comm_scale=rng.choice((1, 5, 20, 50)), identical_blocks=True,
-                           zero_stages=rng.choice(((0,), (0, 1))))
+    return identical_blocks_instance(seed, ((2, 2, 2), (2, 2), (2, 4), (4, 2), (2, 2, 3), (3, 2)))
 
 
 def _bounds(instance, shape) -> tuple[float, float, SyncPathBound]:

@@ -75,7 +75,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.crowded import ThresholdSplit
+from nest_cp.solvers.certify.geometry import Geometry
 
 
 def divided_channels(replicas: int, per_domain: int) -> int:
@@ -107,15 +109,19 @@ class DividedBound(ThresholdSplit):
             expert_channels=channels))
 
     def _applies(self) -> bool:
-        geo, shape, fast = self.geo, self.shape, self.fast
-        config = fast.prices.config
-        if fast.chain is None or config.cp > 1 or geo.levels < 1 or not geo.k_min:
-            return False
-        if any(k != 0 for k in geo.k_min.values()) or geo.joined[0] != geo.ranks:
-            return False
-        if fast.prices.dense_group(shape.dp) <= 1:
-            return False
-        largest = max(geo.tiers[0].domains)
-        # a >= G_0 leaves no main stage replica to divide (and q = 0); d·a <= G_0 lets a
-        # node hold every replica of a stage
-        return geo.ranks <= largest < shape.dp * geo.ranks
+        return bool(self.geo.k_min) and replicas_divide_nodes(self.geo, self.shape, self.fast)
+
+
+def replicas_divide_nodes(geo: Geometry, shape, fast: FastBounds) -> bool:
+    """Whether the divided-channel and short-run bounds' premise holds: a block chain, no
+    context parallelism, a tier above the node, every stage replica whole in one node (no
+    intra family raised, tier 0 joining all a ranks), a dense sync group of two or more, and
+    a <= G_0 < d·a (a >= G_0 leaves no main stage replica to divide; d·a <= G_0 lets a node
+    hold every replica of a stage)."""
+    if fast.chain is None or fast.prices.config.cp > 1 or geo.levels < 1:
+        return False
+    if any(k != 0 for k in geo.k_min.values()) or geo.joined[0] != geo.ranks:
+        return False
+    if fast.prices.dense_group(shape.dp) <= 1:
+        return False
+    return geo.ranks <= max(geo.tiers[0].domains) < shape.dp * geo.ranks

@@ -94,8 +94,9 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.bounds import INF, FastBounds
+from nest_cp.solvers.certify.divided import replicas_divide_nodes
 from nest_cp.solvers.certify.geometry import NONE, Geometry
-from nest_cp.solvers.certify.split import least_passing
+from nest_cp.solvers.certify.split import best_of_crossing, least_passing
 
 NO_LIMIT = -1  # L_s(c) of a count whose sync needs no extra channel
 
@@ -127,16 +128,8 @@ class ShortRunBound:
         self.lows = [fast._min_blocks(s, shape.num_stages) for s in range(shape.num_stages)]
 
     def _applies(self) -> bool:
-        geo, shape, fast = self.geo, self.shape, self.fast
-        config = fast.prices.config
-        if fast.chain is None or config.cp > 1 or geo.levels < 1 or shape.num_stages < 2:
-            return False
-        if any(k != 0 for k in geo.k_min.values()) or geo.joined[0] != geo.ranks:
-            return False
-        if fast.prices.dense_group(shape.dp) <= 1:
-            return False
-        largest = max(geo.tiers[0].domains)
-        return geo.ranks <= largest < shape.dp * geo.ranks
+        return self.shape.num_stages >= 2 and replicas_divide_nodes(self.geo, self.shape,
+                                                                     self.fast)
 
     def _transfer_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """N, OUT and IN per stage (module docstring), from the path bound's combo rows."""
@@ -262,17 +255,5 @@ class ShortRunBound:
         if pair(0)[1] <= rounds * tau_path + sigma_lb:
             return -math.inf
 
-        # the first candidate where A >= B (A rises, B never does); the best min(A, B) is
-        # there or at the candidate before it
-        low, high = 0, len(candidates) - 1
-        while low < high:
-            middle = (low + high) // 2
-            first, second = pair(middle)
-            if first >= second:
-                high = middle
-            else:
-                low = middle + 1
-        best = min(pair(low))
-        if low > 0:
-            best = max(best, min(pair(low - 1)))
-        return best
+        # A rises with Θ and B never does: the best min(A, B) is where they cross
+        return best_of_crossing(pair, len(candidates))

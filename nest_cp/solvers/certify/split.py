@@ -277,3 +277,22 @@ def least_passing(caps, holds) -> float:
         else:
             low = middle + 1
     return int(caps[low])
+
+
+def best_of_crossing(pair, count: int) -> float:
+    """max over indices i < ``count`` of min(A_i, B_i), where ``pair(i)`` = (A_i, B_i) with A
+    never falling and B never rising in i: the first index where A >= B by bisection, the
+    best at it or the index before it (the sync-path and short-run bounds' threshold
+    search)."""
+    low, high = 0, count - 1
+    while low < high:
+        middle = (low + high) // 2
+        first, second = pair(middle)
+        if first >= second:
+            high = middle
+        else:
+            low = middle + 1
+    best = min(pair(low))
+    if low > 0:
+        best = max(best, min(pair(low - 1)))
+    return best

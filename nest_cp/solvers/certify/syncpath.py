@@ -64,6 +64,7 @@ from nest_cp.solvers.certify.bounds import INF, FastBounds
 from nest_cp.solvers.certify.geometry import NONE, Arc, Geometry
 from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
+from nest_cp.solvers.certify.split import best_of_crossing
 
 
 class SyncPathBound:
@@ -161,17 +162,5 @@ class SyncPathBound:
                 taus[theta] = self.tau(theta)
             return rounds * tau_path + theta, rounds * taus[theta] + sigma_lb
 
-        # the first candidate where A >= B (A rises, B never does); the best min(A, B) is
-        # there or at the candidate before it
-        low, high = 0, len(candidates) - 1
-        while low < high:
-            middle = (low + high) // 2
-            first, second = pair(middle)
-            if first >= second:
-                high = middle
-            else:
-                low = middle + 1
-        best = min(pair(low))
-        if low > 0:
-            best = max(best, min(pair(low - 1)))
-        return best
+        # A rises with Θ and B never does: the best min(A, B) is where they cross
+        return best_of_crossing(pair, len(candidates))
