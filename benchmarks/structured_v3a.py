@@ -26,6 +26,7 @@ from pathlib import Path
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.io.readers import load_instance
+from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import all_layouts
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,49 @@ SMALL = ROOT / "instances" / "small"
 SMALL_ROWS = ("h3-dense-l6-d12", "tight-l8-d16-h3")
 OUT = ROOT / "reports" / "structured_v3.json"
 WITHIN = 0.005  # "within 0.5 % of the best plan known"
+
+
+def space_layouts(instance, version: str) -> tuple:
+    """The structured layouts of ``instance``'s network as structured space ``version``
+    searched them: "v3a" (v2's orders through every device order, spare nodes first),
+    "v3b" (and the replica blocks of v3b-R), "v3c" (and the node tails: all of
+    ``NetworkModel.structured_layouts`` today), so each report compares the same two
+    spaces whatever the structured space grows into later."""
+    layouts = NetworkModel(instance.cluster).structured_layouts
+    if version not in ("v3a", "v3b", "v3c"):
+        raise ValueError(f"expected a structured space v3a, v3b or v3c, got {version!r}")
+    if version in ("v3a", "v3b"):
+        layouts = tuple(layout for layout in layouts if layout.node_tail is None)
+    if version == "v3a":
+        layouts = tuple(layout for layout in layouts if layout.replica_block == 1)
+    return layouts
+
+
+def comparison_main(description: str, measure, table, speed, out: Path,
+                    rows: tuple[str, ...] | None, versions: str) -> None:
+    """The command line of the reports that compare two structured spaces (``--only``,
+    ``--out``, ``--table``, ``--speed DEVICES VERSION``); ``rows``: the certified.json rows
+    measured by default (None: all of them); ``versions`` names the two for the help."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--only", nargs="*", default=None if rows is None else list(rows))
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--table", type=Path)
+    parser.add_argument("--speed", nargs=2, metavar=("DEVICES", "VERSION"),
+                        help=f"time GPT3-175B (v3 choices) on nest-tpuv4-fattree over {versions}'s "
+                             "layouts; prints one JSON line")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.speed:
+        print(json.dumps(speed(int(args.speed[0]), args.speed[1])))
+        return
+    if args.table:
+        print("\n".join(table(json.loads(args.table.read_text())["rows"])))
+        return
+    certified = {row["instance"]: row for row in json.loads(CERTIFIED.read_text())["instances"]}
+    measured = [measure(ROOT / certified[name]["path"], certified[name]["objective_ticks"], name)
+                for name in args.only or sorted(certified)]
+    args.out.write_text(json.dumps({"rows": measured}, indent=1) + "\n")
+    print("\n".join(table(measured)))
 
 
 def run_dp(instance, layouts) -> dict:
@@ -57,7 +101,8 @@ def run_dp(instance, layouts) -> dict:
 def measure(path: Path, best_ticks: int, name: str, analysed: bool) -> dict:
     instance = load_instance(path)
     row = {"instance": name, "best_ticks": best_ticks, "analysed": analysed,
-           "v2": run_dp(instance, all_layouts()), "v3a": run_dp(instance, None)}
+           "v2": run_dp(instance, all_layouts()),
+           "v3a": run_dp(instance, space_layouts(instance, "v3a"))}
     logger.info("%s: v2 %d, v3a %d (%s), best %d", name, row["v2"]["ticks"],
                 row["v3a"]["ticks"], row["v3a"]["layout"], best_ticks)
     return row

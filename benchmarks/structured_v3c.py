@@ -15,32 +15,23 @@ DP on GPT3-175B with the v3 choices on nest-tpuv4-fattree (one fresh process per
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 from pathlib import Path
 
-from benchmarks.structured_v3a import WITHIN, run_dp
+from benchmarks.structured_v3a import WITHIN, comparison_main, run_dp, space_layouts
 from nest_cp.io.readers import load_instance
-from nest_cp.model.network import NetworkModel
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
-CERTIFIED = ROOT / "reports" / "paper" / "certified.json"
 OUT = ROOT / "reports" / "structured_v3c.json"
-
-
-def without_tails(layouts):
-    """v3b-R's layouts: the structured layouts without the node tail."""
-    return tuple(layout for layout in layouts if layout.node_tail is None)
 
 
 def measure(path: Path, best_ticks: int, name: str) -> dict:
     instance = load_instance(path)
-    layouts = NetworkModel(instance.cluster).structured_layouts
     row = {"instance": name, "best_ticks": best_ticks,
-           "v3b": run_dp(instance, without_tails(layouts)), "v3c": run_dp(instance, None)}
+           "v3b": run_dp(instance, space_layouts(instance, "v3b")),
+           "v3c": run_dp(instance, space_layouts(instance, "v3c"))}
     logger.info("%s: v3b-R %d, v3c %d (%s), best %d", name, row["v3b"]["ticks"],
                 row["v3c"]["ticks"], row["v3c"]["layout"], best_ticks)
     return row
@@ -70,35 +61,14 @@ def speed(devices: int, version: str, network: str = "nest-tpuv4-fattree") -> di
     from benchmarks.bench_dp import v2_instance
 
     instance, _ = v2_instance("gpt3-175b", devices, network, v3=True)
-    layouts = NetworkModel(instance.cluster).structured_layouts
-    row = run_dp(instance, without_tails(layouts) if version == "v3b" else layouts)
+    row = run_dp(instance, space_layouts(instance, version))
     row.update(devices=devices, network=network, version=version)
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--table", type=Path)
-    parser.add_argument("--speed", nargs=2, metavar=("DEVICES", "VERSION"),
-                        help="time GPT3-175B (v3 choices) on nest-tpuv4-fattree over v3b-R's "
-                             "or v3c's layouts; prints one JSON line")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.speed:
-        print(json.dumps(speed(int(args.speed[0]), args.speed[1])))
-        return
-    if args.table:
-        print("\n".join(table(json.loads(args.table.read_text())["rows"])))
-        return
-    certified = {row["instance"]: row for row in json.loads(CERTIFIED.read_text())["instances"]}
-    names = args.only or sorted(certified)
-    rows = [measure(ROOT / certified[name]["path"], certified[name]["objective_ticks"], name)
-            for name in names]
-    args.out.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
-    print("\n".join(table(rows)))
-
+    comparison_main(__doc__.splitlines()[0], measure, table, speed, OUT, None,
+                    "v3b-R's or v3c")
 
 if __name__ == "__main__":
     main()

@@ -16,19 +16,15 @@ DP on GPT3-175B with the v3 choices on nest-tpuv4-fattree (one fresh process per
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 from pathlib import Path
 
-from benchmarks.structured_v3a import run_dp
+from benchmarks.structured_v3a import comparison_main, run_dp, space_layouts
 from nest_cp.io.readers import load_instance
-from nest_cp.model.network import NetworkModel
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
-CERTIFIED = ROOT / "reports" / "paper" / "certified.json"
 OUT = ROOT / "reports" / "structured_v3r.json"
 MISS_ROWS = ("bert-large--nest-tpuv4-fattree--512", "bert-large--nest-tpuv4-fattree--1024",
              "llama2-7b--nest-h100-spineleaf--1024", "bert-large--nest-h100-spineleaf--1024",
@@ -38,10 +34,9 @@ MISS_ROWS = ("bert-large--nest-tpuv4-fattree--512", "bert-large--nest-tpuv4-fatt
 
 def measure(path: Path, best_ticks: int, name: str) -> dict:
     instance = load_instance(path)
-    v3a = tuple(layout for layout in NetworkModel(instance.cluster).structured_layouts
-                if layout.replica_block == 1)
     row = {"instance": name, "best_ticks": best_ticks,
-           "v3a": run_dp(instance, v3a), "v3b": run_dp(instance, None)}
+           "v3a": run_dp(instance, space_layouts(instance, "v3a")),
+           "v3b": run_dp(instance, space_layouts(instance, "v3b"))}
     logger.info("%s: v3a %d, v3b-R %d (%s), best %d", name, row["v3a"]["ticks"],
                 row["v3b"]["ticks"], row["v3b"]["layout"], best_ticks)
     return row
@@ -69,36 +64,14 @@ def speed(devices: int, version: str, network: str = "nest-tpuv4-fattree") -> di
     from benchmarks.bench_dp import v2_instance
 
     instance, _ = v2_instance("gpt3-175b", devices, network, v3=True)
-    layouts = NetworkModel(instance.cluster).structured_layouts
-    if version == "v3a":
-        layouts = tuple(layout for layout in layouts if layout.replica_block == 1)
-    row = run_dp(instance, layouts)
+    row = run_dp(instance, space_layouts(instance, version))
     row.update(devices=devices, network=network, version=version)
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=list(MISS_ROWS))
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--table", type=Path)
-    parser.add_argument("--speed", nargs=2, metavar=("DEVICES", "VERSION"),
-                        help="time GPT3-175B (v3 choices) on nest-tpuv4-fattree over v3a's "
-                             "or v3b's layouts; prints one JSON line")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.speed:
-        print(json.dumps(speed(int(args.speed[0]), args.speed[1])))
-        return
-    if args.table:
-        print("\n".join(table(json.loads(args.table.read_text())["rows"])))
-        return
-    certified = {row["instance"]: row for row in json.loads(CERTIFIED.read_text())["instances"]}
-    rows = [measure(ROOT / certified[name]["path"], certified[name]["objective_ticks"], name)
-            for name in args.only]
-    args.out.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
-    print("\n".join(table(rows)))
-
+    comparison_main(__doc__.splitlines()[0], measure, table, speed, OUT, MISS_ROWS,
+                    "v3a's or v3b")
 
 if __name__ == "__main__":
     main()
