@@ -952,14 +952,12 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             bound = self._shape_bound(shape, outer.chunk_bound)
-            if config.tp > 1 and config.cp == 1 and \
-                    self.network.is_hierarchical and \
-                    self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
-            if config.tp > 1 and config.cp == 1 and \
-                    self.network.is_hierarchical and \
-                    self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._stagewise_of(outer, shape))
+            # the TP-placement bounds, cheaper first, each only while the shape may still win
+            if config.tp > 1 and config.cp == 1 and self.network.is_hierarchical:
+                if self.best.may_beat(bound, outer.key + (zero,)):
+                    bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
+                if self.best.may_beat(bound, outer.key + (zero,)):
+                    bound = max(bound, self._stagewise_of(outer, shape))
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue

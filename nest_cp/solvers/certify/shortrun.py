@@ -169,21 +169,15 @@ class ShortRunBound:
         sends, receives = self.sends <= cap, self.receives <= cap
         reach = max((int(v) for v in limits.ravel() if v != NO_LIMIT), default=0)
         # state: (last count sends out, distance from i*, slack to the first cut or None)
-        states: dict[tuple, int] = {}
+        states: dict[tuple, int] = {(False, 0, None): 0}  # before stage 0: nothing held
         for stage in range(self.shape.num_stages):
             grown: dict[tuple, int] = {}
             for count in self._classes(stage, allowed, sends, receives, limits):
                 limit = int(limits[stage, count])
                 ships = bool(sends[stage, count])
-                if stage == 0:
-                    sources = [((False, 0, None), 0, True)]
-                else:
-                    sources = [(key, held, key[0] and bool(receives[stage, count]))
-                               for key, held in states.items()]
-                for (_, distance, slack), held, cut in sources:
-                    if stage == 0:
-                        distance, slack = 0, None
-                    elif cut:
+                for (shipped, distance, slack), held in states.items():
+                    # stage 0 starts a run; a boundary both sides can cross cuts one
+                    if stage == 0 or (shipped and bool(receives[stage, count])):
                         distance, slack = 0, None
                     elif slack == 0:
                         continue  # the window of an earlier stage passed its length
