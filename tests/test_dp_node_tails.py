@@ -27,7 +27,7 @@ from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
+from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.io.readers import load_instance, plan_from_dict
@@ -37,7 +37,7 @@ from nest_cp.model.plan import NEST_LAYOUT, Dim, NodeTail, RankLayout, structure
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import _by_path
+from tests.test_dp_v3a import assert_fast_geometry
 
 ROOT = Path(__file__).resolve().parent.parent
 # seeded three-tier instances (5 layers, random_instance) where a node tail wins strictly
@@ -172,14 +172,8 @@ def test_dp_geometries_of_node_tails_equal_those_of_the_placement(seed):
         tailed = layout.tailed(config, num_stages, dp)
         devices = rank_devices(layout if tailed else NEST_LAYOUT, config, num_stages, dp,
                                np.array(network.canonical_order()), network.node_size)
-        expected = _by_path(array_ids, stage_geometries(network, array_ids, devices, config,
-                                                        wrap))
-        assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) == expected
-        _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
-            == [entry[1] for entry in expected]
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
-            == [entry[2] for entry in expected]
+        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
+                             dp, wrap)
         checked[tailed] += 1
     assert checked[True] > 3 and checked[False] > 3
 

@@ -24,7 +24,7 @@ from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
+from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, IntraConfig, Tier
@@ -33,7 +33,7 @@ from nest_cp.model.plan import MEGATRON_LAYOUT, Dim, RankLayout, structured_layo
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import _by_path, _small, _tier_speeds_swapped
+from tests.test_dp_v3a import _small, _tier_speeds_swapped, assert_fast_geometry
 
 # h3-dense-l6-d12 with tiers 1 and 2 swapped: two replicas of a stage per node pay
 BLOCKED_CASE = ("h3-dense-l6-d12", True)
@@ -109,14 +109,8 @@ def test_translated_geometries_of_replica_blocks_equal_those_of_the_placement(se
         assert layout.block(config, num_stages, dp) == layout.replica_block
         devices = rank_devices(layout, config, num_stages, dp,
                                np.array(network.layout_order(layout)), network.node_size)
-        expected = _by_path(array_ids, stage_geometries(network, array_ids, devices, config,
-                                                        wrap))
-        assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) == expected
-        _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
-            == [entry[1] for entry in expected]
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
-            == [entry[2] for entry in expected]
+        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
+                             dp, wrap)
         checked += 1
     assert checked > 5
 

@@ -120,6 +120,20 @@ def _by_path(ids: PathIds, geometries) -> list:
              of(geometry.replica_groups), of(geometry.dense_groups)) for geometry in geometries]
 
 
+def assert_fast_geometry(fast: LayoutGeometries, fast_ids: PathIds, array_ids: PathIds,
+                         devices, layout, config, num_stages: int, dp: int, wrap: bool) -> None:
+    """The DP's geometries of ``layout`` and its data-parallel groups' paths equal those of
+    the placement ``devices`` (its whole device array)."""
+    expected = _by_path(array_ids, stage_geometries(fast.network, array_ids, devices, config,
+                                                    wrap))
+    assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) == expected
+    _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
+    assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
+        == [entry[1] for entry in expected]
+    assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
+        == [entry[2] for entry in expected]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_translated_geometries_equal_those_of_the_placement(seed):
     """The DP's geometries of v3a layouts and replica blocks (a few replicas and stages that
@@ -141,14 +155,8 @@ def test_translated_geometries_equal_those_of_the_placement(seed):
         layout, wrap = rng.choice(network.structured_layouts[24:]), rng.random() < 0.5
         devices = rank_devices(layout, config, num_stages, dp,
                                np.array(network.layout_order(layout)), network.node_size)
-        expected = stage_geometries(network, array_ids, devices, config, wrap)
-        assert _by_path(fast_ids, fast(layout, config, num_stages, dp, wrap)) \
-            == _by_path(array_ids, expected)
-        _, replica_sets, dense_sets = fast.data_groups(layout, config, num_stages, dp)
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in replica_sets] \
-            == [entry[1] for entry in _by_path(array_ids, expected)]
-        assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
-            == [entry[2] for entry in _by_path(array_ids, expected)]
+        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
+                             dp, wrap)
         checked += 1
     assert checked > 20
 
