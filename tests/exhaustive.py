@@ -197,3 +197,13 @@ def identical_blocks_instance(seed: int, tier_choices: tuple[tuple[int, ...], ..
                            global_batch=rng.choice((4, 8, 16)),
                            comm_scale=rng.choice((1, 5, 20, 50)), identical_blocks=True,
                            zero_stages=rng.choice(((0,), (0, 1))))
+
+
+def main_optimum(instance: Instance, shape) -> float:
+    """The least main plan of the shape (every canonical placement but the raised ones,
+    exhaustive search): what the bounds of the main plans must stay below."""
+    sizes = tuple(tier.size for tier in instance.cluster.network.tiers)
+    placements = list(canonical_placements(sizes, shape.config.devices * shape.num_stages
+                                           * shape.dp))
+    raised = raised_filter(instance, shape)
+    return shape_optimum(instance, shape, placements, only=lambda p: not raised(p))

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from exhaustive import canonical_placements, identical_blocks_instance, raised_filter, shape_optimum
+from exhaustive import identical_blocks_instance, main_optimum
 
 from nest_cp import load_instance
 from nest_cp.model.network import NetworkModel
@@ -48,15 +48,6 @@ def _bounds(instance, shape) -> tuple[float, float, ShortRunBound]:
     return old, max(old, short.bound(tau, base.sync)), short
 
 
-def _main_optimum(instance, shape) -> float:
-    """The least main plan of the shape (exhaustive search)."""
-    sizes = tuple(tier.size for tier in instance.cluster.network.tiers)
-    placements = list(canonical_placements(sizes, shape.config.devices * shape.num_stages
-                                           * shape.dp))
-    raised = raised_filter(instance, shape)
-    return shape_optimum(instance, shape, placements, only=lambda p: not raised(p))
-
-
 def _shape(instance, label: str):
     return next(s for s in shapes(instance) if s.label == label)
 
@@ -79,7 +70,7 @@ def _checked(seed: int, slots: int = 8) -> tuple[int, int, int]:
         before, after, short = _bounds(instance, shape)
         if not short.applies:
             continue
-        optimum = _main_optimum(instance, shape)
+        optimum = main_optimum(instance, shape)
         assert after <= optimum, f"seed {seed} {shape.label}: {after} > {optimum}"
         applied += 1
         stronger += after > before
@@ -91,7 +82,7 @@ def _checked(seed: int, slots: int = 8) -> tuple[int, int, int]:
     (8, "tp=1,ep=1,b=1,S=2,d=3,z=0", 93_288_667, 97_335_667, 97_335_667),
     (8, "tp=1,ep=2,b=1,S=2,d=2,z=0", 38_724_000, 46_824_000, 49_824_000),
     (21, "tp=1,ep=2,b=1,S=2,d=2,z=0", 158_534_000, 174_036_000, 191_536_000)])
-def test_short_run_bound_is_stronger_and_below_the_main_optimum(seed, label, old, new,
+def test_short_run_bound_is_stronger_and_below_themain_optimum(seed, label, old, new,
                                                                  optimum):
     """Two-device nodes: a sync group on two channels needs a replica alone in its node at
     the stage, so both its boundaries leave the node.  The bound rises above the older ones,
@@ -102,11 +93,11 @@ def test_short_run_bound_is_stronger_and_below_the_main_optimum(seed, label, old
     before, after, short = _bounds(instance, shape)
     assert short.applies
     assert (before, after) == (old, new)
-    assert _main_optimum(instance, shape) == optimum
+    assert main_optimum(instance, shape) == optimum
 
 
 @pytest.mark.parametrize("seed", [8, 21])
-def test_short_run_bound_never_exceeds_the_main_optimum(seed):
+def test_short_run_bound_never_exceeds_themain_optimum(seed):
     """Every shape of at most three stages and 8 ranks where the bound applies: at most the
     least main plan, and strictly stronger than before on some."""
     _, stronger, _ = _checked(seed)

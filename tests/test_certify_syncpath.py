@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from exhaustive import canonical_placements, identical_blocks_instance, raised_filter, shape_optimum
+from exhaustive import identical_blocks_instance, main_optimum
 
 from nest_cp import load_instance
 from nest_cp.model.network import NetworkModel
@@ -46,15 +46,6 @@ def _bounds(instance, shape) -> tuple[float, float, SyncPathBound]:
     return old, max(old, synced.bound(tau, base.sync)), synced
 
 
-def _main_optimum(instance, shape) -> float:
-    """The least main plan of the shape (exhaustive search)."""
-    sizes = tuple(tier.size for tier in instance.cluster.network.tiers)
-    placements = list(canonical_placements(sizes, shape.config.devices * shape.num_stages
-                                           * shape.dp))
-    raised = raised_filter(instance, shape)
-    return shape_optimum(instance, shape, placements, only=lambda p: not raised(p))
-
-
 def _shape(instance, label: str):
     return next(s for s in shapes(instance) if s.label == label)
 
@@ -64,7 +55,7 @@ def _shape(instance, label: str):
     (14, "tp=1,ep=1,b=1,S=2,d=3,z=0", 407_453_334, 447_493_334, 447_493_334),
     (17, "tp=1,ep=1,b=1,S=2,d=4,z=0", 53_127_000, 63_084_000, 64_584_000),
     (17, "tp=1,ep=1,b=1,S=3,d=2,z=0", 68_828_000, 74_210_000, 79_416_000)])
-def test_sync_path_bound_is_stronger_and_below_the_main_optimum(seed, label, old, new,
+def test_sync_path_bound_is_stronger_and_below_themain_optimum(seed, label, old, new,
                                                                  optimum):
     """A sync group that fills most of a node (seed 12: 3 of 4 devices) or of a tier-1
     domain (seeds 14, 17) leaves no room for the pipeline neighbours: the bound rises
@@ -75,7 +66,7 @@ def test_sync_path_bound_is_stronger_and_below_the_main_optimum(seed, label, old
     before, after, synced = _bounds(instance, shape)
     assert synced.applies
     assert (before, after) == (old, new)
-    assert _main_optimum(instance, shape) == optimum
+    assert main_optimum(instance, shape) == optimum
 
 
 def _checked(seed: int) -> int:
@@ -94,13 +85,13 @@ def _checked(seed: int) -> int:
         before, after, synced = _bounds(instance, shape)
         if not synced.applies:
             continue
-        assert after <= _main_optimum(instance, shape), f"seed {seed} {shape.label}"
+        assert after <= main_optimum(instance, shape), f"seed {seed} {shape.label}"
         stronger += after > before
     return stronger
 
 
 @pytest.mark.parametrize("seed", [12, 14])
-def test_sync_path_bound_never_exceeds_the_main_optimum(seed):
+def test_sync_path_bound_never_exceeds_themain_optimum(seed):
     """Every shape of at most three stages and 8 ranks where the bound applies: at most the
     least main plan, and strictly stronger than before on some."""
     assert _checked(seed) > 0
