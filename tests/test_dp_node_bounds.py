@@ -29,10 +29,11 @@ def _instance(seed: int, tier_sizes: tuple[int, ...], configs, overlap: bool):
         instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
 
 
-# nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2)
+# nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2); the
+# fast tier takes the two-tier case (2 s), the three-tier ones search ten times longer
 @pytest.mark.parametrize("tier_sizes, overlap", slow_unless(
     [((2, 2, 2), False), ((2, 2, 2), True), ((4, 2), False), ((4, 2), True)],
-    lambda case: case == ((2, 2, 2), False)))
+    lambda case: case == ((4, 2), False)))
 def test_node_bounds_never_exceed_the_exhaustive_optimum(tier_sizes, overlap):
     """For every shape, the case-split bound and the stage-by-stage bound are at most the
     least objective over every split and every injective placement (one per class of
