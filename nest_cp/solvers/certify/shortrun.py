@@ -12,9 +12,9 @@ geometry), S >= 2, when
 Let q = ⌊G_0 / a⌋ (>= 1).
 
 Claim.  For any Θ every such plan P has T(P) >= min(A, B), A = (m + S − 1)·τ_path + Θ,
-B = (m + S − 1)·max(τ_path, τ_Θ) + σ_lb, with τ_path the (packed) path bound's τ, σ_lb the
-placement-free sync bound and τ_Θ the least cap at which the count search below holds
-(searched only from τ_path up: ``tau``);
+B = (m + S − 1)·max(τ_path, τ_Θ) + σ, σ = max(σ_lb, σ_div), with τ_path the (packed) path
+bound's τ, σ_lb the placement-free sync bound, σ_div the divided sync below and τ_Θ the
+least cap at which the count search below holds (searched only from τ_path up: ``tau``);
 the bound is the largest min(A, B) over the candidate Θ (each is a valid bound, so the
 largest is).
 
@@ -29,7 +29,9 @@ least over the combos whose output boundary has a class >= 1 admitting a pair, I
 same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
 W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / (k_s(c) + 1)⌋ (no limit when k_s(c) = 0);
 k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
-ring collective's price never rises with its channels), so L_s is non-increasing.
+ring collective's price never rises with its channels), so L_s is non-increasing.  With
+k_d = ⌊d / ⌈d / q⌉⌋ (<= q), σ_div is the min-max over block counts of max_s
+max(Y_s, W^{k_d}_s) (``FastBounds._min_max``, a lower bound on it).
 
 Count search.  ``holds(cap)``: there are counts (c_s), Σ c_s >= n, each at least the
 fewest its stage must hold, with N_s(c_s) <= cap and Y_s(c_s) < Θ for every s, and, calling
@@ -66,11 +68,17 @@ Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_
    cap = τ_max(P), boundary i − 1 is cuttable, and it lies before s, so i*(s) >= i.  Likewise
    if j < S − 1 boundary j is cuttable and at or after s, so j*(s) <= j; if j = S − 1,
    j*(s) <= S − 1 = j.  Hence j*(s) − i*(s) + 1 <= |R_{r*}| <= L_s(c_s).
-5. So P's counts pass ``holds(τ_max(P))``.  ``holds`` is monotone in the cap (a larger cap
+5. T_sync(P) >= σ_div: every stage replica of every stage lies whole in one tier-0
+   domain (step 2's lemma), so each domain holds n_D <= q replicas of a stage, an
+   expert sync group touches >= ⌈d / q⌉ domains and runs at most k_d channels, the dense
+   group at most e·k_d, and the exposed sync of s is at least W^{k_d}_s(c_s) (the
+   divided-channel bound's step 2, whose premise — no family raised — every main plan
+   meets); it is also >= Y_s(c_s), and the min-max is at most max_s of the larger.
+6. So P's counts pass ``holds(τ_max(P))``.  ``holds`` is monotone in the cap (a larger cap
    keeps every condition on the counts and only adds cuttable boundaries, which moves
    i*(s) right and j*(s) left) and changes only at row values (N, OUT, IN), so τ_Θ, the
    least such value with ``holds`` (bisection), is <= τ_max(P); with τ_max(P) >= τ_path
-   and T_sync(P) >= σ_lb, T(P) >= B.  ∎
+   and T_sync(P) >= σ (step 5), T(P) >= B.  ∎
 
 The search (``_holds``) runs over the stages in order, keeping per state (whether the
 last stage's count has OUT <= cap, its distance from i*, how far the first cuttable
@@ -80,7 +88,8 @@ stage's count only adds blocks and every condition is otherwise the class's.  Σ
 suffices: lowering counts to n keeps every condition (the rows are non-decreasing, L_s
 non-increasing in c).
 
-Candidates Θ: the values of the Y and W^k rows above σ_lb.  A rises with Θ and B never does
+Candidates Θ: the values of the Y and W^k rows above σ (a Θ <= σ_div puts every main
+plan in case A).  A rises with Θ and B never does
 (a larger Θ only weakens the conditions), and on each interval between two candidates the
 conditions are those of its upper end; so min(A, B) is largest where A and B cross, found
 by bisection over the sorted candidates with a logarithmic number of searches — a count,
@@ -94,7 +103,7 @@ import math
 import numpy as np
 
 from nest_cp.solvers.certify.bounds import INF, FastBounds
-from nest_cp.solvers.certify.divided import replicas_divide_nodes
+from nest_cp.solvers.certify.divided import divided_channels, replicas_divide_nodes
 from nest_cp.solvers.certify.geometry import NONE, Geometry
 from nest_cp.solvers.certify.split import best_of_crossing, least_passing
 
@@ -126,6 +135,9 @@ class ShortRunBound:
                      for k in range(1, self.per_domain + 1)]
         self.normal, self.sends, self.receives = self._transfer_rows()
         self.lows = [fast._min_blocks(s, shape.num_stages) for s in range(shape.num_stages)]
+        # σ_div: every main plan's sync, its groups on at most k_d channels (docstring)
+        divided = self.thin[divided_channels(dp, self.per_domain) - 1]
+        self.divided_sync = fast._min_max(list(np.maximum(self.sync, divided)), shape)
 
     def _applies(self) -> bool:
         return self.shape.num_stages >= 2 and replicas_divide_nodes(self.geo, self.shape,
@@ -227,12 +239,16 @@ class ShortRunBound:
         return least_passing(caps, lambda cap: self._holds(cap, theta, limits))
 
     def bound(self, tau_path: float, sigma_lb: float) -> float:
-        """The largest min(A, B) over the candidate Θ (-inf when the bound does not apply)."""
+        """The largest min(A, B) over the candidate Θ (-inf when the bound does not apply),
+        with σ = max(``sigma_lb``, σ_div) in B (module docstring)."""
         if not self.applies or not math.isfinite(tau_path) or not math.isfinite(sigma_lb):
+            return -math.inf
+        sigma = max(sigma_lb, self.divided_sync)
+        if not math.isfinite(sigma):
             return -math.inf
         rounds = self.shape.rounds
         values = np.concatenate([self.sync.ravel(), *(rows.ravel() for rows in self.thin)])
-        candidates = np.unique(values[(values < INF) & (values > sigma_lb)])
+        candidates = np.unique(values[(values < INF) & (values > sigma)])
         if candidates.size == 0:
             return -math.inf
         taus: dict[int, float] = {}
@@ -242,11 +258,11 @@ class ShortRunBound:
             theta = int(candidates[index])
             if theta not in taus:
                 taus[theta] = self.tau(theta, floor)
-            return rounds * tau_path + theta, rounds * taus[theta] + sigma_lb
+            return rounds * tau_path + theta, rounds * taus[theta] + sigma
 
         # τ_Θ never rises with Θ: if the least candidate leaves it at τ_path, B is the path
         # bound for every Θ and min(A, B) adds nothing
-        if pair(0)[1] <= rounds * tau_path + sigma_lb:
+        if pair(0)[1] <= rounds * tau_path + sigma:
             return -math.inf
 
         # A rises with Θ and B never does: the best min(A, B) is where they cross
