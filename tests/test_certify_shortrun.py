@@ -6,13 +6,17 @@ of the main plans of small shapes (tests/exhaustive.py) and on a NEST-grid shape
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
 from exhaustive import identical_blocks_instance, main_optimum
+from tiers import slow_unless
 
 from nest_cp import load_instance
+from nest_cp.harness.generators import random_instance
 from nest_cp.harness.sweep import build_points, parse_axis
+from nest_cp.model.instance import IntraConfig, RecomputeMode
 from nest_cp.model.network import NetworkModel
 from nest_cp.solvers.certify.bounds import FastBounds
 from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
@@ -52,6 +56,17 @@ def _bounds(instance, shape) -> tuple[float, float, ShortRunBound]:
 
 def _shape(instance, label: str):
     return next(s for s in shapes(instance) if s.label == label)
+
+
+def _odd_instance(seed: int):
+    """Identical blocks, t = e = 1, on three 4-device nodes: with d = 5 replicas a node
+    holds up to q = 4 of a stage, but a sync on two channels needs ⌈5 / n⌉ domains of at
+    least two members each, so some node holds n >= 3 of them (not only 2)."""
+    rng = random.Random(seed)
+    return random_instance(seed, num_layers=rng.choice((3, 4)), tier_sizes=(4, 3),
+                           configs=(IntraConfig(),), recompute_modes=(RecomputeMode.NONE,),
+                           global_batch=rng.choice((10, 20, 40)),
+                           comm_scale=rng.choice((5, 20, 50, 200)), identical_blocks=True)
 
 
 def _checked(seed: int, slots: int = 8) -> tuple[int, int, int]:
@@ -97,6 +112,35 @@ def test_short_run_bound_is_stronger_and_below_themain_optimum(seed, label, old,
     assert short.applies
     assert (before, after) == (old, new)
     assert main_optimum(instance, shape) == optimum
+
+
+@pytest.mark.parametrize(("seed", "old", "new", "optimum"), slow_unless([
+    (0, 220_521_000, 225_026_000, 225_026_000),
+    (5, 285_541_000, 447_550_000, 447_550_000),
+    (9, 140_525_009, 167_534_000, 177_150_000)], lambda case: case[0] == 0))
+def test_short_run_bound_counts_the_replicas_an_odd_sync_group_crowds(seed, old, new,
+                                                                      optimum):
+    """S = 2, d = 5 on 4-device nodes: two sync channels need every node the group touches
+    to hold two replicas of the stage, and five replicas then need a node with three, so a
+    replica keeps one stage in that node (⌊4 / 3⌋, where two replicas would leave it two).
+    The bound reaches the least main plan on two seeds and rises towards it on a third."""
+    instance = _odd_instance(seed)
+    shape = _shape(instance, "tp=1,ep=1,b=1,S=2,d=5,z=0")
+    before, after, short = _bounds(instance, shape)
+    assert short.applies and short.per_domain == 4
+    assert (before, after) == (old, new)
+    assert main_optimum(instance, shape) == optimum
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10, 22))
+def test_short_run_bound_with_odd_sync_groups_never_exceeds_the_main_optimum(seed):
+    """As above on more seeds (slow tier): at most the least main plan."""
+    instance = _odd_instance(seed)
+    shape = _shape(instance, "tp=1,ep=1,b=1,S=2,d=5,z=0")
+    _, after, short = _bounds(instance, shape)
+    if short.applies:
+        assert after <= main_optimum(instance, shape)
 
 
 @pytest.mark.parametrize("seed", [8, 21])
@@ -145,4 +189,24 @@ def test_short_run_bound_charges_the_divided_sync_on_mixtral_at_a_quarter_spine(
     assert after == 3_603_332_686
     result = solve(instance, "dp")  # the referee checks its price
     assert (result.plan.num_stages, result.plan.num_replicas) == (8, 32)
+    assert after <= result.objective_ticks
+
+
+@pytest.mark.slow  # the DP at 1,024 devices of GPT3-175B: seconds
+def test_short_run_bound_prices_the_odd_sync_of_gpt3_at_a_quarter_spine():
+    """GPT3-175B on 1,024 H100s with a quarter of the spine, S = 30, d = 17, t = 2 (q = 4):
+    the last stage keeps its predecessor in its node under the path τ (78.79 ms; 80.74 ms
+    with that boundary off the node), so a node holds at most two of its replicas, and 17
+    replicas at most two per node leave some node with one: one sync channel (1,026.2 ms
+    for its four blocks).  The crowded-node bound's 21,788.60 ms rises to 22,296.90 ms,
+    below the DP plan of the shape (22,300.10 ms)."""
+    base = load_instance(ROOT / "instances/paper/gpt3-175b--nest-h100-spineleaf--1024.json")
+    instance = build_points(base, [parse_axis("spine.bandwidth_Bps=0.25x", base)])[0].instance
+    shape = _shape(instance, "tp=2,ep=1,b=1,S=30,d=17,z=0")
+    before, after, short = _bounds(instance, shape)
+    assert short.applies and short.per_domain == 4
+    assert before == 21_788_595_528
+    assert after == 22_296_899_756
+    result = solve(instance, "dp")
+    assert (result.plan.num_stages, result.plan.num_replicas) == (30, 17)
     assert after <= result.objective_ticks

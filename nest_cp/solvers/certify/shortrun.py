@@ -27,9 +27,12 @@ most k (the divided-channel bound's rows with k_d = k); from the path bound's
 ``combo_rows`` (paths step 2), N_s the least over every combo stage s can have, OUT_s the
 least over the combos whose output boundary has a class >= 1 admitting a pair, IN_s the
 same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
-W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / (k_s(c) + 1)⌋ (no limit when k_s(c) = 0);
-k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
-ring collective's price never rises with its channels), so L_s is non-increasing.  With
+W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / m_{k_s(c)}⌋ (no limit when k_s(c) = 0),
+where f(m) = ⌊d / ⌈d / m⌉⌋ and m_k is the least m with f(m) >= k + 1 (so m_k >= k + 1,
+as f(m) <= m), q + 1 when no m <= q has it (then L = 0: no count passes); k_s is
+non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a ring
+collective's price never rises with its channels) and f, hence m_k, non-decreasing, so
+L_s is non-increasing.  With
 k_d = ⌊d / ⌈d / q⌉⌋ (<= q), σ_div is the min-max over block counts of max_s
 max(Y_s, W^{k_d}_s) (``FastBounds._min_max``, a lower bound on it).
 
@@ -56,12 +59,18 @@ Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_
    touches, cost model §5 a, capped further by ``Tier.channel_cap``) are at most e·k and
    H's at most k, and as in bounds step 3 (each term at least its price on its tier with
    that many channels) the exposed sync of s is at least W^k_s(c_s) >= Θ > T_sync(P),
-   which is impossible.  So every such D has n_D >= k + 1.
-3. Take one such D and, for each of its n_D replicas r, the level-0 run R_r of r through s
+   which is impossible.  So every such D has n_D >= k + 1.  Let n_max be the largest
+   n_D.  H has one member in each of the d stage replicas, so it touches at least
+   ⌈d / n_max⌉ domains and its fewest members in a touched domain is an integer at most
+   d / ⌈d / n_max⌉: at most f(n_max), and G's at most e·f(n_max) in the same domains (the
+   divided-channel bound's step 2 with n_max for q).  If f(n_max) <= k the exposed sync
+   of s is again at least W^k_s(c_s) >= Θ; so f(n_max) >= k + 1 and n_max >= m_k.
+3. Take D with n_D = n_max and, for each of its n_D replicas r, the level-0 run R_r of r
+   through s
    (the maximal run of stages joined by class-0 boundaries, geometry): its |R_r|·a ranks
    lie in D (geometry's lemma with J_0 = a; D holds (s, r)), and runs of different
    replicas are disjoint devices (the placement is injective, DESIGN §2).  So
-   Σ_r |R_r| <= q and some replica r* has |R_{r*}| <= ⌊q / n_D⌋ <= L_s(c_s).
+   Σ_r |R_r| <= q and some replica r* has |R_{r*}| <= ⌊q / n_D⌋ <= ⌊q / m_k⌋ = L_s(c_s).
 4. Write R_{r*} = [i, j].  If i > 0 the boundary i − 1 of r* has a class >= 1 (the run is
    maximal), admitting a pair (it holds one), so τ(i − 1, r*) >= OUT_{i−1}(c_{i−1}) and
    τ(i, r*) >= IN_i(c_i) (paths step 2, the least over the combos they may have): with
@@ -172,7 +181,16 @@ class ShortRunBound:
         needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
         for k, rows in enumerate(self.thin, start=1):
             needed = np.where(rows >= theta, k, needed)
-        return np.where(needed > 0, self.per_domain // (needed + 1), NO_LIMIT)
+        crowd = np.array([self._crowd(k) for k in range(len(self.thin) + 1)])
+        return np.where(needed > 0, self.per_domain // crowd[needed], NO_LIMIT)
+
+    def _crowd(self, k: int) -> int:
+        """m_k: the fewest replicas of a stage some tier-0 domain must hold for its sync to
+        run k + 1 channels — the least m >= k + 1 with ⌊d / ⌈d / m⌉⌋ >= k + 1, or q + 1
+        (L = 0: no main plan) when no m <= q has it (module docstring, step 2)."""
+        q = self.per_domain
+        return next((m for m in range(k + 1, q + 1)
+                     if divided_channels(self.shape.dp, m) >= k + 1), q + 1)
 
     def _holds(self, cap: int, theta: int, limits: np.ndarray) -> bool:
         """The count search of the module docstring at one cap."""
