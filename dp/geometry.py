@@ -324,10 +324,16 @@ class LayoutGeometries:
         network from :meth:`_translated_data` (the key: the sets themselves).  None with
         context width c > 1 (its groups are found rank by rank, :meth:`__call__`); a layout
         with a replica block in effect (:meth:`RankLayout.block`) is not strided.  For a
-        node tail or gathered ends in effect (:meth:`RankLayout.arrayed`) from its
-        geometries (:meth:`_array_geometries`; the key: the sets themselves)."""
+        node tail in effect (:meth:`RankLayout.tailed`) from its geometries
+        (:meth:`_array_geometries`), for gathered ends as progressions
+        (:meth:`_gathered_data`; the key: the sets themselves), so the planner's sync bound
+        needs no device array."""
         if config.cp > 1:
             return None
+        if layout.ends_gathered(config, num_stages, dp) and self.translated \
+                and not layout.digits:
+            replica_sets, dense_sets = self._gathered_data(config, num_stages, dp)
+            return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
         if layout.arrayed(config, num_stages, dp):
             geometries = self._array_geometries(layout, config, num_stages, dp, False)
             replica_sets = [geometry.replica_groups for geometry in geometries]
@@ -347,6 +353,34 @@ class LayoutGeometries:
             canonical, strides, config, num_stages, dp,
             self._origin(layout, config, num_stages, dp))
         return key, replica_sets, dense_sets
+
+    def _gathered_data(self, config: IntraConfig, num_stages: int,
+                       dp: int) -> tuple[list, list]:
+        """Per stage, the path ids of the d-replica and d·e groups of gathered ends in
+        effect (:func:`~nest_cp.model.plan.gathered_end_positions`, canonical order, spare
+        last), without the device array: replica 0 of stage s has rank j at position
+        start_s + j (start 0, a·d + a·(s − 1) for a middle stage, a·d·(S − 1) for the
+        last), the replicas follow at stride a on the two end stages and a·(S − 2) on the
+        middle ones, and the EP members of a rank at stride t (j = t_index + t·e_index),
+        so every group is a box of positions (:meth:`_GroupPathCodes.of_positions`)."""
+        width = config.devices
+        stage = np.arange(num_stages, dtype=np.int64)
+        ends = (stage == 0) | (stage == num_stages - 1)
+        start = np.where(stage == 0, 0, np.where(
+            stage == num_stages - 1, width * dp * (num_stages - 1),
+            width * dp + width * (stage - 1)))
+        first = start[:, None] + np.arange(width, dtype=np.int64)[None, :]  # [stage, j]
+        replica_ids = np.zeros(first.shape, dtype=np.int64)
+        dense_ids = np.zeros((num_stages, config.tp), dtype=np.int64)
+        for rows, stride in ((ends, width), (~ends, width * (num_stages - 2))):
+            lowest = first[rows]
+            replica_ids[rows] = self.groups.of_positions(
+                lowest.ravel(), [(stride, dp)], ()).reshape(lowest.shape)
+            lowest = first[rows, :config.tp]
+            dense_ids[rows] = self.groups.of_positions(
+                lowest.ravel(), [(config.tp, config.ep), (stride, dp)],
+                ()).reshape(lowest.shape)
+        return _row_sets(replica_ids), _row_sets(dense_ids)
 
     def _array_geometries(self, layout: RankLayout, config: IntraConfig, num_stages: int,
                           dp: int, wrap: bool) -> tuple[StageGeometry, ...]:
