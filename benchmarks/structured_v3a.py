@@ -42,12 +42,14 @@ WITHIN = 0.005  # "within 0.5 % of the best plan known"
 def space_layouts(instance, version: str) -> tuple:
     """The structured layouts of ``instance``'s network as structured space ``version``
     searched them: "v3a" (v2's orders through every device order, spare nodes first),
-    "v3b" (and the replica blocks of v3b-R), "v3c" (and the node tails: all of
-    ``NetworkModel.structured_layouts`` today), so each report compares the same two
-    spaces whatever the structured space grows into later."""
+    "v3b" (and the replica blocks of v3b-R), "v3c" (and the node tails), "v3d" (and the
+    gathered ends: all of ``NetworkModel.structured_layouts`` today), so each report
+    compares the same two spaces whatever the structured space grows into later."""
     layouts = NetworkModel(instance.cluster).structured_layouts
-    if version not in ("v3a", "v3b", "v3c"):
-        raise ValueError(f"expected a structured space v3a, v3b or v3c, got {version!r}")
+    if version not in ("v3a", "v3b", "v3c", "v3d"):
+        raise ValueError(f"expected a structured space v3a, v3b, v3c or v3d, got {version!r}")
+    if version in ("v3a", "v3b", "v3c"):
+        layouts = tuple(layout for layout in layouts if not layout.gathered_ends)
     if version in ("v3a", "v3b"):
         layouts = tuple(layout for layout in layouts if layout.node_tail is None)
     if version == "v3a":

@@ -38,7 +38,8 @@ work, and the inner stages' replicas once per residue of their first position
 (:meth:`LayoutGeometries._by_residue`); the groups of the d
 replicas (d·e ranks) are arithmetic progressions whose k has a closed form
 (:func:`_progression_fewest`).  A layout whose node tail is in effect (structured space
-v3c, :class:`~nest_cp.model.plan.NodeTail`) is priced from its whole device array.
+v3c, :class:`~nest_cp.model.plan.NodeTail`) or whose gathered ends are (v3d,
+:func:`~nest_cp.model.plan.gathered_end_positions`) is priced from its whole device array.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ class LayoutGeometries:
         self._data: dict[tuple, tuple[list, list]] = {}
         self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
         self._translated_replicas: dict[tuple, tuple[list | None, Callable]] = {}
-        self._tails: dict[tuple, tuple[StageGeometry, ...]] = {}  # the last node tail's
+        self._arrays: dict[tuple, tuple[StageGeometry, ...]] = {}  # the last arrayed one's
 
     def order_of(self, layout: RankLayout) -> np.ndarray:
         """The device order ``layout`` reads its positions through, as an array."""
@@ -287,8 +288,8 @@ class LayoutGeometries:
                 return tiered_context_geometries(self.network, self.ids, devices, config,
                                                  wrap)
             return rank_geometries(self.network, self.ids, devices, config, wrap)
-        if layout.tailed(config, num_stages, dp):
-            return list(self._tail_geometries(layout, config, num_stages, dp, wrap))
+        if layout.arrayed(config, num_stages, dp):
+            return list(self._array_geometries(layout, config, num_stages, dp, wrap))
         if self._strided(layout) and layout.block(config, num_stages, dp) == 1:
             strides = layout_strides(layout, config, num_stages, dp)
             radix = {Dim.TP: config.tp, Dim.EP: config.ep, Dim.STAGE: num_stages,
@@ -322,13 +323,19 @@ class LayoutGeometries:
         case (a graph, an order other than the canonical one); for a v3a layout on a tiered
         network from :meth:`_translated_data` (the key: the sets themselves).  None with
         context width c > 1 (its groups are found rank by rank, :meth:`__call__`); a layout
-        with a replica block in effect (:meth:`RankLayout.block`) is not strided.  None for a
+        with a replica block in effect (:meth:`RankLayout.block`) is not strided.  For a
         node tail in effect (:meth:`RankLayout.tailed`) from its geometries
-        (:meth:`_tail_geometries`; the key: the sets themselves)."""
+        (:meth:`_array_geometries`), for gathered ends as progressions
+        (:meth:`_gathered_data`; the key: the sets themselves), so the planner's sync bound
+        needs no device array."""
         if config.cp > 1:
             return None
-        if layout.tailed(config, num_stages, dp):
-            geometries = self._tail_geometries(layout, config, num_stages, dp, False)
+        if layout.ends_gathered(config, num_stages, dp) and self.translated \
+                and not layout.digits:
+            replica_sets, dense_sets = self._gathered_data(config, num_stages, dp)
+            return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
+        if layout.arrayed(config, num_stages, dp):
+            geometries = self._array_geometries(layout, config, num_stages, dp, False)
             replica_sets = [geometry.replica_groups for geometry in geometries]
             dense_sets = [geometry.dense_groups for geometry in geometries]
             return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
@@ -347,18 +354,48 @@ class LayoutGeometries:
             self._origin(layout, config, num_stages, dp))
         return key, replica_sets, dense_sets
 
-    def _tail_geometries(self, layout: RankLayout, config: IntraConfig, num_stages: int,
-                         dp: int, wrap: bool) -> tuple[StageGeometry, ...]:
-        """The stage geometries of a layout whose node tail is in effect, from its whole
-        device array (the head blocks and the tails' nodes have no stride form); the last
-        one kept, as the planner asks for the data-parallel groups, then the geometries."""
+    def _gathered_data(self, config: IntraConfig, num_stages: int,
+                       dp: int) -> tuple[list, list]:
+        """Per stage, the path ids of the d-replica and d·e groups of gathered ends in
+        effect (:func:`~nest_cp.model.plan.gathered_end_positions`, canonical order, spare
+        last), without the device array: replica 0 of stage s has rank j at position
+        start_s + j (start 0, a·d + a·(s − 1) for a middle stage, a·d·(S − 1) for the
+        last), the replicas follow at stride a on the two end stages and a·(S − 2) on the
+        middle ones, and the EP members of a rank at stride t (j = t_index + t·e_index),
+        so every group is a box of positions (:meth:`_GroupPathCodes.of_positions`)."""
+        width = config.devices
+        stage = np.arange(num_stages, dtype=np.int64)
+        ends = (stage == 0) | (stage == num_stages - 1)
+        start = np.where(stage == 0, 0, np.where(
+            stage == num_stages - 1, width * dp * (num_stages - 1),
+            width * dp + width * (stage - 1)))
+        first = start[:, None] + np.arange(width, dtype=np.int64)[None, :]  # [stage, j]
+        replica_ids = np.zeros(first.shape, dtype=np.int64)
+        dense_ids = np.zeros((num_stages, config.tp), dtype=np.int64)
+        for rows, stride in ((ends, width), (~ends, width * (num_stages - 2))):
+            lowest = first[rows]
+            replica_ids[rows] = self.groups.of_positions(
+                lowest.ravel(), [(stride, dp)], ()).reshape(lowest.shape)
+            lowest = first[rows, :config.tp]
+            dense_ids[rows] = self.groups.of_positions(
+                lowest.ravel(), [(config.tp, config.ep), (stride, dp)],
+                ()).reshape(lowest.shape)
+        return _row_sets(replica_ids), _row_sets(dense_ids)
+
+    def _array_geometries(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                          dp: int, wrap: bool) -> tuple[StageGeometry, ...]:
+        """The stage geometries of a layout whose node tail or gathered ends are in effect,
+        from its whole device array (the head blocks and the tails' nodes, the two
+        replica-inner end stages around stage-inner middle ones, have no stride form); the
+        last one kept, as the planner asks for the data-parallel groups, then the
+        geometries."""
         key = (layout, config, num_stages, dp, wrap)
-        if key not in self._tails:
+        if key not in self._arrays:
             devices = rank_devices(layout, config, num_stages, dp, self.order_of(layout),
                                    self.network.node_size)
-            self._tails = {key: tuple(stage_geometries(self.network, self.ids, devices,
-                                                       config, wrap))}
-        return self._tails[key]
+            self._arrays = {key: tuple(stage_geometries(self.network, self.ids, devices,
+                                                        config, wrap))}
+        return self._arrays[key]
 
     def _translation(self, layout: RankLayout) -> int:
         """T, a translation of positions that changes no cost.

@@ -6,8 +6,8 @@ pipeline depth S, data-parallel degree d with a·S·d <= N, allowed virtual-stag
 count v (v > 1 only with S >= 2, S·v <= L and m = ceil(B / (b·e·d)) a multiple of
 S), allowed ZeRO stage z and rank layout λ (any of the 24 orders of (t, e, stage,
 replica), on a network of three tiers or more also read through another device order
-and with the spare nodes first, with replica blocks, and with a node tail,
-docs/certificates.md; layouts with equal placements deduplicated), the placement is
+and with the spare nodes first, with replica blocks, with a node tail and with gathered
+ends, docs/certificates.md; layouts with equal placements deduplicated), the placement is
 fixed, and
 with it m and the path of every group and pair (:mod:`nest_cp.dp.geometry`).  The
 layers are split into K = S·v chunks, chunk k on stage k mod S, every stage in an
@@ -357,8 +357,8 @@ class _Search:
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
-        self._tail_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
-                              if layout.node_tail is not None]
+        self._array_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
+                               if layout.node_tail is not None or layout.gathered_ends]
         self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
@@ -915,22 +915,24 @@ class _Search:
         whether a spare-first offset moves anything (a whole node spare: otherwise such a
         layout places as its spare-last twin) and which replica blocks divide d
         (:meth:`RankLayout.block`; elsewhere a blocked layout places as its unblocked
-        twin), and where a node tail applies (:meth:`RankLayout.tailed`; elsewhere it
-        places as its order alone).  Equal effective orders on one device order with the
-        same offset, block and tail give equal placements."""
+        twin), and where a node tail or gathered ends apply (:meth:`RankLayout.arrayed`;
+        elsewhere such a layout places as its order alone).  Equal effective orders on one
+        device order with the same offset and block give equal placements; an arrayed
+        layout is kept on its own (the node tail and gathered ends share their order)."""
         spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
             >= self.network.node_size
         blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
         numbered = layout_config(config)  # the context ranks ride in the expert digit
-        tails = tuple(index for index, layout in self._tail_layouts
-                      if layout.tailed(numbered, num_stages, dp))
+        tails = tuple(index for index, layout in self._array_layouts
+                      if layout.arrayed(numbered, num_stages, dp))
         key = (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
         if key not in self._distinct_layouts:
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
                          layout.spare_first and spare_node,
-                         layout.block(numbered, num_stages, dp), index in tails)
+                         layout.block(numbered, num_stages, dp),
+                         index if index in tails else None)
                 if order not in seen:
                     seen.add(order)
                     kept.append((index, layout))
@@ -1352,7 +1354,8 @@ class _Search:
         are multiples of t, so a TP group is t consecutive positions from a multiple of t,
         inside one block of G_0 positions: one node, quality t; a node-tail layout, v3c,
         places rank j at j + a·s from a run or tail start that is a multiple of a inside
-        whole nodes, so the same holds, tests/test_dp_node_bounds.py), "crossing" for one of
+        whole nodes, gathered ends, v3d, at j + a·i for an integer i, so the same holds,
+        tests/test_dp_node_bounds.py), "crossing" for one of
         :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
         layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
         key = (config, num_stages, dp)

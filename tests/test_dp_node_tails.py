@@ -137,12 +137,12 @@ def test_a_node_tail_is_refused_off_its_order():
 
 
 def test_structured_layouts_end_with_the_node_tail():
-    """After v3b-R's layouts (unchanged), one layout with a node tail, named for it; none on
-    two tiers or graphs."""
+    """After v3b-R's layouts (unchanged), one layout with a node tail, named for it (then
+    v3d's gathered ends, test_dp_gathered_ends); none on two tiers or graphs."""
     layouts = structured_layouts((4, 2, 2))
-    assert layouts[-1].name == "t,e,stage,replica/node-tail"
-    assert layouts[-1].node_tail == NodeTail(4, 2, 4)
-    assert all(layout.node_tail is None for layout in layouts[:-1])
+    assert layouts[-2].name == "t,e,stage,replica/node-tail"
+    assert layouts[-2].node_tail == NodeTail(4, 2, 4)
+    assert all(layout.node_tail is None for layout in layouts[:-2] + layouts[-1:])
     assert len({layout.name for layout in layouts}) == len(layouts)
     assert not any(layout.node_tail for layout in structured_layouts((4, 2)))
     assert not any(layout.node_tail for layout in structured_layouts(None))
@@ -158,7 +158,7 @@ def test_dp_geometries_of_node_tails_equal_those_of_the_placement(seed):
                   rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
              for index, size in enumerate(sizes)]
     network = NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
-    layout = network.structured_layouts[-1]
+    layout = network.structured_layouts[-2]
     fast_ids, array_ids = PathIds(network), PathIds(network)
     fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
     checked = {True: 0, False: 0}
@@ -241,7 +241,7 @@ def test_rank_map_realises_a_node_tail_placement():
     network = NetworkModel(Cluster(24, 10**9, HierarchicalNetwork((
         Tier("node", 4, 2e11, 1e-6), Tier("leaf", 3, 1e10, 3e-6),
         Tier("spine", 2, 5e10, 5e-6)))))
-    layout = network.structured_layouts[-1]
+    layout = network.structured_layouts[-2]
     for config, num_stages, dp in ((IntraConfig(1, 1), 5, 4), (IntraConfig(2, 1), 3, 4)):
         assert layout.tailed(config, num_stages, dp)
         placement = network.layout_placement(layout, config, num_stages, dp)

@@ -80,12 +80,12 @@ def test_layouts_of_the_v3a_space_in_tie_break_order():
     offsets; v2 alone on two tiers and on irregular or graph networks; names show both."""
     three = structured_layouts((2, 2, 2))
     assert three[:24] == all_layouts()
-    # and v3b-R's replica blocks of 2, v3c's node tail
-    assert len(three) == 24 * 2 + 24 * 2 + 2 * 2 + 1
+    # and v3b-R's replica blocks of 2, v3c's node tail, v3d's gathered ends
+    assert len(three) == 24 * 2 + 24 * 2 + 2 * 2 + 1 + 1
     assert len({layout.name for layout in three}) == len(three)
     assert three[24].name == all_layouts()[0].name + "@021"
     assert three[48].name == all_layouts()[0].name + "/spare-first"
-    assert len(structured_layouts((2, 2, 2, 2))) == 24 * 6 * 2 + 2 * 6 + 1
+    assert len(structured_layouts((2, 2, 2, 2))) == 24 * 6 * 2 + 2 * 6 + 1 + 1
     assert structured_layouts((2, 4)) == all_layouts()
     assert structured_layouts(None) == all_layouts()
     assert digit_radices((2, 3, 4), 15) is None  # N not a multiple of G_1: canonical only
@@ -257,7 +257,8 @@ def test_a_v3a_placement_exports_like_its_v2_twin():
                                    (IntraConfig(2, 1), 2, 4)):
         for layout in (layout for layout in network.structured_layouts[24:]
                        if layout.replica_block == 1  # replica blocks: test_dp_replica_blocks
-                       and layout.node_tail is None):  # node tails: test_dp_node_tails
+                       and layout.node_tail is None  # node tails: test_dp_node_tails
+                       and not layout.gathered_ends):  # test_dp_gathered_ends
             views = [SimpleNamespace(tp=config.tp, cp=1, ep=config.ep, num_stages=num_stages,
                                      replicas=dp, world_size=config.devices * num_stages * dp,
                                      placement=network.layout_placement(which, config,

@@ -294,6 +294,28 @@ class NodeTail:
             + np.arange(width, dtype=np.int64)[None, None, :]
 
 
+def gathered_end_positions(config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
+    """positions[stage, replica, rank] of gathered ends (structured space v3d), an
+    (S, d, a) int64 array, a = t·e: rank (s, r, j) at
+
+    - j + a·r for the first stage (its d replicas side by side, positions [0, a·d));
+    - a·d + j + a·((s − 1) + (S − 2)·r) for a middle stage 0 < s < S − 1 (each replica's
+      S − 2 middle stages consecutive, replica after replica);
+    - a·d·(S − 1) + j + a·r for the last stage.
+
+    So the two end stages, which have one pipeline neighbour each, keep their data-parallel
+    groups as compact as Megatron's order does, and each middle stage's two neighbours are
+    beside it as in NEST's order (S >= 2)."""
+    width = config.devices
+    stage = np.arange(num_stages, dtype=np.int64)[:, None]
+    replica = np.arange(dp, dtype=np.int64)[None, :]
+    middle = width * dp + width * ((stage - 1) + (num_stages - 2) * replica)
+    last = width * dp * (num_stages - 1) + width * replica
+    start = np.where(stage == 0, width * replica,
+                     np.where(stage == num_stages - 1, last, middle))  # [stage, replica]
+    return start[:, :, None] + np.arange(width, dtype=np.int64)[None, None, :]
+
+
 @dataclass(frozen=True, slots=True)
 class RankLayout:
     """An order of the rank dimensions (t, e, stage, replica) from innermost to outermost,
@@ -325,9 +347,20 @@ class RankLayout:
       ``t,e,stage,replica``, the canonical device order, spare devices last, no replica
       block.  Where it does not apply the layout places as its order alone.
 
+    Structured space v3d (docs/certificates.md) adds gathered ends:
+
+    - ``gathered_ends``: the first and the last stage keep their d replicas side by side
+      (replica-inner, as ``t,e,replica,stage``), the stages between them run replica by
+      replica (stage-inner, as ``t,e,stage,replica``) in the positions between
+      (:func:`gathered_end_positions`); only on ``t,e,stage,replica``, the canonical
+      device order, spare last, no replica block, no node tail.  It applies where S >= 4
+      and d >= 2 (:meth:`ends_gathered`; with S <= 3 it would place as
+      ``t,e,replica,stage``, with d = 1 as its order); elsewhere it places as its order
+      alone.
+
     ``name`` shows them all: ``t,e,replica,stage``, ``t,e,replica,stage@021``,
     ``t,e,stage,replica@021/spare-first``, ``t,e,replica,stage@021/replicas-of-2``,
-    ``t,e,stage,replica/node-tail``.
+    ``t,e,stage,replica/node-tail``, ``t,e,stage,replica/gathered-ends``.
     """
 
     order: tuple[Dim, ...]
@@ -335,6 +368,7 @@ class RankLayout:
     spare_first: bool = False
     replica_block: int = 1
     node_tail: NodeTail | None = None
+    gathered_ends: bool = False
 
     def __post_init__(self) -> None:
         if len(self.order) != len(Dim) or set(self.order) != set(Dim):
@@ -352,6 +386,12 @@ class RankLayout:
                 or self.spare_first or self.replica_block != 1):
             raise ValueError(f"expected a node tail only on t,e,stage,replica (canonical "
                              f"device order, spare last, no replica block), got {self.name}")
+        if self.gathered_ends and (
+                self.order != (Dim.TP, Dim.EP, Dim.STAGE, Dim.REPLICA) or self.digits
+                or self.spare_first or self.replica_block != 1 or self.node_tail is not None):
+            raise ValueError(f"expected gathered ends only on t,e,stage,replica (canonical "
+                             f"device order, spare last, no replica block or node tail), "
+                             f"got {self.name}")
 
     @property
     def name(self) -> str:
@@ -360,7 +400,8 @@ class RankLayout:
             text += "@0" + "".join(map(str, self.digits))
         text += "/spare-first" if self.spare_first else ""
         text += f"/replicas-of-{self.replica_block}" if self.replica_block > 1 else ""
-        return text + ("/node-tail" if self.node_tail is not None else "")
+        text += "/node-tail" if self.node_tail is not None else ""
+        return text + ("/gathered-ends" if self.gathered_ends else "")
 
     @property
     def base(self) -> RankLayout:
@@ -391,6 +432,25 @@ class RankLayout:
             return None
         return self.node_tail.positions(config, num_stages, dp)
 
+    def ends_gathered(self, config: IntraConfig, num_stages: int, dp: int) -> bool:
+        """Whether gathered ends apply at this shape: S >= 4 and d >= 2 (below that their
+        definition places as ``t,e,replica,stage`` or, with d = 1, as the order alone)."""
+        return self.gathered_ends and num_stages >= 4 and dp >= 2
+
+    def arrayed(self, config: IntraConfig, num_stages: int, dp: int) -> bool:
+        """Whether the positions at this shape come from an array with no stride form: a
+        node tail (:meth:`tailed`) or gathered ends (:meth:`ends_gathered`) in effect."""
+        return self.tailed(config, num_stages, dp) or \
+            self.ends_gathered(config, num_stages, dp)
+
+    def array_positions(self, config: IntraConfig, num_stages: int,
+                        dp: int) -> np.ndarray | None:
+        """The positions of a node tail or of gathered ends at this shape; None where
+        neither is in effect (the order alone places then)."""
+        if self.ends_gathered(config, num_stages, dp):
+            return gathered_end_positions(config, num_stages, dp)
+        return self.tail_positions(config, num_stages, dp)
+
     def offset(self, config: IntraConfig, num_stages: int, dp: int, num_devices: int,
                node: int) -> int:
         """The first position used: 0, or with ``spare_first`` the largest multiple of the
@@ -406,7 +466,7 @@ class RankLayout:
         ``stage``, ``replica`` and ``rank`` are ints, or integer numpy arrays that broadcast
         together (the DP places whole stages at once); the result has their shape.
         """
-        tail = self.tail_positions(config, num_stages, dp)
+        tail = self.array_positions(config, num_stages, dp)
         if tail is not None:
             found = tail[stage, replica, rank]
             return int(found) if np.ndim(found) == 0 else found
@@ -426,7 +486,7 @@ class RankLayout:
     def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
         """positions[stage, replica, rank]: every rank's position, an (S, d, t·e) int64 array
         (without the offset of :meth:`offset`)."""
-        tail = self.tail_positions(config, num_stages, dp)
+        tail = self.array_positions(config, num_stages, dp)
         if tail is not None:
             return tail
         return self.position(np.arange(num_stages, dtype=np.int64)[:, None, None],
@@ -521,8 +581,10 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
     divides the node size n_0, on every device order (k replicas of a stage side by side,
     inside a node when k·t·e divides n_0: the k-channel syncs of cost model §5 a), then
     (v3c) ``t,e,stage,replica/node-tail`` (:class:`NodeTail`: each replica's last n_0 / a
-    stages in one node, the stages before them packed into tier-1 domains).  The index
-    is the DP's tie-break.  Layouts that place alike at a given shape (radix-1 dimensions,
+    stages in one node, the stages before them packed into tier-1 domains), then (v3d)
+    ``t,e,stage,replica/gathered-ends`` (:func:`gathered_end_positions`: the first and
+    last stage replica-inner, the stages between them stage-inner).  The index is the
+    DP's tie-break.  Layouts that place alike at a given shape (radix-1 dimensions,
     no spare node to move) are left to the searches to de-duplicate.
     """
     base = all_layouts()
@@ -539,7 +601,8 @@ def structured_layouts(radices: tuple[int, ...] | None) -> tuple[RankLayout, ...
                     for digits in orders for order in REPLICA_BLOCK_ORDERS)
     node_tail = RankLayout(NEST_LAYOUT.order, node_tail=NodeTail(
         radices[0], radices[1], math.prod(radices[1:])))
-    return (*base, *with_digits, *spare_first, *blocked, node_tail)
+    gathered = RankLayout(NEST_LAYOUT.order, gathered_ends=True)
+    return (*base, *with_digits, *spare_first, *blocked, node_tail, gathered)
 
 
 def uniform_stages(num_layers: int, num_stages: int, recompute: str = "none",
