@@ -27,9 +27,12 @@ most k (the divided-channel bound's rows with k_d = k); from the path bound's
 ``combo_rows`` (paths step 2), N_s the least over every combo stage s can have, OUT_s the
 least over the combos whose output boundary has a class >= 1 admitting a pair, IN_s the
 same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
-W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / (k_s(c) + 1)⌋ (no limit when k_s(c) = 0);
+W^k_s(c) >= Θ (0 when none) and L_s(c) = L(k_s(c)) (no limit when k_s(c) = 0), where L(k)
+is the largest w <= ⌊q / (k + 1)⌋ for which d is a sum of integers in [k + 1, ⌊q / w⌋] —
+some m >= 1 has m·(k + 1) <= d <= m·⌊q / w⌋ — and 0 when no w >= 1 is (``window``);
 k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
-ring collective's price never rises with its channels), so L_s is non-increasing.
+ring collective's price never rises with its channels) and L never rises with k (the
+interval [k + 1, ⌊q / w⌋] only shrinks), so L_s is non-increasing.
 
 Count search.  ``holds(cap)``: there are counts (c_s), Σ c_s >= n, each at least the
 fewest its stage must hold, with N_s(c_s) <= cap and Y_s(c_s) < Θ for every s, and, calling
@@ -55,17 +58,23 @@ Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_
    H's at most k, and as in bounds step 3 (each term at least its price on its tier with
    that many channels) the exposed sync of s is at least W^k_s(c_s) >= Θ > T_sync(P),
    which is impossible.  So every such D has n_D >= k + 1.
-3. Take one such D and, for each of its n_D replicas r, the level-0 run R_r of r through s
-   (the maximal run of stages joined by class-0 boundaries, geometry): its |R_r|·a ranks
-   lie in D (geometry's lemma with J_0 = a; D holds (s, r)), and runs of different
-   replicas are disjoint devices (the placement is injective, DESIGN §2).  So
-   Σ_r |R_r| <= q and some replica r* has |R_{r*}| <= ⌊q / n_D⌋ <= L_s(c_s).
-4. Write R_{r*} = [i, j].  If i > 0 the boundary i − 1 of r* has a class >= 1 (the run is
-   maximal), admitting a pair (it holds one), so τ(i − 1, r*) >= OUT_{i−1}(c_{i−1}) and
-   τ(i, r*) >= IN_i(c_i) (paths step 2, the least over the combos they may have): with
-   cap = τ_max(P), boundary i − 1 is cuttable, and it lies before s, so i*(s) >= i.  Likewise
-   if j < S − 1 boundary j is cuttable and at or after s, so j*(s) <= j; if j = S − 1,
-   j*(s) <= S − 1 = j.  Hence j*(s) − i*(s) + 1 <= |R_{r*}| <= L_s(c_s).
+3. Let w = j*(s) − i*(s) + 1 with the cap τ_max(P).  Every boundary b strictly inside
+   [i*(s), j*(s)] (i*(s) <= b < j*(s)) is not cuttable: by the choice of i* and j*, no
+   boundary from i*(s) to s − 1 or from s to j*(s) − 1 is.  So in every replica r it has
+   class 0: a class >= 1 admitting a pair (it holds one) would give τ(b, r) >=
+   OUT_b(c_b) and τ(b + 1, r) >= IN_{b+1}(c_{b+1}) (paths step 2, the least over the
+   combos they may have), one of them above the cap τ_max(P).  So every replica's level-0
+   run through s (the maximal run of stages joined by class-0 boundaries, geometry)
+   contains [i*(s), j*(s)]: it has at least w stages, |R|·a >= w·a ranks, all in the
+   tier-0 domain of its stage replica of s (geometry's lemma with J_0 = a).
+4. Take any domain D holding a stage replica of s: its n_D replicas' runs through s are
+   disjoint devices in D (the placement is injective, DESIGN §2), so n_D·w·a <= |D| <=
+   G_0 and n_D <= ⌊q / w⌋; by 2, n_D >= k + 1.  Each replica's stage replica of s lies in
+   exactly one domain, so d = Σ n_D over the m >= 1 domains holding one: m·(k + 1) <= d
+   <= m·⌊q / w⌋ (so w <= ⌊q / (k + 1)⌋ too).  Hence w <= L(k) = L_s(c_s) (L takes the
+   largest such w).  Where ⌊q / w⌋ = k + 1 the interval is {k + 1}, which must then
+   divide d: e.g. k = 1, q = 8 and an odd d (51) allow no window of 3 or 4 stages
+   (⌊8 / 3⌋ = ⌊8 / 4⌋ = 2), only of 2 or 1.
 5. So P's counts pass ``holds(τ_max(P))``.  ``holds`` is monotone in the cap (a larger cap
    keeps every condition on the counts and only adds cuttable boundaries, which moves
    i*(s) right and j*(s) left) and changes only at row values (N, OUT, IN), so τ_Θ, the
@@ -155,12 +164,25 @@ class ShortRunBound:
             receives.append(least([(i, o) for i in ins for o in outs if i >= 1], stage))
         return np.stack(normal), np.stack(sends), np.stack(receives)
 
+    def window(self, channels: int) -> int:
+        """L for k = ``channels`` >= 1: the longest window w <= ⌊q / (k + 1)⌋ for which d is
+        a sum of integers in [k + 1, ⌊q / w⌋] (some m with m·(k + 1) <= d <= m·⌊q / w⌋); 0
+        when none is."""
+        dp = self.shape.dp
+        for width in range(self.per_domain // (channels + 1), 0, -1):
+            most = self.per_domain // width
+            if -(-dp // most) <= dp // (channels + 1):
+                return width
+        return 0
+
     def _limits(self, theta: int) -> np.ndarray:
         """L_s(c) per stage and count at Θ (NO_LIMIT where no channel is needed)."""
         needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
         for k, rows in enumerate(self.thin, start=1):
             needed = np.where(rows >= theta, k, needed)
-        return np.where(needed > 0, self.per_domain // (needed + 1), NO_LIMIT)
+        table = np.array([NO_LIMIT] + [self.window(k) for k in range(1, len(self.thin) + 1)],
+                         dtype=np.int64)
+        return table[needed]
 
     def _holds(self, cap: int, theta: int, limits: np.ndarray) -> bool:
         """The count search of the module docstring at one cap."""
