@@ -11,8 +11,9 @@ plan's, shared by all replicas: e.g. BERT-large on 512 H100s, S = 15, d = 34, un
 cap 665,934 ticks a stage holds two blocks only with both neighbours in its node, and the
 24 blocks leave room for one-block stages at four places; so every replica cuts its 15
 stages at the same two or three boundaries, and every such choice leaves each replica
-with two runs of more than four stages (or one of eight and runs of four and three, which
-pair up only with each other): 68 nodes' worth for 64 nodes.
+with two runs of more than four stages, or one of 7-8 and two of 3-4 stages in a vector
+whose splits have no other sizes (so the small runs share nodes only with each other):
+68 nodes' worth for 64 nodes (``tests/test_certify_shared.py`` spells the cases out).
 
 Rows (block chains, per stage over block counts, the least over the modes that fit,
 suffix minima, so non-decreasing and at most the real value): for a stage s and flags
