@@ -6,7 +6,8 @@ devices, so sync groups of four or more that leave a node can run two or more ri
 channels, cost model §5 a), and for every shape whose full space exhaustive search can
 enumerate compares the placement relaxation's proven value
 (:class:`nest_cp.solvers.certify.relax.Relaxation`, no cutoff, one CP-SAT worker), the
-path bound, the packed path bound (:mod:`nest_cp.solvers.certify.packed`), the
+path bound, the packed path bound (:mod:`nest_cp.solvers.certify.packed`), the shared-split
+bound (:mod:`nest_cp.solvers.certify.shared`, its τ raising the packed one), the
 crowded-node bound (:mod:`nest_cp.solvers.certify.crowded`; with the packed path τ as the
 main plans' bound, and with the cheap τ on its own, which holds for every plan) and the
 placement-free bound with the least objective over every plan of
@@ -50,6 +51,7 @@ from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.shared import SharedSplitBound
 from nest_cp.solvers.certify.split import Catalogue, block_chain, shapes
 
 HIERARCHIES = ((2, 4), (2, 2, 2), (4, 2), (2, 3), (3, 2), (2, 2), (4, 2), (2, 4))
@@ -157,7 +159,8 @@ def _bounds(instance, network, shape) -> dict:
     prices = LayerPrices(instance, shape.config, shape.microbatch, network_tiers(network))
     fast = FastBounds(instance, prices, block_chain(prices))
     base = fast.bound(shape)
-    out = {"fast": base.total, "path": -math.inf, "packed": -math.inf, "relax": -math.inf,
+    out = {"fast": base.total, "path": -math.inf, "packed": -math.inf, "shared": -math.inf,
+           "relax": -math.inf,
            "raised": math.inf, "channels": False, "crowded": -math.inf,
            "crowded_all": -math.inf}
     geo = geometry(prices)
@@ -167,7 +170,9 @@ def _bounds(instance, network, shape) -> dict:
     if fast.chain is not None:
         path = PathBound(shape, geo, fast, arcs)
         out["path"] = shape.rounds * path.tau + base.sync
-        out["packed"] = shape.rounds * PackedPathBound(path).tau + base.sync
+        packed = PackedPathBound(path).tau
+        out["packed"] = shape.rounds * packed + base.sync
+        out["shared"] = shape.rounds * SharedSplitBound(path, packed).tau + base.sync
     relaxation = Relaxation(Catalogue(instance, prices, shape, fast.chain), geo, arcs)
     result = relaxation.solve(10.0)
     out["relax"] = result.bound
@@ -204,7 +209,7 @@ def main() -> None:
     totals = {"seeds": 0, "comparisons": 0, "context_comparisons": 0, "with_channels": 0,
               "violations": [],
               "relax_tight": 0, "relax_above_fast_and_path": 0, "packed_above_path": 0,
-              "crowded_above_packed": 0}
+              "crowded_above_packed": 0, "shared_above_packed": 0}
     for seed in range(args.first_seed, args.first_seed + args.count):
         if time.monotonic() - began > args.budget_s:
             break
@@ -237,6 +242,7 @@ def main() -> None:
                                                                               bounds["path"])
             totals["packed_above_path"] += bounds["packed"] > bounds["path"]
             totals["crowded_above_packed"] += bounds["crowded"] > bounds["packed"]
+            totals["shared_above_packed"] += bounds["shared"] > bounds["packed"]
             if bounds["crowded_all"] > optimum:  # with the cheap τ it holds for every plan
                 totals["violations"].append({"seed": seed, "shape": shape.label,
                                              "bound": "crowded_all",
@@ -244,7 +250,7 @@ def main() -> None:
                                              "optimum": optimum})
                 print(f"VIOLATION seed {seed} {shape.label} crowded_all "
                       f"{bounds['crowded_all']} > {optimum}", flush=True)
-            for name in ("fast", "path", "packed", "crowded", "relax"):
+            for name in ("fast", "path", "packed", "shared", "crowded", "relax"):
                 # the main bounds hold for main plans only: compare min(main, raised)
                 value = min(bounds[name], bounds["raised"])
                 if value > optimum:

@@ -17,9 +17,11 @@ from nest_cp.solvers.certify.chain import LayerPrices, network_tiers
 from nest_cp.solvers.certify.crowded import CrowdedBound
 from nest_cp.solvers.certify.divided import DividedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
+from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.shared import SharedSplitBound
 from nest_cp.solvers.certify.shortrun import ShortRunBound
 from nest_cp.solvers.certify.split import Catalogue, block_chain
 from nest_cp.solvers.certify.syncpath import SyncPathBound
@@ -159,7 +161,9 @@ def shape_bound(instance: Instance, shape) -> float:
     main = base.total
     arcs = replica_arcs(shape.num_stages, geo)
     if fast.chain is not None:
-        tau = PathBound(shape, geo, fast, arcs).tau
+        path = PathBound(shape, geo, fast, arcs)
+        # the packed and shared-split bounds raise the path bound's τ for every main plan
+        tau = SharedSplitBound(path, PackedPathBound(path).tau).tau
         main = max(main, shape.rounds * tau + base.sync,
                    CrowdedBound(shape, geo, fast).bound(tau),
                    DividedBound(shape, geo, fast).bound(tau),

@@ -218,3 +218,34 @@ def test_short_run_bound_prices_the_odd_sync_of_gpt3_at_a_quarter_spine():
     result = solve(instance, "dp")
     assert (result.plan.num_stages, result.plan.num_replicas) == (30, 17)
     assert after <= result.objective_ticks
+
+
+def test_an_odd_replica_count_shortens_the_window_on_the_bert_h100_512_shape():
+    """BERT-large on 512 H100s, S = 10, d = 51: a 3-block stage's sync on one spine channel
+    is more than the rest; two channels need every node holding the stage to hold two or
+    more of its 51 replicas, each with its run through the stage, so a window of 3 or 4
+    stages (at most two per node, and 51 is odd) is ruled out, only 2 remains, and 3-block
+    stages cannot have one-block neighbours that close under the path τ.  The bound rises
+    from 112.183 ms to the price of the DP's plan of this very shape (node-tail layout: its
+    3-block stages alone in their nodes, one channel), so that plan is this shape's optimum."""
+    import json
+
+    from nest_cp.cost.evaluate import evaluate
+    from nest_cp.io.readers import plan_from_dict
+
+    instance = load_instance(ROOT / "instances/paper/bert-large--nest-h100-spineleaf--512.json")
+    shape = _shape(instance, "tp=1,ep=1,b=1,S=10,d=51,z=0")
+    _, after, short = _bounds(instance, shape)
+    assert short.window(1) == 2 and short.per_domain // 2 == 4
+    # the same bound with the window of any d, ⌊q / (k + 1)⌋, as before
+    fast, geo = short.fast, short.geo
+    tau = PackedPathBound(PathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo))).tau
+    any_count = ShortRunBound(shape, geo, fast)
+    any_count.window = lambda channels: any_count.per_domain // (channels + 1)
+    before = any_count.bound(tau, fast.bound(shape).sync)
+    record = next(row for row in json.loads((ROOT / "reports/paper/certified.json").read_text())
+                  ["instances"] if row["instance"] == instance.name)
+    plan = plan_from_dict(record["plan"])
+    assert (plan.num_stages, plan.num_replicas) == (10, 51)
+    price = evaluate(instance, plan, NetworkModel(instance.cluster)).objective_ticks
+    assert before < after == price

@@ -72,6 +72,7 @@ from nest_cp.solvers.certify.probe import LayoutProbe
 from nest_cp.solvers.certify.raised import RaisedPathBound
 from nest_cp.solvers.certify.realise import realise
 from nest_cp.solvers.certify.relax import Relaxation
+from nest_cp.solvers.certify.shared import SharedSplitBound
 from nest_cp.solvers.certify.shortrun import ShortRunBound
 from nest_cp.solvers.certify.split import Catalogue, Shape, block_chain, shape_label, shapes
 from nest_cp.solvers.certify.syncpath import SyncPathBound
@@ -342,6 +343,11 @@ class _Run:
         # the packed path bound (module docstring of packed) is at least the path bound and
         # bounds the same main plans' τ_max
         outcome.path_tau = PackedPathBound(path).tau
+        if self._beats(shape.rounds * outcome.path_tau + outcome.sync_bound) and \
+                math.isfinite(outcome.path_tau):
+            # the shared-split bound (module docstring of shared) is at least the packed one
+            # and bounds the same main plans' τ_max: the replicas share their block counts
+            outcome.path_tau = SharedSplitBound(path, outcome.path_tau).tau
         outcome.path_bound = shape.rounds * outcome.path_tau + outcome.sync_bound
         if self._beats(outcome.path_bound) and math.isfinite(outcome.path_tau):
             # every main plan has τ_max >= path_tau: the crowded-node and divided-channel

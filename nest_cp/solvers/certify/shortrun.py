@@ -27,12 +27,14 @@ most k (the divided-channel bound's rows with k_d = k); from the path bound's
 ``combo_rows`` (paths step 2), N_s the least over every combo stage s can have, OUT_s the
 least over the combos whose output boundary has a class >= 1 admitting a pair, IN_s the
 same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
-W^k_s(c) >= Θ (0 when none) and L_s(c) = ⌊q / m_{k_s(c)}⌋ (no limit when k_s(c) = 0),
-where f(m) = ⌊d / ⌈d / m⌉⌋ and m_k is the least m with f(m) >= k + 1 (so m_k >= k + 1,
-as f(m) <= m), q + 1 when no m <= q has it (then L = 0: no count passes); k_s is
-non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a ring
-collective's price never rises with its channels) and f, hence m_k, non-decreasing, so
-L_s is non-increasing.  With
+W^k_s(c) >= Θ (0 when none) and L_s(c) = L(k_s(c)) (no limit when k_s(c) = 0), where L(k)
+is the largest w <= ⌊q / (k + 1)⌋ for which d is a sum of integers in [k + 1, ⌊q / w⌋] —
+some m >= 1 has m·(k + 1) <= d <= m·⌊q / w⌋ — and 0 when no w >= 1 is (``window``);
+k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
+ring collective's price never rises with its channels) and L never rises with k (the
+interval [k + 1, ⌊q / w⌋] only shrinks), so L_s is non-increasing.  (The condition on w
+is ⌈d / M⌉ <= ⌊d / (k + 1)⌋ with M = ⌊q / w⌋, i.e. ⌊d / ⌈d / M⌉⌋ >= k + 1: a group of d
+members at most M per domain has at most that many in its fewest.)  With
 k_d = ⌊d / ⌈d / q⌉⌋ (<= q), σ_div is the min-max over block counts of max_s
 max(Y_s, W^{k_d}_s) (``FastBounds._min_max``, a lower bound on it).
 
@@ -59,24 +61,24 @@ Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_
    touches, cost model §5 a, capped further by ``Tier.channel_cap``) are at most e·k and
    H's at most k, and as in bounds step 3 (each term at least its price on its tier with
    that many channels) the exposed sync of s is at least W^k_s(c_s) >= Θ > T_sync(P),
-   which is impossible.  So every such D has n_D >= k + 1.  Let n_max be the largest
-   n_D.  H has one member in each of the d stage replicas, so it touches at least
-   ⌈d / n_max⌉ domains and its fewest members in a touched domain is an integer at most
-   d / ⌈d / n_max⌉: at most f(n_max), and G's at most e·f(n_max) in the same domains (the
-   divided-channel bound's step 2 with n_max for q).  If f(n_max) <= k the exposed sync
-   of s is again at least W^k_s(c_s) >= Θ; so f(n_max) >= k + 1 and n_max >= m_k.
-3. Take D with n_D = n_max and, for each of its n_D replicas r, the level-0 run R_r of r
-   through s
-   (the maximal run of stages joined by class-0 boundaries, geometry): its |R_r|·a ranks
-   lie in D (geometry's lemma with J_0 = a; D holds (s, r)), and runs of different
-   replicas are disjoint devices (the placement is injective, DESIGN §2).  So
-   Σ_r |R_r| <= q and some replica r* has |R_{r*}| <= ⌊q / n_D⌋ <= ⌊q / m_k⌋ = L_s(c_s).
-4. Write R_{r*} = [i, j].  If i > 0 the boundary i − 1 of r* has a class >= 1 (the run is
-   maximal), admitting a pair (it holds one), so τ(i − 1, r*) >= OUT_{i−1}(c_{i−1}) and
-   τ(i, r*) >= IN_i(c_i) (paths step 2, the least over the combos they may have): with
-   cap = τ_max(P), boundary i − 1 is cuttable, and it lies before s, so i*(s) >= i.  Likewise
-   if j < S − 1 boundary j is cuttable and at or after s, so j*(s) <= j; if j = S − 1,
-   j*(s) <= S − 1 = j.  Hence j*(s) − i*(s) + 1 <= |R_{r*}| <= L_s(c_s).
+   which is impossible.  So every such D has n_D >= k + 1.
+3. Let w = j*(s) − i*(s) + 1 with the cap τ_max(P).  Every boundary b strictly inside
+   [i*(s), j*(s)] (i*(s) <= b < j*(s)) is not cuttable: by the choice of i* and j*, no
+   boundary from i*(s) to s − 1 or from s to j*(s) − 1 is.  So in every replica r it has
+   class 0: a class >= 1 admitting a pair (it holds one) would give τ(b, r) >=
+   OUT_b(c_b) and τ(b + 1, r) >= IN_{b+1}(c_{b+1}) (paths step 2, the least over the
+   combos they may have), one of them above the cap τ_max(P).  So every replica's level-0
+   run through s (the maximal run of stages joined by class-0 boundaries, geometry)
+   contains [i*(s), j*(s)]: it has at least w stages, |R|·a >= w·a ranks, all in the
+   tier-0 domain of its stage replica of s (geometry's lemma with J_0 = a).
+4. Take any domain D holding a stage replica of s: its n_D replicas' runs through s are
+   disjoint devices in D (the placement is injective, DESIGN §2), so n_D·w·a <= |D| <=
+   G_0 and n_D <= ⌊q / w⌋; by 2, n_D >= k + 1.  Each replica's stage replica of s lies in
+   exactly one domain, so d = Σ n_D over the m >= 1 domains holding one: m·(k + 1) <= d
+   <= m·⌊q / w⌋ (so w <= ⌊q / (k + 1)⌋ too).  Hence w <= L(k) = L_s(c_s) (L takes the
+   largest such w).  Where ⌊q / w⌋ = k + 1 the interval is {k + 1}, which must then
+   divide d: e.g. k = 1, q = 8 and an odd d (51) allow no window of 3 or 4 stages
+   (⌊8 / 3⌋ = ⌊8 / 4⌋ = 2), only of 2 or 1.
 5. T_sync(P) >= σ_div: every stage replica of every stage lies whole in one tier-0
    domain (step 2's lemma), so each domain holds n_D <= q replicas of a stage, an
    expert sync group touches >= ⌈d / q⌉ domains and runs at most k_d channels, the dense
@@ -176,21 +178,25 @@ class ShortRunBound:
             receives.append(least([(i, o) for i in ins for o in outs if i >= 1], stage))
         return np.stack(normal), np.stack(sends), np.stack(receives)
 
+    def window(self, channels: int) -> int:
+        """L for k = ``channels`` >= 1: the longest window w <= ⌊q / (k + 1)⌋ for which d is
+        a sum of integers in [k + 1, ⌊q / w⌋] (some m with m·(k + 1) <= d <= m·⌊q / w⌋); 0
+        when none is."""
+        dp = self.shape.dp
+        for width in range(self.per_domain // (channels + 1), 0, -1):
+            most = self.per_domain // width
+            if -(-dp // most) <= dp // (channels + 1):
+                return width
+        return 0
+
     def _limits(self, theta: int) -> np.ndarray:
         """L_s(c) per stage and count at Θ (NO_LIMIT where no channel is needed)."""
         needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
         for k, rows in enumerate(self.thin, start=1):
             needed = np.where(rows >= theta, k, needed)
-        crowd = np.array([self._crowd(k) for k in range(len(self.thin) + 1)])
-        return np.where(needed > 0, self.per_domain // crowd[needed], NO_LIMIT)
-
-    def _crowd(self, k: int) -> int:
-        """m_k: the fewest replicas of a stage some tier-0 domain must hold for its sync to
-        run k + 1 channels — the least m >= k + 1 with ⌊d / ⌈d / m⌉⌋ >= k + 1, or q + 1
-        (L = 0: no main plan) when no m <= q has it (module docstring, step 2)."""
-        q = self.per_domain
-        return next((m for m in range(k + 1, q + 1)
-                     if divided_channels(self.shape.dp, m) >= k + 1), q + 1)
+        table = np.array([NO_LIMIT] + [self.window(k) for k in range(1, len(self.thin) + 1)],
+                         dtype=np.int64)
+        return table[needed]
 
     def _holds(self, cap: int, theta: int, limits: np.ndarray) -> bool:
         """The count search of the module docstring at one cap."""
