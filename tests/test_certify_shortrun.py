@@ -181,6 +181,21 @@ def test_short_run_bound_raises_the_bert_h100_1024_shape():
     assert after == 91_590_508
 
 
+def _assert_quarter_spine(model: str, label: str, per_domain: int, old: int, new: int):
+    """The shape ``label`` of ``model`` on 1,024 H100s with a quarter of the spine (the
+    sweep's point): the bounds before and with the short-run bound, and the latter at most
+    the DP's plan of that shape (whose price the referee checks)."""
+    base = load_instance(ROOT / f"instances/paper/{model}--nest-h100-spineleaf--1024.json")
+    instance = build_points(base, [parse_axis("spine.bandwidth_Bps=0.25x", base)])[0].instance
+    shape = _shape(instance, label)
+    before, after, short = _bounds(instance, shape)
+    assert short.applies and short.per_domain == per_domain
+    assert (before, after) == (old, new)
+    result = solve(instance, "dp")
+    assert (result.plan.num_stages, result.plan.num_replicas) == (shape.num_stages, shape.dp)
+    assert after <= result.objective_ticks
+
+
 def test_short_run_bound_charges_the_divided_sync_on_mixtral_at_a_quarter_spine():
     """Mixtral-8x7B on 1,024 H100s with a quarter of the spine, S = 8, d = 32, e = 4: a node
     holds two stage replicas (q = 2), so every main plan syncs on at most two channels
@@ -188,16 +203,8 @@ def test_short_run_bound_charges_the_divided_sync_on_mixtral_at_a_quarter_spine(
     replica alone at its last stage, whose boundary then leaves the node (τ 84.62 ms against
     the path's 82.06 ms).  B now charges σ_div: the divided-channel bound's 3,503.29 ms rises
     to 3,603.33 ms, below the DP plan of the shape (3,609.53 ms)."""
-    base = load_instance(ROOT / "instances/paper/mixtral-8x7b--nest-h100-spineleaf--1024.json")
-    instance = build_points(base, [parse_axis("spine.bandwidth_Bps=0.25x", base)])[0].instance
-    shape = _shape(instance, "tp=1,ep=4,b=1,S=8,d=32,z=0")
-    before, after, short = _bounds(instance, shape)
-    assert short.applies and short.per_domain == 2
-    assert before == 3_503_286_883
-    assert after == 3_603_332_686
-    result = solve(instance, "dp")  # the referee checks its price
-    assert (result.plan.num_stages, result.plan.num_replicas) == (8, 32)
-    assert after <= result.objective_ticks
+    _assert_quarter_spine("mixtral-8x7b", "tp=1,ep=4,b=1,S=8,d=32,z=0", 2,
+                          3_503_286_883, 3_603_332_686)
 
 
 @pytest.mark.slow  # the DP at 1,024 devices of GPT3-175B: seconds
@@ -208,16 +215,8 @@ def test_short_run_bound_prices_the_odd_sync_of_gpt3_at_a_quarter_spine():
     replicas at most two per node leave some node with one: one sync channel (1,026.2 ms
     for its four blocks).  The crowded-node bound's 21,788.60 ms rises to 22,296.90 ms,
     below the DP plan of the shape (22,300.10 ms)."""
-    base = load_instance(ROOT / "instances/paper/gpt3-175b--nest-h100-spineleaf--1024.json")
-    instance = build_points(base, [parse_axis("spine.bandwidth_Bps=0.25x", base)])[0].instance
-    shape = _shape(instance, "tp=2,ep=1,b=1,S=30,d=17,z=0")
-    before, after, short = _bounds(instance, shape)
-    assert short.applies and short.per_domain == 4
-    assert before == 21_788_595_528
-    assert after == 22_296_899_756
-    result = solve(instance, "dp")
-    assert (result.plan.num_stages, result.plan.num_replicas) == (30, 17)
-    assert after <= result.objective_ticks
+    _assert_quarter_spine("gpt3-175b", "tp=2,ep=1,b=1,S=30,d=17,z=0", 4,
+                          21_788_595_528, 22_296_899_756)
 
 
 def test_an_odd_replica_count_shortens_the_window_on_the_bert_h100_512_shape():

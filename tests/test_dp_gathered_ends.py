@@ -13,12 +13,9 @@ that the exports' rank map realises such a placement.
 
 from __future__ import annotations
 
-import math
-import random
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from tiers import SLOW
 
@@ -27,7 +24,6 @@ from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.io.readers import load_instance
@@ -45,7 +41,7 @@ from nest_cp.model.plan import (
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import assert_fast_geometry
+from tests.test_dp_v3a import assert_arrayed_geometry
 
 ROOT = Path(__file__).resolve().parent.parent
 GATHERED = RankLayout(NEST_LAYOUT.order, gathered_ends=True)
@@ -138,31 +134,8 @@ def test_structured_layouts_end_with_gathered_ends():
 def test_dp_geometries_of_gathered_ends_equal_those_of_the_placement(seed):
     """The DP's geometries and data-parallel group paths of the gathered-ends layout equal
     those of its device array where it applies, and those of t,e,stage,replica elsewhere."""
-    rng = random.Random(seed)
-    sizes = [(4, 3, 4), (2, 2, 2, 3), (8, 2, 3)][seed]
-    tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
-                  rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
-             for index, size in enumerate(sizes)]
-    network = NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
-    layout = network.structured_layouts[-1]
-    assert layout.gathered_ends
-    fast_ids, array_ids = PathIds(network), PathIds(network)
-    fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
-    checked = {True: 0, False: 0}
-    for _ in range(40):
-        config = IntraConfig(rng.choice([1, 2, 4]), rng.choice([1, 1, 2]))
-        num_stages = rng.choice([2, 3, 4, 5, 7])
-        most = network.num_devices // (config.devices * num_stages)
-        if most < 1:
-            continue
-        dp, wrap = rng.randint(1, most), rng.random() < 0.5
-        gathered = layout.ends_gathered(config, num_stages, dp)
-        devices = rank_devices(layout if gathered else NEST_LAYOUT, config, num_stages, dp,
-                               np.array(network.canonical_order()), network.node_size)
-        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
-                             dp, wrap)
-        checked[gathered] += 1
-    assert checked[True] > 3 and checked[False] > 3
+    assert_arrayed_geometry(seed, [(4, 3, 4), (2, 2, 2, 3), (8, 2, 3)][seed], -1,
+                            "ends_gathered", [2, 3, 4, 5, 7], 40)
 
 
 def _without_ends(instance) -> tuple[RankLayout, ...]:

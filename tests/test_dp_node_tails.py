@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,7 +26,6 @@ from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.io.readers import load_instance, plan_from_dict
@@ -37,7 +35,7 @@ from nest_cp.model.plan import NEST_LAYOUT, Dim, NodeTail, RankLayout, structure
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import assert_fast_geometry
+from tests.test_dp_v3a import assert_arrayed_geometry
 
 ROOT = Path(__file__).resolve().parent.parent
 # seeded three-tier instances (5 layers, random_instance) where a node tail wins strictly
@@ -152,30 +150,8 @@ def test_structured_layouts_end_with_the_node_tail():
 def test_dp_geometries_of_node_tails_equal_those_of_the_placement(seed):
     """The DP's geometries and data-parallel group paths of the node-tail layout equal those
     of its device array where the tail applies, and those of t,e,stage,replica elsewhere."""
-    rng = random.Random(seed)
-    sizes = [(4, 3, 4), (8, 2, 3), (2, 2, 2, 3), (4, 4, 4)][seed]
-    tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
-                  rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
-             for index, size in enumerate(sizes)]
-    network = NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
-    layout = network.structured_layouts[-2]
-    fast_ids, array_ids = PathIds(network), PathIds(network)
-    fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
-    checked = {True: 0, False: 0}
-    for _ in range(60):
-        config = IntraConfig(rng.choice([1, 2, 4]), rng.choice([1, 1, 2]))
-        num_stages = rng.choice([2, 3, 5, 7, 9])
-        most = network.num_devices // (config.devices * num_stages)
-        if most < 1:
-            continue
-        dp, wrap = rng.randint(1, most), rng.random() < 0.5
-        tailed = layout.tailed(config, num_stages, dp)
-        devices = rank_devices(layout if tailed else NEST_LAYOUT, config, num_stages, dp,
-                               np.array(network.canonical_order()), network.node_size)
-        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
-                             dp, wrap)
-        checked[tailed] += 1
-    assert checked[True] > 3 and checked[False] > 3
+    assert_arrayed_geometry(seed, [(4, 3, 4), (8, 2, 3), (2, 2, 2, 3), (4, 4, 4)][seed], -2,
+                            "tailed", [2, 3, 5, 7, 9], 60)
 
 
 def _without_tails(instance) -> tuple[RankLayout, ...]:

@@ -33,6 +33,7 @@ from nest_cp.io.readers import load_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, Instance, IntraConfig, Tier
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import (
+    NEST_LAYOUT,
     RankLayout,
     all_layouts,
     digit_device_order,
@@ -132,6 +133,37 @@ def assert_fast_geometry(fast: LayoutGeometries, fast_ids: PathIds, array_ids: P
         == [entry[1] for entry in expected]
     assert [frozenset(fast_ids.paths[i] for i in ids) for ids in dense_sets] \
         == [entry[2] for entry in expected]
+
+
+def assert_arrayed_geometry(seed: int, sizes, layout_at: int, applies: str,
+                            stage_choices, trials: int) -> None:
+    """For a layout the DP prices from its device array (``structured_layouts[layout_at]``
+    of a seeded hierarchy of ``sizes``): over random shapes, its geometries equal those of
+    its own device array where ``layout.<applies>(config, S, d)`` holds and of
+    t,e,stage,replica elsewhere; both cases occur."""
+    rng = random.Random(seed)
+    tiers = [Tier(f"tier{index}", size, rng.choice([1e9, 1e10, 5e10, 2e11]),
+                  rng.choice([0.0, 1e-6, 1e-5]), efficiency=rng.choice([1.0, 0.8]))
+             for index, size in enumerate(sizes)]
+    network = NetworkModel(Cluster(math.prod(sizes), 10**9, HierarchicalNetwork(tuple(tiers))))
+    layout = network.structured_layouts[layout_at]
+    fast_ids, array_ids = PathIds(network), PathIds(network)
+    fast = LayoutGeometries(network, fast_ids, np.array(network.canonical_order()))
+    checked = {True: 0, False: 0}
+    for _ in range(trials):
+        config = IntraConfig(rng.choice([1, 2, 4]), rng.choice([1, 1, 2]))
+        num_stages = rng.choice(stage_choices)
+        most = network.num_devices // (config.devices * num_stages)
+        if most < 1:
+            continue
+        dp, wrap = rng.randint(1, most), rng.random() < 0.5
+        own = bool(getattr(layout, applies)(config, num_stages, dp))
+        devices = rank_devices(layout if own else NEST_LAYOUT, config, num_stages, dp,
+                               np.array(network.canonical_order()), network.node_size)
+        assert_fast_geometry(fast, fast_ids, array_ids, devices, layout, config, num_stages,
+                             dp, wrap)
+        checked[own] += 1
+    assert checked[True] > 3 and checked[False] > 3
 
 
 @pytest.mark.parametrize("seed", range(6))
