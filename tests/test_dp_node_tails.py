@@ -16,26 +16,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from nest_cp.cli.export.deepspeed import DEEPSPEED_ORDER
-from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
-from nest_cp.cli.export.ranks import rank_map
-from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
 from nest_cp.dp.planner import solve as dp_solve
 from nest_cp.harness.generators import random_instance
 from nest_cp.io.readers import load_instance, plan_from_dict
-from nest_cp.model.instance import Cluster, HierarchicalNetwork, IntraConfig, Tier
+from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import NEST_LAYOUT, Dim, NodeTail, RankLayout, structured_layouts
 from nest_cp.model.result import SolveOptions, Space, Status
 from nest_cp.solvers.brute import solve as brute_solve
 from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import assert_arrayed_geometry
+from tests.test_dp_v3a import assert_arrayed_geometry, assert_rank_maps_realise
 
 ROOT = Path(__file__).resolve().parent.parent
 # seeded three-tier instances (5 layers, random_instance) where a node tail wins strictly
@@ -214,20 +209,4 @@ def test_rank_map_realises_a_node_tail_placement():
     """Under every framework rank order the rank map puts each global rank on the device the
     node-tail placement gives its role, every device once, and its launcher agents cover
     the world."""
-    network = NetworkModel(Cluster(24, 10**9, HierarchicalNetwork((
-        Tier("node", 4, 2e11, 1e-6), Tier("leaf", 3, 1e10, 3e-6),
-        Tier("spine", 2, 5e10, 5e-6)))))
-    layout = network.structured_layouts[-2]
-    for config, num_stages, dp in ((IntraConfig(1, 1), 5, 4), (IntraConfig(2, 1), 3, 4)):
-        assert layout.tailed(config, num_stages, dp)
-        placement = network.layout_placement(layout, config, num_stages, dp)
-        world = config.devices * num_stages * dp
-        view = SimpleNamespace(tp=config.tp, cp=1, ep=config.ep, num_stages=num_stages,
-                               replicas=dp, world_size=world, placement=placement)
-        for order in (DEFAULT_ORDER, TP_PP_DP_ORDER, DEEPSPEED_ORDER, TORCHTITAN_ORDER):
-            ranks = rank_map(view, order, network.node_size)
-            for entry in ranks.entries:
-                j = entry.tp_index + config.tp * entry.ep_index
-                assert entry.device == placement[entry.stage][entry.replica][j]
-            assert len({entry.device for entry in ranks.entries}) == world
-            assert sum(len(node.gpus) for node in ranks.nodes) == world
+    assert_rank_maps_realise(-2, "tailed", ((IntraConfig(1, 1), 5, 4), (IntraConfig(2, 1), 3, 4)))

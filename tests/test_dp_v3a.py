@@ -166,6 +166,30 @@ def assert_arrayed_geometry(seed: int, sizes, layout_at: int, applies: str,
     assert checked[True] > 3 and checked[False] > 3
 
 
+def assert_rank_maps_realise(layout_at: int, applies: str, shapes) -> None:
+    """On 24 devices (4-device nodes, 3 leaves, 2 spines), for each (config, S, d) of
+    ``shapes`` where ``structured_layouts[layout_at]`` applies (``layout.<applies>``): under
+    every framework rank order the rank map puts each global rank on the device the
+    placement gives its role, every device once, and its launcher agents cover the world."""
+    network = NetworkModel(Cluster(24, 10**9, HierarchicalNetwork((
+        Tier("node", 4, 2e11, 1e-6), Tier("leaf", 3, 1e10, 3e-6),
+        Tier("spine", 2, 5e10, 5e-6)))))
+    layout = network.structured_layouts[layout_at]
+    for config, num_stages, dp in shapes:
+        assert getattr(layout, applies)(config, num_stages, dp)
+        placement = network.layout_placement(layout, config, num_stages, dp)
+        world = config.devices * num_stages * dp
+        view = SimpleNamespace(tp=config.tp, cp=1, ep=config.ep, num_stages=num_stages,
+                               replicas=dp, world_size=world, placement=placement)
+        for order in (DEFAULT_ORDER, TP_PP_DP_ORDER, DEEPSPEED_ORDER, TORCHTITAN_ORDER):
+            ranks = rank_map(view, order, network.node_size)
+            for entry in ranks.entries:
+                j = entry.tp_index + config.tp * entry.ep_index
+                assert entry.device == placement[entry.stage][entry.replica][j]
+            assert len({entry.device for entry in ranks.entries}) == world
+            assert sum(len(node.gpus) for node in ranks.nodes) == world
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_translated_geometries_equal_those_of_the_placement(seed):
     """The DP's geometries of v3a layouts and replica blocks (a few replicas and stages that
