@@ -9,6 +9,7 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from exhaustive import identical_blocks_instance, main_optimum
 from tiers import slow_unless
@@ -25,7 +26,7 @@ from nest_cp.solvers.certify.divided import DividedBound
 from nest_cp.solvers.certify.geometry import geometry, replica_arcs
 from nest_cp.solvers.certify.packed import PackedPathBound
 from nest_cp.solvers.certify.paths import PathBound
-from nest_cp.solvers.certify.shortrun import ShortRunBound
+from nest_cp.solvers.certify.shortrun import NO_LIMIT, ShortRunBound
 from nest_cp.solvers.certify.split import block_chain, shapes
 from nest_cp.solvers.certify.syncpath import SyncPathBound
 from nest_cp.solvers.registry import solve
@@ -240,7 +241,8 @@ def test_an_odd_replica_count_shortens_the_window_on_the_bert_h100_512_shape():
     fast, geo = short.fast, short.geo
     tau = PackedPathBound(PathBound(shape, geo, fast, replica_arcs(shape.num_stages, geo))).tau
     any_count = ShortRunBound(shape, geo, fast)
-    any_count.window = lambda channels: any_count.per_domain // (channels + 1)
+    any_count.windows = np.array([NO_LIMIT] + [any_count.per_domain // (k + 1) for k in
+                                               range(1, len(any_count.thin) + 1)])
     before = any_count.bound(tau, fast.bound(shape).sync)
     record = next(row for row in json.loads((ROOT / "reports/paper/certified.json").read_text())
                   ["instances"] if row["instance"] == instance.name)

@@ -106,6 +106,8 @@ class SharedSplitBound:
         self.applies = self._applies()
         self.leaves = 0  # mask vectors checked by the last search
         if self.applies and math.isfinite(self.tau):
+            self.lows = [self.fast._min_blocks(s, self.shape.num_stages)
+                         for s in range(self.shape.num_stages)]
             self.rows = self._flag_rows()
             self.tau = self._search()
 
@@ -144,13 +146,11 @@ class SharedSplitBound:
     def _classes(self, cap: int) -> list[list[tuple[int, int]]] | None:
         """Per stage, (largest count, mask) of each mask, fewest flags first; None when a
         stage has no count it may hold."""
-        lows = [self.fast._min_blocks(s, self.shape.num_stages)
-                for s in range(self.shape.num_stages)]
         allowed = self.rows <= cap  # stage, flag, count
         weights = np.array([1 << bit for bit in range(len(FLAGS))], dtype=np.int64)
         masks = np.tensordot(weights, allowed, axes=([0], [1]))  # stage, count
         found = []
-        for stage, low in enumerate(lows):
+        for stage, low in enumerate(self.lows):
             classes, seen = [], set()
             for count in range(self.fast.chain.blocks, low - 1, -1):
                 mask = int(masks[stage, count])

@@ -149,6 +149,9 @@ class ShortRunBound:
         # σ_div: every main plan's sync, its groups on at most k_d channels (docstring)
         divided = self.thin[divided_channels(dp, self.per_domain) - 1]
         self.divided_sync = fast._min_max(list(np.maximum(self.sync, divided)), shape)
+        # L(k) for k = 0 (no limit) .. q: depends on the shape only, not on Θ
+        self.windows = np.array([NO_LIMIT] + [self.window(k) for k in range(1, len(self.thin) + 1)],
+                                dtype=np.int64)
 
     def _applies(self) -> bool:
         return self.shape.num_stages >= 2 and replicas_divide_nodes(self.geo, self.shape,
@@ -182,10 +185,9 @@ class ShortRunBound:
         """L for k = ``channels`` >= 1: the longest window w <= ⌊q / (k + 1)⌋ for which d is
         a sum of integers in [k + 1, ⌊q / w⌋] (some m with m·(k + 1) <= d <= m·⌊q / w⌋); 0
         when none is."""
-        dp = self.shape.dp
         for width in range(self.per_domain // (channels + 1), 0, -1):
-            most = self.per_domain // width
-            if -(-dp // most) <= dp // (channels + 1):
+            # m·(k + 1) <= d <= m·M for some m  <=>  ⌊d / ⌈d / M⌉⌋ >= k + 1 (docstring)
+            if divided_channels(self.shape.dp, self.per_domain // width) >= channels + 1:
                 return width
         return 0
 
@@ -194,9 +196,7 @@ class ShortRunBound:
         needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
         for k, rows in enumerate(self.thin, start=1):
             needed = np.where(rows >= theta, k, needed)
-        table = np.array([NO_LIMIT] + [self.window(k) for k in range(1, len(self.thin) + 1)],
-                         dtype=np.int64)
-        return table[needed]
+        return self.windows[needed]
 
     def _holds(self, cap: int, theta: int, limits: np.ndarray) -> bool:
         """The count search of the module docstring at one cap."""
