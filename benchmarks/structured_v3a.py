@@ -84,6 +84,61 @@ def comparison_main(description: str, measure, table, speed, out: Path,
     print("\n".join(table(measured)))
 
 
+def two_space_report(old: str, new: str, out: Path, description: str,
+                     rows: tuple[str, ...] | None = None) -> None:
+    """The command line of a report comparing structured space ``old`` with ``new`` (its
+    successor, so ``new``'s optimum is at most ``old``'s on every row, checked): per row
+    of ``reports/paper/certified.json`` named, the DP over each space's layouts
+    (:func:`space_layouts`) and T against the certificate's best plan; ``--speed`` times
+    GPT3-175B with the v3 choices on nest-tpuv4-fattree over one of the two."""
+    label = {"v3b": "v3b-R"}
+
+    def measure(path: Path, best_ticks: int, name: str) -> dict:
+        instance = load_instance(path)
+        row = {"instance": name, "best_ticks": best_ticks,
+               old: run_dp(instance, space_layouts(instance, old)),
+               new: run_dp(instance, space_layouts(instance, new))}
+        if row[new]["ticks"] > row[old]["ticks"]:
+            raise AssertionError(f"{name}: {new} {row[new]['ticks']} above {old} "
+                                 f"{row[old]['ticks']}")
+        logging.getLogger(__name__).info(
+            "%s: %s %d, %s %d (%s), best %d", name, label.get(old, old), row[old]["ticks"],
+            label.get(new, new), row[new]["ticks"], row[new]["layout"], best_ticks)
+        return row
+
+    def table(measured: list[dict]) -> list[str]:
+        before, after = label.get(old, old), label.get(new, new)
+        lines = [f"| instance | {before}: T / best − 1 | {after}: T / best − 1 | {after} "
+                 f"layout (t,e,S,d) | {before} s | {after} s |", "|---|---:|---:|---|---:|---:|"]
+        for row in measured:
+            best, plan = row["best_ticks"], row[new]
+            lines.append(
+                f"| {row['instance']} | {row[old]['ticks'] / best - 1:+.3%} "
+                f"| {plan['ticks'] / best - 1:+.3%} | {plan['layout']} "
+                f"({plan['tp']},{plan['ep']},{plan['S']},{plan['d']}) "
+                f"| {row[old]['wall_s']:.2f} | {plan['wall_s']:.2f} |")
+        for version in (old, new):
+            within = sum(row[version]["ticks"] <= (1 + WITHIN) * row["best_ticks"]
+                         for row in measured)
+            equal = sum(row[version]["ticks"] <= row["best_ticks"] for row in measured)
+            lines.append(f"<!-- {version}: {within}/{len(measured)} within 0.5%, {equal} at "
+                         f"or below the best plan known -->")
+        changed = sum(row[new]["ticks"] < row[old]["ticks"] for row in measured)
+        lines.append(f"<!-- {new} below {old} on {changed}/{len(measured)} rows -->")
+        return lines
+
+    def speed(devices: int, version: str, network: str = "nest-tpuv4-fattree") -> dict:
+        from benchmarks.bench_dp import v2_instance
+
+        instance, _ = v2_instance("gpt3-175b", devices, network, v3=True)
+        row = run_dp(instance, space_layouts(instance, version))
+        row.update(devices=devices, network=network, version=version)
+        return row
+
+    comparison_main(description, measure, table, speed, out, rows,
+                    f"{label.get(old, old)}'s or {new}")
+
+
 def run_dp(instance, layouts) -> dict:
     """One DP solve over ``layouts`` (None: the network's structured layouts), its plan
     re-priced by the evaluator (which must agree to the tick), and what the tables show."""

@@ -59,6 +59,7 @@ from nest_cp.model.plan import (
     RankLayout,
     context_groups,
     expert_groups,
+    gathered_end_starts,
     rank_index,
     tensor_groups,
 )
@@ -357,28 +358,23 @@ class LayoutGeometries:
     def _gathered_data(self, config: IntraConfig, num_stages: int,
                        dp: int) -> tuple[list, list]:
         """Per stage, the path ids of the d-replica and d·e groups of gathered ends in
-        effect (:func:`~nest_cp.model.plan.gathered_end_positions`, canonical order, spare
-        last), without the device array: replica 0 of stage s has rank j at position
-        start_s + j (start 0, a·d + a·(s − 1) for a middle stage, a·d·(S − 1) for the
-        last), the replicas follow at stride a on the two end stages and a·(S − 2) on the
-        middle ones, and the EP members of a rank at stride t (j = t_index + t·e_index),
-        so every group is a box of positions (:meth:`_GroupPathCodes.of_positions`)."""
-        width = config.devices
-        stage = np.arange(num_stages, dtype=np.int64)
-        ends = (stage == 0) | (stage == num_stages - 1)
-        start = np.where(stage == 0, 0, np.where(
-            stage == num_stages - 1, width * dp * (num_stages - 1),
-            width * dp + width * (stage - 1)))
-        first = start[:, None] + np.arange(width, dtype=np.int64)[None, :]  # [stage, j]
+        effect (canonical order, spare last), without the device array: replica r of stage
+        s has rank j at position start_s + stride_s·r + j
+        (:func:`~nest_cp.model.plan.gathered_end_starts`), and the EP members of a rank
+        sit at stride t (j = t_index + t·e_index), so every group is a box of positions
+        (:meth:`_GroupPathCodes.of_positions`)."""
+        start, strides = gathered_end_starts(config, num_stages, dp)
+        first = start[:, None] + np.arange(config.devices, dtype=np.int64)[None, :]
         replica_ids = np.zeros(first.shape, dtype=np.int64)
         dense_ids = np.zeros((num_stages, config.tp), dtype=np.int64)
-        for rows, stride in ((ends, width), (~ends, width * (num_stages - 2))):
+        for stride in np.unique(strides):
+            rows = strides == stride
             lowest = first[rows]
             replica_ids[rows] = self.groups.of_positions(
-                lowest.ravel(), [(stride, dp)], ()).reshape(lowest.shape)
+                lowest.ravel(), [(int(stride), dp)], ()).reshape(lowest.shape)
             lowest = first[rows, :config.tp]
             dense_ids[rows] = self.groups.of_positions(
-                lowest.ravel(), [(config.tp, config.ep), (stride, dp)],
+                lowest.ravel(), [(config.tp, config.ep), (int(stride), dp)],
                 ()).reshape(lowest.shape)
         return _row_sets(replica_ids), _row_sets(dense_ids)
 

@@ -33,10 +33,12 @@ from nest_cp.model.plan import (
     gathered_end_positions,
     structured_layouts,
 )
-from nest_cp.model.result import SolveOptions, Space, Status
-from nest_cp.solvers.brute import solve as brute_solve
-from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import assert_arrayed_geometry, assert_rank_maps_realise
+from tests.test_dp_v3a import (
+    assert_arrayed_geometry,
+    assert_new_layout_wins_as_brute_force,
+    assert_rank_maps_realise,
+    assert_structured_exact_agree,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GATHERED = RankLayout(NEST_LAYOUT.order, gathered_ends=True)
@@ -144,30 +146,13 @@ def test_dp_equals_brute_force_where_gathered_ends_win(seed, tier_sizes):
     less than its best over the v3c layouts (both priced by the evaluator); brute force
     over every structured placement finds the same optimum."""
     instance = _case(seed, tier_sizes)
-    evaluator = Evaluator(instance)
-    dp = dp_solve(instance)
-    assert dp.stats["layout"].endswith("/gathered-ends")
-    assert evaluator.evaluate(dp.plan).objective_ticks == dp.objective_ticks
-    without = dp_solve(instance, layouts=_without_ends(instance))
-    assert dp.objective_ticks < evaluator.evaluate(without.plan).objective_ticks
-    brute = brute_solve(instance, SolveOptions(space=Space.STRUCTURED))
-    assert brute.status is Status.OPTIMAL and brute.objective_ticks == dp.objective_ticks
+    assert_new_layout_wins_as_brute_force(instance, "/gathered-ends", _without_ends(instance))
 
 
 def test_dp_equals_structured_cpsat_and_milp_where_gathered_ends_win():
     """Structured CP-SAT (one worker, fixed seed) and the MILP (HiGHS) select among the
     placements with gathered ends and prove the DP's optimum."""
-    from nest_cp.solvers.registry import solve as backend_solve
-
-    instance = _case(*ENDS_CASES[0])
-    expected = dp_solve(instance).objective_ticks
-    exact = cpsat_solve(instance, SolveOptions(space=Space.STRUCTURED, workers=1, seed=0,
-                                               time_limit_s=120.0))
-    assert exact.status is Status.OPTIMAL and exact.objective_ticks == expected
-    milp = backend_solve(instance, "milp", SolveOptions(space=Space.STRUCTURED, workers=1,
-                                                        seed=0, time_limit_s=120.0,
-                                                        milp_solver="highs"))
-    assert milp.status is Status.OPTIMAL and milp.objective_ticks == expected
+    assert_structured_exact_agree(_case(*ENDS_CASES[0]))
 
 
 def test_gathered_ends_reach_the_full_space_optimum_of_tight_l8_d16_h3():

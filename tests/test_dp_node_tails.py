@@ -27,10 +27,12 @@ from nest_cp.io.readers import load_instance, plan_from_dict
 from nest_cp.model.instance import IntraConfig
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import NEST_LAYOUT, Dim, NodeTail, RankLayout, structured_layouts
-from nest_cp.model.result import SolveOptions, Space, Status
-from nest_cp.solvers.brute import solve as brute_solve
-from nest_cp.solvers.cpsat import solve as cpsat_solve
-from tests.test_dp_v3a import assert_arrayed_geometry, assert_rank_maps_realise
+from tests.test_dp_v3a import (
+    assert_arrayed_geometry,
+    assert_new_layout_wins_as_brute_force,
+    assert_rank_maps_realise,
+    assert_structured_exact_agree,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # seeded three-tier instances (5 layers, random_instance) where a node tail wins strictly
@@ -160,31 +162,14 @@ def test_dp_equals_brute_force_where_a_node_tail_wins(seed, tier_sizes):
     less than its best over the v3b-R layouts (both priced by the evaluator); brute force
     over every structured placement finds the same optimum."""
     instance = random_instance(seed, num_layers=5, tier_sizes=tier_sizes)
-    evaluator = Evaluator(instance)
-    dp = dp_solve(instance)
-    assert dp.stats["layout"].endswith("/node-tail")
-    assert evaluator.evaluate(dp.plan).objective_ticks == dp.objective_ticks
-    without = dp_solve(instance, layouts=_without_tails(instance))
-    assert dp.objective_ticks < evaluator.evaluate(without.plan).objective_ticks
-    brute = brute_solve(instance, SolveOptions(space=Space.STRUCTURED))
-    assert brute.status is Status.OPTIMAL and brute.objective_ticks == dp.objective_ticks
+    assert_new_layout_wins_as_brute_force(instance, "/node-tail", _without_tails(instance))
 
 
 def test_dp_equals_structured_cpsat_and_milp_where_a_node_tail_wins():
     """Structured CP-SAT (one worker, fixed seed) and the MILP (HiGHS) select among the
     placements with the node tail and prove the DP's optimum."""
-    from nest_cp.solvers.registry import solve as backend_solve
-
     seed, tier_sizes = TAIL_CASES[0]
-    instance = random_instance(seed, num_layers=5, tier_sizes=tier_sizes)
-    expected = dp_solve(instance).objective_ticks
-    exact = cpsat_solve(instance, SolveOptions(space=Space.STRUCTURED, workers=1, seed=0,
-                                               time_limit_s=120.0))
-    assert exact.status is Status.OPTIMAL and exact.objective_ticks == expected
-    milp = backend_solve(instance, "milp", SolveOptions(space=Space.STRUCTURED, workers=1,
-                                                        seed=0, time_limit_s=120.0,
-                                                        milp_solver="highs"))
-    assert milp.status is Status.OPTIMAL and milp.objective_ticks == expected
+    assert_structured_exact_agree(random_instance(seed, num_layers=5, tier_sizes=tier_sizes))
 
 
 @pytest.mark.parametrize("name", ["bert-large--nest-tpuv4-fattree--512",

@@ -166,6 +166,35 @@ def assert_arrayed_geometry(seed: int, sizes, layout_at: int, applies: str,
     assert checked[True] > 3 and checked[False] > 3
 
 
+def assert_new_layout_wins_as_brute_force(instance, suffix: str, without) -> None:
+    """The DP's plan on ``instance`` uses a layout ending in ``suffix`` and costs strictly
+    less than the DP over the layouts ``without`` it (both priced by the evaluator); brute
+    force over every structured placement proves the same optimum."""
+    evaluator = Evaluator(instance)
+    dp = dp_solve(instance)
+    assert dp.stats["layout"].endswith(suffix)
+    assert evaluator.evaluate(dp.plan).objective_ticks == dp.objective_ticks
+    old = dp_solve(instance, layouts=without)
+    assert dp.objective_ticks < evaluator.evaluate(old.plan).objective_ticks
+    brute = brute_solve(instance, SolveOptions(space=Space.STRUCTURED))
+    assert brute.status is Status.OPTIMAL and brute.objective_ticks == dp.objective_ticks
+
+
+def assert_structured_exact_agree(instance) -> None:
+    """Structured CP-SAT (one worker, fixed seed) and the MILP (HiGHS) prove the DP's
+    optimum of ``instance``."""
+    from nest_cp.solvers.registry import solve as backend_solve
+
+    expected = dp_solve(instance).objective_ticks
+    exact = cpsat_solve(instance, SolveOptions(space=Space.STRUCTURED, workers=1, seed=0,
+                                               time_limit_s=120.0))
+    assert exact.status is Status.OPTIMAL and exact.objective_ticks == expected
+    milp = backend_solve(instance, "milp", SolveOptions(space=Space.STRUCTURED, workers=1,
+                                                        seed=0, time_limit_s=120.0,
+                                                        milp_solver="highs"))
+    assert milp.status is Status.OPTIMAL and milp.objective_ticks == expected
+
+
 def assert_rank_maps_realise(layout_at: int, applies: str, shapes) -> None:
     """On 24 devices (4-device nodes, 3 leaves, 2 spines), for each (config, S, d) of
     ``shapes`` where ``structured_layouts[layout_at]`` applies (``layout.<applies>``): under

@@ -294,26 +294,37 @@ class NodeTail:
             + np.arange(width, dtype=np.int64)[None, None, :]
 
 
-def gathered_end_positions(config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
-    """positions[stage, replica, rank] of gathered ends (structured space v3d), an
-    (S, d, a) int64 array, a = t·e: rank (s, r, j) at
+def gathered_end_starts(config: IntraConfig, num_stages: int,
+                        dp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, stride), two (S,) int64 arrays, of gathered ends (structured space v3d):
+    replica r of stage s starts at position start[s] + stride[s]·r, and its rank j is j
+    positions further on (:func:`gathered_end_positions`). With a = t·e:
 
-    - j + a·r for the first stage (its d replicas side by side, positions [0, a·d));
-    - a·d + j + a·((s − 1) + (S − 2)·r) for a middle stage 0 < s < S − 1 (each replica's
+    - the first stage starts at 0, stride a (its d replicas side by side, [0, a·d));
+    - a middle stage 0 < s < S − 1 at a·d + a·(s − 1), stride a·(S − 2) (each replica's
       S − 2 middle stages consecutive, replica after replica);
-    - a·d·(S − 1) + j + a·r for the last stage.
+    - the last stage at a·d·(S − 1), stride a.
 
     So the two end stages, which have one pipeline neighbour each, keep their data-parallel
     groups as compact as Megatron's order does, and each middle stage's two neighbours are
     beside it as in NEST's order (S >= 2)."""
     width = config.devices
-    stage = np.arange(num_stages, dtype=np.int64)[:, None]
+    stage = np.arange(num_stages, dtype=np.int64)
+    ends = (stage == 0) | (stage == num_stages - 1)
+    start = np.where(stage == 0, 0, np.where(
+        stage == num_stages - 1, width * dp * (num_stages - 1),
+        width * dp + width * (stage - 1)))
+    stride = np.where(ends, width, width * (num_stages - 2))
+    return start, stride
+
+
+def gathered_end_positions(config: IntraConfig, num_stages: int, dp: int) -> np.ndarray:
+    """positions[stage, replica, rank] of gathered ends, an (S, d, t·e) int64 array: rank
+    (s, r, j) at start[s] + stride[s]·r + j (:func:`gathered_end_starts`)."""
+    start, stride = gathered_end_starts(config, num_stages, dp)
     replica = np.arange(dp, dtype=np.int64)[None, :]
-    middle = width * dp + width * ((stage - 1) + (num_stages - 2) * replica)
-    last = width * dp * (num_stages - 1) + width * replica
-    start = np.where(stage == 0, width * replica,
-                     np.where(stage == num_stages - 1, last, middle))  # [stage, replica]
-    return start[:, :, None] + np.arange(width, dtype=np.int64)[None, None, :]
+    first = start[:, None] + stride[:, None] * replica  # [stage, replica]
+    return first[:, :, None] + np.arange(config.devices, dtype=np.int64)[None, None, :]
 
 
 @dataclass(frozen=True, slots=True)

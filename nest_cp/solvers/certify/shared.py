@@ -87,7 +87,7 @@ from nest_cp.solvers.certify.bounds import INF
 from nest_cp.solvers.certify.geometry import NONE
 from nest_cp.solvers.certify.packed import knapsack
 from nest_cp.solvers.certify.paths import PathBound
-from nest_cp.solvers.certify.split import least_passing
+from nest_cp.solvers.certify.split import largest_per_class, least_passing
 
 LEAVES = 5_000  # mask vectors one cap's search may check before it gives up (holds)
 FLAGS = ((0, 0), (0, 1), (1, 0), (1, 1))  # (starts a run, ends a run), bit j of a mask
@@ -151,12 +151,9 @@ class SharedSplitBound:
         masks = np.tensordot(weights, allowed, axes=([0], [1]))  # stage, count
         found = []
         for stage, low in enumerate(self.lows):
-            classes, seen = [], set()
-            for count in range(self.fast.chain.blocks, low - 1, -1):
-                mask = int(masks[stage, count])
-                if mask and mask not in seen:
-                    seen.add(mask)
-                    classes.append((count, mask))
+            row = masks[stage]
+            classes = largest_per_class(self.fast.chain.blocks, low,
+                                        lambda count, row=row: int(row[count]) or None)
             if not classes:
                 return None
             found.append(classes)

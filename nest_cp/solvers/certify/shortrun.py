@@ -116,7 +116,7 @@ import numpy as np
 from nest_cp.solvers.certify.bounds import INF, FastBounds
 from nest_cp.solvers.certify.divided import divided_channels, replicas_divide_nodes
 from nest_cp.solvers.certify.geometry import NONE, Geometry
-from nest_cp.solvers.certify.split import best_of_crossing, least_passing
+from nest_cp.solvers.certify.split import best_of_crossing, largest_per_class, least_passing
 
 NO_LIMIT = -1  # L_s(c) of a count whose sync needs no extra channel
 
@@ -237,17 +237,14 @@ class ShortRunBound:
     def _classes(self, stage: int, allowed, sends, receives, limits) -> list[int]:
         """The largest count of each class of the stage (same OUT and IN tests, same L)
         within what the stage may hold."""
-        low = self.lows[stage]
-        found, seen = [], set()
-        for count in range(self.fast.chain.blocks, low - 1, -1):
+        def key(count: int):
             if not allowed[stage, count]:
-                continue
-            key = (bool(sends[stage, count]), bool(receives[stage, count]),
-                   int(limits[stage, count]))
-            if key not in seen:
-                seen.add(key)
-                found.append(count)
-        return found
+                return None
+            return (bool(sends[stage, count]), bool(receives[stage, count]),
+                    int(limits[stage, count]))
+
+        return [count for count, _ in
+                largest_per_class(self.fast.chain.blocks, self.lows[stage], key)]
 
     def tau(self, theta: int, floor: int) -> float:
         """max(floor, τ_Θ): the least of ``floor`` and the row values above it at which the

@@ -296,3 +296,17 @@ def best_of_crossing(pair, count: int) -> float:
     if low > 0:
         best = max(best, min(pair(low - 1)))
     return best
+
+
+def largest_per_class(most: int, least: int, key) -> list[tuple[int, object]]:
+    """(count, class) for the largest count of each class, counts from ``most`` down to
+    ``least``, in the order first met; ``key(count)`` names a count's class, or None for a
+    count left out (the shared-split and short-run count searches: within a class every
+    count passes the same tests, so the largest one dominates)."""
+    found, seen = [], set()
+    for count in range(most, least - 1, -1):
+        name = key(count)
+        if name is not None and name not in seen:
+            seen.add(name)
+            found.append((count, name))
+    return found
