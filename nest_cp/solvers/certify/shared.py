@@ -168,37 +168,42 @@ class SharedSplitBound:
         blocks = self.fast.chain.blocks
         stages = len(classes)
         most_after = [0] * (stages + 1)  # most blocks the stages from s on can hold
+        least_after = [0] * (stages + 1)  # fewest: every later stage at its last class
         for stage in reversed(range(stages)):
             most_after[stage] = most_after[stage + 1] + classes[stage][0][0]
+            least_after[stage] = least_after[stage + 1] + classes[stage][-1][0]
         if most_after[0] < blocks:
             return False
         self.leaves = 0
         checked: dict[tuple, bool] = {}
         chosen = [0] * stages  # class index per stage
 
-        def maximal(total: int) -> bool:
-            return all(index + 1 == len(classes[stage]) or
-                       total - classes[stage][index][0] + classes[stage][index + 1][0] < blocks
-                       for stage, index in enumerate(chosen))
-
-        def descend(stage: int, total: int) -> bool:
+        def descend(stage: int, total: int, step: float) -> bool:
+            """``step``: the least drop to its next class of a stage chosen so far (inf
+            when none has one); a vector is maximal iff its surplus over ``blocks`` is
+            below the drop of every stage not at its last class, and the surplus is at
+            least ``total`` + the fewest blocks of the stages left − ``blocks``, so a
+            branch where that reaches ``step`` holds no maximal vector."""
             if stage == stages:
-                if not maximal(total):
-                    return False
                 self.leaves += 1
                 key = tuple(classes[s][i][1] for s, i in enumerate(chosen))
                 if key not in checked:
                     checked[key] = self.pack(list(key))
                 return checked[key] or self.leaves >= LEAVES
-            for index, (count, _) in enumerate(classes[stage]):
+            options = classes[stage]
+            for index, (count, _) in enumerate(options):
                 if total + count + most_after[stage + 1] < blocks:
                     break  # fewer blocks from here on
+                drop = (min(step, count - options[index + 1][0])
+                        if index + 1 < len(options) else step)
+                if total + count + least_after[stage + 1] - blocks >= drop:
+                    continue  # not maximal whatever follows; a smaller count may be
                 chosen[stage] = index
-                if descend(stage + 1, total + count):
+                if descend(stage + 1, total + count, drop):
                     return True
             return False
 
-        return descend(0, 0)
+        return descend(0, 0, math.inf)
 
     # ------------------------------------------------------------------ the packing test
 
