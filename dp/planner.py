@@ -561,8 +561,9 @@ class _Search:
             return bound
         least = np.full(len(dps), INF, dtype=np.int64)
         for quality, cap in qualities:
-            crossing = 0 if quality == table.config.tp else self._crossing_chunk_bound(
-                table, num_stages * virtual, quality, num_stages)
+            crossing = self._off_node_chunk_bound(table, num_stages * virtual) \
+                if quality == table.config.tp else self._crossing_chunk_bound(
+                    table, num_stages * virtual, quality, num_stages)
             if crossing >= INF:  # no plan has this least quality
                 continue
             capped = self._vector_parts(table, num_stages, virtual, zero, dps, cap)
@@ -814,8 +815,15 @@ class _Search:
 
         and the bound for K is h_K(0): L steps of O(L²) instead of one O(K·W²) table per K.
         """
-        table = self._table(choice_index)
+        return self._min_max_per_chunk_count(self._table(choice_index), off_node=False)
+
+    def _min_max_per_chunk_count(self, table: LayerTable, off_node: bool) -> dict[int, int]:
+        """The recurrence of :meth:`_chunk_time_bounds` for every K, with the receives on
+        their cheapest path over every tier, or (``off_node``) over the tiers above the node
+        (:meth:`_off_node_chunk_bound`)."""
         base, activation, received = self._cheapest_ranges(table)
+        if off_node:
+            _, activation, received = self._off_node_receives(table)
         num_layers = table.num_layers
         lasts = np.arange(num_layers)
         weight = base + activation[:, None] + np.where(lasts < num_layers - 1, received, 0)
@@ -854,6 +862,42 @@ class _Search:
             table.cache["cheapest"] = (range_sums(per_layer),
                                        np.concatenate(([0], received[:-1])), received)
         return table.cache["cheapest"]
+
+    def _off_node_receives(self, table: LayerTable) -> tuple[None, np.ndarray, np.ndarray]:
+        """As :meth:`_cheapest_ranges`' receives, each on its cheapest path among the tiers
+        above the node (tiers 1 ..); kept in the table's cache."""
+        if "off-node receives" not in table.cache:
+            network = self.network
+            received = np.min([table.transfers(network.tier_path(tier))
+                               for tier in range(1, network.num_tiers)], axis=0)
+            table.cache["off-node receives"] = (None, np.concatenate(([0], received[:-1])),
+                                                received)
+        return table.cache["off-node receives"]
+
+    def _off_node_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
+        """τ_in(K): a lower bound on max_k τ_k of every plan with K = S·v chunks whose TP
+        groups of t = G_0 ranks each lie inside one node (t = G_0 on a tiered network with a
+        tier above the node; 0 otherwise, no claim).
+
+        Such a TP group fills its node, so every node holds the ranks of one stage replica
+        (one TP group) and no other.  A chunk k >= 1 receives its activation from chunk
+        k − 1, which runs on stage (k − 1) mod S, another stage than chunk k's (S >= 2 when
+        K >= 2: v > 1 needs S >= 2, DESIGN §3.2 b), over pairs (rank j of one stage to rank
+        j of the other, same replica): each pair joins two TP groups, so two nodes, and runs
+        on a tier K >= 1 (the point-to-point transfer is priced on the pair's tier path,
+        cost model §3, no channels), at least the cheapest of those tiers' transfer of the
+        layer output; the gradient receive of chunk k < K − 1 likewise.  Every other term of
+        :meth:`_chunk_time_bounds`' chunk weight is at most the chunk's own (its docstring),
+        so the same min-max over splits with these receives bounds max_k τ_k from below.
+        Kept per (layer table, K)."""
+        network = self.network
+        if not network.is_hierarchical or network.num_tiers < 2 or \
+                table.config.tp != network.node_size or table.config.cp > 1:
+            return 0
+        if "off-node chunk bounds" not in table.cache:
+            table.cache["off-node chunk bounds"] = self._min_max_per_chunk_count(
+                table, off_node=True)
+        return table.cache["off-node chunk bounds"][num_chunks]
 
     def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
         """(K, W, W) chunk times with collectives and receives on their cheapest path.
@@ -1248,7 +1292,9 @@ class _Search:
           sync_c.  For h < t, by Fact 2 the stage replica of a TP group of quality h pays
           every TP collective at least on one of :func:`crossing_tp_paths` (t, h), so
           the chunks of that stage cost at least their crossing times and
-          max_k τ_k >= τ_h = :meth:`_crossing_chunk_bound` (h); τ_t = 0.
+          max_k τ_k >= τ_h = :meth:`_crossing_chunk_bound` (h).  For h = t every TP group
+          lies inside a node, so max_k τ_k >= τ_t = :meth:`_off_node_chunk_bound` (its
+          receives off the node when t = G_0; else 0).
 
         Every plan has one least quality h, so costs at least that h's term (T =
         rounds·max_k τ_k + max_s exposed_s, and the term bounds both parts), hence at
@@ -1264,8 +1310,9 @@ class _Search:
             return fast
         least = INF
         for quality, cap in qualities:
-            crossing = 0 if quality == tp else self._crossing_chunk_bound(
-                shape.table, shape.num_chunks, quality, shape.num_stages)
+            crossing = self._off_node_chunk_bound(shape.table, shape.num_chunks) \
+                if quality == tp else self._crossing_chunk_bound(
+                    shape.table, shape.num_chunks, quality, shape.num_stages)
             least = min(least, shape.rounds * max(
                 chunk_bound, self._gather_bound(shape, cap), crossing)
                 + self._sync_bound(shape, cap))
@@ -1388,8 +1435,9 @@ class _Search:
         layout's class term, and the least over the classes met bounds them all:
 
         - "inside": every TP group in one node, least quality h = t, so :meth:`_shape_bound`'s
-          h = t term, rounds·max(τ_lb, gathers_c) + sync_c with c = ⌊G_0 / t⌋ (Fact 1 of
-          :mod:`nest_cp.dp.node_bounds`; the other h of that case split cannot occur);
+          h = t term, rounds·max(τ_lb, τ_t, gathers_c) + sync_c with c = ⌊G_0 / t⌋ (Fact 1
+          of :mod:`nest_cp.dp.node_bounds`; τ_t of :meth:`_off_node_chunk_bound`, whose
+          premise this is; the other h of that case split cannot occur);
         - "crossing": :meth:`_all_crossing_bound`.
 
         Kept per (layer table, S, d, v, z)."""
@@ -1405,8 +1453,9 @@ class _Search:
         if "inside" in classes:
             tp = table.config.tp
             cap = node_cap(self.network, tp)
-            terms.append(shape.rounds * max(chunk_bound, self._gather_bound(shape, cap))
-                         + self._sync_bound(shape, cap))
+            terms.append(shape.rounds * max(
+                chunk_bound, self._off_node_chunk_bound(table, shape.num_chunks),
+                self._gather_bound(shape, cap)) + self._sync_bound(shape, cap))
         if "crossing" in classes:
             terms.append(self._all_crossing_bound(shape))
         bound = min(terms)

@@ -233,3 +233,34 @@ def test_layout_class_bound_never_exceeds_the_structured_optimum(tier_sizes, ris
                                   search._stagewise_bound(shape))
             tight += bound == optimum
     assert known and (not rises or (raised and tight))
+
+
+def test_off_node_receive_bound_never_exceeds_the_exhaustive_optimum():
+    """On nodes of 2 (t = 2 fills a node), for every v = 1 shape: rounds·τ_in, the min-max
+    chunk bound with every receive off the node, is at most the least objective over every
+    split and every placement whose TP groups each lie inside one node, tight on some
+    shapes, and above rounds·τ_lb (receives on any tier) on some."""
+    raised = tight = 0
+    for seed in range(2):
+        instance = _instance(seed, (2, 2, 2), (IntraConfig(tp=2),), False)
+        search = planner._Search(instance, SolveOptions(), ())
+        node = search.network.node_size
+        for choice_index, shape, exhaustive_shape in v1_shapes(search, instance):
+            config = shape.table.config
+            chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+            floor = search._off_node_chunk_bound(shape.table, shape.num_chunks)
+
+            def inside(placement, shape=shape, config=config, node=node) -> bool:
+                flat = tuple(device for stage in placement for replica in stage
+                             for device in replica)
+                return all(len({device // node for device in group}) == 1
+                           for group in _tp_groups(flat, config, shape.num_stages, shape.dp))
+
+            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+                (2, 2, 2), config.devices * shape.num_stages * shape.dp), only=inside)
+            if optimum == math.inf:
+                continue
+            assert shape.rounds * floor <= optimum, (shape, floor, optimum)
+            raised += floor > chunk
+            tight += shape.rounds * floor + search._sync_bound(shape, 1) == optimum
+    assert raised and tight
