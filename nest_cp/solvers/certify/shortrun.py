@@ -27,7 +27,7 @@ most k (the divided-channel bound's rows with k_d = k); from the path bound's
 ``combo_rows`` (paths step 2), N_s the least over every combo stage s can have, OUT_s the
 least over the combos whose output boundary has a class >= 1 admitting a pair, IN_s the
 same for the input boundary.  For a count c let k_s(c) be the largest k <= q with
-W^k_s(c) >= Θ (0 when none) and L_s(c) = L(k_s(c)) (no limit when k_s(c) = 0), where L(k)
+W^k_s(c) >= Θ (0 when none) and L_s(c) = L(k_s(c)), where L(0) = q and, for k >= 1, L(k)
 is the largest w <= ⌊q / (k + 1)⌋ for which d is a sum of integers in [k + 1, ⌊q / w⌋] —
 some m >= 1 has m·(k + 1) <= d <= m·⌊q / w⌋ — and 0 when no w >= 1 is (``window``);
 k_s is non-decreasing in c (a W^k row is non-decreasing in c and never rises with k: a
@@ -41,7 +41,7 @@ max(Y_s, W^{k_d}_s) (``FastBounds._min_max``, a lower bound on it).
 Count search.  ``holds(cap)``: there are counts (c_s), Σ c_s >= n, each at least the
 fewest its stage must hold, with N_s(c_s) <= cap and Y_s(c_s) < Θ for every s, and, calling
 a boundary b (stage b → b + 1) *cuttable* when OUT_b(c_b) <= cap and IN_{b+1}(c_{b+1}) <=
-cap, for every s with k_s(c_s) >= 1: j*(s) − i*(s) + 1 <= L_s(c_s), where i*(s) is 1 + the
+cap, for every s: j*(s) − i*(s) + 1 <= L_s(c_s), where i*(s) is 1 + the
 last cuttable boundary before s (0 if none) and j*(s) the first cuttable boundary at or
 after s (S − 1 if none).
 
@@ -71,6 +71,8 @@ Proof.  Fix a main plan P with counts (c_s).  If T_sync(P) >= Θ, T(P) >= A (τ_
    run through s (the maximal run of stages joined by class-0 boundaries, geometry)
    contains [i*(s), j*(s)]: it has at least w stages, |R|·a >= w·a ranks, all in the
    tier-0 domain of its stage replica of s (geometry's lemma with J_0 = a).
+3'. So w·a <= G_0 and w <= q = L(0) for every s: with k_s(c_s) = 0 that is the count
+   search's condition; with k_s(c_s) >= 1 step 4 gives the tighter one.
 4. Take any domain D holding a stage replica of s: its n_D replicas' runs through s are
    disjoint devices in D (the placement is injective, DESIGN §2), so n_D·w·a <= |D| <=
    G_0 and n_D <= ⌊q / w⌋; by 2, n_D >= k + 1.  Each replica's stage replica of s lies in
@@ -105,6 +107,19 @@ plan in case A).  A rises with Θ and B never does
 conditions are those of its upper end; so min(A, B) is largest where A and B cross, found
 by bisection over the sorted candidates with a logarithmic number of searches — a count,
 not a clock: the same on any machine.
+
+Joint form (``joint``): with the candidates v_1 < ... < v_J, v_0 = σ and v_{J+1} = +inf,
+let Θ(C) for a cap C be the least v_j, j >= 1, at which the count search holds at C.  Then
+every such plan has T(P) >= min over caps C >= τ_path of (m + S − 1)·C + max(σ, v_{j−1})
+with v_j = Θ(C) (a cap at which the search holds for no Θ drops out).  Proof: take P, x =
+T_sync(P) >= σ (step 5) and j >= 1 with v_{j−1} <= x < v_j.  The count conditions at Θ = v_j
+are those at any Θ in (x, v_j] (they change only at candidates), and T_sync(P) < Θ there,
+so steps 1-6 give ``holds(τ_max(P))`` at v_j, and at C, the largest cap <= τ_max(P) (the
+search changes only at row values): Θ(C) <= v_j, so v_{j−1} >= the candidate below Θ(C)
+and T(P) = (m + S − 1)·τ_max(P) + x >= (m + S − 1)·C + max(σ, that candidate).  ``holds``
+is monotone in Θ (a larger Θ only weakens the conditions), so Θ(C) is found by
+bisection; the caps are tried upwards and stop where (m + S − 1)·C + σ reaches the least
+term so far.  It is at least min(A, B) at no Θ in general, so the bound takes the larger.
 """
 
 from __future__ import annotations
@@ -118,7 +133,7 @@ from nest_cp.solvers.certify.divided import divided_channels, replicas_divide_no
 from nest_cp.solvers.certify.geometry import NONE, Geometry
 from nest_cp.solvers.certify.split import best_of_crossing, largest_per_class, least_passing
 
-NO_LIMIT = -1  # L_s(c) of a count whose sync needs no extra channel
+NO_LIMIT = -1  # a window the count search does not apply (L(0) is q; tests set the old rule)
 
 
 class ShortRunBound:
@@ -149,8 +164,10 @@ class ShortRunBound:
         # σ_div: every main plan's sync, its groups on at most k_d channels (docstring)
         divided = self.thin[divided_channels(dp, self.per_domain) - 1]
         self.divided_sync = fast._min_max(list(np.maximum(self.sync, divided)), shape)
-        # L(k) for k = 0 (no limit) .. q: depends on the shape only, not on Θ
-        self.windows = np.array([NO_LIMIT] + [self.window(k) for k in range(1, len(self.thin) + 1)],
+        # L(k) for k = 0 .. q: depends on the shape only, not on Θ; L(0) = q, a node run's
+        # most stages (module docstring, step 3')
+        self.windows = np.array([self.per_domain] + [self.window(k)
+                                                     for k in range(1, len(self.thin) + 1)],
                                 dtype=np.int64)
 
     def _applies(self) -> bool:
@@ -192,7 +209,7 @@ class ShortRunBound:
         return 0
 
     def _limits(self, theta: int) -> np.ndarray:
-        """L_s(c) per stage and count at Θ (NO_LIMIT where no channel is needed)."""
+        """L_s(c) per stage and count at Θ (L(0) = q where no channel more is needed)."""
         needed = np.zeros(self.sync.shape, dtype=np.int64)  # k_s(c)
         for k, rows in enumerate(self.thin, start=1):
             needed = np.where(rows >= theta, k, needed)
@@ -251,8 +268,6 @@ class ShortRunBound:
         count search holds (``holds`` changes only at row values and is monotone, so if
         τ_Θ <= floor it holds at ``floor``, and otherwise τ_Θ is a row value above it)."""
         limits = self._limits(theta)
-        if np.all(limits == NO_LIMIT):
-            return floor  # no stage needs a channel more; a lower τ_Θ only weakens B
         values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
                                  self.receives.ravel()))
         caps = np.unique(values[(values < INF) & (values > floor)])
@@ -287,4 +302,40 @@ class ShortRunBound:
             return -math.inf
 
         # A rises with Θ and B never does: the best min(A, B) is where they cross
-        return best_of_crossing(pair, len(candidates))
+        crossing = best_of_crossing(pair, len(candidates))
+        return max(crossing, self.joint(floor, sigma, candidates))
+
+    def joint(self, floor: int, sigma: float, candidates: np.ndarray) -> float:
+        """The joint form (module docstring): the least over caps C >= ``floor`` of
+        rounds·C + max(σ, the candidate below Θ(C)), Θ(C) the least candidate (or +inf)
+        at which the count search holds at C; caps tried upwards while rounds·C + σ can
+        still be below the least so far (+inf when the search holds at no cap: no main
+        plan)."""
+        rounds = self.shape.rounds
+        thetas = [int(value) for value in candidates] + [math.inf]
+        limits = [None] * len(thetas)
+
+        def holds(cap: int, index: int) -> bool:
+            if limits[index] is None:
+                limits[index] = self._limits(thetas[index])
+            return self._holds(cap, thetas[index], limits[index])
+
+        values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
+                                 self.receives.ravel()))
+        caps = np.unique(values[(values < INF) & (values > floor)])
+        least = math.inf
+        for cap in [floor, *(int(value) for value in caps)]:
+            if rounds * cap + sigma >= least:
+                break  # every later cap's term is at least this
+            if not holds(cap, len(thetas) - 1):
+                continue  # not even with no sync condition: no main plan has this τ_max
+            low, high = 0, len(thetas) - 1  # the least index that holds (monotone in Θ)
+            while low < high:
+                middle = (low + high) // 2
+                if holds(cap, middle):
+                    high = middle
+                else:
+                    low = middle + 1
+            below = sigma if low == 0 else max(sigma, thetas[low - 1])
+            least = min(least, rounds * cap + below)
+        return least
