@@ -39,7 +39,10 @@ work, and the inner stages' replicas once per residue of their first position
 replicas (d·e ranks) are arithmetic progressions whose k has a closed form
 (:func:`_progression_fewest`).  A layout whose node tail is in effect (structured space
 v3c, :class:`~nest_cp.model.plan.NodeTail`) or whose gathered ends are (v3d,
-:func:`~nest_cp.model.plan.gathered_end_positions`) is priced from its whole device array.
+:func:`~nest_cp.model.plan.gathered_end_positions`) has no stride form: on the canonical
+order it is priced from the few replicas (and stages) that stand for all
+(:meth:`LayoutGeometries._tail_geometries`, :meth:`LayoutGeometries._gathered_geometries`),
+elsewhere from its whole device array.
 """
 
 from __future__ import annotations
@@ -259,6 +262,7 @@ class LayoutGeometries:
         self._assembled: dict[tuple, tuple[StageGeometry, ...]] = {}
         self._translated_replicas: dict[tuple, tuple[list | None, Callable]] = {}
         self._arrays: dict[tuple, tuple[StageGeometry, ...]] = {}  # the last arrayed one's
+        self._tails: dict[tuple, tuple[np.ndarray, list, list]] = {}  # the last node tail's
 
     def order_of(self, layout: RankLayout) -> np.ndarray:
         """The device order ``layout`` reads its positions through, as an array."""
@@ -289,6 +293,14 @@ class LayoutGeometries:
                 return tiered_context_geometries(self.network, self.ids, devices, config,
                                                  wrap)
             return rank_geometries(self.network, self.ids, devices, config, wrap)
+        if layout.ends_gathered(config, num_stages, dp) and self.strided and self.translated:
+            gathered = self._gathered_geometries(config, num_stages, dp, wrap)
+            if gathered is not None:
+                return list(gathered)
+        if layout.tailed(config, num_stages, dp) and self.strided:
+            tailed = self._tail_geometries(layout, config, num_stages, dp, wrap)
+            if tailed is not None:
+                return list(tailed)
         if layout.arrayed(config, num_stages, dp):
             return list(self._array_geometries(layout, config, num_stages, dp, wrap))
         if self._strided(layout) and layout.block(config, num_stages, dp) == 1:
@@ -335,6 +347,9 @@ class LayoutGeometries:
                 and not layout.digits:
             replica_sets, dense_sets = self._gathered_data(config, num_stages, dp)
             return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
+        if layout.tailed(config, num_stages, dp) and self.strided:
+            replica_sets, dense_sets = self._tail_parts(layout, config, num_stages, dp)[1:]
+            return (tuple(replica_sets), tuple(dense_sets)), replica_sets, dense_sets
         if layout.arrayed(config, num_stages, dp):
             geometries = self._array_geometries(layout, config, num_stages, dp, False)
             replica_sets = [geometry.replica_groups for geometry in geometries]
@@ -377,6 +392,112 @@ class LayoutGeometries:
                 lowest.ravel(), [(config.tp, config.ep), (int(stride), dp)],
                 ()).reshape(lowest.shape)
         return _row_sets(replica_ids), _row_sets(dense_ids)
+
+    def _gathered_geometries(self, config: IntraConfig, num_stages: int, dp: int,
+                             wrap: bool) -> tuple[StageGeometry, ...] | None:
+        """The stage geometries of gathered ends in effect (canonical order, spare last),
+        from a few replicas and stages instead of the whole device array; None when a
+        replica's path sets do not fit one code (:func:`_stage_replicas`).
+
+        With a = t·e and P the period (:func:`_period`), rank (s, r, j) sits at b(s, r) + j
+        with b(0, r) = a·r, b(S − 1, r) = a·d·(S − 1) + a·r and b(s, r) = a·d + a·(s − 1) +
+        a·(S − 2)·r in between (:func:`~nest_cp.model.plan.gathered_end_positions`), and a
+        replica's paths (its groups, its receives from the same replica of a neighbouring
+        stage, wrapped or not) depend on its ranks' and its senders' positions only through
+        their residues modulo P and their differences (module docstring).  Replica r + R,
+        R = P / gcd(a, P), has every one of those positions moved by a·R or a·(S − 2)·R,
+        multiples of P: the same paths, so replicas r < min(d, R) stand for all.  An inner
+        stage 2 <= s <= S − 3 receives from the middle stages s ± 1, at b ∓ a, so it meets
+        the paths of stage s + R, moved by a·R: the first, the last, stages 1 and S − 2
+        (whose senders include an end stage) and the inner stages 2 .. R + 1 stand for all.
+        The data-parallel groups are :meth:`_gathered_data`'s progressions."""
+        width = config.devices
+        period = self.period // math.gcd(width, self.period)  # R
+        replicas = np.arange(min(dp, period), dtype=np.int64)
+        last = num_stages - 1
+        stages = sorted({0, 1, last - 1, last, *range(2, min(2 + period, last - 1))})
+        row = {stage: index for index, stage in enumerate(stages)}
+        ranks = np.arange(width, dtype=np.int64)
+
+        def placed(of_stages: list[int]) -> np.ndarray:
+            stage = np.array(of_stages, dtype=np.int64)[:, None]
+            start = np.where(stage == 0, width * replicas, np.where(
+                stage == last, width * dp * last + width * replicas,
+                width * dp + width * (stage - 1) + width * (num_stages - 2) * replicas))
+            return start[:, :, None] + ranks[None, None, :]
+
+        computed = _stage_replicas(self.network, self.groups, placed(stages), config,
+                                   *_receive_pairs(stages, num_stages, wrap, placed))
+        if computed is None:
+            return None
+        replica_sets, dense_sets = self._gathered_data(config, num_stages, dp)
+        return tuple(_assembled(
+            [computed[row[stage] if stage in row else row[2 + (stage - 2) % period]]
+             for stage in range(num_stages)], replica_sets, dense_sets))
+
+    def _tail_parts(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                    dp: int) -> tuple[np.ndarray, list, list]:
+        """(starts[stage, replica], per stage the path ids of its d-replica groups, of its
+        d·e groups) of a node tail in effect (:meth:`NodeTail.starts`, canonical order, spare
+        last), the groups from the starts alone; the last one kept, as the planner asks for
+        the data-parallel groups, then the geometries.
+
+        Every stage replica's a ranks lie in one tier-0 domain (a divides n_0 and its start
+        is a multiple of a), so the d-replica group of any rank j of a stage has one member
+        in the tier-0 domain of each replica's start, and the d·e group of any tensor rank e
+        members there; its least and largest members lie in the tier-0 domains of the least
+        and largest start, so in the same domain of every tier as those of rank 0 (tensor
+        rank 0): every j (every tensor rank) of a stage has the tier and the k of rank 0's
+        group (tensor rank 0's), the one group priced here."""
+        key = (layout, config, num_stages, dp)
+        if key not in self._tails:
+            starts = layout.node_tail.starts(config, num_stages, dp)
+            no_groups = [()] * num_stages
+            replica_sets = _row_sets(self.groups.of(starts[:, :, None], 1)) \
+                if dp > 1 else no_groups
+            dense_sets = no_groups
+            if dp * config.ep > 1:
+                members = starts[:, :, None] + config.tp * np.arange(config.ep)[None, None, :]
+                dense_sets = _row_sets(self.groups.of(
+                    members.reshape(num_stages, dp * config.ep, 1), 1))
+            self._tails = {key: (starts, replica_sets, dense_sets)}
+        return self._tails[key]
+
+    def _tail_geometries(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                         dp: int, wrap: bool) -> tuple[StageGeometry, ...] | None:
+        """The stage geometries of a node tail in effect, from a few replicas instead of the
+        whole device array; None when a replica's path sets do not fit one code.
+
+        Replica r's head stages sit at h_r + a·s + j (h_r its run's start), its m tail
+        stages in one tier-0 domain at n_0·(its tail node) + a·(s − r_h) + j
+        (:class:`~nest_cp.model.plan.NodeTail`).  Its paths are its groups' and its
+        receives': inside its head run they depend on h_r modulo the period P only, and the
+        differences (module docstring); in its tail, all in one tier-0 domain at the same
+        offsets for every replica, they are the same for every replica; the receive from
+        its last head stage into its first tail stage (and with ``wrap`` between its first
+        and its last stage) joins two tier-0 domains rank for rank, each stage replica's a
+        ranks lying in one (:meth:`_tail_parts`), so every such pair has the tier of the
+        two starts.  Replicas equal in h_r modulo P and in those one or two tiers have the
+        same paths on every stage: one of each such class is placed."""
+        starts, replica_sets, dense_sets = self._tail_parts(layout, config, num_stages, dp)
+        head = layout.node_tail.packing(config, num_stages, dp)[0]
+        last = num_stages - 1
+        columns = [starts[0] % self.period,
+                   self.network.tier_of_pairs(starts[head - 1], starts[head])]
+        if wrap:
+            columns.append(self.network.tier_of_pairs(starts[0], starts[last]))
+        _, kept = np.unique(np.stack([np.asarray(column, dtype=np.int64)
+                                      for column in columns], axis=1),
+                            axis=0, return_index=True)
+        devices = starts[:, np.sort(kept), None] \
+            + np.arange(config.devices, dtype=np.int64)[None, None, :]
+        activation_from, gradient_from = _senders(num_stages, wrap)
+        replicas = _stage_replicas(self.network, self.groups, devices, config,
+                                   _sender_devices(devices, activation_from),
+                                   _sender_devices(devices, gradient_from))
+        if replicas is None:
+            return None
+        return tuple(_assembled(replicas, replica_sets, dense_sets))
 
     def _array_geometries(self, layout: RankLayout, config: IntraConfig, num_stages: int,
                           dp: int, wrap: bool) -> tuple[StageGeometry, ...]:

@@ -135,6 +135,15 @@ def test_dp_geometries_of_gathered_ends_equal_those_of_the_placement(seed):
                             "ends_gathered", [2, 3, 4, 5, 7], 40)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_gathered_ends_from_a_few_replicas_equal_the_placement(seed):
+    """With a period short against d and S (replicas r and r + P / gcd(a, P) placed alike,
+    and inner stages that far apart), the geometries of gathered ends priced from those few
+    replicas and stages equal those of the whole device array, wrapped or not."""
+    assert_arrayed_geometry(seed, [(2, 2, 16), (2, 3, 12), (4, 2, 8)][seed], -1,
+                            "ends_gathered", [2, 6, 9, 13], 30)
+
+
 def _without_ends(instance) -> tuple[RankLayout, ...]:
     return tuple(layout for layout in NetworkModel(instance.cluster).structured_layouts
                  if not layout.gathered_ends)

@@ -151,6 +151,16 @@ def test_dp_geometries_of_node_tails_equal_those_of_the_placement(seed):
                             "tailed", [2, 3, 5, 7, 9], 60)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_node_tails_from_a_few_replicas_equal_the_placement(seed):
+    """With many replicas against the period (replicas alike in their run's start modulo
+    the period and in the tiers joining their head to their tail placed once), the
+    geometries of node tails and their data-parallel groups (from the stages' first
+    positions) equal those of the whole device array, wrapped or not."""
+    assert_arrayed_geometry(seed, [(2, 4, 8), (4, 3, 6), (2, 2, 16)][seed], -2,
+                            "tailed", [2, 3, 4, 5], 40)
+
+
 def _without_tails(instance) -> tuple[RankLayout, ...]:
     return tuple(layout for layout in NetworkModel(instance.cluster).structured_layouts
                  if layout.node_tail is None)

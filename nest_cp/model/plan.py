@@ -272,6 +272,14 @@ class NodeTail:
     def positions(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray | None:
         """positions[stage, replica, rank] of the node-tail placement, an (S, d, a) int64
         array; None where it does not apply (:meth:`packing`)."""
+        start = self.starts(config, num_stages, dp)
+        if start is None:
+            return None
+        return start[:, :, None] + np.arange(config.devices, dtype=np.int64)[None, None, :]
+
+    def starts(self, config: IntraConfig, num_stages: int, dp: int) -> np.ndarray | None:
+        """starts[stage, replica]: the position of rank 0 of each stage replica, an (S, d)
+        int64 array (rank j sits at start + j); None where the tail does not apply."""
         packing = self.packing(config, num_stages, dp)
         if packing is None:
             return None
@@ -290,8 +298,7 @@ class NodeTail:
         start = np.where(stage[:, None] < head, head_start[None, :],
                          tail_nodes[None, :] * node)  # [stage, replica]
         within = np.where(stage < head, stage, stage - head) * width
-        return start[:, :, None] + within[:, None, None] \
-            + np.arange(width, dtype=np.int64)[None, None, :]
+        return start + within[:, None]
 
 
 def gathered_end_starts(config: IntraConfig, num_stages: int,
