@@ -419,11 +419,11 @@ class LayoutGeometries:
         row = {stage: index for index, stage in enumerate(stages)}
         ranks = np.arange(width, dtype=np.int64)
 
+        first, stride = gathered_end_starts(config, num_stages, dp)
+
         def placed(of_stages: list[int]) -> np.ndarray:
             stage = np.array(of_stages, dtype=np.int64)[:, None]
-            start = np.where(stage == 0, width * replicas, np.where(
-                stage == last, width * dp * last + width * replicas,
-                width * dp + width * (stage - 1) + width * (num_stages - 2) * replicas))
+            start = first[stage] + stride[stage] * replicas[None, :]
             return start[:, :, None] + ranks[None, None, :]
 
         computed = _stage_replicas(self.network, self.groups, placed(stages), config,
