@@ -133,8 +133,6 @@ from nest_cp.solvers.certify.divided import divided_channels, replicas_divide_no
 from nest_cp.solvers.certify.geometry import NONE, Geometry
 from nest_cp.solvers.certify.split import best_of_crossing, largest_per_class, least_passing
 
-NO_LIMIT = -1  # a window the count search does not apply (L(0) is q; tests set the old rule)
-
 
 class ShortRunBound:
     """The rows of the module docstring for one shape; :meth:`bound` per (τ_path, σ_lb)."""
@@ -220,7 +218,7 @@ class ShortRunBound:
         blocks = self.fast.chain.blocks
         allowed = (self.normal <= cap) & (self.sync < theta)
         sends, receives = self.sends <= cap, self.receives <= cap
-        reach = max((int(v) for v in limits.ravel() if v != NO_LIMIT), default=0)
+        reach = int(limits.max(initial=0))
         # state: (last count sends out, distance from i*, slack to the first cut or None)
         states: dict[tuple, int] = {(False, 0, None): 0}  # before stage 0: nothing held
         for stage in range(self.shape.num_stages):
@@ -237,11 +235,10 @@ class ShortRunBound:
                     else:
                         distance = min(distance + 1, reach)
                         slack = None if slack is None else slack - 1
-                    if limit != NO_LIMIT:
-                        if distance > limit - 1:
-                            continue
-                        own = limit - 1 - distance
-                        slack = own if slack is None else min(slack, own)
+                    if distance > limit - 1:
+                        continue
+                    own = limit - 1 - distance
+                    slack = own if slack is None else min(slack, own)
                     key = (ships, distance, slack)
                     total = held + count
                     if total > grown.get(key, -1):
@@ -268,11 +265,14 @@ class ShortRunBound:
         count search holds (``holds`` changes only at row values and is monotone, so if
         τ_Θ <= floor it holds at ``floor``, and otherwise τ_Θ is a row value above it)."""
         limits = self._limits(theta)
+        return least_passing(self._caps(floor), lambda cap: self._holds(cap, theta, limits))
+
+    def _caps(self, floor: int) -> np.ndarray:
+        """``floor`` and the N, OUT and IN row values above it, ascending: the caps at which
+        the count search can change."""
         values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
                                  self.receives.ravel()))
-        caps = np.unique(values[(values < INF) & (values > floor)])
-        caps = np.concatenate(([floor], caps))
-        return least_passing(caps, lambda cap: self._holds(cap, theta, limits))
+        return np.concatenate(([floor], np.unique(values[(values < INF) & (values > floor)])))
 
     def bound(self, tau_path: float, sigma_lb: float) -> float:
         """The largest min(A, B) over the candidate Θ (-inf when the bound does not apply),
@@ -320,22 +320,16 @@ class ShortRunBound:
                 limits[index] = self._limits(thetas[index])
             return self._holds(cap, thetas[index], limits[index])
 
-        values = np.concatenate((self.normal.ravel(), self.sends.ravel(),
-                                 self.receives.ravel()))
-        caps = np.unique(values[(values < INF) & (values > floor)])
         least = math.inf
-        for cap in [floor, *(int(value) for value in caps)]:
+        for cap in (int(value) for value in self._caps(floor)):
             if rounds * cap + sigma >= least:
                 break  # every later cap's term is at least this
-            if not holds(cap, len(thetas) - 1):
-                continue  # not even with no sync condition: no main plan has this τ_max
-            low, high = 0, len(thetas) - 1  # the least index that holds (monotone in Θ)
-            while low < high:
-                middle = (low + high) // 2
-                if holds(cap, middle):
-                    high = middle
-                else:
-                    low = middle + 1
-            below = sigma if low == 0 else max(sigma, thetas[low - 1])
+            # the least index that holds (monotone in Θ); inf when not even Θ = +inf does:
+            # no main plan has this τ_max
+            index = least_passing(np.arange(len(thetas)),
+                                  lambda at, cap=cap: holds(cap, at))
+            if math.isinf(index):
+                continue
+            below = sigma if index == 0 else max(sigma, thetas[index - 1])
             least = min(least, rounds * cap + below)
         return least
