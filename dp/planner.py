@@ -823,7 +823,7 @@ class _Search:
         (:meth:`_off_node_chunk_bound`)."""
         base, activation, received = self._cheapest_ranges(table)
         if off_node:
-            _, activation, received = self._off_node_receives(table)
+            activation, received = self._off_node_receives(table)
         num_layers = table.num_layers
         lasts = np.arange(num_layers)
         weight = base + activation[:, None] + np.where(lasts < num_layers - 1, received, 0)
@@ -842,7 +842,7 @@ class _Search:
         activation before it and of the gradient after it; kept in the table's cache."""
         if "cheapest" not in table.cache:
             per_layer = table.compute.copy()
-            received = np.zeros_like(per_layer)
+            receives = (np.zeros_like(per_layer), np.zeros_like(per_layer))
             if self.network.is_hierarchical:
                 network, config = self.network, table.config
                 if config.tp > 1:
@@ -857,21 +857,25 @@ class _Search:
                     per_layer += np.min([np.diag(table.collective_range((), (path,)))
                                          for path in fastest_group_paths(network, config.ep)],
                                         axis=0)
-                received = np.min([table.transfers(network.tier_path(tier))
-                                   for tier in range(network.num_tiers)], axis=0)
-            table.cache["cheapest"] = (range_sums(per_layer),
-                                       np.concatenate(([0], received[:-1])), received)
+                receives = self._least_receives(table, 0)
+            table.cache["cheapest"] = (range_sums(per_layer), *receives)
         return table.cache["cheapest"]
 
-    def _off_node_receives(self, table: LayerTable) -> tuple[None, np.ndarray, np.ndarray]:
-        """As :meth:`_cheapest_ranges`' receives, each on its cheapest path among the tiers
-        above the node (tiers 1 ..); kept in the table's cache."""
+    def _least_receives(self, table: LayerTable,
+                        first_tier: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer, the cheapest receive over the tiers ``first_tier`` .. of the activation
+        before it (the output of the layer before; 0 for the first) and of the gradient
+        after it (its own output's transfer)."""
+        received = np.min([table.transfers(self.network.tier_path(tier))
+                           for tier in range(first_tier, self.network.num_tiers)], axis=0)
+        return np.concatenate(([0], received[:-1])), received
+
+    def _off_node_receives(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`_cheapest_ranges`' receives (activation before, gradient after each
+        layer), each on its cheapest path among the tiers above the node (tiers 1 ..);
+        kept in the table's cache."""
         if "off-node receives" not in table.cache:
-            network = self.network
-            received = np.min([table.transfers(network.tier_path(tier))
-                               for tier in range(1, network.num_tiers)], axis=0)
-            table.cache["off-node receives"] = (None, np.concatenate(([0], received[:-1])),
-                                                received)
+            table.cache["off-node receives"] = self._least_receives(table, 1)
         return table.cache["off-node receives"]
 
     def _off_node_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
