@@ -393,7 +393,7 @@ class FastBounds:
         """Per stage, the most blocks whose row value is within ``cap`` (-1: not even the
         fewest the stage must hold)."""
         matrix = np.stack(rows)
-        lows = np.array([self._min_blocks(s, shape.num_stages) for s in range(len(rows))])
+        lows = self.fewest_blocks(shape.num_stages)
         counts = (matrix <= cap).sum(axis=1)
         return np.where(counts > lows, counts - 1, -1)
 
@@ -561,7 +561,7 @@ class FastBounds:
         """
         matrix = np.stack(rows)
         other = None if one_of is None else np.stack(one_of)
-        lows = np.array([self._min_blocks(s, shape.num_stages) for s in range(len(rows))])
+        lows = self.fewest_blocks(shape.num_stages)
         # candidate caps: every finite value of every row, normal and raised (see the proof)
         values = matrix if other is None else np.concatenate((matrix.ravel(), other.ravel()))
         finite = np.unique(values[values < INF])
@@ -584,6 +584,11 @@ class FastBounds:
             return int(most.sum()) - int(loss.min()) >= self.chain.blocks
 
         return least_passing(finite, holds)
+
+    def fewest_blocks(self, num_stages: int) -> np.ndarray:
+        """Per stage of a split into ``num_stages``, the fewest blocks it must hold."""
+        return np.array([self._min_blocks(stage, num_stages) for stage in range(num_stages)],
+                        dtype=np.int64)
 
     def _min_blocks(self, stage: int, num_stages: int) -> int:
         chain = self.chain

@@ -106,8 +106,7 @@ class SharedSplitBound:
         self.applies = self._applies()
         self.leaves = 0  # mask vectors checked by the last search
         if self.applies and math.isfinite(self.tau):
-            self.lows = [self.fast._min_blocks(s, self.shape.num_stages)
-                         for s in range(self.shape.num_stages)]
+            self.lows = [int(low) for low in self.fast.fewest_blocks(self.shape.num_stages)]
             self.rows = self._flag_rows()
             self.tau = self._search()
 

@@ -158,7 +158,7 @@ class ShortRunBound:
         self.thin = [np.stack(fast._stage_rows(shape, lambda kind, mode, k=k: sync_row(kind, k)))
                      for k in range(1, self.per_domain + 1)]
         self.normal, self.sends, self.receives = self._transfer_rows()
-        self.lows = [fast._min_blocks(s, shape.num_stages) for s in range(shape.num_stages)]
+        self.lows = [int(low) for low in fast.fewest_blocks(shape.num_stages)]
         # σ_div: every main plan's sync, its groups on at most k_d channels (docstring)
         divided = self.thin[divided_channels(dp, self.per_domain) - 1]
         self.divided_sync = fast._min_max(list(np.maximum(self.sync, divided)), shape)
