@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from exhaustive import identical_blocks_instance, main_optimum
+from tiers import first_fast
 
 from nest_cp import load_instance
 from nest_cp.model.network import NetworkModel
@@ -92,7 +93,7 @@ def _checked(seed: int) -> int:
     return stronger
 
 
-@pytest.mark.parametrize("seed", [12, 14])
+@pytest.mark.parametrize("seed", first_fast([12, 14]))
 def test_sync_path_bound_never_exceeds_themain_optimum(seed):
     """Every shape of at most three stages and 8 ranks where the bound applies: at most the
     least main plan, and strictly stronger than before on some."""

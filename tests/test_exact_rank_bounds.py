@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from tiers import slow_unless
+from tiers import SLOW, slow_unless
 
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import IntraConfig, Optimizer, RecomputeMode
@@ -90,6 +90,7 @@ def test_every_subproblem_bound_is_at_most_its_least_plan(seed, tiers, devices, 
     assert checked
 
 
+@SLOW  # the fast tier checks the rank bound on three tiers with seed 4
 def test_rank_bound_is_tight_and_sharper_where_pipeline_and_sync_compete():
     """Two-device nodes (3-tier, seed 2): the rank bound is above the cheapest-path bound on
     some sub-problem (a stage cannot keep its pipeline partners and its data-parallel
