@@ -366,7 +366,7 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
-        self._classes: dict[tuple, frozenset | None] = {}  # (c, S, d) -> TP classes met
+        self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
@@ -720,8 +720,9 @@ class _Search:
         objective = self.best.objective
         threshold = INF if objective is None or outer.num_stages == 1 or outer.virtual > 1 \
             else objective  # the interleaved bound is found whole, without a threshold
-        stale = (row < 0) | ((row <= threshold) & (checked > threshold))
-        if stale[outer.dp - 1]:
+        index = outer.dp - 1
+        if row[index] < 0 or (row[index] <= threshold < checked[index]):  # stale, as below
+            stale = (row < 0) | ((row <= threshold) & (checked > threshold))
             group = self._groups.get((outer.choice_index, outer.num_stages, outer.virtual))
             wanted = np.zeros(len(row), dtype=bool)
             if isinstance(group, np.ndarray) and objective is not None:
@@ -967,14 +968,9 @@ class _Search:
         elsewhere such a layout places as its order alone).  Equal effective orders on one
         device order with the same offset and block give equal placements; an arrayed
         layout is kept on its own (the node tail and gathered ends share their order)."""
-        spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
-            >= self.network.node_size
-        blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
-        numbered = layout_config(config)  # the context ranks ride in the expert digit
-        tails = tuple(index for index, layout in self._array_layouts
-                      if layout.arrayed(numbered, num_stages, dp))
-        key = (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
+        key = self._layouts_key(config, num_stages, dp)
         if key not in self._distinct_layouts:
+            numbered, spare_node, tails = layout_config(config), key[3], key[5]
             seen, kept = set(), []
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
@@ -986,6 +982,17 @@ class _Search:
                     kept.append((index, layout))
             self._distinct_layouts[key] = kept
         return self._distinct_layouts[key]
+
+    def _layouts_key(self, config: IntraConfig, num_stages: int, dp: int) -> tuple:
+        """What :meth:`_layouts` depends on (its docstring): (c, S > 1, d > 1, spare node,
+        replica blocks dividing d, arrayed layouts); equal keys give equal lists."""
+        spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
+            >= self.network.node_size
+        blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
+        numbered = layout_config(config)  # the context ranks ride in the expert digit
+        tails = tuple(index for index, layout in self._array_layouts
+                      if layout.arrayed(numbered, num_stages, dp))
+        return (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
 
     # ------------------------------------------------------------ one outer choice
 
@@ -1408,8 +1415,19 @@ class _Search:
         whole nodes, gathered ends, v3d, at j + a·i for an integer i, so the same holds,
         tests/test_dp_node_bounds.py), "crossing" for one of
         :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
-        layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
-        key = (config, num_stages, dp)
+        layout is neither (or t = 1, e > 1, c > 1, a graph).
+
+        Kept per (:meth:`_layouts_key`, S, min(d, M)), M = max(G_0, 2): the layouts
+        visited are fixed by the first, and a layout's class reads only its TP stride σ_T,
+        as σ_T >= G_0 and σ_T = 1.  σ_T is the product of the radices of the dimensions
+        before TP in its order (:func:`~nest_cp.dp.geometry.layout_strides`): t, e, S and
+        the replica's, the block k in effect (fixed by the blocks dividing d, in the key)
+        or else d.  So d enters σ_T = d·R only as a factor, R >= 1 an integer; for
+        d >= M both d·R and M·R are at least M >= G_0 and at least 2 (neither is 1), so
+        the class is the same with d replaced by M; for d < M nothing changes.  At 10^5
+        devices thousands of d share one (c, S)."""
+        clamp = max(self.network.node_size, 2) if self.network.is_hierarchical else dp
+        key = (self._layouts_key(config, num_stages, dp), num_stages, min(dp, clamp))
         if key not in self._classes:
             node = self.network.node_size
             classes: set | None = set()
@@ -1446,13 +1464,13 @@ class _Search:
 
         Kept per (layer table, S, d, v, z)."""
         table = shape.table
-        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
-        if not classes:
-            return 0
         key = (id(table), shape.num_stages, shape.dp, shape.virtual, shape.zero)
         found = self._class_bounds.get(key)
         if found is not None and found[0] is table:
             return found[1]
+        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
+        if not classes:
+            return 0
         terms = []
         if "inside" in classes:
             tp = table.config.tp
