@@ -702,6 +702,8 @@ class _Search:
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
+            if least <= refined:  # the other z can only lower it further
+                return refined
         return max(refined, least)
 
     def _stagewise_of(self, outer: Outer, shape: Shape) -> int:
@@ -1004,6 +1006,7 @@ class _Search:
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
         geometries: dict[int, tuple] = {}
+        data: dict[int, tuple | None] = {}  # per layout, its data-parallel groups (any z)
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
@@ -1035,7 +1038,10 @@ class _Search:
                         crossing = self._all_crossing_bound(shape)
                     if not self.best.may_beat(max(bound, crossing), key):
                         continue
-                groups = self.geometries.data_groups(layout, config, num_stages, dp)
+                if layout_index not in data:
+                    data[layout_index] = self.geometries.data_groups(layout, config,
+                                                                     num_stages, dp)
+                groups = data[layout_index]
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
                     if not self.best.may_beat(max(bound, shape.rounds * tau_floor
