@@ -356,6 +356,7 @@ class _Search:
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
+        self._placements: dict[tuple, dict[tuple, int]] = {}  # placement key -> position
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
         self._array_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
                                if layout.node_tail is not None or layout.gathered_ends]
@@ -973,17 +974,59 @@ class _Search:
         key = self._layouts_key(config, num_stages, dp)
         if key not in self._distinct_layouts:
             numbered, spare_node, tails = layout_config(config), key[3], key[5]
-            seen, kept = set(), []
+            seen, kept = {}, []  # placement key -> its position in kept
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
                          layout.spare_first and spare_node,
                          layout.block(numbered, num_stages, dp),
                          index if index in tails else None)
                 if order not in seen:
-                    seen.add(order)
+                    seen[order] = len(kept)
                     kept.append((index, layout))
             self._distinct_layouts[key] = kept
+            self._placements[key] = seen
         return self._distinct_layouts[key]
+
+    def _translated_twins(self, config: IntraConfig, num_stages: int,
+                          dp: int) -> frozenset[int]:
+        """The indices of the layouts of :meth:`_layouts` whose geometries, and data-parallel
+        groups, equal those of a layout before them in that list: the spare-first ones whose
+        offset o (:meth:`RankLayout.offset`) is a multiple of the translation T of their
+        device order (:meth:`LayoutGeometries.translation`) and whose spare-last twin's
+        placement (the same order, device order and replica block) is listed earlier.
+
+        Every rank of such a layout sits at its twin's position + o, read through the same
+        device order (spare-first layouts have no node tail or gathered ends, so their
+        positions are the order's mixed-radix ones shifted by o).  Shifting every position
+        by a multiple of T keeps every pair's tier, every group's tier and its members per
+        tier-0 domain (:meth:`LayoutGeometries.translation`'s argument; T is a multiple of
+        the node size), and those are all a stage geometry and a data-parallel group's path
+        read (cost model §5 a); the layouts' strides, and so their TP classes and crossing
+        test, are equal too.  :meth:`_search_outer` checks a layout's bounds in turn (each
+        a function of the shape and of those equal parts) and then skips a geometry already
+        searched; the twin, earlier and with a smaller key, was either dropped by one of
+        those bounds, which then drops this layout too (a larger key, an incumbent no
+        worse), or put its geometry in the searched set, so this layout is skipped there.
+        Passing over it at once changes nothing but the work.  Empty where the device order
+        is not read through digits (a graph, or a canonical order other than ids 0..N−1)."""
+        layouts = self._layouts(config, num_stages, dp)
+        key = self._layouts_key(config, num_stages, dp)
+        geometries = self.geometries
+        if not key[3] or not geometries.translated:  # no spare node: nothing shifted
+            return frozenset()
+        numbered, positions = layout_config(config), self._placements[key]
+        twins = set()
+        for position, (index, layout) in enumerate(layouts):
+            if not layout.spare_first or not (layout.digits or geometries.strided):
+                continue
+            offset = layout.offset(numbered, num_stages, dp, self.instance.cluster.num_devices,
+                                   self.network.node_size)
+            twin = (effective_order(layout, numbered, num_stages, dp), layout.digits, False,
+                    layout.block(numbered, num_stages, dp), None)
+            if offset % geometries.translation(layout) == 0 and \
+                    positions.get(twin, position) < position:
+                twins.add(index)
+        return frozenset(twins)
 
     def _layouts_key(self, config: IntraConfig, num_stages: int, dp: int) -> tuple:
         """What :meth:`_layouts` depends on (its docstring): (c, S > 1, d > 1, spare node,
@@ -1005,6 +1048,7 @@ class _Search:
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
+        twins = self._translated_twins(config, num_stages, dp)
         geometries: dict[int, tuple] = {}
         data: dict[int, tuple | None] = {}  # per layout, its data-parallel groups (any z)
         for zero in self._zero_stages(table, dp, num_stages, virtual):
@@ -1031,6 +1075,8 @@ class _Search:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
+                if layout_index in twins:  # priced as an earlier layout: no win
+                    continue
                 self._check_time()
                 if self.network.is_hierarchical and tp_groups_leave_nodes(
                         layout, config, num_stages, dp, self.network.node_size):
