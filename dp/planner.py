@@ -357,6 +357,7 @@ class _Search:
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._placements: dict[tuple, dict[tuple, int]] = {}  # placement key -> position
+        self._ring_terms: dict[tuple, list] = {}  # see _ring_classes
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
         self._array_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
                                if layout.node_tail is not None or layout.gathered_ends]
@@ -618,31 +619,29 @@ class _Search:
             phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
                            not training.overlap_param_gather))
         _, forward, backward = whole_totals(table)
-        heaviest_bound = np.zeros(len(dps))
-        total = np.zeros(len(dps))
+        count = len(dps)
+        heaviest_bound = np.zeros(count)
+        total = np.zeros(count)
         for params, every_layer, per_replica in parameter_kinds(table):
             if params == 0:
                 continue
-            sizes = dps * per_replica
+            classes = self._ring_classes(table.config.devices, per_replica, cap, tuple(phases))
             heaviest = -(-params // num_stages)
             holders = num_stages if every_layer else 1
-            for mask, paths in path_classes(self.network, sizes, cap):
-                slopes, offsets, heavy = [], [], None  # per phase: least over paths
-                for kind, bytes_per_unit, full in phases:
-                    terms = []
-                    for path in paths:
-                        rates = self.prices.ring_rates(kind, bytes_per_unit,
-                                                       self.ids.id_of(path))
-                        if rates is None:
-                            return None
-                        terms.append(ring_terms(rates, sizes[mask]))
-                    slopes.append(np.min([slope for slope, _ in terms], axis=0))
-                    offsets.append(np.min([offset for _, offset in terms], axis=0))
-                    if full:  # per path, summed over the phases paid in full
-                        prices = [slope * heaviest + offset for slope, offset in terms]
-                        heavy = prices if heavy is None else [
-                            old + new for old, new in zip(heavy, prices)]
-                total[mask] += sum(slopes) * params + holders * sum(offsets)
+            for whole_mask, slope_sum, offset_sum, full_terms in classes:
+                mask = whole_mask[:count]
+                kept = int(np.count_nonzero(mask))  # its first entries: the d <= count
+                if kept == 0:
+                    continue
+                if slope_sum is None:  # not a ring form
+                    return None
+                total[mask] += slope_sum[:kept] * params + holders * offset_sum[:kept]
+                heavy = None  # per path, summed over the phases paid in full
+                for phase_terms in full_terms:
+                    prices = [slope[:kept] * heaviest + offset[:kept]
+                              for slope, offset in phase_terms]
+                    heavy = prices if heavy is None else [
+                        old + new for old, new in zip(heavy, prices)]
                 if heavy is not None:
                     heaviest_bound[mask] = np.maximum(heaviest_bound[mask],
                                                       np.min(heavy, axis=0))
@@ -650,6 +649,40 @@ class _Search:
             + (forward if training.overlap_param_gather and cost.gathers_weights(zero) else 0)
         mean = (total - hidden) / num_stages
         return np.maximum(0, np.maximum(lower_ticks(heaviest_bound), lower_ticks(mean, hidden)))
+
+    def _ring_classes(self, devices: int, per_replica: int, cap: int | None,
+                      phases: tuple) -> list:
+        """:meth:`_vector_sync`'s ring terms of every d = 1 .. N // a at once (a =
+        ``devices``), kept per (a, ranks per replica, cap, phases): per class of
+        :func:`path_classes` over the group sizes d·``per_replica``, (its mask over d, the
+        sum over the phases of the least slope over its paths, the same of the offsets, per
+        phase paid in full the (slope, offset) of each path; the last three None when a
+        path's form is not a ring form).  Every term is elementwise in d, and a class's
+        paths come from its least size, which is also its least among d = 1 .. n whenever
+        the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any S) read the first
+        entries: the same floats as priced alone."""
+        key = (devices, per_replica, cap, phases)
+        if key not in self._ring_terms:
+            sizes = np.arange(1, self.instance.cluster.num_devices // devices + 1,
+                              dtype=np.int64) * per_replica
+            classes = []
+            for mask, paths in path_classes(self.network, sizes, cap):
+                slopes, offsets, full_terms = [], [], []  # per phase: least over paths
+                for kind, bytes_per_unit, full in phases:
+                    rates = [self.prices.ring_rates(kind, bytes_per_unit, self.ids.id_of(path))
+                             for path in paths]
+                    if any(rate is None for rate in rates):
+                        slopes = None
+                        break
+                    terms = [ring_terms(rate, sizes[mask]) for rate in rates]
+                    slopes.append(np.min([slope for slope, _ in terms], axis=0))
+                    offsets.append(np.min([offset for _, offset in terms], axis=0))
+                    if full:
+                        full_terms.append(terms)
+                classes.append((mask, None, None, None) if slopes is None else
+                               (mask, sum(slopes), sum(offsets), full_terms))
+            self._ring_terms[key] = classes
+        return self._ring_terms[key]
 
     def _exact_refined_bound(self, outer: Outer) -> int:
         """The least over the ZeRO stages worth searching of the bound
