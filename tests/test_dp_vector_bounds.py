@@ -24,6 +24,7 @@ from nest_cp.dp.kernel import (
     superset_minimum,
     windows,
 )
+from nest_cp.dp.suffix import per_stage, stage_times
 from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.instance import CollectiveKind, IntraConfig
 from nest_cp.model.result import SolveOptions
@@ -173,3 +174,26 @@ def test_vector_sync_reads_the_ring_terms_kept_over_every_d(overlap):
                         assert np.array_equal(kept, alone), (tier_sizes, num_stages, zero, cap)
                         compared += 1
     assert compared
+
+
+def test_stage_times_kept_per_geometries_equal_those_priced_afresh():
+    """suffix.stage_times, kept per (geometries, gather group size) in the table's cache,
+    equals per_stage of the chunk times priced afresh for every v = 1 shape and layout,
+    read-only; shapes of other d and z read the same kept arrays."""
+    instance = _instance(0, (2, 2, 2), (IntraConfig(), IntraConfig(tp=2)), False)
+    search = planner._Search(instance, SolveOptions(), None)
+    checked = shared = 0
+    for _, shape, _ in v1_shapes(search, instance):
+        for _, layout in search._layouts(shape.table.config, shape.num_stages, shape.dp):
+            geometries = search.geometries(layout, shape.table.config, shape.num_stages,
+                                           shape.dp)
+            entries = len(shape.table.cache.get("stage times", {}))
+            times = stage_times(search.prices, shape, geometries)
+            shared += len(shape.table.cache["stage times"]) == entries
+            for mode, matrix in times.items():
+                assert not matrix.flags.writeable
+                assert np.array_equal(matrix, per_stage(
+                    geometries, lambda g, mode=mode, shape=shape: search.prices.chunk_time(
+                        shape.table, g, mode, shape.gather_dp)))
+            checked += 1
+    assert checked and shared
