@@ -80,7 +80,9 @@ context width above 1 the bounds are the placement-free ones and the layout's ow
 argued for a group of g ranks, with g = d·e·c and d·c), without the TP case split.  Layouts
 whose order without radix-1 dimensions coincides give equal placements, and layouts whose
 stages meet the same paths (equal stage geometries) are priced alike: only the
-first of either is searched.
+first of either is searched (a spare-first layout shifted by a multiple of its device
+order's translation is known to be such a copy of its spare-last twin before any geometry
+is built: :meth:`_Search._translated_twins`).
 
 Ties (a deterministic rule).  Least objective; then the least key (index in
 ``instance.choices``, S, d, v, z, index in the network's ``structured_layouts`` (v2's 24
