@@ -514,7 +514,7 @@ class LayoutGeometries:
                                                         config, wrap))}
         return self._arrays[key]
 
-    def _translation(self, layout: RankLayout) -> int:
+    def translation(self, layout: RankLayout) -> int:
         """T, a translation of positions that changes no cost.
 
         Write a position as its slot (p mod n_0) and P = p // n_0, a mixed-radix number
@@ -551,14 +551,14 @@ class LayoutGeometries:
         strides = layout_strides(layout, config, num_stages, dp)
         offset = layout.offset(config, num_stages, dp, self.network.num_devices,
                                self.network.node_size)
-        return strides, offset, self._translation(layout)
+        return strides, offset, self.translation(layout)
 
     def _representative_stages(self, stage_stride: int, translation: int, num_stages: int,
                                period: int | None = None
                                ) -> tuple[list[int], Callable[[int], int]]:
         """The stages that stand for all: the first, the last and the inner stages 1 .. p,
         p = T / gcd(σ_S, T): inner stage s and s + p are translates by a multiple of T with
-        their neighbours (:meth:`_translation`); and the map stage -> its row among them.
+        their neighbours (:meth:`translation`); and the map stage -> its row among them.
         ``period``: a p that also serves (a divisor of it), for the replicas' path
         combinations (:func:`_inner_stage_period`), not the data-parallel groups."""
         if period is None:
@@ -573,7 +573,7 @@ class LayoutGeometries:
 
         Replica r's ranks and the ranks it receives from lie at positions r·σ_R from
         replica 0's, so replicas r and r + T / gcd(σ_R, T) are translates by a multiple of
-        T and meet the same paths (:meth:`_translation`); with a replica block, at
+        T and meet the same paths (:meth:`translation`); with a replica block, at
         r_in·σ_in + r_out·σ_out, the same along each of the two (:func:`replica_box`); stages as
         :meth:`_representative_stages`.  Their path combinations are computed from the
         devices of those few replicas and stages, the data-parallel groups (all d replicas)

@@ -80,7 +80,9 @@ context width above 1 the bounds are the placement-free ones and the layout's ow
 argued for a group of g ranks, with g = d·e·c and d·c), without the TP case split.  Layouts
 whose order without radix-1 dimensions coincides give equal placements, and layouts whose
 stages meet the same paths (equal stage geometries) are priced alike: only the
-first of either is searched.
+first of either is searched (a spare-first layout shifted by a multiple of its device
+order's translation is known to be such a copy of its spare-last twin before any geometry
+is built: :meth:`_Search._translated_twins`).
 
 Ties (a deterministic rule).  Least objective; then the least key (index in
 ``instance.choices``, S, d, v, z, index in the network's ``structured_layouts`` (v2's 24
@@ -356,6 +358,8 @@ class _Search:
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
+        self._placements: dict[tuple, dict[tuple, int]] = {}  # placement key -> position
+        self._ring_terms: dict[tuple, list] = {}  # see _ring_classes
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
         self._array_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
                                if layout.node_tail is not None or layout.gathered_ends]
@@ -366,7 +370,7 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
-        self._classes: dict[tuple, frozenset | None] = {}  # (c, S, d) -> TP classes met
+        self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
@@ -617,31 +621,29 @@ class _Search:
             phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
                            not training.overlap_param_gather))
         _, forward, backward = whole_totals(table)
-        heaviest_bound = np.zeros(len(dps))
-        total = np.zeros(len(dps))
+        count = len(dps)
+        heaviest_bound = np.zeros(count)
+        total = np.zeros(count)
         for params, every_layer, per_replica in parameter_kinds(table):
             if params == 0:
                 continue
-            sizes = dps * per_replica
+            classes = self._ring_classes(table.config.devices, per_replica, cap, tuple(phases))
             heaviest = -(-params // num_stages)
             holders = num_stages if every_layer else 1
-            for mask, paths in path_classes(self.network, sizes, cap):
-                slopes, offsets, heavy = [], [], None  # per phase: least over paths
-                for kind, bytes_per_unit, full in phases:
-                    terms = []
-                    for path in paths:
-                        rates = self.prices.ring_rates(kind, bytes_per_unit,
-                                                       self.ids.id_of(path))
-                        if rates is None:
-                            return None
-                        terms.append(ring_terms(rates, sizes[mask]))
-                    slopes.append(np.min([slope for slope, _ in terms], axis=0))
-                    offsets.append(np.min([offset for _, offset in terms], axis=0))
-                    if full:  # per path, summed over the phases paid in full
-                        prices = [slope * heaviest + offset for slope, offset in terms]
-                        heavy = prices if heavy is None else [
-                            old + new for old, new in zip(heavy, prices)]
-                total[mask] += sum(slopes) * params + holders * sum(offsets)
+            for whole_mask, slope_sum, offset_sum, full_terms in classes:
+                mask = whole_mask[:count]
+                kept = int(np.count_nonzero(mask))  # its first entries: the d <= count
+                if kept == 0:
+                    continue
+                if slope_sum is None:  # not a ring form
+                    return None
+                total[mask] += slope_sum[:kept] * params + holders * offset_sum[:kept]
+                heavy = None  # per path, summed over the phases paid in full
+                for phase_terms in full_terms:
+                    prices = [slope[:kept] * heaviest + offset[:kept]
+                              for slope, offset in phase_terms]
+                    heavy = prices if heavy is None else [
+                        old + new for old, new in zip(heavy, prices)]
                 if heavy is not None:
                     heaviest_bound[mask] = np.maximum(heaviest_bound[mask],
                                                       np.min(heavy, axis=0))
@@ -649,6 +651,40 @@ class _Search:
             + (forward if training.overlap_param_gather and cost.gathers_weights(zero) else 0)
         mean = (total - hidden) / num_stages
         return np.maximum(0, np.maximum(lower_ticks(heaviest_bound), lower_ticks(mean, hidden)))
+
+    def _ring_classes(self, devices: int, per_replica: int, cap: int | None,
+                      phases: tuple) -> list:
+        """:meth:`_vector_sync`'s ring terms of every d = 1 .. N // a at once (a =
+        ``devices``), kept per (a, ranks per replica, cap, phases): per class of
+        :func:`path_classes` over the group sizes d·``per_replica``, (its mask over d, the
+        sum over the phases of the least slope over its paths, the same of the offsets, per
+        phase paid in full the (slope, offset) of each path; the last three None when a
+        path's form is not a ring form).  Every term is elementwise in d, and a class's
+        paths come from its least size, which is also its least among d = 1 .. n whenever
+        the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any S) read the first
+        entries: the same floats as priced alone."""
+        key = (devices, per_replica, cap, phases)
+        if key not in self._ring_terms:
+            sizes = np.arange(1, self.instance.cluster.num_devices // devices + 1,
+                              dtype=np.int64) * per_replica
+            classes = []
+            for mask, paths in path_classes(self.network, sizes, cap):
+                slopes, offsets, full_terms = [], [], []  # per phase: least over paths
+                for kind, bytes_per_unit, full in phases:
+                    rates = [self.prices.ring_rates(kind, bytes_per_unit, self.ids.id_of(path))
+                             for path in paths]
+                    if any(rate is None for rate in rates):
+                        slopes = None
+                        break
+                    terms = [ring_terms(rate, sizes[mask]) for rate in rates]
+                    slopes.append(np.min([slope for slope, _ in terms], axis=0))
+                    offsets.append(np.min([offset for _, offset in terms], axis=0))
+                    if full:
+                        full_terms.append(terms)
+                classes.append((mask, None, None, None) if slopes is None else
+                               (mask, sum(slopes), sum(offsets), full_terms))
+            self._ring_terms[key] = classes
+        return self._ring_terms[key]
 
     def _exact_refined_bound(self, outer: Outer) -> int:
         """The least over the ZeRO stages worth searching of the bound
@@ -702,6 +738,8 @@ class _Search:
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
+            if least <= refined:  # the other z can only lower it further
+                return refined
         return max(refined, least)
 
     def _stagewise_of(self, outer: Outer, shape: Shape) -> int:
@@ -720,8 +758,9 @@ class _Search:
         objective = self.best.objective
         threshold = INF if objective is None or outer.num_stages == 1 or outer.virtual > 1 \
             else objective  # the interleaved bound is found whole, without a threshold
-        stale = (row < 0) | ((row <= threshold) & (checked > threshold))
-        if stale[outer.dp - 1]:
+        index = outer.dp - 1
+        if row[index] < 0 or (row[index] <= threshold < checked[index]):  # stale, as below
+            stale = (row < 0) | ((row <= threshold) & (checked > threshold))
             group = self._groups.get((outer.choice_index, outer.num_stages, outer.virtual))
             wanted = np.zeros(len(row), dtype=bool)
             if isinstance(group, np.ndarray) and objective is not None:
@@ -967,25 +1006,73 @@ class _Search:
         elsewhere such a layout places as its order alone).  Equal effective orders on one
         device order with the same offset and block give equal placements; an arrayed
         layout is kept on its own (the node tail and gathered ends share their order)."""
-        spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
-            >= self.network.node_size
-        blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
-        numbered = layout_config(config)  # the context ranks ride in the expert digit
-        tails = tuple(index for index, layout in self._array_layouts
-                      if layout.arrayed(numbered, num_stages, dp))
-        key = (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
+        key = self._layouts_key(config, num_stages, dp)
         if key not in self._distinct_layouts:
-            seen, kept = set(), []
+            numbered, spare_node, tails = layout_config(config), key[3], key[5]
+            seen, kept = {}, []  # placement key -> its position in kept
             for index, layout in enumerate(self.layouts):
                 order = (effective_order(layout, numbered, num_stages, dp), layout.digits,
                          layout.spare_first and spare_node,
                          layout.block(numbered, num_stages, dp),
                          index if index in tails else None)
                 if order not in seen:
-                    seen.add(order)
+                    seen[order] = len(kept)
                     kept.append((index, layout))
             self._distinct_layouts[key] = kept
+            self._placements[key] = seen
         return self._distinct_layouts[key]
+
+    def _translated_twins(self, config: IntraConfig, num_stages: int,
+                          dp: int) -> frozenset[int]:
+        """The indices of the layouts of :meth:`_layouts` whose geometries, and data-parallel
+        groups, equal those of a layout before them in that list: the spare-first ones whose
+        offset o (:meth:`RankLayout.offset`) is a multiple of the translation T of their
+        device order (:meth:`LayoutGeometries.translation`) and whose spare-last twin's
+        placement (the same order, device order and replica block) is listed earlier.
+
+        Every rank of such a layout sits at its twin's position + o, read through the same
+        device order (spare-first layouts have no node tail or gathered ends, so their
+        positions are the order's mixed-radix ones shifted by o).  Shifting every position
+        by a multiple of T keeps every pair's tier, every group's tier and its members per
+        tier-0 domain (:meth:`LayoutGeometries.translation`'s argument; T is a multiple of
+        the node size), and those are all a stage geometry and a data-parallel group's path
+        read (cost model §5 a); the layouts' strides, and so their TP classes and crossing
+        test, are equal too.  :meth:`_search_outer` checks a layout's bounds in turn (each
+        a function of the shape and of those equal parts) and then skips a geometry already
+        searched; the twin, earlier and with a smaller key, was either dropped by one of
+        those bounds, which then drops this layout too (a larger key, an incumbent no
+        worse), or put its geometry in the searched set, so this layout is skipped there.
+        Passing over it at once changes nothing but the work.  Empty where the device order
+        is not read through digits (a graph, or a canonical order other than ids 0..N−1)."""
+        layouts = self._layouts(config, num_stages, dp)
+        key = self._layouts_key(config, num_stages, dp)
+        geometries = self.geometries
+        if not key[3] or not geometries.translated:  # no spare node: nothing shifted
+            return frozenset()
+        numbered, positions = layout_config(config), self._placements[key]
+        twins = set()
+        for position, (index, layout) in enumerate(layouts):
+            if not layout.spare_first or not (layout.digits or geometries.strided):
+                continue
+            offset = layout.offset(numbered, num_stages, dp, self.instance.cluster.num_devices,
+                                   self.network.node_size)
+            twin = (effective_order(layout, numbered, num_stages, dp), layout.digits, False,
+                    layout.block(numbered, num_stages, dp), None)
+            if offset % geometries.translation(layout) == 0 and \
+                    positions.get(twin, position) < position:
+                twins.add(index)
+        return frozenset(twins)
+
+    def _layouts_key(self, config: IntraConfig, num_stages: int, dp: int) -> tuple:
+        """What :meth:`_layouts` depends on (its docstring): (c, S > 1, d > 1, spare node,
+        replica blocks dividing d, arrayed layouts); equal keys give equal lists."""
+        spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
+            >= self.network.node_size
+        blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
+        numbered = layout_config(config)  # the context ranks ride in the expert digit
+        tails = tuple(index for index, layout in self._array_layouts
+                      if layout.arrayed(numbered, num_stages, dp))
+        return (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
 
     # ------------------------------------------------------------ one outer choice
 
@@ -996,7 +1083,9 @@ class _Search:
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
+        twins = self._translated_twins(config, num_stages, dp)
         geometries: dict[int, tuple] = {}
+        data: dict[int, tuple | None] = {}  # per layout, its data-parallel groups (any z)
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
@@ -1021,6 +1110,8 @@ class _Search:
                 key = outer.key + (zero, layout_index)
                 if not self.best.may_beat(bound, key):
                     break
+                if layout_index in twins:  # priced as an earlier layout: no win
+                    continue
                 self._check_time()
                 if self.network.is_hierarchical and tp_groups_leave_nodes(
                         layout, config, num_stages, dp, self.network.node_size):
@@ -1028,7 +1119,10 @@ class _Search:
                         crossing = self._all_crossing_bound(shape)
                     if not self.best.may_beat(max(bound, crossing), key):
                         continue
-                groups = self.geometries.data_groups(layout, config, num_stages, dp)
+                if layout_index not in data:
+                    data[layout_index] = self.geometries.data_groups(layout, config,
+                                                                     num_stages, dp)
+                groups = data[layout_index]
                 if groups is not None:  # the sync bound first: it needs no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
                     if not self.best.may_beat(max(bound, shape.rounds * tau_floor
@@ -1408,8 +1502,19 @@ class _Search:
         whole nodes, gathered ends, v3d, at j + a·i for an integer i, so the same holds,
         tests/test_dp_node_bounds.py), "crossing" for one of
         :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (quality 1); None when some
-        layout is neither (or t = 1, e > 1, c > 1, a graph).  Kept per (c, S, d)."""
-        key = (config, num_stages, dp)
+        layout is neither (or t = 1, e > 1, c > 1, a graph).
+
+        Kept per (:meth:`_layouts_key`, S, min(d, M)), M = max(G_0, 2): the layouts
+        visited are fixed by the first, and a layout's class reads only its TP stride σ_T,
+        as σ_T >= G_0 and σ_T = 1.  σ_T is the product of the radices of the dimensions
+        before TP in its order (:func:`~nest_cp.dp.geometry.layout_strides`): t, e, S and
+        the replica's, the block k in effect (fixed by the blocks dividing d, in the key)
+        or else d.  So d enters σ_T = d·R only as a factor, R >= 1 an integer; for
+        d >= M both d·R and M·R are at least M >= G_0 and at least 2 (neither is 1), so
+        the class is the same with d replaced by M; for d < M nothing changes.  At 10^5
+        devices thousands of d share one (c, S)."""
+        clamp = max(self.network.node_size, 2) if self.network.is_hierarchical else dp
+        key = (self._layouts_key(config, num_stages, dp), num_stages, min(dp, clamp))
         if key not in self._classes:
             node = self.network.node_size
             classes: set | None = set()
@@ -1446,13 +1551,13 @@ class _Search:
 
         Kept per (layer table, S, d, v, z)."""
         table = shape.table
-        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
-        if not classes:
-            return 0
         key = (id(table), shape.num_stages, shape.dp, shape.virtual, shape.zero)
         found = self._class_bounds.get(key)
         if found is not None and found[0] is table:
             return found[1]
+        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
+        if not classes:
+            return 0
         terms = []
         if "inside" in classes:
             tp = table.config.tp

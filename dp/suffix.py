@@ -40,6 +40,8 @@ from nest_cp.dp.kernel import INF, backtrack, fill_table, windows
 from nest_cp.model.instance import RecomputeMode
 from nest_cp.model.plan import Stage
 
+STAGE_TIMES_BYTES = 2**25  # per-stage chunk times kept per layer table (32 MiB)
+
 
 class SuffixMemory:
     """Which (stage, first, last) fit in memory in which mode, as (S, W, W) arrays.
@@ -106,6 +108,28 @@ def per_stage(geometries: list[StageGeometry], matrix_of) -> np.ndarray:
     return stacked
 
 
+def stage_times(prices: RangePrices, shape: Shape,
+                geometries: list[StageGeometry]) -> dict[RecomputeMode, np.ndarray]:
+    """Per allowed mode, τ_ρ(s, f, l) of every stage (:func:`per_stage` of the chunk times of
+    its geometry), read-only.  They depend on the layer table, the geometries (so S) and
+    the gathers' group size alone, and a layout's geometries recur across outer choices
+    (other d and z), so they are kept in the table's cache, per (geometries, gather group
+    size), at most ``STAGE_TIMES_BYTES`` of them (cleared when full)."""
+    table = shape.table
+    kept = table.cache.setdefault("stage times", {})
+    key = (tuple(geometries), shape.gather_dp)
+    if key not in kept:
+        times = {mode: per_stage(geometries, lambda g, mode=mode: prices.chunk_time(
+            table, g, mode, shape.gather_dp)) for mode in table.modes}
+        for matrix in times.values():
+            matrix.flags.writeable = False
+        size = sum(matrix.nbytes for matrix in times.values())
+        if sum(entry[1] for entry in kept.values()) + size > STAGE_TIMES_BYTES:
+            kept.clear()
+        kept[key] = (times, size)
+    return kept[key][0]
+
+
 def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,
                 geometries: list[StageGeometry], may_beat: Callable[[int], bool],
                 offer: Callable[[int, tuple[Stage, ...]], None]) -> int:
@@ -115,9 +139,7 @@ def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,
     hands over a plan's split.  Returns the number of kernel passes run.
     """
     table = shape.table
-    times = {mode: per_stage(geometries, lambda g, mode=mode: prices.chunk_time(
-        table, g, mode, shape.gather_dp)) for mode in table.modes}
-    tau = memory.effective(times)
+    tau = memory.effective(stage_times(prices, shape, geometries))
     exposed = per_stage(geometries, lambda g: prices.exposed_range(table, g, shape.dp,
                                                                    shape.zero))
     rounds, passes, sync_cap = shape.rounds, 0, INF

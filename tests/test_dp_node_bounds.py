@@ -169,6 +169,41 @@ def test_inside_class_reads_the_placement():
     assert inside and tails
 
 
+def test_tp_classes_kept_by_clamped_replicas_match_each_shape():
+    """_tp_classes, kept per (layouts, S, min(d, G_0)), equals the classes read from the
+    strides of every visited layout at each (c, S, d) itself, replica blocks and spare
+    nodes included; many d share an entry and both classes and None occur."""
+    from nest_cp.dp.geometry import Dim, layout_strides, tp_groups_leave_nodes
+
+    met, shapes = set(), 0
+    for tier_sizes in ((4, 4, 4), (2, 8, 4), (8, 4, 2)):
+        instance = random_instance(0, tier_sizes=tier_sizes)
+        search = planner._Search(instance, SolveOptions(), None)
+        network, node = search.network, search.network.node_size
+        for config in (IntraConfig(tp=2), IntraConfig(tp=4), IntraConfig(tp=8)):
+            for num_stages in (1, 2, 3, 4):
+                for dp in range(1, network.num_devices // (config.devices * num_stages) + 1):
+                    classes = set()
+                    for _, layout in search._layouts(config, num_stages, dp):
+                        stride = layout_strides(layout, config, num_stages, dp)[Dim.TP]
+                        assert tp_groups_leave_nodes(layout, config, num_stages, dp,
+                                                     node) == (stride >= node)
+                        if stride >= node:
+                            classes.add("crossing")
+                        elif node % config.tp == 0 and stride == 1:
+                            classes.add("inside")
+                        else:
+                            classes = None
+                            break
+                    expected = None if classes is None else frozenset(classes)
+                    assert search._tp_classes(config, num_stages, dp) == expected, \
+                        (tier_sizes, config, num_stages, dp)
+                    met.add(expected)
+                    shapes += 1
+    assert len(search._classes) < shapes and None in met
+    assert any(m and "crossing" in m for m in met) and any(m and "inside" in m for m in met)
+
+
 @pytest.mark.parametrize("tier_sizes", [(2, 2, 2), pytest.param((2, 3), marks=SLOW)])
 def test_all_crossing_bound_never_exceeds_the_exhaustive_optimum(tier_sizes):
     """For every t = 2 shape, the bound of the layouts whose TP groups all leave their nodes

@@ -20,15 +20,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tiers import SLOW
 
 from nest_cp.cli.export.deepspeed import DEEPSPEED_ORDER
 from nest_cp.cli.export.megatron import DEFAULT_ORDER, TP_PP_DP_ORDER
 from nest_cp.cli.export.ranks import rank_map
 from nest_cp.cli.export.torchtitan import TORCHTITAN_ORDER
 from nest_cp.cost.evaluate import Evaluator
-from nest_cp.dp import geometry
+from nest_cp.dp import geometry, planner
 from nest_cp.dp.geometry import LayoutGeometries, PathIds, rank_devices, stage_geometries
 from nest_cp.dp.planner import solve as dp_solve
+from nest_cp.harness.generators import random_instance
 from nest_cp.io.readers import load_instance
 from nest_cp.model.instance import Cluster, HierarchicalNetwork, Instance, IntraConfig, Tier
 from nest_cp.model.network import NetworkModel
@@ -430,3 +432,46 @@ def test_device_order_reaches_the_certificates_plan_on_gpt3_h100_64():
     assert evaluator.evaluate(v3a.plan).objective_ticks == v3a.objective_ticks <= certificate
     assert "@0" in v3a.stats["layout"]
     assert dp_solve(instance, layouts=all_layouts()).objective_ticks > certificate
+
+
+@pytest.mark.parametrize("tier_sizes", [pytest.param((2, 3, 2, 2), marks=SLOW), (4, 2, 3),
+                                        pytest.param((2, 2, 2, 3), marks=SLOW)])
+def test_translated_twins_place_as_an_earlier_layout(tier_sizes):
+    """Where the planner passes over a spare-first layout (_translated_twins: its offset a
+    multiple of its device order's translation T, its spare-last twin listed earlier), the
+    layout's geometries (with and without wrap) and data-parallel group paths, read from its
+    whole device array, equal its twin's, and some earlier listed layout places exactly as
+    that twin; the rule fires on some shapes and keeps some spare-first layouts that have
+    a spare node."""
+    instance = random_instance(0, tier_sizes=tier_sizes)
+    search = planner._Search(instance, SolveOptions(), None)
+    network = search.network
+    node = network.node_size
+    fired = kept = 0
+    for config in (IntraConfig(), IntraConfig(tp=2), IntraConfig(ep=2), IntraConfig(2, 2)):
+        for num_stages in (1, 2, 3, 4):
+            for dp in range(1, network.num_devices // (config.devices * num_stages) + 1):
+                layouts = search._layouts(config, num_stages, dp)
+                twins = search._translated_twins(config, num_stages, dp)
+                spare = network.num_devices - config.devices * num_stages * dp >= node
+
+                def devices(layout, config=config, num_stages=num_stages, dp=dp):
+                    return rank_devices(layout, config, num_stages, dp,
+                                        np.array(network.layout_order(layout)), node)
+
+                for position, (index, layout) in enumerate(layouts):
+                    if index not in twins:
+                        kept += layout.spare_first and spare
+                        continue
+                    fired += 1
+                    twin = dataclasses.replace(layout, spare_first=False)
+                    placed = devices(twin)
+                    assert any(np.array_equal(devices(earlier), placed)
+                               for _, earlier in layouts[:position])
+                    ids = PathIds(network)
+                    for wrap in (False, True):
+                        assert _by_path(ids, stage_geometries(
+                            network, ids, devices(layout), config, wrap)) == _by_path(
+                            ids, stage_geometries(network, ids, placed, config, wrap)), \
+                            (tier_sizes, config, num_stages, dp, layout.name)
+    assert fired and kept, (fired, kept)

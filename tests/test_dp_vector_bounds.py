@@ -13,7 +13,9 @@ from exhaustive import canonical_placements, shape_optimum
 from test_dp_node_bounds import _instance
 from tiers import slow_unless
 
+from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
+from nest_cp.dp.compose import parameter_kinds, whole_totals
 from nest_cp.dp.kernel import (
     INF,
     fill_table,
@@ -22,8 +24,9 @@ from nest_cp.dp.kernel import (
     superset_minimum,
     windows,
 )
-from nest_cp.dp.vector_bounds import lower_ticks
-from nest_cp.model.instance import IntraConfig
+from nest_cp.dp.suffix import per_stage, stage_times
+from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
+from nest_cp.model.instance import CollectiveKind, IntraConfig
 from nest_cp.model.result import SolveOptions
 
 
@@ -107,3 +110,90 @@ def test_lower_ticks_rounds_down():
     ticks = lower_ticks(values)
     assert np.all(ticks <= values)
     assert np.all(values - ticks <= 2 + np.abs(values) * 2**-29)
+
+
+def _sync_priced_alone(search, table, num_stages: int, zero: int, dps: np.ndarray, cap):
+    """The vector sync bound of d = ``dps`` priced from their own path classes only (what
+    _vector_sync computed before its ring terms were kept over every d)."""
+    training = search.instance.training
+    optimizer = training.optimizer
+    phases = [(cost.sync_collective(zero), optimizer.grad_bytes,
+               not training.overlap_grad_reduce)]
+    if cost.gathers_weights(zero):
+        phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
+                       not training.overlap_param_gather))
+    _, forward, backward = whole_totals(table)
+    heaviest_bound, total = np.zeros(len(dps)), np.zeros(len(dps))
+    for params, every_layer, per_replica in parameter_kinds(table):
+        if params == 0:
+            continue
+        sizes = dps * per_replica
+        heaviest = -(-params // num_stages)
+        holders = num_stages if every_layer else 1
+        for mask, paths in path_classes(search.network, sizes, cap):
+            slopes, offsets, heavy = [], [], None
+            for kind, bytes_per_unit, full in phases:
+                terms = [ring_terms(search.prices.ring_rates(kind, bytes_per_unit,
+                                                             search.ids.id_of(path)),
+                                    sizes[mask]) for path in paths]
+                slopes.append(np.min([slope for slope, _ in terms], axis=0))
+                offsets.append(np.min([offset for _, offset in terms], axis=0))
+                if full:
+                    prices = [slope * heaviest + offset for slope, offset in terms]
+                    heavy = prices if heavy is None else [
+                        old + new for old, new in zip(heavy, prices)]
+            total[mask] += sum(slopes) * params + holders * sum(offsets)
+            if heavy is not None:
+                heaviest_bound[mask] = np.maximum(heaviest_bound[mask], np.min(heavy, axis=0))
+    hidden = (backward if training.overlap_grad_reduce else 0) \
+        + (forward if training.overlap_param_gather and cost.gathers_weights(zero) else 0)
+    mean = (total - hidden) / num_stages
+    return np.maximum(0, np.maximum(lower_ticks(heaviest_bound), lower_ticks(mean, hidden)))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_vector_sync_reads_the_ring_terms_kept_over_every_d(overlap):
+    """_vector_sync of d = 1 .. N // (a·S), reading ring terms kept once over every d of
+    the configuration, equals the same bound priced from those d alone, entry for entry,
+    for every S, ZeRO stage and cap (S asked in an order where a short range comes first)."""
+    compared = 0
+    for tier_sizes in ((2, 3, 4), (4, 2, 2)):
+        instance = _instance(0, tier_sizes, (IntraConfig(), IntraConfig(tp=2),
+                                             IntraConfig(ep=2)), overlap)
+        search = planner._Search(instance, SolveOptions(), ())
+        for choice_index in range(len(instance.choices)):
+            table = search._table(choice_index)
+            most = instance.cluster.num_devices // table.config.devices
+            caps = [None, *(cap for _, cap in search._tp_qualities(table.config.tp))]
+            for num_stages in sorted(range(1, most + 1), key=lambda stages: -stages):
+                dps = np.arange(1, most // num_stages + 1, dtype=np.int64)
+                for zero in (0, 1, 3):
+                    for cap in caps:
+                        kept = search._vector_sync(table, num_stages, zero, dps, cap)
+                        alone = _sync_priced_alone(search, table, num_stages, zero, dps, cap)
+                        assert np.array_equal(kept, alone), (tier_sizes, num_stages, zero, cap)
+                        compared += 1
+    assert compared
+
+
+def test_stage_times_kept_per_geometries_equal_those_priced_afresh():
+    """suffix.stage_times, kept per (geometries, gather group size) in the table's cache,
+    equals per_stage of the chunk times priced afresh for every v = 1 shape and layout,
+    read-only; shapes of other d and z read the same kept arrays."""
+    instance = _instance(0, (2, 2, 2), (IntraConfig(), IntraConfig(tp=2)), False)
+    search = planner._Search(instance, SolveOptions(), None)
+    checked = shared = 0
+    for _, shape, _ in v1_shapes(search, instance):
+        for _, layout in search._layouts(shape.table.config, shape.num_stages, shape.dp):
+            geometries = search.geometries(layout, shape.table.config, shape.num_stages,
+                                           shape.dp)
+            entries = len(shape.table.cache.get("stage times", {}))
+            times = stage_times(search.prices, shape, geometries)
+            shared += len(shape.table.cache["stage times"]) == entries
+            for mode, matrix in times.items():
+                assert not matrix.flags.writeable
+                assert np.array_equal(matrix, per_stage(
+                    geometries, lambda g, mode=mode, shape=shape: search.prices.chunk_time(
+                        shape.table, g, mode, shape.gather_dp)))
+            checked += 1
+    assert checked and shared
