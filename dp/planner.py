@@ -1561,13 +1561,13 @@ class _Search:
     def _domain_bound_at(self, shape: Shape, chunk_bound: int, tier: int,
                          key: tuple[int, ...]) -> int:
         """With e = c = 1, a lower bound on T over every plan of the shape (any split,
-        recompute and injective placement) from the tier-P domains (P = ``tier`` >= 1, G_P
-        devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE network, above which
-        bandwidth drops 7-fold), when a·S·d > G_P (the plan cannot lie in one domain) and
-        2·a·d > G_P (no domain holds two stages); 0 otherwise.  R = v·m + S − 1, τ_lb =
-        ``chunk_bound``, and gathers and sync the placement-free bounds of
-        :meth:`_gather_bound` and :meth:`_sync_bound`, so T >= R·max(τ_lb, gathers) + sync
-        always.
+        recompute and injective placement; see (4) for the layouts) from the tier-P domains
+        (P = ``tier`` >= 1, G_P devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE
+        network, above which bandwidth drops 7-fold), when a·S·d > G_P (the plan cannot lie
+        in one domain) and 2·a·d > G_P (no domain holds two stages); 0 otherwise.
+        R = v·m + S − 1, τ_lb = ``chunk_bound``, and gathers and sync the placement-free
+        bounds of :meth:`_gather_bound` and :meth:`_sync_bound`, so T >= R·max(τ_lb,
+        gathers) + sync always.
 
         Call stage s *whole* if its a·d ranks lie in one tier-P domain.
 
@@ -1596,22 +1596,41 @@ class _Search:
         slower path; the stage's reduce-scatter (all-reduce) and weight gather cost at least
         their price on it (§5 c: per kind, the slowest group's; the group carries both
         kinds), so exposed_s is at least :meth:`_capped_stage_floors` (G_0, above P) of
-        s's layers, x_P (max(0, x − y) does not fall as x grows).
+        s's layers, x_P (max(0, x − y) does not fall as x grows).  If the least quality h
+        of s's TP groups is known (:mod:`nest_cp.dp.node_bounds`), the group has at most
+        c = ⌊G_0 / h⌋ members in a node (Fact 1, stage by stage), so the same holds on
+        :func:`capped_group_paths` (d, c, P): x_P,c; under ZeRO-3 the gathers of s's chunks
+        (the slowest gather group's, the leaving group one of them, §3.2 d) are at least
+        gathers_P,c of the same floors; and with h < t s's TP collectives cost their
+        crossing extra crossing_h (Fact 2, as in :meth:`_stagewise_bound`).
+
+        (4) h ranges over :func:`tp_qualities`.  Where every layout the search visits has
+        its TP groups inside nodes, or each member of them in its own node
+        (:meth:`_tp_classes`), the plans the DP searches have only h = t, resp. h = 1, and
+        with no crossing layout no TP group leaves its node, so none leaves its domain; the
+        DP is exact over those plans, so a bound on them suffices
+        (:meth:`_layout_class_bound`), and the cases below keep only those.
 
         The bound is the largest of the valid ones below (each a bound on every plan):
 
         - A: if some TP group leaves its domain, max_k τ_k >= :meth:`_crossing_chunk_bound`
           (k, S, above P) = τ_A by (3), so T >= R·max(τ_lb, gathers, τ_A) + sync.  If none
           does and a·d > G_P (no stage can be whole), every stage has a group of ranks j
-          leaving its domain (1), and every step of :meth:`_fresh_sync_bound` holds with
-          those groups' paths: T >= R·max(τ_lb, gathers) + sync_P.  So T >= the lesser.
+          leaving its domain (1); with h the least quality of the plan's TP groups, every
+          such group runs on :func:`capped_group_paths` (d, c, P) or slower (3), and every
+          step of :meth:`_fresh_sync_bound` holds with those paths (each stage pays each
+          phase at least on one of its groups, here a leaving one): sync_P,c; with
+          :meth:`_shape_bound`'s case split on h (τ_h, gathers_c), T >= the least over h of
+          R·max(τ_lb, gathers_c, τ_h) + sync_P,c.  So T >= the lesser of the two.
         - v = 1, stage by stage: T = R·max_s τ_s + max_s exposed_s >= R·τ_s + exposed_s
           for every s.  For s on layers f..l: whole, τ_s >= its cheapest time with the
           receives it has (activation unless s = 0, gradient unless s = S − 1) on the tiers
           above P, by (2) (S >= 2: a·S·d > G_P >= a·d), so R·τ_s >= R·X(f, l)
           (:meth:`_cheapest_times` from tier P + 1); not whole (d >= 2 or t >= 2), R·τ_s +
-          exposed_s >= R·cheapest(f, l) + min(R·crossing(f, l), x_P(f, l)) by (1) and (3)
-          (a term for an absent kind of group left out).  So T >= the min-max over
+          exposed_s >= R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group
+          leaves, (3), :meth:`_crossing_extra` (k, P)) and, over h, R·[h < t]·crossing_h(f,
+          l) + R·gathers_P,c(f, l) + x_P,c(f, l) (a group of ranks j leaves, (1) and (3));
+          a term for an absent kind of group left out.  So T >= the min-max over
           contiguous splits of H(f, l), the lesser of the two weights where both cases may
           occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2): the
           kernel's recurrence (:func:`fill_table`).
@@ -1643,6 +1662,12 @@ class _Search:
         # (h, c): the least quality of the TP groups (of the plan, or of a stage) and the
         # cap it puts on the members of a group of ranks j in a node (node_bounds, Fact 1)
         qualities = self._tp_qualities(config.tp) or ((config.tp, network.node_size),)
+        classes = self._tp_classes(config, num_stages, dp) if config.tp > 1 else None
+        if classes:  # the structured space's plans: h = t inside nodes, h = 1 crossing them
+            kept = {config.tp if kind == "inside" else 1 for kind in classes}
+            qualities = tuple((quality, cap) for quality, cap in qualities if quality in kept)
+            if "crossing" not in classes:  # no TP group leaves its node, nor its domain
+                tp_term = INF
         bound = rounds * tau + sync
         if not may_be_whole and dp > 1:
             least = INF  # every stage has a group of ranks j leaving its domain

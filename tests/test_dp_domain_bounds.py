@@ -127,7 +127,7 @@ def test_a_group_with_one_member_per_node_needs_a_node_each():
     assert capped_group_paths(network, 385, 1, above=2) == (top,)
 
 
-@pytest.mark.parametrize("seed", first_fast(range(4)))
+@pytest.mark.parametrize("seed", first_fast((2, 0, 1, 3)))  # seed 2 the quickest
 def test_pruning_never_changes_the_optimum_above_small_pods(seed, monkeypatch):
     """test_dp_v3's medium instances on nodes of 2 in pods of 8 under a 1:7 tier: the DP
     with every bound finds the objective the DP with every bound replaced by 0 finds."""
