@@ -1583,7 +1583,10 @@ class _Search:
         G_P − a·d < a·d devices cannot hold s', the placement being injective), so the
         pipeline pairs between s and s' (rank j of replica r to rank j of replica r, a
         bijection of their ranks) include one that leaves D, which runs on a tier K > P:
-        its transfer (§3, no channels) costs at least the least over those tiers.
+        its transfer (§3, no channels) costs at least the least over those tiers.  If
+        instead 2·a·d <= G_P < 3·a·d (``shared``), D holds at most one whole stage besides
+        s, and every stage with a rank outside D (whole elsewhere or not whole) is joined to
+        s by such a pair: a stage with two neighbours has one of them across D's border.
 
         (3) A TP group that leaves its domain spans a tier K > P and touches two nodes, so
         has at most k = min(t // 2, G_0) members in the node it has fewest in: its
@@ -1626,7 +1629,8 @@ class _Search:
           for every s.  For s on layers f..l: whole, τ_s >= its cheapest time with the
           receives it has (activation unless s = 0, gradient unless s = S − 1) on the tiers
           above P, by (2) (S >= 2: a·S·d > G_P >= a·d), so R·τ_s >= R·X(f, l)
-          (:meth:`_cheapest_times` from tier P + 1); not whole (d >= 2 or t >= 2), R·τ_s +
+          (:meth:`_cheapest_times` from tier P + 1), or with ``shared`` one of a middle
+          stage's receives there (:meth:`_one_sided_times`); not whole (d >= 2 or t >= 2), R·τ_s +
           exposed_s >= R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group
           leaves, (3), :meth:`_crossing_extra` (k, P)) and, over h, R·[h < t]·crossing_h(f,
           l) + R·gathers_P,c(f, l) + x_P,c(f, l) (a group of ranks j leaves, (1) and (3));
@@ -1634,9 +1638,10 @@ class _Search:
           contiguous splits of H(f, l), the lesser of the two weights where both cases may
           occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2): the
           kernel's recurrence (:func:`fill_table`).
-        - v > 1 with a·d <= G_P: every stage whole gives max_k τ_k >= τ_P (every chunk
-          boundary joins two stages, (2)), :meth:`_chunk_bound_from` (K, P + 1); else a
-          stage s is not whole: a TP group leaves (A's τ_A) or a group of ranks j does,
+        - v > 1 with a·d <= G_P (and not ``shared``: 0 then): every stage whole gives
+          max_k τ_k >= τ_P (every chunk boundary joins two stages, (2)),
+          :meth:`_chunk_bound_from` (K, P + 1); else a stage s is not whole: a TP group
+          leaves (A's τ_A) or a group of ranks j does,
           and exposed_s >= x_P(U_s) for its layers U_s, which on a workload of blocks have
           the totals (all x_P reads) of a contiguous range of as many layers, at least v
           (:meth:`_interleaved_stagewise_bounds`), so exposed_s >= E_P, the least x_P over
@@ -1649,7 +1654,9 @@ class _Search:
         network, config = self.network, table.config
         domain = network.cluster.network.domain_sizes()[tier]
         devices = config.devices * dp  # a stage's
-        if devices * num_stages <= domain or 2 * devices <= domain:
+        shared = 2 * devices <= domain  # a domain may hold two whole stages (not three)
+        if devices * num_stages <= domain or 3 * devices <= domain or \
+                (shared and shape.virtual > 1):
             return 0
         rounds = shape.rounds
         tau = max(chunk_bound, self._gather_bound(shape))
@@ -1681,7 +1688,8 @@ class _Search:
             bound = max(bound, min(tp_term, least))
         if not may_be_whole:  # (the stage-by-stage bound, without whole stages, is left out)
             return bound
-        whole = rounds * max(tau, self._chunk_bound_from(table, shape.num_chunks, tier + 1)) \
+        whole = rounds * max(tau, self._one_sided_bound(table, num_stages, tier + 1) if shared
+                             else self._chunk_bound_from(table, shape.num_chunks, tier + 1)) \
             + sync
         # the rest is at most R·τ_P + sync (v = 1: the min-max of the whole stages' weights
         # alone), and for v > 1 the TP term: where that may beat the incumbent it would not
@@ -1690,7 +1698,9 @@ class _Search:
                               key):
             return bound
         if shape.virtual == 1:
-            return max(bound, self._domain_stagewise(shape, tier, qualities))
+            return max(bound, self._domain_stagewise(
+                shape, tier, qualities, shared,
+                classes == {"inside"} and config.tp == network.node_size))
         exposed = None if dp == 1 else \
             self._capped_stage_floors(shape, network.node_size, above=tier)[1]
         least = 0
@@ -1700,8 +1710,8 @@ class _Search:
         split = INF if exposed is None else rounds * tau + max(sync, least)
         return max(bound, min(whole, tp_term, split))
 
-    def _domain_stagewise(self, shape: Shape, tier: int,
-                          qualities: tuple[tuple[int, int], ...]) -> int:
+    def _domain_stagewise(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
+                          shared: bool, off_node: bool) -> int:
         """:meth:`_domain_bound_at`'s stage-by-stage bound (v = 1): the min-max over
         contiguous splits of H(f, l), whole stages weighted R·X(f, l), the others
         R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group leaves the domain)
@@ -1709,10 +1719,15 @@ class _Search:
         + x_P,c(f, l) (a group of ranks j leaves it, with at most c = ⌊G_0 / h⌋ members in
         a node: Fact 1 of :mod:`nest_cp.dp.node_bounds` holds stage by stage, and with
         h < t the stage's TP collectives cost their crossing extra, Fact 2, as in
-        :meth:`_stagewise_bound`), for a shape whose stages may be whole (a·d <= G_P)."""
+        :meth:`_stagewise_bound`), for a shape whose stages may be whole (a·d <= G_P).
+        With ``shared`` (2·a·d <= G_P < 3·a·d) a whole stage's weight is the one-sided
+        Y(f, l) of :meth:`_one_sided_times` instead; with ``off_node`` (every TP group fills
+        its node, t = G_0: a node holds one stage replica, so every pipeline pair joins two
+        nodes) the other stages' receives are on the tiers above the node
+        (:meth:`_off_node_chunk_bound`'s argument)."""
         table, num_stages, rounds = shape.table, shape.num_stages, shape.rounds
         config = table.config
-        cheapest = self._cheapest_times(table, num_stages)
+        cheapest = self._cheapest_times(table, num_stages, 1 if off_node else 0)
         penalty = None
         if config.tp > 1:
             crossing = self._crossing_extra(table, min(config.tp // 2, self.network.node_size),
@@ -1727,12 +1742,50 @@ class _Search:
                 split = split + rounds * windows(self._crossing_extra(table, quality),
                                                  num_stages)
             penalty = split if penalty is None else np.minimum(penalty, split)
-        weight = rounds * self._cheapest_times(table, num_stages, tier + 1)
+        weight = rounds * (self._one_sided_times(table, num_stages, tier + 1) if shared
+                           else self._cheapest_times(table, num_stages, tier + 1))
         if penalty is not None:
             weight = np.minimum(weight, rounds * cheapest + penalty)
         weight = np.minimum(weight, INF) + self._unordered(table.num_layers, num_stages)
         self.stats.dp_passes += 1
         return int(fill_table(weight)[0][0, 0])
+
+    def _one_sided_times(self, table: LayerTable, num_stages: int,
+                         first_tier: int) -> np.ndarray:
+        """(S, W, W) stage times of :meth:`_cheapest_times` (v = 1) for stages whose every
+        neighbour but one lies across a boundary whose pairs leave their domain: a middle
+        stage pays one of its receives (the cheaper choice) on the tiers ``first_tier`` ..
+        and the other on its cheapest path, the first and last stages theirs on the
+        cheapest paths (their one neighbour may share their domain).  Kept per (table, S,
+        first tier) in the table's cache."""
+        key = ("one-sided times", num_stages, first_tier)
+        if key not in table.cache:
+            base, activation, received = self._cheapest_ranges(table)
+            far_activation, far_received = self._receives_from(table, first_tier)
+            weight = windows(base, num_stages).copy()
+            near = vector_windows(activation, num_stages)[:, :, None], \
+                vector_windows(received, num_stages)[:, None, :]
+            far = vector_windows(far_activation, num_stages)[:, :, None], \
+                vector_windows(far_received, num_stages)[:, None, :]
+            weight[1:-1] += np.minimum(far[0] + near[1], near[0] + far[1])[1:-1]
+            if num_stages >= 2:
+                weight[0] += near[1][0]
+                weight[-1] += near[0][-1]
+            weight.flags.writeable = False
+            table.cache[key] = weight
+        return table.cache[key]
+
+    def _one_sided_bound(self, table: LayerTable, num_stages: int, first_tier: int) -> int:
+        """The min-max over contiguous splits into S stages of :meth:`_one_sided_times`
+        (at least every weight :meth:`_domain_stagewise` gives a whole stage with
+        ``shared``, so its min-max bounds that bound from above); kept per (table, S,
+        first tier)."""
+        key = ("one-sided bound", num_stages, first_tier)
+        if key not in table.cache:
+            weight = np.minimum(self._one_sided_times(table, num_stages, first_tier), INF) \
+                + self._unordered(table.num_layers, num_stages)
+            table.cache[key] = int(fill_table(weight)[0][0, 0])
+        return table.cache[key]
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
