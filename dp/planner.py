@@ -683,10 +683,11 @@ class _Search:
         :meth:`_stagewise_of` (each computed only where the bounds before it may still beat
         the incumbent): the least over the ZeRO stages worth searching, that fit
         somewhere, of the largest of them (each a bound on that z's plans); ``refined``
-        where none applies (graphs)."""
+        with t = 1, c > 1 or on graphs (the domain bound is then left to
+        :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
         table = self._table(outer.choice_index)
         split = table.config.tp > 1 and table.config.cp == 1
-        if not self.network.is_hierarchical:
+        if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
