@@ -66,8 +66,9 @@ def path_classes(network: NetworkModel, sizes: np.ndarray,
     sizes = np.asarray(sizes, dtype=np.int64)
     channels = np.minimum(np.minimum(sizes // 2, domains[0]), limit)
     admitted = _holding_codes(domains, sizes, limit)
-    fallback = _holding_codes(domains, sizes, domains[0])  # where no domain holds the nodes
-    admitted = np.where(admitted == 0, fallback, admitted)
+    if limit < domains[0] and not admitted.all():  # where no domain holds the nodes
+        admitted = np.where(admitted == 0, _holding_codes(domains, sizes, domains[0]),
+                            admitted)
     codes = channels * (1 << len(domains)) + admitted
     classes = []
     for code in np.unique(codes[sizes >= 2]).tolist():
