@@ -25,10 +25,14 @@ in replica or EP index), and distinct TP groups are disjoint.  If a node X holds
 its members, X holds members of n distinct TP groups, each at least h of them, and X
 has at most G_0 devices: n·h <= G_0.  So no node holds more than c = ⌊G_0 / h⌋ members
 of the group: its k (the fewest members in a node it touches) is at most c, and if it
-lies inside one node it has at most c members.  A group of g members therefore runs
+lies inside one node it has at most c members.  It touches ⌈g / c⌉ nodes at least, so a
+tier-K domain holding it has ⌈g / c⌉ nodes at least: G_K >= ⌈g / c⌉·G_0 (for c = G_0
+that is G_K >= g, G_K being a multiple of G_0).  A group of g members therefore runs
 (cost model §5 a) on one of :func:`capped_group_paths` (g, c) or on a slower path: tier
-0 only if g <= c, a tier K >= 1 whose domains hold g devices with at most
-min(g // 2, G_0, c) channels.
+0 only if g <= c, a tier K >= 1 whose domains hold ⌈g / c⌉ nodes with at most
+min(g // 2, G_0, c) channels.  (On Llama 3's RoCE network, pods of 384 nodes: with
+every TP group in its node, c = 1, a data-parallel group of 385 or more replicas leaves
+its pod and runs on the 1:7 tier above it.)
 
 Fact 2 (a poor TP group is slow).  If h < t, a TP group α of quality h leaves its node:
 it spans a tier K >= 1 whose domains hold t devices, with k(α) = h channels, so each TP
@@ -66,23 +70,41 @@ def node_cap(network: NetworkModel, quality: int) -> int:
     return network.cluster.network.domain_sizes()[0] // quality
 
 
-def capped_group_paths(network: NetworkModel, group_size: int, cap: int) -> tuple[Path, ...]:
+def capped_group_paths(network: NetworkModel, group_size: int, cap: int,
+                       above: int = -1) -> tuple[Path, ...]:
     """The fastest paths a group of ``group_size`` >= 2 ranks may run on when no node holds
-    more than ``cap`` >= 1 of its members (Fact 1): per tier whose domains hold that many
-    devices, tier 0 only if group_size <= cap, and tiers K >= 1 with
-    min(group_size // 2, G_0, cap) channels.  With ``cap`` = G_0 (no cap beyond a node's
-    size) these are :func:`~nest_cp.dp.geometry.fastest_group_paths`' paths, which it
-    computes by this function."""
+    more than ``cap`` >= 1 of its members (Fact 1): per tier whose domains hold
+    ⌈group_size / cap⌉ nodes, tier 0 only if group_size <= cap, and tiers K >= 1 with
+    min(group_size // 2, G_0, cap) channels (where no domain holds that many nodes, so no
+    plan keeps ``cap`` members per node, the tiers holding group_size devices, as for
+    cap = G_0: more paths, a weaker but still valid claim).  With ``cap`` = G_0 (no cap
+    beyond a node's size: domains holding group_size devices) these are
+    :func:`~nest_cp.dp.geometry.fastest_group_paths`' paths, which it computes by this
+    function.  With ``above``: only the tiers above it (a group that leaves its tier-``above``
+    domain spans one of them)."""
     domains = network.cluster.network.domain_sizes()
     channels = min(group_size // 2, domains[0], cap)
-    return tuple(network.channel_path(tier, channels) for tier, size in enumerate(domains)
-                 if size >= group_size and (tier > 0 or group_size <= cap))
+    tiers = _holding_tiers(domains, group_size, cap, above)
+    if not tiers:  # no placement keeps ``cap`` per node: any domain of group_size devices,
+        tiers = _holding_tiers(domains, group_size, domains[0], above)  # a weaker claim
+    return tuple(network.channel_path(tier, channels) for tier in tiers)
 
 
-def crossing_tp_paths(network: NetworkModel, tp: int, channels: int) -> tuple[Path, ...]:
+def _holding_tiers(domains: tuple[int, ...], group_size: int, cap: int,
+                   above: int) -> list[int]:
+    """The tiers above ``above`` whose domains hold ⌈group_size / cap⌉ nodes (tier 0 only
+    if group_size <= cap)."""
+    nodes = -(-group_size // cap)
+    return [tier for tier, size in enumerate(domains)
+            if tier > above and size >= nodes * domains[0] and (tier > 0 or group_size <= cap)]
+
+
+def crossing_tp_paths(network: NetworkModel, tp: int, channels: int,
+                      above: int = 0) -> tuple[Path, ...]:
     """The fastest paths a TP group of ``tp`` >= 2 ranks that leaves its node with
     ``channels`` members in the node it has fewest in may run on (Fact 2): tiers K >= 1
-    whose domains hold ``tp`` devices, with that many channels."""
+    whose domains hold ``tp`` devices, with that many channels.  With ``above`` >= 1, the
+    paths of such a group that leaves its tier-``above`` domain: tiers K > ``above``."""
     domains = network.cluster.network.domain_sizes()
     return tuple(network.channel_path(tier, channels) for tier, size in enumerate(domains)
-                 if tier > 0 and size >= tp)
+                 if tier > max(above, 0) and size >= tp)

@@ -354,7 +354,8 @@ class _Search:
         self._cheapest: dict[tuple, np.ndarray] = {}
         self._sync_bounds: dict[tuple, tuple[LayerTable, int]] = {}
         self._floors: dict[tuple, SyncFloor] = {}  # (z, size, cap) -> fastest (capped) paths'
-        self._paths: dict[tuple[int, int | None], tuple] = {}  # (size, cap) -> group paths
+        self._paths: dict[tuple, tuple] = {}  # (size, cap, above) -> group paths
+        self._domain_tier_list: tuple[int, ...] | None = None
         self._qualities: dict[int, tuple[tuple[int, int], ...]] = {}  # t -> (h, cap)
         self._gather_forms: dict[tuple, tuple] = {}  # (d, cap) -> gather forms (bounds)
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
@@ -713,13 +714,16 @@ class _Search:
                     and self._fits_at_most_replicas(shape)), default=least)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
-        """The outer's refined bound raised by the case split of :meth:`_shape_bound` and
-        by the stage-by-stage bound of :meth:`_stagewise_of` (computed only where the
-        split's bound may still beat the incumbent): the least over the ZeRO stages worth
-        searching, that fit somewhere, of the largest of them (each a bound on that z's
-        plans); ``refined`` where neither applies (t = 1, graphs)."""
+        """The outer's refined bound raised by the domain bound of :meth:`_domain_bound`,
+        the case split of :meth:`_shape_bound` and the stage-by-stage bound of
+        :meth:`_stagewise_of` (each computed only where the bounds before it may still beat
+        the incumbent): the least over the ZeRO stages worth searching, that fit
+        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
+        with t = 1, c > 1 or on graphs (the domain bound is then left to
+        :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
         table = self._table(outer.choice_index)
-        if table.config.tp == 1 or table.config.cp > 1 or not self.network.is_hierarchical:
+        split = table.config.tp > 1 and table.config.cp == 1
+        if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
@@ -732,10 +736,13 @@ class _Search:
             vector = self._zero_bounds.get((outer.choice_index, outer.num_stages, outer.virtual,
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
-                self._shape_bound(shape, outer.chunk_bound)
+                self._shape_bound(shape, outer.chunk_bound, split)
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
+                                                        outer.key + (zero,)))
+            if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
-            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+            if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
             least = min(least, bound)
             if least <= refined:  # the other z can only lower it further
@@ -854,15 +861,16 @@ class _Search:
 
         and the bound for K is h_K(0): L steps of O(L²) instead of one O(K·W²) table per K.
         """
-        return self._min_max_per_chunk_count(self._table(choice_index), off_node=False)
+        return self._min_max_per_chunk_count(self._table(choice_index), 0)
 
-    def _min_max_per_chunk_count(self, table: LayerTable, off_node: bool) -> dict[int, int]:
+    def _min_max_per_chunk_count(self, table: LayerTable, first_tier: int) -> dict[int, int]:
         """The recurrence of :meth:`_chunk_time_bounds` for every K, with the receives on
-        their cheapest path over every tier, or (``off_node``) over the tiers above the node
-        (:meth:`_off_node_chunk_bound`)."""
+        their cheapest path over every tier (``first_tier`` 0), or over the tiers
+        ``first_tier`` .. (1: off the node, :meth:`_off_node_chunk_bound`; above a domain
+        tier: :meth:`_domain_bound`)."""
         base, activation, received = self._cheapest_ranges(table)
-        if off_node:
-            activation, received = self._off_node_receives(table)
+        if first_tier > 0:
+            activation, received = self._receives_from(table, first_tier)
         num_layers = table.num_layers
         lasts = np.arange(num_layers)
         weight = base + activation[:, None] + np.where(lasts < num_layers - 1, received, 0)
@@ -909,13 +917,15 @@ class _Search:
                            for tier in range(first_tier, self.network.num_tiers)], axis=0)
         return np.concatenate(([0], received[:-1])), received
 
-    def _off_node_receives(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray]:
+    def _receives_from(self, table: LayerTable,
+                       first_tier: int) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`_cheapest_ranges`' receives (activation before, gradient after each
-        layer), each on its cheapest path among the tiers above the node (tiers 1 ..);
-        kept in the table's cache."""
-        if "off-node receives" not in table.cache:
-            table.cache["off-node receives"] = self._least_receives(table, 1)
-        return table.cache["off-node receives"]
+        layer), each on its cheapest path among the tiers ``first_tier`` .. (1: off the
+        node); kept in the table's cache."""
+        key = ("receives from", first_tier)
+        if key not in table.cache:
+            table.cache[key] = self._least_receives(table, first_tier)
+        return table.cache[key]
 
     def _off_node_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
         """τ_in(K): a lower bound on max_k τ_k of every plan with K = S·v chunks whose TP
@@ -937,24 +947,34 @@ class _Search:
         if not network.is_hierarchical or network.num_tiers < 2 or \
                 table.config.tp != network.node_size or table.config.cp > 1:
             return 0
-        if "off-node chunk bounds" not in table.cache:
-            table.cache["off-node chunk bounds"] = self._min_max_per_chunk_count(
-                table, off_node=True)
-        return table.cache["off-node chunk bounds"][num_chunks]
+        return self._chunk_bound_from(table, num_chunks, 1)
 
-    def _cheapest_times(self, table: LayerTable, num_chunks: int) -> np.ndarray:
+    def _chunk_bound_from(self, table: LayerTable, num_chunks: int, first_tier: int) -> int:
+        """:meth:`_min_max_per_chunk_count` (``first_tier``) at K = ``num_chunks``, the
+        bounds of every K kept per (layer table, first tier)."""
+        key = ("chunk bounds from", first_tier)
+        if key not in table.cache:
+            table.cache[key] = self._min_max_per_chunk_count(table, first_tier)
+        return table.cache[key][num_chunks]
+
+    def _cheapest_times(self, table: LayerTable, num_chunks: int,
+                        first_tier: int = 0) -> np.ndarray:
         """(K, W, W) chunk times with collectives and receives on their cheapest path.
 
         Memory, recompute, ZeRO-3 gathers and the real placement are ignored, so each
         entry is at most the real τ of that chunk, for any d, z, mode and layout: each
         collective costs at least its price on one group, a group of g devices runs on a
         path no faster than one of :func:`fastest_group_paths` (g), and a transfer runs on
-        a tier's path.  The last few arrays are kept (read-only).
+        a tier's path.  With ``first_tier``, the receives on the tiers ``first_tier`` ..
+        (chunks whose pairs all leave a domain below it: :meth:`_domain_bound_at`).  The
+        last few arrays are kept (read-only).
         """
-        key = (table.config, table.microbatch, num_chunks)
+        key = (table.config, table.microbatch, num_chunks, first_tier)
         if key in self._cheapest:
             return self._cheapest[key]
         base, activation, received = self._cheapest_ranges(table)
+        if first_tier > 0:
+            activation, received = self._receives_from(table, first_tier)
         weight = windows(base, num_chunks).copy()
         weight[1:] += vector_windows(activation, num_chunks)[1:, :, None]
         weight[:-1] += vector_windows(received, num_chunks)[:-1, None, :]
@@ -1091,6 +1111,9 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             bound = self._shape_bound(shape, outer.chunk_bound)
+            if self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
+                                                        outer.key + (zero,)))
             # the TP-placement bounds, cheaper first, each only while the shape may still win
             if config.tp > 1 and config.cp == 1 and self.network.is_hierarchical:
                 if self.best.may_beat(bound, outer.key + (zero,)):
@@ -1429,17 +1452,19 @@ class _Search:
                                                for cap, quality in best_of_cap.items()))
         return self._qualities[tp]
 
-    def _group_paths(self, size: int, cap: int | None) -> tuple:
+    def _group_paths(self, size: int, cap: int | None, above: int = -1) -> tuple:
         """:func:`fastest_group_paths` (size) (``cap`` None) or :func:`capped_group_paths`
-        (size, cap), kept per (size, cap)."""
-        key = (size, cap)
+        (size, cap, above), kept per (size, cap, above)."""
+        key = (size, cap, above)
         if key not in self._paths:
-            self._paths[key] = fastest_group_paths(self.network, size) if cap is None else \
-                capped_group_paths(self.network, size, cap)
+            self._paths[key] = fastest_group_paths(self.network, size) \
+                if cap is None and above < 0 else capped_group_paths(
+                    self.network, size, self.network.node_size if cap is None else cap,
+                    above)
         return self._paths[key]
 
     def _crossing_chunk_bound(self, table: LayerTable, num_chunks: int, channels: int,
-                              num_stages: int | None = None) -> int:
+                              num_stages: int | None = None, above: int = 0) -> int:
         """τ_h of :meth:`_shape_bound` (h = ``channels``): the least over splits into
         ``num_chunks`` chunks of max_k w_k, where every chunk's w_k is its cheapest-path
         time (:meth:`_cheapest_times`) except one chunk, chosen freely, priced with its TP
@@ -1461,19 +1486,21 @@ class _Search:
         b) share it, so all of them cost at least their crossing times: τ_h is then the
         least over s of the kernel's value with the chunks k ≡ s (mod S) on crossing times
         and the others on cheapest ones (at least the one-chunk value above).  INF when no
-        tier above the node holds t devices.  Kept per (layer table, K, h, S)."""
+        tier above the node holds t devices.  With ``above`` >= 1, the same for a TP group
+        that leaves its tier-``above`` domain (its paths :func:`crossing_tp_paths` (t, h,
+        above)).  Kept per (layer table, K, h, S, above)."""
         if num_stages is None or num_stages >= num_chunks:
             num_stages = num_chunks
-        key = ("crossing bound", num_chunks, channels, num_stages)
+        key = ("crossing bound", num_chunks, channels, num_stages, above)
         if key in table.cache:
             return table.cache[key]
         config = table.config
-        paths = crossing_tp_paths(self.network, config.tp, channels)
+        paths = crossing_tp_paths(self.network, config.tp, channels, above)
         if not paths:
             table.cache[key] = INF
             return INF
         cheapest = self._cheapest_times(table, num_chunks)
-        extra = windows(self._crossing_extra(table, channels), num_chunks)
+        extra = windows(self._crossing_extra(table, channels, above), num_chunks)
         width = table.num_layers - num_chunks + 1
         ordered = np.triu(np.ones((width, width), dtype=bool))
         cheap = np.where(ordered, cheapest, INF)
@@ -1612,17 +1639,273 @@ class _Search:
         return shape.rounds * max(table.cache[key], self._gather_bound(shape)) \
             + self._sync_bound(shape)
 
-    def _crossing_extra(self, table: LayerTable, channels: int) -> np.ndarray:
-        """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h)
-        (the cheapest of them per layer, unhidden) minus the TP part of
+    def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...]) -> int:
+        """A lower bound on T over every plan of the shape (any split, recompute and
+        injective placement) from the tiers above a domain that cannot hold the plan: the
+        largest over the tiers P = 1 .. (the top tier excluded) above which the bandwidth
+        per device falls (:meth:`_domain_tiers`) of :meth:`_domain_bound_at`; 0 (no claim)
+        on graphs or with e > 1 or c > 1.  ``key`` (the shape's, a prefix of its plans'):
+        the costlier parts are priced only where they may reach the incumbent."""
+        config = shape.table.config
+        if config.ep > 1 or config.cp > 1:
+            return 0
+        return max((self._domain_bound_at(shape, chunk_bound, tier, key)
+                    for tier in self._domain_tiers()), default=0)
+
+    def _domain_tiers(self) -> tuple[int, ...]:
+        """The tiers P >= 1, below the top one, whose next tier has less bandwidth per
+        device (the others' domains are no cheaper to stay in); () on graphs."""
+        if self._domain_tier_list is None:
+            network = self.network
+            tiers = () if not network.is_hierarchical else tuple(
+                tier for tier in range(1, network.num_tiers - 1)
+                if network.tier_path(tier + 1).bandwidth_Bps
+                < network.tier_path(tier).bandwidth_Bps)
+            self._domain_tier_list = tiers
+        return self._domain_tier_list
+
+    def _domain_bound_at(self, shape: Shape, chunk_bound: int, tier: int,
+                         key: tuple[int, ...]) -> int:
+        """With e = c = 1, a lower bound on T over every plan of the shape (any split,
+        recompute and injective placement; see (4) for the layouts) from the tier-P domains
+        (P = ``tier`` >= 1, G_P devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE
+        network, above which bandwidth drops 7-fold), when a·S·d > G_P (the plan cannot lie
+        in one domain) and 2·a·d > G_P (no domain holds two stages); 0 otherwise.
+        R = v·m + S − 1, τ_lb = ``chunk_bound``, and gathers and sync the placement-free
+        bounds of :meth:`_gather_bound` and :meth:`_sync_bound`, so T >= R·max(τ_lb,
+        gathers) + sync always.
+
+        Call stage s *whole* if its a·d ranks lie in one tier-P domain.
+
+        (1) A stage that is not whole has its TP group of some replica, or its group of the
+        d ranks j (one per replica) for some j, leaving its tier-P domain: otherwise the TP
+        group of replica 0 lies in one domain D, every group of ranks j holds replica 0's
+        rank j, so lies in D, and every replica's TP group holds one of those ranks, so
+        lies in D.  (With e = c = 1 the group of ranks j is the stage's dense and expert
+        sync group and its ZeRO-3 gather group; with t = 1 or d = 1 one kind is absent and
+        the argument holds without it.)
+
+        (2) If stage s is whole in D, every stage s' ≠ s has a rank outside D (D's other
+        G_P − a·d < a·d devices cannot hold s', the placement being injective), so the
+        pipeline pairs between s and s' (rank j of replica r to rank j of replica r, a
+        bijection of their ranks) include one that leaves D, which runs on a tier K > P:
+        its transfer (§3, no channels) costs at least the least over those tiers.  If
+        instead 2·a·d <= G_P < 3·a·d (``shared``), D holds at most one whole stage besides
+        s, and every stage with a rank outside D (whole elsewhere or not whole) is joined to
+        s by such a pair: a stage with two neighbours has one of them across D's border.
+
+        (3) A TP group that leaves its domain spans a tier K > P and touches two nodes, so
+        has at most k = min(t // 2, G_0) members in the node it has fewest in: its
+        collectives run (§3.2 f, §5 a) on K with at most k channels, no faster than on
+        :func:`crossing_tp_paths` (t, k, P), and are never hidden (§5 e): every chunk of its
+        stage costs at least its cheapest time (:meth:`_cheapest_times`) plus
+        :meth:`_crossing_extra` (k, P) of its layers (the argument of
+        :meth:`_crossing_chunk_bound`).  A group of ranks j that leaves its domain (d >= 2)
+        spans a tier K > P, so runs on one of :func:`capped_group_paths` (d, G_0, P) or a
+        slower path; the stage's reduce-scatter (all-reduce) and weight gather cost at least
+        their price on it (§5 c: per kind, the slowest group's; the group carries both
+        kinds), so exposed_s is at least :meth:`_capped_stage_floors` (G_0, above P) of
+        s's layers, x_P (max(0, x − y) does not fall as x grows).  If the least quality h
+        of s's TP groups is known (:mod:`nest_cp.dp.node_bounds`), the group has at most
+        c = ⌊G_0 / h⌋ members in a node (Fact 1, stage by stage), so the same holds on
+        :func:`capped_group_paths` (d, c, P): x_P,c; under ZeRO-3 the gathers of s's chunks
+        (the slowest gather group's, the leaving group one of them, §3.2 d) are at least
+        gathers_P,c of the same floors; and with h < t s's TP collectives cost their
+        crossing extra crossing_h (Fact 2, as in :meth:`_stagewise_bound`).
+
+        (4) h ranges over :func:`tp_qualities`.  Where every layout the search visits has
+        its TP groups inside nodes, or each member of them in its own node
+        (:meth:`_tp_classes`), the plans the DP searches have only h = t, resp. h = 1, and
+        with no crossing layout no TP group leaves its node, so none leaves its domain; the
+        DP is exact over those plans, so a bound on them suffices
+        (:meth:`_layout_class_bound`), and the cases below keep only those.
+
+        The bound is the largest of the valid ones below (each a bound on every plan):
+
+        - A: if some TP group leaves its domain, max_k τ_k >= :meth:`_crossing_chunk_bound`
+          (k, S, above P) = τ_A by (3), so T >= R·max(τ_lb, gathers, τ_A) + sync.  If none
+          does and a·d > G_P (no stage can be whole), every stage has a group of ranks j
+          leaving its domain (1); with h the least quality of the plan's TP groups, every
+          such group runs on :func:`capped_group_paths` (d, c, P) or slower (3), and every
+          step of :meth:`_fresh_sync_bound` holds with those paths (each stage pays each
+          phase at least on one of its groups, here a leaving one): sync_P,c; with
+          :meth:`_shape_bound`'s case split on h (τ_h, gathers_c), T >= the least over h of
+          R·max(τ_lb, gathers_c, τ_h) + sync_P,c.  So T >= the lesser of the two.
+        - v = 1, stage by stage: T = R·max_s τ_s + max_s exposed_s >= R·τ_s + exposed_s
+          for every s.  For s on layers f..l: whole, τ_s >= its cheapest time with the
+          receives it has (activation unless s = 0, gradient unless s = S − 1) on the tiers
+          above P, by (2) (S >= 2: a·S·d > G_P >= a·d), so R·τ_s >= R·X(f, l)
+          (:meth:`_cheapest_times` from tier P + 1), or with ``shared`` one of a middle
+          stage's receives there (:meth:`_one_sided_times`); not whole (d >= 2 or t >= 2), R·τ_s +
+          exposed_s >= R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group
+          leaves, (3), :meth:`_crossing_extra` (k, P)) and, over h, R·[h < t]·crossing_h(f,
+          l) + R·gathers_P,c(f, l) + x_P,c(f, l) (a group of ranks j leaves, (1) and (3));
+          a term for an absent kind of group left out.  So T >= the min-max over
+          contiguous splits of H(f, l), the lesser of the two weights where both cases may
+          occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2): the
+          kernel's recurrence (:func:`fill_table`).
+        - v > 1 with a·d <= G_P (and not ``shared``: 0 then): every stage whole gives
+          max_k τ_k >= τ_P (every chunk boundary joins two stages, (2)),
+          :meth:`_chunk_bound_from` (K, P + 1); else a stage s is not whole: a TP group
+          leaves (A's τ_A) or a group of ranks j does,
+          and exposed_s >= x_P(U_s) for its layers U_s, which on a workload of blocks have
+          the totals (all x_P reads) of a contiguous range of as many layers, at least v
+          (:meth:`_interleaved_stagewise_bounds`), so exposed_s >= E_P, the least x_P over
+          such ranges (0 on other workloads).  T >= the least of R·max(τ_lb, gathers, τ_P)
+          + sync, R·max(τ_lb, gathers, τ_A) + sync and R·max(τ_lb, gathers) + max(sync,
+          E_P).
+
+        The cached parts are kept per (layer table, K, P); x_P is priced per shape."""
+        table, num_stages, dp = shape.table, shape.num_stages, shape.dp
+        network, config = self.network, table.config
+        domain = network.cluster.network.domain_sizes()[tier]
+        devices = config.devices * dp  # a stage's
+        shared = 2 * devices <= domain  # a domain may hold two whole stages (not three)
+        if devices * num_stages <= domain or 3 * devices <= domain or \
+                (shared and shape.virtual > 1):
+            return 0
+        rounds = shape.rounds
+        tau = max(chunk_bound, self._gather_bound(shape))
+        sync = self._sync_bound(shape)
+        may_be_whole = devices <= domain
+        channels = min(config.tp // 2, network.node_size)
+        tp_term = rounds * max(tau, self._crossing_chunk_bound(
+            table, shape.num_chunks, channels, num_stages, above=tier)) + sync \
+            if config.tp > 1 else INF
+        # (h, c): the least quality of the TP groups (of the plan, or of a stage) and the
+        # cap it puts on the members of a group of ranks j in a node (node_bounds, Fact 1)
+        qualities = self._tp_qualities(config.tp) or ((config.tp, network.node_size),)
+        classes = self._tp_classes(config, num_stages, dp) if config.tp > 1 else None
+        if classes:  # the structured space's plans: h = t inside nodes, h = 1 crossing them
+            kept = {config.tp if kind == "inside" else 1 for kind in classes}
+            qualities = tuple((quality, cap) for quality, cap in qualities if quality in kept)
+            if "crossing" not in classes:  # no TP group leaves its node, nor its domain
+                tp_term = INF
+        bound = rounds * tau + sync
+        if not may_be_whole and dp > 1:
+            least = INF  # every stage has a group of ranks j leaving its domain
+            for quality, cap in qualities:
+                crossing = self._off_node_chunk_bound(table, shape.num_chunks) \
+                    if quality == config.tp else self._crossing_chunk_bound(
+                        table, shape.num_chunks, quality, num_stages)
+                least = min(least, rounds * max(tau, self._gather_bound(shape, cap), crossing)
+                            + self._fresh_sync_bound(shape, lambda kind, size, cap=cap:
+                                                     self._group_paths(size, cap, tier)))
+            bound = max(bound, min(tp_term, least))
+        if not may_be_whole:  # (the stage-by-stage bound, without whole stages, is left out)
+            return bound
+        whole = rounds * max(tau, self._one_sided_bound(table, num_stages, tier + 1) if shared
+                             else self._chunk_bound_from(table, shape.num_chunks, tier + 1)) \
+            + sync
+        # the rest is at most R·τ_P + sync (v = 1: the min-max of the whole stages' weights
+        # alone), and for v > 1 the TP term: where that may beat the incumbent it would not
+        # prune the shape, so it is left out
+        if self.best.may_beat(max(bound, whole if shape.virtual == 1 else min(whole, tp_term)),
+                              key):
+            return bound
+        if shape.virtual == 1:
+            return max(bound, self._domain_stagewise(
+                shape, tier, qualities, shared,
+                classes == {"inside"} and config.tp == network.node_size))
+        exposed = None if dp == 1 else \
+            self._capped_stage_floors(shape, network.node_size, above=tier)[1]
+        least = 0
+        if exposed is not None and block_structure(table) is not None:
+            layers = np.arange(table.num_layers)
+            least = int(exposed[layers[None, :] - layers[:, None] + 1 >= shape.virtual].min())
+        split = INF if exposed is None else rounds * tau + max(sync, least)
+        return max(bound, min(whole, tp_term, split))
+
+    def _domain_stagewise(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
+                          shared: bool, off_node: bool) -> int:
+        """:meth:`_domain_bound_at`'s stage-by-stage bound (v = 1): the min-max over
+        contiguous splits of H(f, l), whole stages weighted R·X(f, l), the others
+        R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group leaves the domain)
+        and, over the least quality h of the stage's TP groups, R·[h < t]·crossing_h(f, l)
+        + x_P,c(f, l) (a group of ranks j leaves it, with at most c = ⌊G_0 / h⌋ members in
+        a node: Fact 1 of :mod:`nest_cp.dp.node_bounds` holds stage by stage, and with
+        h < t the stage's TP collectives cost their crossing extra, Fact 2, as in
+        :meth:`_stagewise_bound`), for a shape whose stages may be whole (a·d <= G_P).
+        With ``shared`` (2·a·d <= G_P < 3·a·d) a whole stage's weight is the one-sided
+        Y(f, l) of :meth:`_one_sided_times` instead; with ``off_node`` (every TP group fills
+        its node, t = G_0: a node holds one stage replica, so every pipeline pair joins two
+        nodes) the other stages' receives are on the tiers above the node
+        (:meth:`_off_node_chunk_bound`'s argument)."""
+        table, num_stages, rounds = shape.table, shape.num_stages, shape.rounds
+        config = table.config
+        cheapest = self._cheapest_times(table, num_stages, 1 if off_node else 0)
+        penalty = None
+        if config.tp > 1:
+            crossing = self._crossing_extra(table, min(config.tp // 2, self.network.node_size),
+                                            tier)
+            penalty = rounds * windows(crossing, num_stages)
+        for quality, cap in qualities if shape.dp > 1 else ():
+            gathers, exposed = self._capped_stage_floors(shape, cap, above=tier)
+            split = windows(exposed, num_stages)
+            if gathers is not None:  # ZeRO-3: the chunk's gathers, one group of them on γ
+                split = split + rounds * windows(gathers, num_stages)
+            if quality < config.tp:
+                split = split + rounds * windows(self._crossing_extra(table, quality),
+                                                 num_stages)
+            penalty = split if penalty is None else np.minimum(penalty, split)
+        weight = rounds * (self._one_sided_times(table, num_stages, tier + 1) if shared
+                           else self._cheapest_times(table, num_stages, tier + 1))
+        if penalty is not None:
+            weight = np.minimum(weight, rounds * cheapest + penalty)
+        weight = np.minimum(weight, INF) + self._unordered(table.num_layers, num_stages)
+        self.stats.dp_passes += 1
+        return int(fill_table(weight)[0][0, 0])
+
+    def _one_sided_times(self, table: LayerTable, num_stages: int,
+                         first_tier: int) -> np.ndarray:
+        """(S, W, W) stage times of :meth:`_cheapest_times` (v = 1) for stages whose every
+        neighbour but one lies across a boundary whose pairs leave their domain: a middle
+        stage pays one of its receives (the cheaper choice) on the tiers ``first_tier`` ..
+        and the other on its cheapest path, the first and last stages theirs on the
+        cheapest paths (their one neighbour may share their domain).  Kept per (table, S,
+        first tier) in the table's cache."""
+        key = ("one-sided times", num_stages, first_tier)
+        if key not in table.cache:
+            base, activation, received = self._cheapest_ranges(table)
+            far_activation, far_received = self._receives_from(table, first_tier)
+            weight = windows(base, num_stages).copy()
+            near = vector_windows(activation, num_stages)[:, :, None], \
+                vector_windows(received, num_stages)[:, None, :]
+            far = vector_windows(far_activation, num_stages)[:, :, None], \
+                vector_windows(far_received, num_stages)[:, None, :]
+            weight[1:-1] += np.minimum(far[0] + near[1], near[0] + far[1])[1:-1]
+            if num_stages >= 2:
+                weight[0] += near[1][0]
+                weight[-1] += near[0][-1]
+            weight.flags.writeable = False
+            table.cache[key] = weight
+        return table.cache[key]
+
+    def _one_sided_bound(self, table: LayerTable, num_stages: int, first_tier: int) -> int:
+        """The min-max over contiguous splits into S stages of :meth:`_one_sided_times`
+        (at least every weight :meth:`_domain_stagewise` gives a whole stage with
+        ``shared``, so its min-max bounds that bound from above); kept per (table, S,
+        first tier)."""
+        key = ("one-sided bound", num_stages, first_tier)
+        if key not in table.cache:
+            weight = np.minimum(self._one_sided_times(table, num_stages, first_tier), INF) \
+                + self._unordered(table.num_layers, num_stages)
+            table.cache[key] = int(fill_table(weight)[0][0, 0])
+        return table.cache[key]
+
+    def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
+        """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
+        ``above``) (the cheapest of them per layer, unhidden) minus the TP part of
         :meth:`_cheapest_times` (the cheapest over every path, hiding allowed): what a
-        chunk pays beyond its cheapest time when its TP group has quality h < t.  Kept in
-        the table's cache (recomputed if the cache was cleared)."""
-        key = ("crossing", channels)
+        chunk pays beyond its cheapest time when its TP group has quality h < t (and
+        leaves its tier-``above`` domain).  Kept in the table's cache (recomputed if the
+        cache was cleared)."""
+        key = ("crossing", channels, above)
         if key not in table.cache:
             network, config = self.network, table.config
             crossing = np.min([np.diag(table.collective_range((path,), ()))
-                               for path in crossing_tp_paths(network, config.tp, channels)],
+                               for path in crossing_tp_paths(network, config.tp, channels,
+                                                             above)],
                               axis=0)
             options = [np.diag(table.collective_range((path,), ()))
                        for path in fastest_group_paths(network, config.tp)]
@@ -1949,13 +2232,14 @@ class _Search:
             self._masks[key] = np.where(np.triu(np.ones((width, width), dtype=bool)), 0, INF)
         return self._masks[key]
 
-    def _capped_stage_floors(self, shape: Shape, cap: int, distinct: bool = False
-                             ) -> tuple[np.ndarray | None, np.ndarray]:
+    def _capped_stage_floors(self, shape: Shape, cap: int, distinct: bool = False,
+                             above: int = -1) -> tuple[np.ndarray | None, np.ndarray]:
         """L x L floors of :meth:`_stagewise_bound` for a stage of layers f..l whose groups
         have at most ``cap`` members per node: the ZeRO-3 gathers (None unless z = 3 and
         d > 1) and the exposed sync, each phase at the least price over
         :func:`capped_group_paths`; with ``distinct``, per distinct range of
-        :func:`distinct_ranges` instead of L x L."""
+        :func:`distinct_ranges` instead of L x L.  With ``above``, every group on the paths
+        of the tiers above it (groups that leave their tier-``above`` domain)."""
         table, zero, dp = shape.table, shape.zero, shape.dp
         training = self.instance.training
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
@@ -1968,7 +2252,7 @@ class _Search:
             if size <= 1 or not np.any(volumes > 0):
                 continue
             forms = [self.prices.sync_forms(zero, size, self.ids.id_of(path))
-                     for path in self._group_paths(size, cap)]
+                     for path in self._group_paths(size, cap, above)]
             reduce = reduce + np.min([form.of_array(volumes) for form, _ in forms], axis=0)
             if forms[0][1] is not None:
                 gather = gather + np.min([form.of_array(volumes) for _, form in forms],
@@ -1983,7 +2267,7 @@ class _Search:
         if shape.gather_dp > 1:
             gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
                                   .of_array(params)
-                                  for path in self._group_paths(dp, cap)],
+                                  for path in self._group_paths(dp, cap, above)],
                                  axis=0)[index]
         return gathers, exposed
 

@@ -58,18 +58,17 @@ def path_classes(network: NetworkModel, sizes: np.ndarray,
     devices (cap = G_0) — as (mask over ``sizes``, paths) pairs.
 
     Those paths depend on g only through the channel count min(g // 2, G_0, cap) and which
-    tiers' domains hold g devices (tier 0 only if g <= cap): one representative of each
+    tiers' domains hold ⌈g / cap⌉ nodes (tier 0 only if g <= cap; where none does, which
+    hold g devices, as :func:`capped_group_paths` falls back): one representative of each
     class gives the class's paths."""
     domains = network.cluster.network.domain_sizes()
     limit = domains[0] if cap is None else cap
     sizes = np.asarray(sizes, dtype=np.int64)
     channels = np.minimum(np.minimum(sizes // 2, domains[0]), limit)
-    admitted = np.zeros(len(sizes), dtype=np.int64)
-    for tier, domain in enumerate(domains):
-        holds = sizes <= domain
-        if tier == 0:
-            holds &= sizes <= limit
-        admitted |= holds.astype(np.int64) << tier
+    admitted = _holding_codes(domains, sizes, limit)
+    if limit < domains[0] and not admitted.all():  # where no domain holds the nodes
+        admitted = np.where(admitted == 0, _holding_codes(domains, sizes, domains[0]),
+                            admitted)
     codes = channels * (1 << len(domains)) + admitted
     classes = []
     for code in np.unique(codes[sizes >= 2]).tolist():
@@ -77,6 +76,19 @@ def path_classes(network: NetworkModel, sizes: np.ndarray,
         representative = int(sizes[np.argmax(mask)])
         classes.append((mask, capped_group_paths(network, representative, limit)))
     return classes
+
+
+def _holding_codes(domains: tuple[int, ...], sizes: np.ndarray, cap: int) -> np.ndarray:
+    """Per size, bit K set iff tier K's domains hold ⌈size / cap⌉ nodes (tier 0 only if
+    size <= cap): :func:`capped_group_paths`' rule."""
+    nodes = -(-sizes // cap)
+    admitted = np.zeros(len(sizes), dtype=np.int64)
+    for tier, domain in enumerate(domains):
+        holds = nodes * domains[0] <= domain
+        if tier == 0:
+            holds &= sizes <= cap
+        admitted |= holds.astype(np.int64) << tier
+    return admitted
 
 
 def ring_terms(rates: tuple[int, int, int, int], sizes: np.ndarray

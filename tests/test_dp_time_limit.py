@@ -95,9 +95,10 @@ def test_the_deadline_is_checked_inside_the_inner_walks(walk, monkeypatch):
     else:
         monkeypatch.setattr(planner.Interleaved, "search",
                             expiring(planner.Interleaved.search))
-        # the per-layout bound (receives counted) rules out every interleaved layout here:
-        # off, so that the walk this test is about runs
+        # the per-layout bound (receives counted) and the domain bound rule out every
+        # interleaved layout here: off, so that the walk this test is about runs
         monkeypatch.setattr(planner._Search, "_layout_bound", lambda search, shape, g: 0)
+        monkeypatch.setattr(planner._Search, "_domain_bound", lambda search, *args: 0)
     result = planner.solve(instance, SolveOptions(extra={planner.STOP_AFTER_S: 1e6}))
     assert raised == [walk] and result.status in (Status.UNKNOWN, Status.FEASIBLE)
 

@@ -13,7 +13,7 @@ from nest_cp.dp import interleaved, planner
 BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
                  "_stagewise_bound", "_stagewise_of", "_interleaved_stagewise_bounds",
                  "_layout_bound", "_all_crossing_bound",
-                 "_layout_class_bound")
+                 "_layout_class_bound", "_domain_bound")
 
 
 def without_dp_bounds(monkeypatch) -> None:
@@ -32,8 +32,10 @@ def without_dp_bounds(monkeypatch) -> None:
     # is the one-shape one, built from the bound methods above (0, or INF where none fits)
     monkeypatch.setattr(planner._Search, "_group_bounds", lambda search, outer: False)
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
-    monkeypatch.setattr(planner._Search, "_cheapest_times", lambda search, table, stages: np.zeros(
-        (stages, table.num_layers - stages + 1, table.num_layers - stages + 1), dtype=np.int64))
+    monkeypatch.setattr(planner._Search, "_cheapest_times",
+                        lambda search, table, stages, first_tier=0: np.zeros(
+                            (stages, table.num_layers - stages + 1,
+                             table.num_layers - stages + 1), dtype=np.int64))
 
 
 def same_optimum_unbounded(instance, monkeypatch, solve_dp):

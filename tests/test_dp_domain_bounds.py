@@ -1,0 +1,145 @@
+"""The planner's domain bound (issue 35: a plan too big for one pod of Llama 3's RoCE
+network crosses its 1:7 tier somewhere) against exhaustive search over every injective
+placement, on a small hierarchy whose top tier is the slowest."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+from dp_shapes import v1_shapes
+from exhaustive import canonical_placements, shape_optimum
+from tiers import SLOW, first_fast
+from unbounded import same_optimum_unbounded
+
+from nest_cp.cost import terms as cost
+from nest_cp.dp import planner
+from nest_cp.dp.compose import Shape
+from nest_cp.dp.node_bounds import capped_group_paths
+from nest_cp.harness.generators import random_instance
+from nest_cp.model.instance import HierarchicalNetwork, IntraConfig, RecomputeMode, Tier
+from nest_cp.model.network import NetworkModel
+from nest_cp.model.result import SolveOptions
+
+TIERS = (2, 2, 2)  # nodes of 2, domains of 4 (tier 1), 8 devices; bandwidth falls outwards
+
+
+def _instance(seed: int, overlap: bool, num_layers: int = 3, virtual: int = 1):
+    instance = random_instance(seed, num_layers=num_layers, tier_sizes=TIERS,
+                               configs=(IntraConfig(), IntraConfig(tp=2)), zero_stages=(0, 1, 3),
+                               global_batch=8, comm_scale=50,
+                               recompute_modes=(RecomputeMode.NONE,),
+                               identical_blocks=virtual > 1, virtual_stages=(virtual,))
+    return dataclasses.replace(instance, training=dataclasses.replace(
+        instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
+
+
+def _search(instance):
+    """A search whose incumbent (0 ticks, the least key) makes every part of the domain
+    bound priced: none may beat it."""
+    search = planner._Search(instance, SolveOptions(), ())
+    search.best.objective = 0
+    return search
+
+
+def _check(instance, search, shapes, zeros=(0, 1, 3)) -> tuple[int, int]:
+    """Assert the domain bound is at most the shape's exhaustive optimum for every shape of
+    a ZeRO stage in ``zeros`` it prices; return how many it raised above the fastest-path
+    and case-split bound and on how many it equals the optimum."""
+    raised = tight = 0
+    for choice_index, shape, exhaustive_shape in shapes:
+        if shape.zero not in zeros:
+            continue
+        chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+        bound = search._domain_bound(shape, chunk, (choice_index,))
+        if bound == 0:
+            continue
+        optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+            TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
+        if optimum == math.inf:
+            continue
+        assert bound <= optimum, (shape, bound, optimum)
+        raised += bound > search._shape_bound(shape, chunk)
+        tight += bound == optimum
+    return raised, tight
+
+
+# seed 1 with t = 2 and z = 1 in the fast tier (about 1 s); every configuration, ZeRO stage
+# and both overlap settings, over further seeds, in the slow one
+@pytest.mark.parametrize("seed, overlap, fast", [(1, True, True)] + [
+    pytest.param(seed, overlap, False, marks=SLOW) for seed in range(3)
+    for overlap in (False, True)])
+def test_domain_bound_never_exceeds_the_exhaustive_optimum(seed, overlap, fast):
+    """For every v = 1 shape the domain bound prices (the plan leaves a 4-device domain),
+    it is at most the least objective over every split and every injective placement; it
+    rises above the other shape bounds, and is tight, on some."""
+    instance = _instance(seed, overlap)
+    search = _search(instance)
+    raised, tight = _check(instance, search, v1_shapes(
+        search, instance, keep=lambda config: config.tp == 2 or not fast),
+        zeros=(1,) if fast else (0, 1, 3))
+    assert raised and tight
+
+
+def _interleaved_shapes(search, instance, num_stages: int = 2, virtual: int = 2):
+    """Every shape (c, b, S = 2, d, v = 2, z) the DP may search, as :func:`v1_shapes`."""
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        for dp in range(1, instance.cluster.num_devices // (config.devices * num_stages) + 1):
+            microbatches = cost.num_microbatches(instance.training.global_batch, microbatch,
+                                                 config, dp)
+            if microbatches % num_stages:
+                continue
+            for zero in instance.training.zero_stages:
+                yield choice_index, Shape(search._table(choice_index), num_stages, dp, virtual,
+                                          zero, microbatches), SimpleNamespace(
+                    config=config, microbatch=microbatch, zero=zero, dp=dp,
+                    num_stages=num_stages, virtual=virtual)
+
+
+@pytest.mark.parametrize("seed", first_fast(range(3)))
+def test_interleaved_domain_bound_never_exceeds_the_exhaustive_optimum(seed):
+    """v = 2 on a workload of blocks (an embedding, three blocks, a head): the domain bound
+    is at most the exhaustive optimum of every shape it prices (z = 1 in the fast tier) and
+    raises some."""
+    instance = _instance(seed, overlap=seed % 2 == 1, num_layers=5, virtual=2)
+    search = _search(instance)
+    raised, _ = _check(instance, search, _interleaved_shapes(search, instance),
+                       zeros=(1,) if seed == 0 else (0, 1, 3))
+    assert raised
+
+
+def test_a_group_with_one_member_per_node_needs_a_node_each():
+    """On Llama 3's RoCE tiers (nodes of 8, racks of 2 nodes, pods of 192 racks): with one
+    member per node a group of 384 fits a pod, one of 385 does not; with 8 per node a group
+    of 3,072 does."""
+    network = NetworkModel(dataclasses.replace(random_instance(0).cluster, num_devices=4 * 3072,
+                                               network=HierarchicalNetwork((
+                                                   Tier("nvlink", 8, 4.5e11, 1e-6),
+                                                   Tier("rack", 2, 5e10, 2e-6),
+                                                   Tier("pod", 192, 5e10, 3e-6),
+                                                   Tier("aggregation", 4, 5e10 / 7, 5e-6)))))
+    pod, top = network.channel_path(2, 1), network.channel_path(3, 1)
+    assert capped_group_paths(network, 384, 1) == (pod, top)
+    assert capped_group_paths(network, 385, 1) == (top,)
+    assert network.channel_path(2, 8) in capped_group_paths(network, 3072, 8)
+    assert capped_group_paths(network, 385, 1, above=2) == (top,)
+
+
+@pytest.mark.parametrize("seed", first_fast((2, 0, 1, 3)))  # seed 2 the quickest
+def test_pruning_never_changes_the_optimum_above_small_pods(seed, monkeypatch):
+    """test_dp_v3's medium instances on nodes of 2 in pods of 8 under a 1:7 tier: the DP
+    with every bound finds the objective the DP with every bound replaced by 0 finds."""
+    from test_dp_v3 import medium_v3_instance
+
+    from nest_cp.solvers.registry import solve
+
+    instance = medium_v3_instance(seed)
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
+                                   Tier("rack", 2, 1e10, 2e-6),
+                                   Tier("pod", 2, 1e10, 3e-6),
+                                   Tier("aggregation", 2, 1e10 / 7, 5e-6, efficiency=0.7)))
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, network=network))
+    same_optimum_unbounded(instance, monkeypatch, lambda i: solve(i, "dp", SolveOptions()))
