@@ -151,6 +151,7 @@ STAGEWISE_KEPT = 4096  # stage-by-stage bounds kept (per (table, S, d, z)) befor
 STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once (16 MiB)
 STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
+LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
 
 
@@ -371,6 +372,7 @@ class _Search:
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
+        self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
@@ -1085,14 +1087,22 @@ class _Search:
 
     def _layouts_key(self, config: IntraConfig, num_stages: int, dp: int) -> tuple:
         """What :meth:`_layouts` depends on (its docstring): (c, S > 1, d > 1, spare node,
-        replica blocks dividing d, arrayed layouts); equal keys give equal lists."""
+        replica blocks dividing d, arrayed layouts); equal keys give equal lists.  Kept
+        per (c, S, d): deepening asks it for every outer (:meth:`_tp_classes`), for each z."""
+        found = self._layout_keys.get((config, num_stages, dp))
+        if found is not None:
+            return found
+        if len(self._layout_keys) >= LAYOUT_KEYS_KEPT:
+            self._layout_keys.clear()
         spare_node = self.instance.cluster.num_devices - config.devices * num_stages * dp \
             >= self.network.node_size
         blocks = tuple(block for block in self._replica_blocks if block < dp and dp % block == 0)
         numbered = layout_config(config)  # the context ranks ride in the expert digit
         tails = tuple(index for index, layout in self._array_layouts
                       if layout.arrayed(numbered, num_stages, dp))
-        return (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
+        key = (config, num_stages > 1, dp > 1, spare_node, blocks, tails)
+        self._layout_keys[(config, num_stages, dp)] = key
+        return key
 
     # ------------------------------------------------------------ one outer choice
 
