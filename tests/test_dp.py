@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 from unbounded import same_optimum_unbounded
 
 from nest_cp.dp import geometry, interleaved, planner, suffix
@@ -160,11 +161,15 @@ def assert_dp_matches_brute(instance: Instance) -> None:
     check_result(instance, dp_result)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(st.integers(0, 2**32))
-def test_dp_equals_brute_force_on_hierarchical_networks(seed):
+@pytest.mark.parametrize("count", examples(15, 40))
+def test_dp_equals_brute_force_on_hierarchical_networks(count):
     """DP objective and status equal the structured brute-force optimum (tiered networks)."""
-    assert_dp_matches_brute(random_instance(seed))
+    @settings(max_examples=count, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**32))
+    def check(seed):
+        assert_dp_matches_brute(random_instance(seed))
+
+    check()
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
@@ -174,12 +179,16 @@ def test_dp_equals_brute_force_on_graph_networks(seed):
     assert_dp_matches_brute(random_instance(seed, graph_network=True))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(st.integers(0, 2**32))
-def test_dp_equals_brute_force_with_v2_choices(seed):
+@pytest.mark.parametrize("count", examples(10, 30))
+def test_dp_equals_brute_force_with_v2_choices(count):
     """With selective recompute, virtual stages and overlap allowed, the DP equals brute force
     (tiered networks; irregular layers, so v > 1 goes through split enumeration)."""
-    assert_dp_matches_brute(random_instance(seed, v2=True))
+    @settings(max_examples=count, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**32))
+    def check(seed):
+        assert_dp_matches_brute(random_instance(seed, v2=True))
+
+    check()
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
@@ -189,13 +198,17 @@ def test_dp_equals_brute_force_with_v2_choices_on_graphs(seed):
     assert_dp_matches_brute(random_instance(seed, graph_network=True, v2=True))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(st.integers(0, 2**32))
-def test_dp_equals_brute_force_on_block_workloads(seed):
+@pytest.mark.parametrize("count", examples(10, 30))
+def test_dp_equals_brute_force_on_block_workloads(count):
     """On identical blocks between optional ends (v > 1 by block counting) with DESIGN §3.2's
     choices, the DP equals brute force."""
-    assert_dp_matches_brute(random_instance(seed, graph_network=seed % 4 == 0, v2=True,
-                                            blocks=True))
+    @settings(max_examples=count, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**32))
+    def check(seed):
+        assert_dp_matches_brute(random_instance(seed, graph_network=seed % 4 == 0, v2=True,
+                                                blocks=True))
+
+    check()
 
 
 @pytest.mark.parametrize("seed", range(3))

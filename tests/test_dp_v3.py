@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 from unbounded import same_optimum_unbounded
 
 from nest_cp import evaluate
@@ -221,12 +222,16 @@ def random_v3_instance(seed: int, graph: bool = False, blocks: bool = False) -> 
     return Instance(Workload("random-v3", layers), Cluster(num_devices, hbm, network), training)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(st.integers(0, 2**32))
-def test_dp_equals_brute_force_under_v3_on_tiered_networks(seed):
+@pytest.mark.parametrize("count", examples(15, 40))
+def test_dp_equals_brute_force_under_v3_on_tiered_networks(count):
     """Several ranks per node in outer-tier groups, efficiencies < 1, ZeRO 1/2 with g != w
     and both overlap flags: the DP's objective is brute force's (tiered networks)."""
-    assert_dp_equals_brute(random_v3_instance(seed))
+    @settings(max_examples=count, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**32))
+    def check(seed):
+        assert_dp_equals_brute(random_v3_instance(seed))
+
+    check()
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
@@ -236,11 +241,15 @@ def test_dp_equals_brute_force_under_v3_on_graphs(seed):
     assert_dp_equals_brute(random_v3_instance(seed, graph=True))
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
-@given(st.integers(0, 2**32))
-def test_dp_equals_brute_force_under_v3_on_block_workloads(seed):
+@pytest.mark.parametrize("count", examples(5, 15))
+def test_dp_equals_brute_force_under_v3_on_block_workloads(count):
     """Identical blocks (v > 1 by block counting) with the v3 terms: DP == brute force."""
-    assert_dp_equals_brute(random_v3_instance(seed, blocks=True))
+    @settings(max_examples=count, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**32))
+    def check(seed):
+        assert_dp_equals_brute(random_v3_instance(seed, blocks=True))
+
+    check()
 
 
 # ------------------------------------------------------------------ geometry and bounds

@@ -23,3 +23,9 @@ def slow_unless(cases: Sequence[tuple], fast) -> list:
     """Tuple ``cases`` for ``parametrize``: those ``fast(case)`` accepts run in the fast tier,
     the others are slow."""
     return [case if fast(case) else pytest.param(*case, marks=SLOW) for case in cases]
+
+
+def examples(fast: int, slow: int) -> list:
+    """Example counts for ``parametrize`` of a test that runs a derandomized hypothesis check
+    with that many examples: ``fast`` in the fast tier, ``slow`` in the slow one."""
+    return [fast, pytest.param(slow, marks=SLOW)]
