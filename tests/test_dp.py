@@ -179,7 +179,7 @@ def test_dp_equals_brute_force_on_graph_networks(seed):
     assert_dp_matches_brute(random_instance(seed, graph_network=True))
 
 
-@pytest.mark.parametrize("count", examples(10, 30))
+@pytest.mark.parametrize("count", examples(6, 30))
 def test_dp_equals_brute_force_with_v2_choices(count):
     """With selective recompute, virtual stages and overlap allowed, the DP equals brute force
     (tiered networks; irregular layers, so v > 1 goes through split enumeration)."""

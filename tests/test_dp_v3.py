@@ -241,7 +241,7 @@ def test_dp_equals_brute_force_under_v3_on_graphs(seed):
     assert_dp_equals_brute(random_v3_instance(seed, graph=True))
 
 
-@pytest.mark.parametrize("count", examples(5, 15))
+@pytest.mark.parametrize("count", examples(3, 15))
 def test_dp_equals_brute_force_under_v3_on_block_workloads(count):
     """Identical blocks (v > 1 by block counting) with the v3 terms: DP == brute force."""
     @settings(max_examples=count, deadline=None, derandomize=True)
