@@ -609,13 +609,10 @@ class _Search:
             gathers[mask] = np.maximum(0, lower_ticks(2 * least[:, 0]))
         return gathers
 
-    def _vector_sync(self, table: LayerTable, num_stages: int, zero: int, dps: np.ndarray,
-                     cap: int | None) -> np.ndarray | None:
-        """:meth:`_fresh_sync_bound` (default paths, or ``cap``'s) for every d (entry
-        d − 1), rounded down: the same two bounds with every ceiling of a ring form dropped
-        (:mod:`nest_cp.dp.vector_bounds`)."""
-        if not self.network.is_hierarchical:
-            return np.zeros(len(dps), dtype=np.int64)
+    def _sync_phases(self, zero: int) -> list[tuple[CollectiveKind, int, bool]]:
+        """The collectives of a ZeRO stage's data-parallel sync, each with its bytes per
+        parameter and whether it is exposed in full (not overlapped): the gradient sync, and
+        the parameter gather where z gathers weights."""
         training = self.instance.training
         optimizer = training.optimizer
         phases = [(cost.sync_collective(zero), optimizer.grad_bytes,
@@ -623,6 +620,16 @@ class _Search:
         if cost.gathers_weights(zero):
             phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
                            not training.overlap_param_gather))
+        return phases
+
+    def _vector_sync(self, table: LayerTable, num_stages: int, zero: int, dps: np.ndarray,
+                     cap: int | None) -> np.ndarray | None:
+        """:meth:`_fresh_sync_bound` (default paths, or ``cap``'s) for every d (entry
+        d − 1), rounded down: the same two bounds with every ceiling of a ring form dropped
+        (:mod:`nest_cp.dp.vector_bounds`)."""
+        if not self.network.is_hierarchical:
+            return np.zeros(len(dps), dtype=np.int64)
+        training, phases = self.instance.training, self._sync_phases(zero)
         _, forward, backward = whole_totals(table)
         count = len(dps)
         heaviest_bound = np.zeros(count)

@@ -26,7 +26,7 @@ from nest_cp.dp.kernel import (
 )
 from nest_cp.dp.suffix import per_stage, stage_times
 from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
-from nest_cp.model.instance import CollectiveKind, IntraConfig
+from nest_cp.model.instance import IntraConfig
 from nest_cp.model.result import SolveOptions
 
 
@@ -115,13 +115,7 @@ def test_lower_ticks_rounds_down():
 def _sync_priced_alone(search, table, num_stages: int, zero: int, dps: np.ndarray, cap):
     """The vector sync bound of d = ``dps`` priced from their own path classes only (what
     _vector_sync computed before its ring terms were kept over every d)."""
-    training = search.instance.training
-    optimizer = training.optimizer
-    phases = [(cost.sync_collective(zero), optimizer.grad_bytes,
-               not training.overlap_grad_reduce)]
-    if cost.gathers_weights(zero):
-        phases.append((CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
-                       not training.overlap_param_gather))
+    training, phases = search.instance.training, search._sync_phases(zero)
     _, forward, backward = whole_totals(table)
     heaviest_bound, total = np.zeros(len(dps)), np.zeros(len(dps))
     for params, every_layer, per_replica in parameter_kinds(table):
