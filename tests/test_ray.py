@@ -1,7 +1,8 @@
 """Sweeps on Ray: verify and compare give the local executor's results (a small local Ray).
 
 Skipped, with the reason shown, only when Ray cannot be imported; ``make test``
-installs the ``nest-cp[ray]`` extra, so CI runs these.
+installs the ``nest-cp[ray]`` extra.  Starting Ray alone takes several seconds, so these run
+in the slow tier (``make test-slow``, which CI runs after the fast one).
 """
 
 import csv
@@ -10,12 +11,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tiers import SLOW
 
 from nest_cp.cli import main
 
 SMALL = Path(__file__).parent.parent / "instances" / "small"
 FOUR = [SMALL / name for name in ("worked_example.json", "h2-dense-l3-d4.json",
                                   "moe-l3-d4-ep2.json", "tight-l3-d4-recompute.json")]
+
+pytestmark = SLOW
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'nest-cp[ray]')")
 

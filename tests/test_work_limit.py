@@ -72,7 +72,8 @@ def test_work_budget_shares_what_is_left():
         SolveOptions(work_limit=0.0)
 
 
-@pytest.mark.parametrize(("backend", "work_limit"), [("cpsat", 0.1), ("milp", 1.0)])
+@pytest.mark.parametrize(("backend", "work_limit"),
+                         [("cpsat", 0.1), pytest.param("milp", 1.0, marks=SLOW)])
 def test_work_limited_search_is_the_same_under_load(backend, work_limit):
     """A full-space search the work limit stops (not OPTIMAL, 'work limit') returns the same
     status, plan price, bound, message and work on a machine busy on every core."""
