@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 # The fast tier, on every core (pytest-xdist): a few minutes on two cores. tests/tiers.py says
 # what waits for the slow tier: further seeds of the long cross-checks, the 200-seed soak sample.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto -m "not slow"
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not slow"
 
 # The slow tier, which CI runs after the fast one (.ci/run)
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -n auto -m slow
+	$(BIN)/python -m pytest -n auto --dist worksteal -m slow
 
 verify: $(STAMP)
 	$(BIN)/nest-cp verify --out reports --work-limit 20

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiers import examples
+from tiers import SLOW, examples
 from unbounded import same_optimum_unbounded
 
 from nest_cp import evaluate
@@ -370,7 +370,8 @@ def random_v3_sdp_instance(seed: int) -> Instance:
                      overlap_param_gather=rng.random() < 0.5)
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", [seed if seed < 5 else pytest.param(seed, marks=SLOW)
+                                  for seed in range(10)])
 def test_sdp_dp_equals_brute_force_under_v3(seed):
     """Structured SDP under v3 (channels, efficiency, RS + AG, both flags): DP == brute."""
     instance = random_v3_sdp_instance(seed)
