@@ -152,6 +152,7 @@ STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once
 STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
 LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
+INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
 
 
@@ -370,10 +371,12 @@ class _Search:
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
+        self._unclassed: set[tuple] = set()  # (c, S, v) whose bounds lack the class bound
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
+        self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
@@ -482,10 +485,12 @@ class _Search:
         v) at once, on the first of them to ask), or where that cannot be priced so (a cost
         model without ring forms) or is not worth it (fewer than ``VECTOR_MIN_DPS`` values
         of d) :meth:`_exact_refined_bound`, which is also the one for c > 1 (the vector
-        pass prices the groups and the TP case split as c = 1 has them)."""
+        pass prices the groups and the TP case split as c = 1 has them).  Bounds priced
+        before there was an incumbent are priced again at the first ask after, with the
+        class bound (:meth:`_group_bounds`)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual)
         bounds = self._groups.get(key)
-        if bounds is None:
+        if bounds is None or (key in self._unclassed and self.best.objective is not None):
             table = self._table(outer.choice_index)
             few = self.instance.cluster.num_devices // (table.config.devices
                                                         * outer.num_stages) < VECTOR_MIN_DPS
@@ -500,8 +505,13 @@ class _Search:
         of every plan of (c, b, S, d, v): the least over the ZeRO stages worth searching
         (:meth:`_zero_stages`, here as masks over d), over those some split fits in memory,
         of :meth:`_vector_shape_bound`, itself at most :meth:`_shape_bound` (both halves,
-        fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`);
-        INF where none fits (no plan).  False when a collective is not a ring form."""
+        fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
+        raised, once there is an incumbent, by :meth:`_vector_class_bound` at the d where
+        it may still beat the incumbent (the others are never searched: the incumbent only
+        improves); INF where none fits (no plan).  False when a collective is not a ring
+        form.  The bound of each z is kept (``_zero_bounds``) for :meth:`_deeper_bound`
+        and :meth:`_stagewise_of`; ``_unclassed`` holds the (c, b, S, v) priced without an
+        incumbent (so without the class bound)."""
         table = self._table(outer.choice_index)
         config, num_stages, virtual = table.config, outer.num_stages, outer.virtual
         dps = np.arange(1, self.instance.cluster.num_devices // (config.devices * num_stages)
@@ -510,17 +520,27 @@ class _Search:
                                              table.microbatch, config, dps)
         rounds = virtual * microbatches + num_stages - 1
         least = np.full(len(dps), INF, dtype=np.int64)
-        priced: dict[tuple, np.ndarray | None] = {}
+        objective = self.best.objective
+        group = (outer.choice_index, num_stages, virtual)
+        if objective is None:
+            self._unclassed.add(group)
+        else:
+            self._unclassed.discard(group)
         for zero, mask in self._zero_masks(table, dps, num_stages, virtual).items():
             if not mask.any():
                 continue
-            form = (cost.sync_collective(zero), cost.gathers_weights(zero), zero == 3)
-            if form not in priced:  # ZeRO 1 and 2 are priced alike
-                priced[form] = self._vector_shape_bound(table, num_stages, virtual, zero,
-                                                        dps, rounds, outer.chunk_bound)
-            bound = priced[form]
+            form = ("vector shape bound", num_stages, virtual, cost.sync_collective(zero),
+                    cost.gathers_weights(zero), zero == 3)
+            if form not in table.cache:  # ZeRO 1 and 2 are priced alike
+                table.cache[form] = self._vector_shape_bound(table, num_stages, virtual, zero,
+                                                             dps, rounds, outer.chunk_bound)
+            bound = table.cache[form]
             if bound is None:
                 return False
+            if objective is not None:
+                bound = np.maximum(bound, self._vector_class_bound(
+                    table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound,
+                    mask & (bound <= objective)))
             self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
             if not np.any(bound[mask] < least[mask]):
                 continue
@@ -528,6 +548,63 @@ class _Search:
             if self._fits_at_most_replicas(shape):  # per (c, b, S, v, z): any d will do
                 least = np.where(mask, np.minimum(least, bound), least)
         return least
+
+    def _vector_class_bound(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                            dps: np.ndarray, rounds: np.ndarray, chunk_bound: int,
+                            wanted: np.ndarray) -> np.ndarray:
+        """:meth:`_layout_class_bound` of (c, b, S, d, v, z) for the d of ``wanted`` (a mask
+        over ``dps``) at once, each entry at most the exact one; 0 elsewhere (no claim).
+
+        The classes met are :meth:`_tp_classes` (c, S, d), by :meth:`_class_codes`.  The
+        class terms are the exact
+        bound's, rounds·max(τ_lb, τ_t, gathers_c) + sync_c ("inside", c = ⌊G_0 / t⌋) and
+        rounds·max(τ_×, gathers) + sync ("crossing", 0 where τ_× = 0), with the gathers and
+        sync of :meth:`_vector_parts` (on the paths of c, or the fastest ones), each at
+        most the exact term's (:mod:`nest_cp.dp.vector_bounds`), and τ_lb, τ_t, τ_× the
+        exact ones (they do not depend on d); rounds >= 0 and max, + and the least over
+        the classes never fall as a term falls, so each entry is at most the exact class
+        bound of its d, itself at most the cost of every plan the search visits there."""
+        config = table.config
+        bound = np.zeros(len(dps), dtype=np.int64)
+        codes = np.where(wanted, self._class_codes(config, num_stages, dps, wanted), 0)
+        met = np.bitwise_or.reduce(codes)
+        if not met:
+            return bound
+        num_chunks = num_stages * virtual
+        terms = np.full((2, len(dps)), INF, dtype=np.int64)  # per class: its term
+        if met & INSIDE:
+            parts = self._vector_parts(table, num_stages, virtual, zero, dps,
+                                       node_cap(self.network, config.tp))
+            if parts is None:
+                return bound
+            terms[0] = rounds * np.maximum(max(
+                chunk_bound, self._off_node_chunk_bound(table, num_chunks)), parts[0]) \
+                + parts[1]
+        if met & CROSSING:
+            crossing = self._all_crossing_chunk_bound(table, num_chunks)
+            parts = self._vector_parts(table, num_stages, virtual, zero, dps, None)
+            if parts is None:
+                return bound
+            terms[1] = 0 if crossing == 0 else rounds * np.maximum(crossing, parts[0]) + parts[1]
+        least = np.minimum(np.where(codes & INSIDE, terms[0], INF),
+                           np.where(codes & CROSSING, terms[1], INF))
+        return np.where(codes > 0, least, bound)
+
+    def _class_codes(self, config: IntraConfig, num_stages: int, dps: np.ndarray,
+                     wanted: np.ndarray) -> np.ndarray:
+        """:meth:`_tp_classes` (c, S, d) as bits per entry of ``dps`` (``INSIDE``,
+        ``CROSSING``; 0 for None or no class), asked at the ``wanted`` entries only (others
+        0 unless asked before), kept per (c, S) over d: the microbatch sizes, v and z of
+        one (c, S) share them."""
+        row = self._class_rows.get((config, num_stages))
+        if row is None:
+            size = self.instance.cluster.num_devices // (config.devices * num_stages)
+            row = self._class_rows[config, num_stages] = np.full(size, -1, dtype=np.int64)
+        for index in np.flatnonzero(wanted & (row[dps - 1] < 0)).tolist():
+            classes = self._tp_classes(config, num_stages, int(dps[index])) or ()
+            row[dps[index] - 1] = ("inside" in classes) * INSIDE \
+                + ("crossing" in classes) * CROSSING
+        return np.maximum(row[dps - 1], 0)
 
     def _zero_masks(self, table: LayerTable, dps: np.ndarray, num_stages: int,
                     virtual: int) -> dict[int, np.ndarray]:
@@ -724,10 +801,12 @@ class _Search:
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
         """The outer's refined bound raised by the domain bound of :meth:`_domain_bound`,
-        the case split of :meth:`_shape_bound` and the stage-by-stage bound of
-        :meth:`_stagewise_of` (each computed only where the bounds before it may still beat
-        the incumbent): the least over the ZeRO stages worth searching, that fit
-        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
+        the case split of :meth:`_shape_bound`, the class bound of
+        :meth:`_layout_class_bound` (unless the vector bound of :meth:`_group_bounds`
+        already holds it) and the stage-by-stage bound of :meth:`_stagewise_of` (each
+        computed only where the bounds before it may still beat the incumbent): the least
+        over the ZeRO stages worth searching, that fit somewhere, of the largest of them
+        (each a bound on that z's plans); ``refined``
         with t = 1, c > 1 or on graphs (the domain bound is then left to
         :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
         table = self._table(outer.choice_index)
@@ -736,6 +815,7 @@ class _Search:
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
+        group = (outer.choice_index, outer.num_stages, outer.virtual)
         least = INF
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
@@ -746,10 +826,11 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound, split)
+            classless = vector is None or group in self._unclassed
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
-            if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+            if classless and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
@@ -1637,9 +1718,15 @@ class _Search:
         each at most the TP price paid).  So max_k τ_k >= τ_× for the plan's own split, and
         >= the ZeRO-3 gather bound (:meth:`_gather_bound`); the sync is at least
         :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.
-        0 (no pruning) when no tier above the node holds t devices.  τ_× kept per (layer
-        table, K)."""
-        table, num_chunks = shape.table, shape.num_chunks
+        0 (no pruning) when no tier above the node holds t devices."""
+        crossing = self._all_crossing_chunk_bound(shape.table, shape.num_chunks)
+        if crossing == 0:
+            return 0
+        return shape.rounds * max(crossing, self._gather_bound(shape)) + self._sync_bound(shape)
+
+    def _all_crossing_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
+        """τ_× of :meth:`_all_crossing_bound` for K = ``num_chunks``; 0 when no tier above
+        the node holds t devices.  Kept per (layer table, K)."""
         key = ("all crossing", num_chunks)
         if key not in table.cache:
             if not crossing_tp_paths(self.network, table.config.tp, 1):
@@ -1651,10 +1738,7 @@ class _Search:
                 ordered = np.triu(np.ones((width, width), dtype=bool))
                 table.cache[key] = int(fill_table(np.where(ordered, cheapest + extra,
                                                            INF))[0][0, 0])
-        if table.cache[key] == 0:
-            return 0
-        return shape.rounds * max(table.cache[key], self._gather_bound(shape)) \
-            + self._sync_bound(shape)
+        return table.cache[key]
 
     def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...]) -> int:
         """A lower bound on T over every plan of the shape (any split, recompute and
