@@ -508,7 +508,7 @@ class _Search:
         fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
         raised, once there is an incumbent, by :meth:`_vector_class_bound` at the d where
         it may still beat the incumbent (the others are never searched: the incumbent only
-        improves); INF where none fits (no plan).  False when a collective is not a ring
+        improves) and some class term exceeds it (elsewhere their least cannot); INF where none fits (no plan).  False when a collective is not a ring
         form.  The bound of each z is kept (``_zero_bounds``) for :meth:`_deeper_bound`
         and :meth:`_stagewise_of`; ``_unclassed`` holds the (c, b, S, v) priced without an
         incumbent (so without the class bound)."""
@@ -537,10 +537,12 @@ class _Search:
             bound = table.cache[form]
             if bound is None:
                 return False
-            if objective is not None:
-                bound = np.maximum(bound, self._vector_class_bound(
-                    table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound,
-                    mask & (bound <= objective)))
+            terms = None if objective is None else self._class_terms(
+                table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound)
+            if terms is not None:  # the class bound, a least of terms, raises no other d
+                wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
+                bound = np.maximum(bound, self._vector_class_bound(terms, config, num_stages,
+                                                                   dps, wanted))
             self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
             if not np.any(bound[mask] < least[mask]):
                 continue
@@ -549,46 +551,52 @@ class _Search:
                 least = np.where(mask, np.minimum(least, bound), least)
         return least
 
-    def _vector_class_bound(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
-                            dps: np.ndarray, rounds: np.ndarray, chunk_bound: int,
-                            wanted: np.ndarray) -> np.ndarray:
-        """:meth:`_layout_class_bound` of (c, b, S, d, v, z) for the d of ``wanted`` (a mask
-        over ``dps``) at once, each entry at most the exact one; 0 elsewhere (no claim).
-
-        The classes met are :meth:`_tp_classes` (c, S, d), by :meth:`_class_codes`.  The
-        class terms are the exact
-        bound's, rounds·max(τ_lb, τ_t, gathers_c) + sync_c ("inside", c = ⌊G_0 / t⌋) and
-        rounds·max(τ_×, gathers) + sync ("crossing", 0 where τ_× = 0), with the gathers and
-        sync of :meth:`_vector_parts` (on the paths of c, or the fastest ones), each at
-        most the exact term's (:mod:`nest_cp.dp.vector_bounds`), and τ_lb, τ_t, τ_× the
-        exact ones (they do not depend on d); rounds >= 0 and max, + and the least over
-        the classes never fall as a term falls, so each entry is at most the exact class
-        bound of its d, itself at most the cost of every plan the search visits there."""
+    def _class_terms(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                     dps: np.ndarray, rounds: np.ndarray, chunk_bound: int) -> np.ndarray | None:
+        """The terms of :meth:`_layout_class_bound` of (c, b, S, d, v, z) for every d of
+        ``dps`` at once, each at most the exact one: row 0 "inside", rounds·max(τ_lb, τ_t,
+        gathers_c) + sync_c with c = ⌊G_0 / t⌋ (0 where t does not divide G_0: no layout
+        is then "inside"), row 1 "crossing", rounds·max(τ_×, gathers) + sync (0 where
+        τ_× = 0, as there).  The gathers and sync are :meth:`_vector_parts`' (on the paths
+        of c, or the fastest ones), each at most the exact term's
+        (:mod:`nest_cp.dp.vector_bounds`), and τ_lb, τ_t, τ_× the exact ones (they do not
+        depend on d); rounds >= 0, and max and + never fall as a part falls.  None where
+        no layout has a class (t = 1, e > 1, c > 1, graphs: :meth:`_tp_classes`) or a
+        collective is not a ring form."""
         config = table.config
-        bound = np.zeros(len(dps), dtype=np.int64)
-        codes = np.where(wanted, self._class_codes(config, num_stages, dps, wanted), 0)
-        met = np.bitwise_or.reduce(codes)
-        if not met:
-            return bound
+        if config.tp == 1 or config.ep > 1 or config.cp > 1 or \
+                not self.network.is_hierarchical:
+            return None
         num_chunks = num_stages * virtual
-        terms = np.full((2, len(dps)), INF, dtype=np.int64)  # per class: its term
-        if met & INSIDE:
+        terms = np.zeros((2, len(dps)), dtype=np.int64)
+        if self.network.node_size % config.tp == 0:
             parts = self._vector_parts(table, num_stages, virtual, zero, dps,
                                        node_cap(self.network, config.tp))
             if parts is None:
-                return bound
+                return None
             terms[0] = rounds * np.maximum(max(
                 chunk_bound, self._off_node_chunk_bound(table, num_chunks)), parts[0]) \
                 + parts[1]
-        if met & CROSSING:
-            crossing = self._all_crossing_chunk_bound(table, num_chunks)
+        crossing = self._all_crossing_chunk_bound(table, num_chunks)
+        if crossing > 0:
             parts = self._vector_parts(table, num_stages, virtual, zero, dps, None)
             if parts is None:
-                return bound
-            terms[1] = 0 if crossing == 0 else rounds * np.maximum(crossing, parts[0]) + parts[1]
+                return None
+            terms[1] = rounds * np.maximum(crossing, parts[0]) + parts[1]
+        return terms
+
+    def _vector_class_bound(self, terms: np.ndarray, config: IntraConfig, num_stages: int,
+                            dps: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """:meth:`_layout_class_bound` of (c, b, S, d, v, z) for the d of ``wanted`` (a mask
+        over ``dps``) at once, each entry at most the exact one; 0 elsewhere (no claim).
+        The classes met are :meth:`_tp_classes` (c, S, d), by :meth:`_class_codes`, and
+        each entry the least of their :meth:`_class_terms` ``terms``, each at most the
+        exact term (the least never falls as a term falls), so at most the exact class
+        bound of its d, itself at most the cost of every plan the search visits there."""
+        codes = np.where(wanted, self._class_codes(config, num_stages, dps, wanted), 0)
         least = np.minimum(np.where(codes & INSIDE, terms[0], INF),
                            np.where(codes & CROSSING, terms[1], INF))
-        return np.where(codes > 0, least, bound)
+        return np.where(codes > 0, least, 0)
 
     def _class_codes(self, config: IntraConfig, num_stages: int, dps: np.ndarray,
                      wanted: np.ndarray) -> np.ndarray:

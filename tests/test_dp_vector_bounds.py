@@ -228,9 +228,10 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                     outer = planner.Outer(0, choice_index, num_stages, 1, virtual, chunk)
                     grouped = search._group_bounds(outer) is not False
                     for zero in (0, 1, 3):
+                        terms = search._class_terms(table, num_stages, virtual, zero, dps,
+                                                    rounds, chunk)
                         vector = search._vector_class_bound(
-                            table, num_stages, virtual, zero, dps, rounds, chunk,
-                            np.ones(len(dps), dtype=bool))
+                            terms, config, num_stages, dps, np.ones(len(dps), dtype=bool))
                         for dp in dps.tolist():
                             shape = Shape(table, num_stages, dp, virtual, zero,
                                           int(microbatches[dp - 1]))
