@@ -508,10 +508,13 @@ class _Search:
         fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
         raised, once there is an incumbent, by :meth:`_vector_class_bound` at the d where
         it may still beat the incumbent (the others are never searched: the incumbent only
-        improves) and some class term exceeds it (elsewhere their least cannot); INF where none fits (no plan).  False when a collective is not a ring
-        form.  The bound of each z is kept (``_zero_bounds``) for :meth:`_deeper_bound`
-        and :meth:`_stagewise_of`; ``_unclassed`` holds the (c, b, S, v) priced without an
-        incumbent (so without the class bound)."""
+        improves) and some class term exceeds it (elsewhere their least cannot); INF where
+        none fits (no plan).  False when a collective is not a ring form.  The bound of
+        each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
+        :meth:`_stagewise_of` (its bisection starts there), the fastest-path and case-split
+        part per (table, S, v, form) in the table's cache (priced again with an incumbent,
+        below); ``_unclassed`` holds the (c, b, S, v) priced without an incumbent, so
+        without the class bound."""
         table = self._table(outer.choice_index)
         config, num_stages, virtual = table.config, outer.num_stages, outer.virtual
         dps = np.arange(1, self.instance.cluster.num_devices // (config.devices * num_stages)
@@ -814,9 +817,9 @@ class _Search:
         already holds it) and the stage-by-stage bound of :meth:`_stagewise_of` (each
         computed only where the bounds before it may still beat the incumbent): the least
         over the ZeRO stages worth searching, that fit somewhere, of the largest of them
-        (each a bound on that z's plans); ``refined``
-        with t = 1, c > 1 or on graphs (the domain bound is then left to
-        :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
+        (each a bound on that z's plans); ``refined`` with t = 1, c > 1 or on graphs (the
+        domain bound is then left to :meth:`_search_outer`: deepening every such outer
+        costs more than it saves)."""
         table = self._table(outer.choice_index)
         split = table.config.tp > 1 and table.config.cp == 1
         if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
