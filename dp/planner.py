@@ -378,6 +378,7 @@ class _Search:
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
+        self._outer_parts: tuple = ((), {}, {})  # see _search_outer
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -419,17 +420,23 @@ class _Search:
         plan that wins.  Until there is an incumbent the refined bound is the fastest-path
         one alone (``split`` False in :meth:`_shape_bound`, cheaper: a plan comes early) and
         no outer is deepened; after, an outer popped from the heap the first time is
-        deepened
-        (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
-        pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
-        between two searches (past that the popped outer is searched as it is), so every
-        entry of the heap still holds a valid bound of its outer.  Which plan wins does
-        not depend on the order: every plan is accepted by (objective, key), and every
+        deepened (:meth:`_deeper_bound`, another valid bound on its plans): if that is
+        larger it is pushed back with it, else it goes on to the next stage; at most
+        ``REFINED_PER_SEARCH`` deepenings between two searches (past that the popped outer
+        goes on as it is).  Before its search, with an incumbent, an outer's layout floor
+        is priced (:meth:`_search_outer` with ``floor``: the least bound of the layouts its
+        search would walk, each a bound on that layout's plans, the others dropped by a
+        comparison the search repeats against an incumbent no worse): if larger it is
+        pushed back with it, else searched.  Every entry of the heap so holds a valid bound
+        of its outer (the stage it has reached: 0 refined, 1 deepened, 2 floored), and an
+        outer's layouts are walked only once no outer of smaller bound waits, with the
+        incumbent that order has found (walks cost most under a poor one).  Which plan wins
+        does not depend on the order: every plan is accepted by (objective, key), and every
         pruning compares (bound, key prefix) with the incumbent's (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
-        waiting: list[tuple[int, tuple[int, ...], bool, Outer]] = []
+        waiting: list[tuple[int, tuple[int, ...], int, Outer]] = []  # (bound, key, stage, ·)
         searching = None
         deepened_now = 0
         try:
@@ -447,7 +454,7 @@ class _Search:
                     refined_now += 1
                     self.stats.outer_unfit += refined >= INF
                     if refined < INF and self.best.may_beat(refined, head.key):
-                        heapq.heappush(waiting, (refined, head.key, False, head))
+                        heapq.heappush(waiting, (refined, head.key, 0, head))
                     head = next(stream, None)
                 if waiting and not self.best.may_beat(*waiting[0][:2]):
                     waiting.clear()  # a heap: no waiting one may either
@@ -455,8 +462,8 @@ class _Search:
                     if head is None:
                         return
                     continue
-                refined, _, deepened, searching = heapq.heappop(waiting)
-                if not deepened and deepened_now < REFINED_PER_SEARCH and \
+                refined, _, stage, searching = heapq.heappop(waiting)
+                if stage == 0 and deepened_now < REFINED_PER_SEARCH and \
                         self.best.objective is not None:
                     # the stage-by-stage bound, computed only now (costlier); at most
                     # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
@@ -465,11 +472,18 @@ class _Search:
                     deeper = self._deeper_bound(searching, refined)
                     if deeper > refined:
                         if self.best.may_beat(deeper, searching.key):
-                            heapq.heappush(waiting, (deeper, searching.key, True, searching))
+                            heapq.heappush(waiting, (deeper, searching.key, 1, searching))
+                        searching = None
+                        continue
+                self._check_time()
+                if stage < 2 and self.best.objective is not None:
+                    floor = self._search_outer(searching, refined)
+                    if floor > refined:
+                        if self.best.may_beat(floor, searching.key):
+                            heapq.heappush(waiting, (floor, searching.key, 2, searching))
                         searching = None
                         continue
                 deepened_now = 0
-                self._check_time()
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
                 searching = None
@@ -1205,16 +1219,25 @@ class _Search:
 
     # ------------------------------------------------------------ one outer choice
 
-    def _search_outer(self, outer: Outer) -> None:
-        """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out."""
+    def _search_outer(self, outer: Outer, floor: int | None = None) -> int:
+        """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out (INF
+        returned).  With ``floor``, none is searched: the least of the bounds the layouts
+        that would be walked pass (the shape's and the layout's, each a bound on the
+        layout's plans; INF if none passes), so a bound on every plan of the outer the
+        search may accept, or ``floor`` as soon as one is no larger.  The layouts' groups
+        and geometries are kept for the search of the same outer that follows."""
         table = self._table(outer.choice_index)
         config, num_stages, dp, virtual = table.config, outer.num_stages, outer.dp, outer.virtual
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
         twins = self._translated_twins(config, num_stages, dp)
-        geometries: dict[int, tuple] = {}
-        data: dict[int, tuple | None] = {}  # per layout, its data-parallel groups (any z)
+        if self._outer_parts[0] != outer.key:
+            self._outer_parts = (outer.key, {}, {})
+        # per layout, its geometries and its data-parallel groups (any z)
+        geometries: dict[int, tuple] = self._outer_parts[1]
+        data: dict[int, tuple | None] = self._outer_parts[2]
+        least = INF
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
@@ -1275,6 +1298,11 @@ class _Search:
                                    shape.rounds * tau_floor) + layout_sync
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
+                if floor is not None:
+                    least = min(least, max(bound, layout_bound))
+                    if least <= floor:
+                        return floor
+                    continue
                 if inner is None:
                     inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
@@ -1284,6 +1312,7 @@ class _Search:
                         continue
                 self.stats.layouts_searched += 1
                 self._search_layout(shape, inner, list(geometry), key, layout)
+        return least
 
     def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
         """The inner search of a shape (layout-free: memory does not depend on the

@@ -252,3 +252,31 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                             raised += int(group[dp - 1]) > search._shape_bound(shape, chunk)
     assert compared and raised
     assert any(m and "crossing" in m for m in met) and any(m and "inside" in m for m in met)
+
+
+def test_layout_floor_never_exceeds_the_outers_optimum():
+    """The layout floor of an outer choice (_search_outer with ``floor``, an incumbent no
+    shape reaches: nothing dropped) is at most the least objective the search of that
+    outer alone finds, and above its refined bound on some outers; a floor at or above
+    the least layout bound is returned as soon as a layout is priced."""
+    from nest_cp.harness.generators import random_instance
+
+    compared = raised = 0
+    for tier_sizes in ((2, 2, 2), (4, 2)):
+        configs = (IntraConfig(), IntraConfig(tp=2))
+        instance = random_instance(1, num_layers=3, tier_sizes=tier_sizes, configs=configs,
+                                   zero_stages=(0, 1, 3), comm_scale=50)
+        search = planner._Search(instance, SolveOptions(), None)
+        for outer in search._outer_choices():
+            search.best = planner.Best(objective=INF - 1)
+            refined = search._refined_bound(outer)
+            floor = search._search_outer(outer, -1)
+            assert search._search_outer(outer, floor) == floor
+            search.best = planner.Best()
+            search._search_outer(outer)
+            optimum = search.best.objective
+            assert optimum is None or floor <= optimum, (outer, floor, optimum)
+            assert optimum is None or refined <= optimum
+            compared += optimum is not None
+            raised += optimum is not None and floor > refined
+    assert compared and raised
