@@ -422,17 +422,18 @@ class _Search:
         no outer is deepened; after, an outer popped from the heap the first time is
         deepened (:meth:`_deeper_bound`, another valid bound on its plans): if that is
         larger it is pushed back with it, else it goes on to the next stage; at most
-        ``REFINED_PER_SEARCH`` deepenings between two searches (past that the popped outer
-        goes on as it is).  Before its search, with an incumbent, an outer's layout floor
-        is priced (:meth:`_search_outer` with ``floor``: the least bound of the layouts its
-        search would walk, each a bound on that layout's plans, the others dropped by a
-        comparison the search repeats against an incumbent no worse): if larger it is
-        pushed back with it, else searched.  Every entry of the heap so holds a valid bound
-        of its outer (the stage it has reached: 0 refined, 1 deepened, 2 floored), and an
-        outer's layouts are walked only once no outer of smaller bound waits, with the
-        incumbent that order has found (walks cost most under a poor one).  Which plan wins
-        does not depend on the order: every plan is accepted by (objective, key), and every
-        pruning compares (bound, key prefix) with the incumbent's (objective, key).
+        ``REFINED_PER_SEARCH`` deepenings between two searches or floors (past that the
+        popped outer goes on as it is).  Before its search, with an incumbent, an outer's
+        layout floor is priced (:meth:`_search_outer` with ``floor``: the least bound of
+        the layouts its search would walk, each a bound on that layout's plans, the others
+        dropped by a comparison the search repeats against an incumbent no worse): if
+        larger it is pushed back with it, else searched.  Every entry of the heap so holds
+        a valid bound of its outer (the stage it has reached: 0 refined, 1 deepened, 2
+        floored), and an outer's layouts are walked only once no outer of smaller bound
+        waits, with the incumbent that order has found (walks cost most under a poor one).
+        Which plan wins does not depend on the order: every plan is accepted by (objective,
+        key), and every pruning compares (bound, key prefix) with the incumbent's
+        (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
@@ -475,6 +476,7 @@ class _Search:
                             heapq.heappush(waiting, (deeper, searching.key, 1, searching))
                         searching = None
                         continue
+                deepened_now = 0
                 self._check_time()
                 if stage < 2 and self.best.objective is not None:
                     floor = self._search_outer(searching, refined)
@@ -483,7 +485,6 @@ class _Search:
                             heapq.heappush(waiting, (floor, searching.key, 2, searching))
                         searching = None
                         continue
-                deepened_now = 0
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
                 searching = None
