@@ -555,8 +555,9 @@ class _Search:
             bound = table.cache[form]
             if bound is None:
                 return False
-            terms = None if objective is None else self._class_terms(
-                table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound)
+            terms = None if objective is None or not self._classes_vectored(config) else \
+                self._class_terms(table, num_stages, virtual, zero, dps, rounds,
+                                  outer.chunk_bound)
             if terms is not None:  # the class bound, a least of terms, raises no other d
                 wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
                 bound = np.maximum(bound, self._vector_class_bound(terms, config, num_stages,
@@ -568,6 +569,14 @@ class _Search:
             if self._fits_at_most_replicas(shape):  # per (c, b, S, v, z): any d will do
                 least = np.where(mask, np.minimum(least, bound), least)
         return least
+
+    def _classes_vectored(self, config: IntraConfig) -> bool:
+        """Whether :meth:`_group_bounds` prices the class bound for every d of c: where
+        the TP groups fill a node (t = G_0), whose "inside" term holds every receive across
+        nodes (:meth:`_off_node_chunk_bound`); elsewhere it seldom drops an outer and the
+        classes of every d cost more than they save (the H100 spine-leaf, t = 4 on nodes of
+        8), so :meth:`_deeper_bound` asks the exact one of the outers it deepens."""
+        return config.tp == self.network.node_size
 
     def _class_terms(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
                      dps: np.ndarray, rounds: np.ndarray, chunk_bound: int) -> np.ndarray | None:
@@ -852,7 +861,8 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound, split)
-            classless = vector is None or group in self._unclassed
+            classless = vector is None or group in self._unclassed or \
+                not self._classes_vectored(table.config)
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))

@@ -197,8 +197,9 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
     """Per (c, S, v, z) on networks of nodes of 2, 4 and 8 with t = 2, 4, 8: the d-vector
     of the class bound of the structured layouts is at most :meth:`_layout_class_bound` at
     every d, within rounding of it (0 exactly where it is 0), and both classes occur; with
-    an incumbent, the group bounds of every z hold it at the d that may beat the incumbent,
-    and lie between it and the larger of the exact class and case-split bounds."""
+    an incumbent, where t fills a node, the group bounds of every z hold it at the d that may
+    beat the incumbent, and lie between it and the larger of the exact class and case-split
+    bounds."""
     from nest_cp.dp.compose import Shape
     from nest_cp.harness.generators import random_instance
 
@@ -245,7 +246,8 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                             group = search._zero_bounds.get(
                                 (choice_index, num_stages, virtual, zero))
                             if not grouped or group is None or zero not in \
-                                    search._zero_stages(table, dp, num_stages, virtual):
+                                    search._zero_stages(table, dp, num_stages, virtual) \
+                                    or not search._classes_vectored(config):
                                 continue
                             ceiling = max(exact, search._shape_bound(shape, chunk))
                             assert entry <= int(group[dp - 1]) <= ceiling
