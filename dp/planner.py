@@ -152,6 +152,7 @@ STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once
 STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
 LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
+OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (floored)
 INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
 
@@ -378,7 +379,7 @@ class _Search:
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
-        self._outer_parts: tuple = ((), {}, {})  # see _search_outer
+        self._outer_parts: dict[tuple, tuple[dict, dict]] = {}  # see _search_outer
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -1236,18 +1237,24 @@ class _Search:
         that would be walked pass (the shape's and the layout's, each a bound on the
         layout's plans; INF if none passes), so a bound on every plan of the outer the
         search may accept, or ``floor`` as soon as one is no larger.  The layouts' groups
-        and geometries are kept for the search of the same outer that follows."""
+        and geometries a floor builds are kept for the outer's search (of the last
+        ``OUTER_PARTS_KEPT`` outers floored), which may come after other outers' searches
+        when the floor pushes the outer back."""
         table = self._table(outer.choice_index)
         config, num_stages, dp, virtual = table.config, outer.num_stages, outer.dp, outer.virtual
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
         twins = self._translated_twins(config, num_stages, dp)
-        if self._outer_parts[0] != outer.key:
-            self._outer_parts = (outer.key, {}, {})
-        # per layout, its geometries and its data-parallel groups (any z)
-        geometries: dict[int, tuple] = self._outer_parts[1]
-        data: dict[int, tuple | None] = self._outer_parts[2]
+        # per layout, its geometries and its data-parallel groups (any z): kept from the
+        # outer's floor until its search, which drops them
+        parts = self._outer_parts.pop(outer.key, None) or ({}, {})
+        if floor is not None:
+            if len(self._outer_parts) >= OUTER_PARTS_KEPT:  # the oldest first
+                del self._outer_parts[next(iter(self._outer_parts))]
+            self._outer_parts[outer.key] = parts
+        geometries: dict[int, tuple] = parts[0]
+        data: dict[int, tuple | None] = parts[1]
         least = INF
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
