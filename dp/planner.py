@@ -152,6 +152,8 @@ STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once
 STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
 LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
+OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (floored)
+INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
 
 
@@ -370,11 +372,14 @@ class _Search:
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
+        self._unclassed: set[tuple] = set()  # (c, S, v) whose bounds lack the class bound
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
+        self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
+        self._outer_parts: dict[tuple, tuple[dict, dict]] = {}  # see _search_outer
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -416,17 +421,24 @@ class _Search:
         plan that wins.  Until there is an incumbent the refined bound is the fastest-path
         one alone (``split`` False in :meth:`_shape_bound`, cheaper: a plan comes early) and
         no outer is deepened; after, an outer popped from the heap the first time is
-        deepened
-        (:meth:`_deeper_bound`, another valid bound on its plans): if that is larger it is
-        pushed back with it, else searched; at most ``REFINED_PER_SEARCH`` deepenings
-        between two searches (past that the popped outer is searched as it is), so every
-        entry of the heap still holds a valid bound of its outer.  Which plan wins does
-        not depend on the order: every plan is accepted by (objective, key), and every
-        pruning compares (bound, key prefix) with the incumbent's (objective, key).
+        deepened (:meth:`_deeper_bound`, another valid bound on its plans): if that is
+        larger it is pushed back with it, else it goes on to the next stage; at most
+        ``REFINED_PER_SEARCH`` deepenings between two searches or floors (past that the
+        popped outer goes on as it is).  Before its search, with an incumbent, an outer's
+        layout floor is priced (:meth:`_search_outer` with ``floor``: the least bound of
+        the layouts its search would walk, each a bound on that layout's plans, the others
+        dropped by a comparison the search repeats against an incumbent no worse): if
+        larger it is pushed back with it, else searched.  Every entry of the heap so holds
+        a valid bound of its outer (the stage it has reached: 0 refined, 1 deepened, 2
+        floored), and an outer's layouts are walked only once no outer of smaller bound
+        waits, with the incumbent that order has found (walks cost most under a poor one).
+        Which plan wins does not depend on the order: every plan is accepted by (objective,
+        key), and every pruning compares (bound, key prefix) with the incumbent's
+        (objective, key).
         """
         stream = iter(outers)
         head = next(stream, None)
-        waiting: list[tuple[int, tuple[int, ...], bool, Outer]] = []
+        waiting: list[tuple[int, tuple[int, ...], int, Outer]] = []  # (bound, key, stage, ·)
         searching = None
         deepened_now = 0
         try:
@@ -444,7 +456,7 @@ class _Search:
                     refined_now += 1
                     self.stats.outer_unfit += refined >= INF
                     if refined < INF and self.best.may_beat(refined, head.key):
-                        heapq.heappush(waiting, (refined, head.key, False, head))
+                        heapq.heappush(waiting, (refined, head.key, 0, head))
                     head = next(stream, None)
                 if waiting and not self.best.may_beat(*waiting[0][:2]):
                     waiting.clear()  # a heap: no waiting one may either
@@ -452,8 +464,8 @@ class _Search:
                     if head is None:
                         return
                     continue
-                refined, _, deepened, searching = heapq.heappop(waiting)
-                if not deepened and deepened_now < REFINED_PER_SEARCH and \
+                refined, _, stage, searching = heapq.heappop(waiting)
+                if stage == 0 and deepened_now < REFINED_PER_SEARCH and \
                         self.best.objective is not None:
                     # the stage-by-stage bound, computed only now (costlier); at most
                     # REFINED_PER_SEARCH between two searches, as above (an anytime plan)
@@ -462,11 +474,18 @@ class _Search:
                     deeper = self._deeper_bound(searching, refined)
                     if deeper > refined:
                         if self.best.may_beat(deeper, searching.key):
-                            heapq.heappush(waiting, (deeper, searching.key, True, searching))
+                            heapq.heappush(waiting, (deeper, searching.key, 1, searching))
                         searching = None
                         continue
                 deepened_now = 0
                 self._check_time()
+                if stage < 2 and self.best.objective is not None:
+                    floor = self._search_outer(searching, refined)
+                    if floor > refined:
+                        if self.best.may_beat(floor, searching.key):
+                            heapq.heappush(waiting, (floor, searching.key, 2, searching))
+                        searching = None
+                        continue
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
                 searching = None
@@ -482,10 +501,12 @@ class _Search:
         v) at once, on the first of them to ask), or where that cannot be priced so (a cost
         model without ring forms) or is not worth it (fewer than ``VECTOR_MIN_DPS`` values
         of d) :meth:`_exact_refined_bound`, which is also the one for c > 1 (the vector
-        pass prices the groups and the TP case split as c = 1 has them)."""
+        pass prices the groups and the TP case split as c = 1 has them).  Bounds priced
+        before there was an incumbent are priced again at the first ask after, with the
+        class bound (:meth:`_group_bounds`)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual)
         bounds = self._groups.get(key)
-        if bounds is None:
+        if bounds is None or (key in self._unclassed and self.best.objective is not None):
             table = self._table(outer.choice_index)
             few = self.instance.cluster.num_devices // (table.config.devices
                                                         * outer.num_stages) < VECTOR_MIN_DPS
@@ -500,8 +521,16 @@ class _Search:
         of every plan of (c, b, S, d, v): the least over the ZeRO stages worth searching
         (:meth:`_zero_stages`, here as masks over d), over those some split fits in memory,
         of :meth:`_vector_shape_bound`, itself at most :meth:`_shape_bound` (both halves,
-        fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`);
-        INF where none fits (no plan).  False when a collective is not a ring form."""
+        fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
+        raised, once there is an incumbent, by :meth:`_vector_class_bound` at the d where
+        it may still beat the incumbent (the others are never searched: the incumbent only
+        improves) and some class term exceeds it (elsewhere their least cannot); INF where
+        none fits (no plan).  False when a collective is not a ring form.  The bound of
+        each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
+        :meth:`_stagewise_of` (its bisection starts there), the fastest-path and case-split
+        part per (table, S, v, form) in the table's cache (priced again with an incumbent,
+        below); ``_unclassed`` holds the (c, b, S, v) priced without an incumbent, so
+        without the class bound."""
         table = self._table(outer.choice_index)
         config, num_stages, virtual = table.config, outer.num_stages, outer.virtual
         dps = np.arange(1, self.instance.cluster.num_devices // (config.devices * num_stages)
@@ -510,17 +539,30 @@ class _Search:
                                              table.microbatch, config, dps)
         rounds = virtual * microbatches + num_stages - 1
         least = np.full(len(dps), INF, dtype=np.int64)
-        priced: dict[tuple, np.ndarray | None] = {}
+        objective = self.best.objective
+        group = (outer.choice_index, num_stages, virtual)
+        if objective is None:
+            self._unclassed.add(group)
+        else:
+            self._unclassed.discard(group)
         for zero, mask in self._zero_masks(table, dps, num_stages, virtual).items():
             if not mask.any():
                 continue
-            form = (cost.sync_collective(zero), cost.gathers_weights(zero), zero == 3)
-            if form not in priced:  # ZeRO 1 and 2 are priced alike
-                priced[form] = self._vector_shape_bound(table, num_stages, virtual, zero,
-                                                        dps, rounds, outer.chunk_bound)
-            bound = priced[form]
+            form = ("vector shape bound", num_stages, virtual, cost.sync_collective(zero),
+                    cost.gathers_weights(zero), zero == 3)
+            if form not in table.cache:  # ZeRO 1 and 2 are priced alike
+                table.cache[form] = self._vector_shape_bound(table, num_stages, virtual, zero,
+                                                             dps, rounds, outer.chunk_bound)
+            bound = table.cache[form]
             if bound is None:
                 return False
+            terms = None if objective is None or not self._classes_vectored(config) else \
+                self._class_terms(table, num_stages, virtual, zero, dps, rounds,
+                                  outer.chunk_bound)
+            if terms is not None:  # the class bound, a least of terms, raises no other d
+                wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
+                bound = np.maximum(bound, self._vector_class_bound(terms, config, num_stages,
+                                                                   dps, wanted))
             self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
             if not np.any(bound[mask] < least[mask]):
                 continue
@@ -528,6 +570,77 @@ class _Search:
             if self._fits_at_most_replicas(shape):  # per (c, b, S, v, z): any d will do
                 least = np.where(mask, np.minimum(least, bound), least)
         return least
+
+    def _classes_vectored(self, config: IntraConfig) -> bool:
+        """Whether :meth:`_group_bounds` prices the class bound for every d of c: where
+        the TP groups fill a node (t = G_0), whose "inside" term holds every receive across
+        nodes (:meth:`_off_node_chunk_bound`); elsewhere it seldom drops an outer and the
+        classes of every d cost more than they save (the H100 spine-leaf, t = 4 on nodes of
+        8), so :meth:`_deeper_bound` asks the exact one of the outers it deepens."""
+        return config.tp == self.network.node_size
+
+    def _class_terms(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
+                     dps: np.ndarray, rounds: np.ndarray, chunk_bound: int) -> np.ndarray | None:
+        """The terms of :meth:`_layout_class_bound` of (c, b, S, d, v, z) for every d of
+        ``dps`` at once, each at most the exact one: row 0 "inside", rounds·max(τ_lb, τ_t,
+        gathers_c) + sync_c with c = ⌊G_0 / t⌋ (0 where t does not divide G_0: no layout
+        is then "inside"), row 1 "crossing", rounds·max(τ_×, gathers) + sync (0 where
+        τ_× = 0, as there).  The gathers and sync are :meth:`_vector_parts`' (on the paths
+        of c, or the fastest ones), each at most the exact term's
+        (:mod:`nest_cp.dp.vector_bounds`), and τ_lb, τ_t, τ_× the exact ones (they do not
+        depend on d); rounds >= 0, and max and + never fall as a part falls.  None where
+        no layout has a class (t = 1, e > 1, c > 1, graphs: :meth:`_tp_classes`) or a
+        collective is not a ring form."""
+        config = table.config
+        if config.tp == 1 or config.ep > 1 or config.cp > 1 or \
+                not self.network.is_hierarchical:
+            return None
+        num_chunks = num_stages * virtual
+        terms = np.zeros((2, len(dps)), dtype=np.int64)
+        if self.network.node_size % config.tp == 0:
+            parts = self._vector_parts(table, num_stages, virtual, zero, dps,
+                                       node_cap(self.network, config.tp))
+            if parts is None:
+                return None
+            terms[0] = rounds * np.maximum(max(
+                chunk_bound, self._off_node_chunk_bound(table, num_chunks)), parts[0]) \
+                + parts[1]
+        crossing = self._all_crossing_chunk_bound(table, num_chunks)
+        if crossing > 0:
+            parts = self._vector_parts(table, num_stages, virtual, zero, dps, None)
+            if parts is None:
+                return None
+            terms[1] = rounds * np.maximum(crossing, parts[0]) + parts[1]
+        return terms
+
+    def _vector_class_bound(self, terms: np.ndarray, config: IntraConfig, num_stages: int,
+                            dps: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """:meth:`_layout_class_bound` of (c, b, S, d, v, z) for the d of ``wanted`` (a mask
+        over ``dps``) at once, each entry at most the exact one; 0 elsewhere (no claim).
+        The classes met are :meth:`_tp_classes` (c, S, d), by :meth:`_class_codes`, and
+        each entry the least of their :meth:`_class_terms` ``terms``, each at most the
+        exact term (the least never falls as a term falls), so at most the exact class
+        bound of its d, itself at most the cost of every plan the search visits there."""
+        codes = np.where(wanted, self._class_codes(config, num_stages, dps, wanted), 0)
+        least = np.minimum(np.where(codes & INSIDE, terms[0], INF),
+                           np.where(codes & CROSSING, terms[1], INF))
+        return np.where(codes > 0, least, 0)
+
+    def _class_codes(self, config: IntraConfig, num_stages: int, dps: np.ndarray,
+                     wanted: np.ndarray) -> np.ndarray:
+        """:meth:`_tp_classes` (c, S, d) as bits per entry of ``dps`` (``INSIDE``,
+        ``CROSSING``; 0 for None or no class), asked at the ``wanted`` entries only (others
+        0 unless asked before), kept per (c, S) over d: the microbatch sizes, v and z of
+        one (c, S) share them."""
+        row = self._class_rows.get((config, num_stages))
+        if row is None:
+            size = self.instance.cluster.num_devices // (config.devices * num_stages)
+            row = self._class_rows[config, num_stages] = np.full(size, -1, dtype=np.int64)
+        for index in np.flatnonzero(wanted & (row[dps - 1] < 0)).tolist():
+            classes = self._tp_classes(config, num_stages, int(dps[index])) or ()
+            row[dps[index] - 1] = ("inside" in classes) * INSIDE \
+                + ("crossing" in classes) * CROSSING
+        return np.maximum(row[dps - 1], 0)
 
     def _zero_masks(self, table: LayerTable, dps: np.ndarray, num_stages: int,
                     virtual: int) -> dict[int, np.ndarray]:
@@ -724,18 +837,21 @@ class _Search:
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
         """The outer's refined bound raised by the domain bound of :meth:`_domain_bound`,
-        the case split of :meth:`_shape_bound` and the stage-by-stage bound of
-        :meth:`_stagewise_of` (each computed only where the bounds before it may still beat
-        the incumbent): the least over the ZeRO stages worth searching, that fit
-        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
-        with t = 1, c > 1 or on graphs (the domain bound is then left to
-        :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
+        the case split of :meth:`_shape_bound`, the class bound of
+        :meth:`_layout_class_bound` (unless the vector bound of :meth:`_group_bounds`
+        already holds it) and the stage-by-stage bound of :meth:`_stagewise_of` (each
+        computed only where the bounds before it may still beat the incumbent): the least
+        over the ZeRO stages worth searching, that fit somewhere, of the largest of them
+        (each a bound on that z's plans); ``refined`` with t = 1, c > 1 or on graphs (the
+        domain bound is then left to :meth:`_search_outer`: deepening every such outer
+        costs more than it saves)."""
         table = self._table(outer.choice_index)
         split = table.config.tp > 1 and table.config.cp == 1
         if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
             return refined
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, table.config, outer.dp)
+        group = (outer.choice_index, outer.num_stages, outer.virtual)
         least = INF
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
@@ -746,10 +862,12 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound, split)
+            classless = vector is None or group in self._unclassed or \
+                not self._classes_vectored(table.config)
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
-            if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+            if classless and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
@@ -1113,16 +1231,31 @@ class _Search:
 
     # ------------------------------------------------------------ one outer choice
 
-    def _search_outer(self, outer: Outer) -> None:
-        """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out."""
+    def _search_outer(self, outer: Outer, floor: int | None = None) -> int:
+        """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out (INF
+        returned).  With ``floor``, none is searched: the least of the bounds the layouts
+        that would be walked pass (the shape's and the layout's, each a bound on the
+        layout's plans; INF if none passes), so a bound on every plan of the outer the
+        search may accept, or ``floor`` as soon as one is no larger.  The layouts' groups
+        and geometries a floor builds are kept for the outer's search (of the last
+        ``OUTER_PARTS_KEPT`` outers floored), which may come after other outers' searches
+        when the floor pushes the outer back."""
         table = self._table(outer.choice_index)
         config, num_stages, dp, virtual = table.config, outer.num_stages, outer.dp, outer.virtual
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dp)
         layouts = self._layouts(config, num_stages, dp)
         twins = self._translated_twins(config, num_stages, dp)
-        geometries: dict[int, tuple] = {}
-        data: dict[int, tuple | None] = {}  # per layout, its data-parallel groups (any z)
+        # per layout, its geometries and its data-parallel groups (any z): kept from the
+        # outer's floor until its search, which drops them
+        parts = self._outer_parts.pop(outer.key, None) or ({}, {})
+        if floor is not None:
+            if len(self._outer_parts) >= OUTER_PARTS_KEPT:  # the oldest first
+                del self._outer_parts[next(iter(self._outer_parts))]
+            self._outer_parts[outer.key] = parts
+        geometries: dict[int, tuple] = parts[0]
+        data: dict[int, tuple | None] = parts[1]
+        least = INF
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
@@ -1183,6 +1316,11 @@ class _Search:
                                    shape.rounds * tau_floor) + layout_sync
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
+                if floor is not None:
+                    least = min(least, max(bound, layout_bound))
+                    if least <= floor:
+                        return floor
+                    continue
                 if inner is None:
                     inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
@@ -1192,6 +1330,7 @@ class _Search:
                         continue
                 self.stats.layouts_searched += 1
                 self._search_layout(shape, inner, list(geometry), key, layout)
+        return least
 
     def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
         """The inner search of a shape (layout-free: memory does not depend on the
@@ -1637,9 +1776,15 @@ class _Search:
         each at most the TP price paid).  So max_k τ_k >= τ_× for the plan's own split, and
         >= the ZeRO-3 gather bound (:meth:`_gather_bound`); the sync is at least
         :meth:`_sync_bound` (every placement).  T = rounds·max_k τ_k + max_s exposed_s.
-        0 (no pruning) when no tier above the node holds t devices.  τ_× kept per (layer
-        table, K)."""
-        table, num_chunks = shape.table, shape.num_chunks
+        0 (no pruning) when no tier above the node holds t devices."""
+        crossing = self._all_crossing_chunk_bound(shape.table, shape.num_chunks)
+        if crossing == 0:
+            return 0
+        return shape.rounds * max(crossing, self._gather_bound(shape)) + self._sync_bound(shape)
+
+    def _all_crossing_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
+        """τ_× of :meth:`_all_crossing_bound` for K = ``num_chunks``; 0 when no tier above
+        the node holds t devices.  Kept per (layer table, K)."""
         key = ("all crossing", num_chunks)
         if key not in table.cache:
             if not crossing_tp_paths(self.network, table.config.tp, 1):
@@ -1651,10 +1796,7 @@ class _Search:
                 ordered = np.triu(np.ones((width, width), dtype=bool))
                 table.cache[key] = int(fill_table(np.where(ordered, cheapest + extra,
                                                            INF))[0][0, 0])
-        if table.cache[key] == 0:
-            return 0
-        return shape.rounds * max(table.cache[key], self._gather_bound(shape)) \
-            + self._sync_bound(shape)
+        return table.cache[key]
 
     def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...]) -> int:
         """A lower bound on T over every plan of the shape (any split, recompute and

@@ -191,3 +191,94 @@ def test_stage_times_kept_per_geometries_equal_those_priced_afresh():
                         shape.table, g, mode, shape.gather_dp)))
             checked += 1
     assert checked and shared
+
+
+def test_vector_class_bound_never_exceeds_the_exact_one():
+    """Per (c, S, v, z) on networks of nodes of 2, 4 and 8 with t = 2, 4, 8: the d-vector
+    of the class bound of the structured layouts is at most :meth:`_layout_class_bound` at
+    every d, within rounding of it (0 exactly where it is 0), and both classes occur; with
+    an incumbent, where t fills a node, the group bounds of every z hold it at the d that may
+    beat the incumbent, and lie between it and the larger of the exact class and case-split
+    bounds."""
+    from nest_cp.dp.compose import Shape
+    from nest_cp.harness.generators import random_instance
+
+    met, compared, raised = set(), 0, 0
+    for tier_sizes in ((2, 4, 4), (4, 4, 4), (8, 4, 2)):
+        configs = tuple(IntraConfig(tp=tp) for tp in (2, 4, 8))
+        instance = random_instance(0, num_layers=4, tier_sizes=tier_sizes, configs=configs,
+                                   zero_stages=(0, 1, 3), virtual_stages=(1, 2),
+                                   comm_scale=50)
+        search = planner._Search(instance, SolveOptions(), None)
+        search.best.objective = INF - 1  # an incumbent no shape reaches: every d wanted
+        training = instance.training
+        for choice_index, (config, microbatch) in enumerate(instance.choices):
+            table = search._table(choice_index)
+            chunks = search._chunk_time_bounds(choice_index)
+            for num_stages in range(1, table.num_layers + 1):
+                dps = np.arange(1, instance.cluster.num_devices // (config.devices * num_stages)
+                                + 1, dtype=np.int64)
+                microbatches = cost.num_microbatches(training.global_batch, microbatch,
+                                                     config, dps)
+                for virtual in (1, 2):
+                    if num_stages * virtual > table.num_layers or (
+                            virtual > 1 and num_stages < 2):
+                        continue
+                    chunk = chunks[num_stages * virtual]
+                    rounds = virtual * microbatches + num_stages - 1
+                    outer = planner.Outer(0, choice_index, num_stages, 1, virtual, chunk)
+                    grouped = search._group_bounds(outer) is not False
+                    for zero in (0, 1, 3):
+                        terms = search._class_terms(table, num_stages, virtual, zero, dps,
+                                                    rounds, chunk)
+                        vector = search._vector_class_bound(
+                            terms, config, num_stages, dps, np.ones(len(dps), dtype=bool))
+                        for dp in dps.tolist():
+                            shape = Shape(table, num_stages, dp, virtual, zero,
+                                          int(microbatches[dp - 1]))
+                            exact = search._layout_class_bound(shape, chunk)
+                            entry = int(vector[dp - 1])
+                            assert exact - _slack(exact, shape.rounds) <= entry <= exact, \
+                                (tier_sizes, config, num_stages, dp, virtual, zero)
+                            assert (entry == 0) == (exact == 0)
+                            met.add(search._tp_classes(config, num_stages, dp))
+                            compared += 1
+                            group = search._zero_bounds.get(
+                                (choice_index, num_stages, virtual, zero))
+                            if not grouped or group is None or zero not in \
+                                    search._zero_stages(table, dp, num_stages, virtual) \
+                                    or not search._classes_vectored(config):
+                                continue
+                            ceiling = max(exact, search._shape_bound(shape, chunk))
+                            assert entry <= int(group[dp - 1]) <= ceiling
+                            raised += int(group[dp - 1]) > search._shape_bound(shape, chunk)
+    assert compared and raised
+    assert any(m and "crossing" in m for m in met) and any(m and "inside" in m for m in met)
+
+
+def test_layout_floor_never_exceeds_the_outers_optimum():
+    """The layout floor of an outer choice (_search_outer with ``floor``, an incumbent no
+    shape reaches: nothing dropped) is at most the least objective the search of that
+    outer alone finds, and above its refined bound on some outers; a floor at or above
+    the least layout bound is returned as soon as a layout is priced."""
+    from nest_cp.harness.generators import random_instance
+
+    compared = raised = 0
+    for tier_sizes in ((2, 2, 2), (4, 2)):
+        configs = (IntraConfig(), IntraConfig(tp=2))
+        instance = random_instance(1, num_layers=3, tier_sizes=tier_sizes, configs=configs,
+                                   zero_stages=(0, 1, 3), comm_scale=50)
+        search = planner._Search(instance, SolveOptions(), None)
+        for outer in search._outer_choices():
+            search.best = planner.Best(objective=INF - 1)
+            refined = search._refined_bound(outer)
+            floor = search._search_outer(outer, -1)
+            assert search._search_outer(outer, floor) == floor
+            search.best = planner.Best()
+            search._search_outer(outer)
+            optimum = search.best.objective
+            assert optimum is None or floor <= optimum, (outer, floor, optimum)
+            assert optimum is None or refined <= optimum
+            compared += optimum is not None
+            raised += optimum is not None and floor > refined
+    assert compared and raised
