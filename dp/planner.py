@@ -762,7 +762,8 @@ class _Search:
         """:meth:`_stagewise_bounds` (v = 1) or :meth:`_interleaved_stagewise_bounds`
         (v > 1) of the outer's d and ``shape.zero``, priced together with every other d of
         its (c, b, S, v) whose bound of :meth:`_group_bounds` may still beat the incumbent
-        (those the search may ask next), kept per (c, b, S, v, z)."""
+        (those the search may ask next), kept per (c, b, S, v, z); with the weights of
+        stages that leave their domain where none fits one (``leaving``)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual, shape.zero)
         if key not in self._stagewise_rows:
             size = self.instance.cluster.num_devices // (shape.table.config.devices
@@ -789,14 +790,14 @@ class _Search:
             dps = np.union1d(candidates, [outer.dp - 1]) + 1
             if outer.virtual > 1:
                 row[dps - 1] = self._interleaved_stagewise_bounds(
-                    shape.table, outer.num_stages, outer.virtual, shape.zero, dps)
+                    shape.table, outer.num_stages, outer.virtual, shape.zero, dps, leaving=True)
                 checked[dps - 1] = threshold
                 return int(row[outer.dp - 1])
             lows = self._zero_bounds.get((outer.choice_index, outer.num_stages, 1, shape.zero))
             row[dps - 1] = self._stagewise_bounds(
                 shape.table, outer.num_stages, shape.zero, dps,
                 np.zeros(len(dps), dtype=np.int64) if lows is None else lows[dps - 1],
-                None if threshold >= INF else threshold)
+                None if threshold >= INF else threshold, leaving=True)
             checked[dps - 1] = threshold
         return int(row[outer.dp - 1])
 
@@ -1985,7 +1986,7 @@ class _Search:
 
     def _stagewise_bounds(self, table: LayerTable, num_stages: int, zero: int,
                           dps: np.ndarray, lows: np.ndarray,
-                          threshold: int | None) -> np.ndarray:
+                          threshold: int | None, leaving: bool = False) -> np.ndarray:
         """For every d of ``dps``, a lower bound on the cost of every plan of (c, b, S, d,
         v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l)
         (:meth:`_stage_weights`), so the min-max over contiguous splits of these H is at
@@ -1996,8 +1997,9 @@ class _Search:
         plans) and ``threshold`` (the incumbent's objective): ``threshold`` + 1 where the
         min-max exceeds it, else mid + 1 for the largest mid it was shown to exceed
         (``BISECTIONS`` steps), else ``lows``.  ``STAGEWISE_BLOCK`` stage weights at a
-        time."""
-        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps)
+        time.  With ``leaving``, on the weights of :meth:`_stage_weights` raised where no
+        stage fits a domain (so possibly above :meth:`_stagewise_bound`)."""
+        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps, leaving)
         num_layers = table.num_layers
         if num_stages == 1:  # one stage holds every layer
             return least[:, inverse[0, num_layers - 1]]
@@ -2029,8 +2031,8 @@ class _Search:
         return bounds
 
     def _interleaved_stagewise_bounds(self, table: LayerTable, num_stages: int,
-                                      virtual: int, zero: int,
-                                      dps: np.ndarray) -> np.ndarray:
+                                      virtual: int, zero: int, dps: np.ndarray,
+                                      leaving: bool = False) -> np.ndarray:
         """For v > 1 and t >= 2 on a tiered network, for every d of ``dps`` a lower bound on
         the cost of every plan of (c, b, S, d, v, z) (any split into K = S·v non-empty
         chunks, recompute and injective placement), stage by stage, on a workload of
@@ -2071,11 +2073,14 @@ class _Search:
         A_last(X*), so n lies between the sums of the least and of the largest members
         of these sets.  The least value X of the H meeting that test (monotone in X: the
         sets only grow) is at most X*, so at most T.  The test relaxes each set to its
-        hull, so the bound can be below the exact min-max over counts, never above."""
+        hull, so the bound can be below the exact min-max over counts, never above.  With
+        ``leaving``, H_v is the raised weight of :meth:`_stage_weights` (every step above
+        holds for any bound H_v(U_s) on R·max_{k ∈ s} τ_k + exposed_s that is a function of
+        U_s's totals)."""
         blocks = block_structure(table)
         if blocks is None:
             return np.zeros(len(dps), dtype=np.int64)
-        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps)
+        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps, leaving)
         count, num_layers = blocks.count, table.num_layers
         counts = np.arange(count + 1)
         kinds = []  # (range of N blocks of the kind, fewest blocks a stage of it holds)
@@ -2118,7 +2123,7 @@ class _Search:
                         candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
 
     def _stage_weights(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
-                       dps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                       dps: np.ndarray, leaving: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per d of ``dps`` (rows) and distinct range (columns, read back per L x L range
         through the returned index, :func:`distinct_ranges`), the stage weight
 
@@ -2131,35 +2136,116 @@ class _Search:
         v > 1 it is the weight of a stage whose chunks hold the layers of f..l in all
         (:meth:`_interleaved_stagewise_bounds`).  H is a function of a range's totals
         (parameters, compute, time floors), so it is priced once per distinct tuple of
-        them."""
+        them.
+
+        With ``leaving``, H is raised to the larger of H and the weight of a stage that
+        leaves its domain (:meth:`_leaving_weights`) for the d where no stage fits one
+        (:meth:`_leaving_tiers`), both bounds on the same stage's R·max_{k ∈ s} τ_k +
+        exposed_s."""
         config = table.config
         qualities = self._tp_qualities(config.tp)
         floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
+        tiers = self._leaving_tiers(config, dps) if leaving \
+            else np.full(len(dps), -1, dtype=np.int64)
+        crossing = {tier: self._leaving_time(table, tier)
+                    for tier in np.unique(tiers[tiers >= 0]).tolist()}
+        crossing = {tier: matrix for tier, matrix in crossing.items() if matrix is not None}
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
                                                    table.bwd_range, table.fwd_range,
-                                                   table.params_range) + floors)
+                                                   table.params_range) + floors
+                                           + tuple(crossing.values()))
+        crossing = dict(zip(crossing, columns[5 + len(floors):]))
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dps)
         rounds = (virtual * microbatches + num_stages - 1)[:, None]
         least = None
-        for (_, cap), floor in zip(qualities, columns[5:]):
+        # per d whose stages leave a domain: the least over h of the weight of a stage whose
+        # TP group leaves it (INF where none can)
+        crossed = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
+        for (_, cap), floor in zip(qualities, columns[5:5 + len(floors)]):
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
-            time = floor[None, :] if gathers is None else floor + gathers
-            if virtual > 1:
-                time = -(-time // virtual)
-            total = rounds * time + exposed
+            total = rounds * _chunk_share(floor, gathers, virtual) + exposed
             least = total if least is None else np.minimum(least, total, out=least)
+            for tier, leaving_time in crossing.items():
+                rows = tiers == tier
+                crossed[rows] = np.minimum(crossed[rows], rounds[rows] * _chunk_share(
+                    leaving_time, None if gathers is None else gathers[rows], virtual)
+                    + exposed[rows])
+        for tier in np.unique(tiers[tiers >= 0]).tolist():
+            rows = np.flatnonzero(tiers == tier)
+            leaving_weights = self._leaving_weights(
+                table, virtual, zero, dps[rows], rounds[rows], tier, columns,
+                tuple(zip(qualities, columns[5:5 + len(floors)])))
+            least[rows] = np.maximum(least[rows], np.minimum(crossed[rows], leaving_weights))
         return least, inverse
 
+    def _leaving_tiers(self, config: IntraConfig, dps: np.ndarray) -> np.ndarray:
+        """Per d of ``dps``, the largest tier P of :meth:`_domain_tiers` whose domains cannot
+        hold a stage (a·d > G_P: every stage has a rank outside any one tier-P domain), −1
+        where there is none or e > 1 or c > 1 (:meth:`_leaving_weights`' premise)."""
+        tiers = np.full(len(dps), -1, dtype=np.int64)
+        if config.ep > 1 or config.cp > 1:
+            return tiers
+        domains = self.network.cluster.network.domain_sizes()
+        for tier in self._domain_tiers():  # ascending: a larger P overwrites
+            tiers = np.where(config.devices * dps > domains[tier], tier, tiers)
+        return tiers
+
+    def _leaving_time(self, table: LayerTable, tier: int) -> np.ndarray | None:
+        """L x L: the range's cheapest time (:meth:`_cheapest_ranges`, receives dropped)
+        plus its TP collectives' extra on a path of a TP group that leaves its tier-``tier``
+        domain (:meth:`_crossing_extra` (k = min(t // 2, G_0), P)); None where no TP group
+        can leave it (t = 1, or no tier above P holds t devices).  Kept in the table's
+        cache (one array per (table, P): :func:`distinct_ranges` keeps by identity)."""
+        config = table.config
+        channels = min(config.tp // 2, self.network.node_size)
+        key = ("leaving time", tier)
+        if key not in table.cache:
+            table.cache[key] = None if config.tp == 1 or not crossing_tp_paths(
+                self.network, config.tp, channels, tier) else \
+                self._cheapest_ranges(table)[0] + self._crossing_extra(table, channels, tier)
+        return table.cache[key]
+
+    def _leaving_weights(self, table: LayerTable, virtual: int, zero: int, dps: np.ndarray,
+                         rounds: np.ndarray, tier: int, columns: tuple[np.ndarray, ...],
+                         floors: tuple[tuple[tuple[int, int], np.ndarray], ...]) -> np.ndarray:
+        """For d with a·d > G_P (P = ``tier``, e = c = 1), per d (rows) and distinct range
+        (columns, as :meth:`_stage_weights`), the least over h of R·⌈(time floor_h +
+        gathers_P,c) / v⌉ + exposed_P,c: :meth:`_vector_stage_floors` (c, above P), INF for
+        d = 1 (no group of ranks j); ``floors``: per (h, c), floor_h's column.
+
+        Every stage s has a rank outside each tier-P domain, so (the argument of
+        :meth:`_domain_bound_at`, (1)) its TP group of some replica or its group of the d
+        ranks j for some j leaves its domain.  If a TP group leaves, every chunk k of s pays
+        at least its cheapest time plus :meth:`_crossing_extra` (k, P) (that replica's TP
+        collectives on a crossing path above P, (3)), and s's gathers and exposed sync are
+        at least those of :meth:`_stage_weights` with c = ⌊G_0 / h_s⌋ (Fact 1, stage by
+        stage): the weight ``crossed`` there.  If a group of ranks j leaves (d >= 2), it is
+        one of s's sync groups and, under ZeRO-3, of its gather groups, and runs on
+        :func:`capped_group_paths` (d, c_s, P) or a slower path, so s's exposed sync and
+        gathers are at least their prices there (the floors of :meth:`_capped_stage_floors`
+        (c_s, above P), each phase on the slowest group, §5 c, §3.2 d), and its chunks cost
+        at least floor_h_s (:meth:`_stage_time_floor`).  In both cases the sums over s's
+        chunks give R·max_{k ∈ s} τ_k + exposed_s >= the weight, as in
+        :meth:`_interleaved_stagewise_bounds` (v = 1: one chunk)."""
+        least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
+        if not np.any(dps > 1):
+            return least
+        for (_, cap), floor in floors:
+            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
+                                                         above=tier)
+            least = np.minimum(least, rounds * _chunk_share(floor, gathers, virtual) + exposed)
+        return np.where(dps[:, None] > 1, least, INF)
+
     def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,
-                             columns: tuple[np.ndarray, ...]
+                             columns: tuple[np.ndarray, ...], above: int = -1
                              ) -> tuple[np.ndarray | None, np.ndarray]:
-        """:meth:`_capped_stage_floors` for every d of ``dps`` (rows) and every distinct
-        range (columns of :func:`distinct_ranges`: dense, expert, backward, forward and
-        parameter totals), rounded down: every ring form's ceiling dropped, the least over
-        the capped paths of the real prices, max(0, x − y) of those (it does not fall as x
-        grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A form that is
-        not a ring form is priced exactly, d by d."""
+        """:meth:`_capped_stage_floors` (``above`` alike) for every d of ``dps`` (rows) and
+        every distinct range (columns of :func:`distinct_ranges`: dense, expert, backward,
+        forward and parameter totals), rounded down: every ring form's ceiling dropped, the
+        least over the capped paths of the real prices, max(0, x − y) of those (it does not
+        fall as x grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A
+        form that is not a ring form is priced exactly, d by d."""
         training = self.instance.training
         optimizer = training.optimizer
         dense, expert, backward, forward, params = columns
@@ -2173,12 +2259,12 @@ class _Search:
             if not np.any(volumes > 0):
                 continue
             sizes = dps * per_replica
-            for mask, paths in path_classes(self.network, sizes, cap):
+            for mask, paths in path_classes(self.network, sizes, cap, above):
                 for out, kind, bytes_per_unit in phases:
                     least = self._least_ring_price(kind, bytes_per_unit, paths, sizes[mask],
                                                    volumes)
                     if least is None:
-                        return self._exact_stage_floors(table, zero, dps, cap)
+                        return self._exact_stage_floors(table, zero, dps, cap, above)
                     out[mask] += least
         scale = 0
         if training.overlap_grad_reduce:
@@ -2191,11 +2277,11 @@ class _Search:
         if zero != 3:
             return None, exposed
         gathers = np.zeros((count, width))
-        for mask, paths in path_classes(self.network, dps, cap):
+        for mask, paths in path_classes(self.network, dps, cap, above):
             least = self._least_ring_price(CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
                                            paths, dps[mask], params)
             if least is None:
-                return self._exact_stage_floors(table, zero, dps, cap)
+                return self._exact_stage_floors(table, zero, dps, cap, above)
             gathers[mask] = 2 * least
         return np.maximum(0, lower_ticks(gathers)), exposed
 
@@ -2215,7 +2301,7 @@ class _Search:
         return np.where(volumes[None, :] > 0, least, 0.0)
 
     def _exact_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray,
-                            cap: int) -> tuple[np.ndarray | None, np.ndarray]:
+                            cap: int, above: int = -1) -> tuple[np.ndarray | None, np.ndarray]:
         """:meth:`_vector_stage_floors` where a form is not a ring form: each d priced
         exactly by :meth:`_capped_stage_floors`, read back per distinct range."""
         training = self.instance.training
@@ -2224,7 +2310,7 @@ class _Search:
             microbatches = cost.num_microbatches(training.global_batch, table.microbatch,
                                                  table.config, dp)
             gathers, exposed = self._capped_stage_floors(
-                Shape(table, 1, dp, 1, zero, microbatches), cap, distinct=True)
+                Shape(table, 1, dp, 1, zero, microbatches), cap, distinct=True, above=above)
             rows_exposed.append(exposed)
             rows_gathers.append(np.zeros_like(exposed) if gathers is None else gathers)
         return (np.array(rows_gathers) if zero == 3 else None), np.array(rows_exposed)
@@ -2385,6 +2471,13 @@ class _Search:
                else 0)
         return max(heaviest_bound, -((hidden * denominator - total)
                                      // (denominator * num_stages)))
+
+
+def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:
+    """A stage's time floor per distinct range plus its gathers (per d, or none), shared
+    among its v chunks: ⌈(time + gathers) / v⌉, at most its slowest chunk's."""
+    total = time[None, :] if gathers is None else time + gathers
+    return total if virtual == 1 else -(-total // virtual)
 
 
 def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,

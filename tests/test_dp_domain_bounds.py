@@ -8,6 +8,7 @@ import dataclasses
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from dp_shapes import v1_shapes
 from exhaustive import canonical_placements, shape_optimum
@@ -26,8 +27,9 @@ from nest_cp.model.result import SolveOptions
 TIERS = (2, 2, 2)  # nodes of 2, domains of 4 (tier 1), 8 devices; bandwidth falls outwards
 
 
-def _instance(seed: int, overlap: bool, num_layers: int = 3, virtual: int = 1):
-    instance = random_instance(seed, num_layers=num_layers, tier_sizes=TIERS,
+def _instance(seed: int, overlap: bool, num_layers: int = 3, virtual: int = 1,
+              tiers: tuple[int, ...] = TIERS):
+    instance = random_instance(seed, num_layers=num_layers, tier_sizes=tiers,
                                configs=(IntraConfig(), IntraConfig(tp=2)), zero_stages=(0, 1, 3),
                                global_batch=8, comm_scale=50,
                                recompute_modes=(RecomputeMode.NONE,),
@@ -108,6 +110,81 @@ def test_interleaved_domain_bound_never_exceeds_the_exhaustive_optimum(seed):
     raised, _ = _check(instance, search, _interleaved_shapes(search, instance),
                        zeros=(1,) if seed == 0 else (0, 1, 3))
     assert raised
+
+
+# nodes of 2 in tier-1 domains of 2 (no more devices: a node) and tier-2 domains of 4, each
+# tier slower: a plan with t = 2 and d = 2 has no stage in one tier-1 domain, with S = 2
+LEAVING_TIERS = (2, 1, 2, 2)
+
+
+def _leaving_shapes(search, instance, shapes, zeros):
+    """The shapes of ``shapes`` (t = 2, a ZeRO stage of ``zeros``) whose stages fit no domain,
+    with the stage-by-stage bound without and with the weights of stages that leave it."""
+    for choice_index, shape, exhaustive_shape in shapes:
+        config = shape.table.config
+        dps = np.array([shape.dp])
+        if config.tp != 2 or shape.zero not in zeros or \
+                search._leaving_tiers(config, dps)[0] < 0:
+            continue
+        if shape.virtual == 1:
+            plain, leaving = (int(search._stagewise_bounds(
+                shape.table, shape.num_stages, shape.zero, dps, np.zeros(1, dtype=np.int64),
+                None, leaving=leaving)[0]) for leaving in (False, True))
+        else:
+            plain, leaving = (int(search._interleaved_stagewise_bounds(
+                shape.table, shape.num_stages, shape.virtual, shape.zero, dps,
+                leaving=leaving)[0]) for leaving in (False, True))
+        yield shape, exhaustive_shape, plain, leaving
+
+
+# seed 0, z = 1, with overlap in the fast tier (about 1 s); z = 0, 1, 3, both overlap
+# settings and further seeds in the slow one
+@pytest.mark.parametrize("seed, overlap, fast", [(0, True, True)] + [
+    pytest.param(seed, overlap, False, marks=SLOW) for seed in range(3)
+    for overlap in (False, True)])
+def test_leaving_stage_weights_never_exceed_the_exhaustive_optimum(seed, overlap, fast):
+    """Where no stage fits a domain (a·d > G_P, S = 1 and 2), the stage-by-stage bound on
+    the weights of stages that leave it is at most the least objective over every split and
+    injective placement, and above the plain stage-by-stage bound on some shapes."""
+    instance = _instance(seed, overlap, tiers=LEAVING_TIERS)
+    search = _search(instance)
+    assert search._domain_tiers() == (1, 2)
+    raised = compared = 0
+    for shape, exhaustive_shape, plain, leaving in _leaving_shapes(
+            search, instance, v1_shapes(search, instance),
+            zeros=(1,) if fast else (0, 1, 3)):
+        if fast and shape.num_stages == 1:
+            continue
+        optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+            LEAVING_TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
+        if optimum == math.inf:
+            continue
+        compared += 1
+        assert plain <= leaving <= optimum, (shape, plain, leaving, optimum)
+        raised += leaving > plain
+    assert compared and raised
+
+
+@SLOW
+@pytest.mark.parametrize("seed", range(2))
+def test_interleaved_leaving_stage_weights_never_exceed_the_exhaustive_optimum(seed):
+    """v = 2 on a workload of blocks, S = 2, t = 2, d = 2 (no stage in a tier-1 domain): the
+    interleaved stage-by-stage bound on the leaving weights is at most the exhaustive
+    optimum, and raised above the plain one."""
+    instance = _instance(seed, overlap=seed % 2 == 1, num_layers=5, virtual=2,
+                         tiers=LEAVING_TIERS)
+    search = _search(instance)
+    raised = compared = 0
+    for shape, exhaustive_shape, plain, leaving in _leaving_shapes(
+            search, instance, _interleaved_shapes(search, instance), zeros=(0, 1, 3)):
+        optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+            LEAVING_TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
+        if optimum == math.inf:
+            continue
+        compared += 1
+        assert plain <= leaving <= optimum, (shape, plain, leaving, optimum)
+        raised += leaving > plain
+    assert compared and raised
 
 
 def test_a_group_with_one_member_per_node_needs_a_node_each():
