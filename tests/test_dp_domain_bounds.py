@@ -113,77 +113,81 @@ def test_interleaved_domain_bound_never_exceeds_the_exhaustive_optimum(seed):
 
 
 # nodes of 2 in tier-1 domains of 2 (no more devices: a node) and tier-2 domains of 4, each
-# tier slower: a plan with t = 2 and d = 2 has no stage in one tier-1 domain, with S = 2
-LEAVING_TIERS = (2, 1, 2, 2)
+# tier slower: with t = 2, d = 2 no stage fits a tier-1 domain (S = 2) and one fits a tier-2
+# domain alone; with d = 1 a stage fits a tier-1 domain alone (S = 2) and two share a
+# tier-2 domain (S = 3)
+DOMAIN_TIERS = (2, 1, 2, 2)
 
 
-def _leaving_shapes(search, instance, shapes, zeros):
-    """The shapes of ``shapes`` (t = 2, a ZeRO stage of ``zeros``) whose stages fit no domain,
-    with the stage-by-stage bound without and with the weights of stages that leave it."""
-    for choice_index, shape, exhaustive_shape in shapes:
+def _domain_weight_shapes(search, shapes, zeros, kinds):
+    """The shapes of ``shapes`` (t = 2, a ZeRO stage of ``zeros``) with domain weights of a
+    kind in ``kinds`` (planner.LEAVING, WHOLE, SHARED), with the stage-by-stage bound without
+    and with them."""
+    for _, shape, exhaustive_shape in shapes:
         config = shape.table.config
         dps = np.array([shape.dp])
-        if config.tp != 2 or shape.zero not in zeros or \
-                search._leaving_tiers(config, dps)[0] < 0:
+        tiers, found = search._domain_rows(config, shape.num_stages, shape.virtual, dps)
+        if config.tp != 2 or shape.zero not in zeros or tiers[0] < 0 or found[0] not in kinds:
             continue
         if shape.virtual == 1:
-            plain, leaving = (int(search._stagewise_bounds(
+            plain, domain = (int(search._stagewise_bounds(
                 shape.table, shape.num_stages, shape.zero, dps, np.zeros(1, dtype=np.int64),
-                None, leaving=leaving)[0]) for leaving in (False, True))
+                None, domain=domain)[0]) for domain in (False, True))
         else:
-            plain, leaving = (int(search._interleaved_stagewise_bounds(
+            plain, domain = (int(search._interleaved_stagewise_bounds(
                 shape.table, shape.num_stages, shape.virtual, shape.zero, dps,
-                leaving=leaving)[0]) for leaving in (False, True))
-        yield shape, exhaustive_shape, plain, leaving
+                domain=domain)[0]) for domain in (False, True))
+        yield shape, exhaustive_shape, plain, domain
 
 
-# seed 0, z = 1, with overlap in the fast tier (about 1 s); z = 0, 1, 3, both overlap
-# settings and further seeds in the slow one
-@pytest.mark.parametrize("seed, overlap, fast", [(0, True, True)] + [
-    pytest.param(seed, overlap, False, marks=SLOW) for seed in range(3)
-    for overlap in (False, True)])
-def test_leaving_stage_weights_never_exceed_the_exhaustive_optimum(seed, overlap, fast):
-    """Where no stage fits a domain (a·d > G_P, S = 1 and 2), the stage-by-stage bound on
-    the weights of stages that leave it is at most the least objective over every split and
-    injective placement, and above the plain stage-by-stage bound on some shapes."""
-    instance = _instance(seed, overlap, tiers=LEAVING_TIERS)
-    search = _search(instance)
-    assert search._domain_tiers() == (1, 2)
-    raised = compared = 0
-    for shape, exhaustive_shape, plain, leaving in _leaving_shapes(
-            search, instance, v1_shapes(search, instance),
-            zeros=(1,) if fast else (0, 1, 3)):
-        if fast and shape.num_stages == 1:
-            continue
+def _check_domain_weights(instance, search, shapes) -> tuple[int, int]:
+    """Assert plain <= domain <= the exhaustive optimum on each shape; (compared, raised)."""
+    compared = raised = 0
+    for shape, exhaustive_shape, plain, domain in shapes:
         optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
-            LEAVING_TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
+            DOMAIN_TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
         if optimum == math.inf:
             continue
         compared += 1
-        assert plain <= leaving <= optimum, (shape, plain, leaving, optimum)
-        raised += leaving > plain
-    assert compared and raised
+        assert plain <= domain <= optimum, (shape, plain, domain, optimum)
+        raised += domain > plain
+    return compared, raised
+
+
+# seed 0, z = 1, with overlap, S = 2 in the fast tier (about 1.5 s); z = 0, 1, 3, both
+# overlap settings, each kind on its own and further seeds in the slow one
+@pytest.mark.parametrize("seed, overlap, fast", [(0, True, True)] + [
+    pytest.param(seed, overlap, False, marks=SLOW) for seed in range(3)
+    for overlap in (False, True)])
+def test_domain_stage_weights_never_exceed_the_exhaustive_optimum(seed, overlap, fast):
+    """v = 1: the stage-by-stage bound on the domain weights (a stage that fits no domain,
+    fits one alone, or shares one with another) is at most the least objective over every
+    split and injective placement, and above the plain stage-by-stage bound on some shapes
+    of each kind."""
+    instance = _instance(seed, overlap, tiers=DOMAIN_TIERS)
+    search = _search(instance)
+    assert search._domain_tiers() == (1, 2)
+    kinds = (planner.LEAVING, planner.WHOLE, planner.SHARED)
+    for kept in (kinds,) if fast else tuple((kind,) for kind in kinds):
+        compared, raised = _check_domain_weights(instance, search, (
+            found for found in _domain_weight_shapes(
+                search, v1_shapes(search, instance), (1,) if fast else (0, 1, 3), kept)
+            if not fast or found[0].num_stages == 2))
+        assert compared and raised, kept
 
 
 @SLOW
 @pytest.mark.parametrize("seed", range(2))
-def test_interleaved_leaving_stage_weights_never_exceed_the_exhaustive_optimum(seed):
+def test_interleaved_domain_stage_weights_never_exceed_the_exhaustive_optimum(seed):
     """v = 2 on a workload of blocks, S = 2, t = 2, d = 2 (no stage in a tier-1 domain): the
-    interleaved stage-by-stage bound on the leaving weights is at most the exhaustive
+    interleaved stage-by-stage bound on the domain weights is at most the exhaustive
     optimum, and raised above the plain one."""
     instance = _instance(seed, overlap=seed % 2 == 1, num_layers=5, virtual=2,
-                         tiers=LEAVING_TIERS)
+                         tiers=DOMAIN_TIERS)
     search = _search(instance)
-    raised = compared = 0
-    for shape, exhaustive_shape, plain, leaving in _leaving_shapes(
-            search, instance, _interleaved_shapes(search, instance), zeros=(0, 1, 3)):
-        optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
-            LEAVING_TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
-        if optimum == math.inf:
-            continue
-        compared += 1
-        assert plain <= leaving <= optimum, (shape, plain, leaving, optimum)
-        raised += leaving > plain
+    compared, raised = _check_domain_weights(instance, search, _domain_weight_shapes(
+        search, _interleaved_shapes(search, instance), (0, 1, 3),
+        (planner.LEAVING, planner.WHOLE, planner.SHARED)))
     assert compared and raised
 
 
