@@ -749,13 +749,13 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound, split)
-            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
-                                                        outer.key + (zero,)))
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
+            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
+                                                        outer.key + (zero,)))
             least = min(least, bound)
             if least <= refined:  # the other z can only lower it further
                 return refined
