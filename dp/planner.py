@@ -726,13 +726,15 @@ class _Search:
                     and self._fits_at_most_replicas(shape)), default=least)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
-        """The outer's refined bound raised by the domain bound of :meth:`_domain_bound`,
-        the case split of :meth:`_shape_bound` and the stage-by-stage bound of
-        :meth:`_stagewise_of` (each computed only where the bounds before it may still beat
-        the incumbent): the least over the ZeRO stages worth searching, that fit
-        somewhere, of the largest of them (each a bound on that z's plans); ``refined``
-        with t = 1, c > 1 or on graphs (the domain bound is then left to
-        :meth:`_search_outer`: deepening every such outer costs more than it saves)."""
+        """The outer's refined bound raised by the case split of :meth:`_shape_bound`, the
+        layout-class bound of :meth:`_layout_class_bound`, the stage-by-stage bound of
+        :meth:`_stagewise_of` (batched over d, with the domain weights) and the domain bound
+        of :meth:`_domain_bound` (per outer, the costliest: last), each computed only where
+        the bounds before it may still beat the incumbent: the least over the ZeRO stages
+        worth searching, that fit somewhere, of the largest of them (each a bound on that
+        z's plans); ``refined`` with t = 1, c > 1 or on graphs (the domain bound is then
+        left to :meth:`_search_outer`: deepening every such outer costs more than it
+        saves)."""
         table = self._table(outer.choice_index)
         split = table.config.tp > 1 and table.config.cp == 1
         if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
