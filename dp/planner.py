@@ -64,7 +64,9 @@ other d of its (c, b, S) that may still win, and rounded down:
 :meth:`_Search._stagewise_bounds`; v > 1 on block workloads: a stage's slowest chunk
 costs at least the mean of its v chunks, so the stage weights of its layers' union over
 v, the stages' block counts relaxed to intervals:
-:meth:`_Search._interleaved_stagewise_bounds`), and it is queued again if that rose.  Outers
+:meth:`_Search._interleaved_stagewise_bounds`; where the plan leaves a domain above which
+bandwidth falls, the weights count what a stage pays for lying whole in one domain or not:
+:meth:`_Search._stage_weights`), and it is queued again if that rose.  Outers
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
@@ -150,6 +152,7 @@ REFINED_PER_SEARCH = 256  # best first: outer choices refined, at most, between 
 STAGEWISE_KEPT = 4096  # stage-by-stage bounds kept (per (table, S, d, z)) before clearing
 STAGEWISE_BLOCK = 2**21  # entries of the (d, L, L) stage weights priced at once (16 MiB)
 STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage bound
+LEAVING, WHOLE, SHARED = 1, 2, 3  # how a stage may lie in a domain (_Search._domain_rows)
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
 LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
 OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (floored)
@@ -836,15 +839,16 @@ class _Search:
                     and self._fits_at_most_replicas(shape)), default=least)
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
-        """The outer's refined bound raised by the domain bound of :meth:`_domain_bound`,
-        the case split of :meth:`_shape_bound`, the class bound of
-        :meth:`_layout_class_bound` (unless the vector bound of :meth:`_group_bounds`
-        already holds it) and the stage-by-stage bound of :meth:`_stagewise_of` (each
-        computed only where the bounds before it may still beat the incumbent): the least
-        over the ZeRO stages worth searching, that fit somewhere, of the largest of them
-        (each a bound on that z's plans); ``refined`` with t = 1, c > 1 or on graphs (the
-        domain bound is then left to :meth:`_search_outer`: deepening every such outer
-        costs more than it saves)."""
+        """The outer's refined bound raised by the case split of :meth:`_shape_bound`, the
+        layout-class bound of :meth:`_layout_class_bound` (unless the vector bound of
+        :meth:`_group_bounds` already holds it), the stage-by-stage bound of
+        :meth:`_stagewise_of` (batched over d, with the domain weights) and the domain bound
+        of :meth:`_domain_bound` (per outer, the costliest: last), each computed only where
+        the bounds before it may still beat the incumbent: the least over the ZeRO stages
+        worth searching, that fit somewhere, of the largest of them (each a bound on that
+        z's plans); ``refined`` with t = 1, c > 1 or on graphs (the domain bound is then
+        left to :meth:`_search_outer`: deepening every such outer costs more than it
+        saves)."""
         table = self._table(outer.choice_index)
         split = table.config.tp > 1 and table.config.cp == 1
         if not split or not self.network.is_hierarchical:  # t = 1: searched as refined
@@ -864,13 +868,13 @@ class _Search:
                 self._shape_bound(shape, outer.chunk_bound, split)
             classless = vector is None or group in self._unclassed or \
                 not self._classes_vectored(table.config)
-            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
-                                                        outer.key + (zero,)))
             if classless and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
+            if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
+                                                        outer.key + (zero,)))
             least = min(least, bound)
             if least <= refined:  # the other z can only lower it further
                 return refined
@@ -880,7 +884,8 @@ class _Search:
         """:meth:`_stagewise_bounds` (v = 1) or :meth:`_interleaved_stagewise_bounds`
         (v > 1) of the outer's d and ``shape.zero``, priced together with every other d of
         its (c, b, S, v) whose bound of :meth:`_group_bounds` may still beat the incumbent
-        (those the search may ask next), kept per (c, b, S, v, z)."""
+        (those the search may ask next), kept per (c, b, S, v, z); with the domain weights
+        of :meth:`_stage_weights` (``domain``)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual, shape.zero)
         if key not in self._stagewise_rows:
             size = self.instance.cluster.num_devices // (shape.table.config.devices
@@ -907,14 +912,14 @@ class _Search:
             dps = np.union1d(candidates, [outer.dp - 1]) + 1
             if outer.virtual > 1:
                 row[dps - 1] = self._interleaved_stagewise_bounds(
-                    shape.table, outer.num_stages, outer.virtual, shape.zero, dps)
+                    shape.table, outer.num_stages, outer.virtual, shape.zero, dps, domain=True)
                 checked[dps - 1] = threshold
                 return int(row[outer.dp - 1])
             lows = self._zero_bounds.get((outer.choice_index, outer.num_stages, 1, shape.zero))
             row[dps - 1] = self._stagewise_bounds(
                 shape.table, outer.num_stages, shape.zero, dps,
                 np.zeros(len(dps), dtype=np.int64) if lows is None else lows[dps - 1],
-                None if threshold >= INF else threshold)
+                None if threshold >= INF else threshold, domain=True)
             checked[dps - 1] = threshold
         return int(row[outer.dp - 1])
 
@@ -2127,7 +2132,7 @@ class _Search:
 
     def _stagewise_bounds(self, table: LayerTable, num_stages: int, zero: int,
                           dps: np.ndarray, lows: np.ndarray,
-                          threshold: int | None) -> np.ndarray:
+                          threshold: int | None, domain: bool = False) -> np.ndarray:
         """For every d of ``dps``, a lower bound on the cost of every plan of (c, b, S, d,
         v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l)
         (:meth:`_stage_weights`), so the min-max over contiguous splits of these H is at
@@ -2138,8 +2143,9 @@ class _Search:
         plans) and ``threshold`` (the incumbent's objective): ``threshold`` + 1 where the
         min-max exceeds it, else mid + 1 for the largest mid it was shown to exceed
         (``BISECTIONS`` steps), else ``lows``.  ``STAGEWISE_BLOCK`` stage weights at a
-        time."""
-        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps)
+        time.  With ``domain``, on the weights of :meth:`_stage_weights` raised where the
+        plan leaves a domain (so possibly above :meth:`_stagewise_bound`)."""
+        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps, domain)
         num_layers = table.num_layers
         if num_stages == 1:  # one stage holds every layer
             return least[:, inverse[0, num_layers - 1]]
@@ -2171,8 +2177,8 @@ class _Search:
         return bounds
 
     def _interleaved_stagewise_bounds(self, table: LayerTable, num_stages: int,
-                                      virtual: int, zero: int,
-                                      dps: np.ndarray) -> np.ndarray:
+                                      virtual: int, zero: int, dps: np.ndarray,
+                                      domain: bool = False) -> np.ndarray:
         """For v > 1 and t >= 2 on a tiered network, for every d of ``dps`` a lower bound on
         the cost of every plan of (c, b, S, d, v, z) (any split into K = S·v non-empty
         chunks, recompute and injective placement), stage by stage, on a workload of
@@ -2213,11 +2219,14 @@ class _Search:
         A_last(X*), so n lies between the sums of the least and of the largest members
         of these sets.  The least value X of the H meeting that test (monotone in X: the
         sets only grow) is at most X*, so at most T.  The test relaxes each set to its
-        hull, so the bound can be below the exact min-max over counts, never above."""
+        hull, so the bound can be below the exact min-max over counts, never above.  With
+        ``domain``, H_v is the raised weight of :meth:`_stage_weights` (every step above
+        holds for any bound H_v(U_s) on R·max_{k ∈ s} τ_k + exposed_s that is a function of
+        U_s's totals)."""
         blocks = block_structure(table)
         if blocks is None:
             return np.zeros(len(dps), dtype=np.int64)
-        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps)
+        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps, domain)
         count, num_layers = blocks.count, table.num_layers
         counts = np.arange(count + 1)
         kinds = []  # (range of N blocks of the kind, fewest blocks a stage of it holds)
@@ -2260,7 +2269,7 @@ class _Search:
                         candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
 
     def _stage_weights(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
-                       dps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                       dps: np.ndarray, domain: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per d of ``dps`` (rows) and distinct range (columns, read back per L x L range
         through the returned index, :func:`distinct_ranges`), the stage weight
 
@@ -2273,35 +2282,171 @@ class _Search:
         v > 1 it is the weight of a stage whose chunks hold the layers of f..l in all
         (:meth:`_interleaved_stagewise_bounds`).  H is a function of a range's totals
         (parameters, compute, time floors), so it is priced once per distinct tuple of
-        them."""
+        them.
+
+        With ``domain``, for the d of :meth:`_domain_rows` H is raised to the larger of H
+        and the least of the weights a stage has where it lies in the tier-P domains: whole
+        in one (if a·d <= G_P), with the time floor :meth:`_whole_time` (its cheapest time
+        and the receives one replica pays) in place of floor_h, each h's gathers and sync as
+        above (they are the stage's own, paid by every replica: the argument of
+        :meth:`_stagewise_bound` holds for any stage); or not, with a TP group leaving its
+        domain (the time floor :meth:`_leaving_time`, gathers and sync as above) or a group
+        of ranks j leaving it (:meth:`_leaving_weights`).  Each is a bound on R·max_{k ∈ s}
+        τ_k + exposed_s of a stage in that case, so the least of them on any stage, and the
+        larger of it and H too."""
         config = table.config
         qualities = self._tp_qualities(config.tp)
         floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
+        tiers, kinds = self._domain_rows(config, num_stages, virtual, dps) if domain else \
+            (np.full(len(dps), -1, dtype=np.int64), np.zeros(len(dps), dtype=np.int64))
+        groups = sorted(set(zip(tiers[tiers >= 0].tolist(), kinds[tiers >= 0].tolist())))
+        extra = {(LEAVING, tier): self._leaving_time(table, tier) for tier, _ in groups}
+        extra.update({(kind, tier): self._whole_time(table, tier, kind == SHARED)
+                      for tier, kind in groups if kind != LEAVING})
+        extra = {key: matrix for key, matrix in extra.items() if matrix is not None}
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
                                                    table.bwd_range, table.fwd_range,
-                                                   table.params_range) + floors)
+                                                   table.params_range) + floors
+                                           + tuple(extra.values()))
+        extra = dict(zip(extra, columns[5 + len(floors):]))
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dps)
         rounds = (virtual * microbatches + num_stages - 1)[:, None]
         least = None
-        for (_, cap), floor in zip(qualities, columns[5:]):
+        # per d of the domain rows: the least over h of the weight of a stage whose TP group
+        # leaves its domain, or that lies whole in one (INF where it cannot)
+        placed = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
+        for (_, cap), floor in zip(qualities, columns[5:5 + len(floors)]):
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
-            time = floor[None, :] if gathers is None else floor + gathers
-            if virtual > 1:
-                time = -(-time // virtual)
-            total = rounds * time + exposed
+            total = rounds * _chunk_share(floor, gathers, virtual) + exposed
             least = total if least is None else np.minimum(least, total, out=least)
+            for (kind, tier), matrix in extra.items():
+                rows = tiers == tier if kind == LEAVING else (tiers == tier) & (kinds == kind)
+                placed[rows] = np.minimum(placed[rows], rounds[rows] * _chunk_share(
+                    matrix, None if gathers is None else gathers[rows], virtual) + exposed[rows])
+        for tier in np.unique(tiers[tiers >= 0]).tolist():
+            rows = np.flatnonzero(tiers == tier)
+            leaving_weights = self._leaving_weights(
+                table, virtual, zero, dps[rows], rounds[rows], tier, columns,
+                tuple(zip(qualities, columns[5:5 + len(floors)])))
+            least[rows] = np.maximum(least[rows], np.minimum(placed[rows], leaving_weights))
         return least, inverse
 
+    def _domain_rows(self, config: IntraConfig, num_stages: int, virtual: int,
+                     dps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per d of ``dps``, the tier P of :meth:`_stage_weights`' domain weights (−1: none)
+        and how a stage may lie in the tier-P domains: LEAVING where none holds a stage
+        (a·d > G_P), else (v = 1, the plan in no one domain, a·S·d > G_P) WHOLE where none
+        holds two (2·a·d > G_P) and SHARED where none holds three (3·a·d > G_P) — the
+        premises of :meth:`_domain_bound_at`'s (1) and (2).  P is the largest such tier of
+        :meth:`_domain_tiers`; none with e > 1 or c > 1."""
+        tiers = np.full(len(dps), -1, dtype=np.int64)
+        kinds = np.zeros(len(dps), dtype=np.int64)
+        if config.ep > 1 or config.cp > 1:
+            return tiers, kinds
+        devices = config.devices * dps  # a stage's
+        for tier in self._domain_tiers():  # ascending: a larger P overwrites
+            domain = self.network.cluster.network.domain_sizes()[tier]
+            kind = np.where(devices > domain, LEAVING, np.where(
+                2 * devices > domain, WHOLE, np.where(3 * devices > domain, SHARED, 0)))
+            if virtual > 1 or num_stages == 1:
+                kind = np.where(kind == LEAVING, LEAVING, 0)
+            kind = np.where(num_stages * devices > domain, kind, 0)
+            tiers = np.where(kind > 0, tier, tiers)
+            kinds = np.where(kind > 0, kind, kinds)
+        return tiers, kinds
+
+    def _whole_time(self, table: LayerTable, tier: int, shared: bool) -> np.ndarray:
+        """L x L: a lower bound on the slowest replica's time of a stage of layers f..l (S
+        >= 2, v = 1) lying whole in a tier-P domain D: its cheapest time
+        (:meth:`_cheapest_ranges`) plus its activation (f > 0) and gradient (l < L − 1)
+        receives each on its cheapest path above P; with ``shared`` (2·a·d <= G_P < 3·a·d)
+        for a stage with both (a middle one) one of them there and the other on its
+        cheapest path (the lesser choice), the first and last stages their one receive on
+        its cheapest path (:meth:`_one_sided_times`' terms).  0 below the diagonal.
+
+        A replica r of s receives from replica r of each neighbour, the slowest of its rank
+        pairs (cost model §3), so across D's border when that neighbour replica has a rank
+        outside D, and it pays its compute, its collectives (at least their cheapest
+        prices) and both receives.  D holds s's a·d devices and G_P − a·d others: with
+        2·a·d > G_P fewer than a·d, so fewer than d replicas of s − 1 and s + 1 together lie
+        wholly in D, and some r has both neighbour replicas with a rank outside D (both
+        receives above P); with ``shared`` fewer than 2·a·d, so s − 1 and s + 1 do not both
+        lie wholly in D, and some replica r receives across from the one that does not.
+        Kept in the table's cache (one array per (table, P, shared): :func:`distinct_ranges`
+        keeps by identity)."""
+        key = ("whole time", tier, shared)
+        if key not in table.cache:
+            last = table.num_layers - 1
+            inner = np.arange(table.num_layers) < last  # a gradient comes after the layer
+            cheapest, activation, received = self._cheapest_ranges(table)
+            far_activation, far_received = self._receives_from(table, tier + 1)
+            gradient, far_gradient = received * inner, far_received * inner
+            if shared:
+                receives = np.minimum(far_activation[:, None] + gradient[None, :],
+                                      activation[:, None] + far_gradient[None, :])
+                receives[0, :] = gradient
+                receives[:, last] = activation
+            else:
+                receives = far_activation[:, None] + far_gradient[None, :]
+            table.cache[key] = np.triu(cheapest + receives)
+        return table.cache[key]
+
+    def _leaving_time(self, table: LayerTable, tier: int) -> np.ndarray | None:
+        """L x L: the range's cheapest time (:meth:`_cheapest_ranges`, receives dropped)
+        plus its TP collectives' extra on a path of a TP group that leaves its tier-``tier``
+        domain (:meth:`_crossing_extra` (k = min(t // 2, G_0), P)); None where no TP group
+        can leave it (t = 1, or no tier above P holds t devices).  Kept in the table's
+        cache (one array per (table, P): :func:`distinct_ranges` keeps by identity)."""
+        config = table.config
+        channels = min(config.tp // 2, self.network.node_size)
+        key = ("leaving time", tier)
+        if key not in table.cache:
+            table.cache[key] = None if config.tp == 1 or not crossing_tp_paths(
+                self.network, config.tp, channels, tier) else \
+                self._cheapest_ranges(table)[0] + self._crossing_extra(table, channels, tier)
+        return table.cache[key]
+
+    def _leaving_weights(self, table: LayerTable, virtual: int, zero: int, dps: np.ndarray,
+                         rounds: np.ndarray, tier: int, columns: tuple[np.ndarray, ...],
+                         floors: tuple[tuple[tuple[int, int], np.ndarray], ...]) -> np.ndarray:
+        """For a stage not whole in a tier-P domain (P = ``tier``, e = c = 1; every stage
+        where a·d > G_P), per d (rows) and distinct range (columns, as
+        :meth:`_stage_weights`), the least over h of R·⌈(time floor_h + gathers_P,c) / v⌉ +
+        exposed_P,c: :meth:`_vector_stage_floors` (c, above P), INF for d = 1 (no group of
+        ranks j); ``floors``: per (h, c), floor_h's column.
+
+        Such a stage s has, by (1) of :meth:`_domain_bound_at`, its TP group of some replica
+        or its group of the d ranks j for some j leaving its domain.  If a TP group leaves,
+        every chunk k of s pays at least its cheapest time plus :meth:`_crossing_extra` (k,
+        P) (that replica's TP collectives on a crossing path above P, (3)), and s's gathers
+        and exposed sync are at least those of :meth:`_stage_weights` with c = ⌊G_0 / h_s⌋
+        (Fact 1, stage by stage): the weight ``placed`` there.  If a group of ranks j leaves
+        (d >= 2), it is one of s's sync groups and, under ZeRO-3, of its gather groups, and
+        runs on :func:`capped_group_paths` (d, c_s, P) or a slower path, so s's exposed sync
+        and gathers are at least their prices there (the floors of
+        :meth:`_capped_stage_floors` (c_s, above P), each phase on the slowest group, §5 c,
+        §3.2 d), and its chunks cost at least floor_h_s (:meth:`_stage_time_floor`).  In
+        both cases the sums over s's chunks give R·max_{k ∈ s} τ_k + exposed_s >= the
+        weight, as in :meth:`_interleaved_stagewise_bounds` (v = 1: one chunk)."""
+        least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
+        if not np.any(dps > 1):
+            return least
+        for (_, cap), floor in floors:
+            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
+                                                         above=tier)
+            least = np.minimum(least, rounds * _chunk_share(floor, gathers, virtual) + exposed)
+        return np.where(dps[:, None] > 1, least, INF)
+
     def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,
-                             columns: tuple[np.ndarray, ...]
+                             columns: tuple[np.ndarray, ...], above: int = -1
                              ) -> tuple[np.ndarray | None, np.ndarray]:
-        """:meth:`_capped_stage_floors` for every d of ``dps`` (rows) and every distinct
-        range (columns of :func:`distinct_ranges`: dense, expert, backward, forward and
-        parameter totals), rounded down: every ring form's ceiling dropped, the least over
-        the capped paths of the real prices, max(0, x − y) of those (it does not fall as x
-        grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A form that is
-        not a ring form is priced exactly, d by d."""
+        """:meth:`_capped_stage_floors` (``above`` alike) for every d of ``dps`` (rows) and
+        every distinct range (columns of :func:`distinct_ranges`: dense, expert, backward,
+        forward and parameter totals), rounded down: every ring form's ceiling dropped, the
+        least over the capped paths of the real prices, max(0, x − y) of those (it does not
+        fall as x grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A
+        form that is not a ring form is priced exactly, d by d."""
         training = self.instance.training
         optimizer = training.optimizer
         dense, expert, backward, forward, params = columns
@@ -2315,12 +2460,12 @@ class _Search:
             if not np.any(volumes > 0):
                 continue
             sizes = dps * per_replica
-            for mask, paths in path_classes(self.network, sizes, cap):
+            for mask, paths in path_classes(self.network, sizes, cap, above):
                 for out, kind, bytes_per_unit in phases:
                     least = self._least_ring_price(kind, bytes_per_unit, paths, sizes[mask],
                                                    volumes)
                     if least is None:
-                        return self._exact_stage_floors(table, zero, dps, cap)
+                        return self._exact_stage_floors(table, zero, dps, cap, above)
                     out[mask] += least
         scale = 0
         if training.overlap_grad_reduce:
@@ -2333,11 +2478,11 @@ class _Search:
         if zero != 3:
             return None, exposed
         gathers = np.zeros((count, width))
-        for mask, paths in path_classes(self.network, dps, cap):
+        for mask, paths in path_classes(self.network, dps, cap, above):
             least = self._least_ring_price(CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
                                            paths, dps[mask], params)
             if least is None:
-                return self._exact_stage_floors(table, zero, dps, cap)
+                return self._exact_stage_floors(table, zero, dps, cap, above)
             gathers[mask] = 2 * least
         return np.maximum(0, lower_ticks(gathers)), exposed
 
@@ -2357,7 +2502,7 @@ class _Search:
         return np.where(volumes[None, :] > 0, least, 0.0)
 
     def _exact_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray,
-                            cap: int) -> tuple[np.ndarray | None, np.ndarray]:
+                            cap: int, above: int = -1) -> tuple[np.ndarray | None, np.ndarray]:
         """:meth:`_vector_stage_floors` where a form is not a ring form: each d priced
         exactly by :meth:`_capped_stage_floors`, read back per distinct range."""
         training = self.instance.training
@@ -2366,7 +2511,7 @@ class _Search:
             microbatches = cost.num_microbatches(training.global_batch, table.microbatch,
                                                  table.config, dp)
             gathers, exposed = self._capped_stage_floors(
-                Shape(table, 1, dp, 1, zero, microbatches), cap, distinct=True)
+                Shape(table, 1, dp, 1, zero, microbatches), cap, distinct=True, above=above)
             rows_exposed.append(exposed)
             rows_gathers.append(np.zeros_like(exposed) if gathers is None else gathers)
         return (np.array(rows_gathers) if zero == 3 else None), np.array(rows_exposed)
@@ -2527,6 +2672,13 @@ class _Search:
                else 0)
         return max(heaviest_bound, -((hidden * denominator - total)
                                      // (denominator * num_stages)))
+
+
+def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:
+    """A stage's time floor per distinct range plus its gathers (per d, or none), shared
+    among its v chunks: ⌈(time + gathers) / v⌉, at most its slowest chunk's."""
+    total = time[None, :] if gathers is None else time + gathers
+    return total if virtual == 1 else -(-total // virtual)
 
 
 def _interleaving_allowed(num_stages: int, virtual: int, microbatches: int,

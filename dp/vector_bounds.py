@@ -51,39 +51,42 @@ def lower_ticks(values: np.ndarray, scale: int = 0) -> np.ndarray:
     return np.floor(values - (np.abs(values) + scale) * MARGIN - 1.0).astype(np.int64)
 
 
-def path_classes(network: NetworkModel, sizes: np.ndarray,
-                 cap: int | None) -> list[tuple[np.ndarray, tuple[Path, ...]]]:
+def path_classes(network: NetworkModel, sizes: np.ndarray, cap: int | None,
+                 above: int = -1) -> list[tuple[np.ndarray, tuple[Path, ...]]]:
     """The sizes (>= 2) split by the paths a group of that many ranks may run on —
-    :func:`capped_group_paths` (g, cap), or with ``cap`` None the fastest paths of any g
-    devices (cap = G_0) — as (mask over ``sizes``, paths) pairs.
+    :func:`capped_group_paths` (g, cap, ``above``), or with ``cap`` None the fastest paths
+    of any g devices (cap = G_0) — as (mask over ``sizes``, paths) pairs.
 
     Those paths depend on g only through the channel count min(g // 2, G_0, cap) and which
-    tiers' domains hold ⌈g / cap⌉ nodes (tier 0 only if g <= cap; where none does, which
-    hold g devices, as :func:`capped_group_paths` falls back): one representative of each
-    class gives the class's paths."""
+    tiers above ``above`` have domains holding ⌈g / cap⌉ nodes (tier 0 only if g <= cap;
+    where none does, which hold g devices, as :func:`capped_group_paths` falls back): one
+    representative of each class gives the class's paths."""
     domains = network.cluster.network.domain_sizes()
     limit = domains[0] if cap is None else cap
     sizes = np.asarray(sizes, dtype=np.int64)
     channels = np.minimum(np.minimum(sizes // 2, domains[0]), limit)
-    admitted = _holding_codes(domains, sizes, limit)
+    admitted = _holding_codes(domains, sizes, limit, above)
     if limit < domains[0] and not admitted.all():  # where no domain holds the nodes
-        admitted = np.where(admitted == 0, _holding_codes(domains, sizes, domains[0]),
+        admitted = np.where(admitted == 0, _holding_codes(domains, sizes, domains[0], above),
                             admitted)
     codes = channels * (1 << len(domains)) + admitted
     classes = []
     for code in np.unique(codes[sizes >= 2]).tolist():
         mask = (codes == code) & (sizes >= 2)
         representative = int(sizes[np.argmax(mask)])
-        classes.append((mask, capped_group_paths(network, representative, limit)))
+        classes.append((mask, capped_group_paths(network, representative, limit, above)))
     return classes
 
 
-def _holding_codes(domains: tuple[int, ...], sizes: np.ndarray, cap: int) -> np.ndarray:
-    """Per size, bit K set iff tier K's domains hold ⌈size / cap⌉ nodes (tier 0 only if
-    size <= cap): :func:`capped_group_paths`' rule."""
+def _holding_codes(domains: tuple[int, ...], sizes: np.ndarray, cap: int,
+                   above: int = -1) -> np.ndarray:
+    """Per size, bit K set iff tier K > ``above`` has domains holding ⌈size / cap⌉ nodes
+    (tier 0 only if size <= cap): :func:`capped_group_paths`' rule."""
     nodes = -(-sizes // cap)
     admitted = np.zeros(len(sizes), dtype=np.int64)
     for tier, domain in enumerate(domains):
+        if tier <= above:
+            continue
         holds = nodes * domains[0] <= domain
         if tier == 0:
             holds &= sizes <= cap
