@@ -1240,7 +1240,9 @@ class _Search:
         """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out (INF
         returned).  With ``floor``, none is searched: the least of the bounds the layouts
         that would be walked pass (the shape's and the layout's, each a bound on the
-        layout's plans; INF if none passes), so a bound on every plan of the outer the
+        layout's plans: its sync bound where its data-parallel groups are known before any
+        replica is placed, as on tiered networks, so no geometry is built; else its
+        layout bound; INF if none passes), so a bound on every plan of the outer the
         search may accept, or ``floor`` as soon as one is no larger.  The layouts' groups
         and geometries a floor builds are kept for the outer's search (of the last
         ``OUTER_PARTS_KEPT`` outers floored), which may come after other outers' searches
@@ -1305,6 +1307,11 @@ class _Search:
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
                     if not self.best.may_beat(max(bound, shape.rounds * tau_floor
                                                   + layout_sync), key):
+                        continue
+                    if floor is not None:
+                        least = min(least, max(bound, shape.rounds * tau_floor + layout_sync))
+                        if least <= floor:
+                            return floor
                         continue
                 if layout_index not in geometries:
                     geometries[layout_index] = tuple(self.geometries(
