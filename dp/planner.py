@@ -470,29 +470,24 @@ class _Search:
                         return
                     continue
                 refined, _, stage, searching = heapq.heappop(waiting)
-                if stage == 0 and deepened_now < REFINED_PER_SEARCH and \
-                        self.best.objective is not None:
-                    # the stage-by-stage bound, computed only now (costlier); deepenings
-                    # and floors together at most REFINED_PER_SEARCH between two searches,
-                    # as above (an anytime plan)
+                # the deeper bound, then the floor, each computed only now (costlier) and
+                # together at most REFINED_PER_SEARCH between two searches, as above (an
+                # anytime plan); a larger one pushes the outer back at its stage
+                for step, raised_bound in ((1, self._deeper_bound), (2, self._search_outer)):
+                    if stage >= step or deepened_now >= REFINED_PER_SEARCH or \
+                            self.best.objective is None:
+                        continue
                     self._check_time()
                     deepened_now += 1
-                    deeper = self._deeper_bound(searching, refined)
-                    if deeper > refined:
-                        if self.best.may_beat(deeper, searching.key):
-                            heapq.heappush(waiting, (deeper, searching.key, 1, searching))
+                    raised = raised_bound(searching, refined)
+                    if raised > refined:
+                        if self.best.may_beat(raised, searching.key):
+                            heapq.heappush(waiting, (raised, searching.key, step, searching))
                         searching = None
-                        continue
+                        break
+                if searching is None:
+                    continue
                 self._check_time()
-                if stage < 2 and deepened_now < REFINED_PER_SEARCH and \
-                        self.best.objective is not None:
-                    deepened_now += 1
-                    floor = self._search_outer(searching, refined)
-                    if floor > refined:
-                        if self.best.may_beat(floor, searching.key):
-                            heapq.heappush(waiting, (floor, searching.key, 2, searching))
-                        searching = None
-                        continue
                 deepened_now = 0
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
