@@ -445,7 +445,7 @@ class _Search:
         head = next(stream, None)
         waiting: list[tuple[int, tuple[int, ...], int, Outer]] = []  # (bound, key, stage, ·)
         searching = None
-        deepened_now = 0
+        bounded_now = 0
         try:
             while True:
                 refined_now = 0
@@ -474,11 +474,11 @@ class _Search:
                 # together at most REFINED_PER_SEARCH between two searches, as above (an
                 # anytime plan); a larger one pushes the outer back at its stage
                 for step, raised_bound in ((1, self._deeper_bound), (2, self._search_outer)):
-                    if stage >= step or deepened_now >= REFINED_PER_SEARCH or \
+                    if stage >= step or bounded_now >= REFINED_PER_SEARCH or \
                             self.best.objective is None:
                         continue
                     self._check_time()
-                    deepened_now += 1
+                    bounded_now += 1
                     raised = raised_bound(searching, refined)
                     if raised > refined:
                         if self.best.may_beat(raised, searching.key):
@@ -488,7 +488,7 @@ class _Search:
                 if searching is None:
                     continue
                 self._check_time()
-                deepened_now = 0
+                bounded_now = 0
                 self.stats.outer_searched += 1
                 self._search_outer(searching)
                 searching = None
@@ -525,8 +525,9 @@ class _Search:
         (:meth:`_zero_stages`, here as masks over d), over those some split fits in memory,
         of :meth:`_vector_shape_bound`, itself at most :meth:`_shape_bound` (both halves,
         fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
-        raised, once there is an incumbent, by :meth:`_vector_class_bound` at the d where
-        it may still beat the incumbent (the others are never searched: the incumbent only
+        raised, once there is an incumbent and where t fills a node
+        (:meth:`_classes_vectored`), by :meth:`_vector_class_bound` at the d where it may
+        still beat the incumbent (the others are never searched: the incumbent only
         improves) and some class term exceeds it (elsewhere their least cannot); INF where
         none fits (no plan).  False when a collective is not a ring form.  The bound of
         each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
