@@ -70,7 +70,8 @@ bandwidth falls, the weights count what a stage pays for lying whole in one doma
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
-own sync group paths and its mean chunk time (receives counted on the layout's own
+own sync group paths (for v = 1 on networks with a domain tier also stage by stage, each
+stage on its own groups: :meth:`_Search._layout_stagewise_bound`) and its mean chunk time (receives counted on the layout's own
 receiving paths), and for v = 1 by the same min-max
 split restricted to splits that fit memory (placement-free, so one pass serves
 every layout).  Memory never grows with d (ZeRO
@@ -372,6 +373,7 @@ class _Search:
                                if layout.node_tail is not None or layout.gathered_ends]
         self._layout_totals: dict[tuple, tuple[int, int]] = {}  # (layers, receives)
         self._layout_syncs: dict[tuple, tuple[LayerTable, int]] = {}
+        self._stage_parts_kept: dict[tuple, tuple] = {}  # see _stage_parts
         self._stagewise: dict[tuple, tuple[LayerTable, int]] = {}
         self._masks: dict[tuple[int, int], np.ndarray] = {}  # (L, S) -> unordered-range mask
         self._groups: dict[tuple, np.ndarray | bool] = {}  # (c, S, v) -> bound per d
@@ -1241,9 +1243,10 @@ class _Search:
         """Every z and layout of one (c, b, S, d, v) that its bounds do not rule out (INF
         returned).  With ``floor``, none is searched: the least of the bounds the layouts
         that would be walked pass (the shape's and the layout's, each a bound on the
-        layout's plans: its sync bound where its data-parallel groups are known before any
-        replica is placed, as on tiered networks, so no geometry is built; else its
-        layout bound; INF if none passes), so a bound on every plan of the outer the
+        layout's plans: its sync bounds, :meth:`_layout_sync_bound` and
+        :meth:`_layout_stagewise_bound`, where its data-parallel groups are known before any
+        replica is placed, as on tiered networks, so no geometry is built; else those and
+        its layout bound; INF if none passes), so a bound on every plan of the outer the
         search may accept, or ``floor`` as soon as one is no larger.  The layouts' groups
         and geometries a floor builds are kept for the outer's search (of the last
         ``OUTER_PARTS_KEPT`` outers floored), which may come after other outers' searches
@@ -1304,13 +1307,17 @@ class _Search:
                     data[layout_index] = self.geometries.data_groups(layout, config,
                                                                      num_stages, dp)
                 groups = data[layout_index]
-                if groups is not None:  # the sync bound first: it needs no replica placed
+                if groups is not None:  # the sync bounds first: they need no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
                     if not self.best.may_beat(max(bound, shape.rounds * tau_floor
                                                   + layout_sync), key):
                         continue
+                    staged = self._layout_stagewise_bound(shape, *groups)
+                    if not self.best.may_beat(max(bound, staged), key):
+                        continue
                     if floor is not None:
-                        least = min(least, max(bound, shape.rounds * tau_floor + layout_sync))
+                        least = min(least, max(bound, shape.rounds * tau_floor + layout_sync,
+                                               staged))
                         if least <= floor:
                             return floor
                         continue
@@ -1322,11 +1329,12 @@ class _Search:
                     continue
                 searched.add(geometry)
                 if groups is None:
-                    layout_sync = max(sync_bound, self._layout_sync_bound(
-                        shape, geometry, [g.replica_groups for g in geometry],
-                        [g.dense_groups for g in geometry]))
-                layout_bound = max(self._layout_bound(shape, geometry),
-                                   shape.rounds * tau_floor) + layout_sync
+                    groups = (geometry, [g.replica_groups for g in geometry],
+                              [g.dense_groups for g in geometry])
+                    layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
+                    staged = self._layout_stagewise_bound(shape, *groups)
+                layout_bound = max(max(self._layout_bound(shape, geometry),
+                                       shape.rounds * tau_floor) + layout_sync, staged)
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
                 if floor is not None:
@@ -1559,6 +1567,108 @@ class _Search:
             bound = max(bound, min(prices))
         self._layout_syncs[key] = (table, bound)
         return bound
+
+    def _layout_stagewise_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
+                                dense_groups: list) -> int:
+        """For v = 1 on a tiered network, a lower bound on T over every plan of the shape on
+        this layout (any split and recompute), stage by stage with each stage's own sync
+        groups (``replica_groups`` / ``dense_groups``: per stage the path ids of its d-replica
+        and d·e groups, as :meth:`_layout_sync_bound` takes them); 0 (no claim) for v > 1, a
+        context width above 1 (whose groups span d·e·c ranks), a layout whose stages all
+        have the same groups (then it adds little to the cheaper :meth:`_stagewise_of`) or
+        a network without a domain tier (:meth:`_domain_tiers`: where no tier is slower
+        per device than the one below it, a stage whose groups straddle a border pays
+        little more than the others, and on the H100 spine-leaf at 131,072 devices the
+        bound cost 0.9 s for two outers dropped).
+
+        T = rounds·max_s τ_s + max_s exposed_s >= rounds·τ_s + exposed_s for every stage s.
+        For s on layers f..l: τ_s >= cheapest(f, l) (:meth:`_stage_time_floor` at quality t:
+        compute and every collective on its cheapest path, receives dropped; the crossing
+        extra of a lower quality is >= 0), plus under ZeRO-3 the gathers of its layers'
+        parameters on its slowest d-group (§3.2 d: at least its price on each of s's groups);
+        exposed_s is each phase's sum over the kinds of its price on the kind's slowest group
+        of s (cost model §5 c), so at least the largest over s's groups of that kind, less the
+        compute it overlaps (max(0, x − y) does not fall as x grows, §5 d).  Unlike
+        :meth:`_layout_sync_bound`, which must serve every split and so prices the stage with
+        the most parameters on the fastest path any stage has, each stage is priced on its
+        own groups: a layout whose stages straddle the border of a domain above which
+        bandwidth falls (a stage of 2,928 devices on pods of 3,072) pays that border on the
+        stages that straddle it, whatever the split.  So T >= the least over contiguous
+        splits of max_s W_s(f_s, l_s), W_s = rounds·(cheapest + gathers_s) + exposed_s: a
+        recurrence over stages with stage-dependent weights, V(s, f) = min_{l >= f} max(
+        W_s(f, l), V(s + 1, l + 1)), V(S, L) = 0.  Kept per (layer table, S, d, z, groups)."""
+        if shape.virtual > 1 or shape.table.config.cp > 1 or not self._domain_tiers():
+            return 0
+        table, num_stages, dp, zero = shape.table, shape.num_stages, shape.dp, shape.zero
+        if list(replica_groups).count(replica_groups[0]) == num_stages and \
+                list(dense_groups).count(dense_groups[0]) == num_stages:
+            return 0  # every stage alike: left to the cheaper bounds (see above)
+        key = ("stagewise", id(table), num_stages, dp, zero, groups_key)
+        found = self._layout_syncs.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        _, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                             table.bwd_range, table.fwd_range,
+                                             table.params_range))
+        time = self._stage_time_floor(table, table.config.tp)
+        signatures = [(frozenset(dense_groups[stage]), frozenset(replica_groups[stage]))
+                      for stage in range(num_stages)]
+        weights = {}
+        for signature in set(signatures):
+            gathers, exposed = self._stage_parts(table, dp, zero, signature,
+                                                 shape.gather_dp > 1)
+            stage_time = time if gathers is None else time + gathers[inverse]
+            weights[signature] = np.minimum(shape.rounds * stage_time + exposed[inverse], INF)
+        # stage s holds layers in [s, s + W) (every stage at least one): windows of W
+        width = table.num_layers - num_stages + 1
+        unordered = self._unordered(table.num_layers, num_stages)
+        least = np.full(width, INF, dtype=np.int64)
+        least[-1] = 0  # V(S, L) = 0: the last stage ends at layer L − 1
+        for stage in reversed(range(num_stages)):
+            weight = weights[signatures[stage]][stage:stage + width, stage:stage + width]
+            least = (np.maximum(weight, least[None, :]) + unordered).min(axis=1)
+        bound = int(least[0])
+        self._layout_syncs[key] = (table, bound)
+        return bound
+
+    def _stage_parts(self, table: LayerTable, dp: int, zero: int, signature: tuple,
+                     gathered: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """Per distinct range of :func:`distinct_ranges`, the parts of
+        :meth:`_layout_stagewise_bound`'s W_s for a stage whose d·e and d-replica groups run
+        on the path ids of ``signature``: the ZeRO-3 gathers on its slowest d-group (None
+        unless ``gathered``) and the exposed sync; kept per (layer table, d, z, signature),
+        which many (S, layout) share (at most ``LAYOUT_KEYS_KEPT`` before clearing)."""
+        key = (id(table), dp, zero, signature, gathered)
+        found = self._stage_parts_kept.get(key)
+        if found is not None and found[0] is table:
+            return found[1]
+        training = self.instance.training
+        columns, _ = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                             table.bwd_range, table.fwd_range,
+                                             table.params_range))
+        dense, expert, backward, forward, params = columns
+        reduce = np.zeros(len(dense), dtype=np.int64)
+        gather = np.zeros(len(dense), dtype=np.int64)
+        for volumes, size, paths in ((dense, dp * table.config.ep, signature[0]),
+                                     (expert, dp, signature[1])):
+            if size <= 1 or not np.any(volumes > 0) or not paths:
+                continue
+            forms = [self.prices.sync_forms(zero, size, path) for path in paths]
+            reduce = reduce + np.max([form.of_array(volumes) for form, _ in forms], axis=0)
+            if forms[0][1] is not None:
+                gather = gather + np.max([form.of_array(volumes) for _, form in forms], axis=0)
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward)
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward)
+        gathers = None
+        if gathered and signature[1]:
+            gathers = 2 * np.max([self.prices.gather_form(dp, path).of_array(params)
+                                  for path in signature[1]], axis=0)
+        if len(self._stage_parts_kept) >= LAYOUT_KEYS_KEPT:
+            self._stage_parts_kept.clear()
+        self._stage_parts_kept[key] = (table, (gathers, reduce + gather))
+        return gathers, reduce + gather
 
     def _shape_bound(self, shape: Shape, chunk_bound: int, split: bool = True) -> int:
         """A lower bound on T over every plan of the shape (c, b, S, d, v, z), any split,
