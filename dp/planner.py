@@ -70,9 +70,9 @@ bandwidth falls, the weights count what a stage pays for lying whole in one doma
 are searched best first, in increasing order of their refined bound, refining them
 lazily in the order of their compute bound (:meth:`_Search._best_first`), until no
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
-own sync group paths (for v = 1 on networks with a domain tier also stage by stage, each
-stage on its own groups: :meth:`_Search._layout_stagewise_bound`) and its mean chunk time (receives counted on the layout's own
-receiving paths), and for v = 1 by the same min-max
+own sync group paths (on networks with a domain tier also stage by stage, each stage on
+its own groups: :meth:`_Search._layout_stagewise_bound`) and its mean chunk time
+(receives counted on the layout's own receiving paths), and for v = 1 by the same min-max
 split restricted to splits that fit memory (placement-free, so one pass serves
 every layout).  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
@@ -1570,16 +1570,17 @@ class _Search:
 
     def _layout_stagewise_bound(self, shape: Shape, groups_key: tuple, replica_groups: list,
                                 dense_groups: list) -> int:
-        """For v = 1 on a tiered network, a lower bound on T over every plan of the shape on
-        this layout (any split and recompute), stage by stage with each stage's own sync
-        groups (``replica_groups`` / ``dense_groups``: per stage the path ids of its d-replica
-        and d·e groups, as :meth:`_layout_sync_bound` takes them); 0 (no claim) for v > 1, a
-        context width above 1 (whose groups span d·e·c ranks), a layout whose stages all
-        have the same groups (then it adds little to the cheaper :meth:`_stagewise_of`) or
-        a network without a domain tier (:meth:`_domain_tiers`: where no tier is slower
-        per device than the one below it, a stage whose groups straddle a border pays
-        little more than the others, and on the H100 spine-leaf at 131,072 devices the
-        bound cost 0.9 s for two outers dropped).
+        """A lower bound on T over every plan of the shape on this layout (any split and
+        recompute), stage by stage with each stage's own sync groups (``replica_groups`` /
+        ``dense_groups``: per stage the path ids of its d-replica and d·e groups, as
+        :meth:`_layout_sync_bound` takes them): for v = 1 below, for v > 1 on workloads of
+        blocks by :meth:`_interleaved_layout_bound`.  0 (no claim) for v > 1 on other
+        workloads, a context width above 1 (whose groups span d·e·c ranks), a layout whose
+        stages all have the same groups (then it adds little to the cheaper
+        :meth:`_stagewise_of`) or a network without a domain tier (:meth:`_domain_tiers`:
+        where no tier is slower per device than the one below it, a stage whose groups
+        straddle a border pays little more than the others, and on the H100 spine-leaf at
+        131,072 devices the bound cost 0.9 s for two outers dropped).
 
         T = rounds·max_s τ_s + max_s exposed_s >= rounds·τ_s + exposed_s for every stage s.
         For s on layers f..l: τ_s >= cheapest(f, l) (:meth:`_stage_time_floor` at quality t:
@@ -1596,14 +1597,15 @@ class _Search:
         stages that straddle it, whatever the split.  So T >= the least over contiguous
         splits of max_s W_s(f_s, l_s), W_s = rounds·(cheapest + gathers_s) + exposed_s: a
         recurrence over stages with stage-dependent weights, V(s, f) = min_{l >= f} max(
-        W_s(f, l), V(s + 1, l + 1)), V(S, L) = 0.  Kept per (layer table, S, d, z, groups)."""
-        if shape.virtual > 1 or shape.table.config.cp > 1 or not self._domain_tiers():
+        W_s(f, l), V(s + 1, l + 1)), V(S, L) = 0.  Kept per (layer table, S, d, v, z, groups)."""
+        if shape.table.config.cp > 1 or not self._domain_tiers() or (
+                shape.virtual > 1 and block_structure(shape.table) is None):
             return 0
         table, num_stages, dp, zero = shape.table, shape.num_stages, shape.dp, shape.zero
         if list(replica_groups).count(replica_groups[0]) == num_stages and \
                 list(dense_groups).count(dense_groups[0]) == num_stages:
             return 0  # every stage alike: left to the cheaper bounds (see above)
-        key = ("stagewise", id(table), num_stages, dp, zero, groups_key)
+        key = ("stagewise", id(table), num_stages, dp, shape.virtual, zero, groups_key)
         found = self._layout_syncs.get(key)
         if found is not None and found[0] is table:
             return found[1]
@@ -1618,7 +1620,13 @@ class _Search:
             gathers, exposed = self._stage_parts(table, dp, zero, signature,
                                                  shape.gather_dp > 1)
             stage_time = time if gathers is None else time + gathers[inverse]
+            if shape.virtual > 1:  # the slowest of v chunks: at least their mean
+                stage_time = -(-stage_time // shape.virtual)
             weights[signature] = np.minimum(shape.rounds * stage_time + exposed[inverse], INF)
+        if shape.virtual > 1:
+            bound = self._interleaved_layout_bound(table, shape.virtual, signatures, weights)
+            self._layout_syncs[key] = (table, bound)
+            return bound
         # stage s holds layers in [s, s + W) (every stage at least one): windows of W
         width = table.num_layers - num_stages + 1
         unordered = self._unordered(table.num_layers, num_stages)
@@ -1630,6 +1638,61 @@ class _Search:
         bound = int(least[0])
         self._layout_syncs[key] = (table, bound)
         return bound
+
+    def _interleaved_layout_bound(self, table: LayerTable, virtual: int, signatures: list,
+                                  weights: dict) -> int:
+        """:meth:`_layout_stagewise_bound` for v > 1 on a workload of identical blocks
+        between at most one leading and one trailing layer: stage s's chunks hold layers
+        U_s, and W_s(U_s) (``weights[signatures[s]]`` read at the contiguous range of the
+        same totals) bounds R·max_{k ∈ s} τ_k + exposed_s, as in
+        :meth:`_interleaved_stagewise_bounds` (the slowest chunk costs at least the mean of
+        the v, the floors are range sums and the gather on one fixed group of s is
+        subadditive; the sync is a function of U_s's totals).  With N_s the blocks of s
+        (N_0 >= v − lead, N_{S−1} >= v − trail, the others >= v, Σ_s N_s = n), T >= X* =
+        max_s W_s(N_s) for the plan's own counts; for a threshold X the counts with
+        W_s(N) <= X lie between the least and the largest such N of each stage, so X* passes
+        the test that every stage has one and n lies between the sums of those least and
+        largest counts.  The least candidate value passing it (monotone: the sets only
+        grow) is at most X*, so at most T."""
+        blocks = block_structure(table)
+        count, num_layers = blocks.count, table.num_layers
+        counts = np.arange(count + 1)
+        last_stage = len(signatures) - 1
+        classes: dict[tuple, int] = {}  # (kind, signature) -> stages of it
+        for stage, signature in enumerate(signatures):
+            kind = 0 if stage == 0 else 2 if stage == last_stage else 1
+            classes[kind, signature] = classes.get((kind, signature), 0) + 1
+        rows, multiplicity = [], []
+        for (kind, signature), stages in classes.items():
+            first, last, fewest = (
+                (np.zeros_like(counts), blocks.leading + counts - 1, virtual - blocks.leading),
+                (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, virtual),
+                (num_layers - blocks.trailing - counts, np.full_like(counts, num_layers - 1),
+                 virtual - blocks.trailing))[kind]
+            weight = weights[signature][np.clip(first, 0, num_layers - 1),
+                                        np.clip(last, 0, num_layers - 1)]
+            rows.append(np.where(counts >= max(fewest, 0), weight, INF))
+            multiplicity.append(stages)
+        weight = np.array(rows)
+        times = np.array(multiplicity)
+        before = np.minimum.accumulate(weight, axis=1)  # least over N' <= N
+        after = np.minimum.accumulate(weight[:, ::-1], axis=1)[:, ::-1]  # over N' >= N
+
+        def holds(limit: int) -> bool:
+            fewest = (before > limit).sum(axis=1)  # count + 1 where no N has W <= limit
+            most = (after <= limit).sum(axis=1) - 1
+            return bool(np.all(fewest <= count)) and int(times @ fewest) <= count \
+                <= int(times @ most)
+
+        candidates = np.unique(weight[weight < INF])
+        low, high = 0, len(candidates)  # the least index that holds (len: none)
+        while low < high:
+            middle = (low + high) // 2
+            if holds(int(candidates[middle])):
+                high = middle
+            else:
+                low = middle + 1
+        return int(candidates[low]) if low < len(candidates) else INF
 
     def _stage_parts(self, table: LayerTable, dp: int, zero: int, signature: tuple,
                      gathered: bool) -> tuple[np.ndarray | None, np.ndarray]:

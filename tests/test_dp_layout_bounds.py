@@ -125,10 +125,12 @@ def test_the_layout_bound_never_exceeds_the_layouts_optimum(tier_sizes):
     assert compared and raised
 
 
-@pytest.mark.parametrize("tier_sizes, overlap", [
-    ((2, 2, 2), True), ((2, 2, 2), False), pytest.param((4, 2, 2), False, marks=SLOW)])
+@pytest.mark.parametrize("tier_sizes, overlap, virtuals", [
+    ((2, 2, 2), True, (1,)), ((4, 2, 2), False, (2,)),
+    pytest.param((2, 2, 2), False, (1,), marks=SLOW),
+    pytest.param((4, 2, 2), True, (1, 2), marks=SLOW)])
 def test_the_stage_by_stage_layout_bound_never_exceeds_the_layouts_optimum(tier_sizes,
-                                                                           overlap):
+                                                                           overlap, virtuals):
     """v = 1, on hierarchies whose bandwidth falls outwards (a domain tier): for every
     (config, S, d, z) and layout, the stage-by-stage bound priced on each stage's own sync
     groups is at most the least objective of that layout (the inner
@@ -140,26 +142,28 @@ def test_the_stage_by_stage_layout_bound_never_exceeds_the_layouts_optimum(tier_
     from nest_cp.model.instance import IntraConfig, RecomputeMode
     from nest_cp.model.plan import all_layouts
 
-    compared = raised = 0
+    compared, raised = 0, dict.fromkeys(virtuals, 0)
     for seed in range(2):
         instance = random_instance(seed, num_layers=5, tier_sizes=tier_sizes,
                                    configs=(IntraConfig(), IntraConfig(tp=2)),
                                    zero_stages=(0, 1, 3), global_batch=8, comm_scale=50,
-                                   recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL))
+                                   recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL),
+                                   virtual_stages=(1, 2), identical_blocks=True)
         instance = dataclasses.replace(instance, training=dataclasses.replace(
             instance.training, overlap_grad_reduce=overlap, overlap_param_gather=overlap))
         search = planner._Search(instance, SolveOptions(), all_layouts())
         chunks = {}
-        for config, table, shape in _shapes(search, instance, 2):
+        for config, table, shape in _shapes(search, instance, 2, virtuals):
             stages, dp = shape.num_stages, shape.dp
             choice = next(index for index, (c, b) in enumerate(instance.choices)
                           if c == config and b == table.microbatch)
             if choice not in chunks:
                 chunks[choice] = search._chunk_time_bounds(choice)
+            chunk = chunks[choice][shape.num_chunks]
             for layout in all_layouts()[::5]:
                 groups = search.geometries.data_groups(layout, config, stages, dp)
                 bound = search._layout_stagewise_bound(shape, *groups)
-                geometry = list(search.geometries(layout, config, stages, dp))
+                geometry = list(search.geometries(layout, config, stages, dp, shape.virtual > 1))
                 search.best = planner.Best()
                 inner, _, _ = search._inner(shape, 0, 0, 0)
                 if inner is None:
@@ -170,8 +174,7 @@ def test_the_stage_by_stage_layout_bound_never_exceeds_the_layouts_optimum(tier_
                     continue
                 compared += 1
                 assert bound <= optimum, (shape, layout, bound, optimum)
-                before = shape.rounds * chunks[choice][stages] + max(
+                before = shape.rounds * chunk + max(
                     search._sync_bound(shape), search._layout_sync_bound(shape, *groups))
-                raised += bound > max(before, search._shape_bound(shape,
-                                                                  chunks[choice][stages]))
-    assert compared and raised
+                raised[shape.virtual] += bound > max(before, search._shape_bound(shape, chunk))
+    assert compared and all(raised.values()), raised
