@@ -224,3 +224,49 @@ def test_pruning_never_changes_the_optimum_above_small_pods(seed, monkeypatch):
     instance = dataclasses.replace(instance, cluster=dataclasses.replace(
         instance.cluster, network=network))
     same_optimum_unbounded(instance, monkeypatch, lambda i: solve(i, "dp", SolveOptions()))
+
+
+def test_the_domain_seed_divides_a_pod_and_changes_no_result(monkeypatch):
+    """Above pods of 8 under a 1:7 tier, the outer searched first has a stage (a·d devices)
+    dividing a pod and is not searched again; the DP without the seed finds the same
+    objective and plan; stopped during the seed's search, the bound is the least compute
+    bound, above 0 and at most that objective."""
+    from test_dp_v3 import medium_v3_instance
+
+    instance = medium_v3_instance(2)
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
+                                   Tier("rack", 2, 1e10, 2e-6),
+                                   Tier("pod", 2, 1e10, 3e-6),
+                                   Tier("aggregation", 2, 1e10 / 7, 5e-6, efficiency=0.7)))
+    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, network=network))
+    search = planner._Search(instance, SolveOptions(), None)
+    seed = search._domain_seed(search._outer_choices())
+    config = instance.choices[seed.choice_index][0]
+    assert 8 % (config.devices * seed.dp) == 0
+    searched = []
+    search_outer = planner._Search._search_outer
+
+    def counted(self, outer, floor=None):
+        if floor is None:
+            searched.append(outer.key)
+        return search_outer(self, outer, floor)
+
+    monkeypatch.setattr(planner._Search, "_search_outer", counted)
+    seeded = planner.solve(instance, SolveOptions())
+    assert searched[0] == seed.key and searched.count(seed.key) == 1
+    monkeypatch.setattr(planner._Search, "_domain_seed", lambda search, outers: None)
+    plain = planner.solve(instance, SolveOptions())
+    assert (seeded.status, seeded.objective_ticks, seeded.stats["layout"]) == \
+        (plain.status, plain.objective_ticks, plain.stats["layout"])
+    assert seeded.plan.placement == plain.plan.placement
+    monkeypatch.undo()
+
+    def out_of_time(self, outer, floor=None):
+        raise planner._TimeUp
+
+    monkeypatch.setattr(planner._Search, "_search_outer", out_of_time)  # during the seed
+    stopped = planner._Search(instance, SolveOptions(), None)
+    assert stopped.run().objective is None
+    assert stopped.stopped_bound == min(outer.lower_bound for outer in search._outer_choices())
+    assert 0 < stopped.stopped_bound <= seeded.objective_ticks

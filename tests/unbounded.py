@@ -3,8 +3,6 @@ every outer choice to the end (the reference the bound tests compare the pruned 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from nest_cp.dp import interleaved, planner
@@ -22,8 +20,8 @@ def without_dp_bounds(monkeypatch) -> None:
     outer_choices = planner._Search._outer_choices
 
     def unbounded_outers(search):
-        return [dataclasses.replace(outer, lower_bound=0, chunk_bound=0)
-                for outer in outer_choices(search)]
+        lower, *middle, chunk = outer_choices(search).columns
+        return planner._Outers(np.zeros_like(lower), *middle, np.zeros_like(chunk))
 
     monkeypatch.setattr(planner._Search, "_outer_choices", unbounded_outers)
     for name in BOUND_METHODS:
