@@ -528,9 +528,11 @@ class _Search:
         raised, once there is an incumbent and where t fills a node
         (:meth:`_classes_vectored`), by :meth:`_vector_class_bound` at the d where it may
         still beat the incumbent (the others are never searched: the incumbent only
-        improves) and some class term exceeds it (elsewhere their least cannot); INF where
-        none fits (no plan).  False when a collective is not a ring form.  The bound of
-        each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
+        improves) and some class term exceeds it (elsewhere their least cannot), and by
+        :meth:`_vector_domain_bound` of every tier of :meth:`_domain_tiers` (the domain
+        bound's case A where no stage fits a domain; none on networks without such a tier);
+        INF where none fits (no plan).  False when a collective is not a ring form.  The
+        bound of each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
         :meth:`_stagewise_of` (its bisection starts there), the fastest-path and case-split
         part per (table, S, v, form) in the table's cache (priced again with an incumbent,
         below); ``_unclassed`` holds the (c, b, S, v) priced without an incumbent, so
@@ -868,10 +870,10 @@ class _Search:
         :func:`path_classes` (sizes, cap, above) over the group sizes d·``per_replica``,
         (its mask over d, the sum over the phases of the least slope over its paths, the
         same of the offsets, per phase paid in full the (slope, offset) of each path; the
-        last three None when a path's form is not a ring form).  Every term is elementwise in d, and a class's
-        paths come from its least size, which is also its least among d = 1 .. n whenever
-        the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any S) read the first
-        entries: the same floats as priced alone."""
+        last three None when a path's form is not a ring form).  Every term is elementwise
+        in d, and a class's paths come from its least size, which is also its least among
+        d = 1 .. n whenever the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any
+        S) read the first entries: the same floats as priced alone."""
         key = (devices, per_replica, cap, phases, above)
         if key not in self._ring_terms:
             sizes = np.arange(1, self.instance.cluster.num_devices // devices + 1,
