@@ -577,9 +577,11 @@ class _Search:
         raised, once there is an incumbent and where t fills a node
         (:meth:`_classes_vectored`), by :meth:`_vector_class_bound` at the d where it may
         still beat the incumbent (the others are never searched: the incumbent only
-        improves) and some class term exceeds it (elsewhere their least cannot); INF where
-        none fits (no plan).  False when a collective is not a ring form.  The bound of
-        each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
+        improves) and some class term exceeds it (elsewhere their least cannot), and by
+        :meth:`_vector_domain_bound` of every tier of :meth:`_domain_tiers` (the domain
+        bound's case A where no stage fits a domain; none on networks without such a tier);
+        INF where none fits (no plan).  False when a collective is not a ring form.  The
+        bound of each z is kept (``_zero_bounds``) for :meth:`_deeper_bound` and
         :meth:`_stagewise_of` (its bisection starts there), the fastest-path and case-split
         part per (table, S, v, form) in the table's cache (priced again with an incumbent,
         below); ``_unclassed`` holds the (c, b, S, v) priced without an incumbent, so
@@ -616,6 +618,10 @@ class _Search:
                 wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
                 bound = np.maximum(bound, self._vector_class_bound(terms, config, num_stages,
                                                                    dps, wanted))
+            for tier in self._domain_tiers():
+                bound = np.maximum(bound, self._vector_domain_bound(
+                    table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound, tier,
+                    None if objective is None else mask & (bound <= objective)))
             self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
             if not np.any(bound[mask] < least[mask]):
                 continue
@@ -623,6 +629,82 @@ class _Search:
             if self._fits_at_most_replicas(shape):  # per (c, b, S, v, z): any d will do
                 least = np.where(mask, np.minimum(least, bound), least)
         return least
+
+    def _vector_domain_bound(self, table: LayerTable, num_stages: int, virtual: int,
+                             zero: int, dps: np.ndarray, rounds: np.ndarray, chunk_bound: int,
+                             tier: int, wanted: np.ndarray | None = None) -> np.ndarray:
+        """The bound of :meth:`_domain_bound_at` (tier P = ``tier``) where no stage fits a
+        tier-P domain, a·d > G_P and d >= 2, for every d of ``dps`` at once, each entry at
+        most the exact one; 0 elsewhere (no claim) and with e > 1 or c > 1.
+
+        That bound is there the larger of R·max(τ_lb, gathers) + sync (the vector shape
+        bound already holds it) and its case A, the lesser of
+
+        - a TP group leaves its domain (t >= 2): R·max(τ_lb, gathers, τ_A) + sync, τ_A =
+          :meth:`_crossing_chunk_bound` (min(t // 2, G_0), S, above P), by (3);
+        - none does: by (1) every stage has a group of ranks j leaving its domain, and the
+          least over the TP qualities h of :meth:`_tp_qualities` (or h = t, c = G_0 for
+          t = 1) of R·max(τ_lb, gathers, gathers_c, τ_h) + sync_P,c, sync_P,c the sync on
+          :func:`capped_group_paths` (d, c, P), by (3).
+
+        Each part is priced as :meth:`_vector_shape_bound` prices its own: τ_lb, τ_A, τ_h
+        exact (they do not depend on d), gathers and gathers_c by :meth:`_vector_parts`,
+        sync_P,c by :meth:`_vector_sync` (cap c, above P: the same two bounds of
+        :meth:`_fresh_sync_bound` with every ring form's ceiling dropped, then
+        :func:`lower_ticks`, :mod:`nest_cp.dp.vector_bounds`), each at most the exact one;
+        R >= 0, and max, + and the least never fall as a part falls.  A term whose τ is
+        INF (no plan has it) is left out, as that least would leave it.  By (4), at the d
+        whose :meth:`_tp_classes` are known (:meth:`_class_codes`, asked at the entries of
+        ``wanted`` a·d > G_P, those that may still beat the incumbent: the others are never
+        searched) only the terms of the classes met are kept, as there: the h = t term if
+        some visited layout is "inside", the h = 1 term and the TP term if one is
+        "crossing"; elsewhere every term is kept (a least over more terms: no larger).  The
+        rounds R = v·m + S − 1 are the shape's (``rounds``), and the
+        chunk bounds are for K = S·v chunks, as in (3) and A, which hold for any v.  The
+        sync parts are kept per (table, S, z, c, P) in the table's cache (they do not
+        depend on v)."""
+        config = table.config
+        domain = self.network.cluster.network.domain_sizes()[tier]
+        claimed = (config.devices * dps > domain) & (dps > 1)
+        if config.ep > 1 or config.cp > 1 or not claimed.any():
+            return np.zeros(len(dps), dtype=np.int64)
+        num_chunks = num_stages * virtual
+        fast = self._vector_parts(table, num_stages, virtual, zero, dps, None)
+        if fast is None:
+            return np.zeros(len(dps), dtype=np.int64)
+        tau = np.maximum(chunk_bound, fast[0])
+        codes = np.zeros(len(dps), dtype=np.int64)  # 0: the classes are not known
+        if wanted is not None and config.tp > 1:
+            codes = self._class_codes(config, num_stages, dps, wanted & claimed)
+        least = np.full(len(dps), INF, dtype=np.int64)
+        if config.tp > 1:
+            crossing = self._crossing_chunk_bound(
+                table, num_chunks, min(config.tp // 2, self.network.node_size), num_stages,
+                above=tier)
+            if crossing < INF:
+                least = np.where((codes == 0) | (codes & CROSSING > 0),
+                                 rounds * np.maximum(tau, crossing) + fast[1], INF)
+        leaving = np.full(len(dps), INF, dtype=np.int64)
+        for quality, cap in self._tp_qualities(config.tp) or \
+                ((config.tp, self.network.node_size),):
+            crossing = self._off_node_chunk_bound(table, num_chunks) \
+                if quality == config.tp else self._crossing_chunk_bound(
+                    table, num_chunks, quality, num_stages)
+            met = (codes == 0) | (codes & INSIDE > 0 if quality == config.tp else
+                                  codes & CROSSING > 0 if quality == 1 else False)
+            if crossing >= INF or not met.any():
+                continue
+            capped = self._vector_parts(table, num_stages, virtual, zero, dps, cap)
+            key = ("vector domain sync", num_stages, zero, cap, tier, len(dps))
+            if key not in table.cache:
+                table.cache[key] = self._vector_sync(table, num_stages, zero, dps, cap, tier)
+            sync = table.cache[key]
+            if capped is None or sync is None:
+                return np.zeros(len(dps), dtype=np.int64)
+            leaving = np.where(met, np.minimum(leaving, rounds * np.maximum(
+                np.maximum(tau, capped[0]), crossing) + sync), leaving)
+        bound = np.minimum(least, leaving)  # INF where no term is left: claimed no further
+        return np.where(claimed & (bound < INF), bound, 0)
 
     def _classes_vectored(self, config: IntraConfig) -> bool:
         """Whether :meth:`_group_bounds` prices the class bound for every d of c: where
@@ -789,9 +871,10 @@ class _Search:
         return phases
 
     def _vector_sync(self, table: LayerTable, num_stages: int, zero: int, dps: np.ndarray,
-                     cap: int | None) -> np.ndarray | None:
-        """:meth:`_fresh_sync_bound` (default paths, or ``cap``'s) for every d (entry
-        d − 1), rounded down: the same two bounds with every ceiling of a ring form dropped
+                     cap: int | None, above: int = -1) -> np.ndarray | None:
+        """:meth:`_fresh_sync_bound` (default paths, or ``cap``'s; with ``above``, the
+        paths of :meth:`_group_paths` (size, cap, above)) for every d (entry d − 1), rounded
+        down: the same two bounds with every ceiling of a ring form dropped
         (:mod:`nest_cp.dp.vector_bounds`)."""
         if not self.network.is_hierarchical:
             return np.zeros(len(dps), dtype=np.int64)
@@ -803,7 +886,8 @@ class _Search:
         for params, every_layer, per_replica in parameter_kinds(table):
             if params == 0:
                 continue
-            classes = self._ring_classes(table.config.devices, per_replica, cap, tuple(phases))
+            classes = self._ring_classes(table.config.devices, per_replica, cap, tuple(phases),
+                                         above)
             heaviest = -(-params // num_stages)
             holders = num_stages if every_layer else 1
             for whole_mask, slope_sum, offset_sum, full_terms in classes:
@@ -829,22 +913,22 @@ class _Search:
         return np.maximum(0, np.maximum(lower_ticks(heaviest_bound), lower_ticks(mean, hidden)))
 
     def _ring_classes(self, devices: int, per_replica: int, cap: int | None,
-                      phases: tuple) -> list:
+                      phases: tuple, above: int = -1) -> list:
         """:meth:`_vector_sync`'s ring terms of every d = 1 .. N // a at once (a =
-        ``devices``), kept per (a, ranks per replica, cap, phases): per class of
-        :func:`path_classes` over the group sizes d·``per_replica``, (its mask over d, the
-        sum over the phases of the least slope over its paths, the same of the offsets, per
-        phase paid in full the (slope, offset) of each path; the last three None when a
-        path's form is not a ring form).  Every term is elementwise in d, and a class's
-        paths come from its least size, which is also its least among d = 1 .. n whenever
-        the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any S) read the first
-        entries: the same floats as priced alone."""
-        key = (devices, per_replica, cap, phases)
+        ``devices``), kept per (a, ranks per replica, cap, phases, above): per class of
+        :func:`path_classes` (sizes, cap, above) over the group sizes d·``per_replica``,
+        (its mask over d, the sum over the phases of the least slope over its paths, the
+        same of the offsets, per phase paid in full the (slope, offset) of each path; the
+        last three None when a path's form is not a ring form).  Every term is elementwise
+        in d, and a class's paths come from its least size, which is also its least among
+        d = 1 .. n whenever the class meets them, so :meth:`_vector_sync`'s d = 1 .. n (any
+        S) read the first entries: the same floats as priced alone."""
+        key = (devices, per_replica, cap, phases, above)
         if key not in self._ring_terms:
             sizes = np.arange(1, self.instance.cluster.num_devices // devices + 1,
                               dtype=np.int64) * per_replica
             classes = []
-            for mask, paths in path_classes(self.network, sizes, cap):
+            for mask, paths in path_classes(self.network, sizes, cap, above):
                 slopes, offsets, full_terms = [], [], []  # per phase: least over paths
                 for kind, bytes_per_unit, full in phases:
                     rates = [self.prices.ring_rates(kind, bytes_per_unit, self.ids.id_of(path))

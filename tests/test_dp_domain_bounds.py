@@ -270,3 +270,122 @@ def test_the_domain_seed_divides_a_pod_and_changes_no_result(monkeypatch):
     assert stopped.run().objective is None
     assert stopped.stopped_bound == min(outer.lower_bound for outer in search._outer_choices())
     assert 0 < stopped.stopped_bound <= seeded.objective_ticks
+
+
+def _vector_domain_cases(search, instance, virtual: int = 1):
+    """Per (c, S, v = ``virtual``, z) of ``instance`` and tier P of :meth:`_domain_tiers`:
+    (choice index, S, z, P, the d-vector of _vector_domain_bound with the classes of every d,
+    microbatch counts), asserting it is at least the one without classes."""
+    training = instance.training
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        table = search._table(choice_index)
+        chunks = search._chunk_time_bounds(choice_index)
+        for num_stages in range(1 if virtual == 1 else 2, table.num_layers // virtual + 1):
+            dps = np.arange(1, instance.cluster.num_devices // (config.devices * num_stages)
+                            + 1, dtype=np.int64)
+            microbatches = cost.num_microbatches(training.global_batch, microbatch, config, dps)
+            rounds = virtual * microbatches + num_stages - 1
+            for zero in training.zero_stages:
+                for tier in search._domain_tiers():
+                    plain, classed = (search._vector_domain_bound(
+                        table, num_stages, virtual, zero, dps, rounds,
+                        chunks[num_stages * virtual], tier, wanted)
+                        for wanted in (None, np.ones(len(dps), dtype=bool)))
+                    assert np.all(plain <= classed)
+                    yield choice_index, num_stages, zero, tier, classed, microbatches
+
+
+def _check_vector_domain(instance, search, tiers, virtual: int = 1, zeros=(0, 1, 3),
+                         tps=(1, 2), exhaustive: bool = True) -> tuple[int, int]:
+    """Assert each entry of the vector domain bound is at most the exact domain bound of its
+    shape and tier (0 where the exact one claims nothing of a·d > G_P) and at most the
+    shape's exhaustive optimum (for a ZeRO stage of ``zeros`` and t in ``tps``; the latter
+    only with ``exhaustive``); return (entries compared, entries above the shape's
+    case-split bound)."""
+    compared = raised = 0
+    for choice_index, num_stages, zero, tier, vector, microbatches in \
+            _vector_domain_cases(search, instance, virtual):
+        table = search._table(choice_index)
+        if zero not in zeros or table.config.tp not in tps:
+            continue
+        chunk = search._chunk_time_bounds(choice_index)[num_stages * virtual]
+        for dp in range(1, len(vector) + 1):
+            entry = int(vector[dp - 1])
+            if virtual > 1 and microbatches[dp - 1] % num_stages:
+                continue
+            shape = Shape(table, num_stages, dp, virtual, zero, int(microbatches[dp - 1]))
+            exact = search._domain_bound_at(shape, chunk, tier, (choice_index,))
+            assert entry <= exact, (shape, tier, entry, exact)
+            domain = instance.cluster.network.domain_sizes()[tier]
+            claimed = table.config.devices * dp > domain and dp > 1
+            assert claimed or entry == 0
+            compared += claimed
+            raised += claimed and entry > search._shape_bound(shape, chunk)
+            if not claimed or not exhaustive:
+                continue
+            optimum = shape_optimum(instance, SimpleNamespace(
+                config=table.config, microbatch=table.microbatch, zero=zero, dp=dp,
+                num_stages=num_stages, virtual=virtual), canonical_placements(
+                tiers, table.config.devices * num_stages * dp))
+            assert optimum == math.inf or entry <= optimum, (shape, entry, optimum)
+    return compared, raised
+
+
+# seed 1 with t = 2 and z = 1 in the fast tier; every configuration, ZeRO stage and both
+# overlap settings, over further seeds and both hierarchies, in the slow one
+@pytest.mark.parametrize("seed, overlap, tiers, fast", [(1, True, TIERS, True)] + [
+    pytest.param(seed, overlap, tiers, False, marks=SLOW) for seed in range(3)
+    for overlap in (False, True) for tiers in (TIERS, DOMAIN_TIERS)])
+def test_vector_domain_bound_never_exceeds_the_exact_one_or_the_optimum(seed, overlap, tiers,
+                                                                        fast):
+    """For every (c, S, v = 1, z) and domain tier P, the d-vector of the refined bound's
+    domain term (no stage fits a tier-P domain, a·d > G_P, d >= 2) is at most
+    :meth:`_domain_bound_at` of every d (0 where that claims nothing) and at most the
+    exhaustive optimum over every split and injective placement, and above the case-split
+    bound on some."""
+    instance = _instance(seed, overlap, tiers=tiers)
+    search = _search(instance)
+    compared, raised = _check_vector_domain(instance, search, tiers, zeros=(1,) if fast
+                                            else (0, 1, 3), tps=(2,) if fast else (1, 2))
+    assert compared and raised
+
+
+@pytest.mark.parametrize("seed", first_fast(range(3)))
+def test_interleaved_vector_domain_bound_never_exceeds_the_exact_one_or_the_optimum(seed):
+    """v = 2 on a workload of blocks, S >= 2 (so on :data:`DOMAIN_TIERS`, whose tier-1
+    domains of 2 devices a stage of t·d >= 3 leaves): the same, with the rounds and chunk
+    bounds of S·v chunks (in the fast tier against the exact bound only: one exhaustive
+    v = 2 search takes seconds)."""
+    instance = _instance(seed, overlap=seed % 2 == 1, num_layers=5, virtual=2,
+                         tiers=DOMAIN_TIERS)
+    search = _search(instance)
+    compared, raised = _check_vector_domain(instance, search, DOMAIN_TIERS, virtual=2,
+                                            exhaustive=seed > 0)
+    assert compared and raised
+
+
+def test_group_bounds_hold_the_vector_domain_bound():
+    """With an incumbent no shape reaches (every d wanted), the refined bounds of every
+    (c, S, v = 1, z) hold the vector domain bound at each d a ZeRO stage is worth searching
+    at, and stay at most the largest of the exact case-split, class and domain bounds."""
+    instance = _instance(1, True)
+    search = planner._Search(instance, SolveOptions(), ())
+    search.best.objective = planner.INF - 1
+    compared = 0
+    for choice_index, num_stages, zero, tier, vector, microbatches in \
+            _vector_domain_cases(search, instance):
+        table = search._table(choice_index)
+        chunk = search._chunk_time_bounds(choice_index)[num_stages]
+        search._group_bounds(planner.Outer(0, choice_index, num_stages, 1, 1, chunk))
+        group = search._zero_bounds.get((choice_index, num_stages, 1, zero))
+        for dp in np.flatnonzero(vector).tolist():
+            dp += 1
+            if group is None or zero not in search._zero_stages(table, dp, num_stages, 1):
+                continue
+            shape = Shape(table, num_stages, dp, 1, zero, int(microbatches[dp - 1]))
+            ceiling = max(search._shape_bound(shape, chunk),
+                          search._layout_class_bound(shape, chunk),
+                          search._domain_bound_at(shape, chunk, tier, (choice_index,)))
+            assert vector[dp - 1] <= group[dp - 1] <= ceiling, (shape, tier)
+            compared += 1
+    assert compared

@@ -198,8 +198,8 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
     of the class bound of the structured layouts is at most :meth:`_layout_class_bound` at
     every d, within rounding of it (0 exactly where it is 0), and both classes occur; with
     an incumbent, where t fills a node, the group bounds of every z hold it at the d that may
-    beat the incumbent, and lie between it and the larger of the exact class and case-split
-    bounds."""
+    beat the incumbent, and lie between it and the largest of the exact class, case-split
+    and domain bounds (the last where a stage of t·d leaves its tier-1 domain)."""
     from nest_cp.dp.compose import Shape
     from nest_cp.harness.generators import random_instance
 
@@ -249,7 +249,8 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                                     search._zero_stages(table, dp, num_stages, virtual) \
                                     or not search._classes_vectored(config):
                                 continue
-                            ceiling = max(exact, search._shape_bound(shape, chunk))
+                            ceiling = max(exact, search._shape_bound(shape, chunk),
+                                          search._domain_bound(shape, chunk, (choice_index,)))
                             assert entry <= int(group[dp - 1]) <= ceiling
                             raised += int(group[dp - 1]) > search._shape_bound(shape, chunk)
     assert compared and raised
