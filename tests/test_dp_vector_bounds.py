@@ -42,7 +42,8 @@ def _slack(exact: int, rounds: int) -> int:
     lambda case: case == ((4, 2), True)))
 def test_vector_bounds_never_exceed_the_exact_bounds_or_the_optimum(tier_sizes, overlap):
     """Per shape (c, S, d >= 2, z), v = 1: the d-vector of the case-split bound is at most
-    :meth:`_shape_bound` and the vector stage-by-stage bound at most
+    the larger of :meth:`_shape_bound` and :meth:`_domain_bound` (at least the first) and
+    the vector stage-by-stage bound at most
     :meth:`_stagewise_bound`, each within rounding of it (so not vacuous), and both at most
     the least objective over every split and injective placement."""
     compared = 0
@@ -59,7 +60,10 @@ def test_vector_bounds_never_exceed_the_exact_bounds_or_the_optimum(tier_sizes, 
             vector = int(search._zero_bounds[choice_index, shape.num_stages, 1,
                                              shape.zero][shape.dp - 1])
             exact = search._shape_bound(shape, chunk)
-            assert exact - _slack(exact, shape.rounds) <= vector <= exact, (shape, vector, exact)
+            # the vector bound also holds the domain bound's case A (_vector_domain_bound)
+            ceiling = max(exact, search._domain_bound(shape, chunk, (choice_index,)))
+            assert exact - _slack(exact, shape.rounds) <= vector <= ceiling, \
+                (shape, vector, exact, ceiling)
             optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
                 tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
             assert optimum == math.inf or vector <= optimum
