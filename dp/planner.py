@@ -1842,7 +1842,8 @@ class _Search:
         recompute and injective placement; see (4) for the layouts) from the tier-P domains
         (P = ``tier`` >= 1, G_P devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE
         network, above which bandwidth drops 7-fold), when a·S·d > G_P (the plan cannot lie
-        in one domain) and 2·a·d > G_P (no domain holds two stages); 0 otherwise.
+        in one domain) and, for v > 1, 2·a·d > G_P (no domain holds two stages); 0
+        otherwise.
         R = v·m + S − 1, τ_lb = ``chunk_bound``, and gathers and sync the placement-free
         bounds of :meth:`_gather_bound` and :meth:`_sync_bound`, so T >= R·max(τ_lb,
         gathers) + sync always.
@@ -1862,9 +1863,10 @@ class _Search:
         pipeline pairs between s and s' (rank j of replica r to rank j of replica r, a
         bijection of their ranks) include one that leaves D, which runs on a tier K > P:
         its transfer (§3, no channels) costs at least the least over those tiers.  If
-        instead 2·a·d <= G_P < 3·a·d (``shared``), D holds at most one whole stage besides
-        s, and every stage with a rank outside D (whole elsewhere or not whole) is joined to
-        s by such a pair: a stage with two neighbours has one of them across D's border.
+        instead D may hold q = ⌊G_P / (a·d)⌋ >= 2 stages, every stage with a rank outside D
+        (whole elsewhere or not whole) is joined to s by such a pair, and a run of
+        neighbouring stages all whole in D has at most q of them
+        (:meth:`_domain_stagewise`).
 
         (3) A TP group that leaves its domain spans a tier K > P and touches two nodes, so
         has at most k = min(t // 2, G_0) members in the node it has fewest in: its
@@ -1907,16 +1909,17 @@ class _Search:
           for every s.  For s on layers f..l: whole, τ_s >= its cheapest time with the
           receives it has (activation unless s = 0, gradient unless s = S − 1) on the tiers
           above P, by (2) (S >= 2: a·S·d > G_P >= a·d), so R·τ_s >= R·X(f, l)
-          (:meth:`_cheapest_times` from tier P + 1), or with ``shared`` one of a middle
-          stage's receives there (:meth:`_one_sided_times`); not whole (d >= 2 or t >= 2), R·τ_s +
+          (:meth:`_cheapest_times` from tier P + 1), or with q >= 2 those of its receives
+          from neighbours not whole in its domain; not whole (d >= 2 or t >= 2), R·τ_s +
           exposed_s >= R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group
           leaves, (3), :meth:`_crossing_extra` (k, P)) and, over h, R·[h < t]·crossing_h(f,
           l) + R·gathers_P,c(f, l) + x_P,c(f, l) (a group of ranks j leaves, (1) and (3));
           a term for an absent kind of group left out.  So T >= the min-max over
           contiguous splits of H(f, l), the lesser of the two weights where both cases may
-          occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2): the
-          kernel's recurrence (:func:`fill_table`).
-        - v > 1 with a·d <= G_P (and not ``shared``: 0 then): every stage whole gives
+          occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2), whole
+          stages in runs of at most q per domain: the stage-state DP of
+          :meth:`_domain_stagewise`.
+        - v > 1 with a·d <= G_P (and q = 1: 0 otherwise): every stage whole gives
           max_k τ_k >= τ_P (every chunk boundary joins two stages, (2)),
           :meth:`_chunk_bound_from` (K, P + 1); else a stage s is not whole: a TP group
           leaves (A's τ_A) or a group of ranks j does,
@@ -2033,65 +2036,68 @@ class _Search:
         (:meth:`_off_node_chunk_bound`'s argument)."""
         table, num_stages, rounds = shape.table, shape.num_stages, shape.rounds
         config = table.config
-        near_tier = 1 if off_node else 0
-        cheapest = self._cheapest_times(table, num_stages, near_tier)
-        penalty = None
-        if config.tp > 1:
-            crossing = self._crossing_extra(table, min(config.tp // 2, self.network.node_size),
-                                            tier)
-            penalty = rounds * windows(crossing, num_stages)
-        for quality, cap in qualities if shape.dp > 1 else ():
-            gathers, exposed = self._capped_stage_floors(shape, cap, above=tier)
-            split = windows(exposed, num_stages)
-            if gathers is not None:  # ZeRO-3: the chunk's gathers, one group of them on γ
-                split = split + rounds * windows(gathers, num_stages)
-            if quality < config.tp:
-                split = split + rounds * windows(self._crossing_extra(table, quality),
-                                                 num_stages)
-            penalty = split if penalty is None else np.minimum(penalty, split)
-        unordered = self._unordered(table.num_layers, num_stages)
+        # asked again by the outer's floor and search after its deepening: kept per shape
+        key = ("domain stagewise", num_stages, shape.dp, shape.zero, tier, qualities, slots,
+               off_node)
+        if key in table.cache:
+            return table.cache[key]
+        # every weight as an L x L matrix over the stage's layers f..l, read per stage through
+        # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
+        # activation (gradient) receive
         base, near_activation, near_gradient = self._cheapest_ranges(table)
         if off_node:
-            near_activation, near_gradient = self._receives_from(table, near_tier)
+            near_activation, near_gradient = self._receives_from(table, 1)
         far_activation, far_gradient = self._receives_from(table, tier + 1)
-        # R·X_io for every stage at once: the receives a stage lacks (the first's activation,
-        # the last's gradient) are 0, so its X_0o and X_1o (X_i0 and X_i1) coincide
-        windowed = rounds * vector_windows(near_activation, num_stages)[1:], \
-            rounds * vector_windows(far_activation, num_stages)[1:]
-        activation = [np.concatenate((np.zeros((1, part.shape[1]), dtype=np.int64), part))
-                      for part in windowed]
-        windowed = rounds * vector_windows(near_gradient, num_stages)[:-1], \
-            rounds * vector_windows(far_gradient, num_stages)[:-1]
-        gradient = [np.concatenate((part, np.zeros((1, part.shape[1]), dtype=np.int64)))
-                    for part in windowed]
-        base = rounds * windows(base, num_stages)
+        inner = np.arange(table.num_layers) < table.num_layers - 1
+        activation = rounds * near_activation, rounds * far_activation
+        gradient = rounds * near_gradient * inner, rounds * far_gradient * inner
+        unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
+        base = rounds * base + unordered  # (finite: far below INF)
 
-        def whole(into: int, out: int) -> np.ndarray:  # (S, W, W), INF where unordered
-            return np.minimum(base + activation[into][:, :, None] + gradient[out][:, None, :],
-                              INF) + unordered
+        def whole(into: int, out: int) -> np.ndarray:  # L x L, INF where unordered
+            return base + activation[into][:, None] + gradient[out][None, :]
 
+        penalty = None
+        if config.tp > 1:
+            penalty = rounds * self._crossing_extra(
+                table, min(config.tp // 2, self.network.node_size), tier)
+        for quality, cap in qualities if shape.dp > 1 else ():
+            gathers, split = self._capped_stage_floors(shape, cap, above=tier)
+            if gathers is not None:  # ZeRO-3: the chunk's gathers, one group of them on γ
+                split = split + rounds * gathers
+            if quality < config.tp:
+                split = split + rounds * self._crossing_extra(table, quality)
+            penalty = split if penalty is None else np.minimum(penalty, split)
         alone = whole(1, 1)
-        if penalty is not None:
-            alone = np.minimum(alone, np.minimum(rounds * cheapest + penalty, INF) + unordered)
-        # joined on the left only, on the right only, on both sides
-        joined = (whole(0, 1), whole(1, 0), whole(0, 0)) if slots > 1 else ()
+        if penalty is not None:  # or not whole
+            alone = np.minimum(alone, np.minimum(whole(0, 0) + penalty, INF))
         width = table.num_layers - num_stages + 1
         after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
         after[:, width - 1] = 0
+        if slots == 1:
+            for stage in range(num_stages - 1, -1, -1):
+                window = slice(stage, stage + width)
+                after = np.maximum(alone[window, window], after).min(axis=1)[None, :]
+            self.stats.dp_passes += 1
+            table.cache[key] = int(after[0, 0])
+            return table.cache[key]
+        # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
+        # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
+        weights = np.stack((alone, whole(1, 0), whole(0, 1)))
+        inside = whole(0, 0)
         for stage in range(num_stages - 1, -1, -1):
+            window = slice(stage, stage + width)
+            least = np.maximum(weights[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
             value = np.empty_like(after)
-            value[0] = np.maximum(alone[stage], after[0][None, :]).min(axis=1)
-            if slots > 1:  # r >= 1: joined on the left, its activation receive near
-                left, right, inside = (weight[stage] for weight in joined)
-                value[0] = np.minimum(value[0], np.maximum(right, after[1][None, :])
-                                      .min(axis=1))
-                value[1:] = np.maximum(left, after[0][None, :]).min(axis=1)[None, :]
-                if slots > 2:
-                    value[1:-1] = np.minimum(value[1:-1], np.maximum(
-                        inside[None], after[2:][:, None, :]).min(axis=2))
+            value[0] = np.minimum(least[0], least[1])
+            value[1:] = least[2]
+            if slots > 2:  # r >= 1: joined on the left, its activation receive near
+                value[1:-1] = np.minimum(value[1:-1], np.maximum(
+                    inside[None, window, window], after[2:, None, :]).min(axis=2))
             after = value
         self.stats.dp_passes += 1
-        return int(after[0, 0])
+        table.cache[key] = int(after[0, 0])
+        return table.cache[key]
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
@@ -2399,7 +2405,7 @@ class _Search:
         receives each on its cheapest path above P; with ``shared`` (2·a·d <= G_P < 3·a·d)
         for a stage with both (a middle one) one of them there and the other on its
         cheapest path (the lesser choice), the first and last stages their one receive on
-        its cheapest path (:meth:`_one_sided_times`' terms).  0 below the diagonal.
+        its cheapest path.  0 below the diagonal.
 
         A replica r of s receives from replica r of each neighbour, the slowest of its rank
         pairs (cost model §3), so across D's border when that neighbour replica has a rank
