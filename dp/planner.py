@@ -2146,7 +2146,8 @@ class _Search:
         recompute and injective placement; see (4) for the layouts) from the tier-P domains
         (P = ``tier`` >= 1, G_P devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE
         network, above which bandwidth drops 7-fold), when a·S·d > G_P (the plan cannot lie
-        in one domain) and 2·a·d > G_P (no domain holds two stages); 0 otherwise.
+        in one domain) and, for v > 1, 2·a·d > G_P (no domain holds two stages); 0
+        otherwise.
         R = v·m + S − 1, τ_lb = ``chunk_bound``, and gathers and sync the placement-free
         bounds of :meth:`_gather_bound` and :meth:`_sync_bound`, so T >= R·max(τ_lb,
         gathers) + sync always.
@@ -2166,9 +2167,10 @@ class _Search:
         pipeline pairs between s and s' (rank j of replica r to rank j of replica r, a
         bijection of their ranks) include one that leaves D, which runs on a tier K > P:
         its transfer (§3, no channels) costs at least the least over those tiers.  If
-        instead 2·a·d <= G_P < 3·a·d (``shared``), D holds at most one whole stage besides
-        s, and every stage with a rank outside D (whole elsewhere or not whole) is joined to
-        s by such a pair: a stage with two neighbours has one of them across D's border.
+        instead D may hold q = ⌊G_P / (a·d)⌋ >= 2 stages, every stage with a rank outside D
+        (whole elsewhere or not whole) is joined to s by such a pair, and a run of
+        neighbouring stages all whole in D has at most q of them
+        (:meth:`_domain_stagewise`).
 
         (3) A TP group that leaves its domain spans a tier K > P and touches two nodes, so
         has at most k = min(t // 2, G_0) members in the node it has fewest in: its
@@ -2211,16 +2213,17 @@ class _Search:
           for every s.  For s on layers f..l: whole, τ_s >= its cheapest time with the
           receives it has (activation unless s = 0, gradient unless s = S − 1) on the tiers
           above P, by (2) (S >= 2: a·S·d > G_P >= a·d), so R·τ_s >= R·X(f, l)
-          (:meth:`_cheapest_times` from tier P + 1), or with ``shared`` one of a middle
-          stage's receives there (:meth:`_one_sided_times`); not whole (d >= 2 or t >= 2), R·τ_s +
+          (:meth:`_cheapest_times` from tier P + 1), or with q >= 2 those of its receives
+          from neighbours not whole in its domain; not whole (d >= 2 or t >= 2), R·τ_s +
           exposed_s >= R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group
           leaves, (3), :meth:`_crossing_extra` (k, P)) and, over h, R·[h < t]·crossing_h(f,
           l) + R·gathers_P,c(f, l) + x_P,c(f, l) (a group of ranks j leaves, (1) and (3));
           a term for an absent kind of group left out.  So T >= the min-max over
           contiguous splits of H(f, l), the lesser of the two weights where both cases may
-          occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2): the
-          kernel's recurrence (:func:`fill_table`).
-        - v > 1 with a·d <= G_P (and not ``shared``: 0 then): every stage whole gives
+          occur (whole needs a·d <= G_P; not whole needs a TP group or d >= 2), whole
+          stages in runs of at most q per domain: the stage-state DP of
+          :meth:`_domain_stagewise`.
+        - v > 1 with a·d <= G_P (and q = 1: 0 otherwise): every stage whole gives
           max_k τ_k >= τ_P (every chunk boundary joins two stages, (2)),
           :meth:`_chunk_bound_from` (K, P + 1); else a stage s is not whole: a TP group
           leaves (A's τ_A) or a group of ranks j does,
@@ -2236,9 +2239,8 @@ class _Search:
         network, config = self.network, table.config
         domain = network.cluster.network.domain_sizes()[tier]
         devices = config.devices * dp  # a stage's
-        shared = 2 * devices <= domain  # a domain may hold two whole stages (not three)
-        if devices * num_stages <= domain or 3 * devices <= domain or \
-                (shared and shape.virtual > 1):
+        slots = domain // devices  # q: the whole stages a domain may hold
+        if devices * num_stages <= domain or (slots > 1 and shape.virtual > 1):
             return 0
         rounds = shape.rounds
         tau = max(chunk_bound, self._gather_bound(shape))
@@ -2270,18 +2272,18 @@ class _Search:
             bound = max(bound, min(tp_term, least))
         if not may_be_whole:  # (the stage-by-stage bound, without whole stages, is left out)
             return bound
-        whole = rounds * max(tau, self._one_sided_bound(table, num_stages, tier + 1) if shared
-                             else self._chunk_bound_from(table, shape.num_chunks, tier + 1)) \
+        whole = rounds * max(tau, self._chunk_bound_from(table, shape.num_chunks, tier + 1)) \
             + sync
-        # the rest is at most R·τ_P + sync (v = 1: the min-max of the whole stages' weights
-        # alone), and for v > 1 the TP term: where that may beat the incumbent it would not
-        # prune the shape, so it is left out
+        # the rest is at most R·τ_P + sync (v = 1: the min-max of the weights of whole stages
+        # each joined to none, every boundary leaving, one of the stage-by-stage bound's
+        # assignments), and for v > 1 the TP term: where that may beat the incumbent it
+        # would not prune the shape, so it is left out
         if self.best.may_beat(max(bound, whole if shape.virtual == 1 else min(whole, tp_term)),
                               key):
             return bound
         if shape.virtual == 1:
             return max(bound, self._domain_stagewise(
-                shape, tier, qualities, shared,
+                shape, tier, qualities, slots,
                 classes == {"inside"} and config.tp == network.node_size))
         exposed = None if dp == 1 else \
             self._capped_stage_floors(shape, network.node_size, above=tier)[1]
@@ -2293,80 +2295,112 @@ class _Search:
         return max(bound, min(whole, tp_term, split))
 
     def _domain_stagewise(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
-                          shared: bool, off_node: bool) -> int:
-        """:meth:`_domain_bound_at`'s stage-by-stage bound (v = 1): the min-max over
-        contiguous splits of H(f, l), whole stages weighted R·X(f, l), the others
-        R·cheapest(f, l) + the least of R·crossing_P(f, l) (a TP group leaves the domain)
-        and, over the least quality h of the stage's TP groups, R·[h < t]·crossing_h(f, l)
-        + x_P,c(f, l) (a group of ranks j leaves it, with at most c = ⌊G_0 / h⌋ members in
-        a node: Fact 1 of :mod:`nest_cp.dp.node_bounds` holds stage by stage, and with
-        h < t the stage's TP collectives cost their crossing extra, Fact 2, as in
-        :meth:`_stagewise_bound`), for a shape whose stages may be whole (a·d <= G_P).
-        With ``shared`` (2·a·d <= G_P < 3·a·d) a whole stage's weight is the one-sided
-        Y(f, l) of :meth:`_one_sided_times` instead; with ``off_node`` (every TP group fills
-        its node, t = G_0: a node holds one stage replica, so every pipeline pair joins two
-        nodes) the other stages' receives are on the tiers above the node
+                          slots: int, off_node: bool) -> int:
+        """:meth:`_domain_bound_at`'s stage-by-stage bound (v = 1) for a shape whose stages
+        may be whole (a·d <= G_P), q = ``slots`` = ⌊G_P / (a·d)⌋ >= 1 of them to a domain,
+        the plan in no one domain (a·S·d > G_P, so S > q): the least over contiguous splits
+        and over the assignments below of the largest stage weight.
+
+        A stage not whole weighs N(f, l) = R·cheapest(f, l) + the least of
+        R·crossing_P(f, l) (a TP group leaves the domain) and, over the least quality h of
+        the stage's TP groups, R·[h < t]·crossing_h(f, l) + R·gathers_P,c(f, l) +
+        x_P,c(f, l) (a group of ranks j leaves it, with at most c = ⌊G_0 / h⌋ members in a
+        node: Fact 1 of :mod:`nest_cp.dp.node_bounds` holds stage by stage, and with h < t
+        the stage's TP collectives cost their crossing extra, Fact 2, as in
+        :meth:`_stagewise_bound`); INF where no group can leave (t = d = 1).  A whole stage
+        weighs R·X_io(f, l), its cheapest time with its activation receive (s > 0) on the
+        tiers above P if i = 1 (on its cheapest path else) and its gradient receive
+        (s < S − 1) there if o = 1 (:meth:`_cheapest_times`' terms).
+
+        Call the boundary between stages s and s + 1 *joined* if both are whole in the same
+        domain, *leaving* otherwise.  (a) A whole stage next to a leaving boundary pays its
+        receive across it above P: if the neighbour is whole in another domain every pair
+        between them leaves the stage's domain; if it is not whole it has a rank outside
+        the stage's domain D, and the pairs between the two stages are a bijection of their
+        ranks, so one pair joins that rank to one in D (argument (2) of
+        :meth:`_domain_bound_at`; τ_s is its slowest replica's).  (b) A run of stages whole
+        and joined lies in one domain, so has at most q stages (the placement is
+        injective).  Every plan thus has an assignment (each stage whole or not, each
+        boundary between whole stages joined or leaving, runs of at most q) whose weights
+        are at most its R·τ_s + exposed_s, so T >= its largest weight.
+
+        The least over splits and assignments is a DP from the last stage over (stage s,
+        its first layer, r = the whole stages joined to s on its left, 0 .. q − 1):
+
+            V(s, r, f) = min over l of
+                r >= 1: min(max(R·X_01, V(s + 1, 0)), max(R·X_00, V(s + 1, r + 1)) if r + 1 < q)
+                r = 0:  min(max(min(N, R·X_11), V(s + 1, 0)), max(R·X_10, V(s + 1, 1)) if q > 1)
+
+        with the layers l + 1 .. in V(s + 1, ·) (the receives absent at the ends are 0:
+        X's i is moot for s = 0, o for s = S − 1) and the bound V(0, 0, 0).  q = 1 is the
+        old ``alone`` case (every whole stage pays both receives above P); q = 2 is at
+        least the old ``shared`` one (one of a middle stage's receives).  With ``off_node``
+        (every TP group fills its node, t = G_0: a node holds one stage replica, so every
+        pipeline pair joins two nodes) every receive is on the tiers above the node
         (:meth:`_off_node_chunk_bound`'s argument)."""
         table, num_stages, rounds = shape.table, shape.num_stages, shape.rounds
         config = table.config
-        cheapest = self._cheapest_times(table, num_stages, 1 if off_node else 0)
+        # asked again by the outer's floor and search after its deepening: kept per shape
+        key = ("domain stagewise", num_stages, shape.dp, shape.zero, tier, qualities, slots,
+               off_node)
+        if key in table.cache:
+            return table.cache[key]
+        # every weight as an L x L matrix over the stage's layers f..l, read per stage through
+        # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
+        # activation (gradient) receive
+        base, near_activation, near_gradient = self._cheapest_ranges(table)
+        if off_node:
+            near_activation, near_gradient = self._receives_from(table, 1)
+        far_activation, far_gradient = self._receives_from(table, tier + 1)
+        inner = np.arange(table.num_layers) < table.num_layers - 1
+        activation = rounds * near_activation, rounds * far_activation
+        gradient = rounds * near_gradient * inner, rounds * far_gradient * inner
+        unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
+        base = rounds * base + unordered  # (finite: far below INF)
+
+        def whole(into: int, out: int) -> np.ndarray:  # L x L, INF where unordered
+            return base + activation[into][:, None] + gradient[out][None, :]
+
         penalty = None
         if config.tp > 1:
-            crossing = self._crossing_extra(table, min(config.tp // 2, self.network.node_size),
-                                            tier)
-            penalty = rounds * windows(crossing, num_stages)
+            penalty = rounds * self._crossing_extra(
+                table, min(config.tp // 2, self.network.node_size), tier)
         for quality, cap in qualities if shape.dp > 1 else ():
-            gathers, exposed = self._capped_stage_floors(shape, cap, above=tier)
-            split = windows(exposed, num_stages)
+            gathers, split = self._capped_stage_floors(shape, cap, above=tier)
             if gathers is not None:  # ZeRO-3: the chunk's gathers, one group of them on γ
-                split = split + rounds * windows(gathers, num_stages)
+                split = split + rounds * gathers
             if quality < config.tp:
-                split = split + rounds * windows(self._crossing_extra(table, quality),
-                                                 num_stages)
+                split = split + rounds * self._crossing_extra(table, quality)
             penalty = split if penalty is None else np.minimum(penalty, split)
-        weight = rounds * (self._one_sided_times(table, num_stages, tier + 1) if shared
-                           else self._cheapest_times(table, num_stages, tier + 1))
-        if penalty is not None:
-            weight = np.minimum(weight, rounds * cheapest + penalty)
-        weight = np.minimum(weight, INF) + self._unordered(table.num_layers, num_stages)
+        alone = whole(1, 1)
+        if penalty is not None:  # or not whole
+            alone = np.minimum(alone, np.minimum(whole(0, 0) + penalty, INF))
+        width = table.num_layers - num_stages + 1
+        after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
+        after[:, width - 1] = 0
+        if slots == 1:
+            for stage in range(num_stages - 1, -1, -1):
+                window = slice(stage, stage + width)
+                after = np.maximum(alone[window, window], after).min(axis=1)[None, :]
+            self.stats.dp_passes += 1
+            table.cache[key] = int(after[0, 0])
+            return table.cache[key]
+        # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
+        # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
+        weights = np.stack((alone, whole(1, 0), whole(0, 1)))
+        inside = whole(0, 0)
+        for stage in range(num_stages - 1, -1, -1):
+            window = slice(stage, stage + width)
+            least = np.maximum(weights[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
+            value = np.empty_like(after)
+            value[0] = np.minimum(least[0], least[1])
+            value[1:] = least[2]
+            if slots > 2:  # r >= 1: joined on the left, its activation receive near
+                value[1:-1] = np.minimum(value[1:-1], np.maximum(
+                    inside[None, window, window], after[2:, None, :]).min(axis=2))
+            after = value
         self.stats.dp_passes += 1
-        return int(fill_table(weight)[0][0, 0])
-
-    def _one_sided_times(self, table: LayerTable, num_stages: int,
-                         first_tier: int) -> np.ndarray:
-        """(S, W, W) stage times of :meth:`_cheapest_times` (v = 1) for stages whose every
-        neighbour but one lies across a boundary whose pairs leave their domain: a middle
-        stage pays one of its receives (the cheaper choice) on the tiers ``first_tier`` ..
-        and the other on its cheapest path, the first and last stages theirs on the
-        cheapest paths (their one neighbour may share their domain).  Kept per (table, S,
-        first tier) in the table's cache."""
-        key = ("one-sided times", num_stages, first_tier)
-        if key not in table.cache:
-            base, activation, received = self._cheapest_ranges(table)
-            far_activation, far_received = self._receives_from(table, first_tier)
-            weight = windows(base, num_stages).copy()
-            near = vector_windows(activation, num_stages)[:, :, None], \
-                vector_windows(received, num_stages)[:, None, :]
-            far = vector_windows(far_activation, num_stages)[:, :, None], \
-                vector_windows(far_received, num_stages)[:, None, :]
-            weight[1:-1] += np.minimum(far[0] + near[1], near[0] + far[1])[1:-1]
-            if num_stages >= 2:
-                weight[0] += near[1][0]
-                weight[-1] += near[0][-1]
-            weight.flags.writeable = False
-            table.cache[key] = weight
-        return table.cache[key]
-
-    def _one_sided_bound(self, table: LayerTable, num_stages: int, first_tier: int) -> int:
-        """The min-max over contiguous splits into S stages of :meth:`_one_sided_times`
-        (at least every weight :meth:`_domain_stagewise` gives a whole stage with
-        ``shared``, so its min-max bounds that bound from above); kept per (table, S,
-        first tier)."""
-        key = ("one-sided bound", num_stages, first_tier)
-        if key not in table.cache:
-            weight = np.minimum(self._one_sided_times(table, num_stages, first_tier), INF) \
-                + self._unordered(table.num_layers, num_stages)
-            table.cache[key] = int(fill_table(weight)[0][0, 0])
+        table.cache[key] = int(after[0, 0])
         return table.cache[key]
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
@@ -2675,7 +2709,7 @@ class _Search:
         receives each on its cheapest path above P; with ``shared`` (2·a·d <= G_P < 3·a·d)
         for a stage with both (a middle one) one of them there and the other on its
         cheapest path (the lesser choice), the first and last stages their one receive on
-        its cheapest path (:meth:`_one_sided_times`' terms).  0 below the diagonal.
+        its cheapest path.  0 below the diagonal.
 
         A replica r of s receives from replica r of each neighbour, the slowest of its rank
         pairs (cost model §3), so across D's border when that neighbour replica has a rank

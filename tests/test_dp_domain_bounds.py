@@ -46,7 +46,7 @@ def _search(instance):
     return search
 
 
-def _check(instance, search, shapes, zeros=(0, 1, 3)) -> tuple[int, int]:
+def _check(instance, search, shapes, zeros=(0, 1, 3), tiers=TIERS) -> tuple[int, int]:
     """Assert the domain bound is at most the shape's exhaustive optimum for every shape of
     a ZeRO stage in ``zeros`` it prices; return how many it raised above the fastest-path
     and case-split bound and on how many it equals the optimum."""
@@ -59,7 +59,7 @@ def _check(instance, search, shapes, zeros=(0, 1, 3)) -> tuple[int, int]:
         if bound == 0:
             continue
         optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
-            TIERS, shape.table.config.devices * shape.num_stages * shape.dp))
+            tiers, shape.table.config.devices * shape.num_stages * shape.dp))
         if optimum == math.inf:
             continue
         assert bound <= optimum, (shape, bound, optimum)
@@ -83,6 +83,35 @@ def test_domain_bound_never_exceeds_the_exhaustive_optimum(seed, overlap, fast):
         search, instance, keep=lambda config: config.tp == 2 or not fast),
         zeros=(1,) if fast else (0, 1, 3))
     assert raised and tight
+
+
+def _slots(search, shape) -> int:
+    """q: how many stages of the shape a tier-1 domain may hold whole."""
+    return search.network.cluster.network.domain_sizes()[1] // (shape.table.config.devices
+                                                                  * shape.dp)
+
+
+# seed 0 with t = d = 1 (S = 5 on domains of 4: q = 4, a run of at most four stages) in the
+# fast tier (well under 1 s); q = 2 (t = 2 or d = 2) too, further seeds and a hierarchy of
+# three-device domains (q = 3 with S = 4 .. 6) in the slow one
+@pytest.mark.parametrize("seed, tiers, num_layers, fast", [(0, TIERS, 5, True)] + [
+    pytest.param(seed, tiers, num_layers, False, marks=SLOW) for seed in range(3)
+    for tiers, num_layers in ((TIERS, 5), ((1, 3, 2), 6))])
+def test_domain_bound_with_several_stages_to_a_domain(seed, tiers, num_layers, fast):
+    """v = 1 where a domain may hold q >= 2 whole stages (the stage-state DP over runs of
+    joined whole stages of :meth:`_Search._domain_stagewise`): the domain bound is at most
+    the exhaustive optimum, rises above the other shape bounds on some shapes and is tight
+    on some (fast: q >= 3 only, each ZeRO stage)."""
+    instance = _instance(seed, overlap=True, num_layers=num_layers, tiers=tiers)
+    search = _search(instance)
+    assert search._domain_tiers() == (1,)
+    least = 3 if fast else 2
+    raised, tight = _check(instance, search, (
+        found for found in v1_shapes(search, instance)
+        if _slots(search, found[1]) >= least), tiers=tiers)
+    assert raised
+    if tiers == TIERS:
+        assert tight
 
 
 def _interleaved_shapes(search, instance, num_stages: int = 2, virtual: int = 2):
