@@ -1836,33 +1836,45 @@ class _Search:
         found = self._stage_parts_kept.get(key)
         if found is not None and found[0] is table:
             return found[1]
-        training = self.instance.training
-        columns, _ = distinct_ranges(table, (table.dense_range, table.expert_range,
-                                             table.bwd_range, table.fwd_range,
-                                             table.params_range))
-        dense, expert, backward, forward, params = columns
-        reduce = np.zeros(len(dense), dtype=np.int64)
-        gather = np.zeros(len(dense), dtype=np.int64)
-        for volumes, size, paths in ((dense, dp * table.config.ep, signature[0]),
-                                     (expert, dp, signature[1])):
-            if size <= 1 or not np.any(volumes > 0) or not paths:
-                continue
-            forms = [self.prices.sync_forms(zero, size, path) for path in paths]
-            reduce = reduce + np.max([form.of_array(volumes) for form, _ in forms], axis=0)
-            if forms[0][1] is not None:
-                gather = gather + np.max([form.of_array(volumes) for _, form in forms], axis=0)
-        if training.overlap_grad_reduce:
-            reduce = np.maximum(0, reduce - backward)
-        if training.overlap_param_gather:
-            gather = np.maximum(0, gather - forward)
+        params = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                         table.bwd_range, table.fwd_range,
+                                         table.params_range))[0][4]
+        exposed = self._exposed_floors(table, zero, [(dp * table.config.ep, signature[0]),
+                                                     (dp, signature[1])], np.max)
         gathers = None
         if gathered and signature[1]:
             gathers = 2 * np.max([self.prices.gather_form(dp, path).of_array(params)
                                   for path in signature[1]], axis=0)
         if len(self._stage_parts_kept) >= LAYOUT_KEYS_KEPT:
             self._stage_parts_kept.clear()
-        self._stage_parts_kept[key] = (table, (gathers, reduce + gather))
-        return gathers, reduce + gather
+        self._stage_parts_kept[key] = (table, (gathers, exposed))
+        return gathers, exposed
+
+    def _exposed_floors(self, table: LayerTable, zero: int, groups: list, pick) -> np.ndarray:
+        """Per distinct range of :func:`distinct_ranges`, the exposed sync of a stage whose
+        groups of the dense and of the expert kind have ``groups`` = [(size, path ids)] ranks
+        and paths: each phase summed over the kinds of ``pick`` (np.min: the least price over
+        the paths, np.max: the largest) of its price, less the compute it overlaps (cost
+        model §5 c, d); a kind of one rank, no parameters or no paths adds nothing."""
+        training = self.instance.training
+        columns, _ = distinct_ranges(table, (table.dense_range, table.expert_range,
+                                             table.bwd_range, table.fwd_range,
+                                             table.params_range))
+        dense, expert, backward, forward, _ = columns
+        reduce = np.zeros(len(dense), dtype=np.int64)
+        gather = np.zeros(len(dense), dtype=np.int64)
+        for volumes, (size, paths) in zip((dense, expert), groups):
+            if size <= 1 or not np.any(volumes > 0) or not paths:
+                continue
+            forms = [self.prices.sync_forms(zero, size, path) for path in paths]
+            reduce = reduce + pick([form.of_array(volumes) for form, _ in forms], axis=0)
+            if forms[0][1] is not None:
+                gather = gather + pick([form.of_array(volumes) for _, form in forms], axis=0)
+        if training.overlap_grad_reduce:
+            reduce = np.maximum(0, reduce - backward)
+        if training.overlap_param_gather:
+            gather = np.maximum(0, gather - forward)
+        return reduce + gather
 
     def _shape_bound(self, shape: Shape, chunk_bound: int, split: bool = True) -> int:
         """A lower bound on T over every plan of the shape (c, b, S, d, v, z), any split,
@@ -2891,28 +2903,15 @@ class _Search:
         :func:`distinct_ranges` instead of L x L.  With ``above``, every group on the paths
         of the tiers above it (groups that leave their tier-``above`` domain)."""
         table, zero, dp = shape.table, shape.zero, shape.dp
-        training = self.instance.training
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
                                                    table.bwd_range, table.fwd_range,
                                                    table.params_range))
-        dense, expert, backward, forward, params = columns
-        reduce = np.zeros(len(dense), dtype=np.int64)
-        gather = np.zeros(len(dense), dtype=np.int64)
-        for volumes, size in ((dense, dp * table.config.ep), (expert, dp)):
-            if size <= 1 or not np.any(volumes > 0):
-                continue
-            forms = [self.prices.sync_forms(zero, size, self.ids.id_of(path))
-                     for path in self._group_paths(size, cap, above)]
-            reduce = reduce + np.min([form.of_array(volumes) for form, _ in forms], axis=0)
-            if forms[0][1] is not None:
-                gather = gather + np.min([form.of_array(volumes) for _, form in forms],
-                                         axis=0)
-        if training.overlap_grad_reduce:
-            reduce = np.maximum(0, reduce - backward)
-        if training.overlap_param_gather:
-            gather = np.maximum(0, gather - forward)
+        params = columns[4]
+        exposed = self._exposed_floors(table, zero, [
+            (size, tuple(self.ids.id_of(path) for path in self._group_paths(size, cap, above))
+             if size > 1 else ()) for size in (dp * table.config.ep, dp)], np.min)
         index = slice(None) if distinct else inverse
-        exposed = (reduce + gather)[index]
+        exposed = exposed[index]
         gathers = None
         if shape.gather_dp > 1:
             gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))

@@ -237,6 +237,16 @@ def test_a_group_with_one_member_per_node_needs_a_node_each():
     assert capped_group_paths(network, 385, 1, above=2) == (top,)
 
 
+def _above_small_pods(instance):
+    """``instance`` on nodes of 2 in pods of 8 under a 1:7 aggregation tier."""
+    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
+                                   Tier("rack", 2, 1e10, 2e-6),
+                                   Tier("pod", 2, 1e10, 3e-6),
+                                   Tier("aggregation", 2, 1e10 / 7, 5e-6, efficiency=0.7)))
+    return dataclasses.replace(instance, cluster=dataclasses.replace(
+        instance.cluster, network=network))
+
+
 @pytest.mark.parametrize("seed", first_fast((2, 0, 1, 3)))  # seed 2 the quickest
 def test_pruning_never_changes_the_optimum_above_small_pods(seed, monkeypatch):
     """test_dp_v3's medium instances on nodes of 2 in pods of 8 under a 1:7 tier: the DP
@@ -245,13 +255,7 @@ def test_pruning_never_changes_the_optimum_above_small_pods(seed, monkeypatch):
 
     from nest_cp.solvers.registry import solve
 
-    instance = medium_v3_instance(seed)
-    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
-                                   Tier("rack", 2, 1e10, 2e-6),
-                                   Tier("pod", 2, 1e10, 3e-6),
-                                   Tier("aggregation", 2, 1e10 / 7, 5e-6, efficiency=0.7)))
-    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
-        instance.cluster, network=network))
+    instance = _above_small_pods(medium_v3_instance(seed))
     same_optimum_unbounded(instance, monkeypatch, lambda i: solve(i, "dp", SolveOptions()))
 
 
@@ -262,13 +266,7 @@ def test_the_domain_seed_divides_a_pod_and_changes_no_result(monkeypatch):
     bound, above 0 and at most that objective."""
     from test_dp_v3 import medium_v3_instance
 
-    instance = medium_v3_instance(2)
-    network = HierarchicalNetwork((Tier("node", 2, 1e11, 1e-6, efficiency=0.8),
-                                   Tier("rack", 2, 1e10, 2e-6),
-                                   Tier("pod", 2, 1e10, 3e-6),
-                                   Tier("aggregation", 2, 1e10 / 7, 5e-6, efficiency=0.7)))
-    instance = dataclasses.replace(instance, cluster=dataclasses.replace(
-        instance.cluster, network=network))
+    instance = _above_small_pods(medium_v3_instance(2))
     search = planner._Search(instance, SolveOptions(), None)
     seed = search._domain_seed(search._outer_choices())
     config = instance.choices[seed.choice_index][0]
