@@ -437,7 +437,7 @@ class _BlockCounts:
         while True:
             useful = _count_true_prefix(len(tau_values), lambda index: may_beat(
                 rounds * int(tau_values[index]) + floor))
-            tau = _least_feasible(tau_values[:useful], lambda value, cap=sync_cap:
+            tau = least_feasible(tau_values[:useful], lambda value, cap=sync_cap:
                                   feasible(value, cap))
             if tau is None:
                 return checks
@@ -448,7 +448,7 @@ class _BlockCounts:
                     rounds * tau + int(capped[index])))]
             if len(affordable) == 0:
                 return checks
-            sigma = _least_feasible(affordable, lambda value, tau=tau: feasible(tau, value))
+            sigma = least_feasible(affordable, lambda value, tau=tau: feasible(tau, value))
             if sigma is None:  # σ(τ) exceeds them all: later points lie under the largest
                 sync_cap = int(affordable[-1])
                 continue
@@ -554,7 +554,7 @@ def _sync_floor(ok: np.ndarray, exposed: np.ndarray) -> int:
     return int(np.where(holdable, exposed, INF).min(axis=1).max())
 
 
-def _least_feasible(values: np.ndarray, feasible) -> int | None:
+def least_feasible(values: np.ndarray, feasible) -> int | None:
     """The least of the sorted ``values`` where the monotone ``feasible`` holds, or None
     when it fails at the largest (binary search)."""
     if len(values) == 0 or not feasible(int(values[-1])):

@@ -124,7 +124,12 @@ from nest_cp.dp.geometry import (
     layout_strides,
     tp_groups_leave_nodes,
 )
-from nest_cp.dp.interleaved import Interleaved, block_structure, exact_method_available
+from nest_cp.dp.interleaved import (
+    Interleaved,
+    block_structure,
+    exact_method_available,
+    least_feasible,
+)
 from nest_cp.dp.kernel import (
     INF,
     fill_table,
@@ -1758,15 +1763,10 @@ class _Search:
             bound = self._interleaved_layout_bound(table, shape.virtual, signatures, weights)
             self._layout_syncs[key] = (table, bound)
             return bound
-        # stage s holds layers in [s, s + W) (every stage at least one): windows of W
-        width = table.num_layers - num_stages + 1
-        unordered = self._unordered(table.num_layers, num_stages)
-        least = np.full(width, INF, dtype=np.int64)
-        least[-1] = 0  # V(S, L) = 0: the last stage ends at layer L − 1
-        for stage in reversed(range(num_stages)):
-            weight = weights[signatures[stage]][stage:stage + width, stage:stage + width]
-            least = (np.maximum(weight, least[None, :]) + unordered).min(axis=1)
-        bound = int(least[0])
+        # the kernel's recurrence on each stage's window of its own weights
+        staged = np.stack([windows(weights[signature], num_stages)[stage]
+                           for stage, signature in enumerate(signatures)])
+        bound = int(fill_table(staged + self._unordered(table.num_layers, num_stages))[0][0, 0])
         self._layout_syncs[key] = (table, bound)
         return bound
 
@@ -1815,15 +1815,8 @@ class _Search:
             return bool(np.all(fewest <= count)) and int(times @ fewest) <= count \
                 <= int(times @ most)
 
-        candidates = np.unique(weight[weight < INF])
-        low, high = 0, len(candidates)  # the least index that holds (len: none)
-        while low < high:
-            middle = (low + high) // 2
-            if holds(int(candidates[middle])):
-                high = middle
-            else:
-                low = middle + 1
-        return int(candidates[low]) if low < len(candidates) else INF
+        least = least_feasible(np.unique(weight[weight < INF]), holds)
+        return INF if least is None else least
 
     def _stage_parts(self, table: LayerTable, dp: int, zero: int, signature: tuple,
                      gathered: bool) -> tuple[np.ndarray | None, np.ndarray]:
@@ -2387,16 +2380,13 @@ class _Search:
         alone = whole(1, 1)
         if penalty is not None:  # or not whole
             alone = np.minimum(alone, np.minimum(whole(0, 0) + penalty, INF))
+        self.stats.dp_passes += 1
+        if slots == 1:  # no state: the kernel's recurrence on the stages' windows
+            table.cache[key] = int(fill_table(windows(alone, num_stages))[0][0, 0])
+            return table.cache[key]
         width = table.num_layers - num_stages + 1
         after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
         after[:, width - 1] = 0
-        if slots == 1:
-            for stage in range(num_stages - 1, -1, -1):
-                window = slice(stage, stage + width)
-                after = np.maximum(alone[window, window], after).min(axis=1)[None, :]
-            self.stats.dp_passes += 1
-            table.cache[key] = int(after[0, 0])
-            return table.cache[key]
         # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
         # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
         weights = np.stack((alone, whole(1, 0), whole(0, 1)))
@@ -2411,7 +2401,6 @@ class _Search:
                 value[1:-1] = np.minimum(value[1:-1], np.maximum(
                     inside[None, window, window], after[2:, None, :]).min(axis=2))
             after = value
-        self.stats.dp_passes += 1
         table.cache[key] = int(after[0, 0])
         return table.cache[key]
 
