@@ -2793,7 +2793,8 @@ class _Search:
         forward and parameter totals), rounded down: every ring form's ceiling dropped, the
         least over the capped paths of the real prices, max(0, x − y) of those (it does not
         fall as x grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A
-        form that is not a ring form is priced exactly, d by d."""
+        form that is not a ring form is priced exactly, d by d.  The group sizes' paths are
+        read from :meth:`_size_classes` (the classes of :func:`path_classes`, found once)."""
         training = self.instance.training
         optimizer = training.optimizer
         dense, expert, backward, forward, params = columns
@@ -2807,45 +2808,70 @@ class _Search:
             if not np.any(volumes > 0):
                 continue
             sizes = dps * per_replica
-            for mask, paths in path_classes(self.network, sizes, cap, above):
+            for rows, paths in self._size_classes(sizes, cap, above):
                 for out, kind, bytes_per_unit in phases:
-                    least = self._least_ring_price(kind, bytes_per_unit, paths, sizes[mask],
+                    least = self._least_ring_price(kind, bytes_per_unit, paths, sizes[rows],
                                                    volumes)
                     if least is None:
                         return self._exact_stage_floors(table, zero, dps, cap, above)
-                    out[mask] += least
+                    out[rows] += least
         scale = 0
         if training.overlap_grad_reduce:
-            reduce = np.maximum(0, reduce - backward[None, :])
+            np.maximum(np.subtract(reduce, backward[None, :], out=reduce), 0, out=reduce)
             scale = max(scale, int(backward.max(initial=0)))
         if training.overlap_param_gather:
-            gather = np.maximum(0, gather - forward[None, :])
+            np.maximum(np.subtract(gather, forward[None, :], out=gather), 0, out=gather)
             scale = max(scale, int(forward.max(initial=0)))
-        exposed = np.maximum(0, lower_ticks(reduce + gather, scale))
+        exposed = np.maximum(0, lower_ticks(np.add(reduce, gather, out=reduce), scale))
         if zero != 3:
             return None, exposed
         gathers = np.zeros((count, width))
-        for mask, paths in path_classes(self.network, dps, cap, above):
+        for rows, paths in self._size_classes(dps, cap, above):
             least = self._least_ring_price(CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
-                                           paths, dps[mask], params)
+                                           paths, dps[rows], params)
             if least is None:
                 return self._exact_stage_floors(table, zero, dps, cap, above)
-            gathers[mask] = 2 * least
+            gathers[rows] = 2 * least
         return np.maximum(0, lower_ticks(gathers)), exposed
+
+    def _size_classes(self, sizes: np.ndarray, cap: int, above: int = -1) -> list:
+        """:func:`path_classes` (``sizes``, ``cap``, ``above``) as (rows, paths) pairs, rows
+        an index array into ``sizes`` or a full slice where one class holds them all: the
+        classes of every group size 2 .. N are found once per (cap, above) and read back
+        (a class's paths are those of any of its sizes, :func:`path_classes`)."""
+        key = ("size classes", cap, above)
+        if key not in self._ring_terms:
+            every = np.arange(self.instance.cluster.num_devices + 1, dtype=np.int64)
+            codes = np.full(len(every), -1, dtype=np.int64)
+            found = path_classes(self.network, every, cap, above)
+            for index, (mask, _) in enumerate(found):
+                codes[mask] = index
+            self._ring_terms[key] = (codes, [paths for _, paths in found])
+        codes, classes = self._ring_terms[key]
+        met = codes[sizes]
+        first = int(met[0])
+        if first >= 0 and (met == first).all():
+            return [(slice(None), classes[first])]
+        return [(np.flatnonzero(met == code), classes[code])
+                for code in np.unique(met[met >= 0]).tolist()]
 
     def _least_ring_price(self, kind: CollectiveKind, bytes_per_unit: int, paths: tuple,
                           sizes: np.ndarray, volumes: np.ndarray) -> np.ndarray | None:
         """(len(sizes), len(volumes)) floats: the least over ``paths`` of the real price
         (slope·V + offset, 0 at V = 0, as :class:`~nest_cp.dp.pricing.LinearTicks`) of the
         collective over g = ``sizes`` ranks; None when a path's forms are not ring forms."""
+        key = ("ring rates", kind, bytes_per_unit, paths)
+        if key not in self._ring_terms:
+            self._ring_terms[key] = [self.prices.ring_rates(kind, bytes_per_unit,
+                                                            self.ids.id_of(path))
+                                     for path in paths]
         least = None
-        for path in paths:
-            rates = self.prices.ring_rates(kind, bytes_per_unit, self.ids.id_of(path))
+        for rates in self._ring_terms[key]:
             if rates is None:
                 return None
             slope, offset = ring_terms(rates, sizes)
             price = slope[:, None] * volumes[None, :] + offset[:, None]
-            least = price if least is None else np.minimum(least, price)
+            least = price if least is None else np.minimum(least, price, out=least)
         return np.where(volumes[None, :] > 0, least, 0.0)
 
     def _exact_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray,

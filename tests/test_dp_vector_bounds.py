@@ -287,3 +287,29 @@ def test_layout_floor_never_exceeds_the_outers_optimum():
             compared += optimum is not None
             raised += optimum is not None and floor > refined
     assert compared and raised
+
+
+def test_size_classes_read_back_are_the_path_classes_of_the_sizes_asked():
+    """_size_classes (path classes found once over every group size, read back) gives each
+    size of a batch the paths path_classes gives it in that batch alone, for every cap and
+    every tier a group must leave, on batches of sizes in any order (1 belongs to none)."""
+    compared = 0
+    rng = np.random.default_rng(3)
+    for tier_sizes in ((2, 3, 4), (4, 2, 2), (2, 2, 2)):
+        instance = _instance(0, tier_sizes, (IntraConfig(), IntraConfig(tp=2)), False)
+        search = planner._Search(instance, SolveOptions(), ())
+        devices = instance.cluster.num_devices
+        tiers = len(search.network.cluster.network.domain_sizes())
+        for cap in sorted({*(cap for _, cap in search._tp_qualities(2)), 1, tier_sizes[0]}):
+            for above in range(-1, tiers - 1):
+                for _ in range(6):
+                    sizes = rng.integers(1, devices + 1, size=int(rng.integers(1, 9)))
+                    expected = {}
+                    for mask, paths in path_classes(search.network, sizes, cap, above):
+                        expected.update({int(size): paths for size in sizes[mask]})
+                    read = {}
+                    for rows, paths in search._size_classes(sizes, cap, above):
+                        read.update({int(size): paths for size in sizes[rows]})
+                    assert read == expected, (tier_sizes, cap, above, sizes)
+                    compared += len(expected)
+    assert compared
