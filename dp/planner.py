@@ -374,6 +374,8 @@ class _Search:
         self._distinct_layouts: dict[tuple, list[tuple[int, RankLayout]]] = {}
         self._placements: dict[tuple, dict[tuple, int]] = {}  # placement key -> position
         self._ring_terms: dict[tuple, list] = {}  # see _ring_classes
+        self._size_codes: dict[tuple, tuple] = {}  # (cap, above) -> see _size_classes
+        self._path_rates: dict[tuple, list] = {}  # (kind, bytes, paths) -> ring rates
         self._replica_blocks = sorted({layout.replica_block for layout in self.layouts} - {1})
         self._array_layouts = [(index, layout) for index, layout in enumerate(self.layouts)
                                if layout.node_tail is not None or layout.gathered_ends]
@@ -2839,15 +2841,15 @@ class _Search:
         an index array into ``sizes`` or a full slice where one class holds them all: the
         classes of every group size 2 .. N are found once per (cap, above) and read back
         (a class's paths are those of any of its sizes, :func:`path_classes`)."""
-        key = ("size classes", cap, above)
-        if key not in self._ring_terms:
+        key = (cap, above)
+        if key not in self._size_codes:
             every = np.arange(self.instance.cluster.num_devices + 1, dtype=np.int64)
             codes = np.full(len(every), -1, dtype=np.int64)
             found = path_classes(self.network, every, cap, above)
             for index, (mask, _) in enumerate(found):
                 codes[mask] = index
-            self._ring_terms[key] = (codes, [paths for _, paths in found])
-        codes, classes = self._ring_terms[key]
+            self._size_codes[key] = (codes, [paths for _, paths in found])
+        codes, classes = self._size_codes[key]
         met = codes[sizes]
         first = int(met[0])
         if first >= 0 and (met == first).all():
@@ -2860,13 +2862,13 @@ class _Search:
         """(len(sizes), len(volumes)) floats: the least over ``paths`` of the real price
         (slope·V + offset, 0 at V = 0, as :class:`~nest_cp.dp.pricing.LinearTicks`) of the
         collective over g = ``sizes`` ranks; None when a path's forms are not ring forms."""
-        key = ("ring rates", kind, bytes_per_unit, paths)
-        if key not in self._ring_terms:
-            self._ring_terms[key] = [self.prices.ring_rates(kind, bytes_per_unit,
+        key = (kind, bytes_per_unit, paths)
+        if key not in self._path_rates:
+            self._path_rates[key] = [self.prices.ring_rates(kind, bytes_per_unit,
                                                             self.ids.id_of(path))
                                      for path in paths]
         least = None
-        for rates in self._ring_terms[key]:
+        for rates in self._path_rates[key]:
             if rates is None:
                 return None
             slope, offset = ring_terms(rates, sizes)
