@@ -2844,7 +2844,7 @@ class _Search:
         key = (cap, above)
         if key not in self._size_codes:
             every = np.arange(self.instance.cluster.num_devices + 1, dtype=np.int64)
-            codes = np.full(len(every), -1, dtype=np.int64)
+            codes = np.full(len(every), -1, dtype=np.int32)
             found = path_classes(self.network, every, cap, above)
             for index, (mask, _) in enumerate(found):
                 codes[mask] = index
