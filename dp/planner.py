@@ -2440,8 +2440,9 @@ class _Search:
         members in every node it touches, so no node holds more than c_s = ⌊G_0 / h_s⌋ of
         them.  So, for s holding layers f..l:
 
-        - τ_s >= cheapest(f, l) (the compute and collectives of :meth:`_cheapest_ranges`;
-          receives dropped, they are >= 0) +
+        - τ_s >= cheapest(f, l) (the compute and collectives of :meth:`_cheapest_ranges`)
+          + its receives (:meth:`_stage_floor`: on their cheapest paths, off the node where
+          h_s = t = G_0) +
           [h_s < t] crossing(f, l) (:meth:`_crossing_extra`, Fact 2: the replica with the
           TP group of quality h_s pays its TP collectives on a crossing path) + [z = 3]
           2·(least over :func:`capped_group_paths` (d, c_s) of the all-gather of the
@@ -2464,7 +2465,7 @@ class _Search:
         config = table.config
         least = None
         for quality, cap in self._tp_qualities(config.tp):
-            time = self._stage_time_floor(table, quality)
+            time = self._stage_floor(table, quality, 1)
             gathers, exposed = self._capped_stage_floors(shape, cap)
             if gathers is not None:
                 time = time + gathers
@@ -2541,18 +2542,21 @@ class _Search:
         Let U_s be the layers of s's chunks, h_s the least quality of s's own TP groups
         and c_s = ⌊G_0 / h_s⌋ (:mod:`nest_cp.dp.node_bounds`).  Every chunk of s runs on
         s's replicas, so the argument of :meth:`_stagewise_bound` holds chunk by chunk:
-        τ_k >= cheapest(k) + [h_s < t]·crossing(k) + [z = 3]·2·AG_c_s(P_k) (receives and
-        reruns dropped, >= 0), AG on the path of one fixed group of s, at least the least
-        over :func:`capped_group_paths` (d, c_s).  cheapest and crossing are sums over
-        layers (:meth:`_cheapest_ranges`, :meth:`_crossing_extra` are range sums), and an
+        τ_k >= cheapest(k) + [h_s < t]·crossing(k) + [z = 3]·2·AG_c_s(P_k) + receives(k)
+        (reruns dropped, >= 0), AG on the path of one fixed group of s, at least the least
+        over :func:`capped_group_paths` (d, c_s), and the receives of s's chunks at least
+        those :meth:`_stage_floor` counts for U_s (a function of whether s = 0 or S − 1).
+        cheapest and crossing are sums over layers (:meth:`_cheapest_ranges`,
+        :meth:`_crossing_extra` are range sums), and an
         all-gather form ⌈(a·P + b) / q⌉ (a, b >= 0; 0 at P = 0) is subadditive in P (a sum
         of ceilings is at least the ceiling of the sum, and b counts once at least), so
 
             max_{k ∈ s} τ_k >= ⌈Σ_{k ∈ s} τ_k / v⌉ >= ⌈(floor_h_s(U_s) + gathers_c_s(U_s)) / v⌉,
 
-        the totals over U_s.  exposed_s is the stage's sync over all of U_s (cost model
-        §5 c, d; gradients of all its chunks, minus their backward and forward), a
-        function of U_s's totals bounded as in :meth:`_stagewise_bound`.  So
+        the totals over U_s, floor_h_s with those receives (:meth:`_stage_floor`).
+        exposed_s is the stage's sync over all of U_s (cost model §5 c, d; gradients of
+        all its chunks, minus their backward and forward), a function of U_s's totals
+        bounded as in :meth:`_stagewise_bound`.  So
         R·max_{k ∈ s} τ_k + exposed_s >= H_v(U_s) of :meth:`_stage_weights` (the least
         over h of the bound with h_s = h), a function of U_s's totals alone.
 
@@ -2625,8 +2629,8 @@ class _Search:
             H_v(f, l) = min over the TP qualities h of
                         R·⌈(time floor_h(f, l) + gathers_c(f, l)) / v⌉ + exposed_c(f, l),
 
-        R = v·m + S − 1, the floors of :meth:`_stage_time_floor` and
-        :meth:`_vector_stage_floors` (rounded down).  With v = 1 this is
+        R = v·m + S − 1, the floors of :meth:`_stage_floor` (compute, collectives and the
+        stage's least receives) and :meth:`_vector_stage_floors` (rounded down).  With v = 1 this is
         :meth:`_stagewise_bound`'s H with its gathers and exposed sync rounded down; with
         v > 1 it is the weight of a stage whose chunks hold the layers of f..l in all
         (:meth:`_interleaved_stagewise_bounds`).  H is a function of a range's totals
@@ -2645,7 +2649,7 @@ class _Search:
         larger of it and H too."""
         config = table.config
         qualities = self._tp_qualities(config.tp)
-        floors = tuple(self._stage_time_floor(table, quality) for quality, _ in qualities)
+        floors = tuple(self._stage_floor(table, quality, virtual) for quality, _ in qualities)
         tiers, kinds = self._domain_rows(config, num_stages, virtual, dps) if domain else \
             (np.full(len(dps), -1, dtype=np.int64), np.zeros(len(dps), dtype=np.int64))
         groups = sorted(set(zip(tiers[tiers >= 0].tolist(), kinds[tiers >= 0].tolist())))
@@ -2775,7 +2779,7 @@ class _Search:
         runs on :func:`capped_group_paths` (d, c_s, P) or a slower path, so s's exposed sync
         and gathers are at least their prices there (the floors of
         :meth:`_capped_stage_floors` (c_s, above P), each phase on the slowest group, §5 c,
-        §3.2 d), and its chunks cost at least floor_h_s (:meth:`_stage_time_floor`).  In
+        §3.2 d), and its chunks cost at least floor_h_s (:meth:`_stage_floor`).  In
         both cases the sums over s's chunks give R·max_{k ∈ s} τ_k + exposed_s >= the
         weight, as in :meth:`_interleaved_stagewise_bounds` (v = 1: one chunk)."""
         least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
@@ -2900,6 +2904,43 @@ class _Search:
             if quality < table.config.tp:
                 floor = floor + self._crossing_extra(table, quality)
             table.cache[key] = floor
+        return table.cache[key]
+
+    def _stage_floor(self, table: LayerTable, quality: int, virtual: int) -> np.ndarray:
+        """L x L: :meth:`_stage_time_floor` (h) plus the least receives a stage of S >= 2
+        whose chunks hold the layers of f..l in all pays (0 for S = 1, where f..l is every
+        layer): with v = 1 the activation before f (f > 0) and the gradient after l (l <
+        L − 1), each on its cheapest path; with v > 1, ρ times 2v less one for f = 0 and one
+        for l = L − 1, ρ the least such transfer of any layer output but the last.
+
+        A chunk k >= 1 receives its activation from chunk k − 1 and a chunk k < K − 1 its
+        gradient from chunk k + 1, on pairs of its own replica's ranks with those of another
+        stage (v = 1: the stages before and after; v > 1: stage (k ∓ 1) mod S, never its
+        own with S >= 2), so between distinct devices, each a transfer of one layer's output
+        on the pair's tier path (cost model §3, no channels), paid in full by every replica
+        (§3.2): at least the least over the tiers of it.  Where h = t = G_0 (each TP group
+        of the stage fills its node, so that node holds no rank of another stage) every
+        pair leaves the node: the least over the tiers above it.  With v = 1 that is
+        :meth:`_cheapest_times`' receives; with v > 1 the stage's v chunks pay 2v receives,
+        one less when it runs chunk 0 (stage 0, the ranges from f = 0 stand for it) and one
+        less when it runs chunk K − 1 (stage S − 1, l = L − 1): each at least ρ.  So every
+        replica's τ_k summed over the stage's chunks is at least this floor summed over
+        their layers plus those receives.  Kept in the table's cache (one array per (table,
+        h, v): :func:`distinct_ranges` keeps by identity)."""
+        key = ("stage floor", quality, virtual)
+        if key not in table.cache:
+            config, network = table.config, self.network
+            off_node = quality == config.tp == network.node_size and network.num_tiers >= 2
+            activation, gradient = self._receives_from(table, 1 if off_node else 0)
+            gradient = np.concatenate((gradient[:-1], [0]))  # none after the last layer
+            if virtual == 1:
+                receives = activation[:, None] + gradient[None, :]
+            else:
+                least = int(min(activation[1:].min(initial=INF), gradient[:-1].min(initial=INF)))
+                ends = np.arange(table.num_layers)
+                count = 2 * virtual - (ends == 0)[:, None] - (ends == ends[-1])[None, :]
+                receives = count * (0 if least >= INF else least)
+            table.cache[key] = self._stage_time_floor(table, quality) + np.triu(receives)
         return table.cache[key]
 
     def _unordered(self, num_layers: int, num_stages: int) -> np.ndarray:
