@@ -69,6 +69,8 @@ from nest_cp.model.plan import (
 
 CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
 DATA_KEPT = 512  # v3a layouts' data-parallel group paths kept (asked twice per outer choice)
+POSITIONS_KEPT = 2**18  # group path ids kept by (box, digits, least position)
+BOXES_KEPT = 4096  # multi-dimensional group boxes whose k per residue is kept (G_0 ints each)
 
 
 class PathIds:
@@ -668,10 +670,11 @@ class LayoutGeometries:
 
         def path_ids(lowest: np.ndarray, box: list[tuple[int, int]]) -> np.ndarray:
             """Each group's path id, computed once per residue of its least position
-            modulo T (groups of one residue are translates by multiples of T)."""
-            _, index, inverse = np.unique(lowest % translation, return_index=True,
-                                          return_inverse=True)
-            ids = self.groups.of_positions(lowest.ravel()[index], box, layout.digits)
+            modulo T, from the group at that residue (groups of one residue are
+            translates by multiples of T, and the group at the residue lies within the
+            others' positions), so that layouts and outer choices share them."""
+            residues, inverse = np.unique(lowest % translation, return_inverse=True)
+            ids = self.groups.of_positions(residues, box, layout.digits)
             return ids[inverse.reshape(lowest.shape)]
 
         no_groups = [()] * len(stages)
@@ -999,6 +1002,9 @@ class _GroupPathCodes:
         self.stride = int(self.useful.max())
         self.domain_size = network.cluster.network.domain_sizes()[0]  # G_0
         self._path_ids = np.full(network.num_tiers * self.stride, -1, dtype=np.int64)
+        self._box_channels: dict[tuple, np.ndarray] = {}  # see _channels_of_box
+        self._position_ids: dict[tuple, dict[int, int]] = {}  # see of_positions
+        self._positions_kept = 0  # entries of the dicts of _position_ids
 
     def of(self, devices: np.ndarray, axis: int) -> np.ndarray:
         """The path id of the group along ``axis`` (one group per remaining index)."""
@@ -1026,13 +1032,7 @@ class _GroupPathCodes:
         if self.stride > 1 and len(box) == 1:
             channels = _progression_fewest(lowest, *box[0], self.domain_size)
         elif self.stride > 1:
-            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
-            members = np.zeros(1, dtype=np.int64)
-            for stride, count in box:
-                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
-            members.sort()
-            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
-                                          self.domain_size)[inverse.reshape(lowest.shape)]
+            channels = self._channels_of_box(tuple(box))[lowest % self.domain_size]
         return self._ids_of(tiers, channels)
 
     def of_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
@@ -1040,7 +1040,32 @@ class _GroupPathCodes:
         """:meth:`of_box` for groups of positions read through the device order of
         ``digits`` (:func:`nest_cp.model.plan.digit_device_order`), whose blocks of G_0
         positions are whole tier-0 domains: k is counted on the positions as :meth:`of_box`
-        does, the tier by :func:`_digit_tiers`."""
+        does, the tier by :func:`_digit_tiers`.  Kept per (box, digits, least position) (at
+        most ``POSITIONS_KEPT`` before clearing): the planner asks for the groups of many
+        layouts and outer choices, most of them met before, and a few lookups cost less
+        than the few vectorised steps on small arrays."""
+        lowest = np.asarray(lowest, dtype=np.int64)
+        box = tuple(_merged_box(box))
+        known = self._position_ids.get((box, digits))
+        if known is None:
+            known = self._position_ids[box, digits] = {}
+        flat = lowest.ravel().tolist()
+        missing = sorted({position for position in flat if position not in known})
+        if missing:
+            if self._positions_kept + len(missing) > POSITIONS_KEPT:
+                self._position_ids.clear()
+                self._positions_kept = 0
+                known = self._position_ids[box, digits] = {}
+                missing = sorted(set(flat))
+            found = self.fresh_positions(np.array(missing, dtype=np.int64), list(box), digits)
+            known.update(zip(missing, found.tolist()))
+            self._positions_kept += len(missing)
+        return np.array([known[position] for position in flat],
+                        dtype=np.int64).reshape(lowest.shape)
+
+    def fresh_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
+                        digits: tuple[int, ...]) -> np.ndarray:
+        """:meth:`of_positions` computed afresh (vectorised over ``lowest``)."""
         lowest = np.asarray(lowest, dtype=np.int64)
         box = _merged_box(box)
         radices = self.network.digit_radices
@@ -1050,14 +1075,28 @@ class _GroupPathCodes:
         if self.stride > 1 and len(box) == 1:
             channels = _progression_fewest(lowest, *box[0], self.domain_size)
         elif self.stride > 1:
+            channels = self._channels_of_box(tuple(box))[lowest % self.domain_size]
+        return self._ids_of(tiers, channels)
+
+    def _channels_of_box(self, box: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """k of the group {p + Σ_i x_i·stride_i : x_i < count_i} of a merged ``box``
+        (:func:`_merged_box`, two dimensions or more) for each residue p modulo G_0, as an
+        array indexed by it: tier-0 domains are blocks of G_0 ids (positions), so k only
+        depends on the least member modulo G_0.  Kept per box (the last ``BOXES_KEPT``): the
+        planner meets a box again for other layouts and outer choices."""
+        found = self._box_channels.get(box)
+        if found is None:
             members = np.zeros(1, dtype=np.int64)
             for stride, count in box:
                 members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
             members.sort()
-            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
-            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
-                                          self.domain_size)[inverse.reshape(lowest.shape)]
-        return self._ids_of(tiers, channels)
+            residues = np.arange(self.domain_size, dtype=np.int64)
+            found = _fewest_per_domain(residues[:, None] + members[None, :], 1,
+                                       self.domain_size)
+            if len(self._box_channels) >= BOXES_KEPT:
+                self._box_channels.clear()
+            self._box_channels[box] = found
+        return found
 
     def _ids_of(self, tiers: np.ndarray, channels: np.ndarray | None) -> np.ndarray:
         """Path ids of groups spanning ``tiers`` with ``channels`` members at least in every
