@@ -253,6 +253,7 @@ class LayoutGeometries:
         self.strided = network.is_hierarchical and np.array_equal(
             device_order, np.arange(network.num_devices))
         self._orders: dict[tuple[int, ...], np.ndarray] = {(): device_order}
+        self._translations: dict[tuple[int, ...] | None, int] = {}  # see translation
         self._data_of_layout: dict[tuple, tuple[list, list]] = {}
         self.translated = network.is_hierarchical and network.digit_radices is not None
         if self.strided or self.translated:
@@ -531,7 +532,15 @@ class LayoutGeometries:
         D_k, so every agreement is kept, and with it every pair's tier, every group's tier
         and its members per tier-0 domain (blocks of n_0 positions, T a multiple of n_0).
         T = n_0·w_j for the least such j (j = L − 1 always qualifies: N / n_top); e.g. 021
-        on three tiers: j = 1, T = n_0 (any whole-node shift)."""
+        on three tiers: j = 1, T = n_0 (any whole-node shift).  Kept per device order (the
+        planner asks for it for every layout of every outer choice)."""
+        found = self._translations.get(layout.digits)
+        if found is None:
+            found = self._translations[layout.digits] = self._fresh_translation(layout)
+        return found
+
+    def _fresh_translation(self, layout: RankLayout) -> int:
+        """:meth:`translation` computed afresh."""
         radices = self.network.digit_radices
         read = (0, *(layout.digits or range(1, len(radices))))  # tier of each digit
         index_of = {tier: index for index, tier in enumerate(read)}
@@ -1104,7 +1113,10 @@ class _GroupPathCodes:
         codes = tiers * self.stride
         if channels is not None:
             codes = codes + np.minimum(channels, self.useful[tiers]) - 1
-        for code in np.unique(codes[self._path_ids[codes] < 0]).tolist():
+        fresh = self._path_ids[codes] < 0
+        if not fresh.any():  # every code met before (the common case)
+            return self._path_ids[codes]
+        for code in np.unique(codes[fresh]).tolist():
             tier, channels = divmod(code, self.stride)
             self._path_ids[code] = self.ids.id_of(self.network.channel_path(tier, channels + 1))
         return self._path_ids[codes]
@@ -1129,34 +1141,47 @@ def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[
     form, :func:`_arc_leaves_block`).  On the canonical order every D_k is a top run (two
     ids per group); under 021 on three tiers D_1 is the inner digit.
     """
-    size = len(radices)
-    weights = [1]
-    for tier in read:
-        weights.append(weights[-1] * radices[tier])
-    index_of = {tier: index for index, tier in enumerate(read)}
     span = sum((count - 1) * stride for stride, count in box)
     tiers = np.zeros(lowest.shape, dtype=np.int64)
-    for level in range(size - 1):
-        agree = {index_of[tier] for tier in range(level + 1, size)}
-        top = size
-        while top - 1 >= 1 and top - 1 in agree:
-            top -= 1
-        varies = np.zeros(lowest.shape, dtype=bool)
-        if top < size:
-            varies |= lowest // weights[top] != (lowest + span) // weights[top]
-        for digit in sorted(agree - set(range(top, size))):
-            modulus = weights[digit + 1]
+    for top_weight, rest in _digit_levels(radices, read):
+        varies = lowest // top_weight != (lowest + span) // top_weight \
+            if top_weight is not None else np.zeros(lowest.shape, dtype=bool)
+        for weight, modulus, radix in rest:
             if len(box) == 1:
-                varies |= _arc_leaves_block(lowest, *box[0], weights[digit], modulus)
+                varies |= _arc_leaves_block(lowest, *box[0], weight, modulus)
                 continue
             members = np.zeros(1, dtype=np.int64)
             for stride, count in box:
                 kept = min(count, modulus // math.gcd(stride, modulus))
                 members = (members[None, :] + stride * np.arange(kept)[:, None]).ravel()
-            values = (lowest[..., None] + members) // weights[digit] % radices[read[digit]]
+            values = (lowest[..., None] + members) // weight % radix
             varies |= (values != values[..., :1]).any(axis=-1)
         tiers += varies
     return tiers
+
+
+@functools.lru_cache(maxsize=64)
+def _digit_levels(radices: tuple[int, ...], read: tuple[int, ...]
+                  ) -> tuple[tuple[int | None, tuple[tuple[int, int, int], ...]], ...]:
+    """What :func:`_digit_tiers` compares per level k < L − 1, from the digits alone: W_m
+    of the top run of D_k (None when it is empty) and (W_i, W_{i+1}, the radix of digit
+    i) of every other digit i of D_k, in increasing i.  Kept per (radices, read): the
+    planner asks for it on every group box."""
+    size = len(radices)
+    weights = [1]
+    for tier in read:
+        weights.append(weights[-1] * radices[tier])
+    index_of = {tier: index for index, tier in enumerate(read)}
+    levels = []
+    for level in range(size - 1):
+        agree = {index_of[tier] for tier in range(level + 1, size)}
+        top = size
+        while top - 1 >= 1 and top - 1 in agree:
+            top -= 1
+        rest = tuple((weights[digit], weights[digit + 1], radices[read[digit]])
+                     for digit in sorted(agree - set(range(top, size))))
+        levels.append((weights[top] if top < size else None, rest))
+    return tuple(levels)
 
 
 def _arc_leaves_block(lowest: np.ndarray, stride: int, count: int, block: int,
@@ -1186,7 +1211,11 @@ def _arc_leaves_block(lowest: np.ndarray, stride: int, count: int, block: int,
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
-    """The sorted distinct values of each row of a 2-D array."""
+    """The sorted distinct values of each row of a 2-D array; rows of at most 64 values
+    through Python sets (the planner's are mostly a few rows of a stage's ranks, where
+    numpy's cost per call outweighs the work)."""
+    if values.shape[1] <= 64:
+        return [tuple(sorted(set(row))) for row in values.tolist()]
     ordered = np.sort(values, axis=1)
     fresh = np.ones(ordered.shape, dtype=bool)
     fresh[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
