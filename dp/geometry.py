@@ -69,6 +69,8 @@ from nest_cp.model.plan import (
 
 CODE_BITS = 62  # the four bitmasks of a replica share one int64 code
 DATA_KEPT = 512  # v3a layouts' data-parallel group paths kept (asked twice per outer choice)
+POSITIONS_KEPT = 2**18  # group path ids kept by (box, digits, least position)
+BOXES_KEPT = 4096  # multi-dimensional group boxes whose k per residue is kept (G_0 ints each)
 
 
 class PathIds:
@@ -251,6 +253,7 @@ class LayoutGeometries:
         self.strided = network.is_hierarchical and np.array_equal(
             device_order, np.arange(network.num_devices))
         self._orders: dict[tuple[int, ...], np.ndarray] = {(): device_order}
+        self._translations: dict[tuple[int, ...] | None, int] = {}  # see translation
         self._data_of_layout: dict[tuple, tuple[list, list]] = {}
         self.translated = network.is_hierarchical and network.digit_radices is not None
         if self.strided or self.translated:
@@ -529,7 +532,15 @@ class LayoutGeometries:
         D_k, so every agreement is kept, and with it every pair's tier, every group's tier
         and its members per tier-0 domain (blocks of n_0 positions, T a multiple of n_0).
         T = n_0·w_j for the least such j (j = L − 1 always qualifies: N / n_top); e.g. 021
-        on three tiers: j = 1, T = n_0 (any whole-node shift)."""
+        on three tiers: j = 1, T = n_0 (any whole-node shift).  Kept per device order (the
+        planner asks for it for every layout of every outer choice)."""
+        found = self._translations.get(layout.digits)
+        if found is None:
+            found = self._translations[layout.digits] = self._fresh_translation(layout)
+        return found
+
+    def _fresh_translation(self, layout: RankLayout) -> int:
+        """:meth:`translation` computed afresh."""
         radices = self.network.digit_radices
         read = (0, *(layout.digits or range(1, len(radices))))  # tier of each digit
         index_of = {tier: index for index, tier in enumerate(read)}
@@ -668,10 +679,11 @@ class LayoutGeometries:
 
         def path_ids(lowest: np.ndarray, box: list[tuple[int, int]]) -> np.ndarray:
             """Each group's path id, computed once per residue of its least position
-            modulo T (groups of one residue are translates by multiples of T)."""
-            _, index, inverse = np.unique(lowest % translation, return_index=True,
-                                          return_inverse=True)
-            ids = self.groups.of_positions(lowest.ravel()[index], box, layout.digits)
+            modulo T, from the group at that residue (groups of one residue are
+            translates by multiples of T, and the group at the residue lies within the
+            others' positions), so that layouts and outer choices share them."""
+            residues, inverse = np.unique(lowest % translation, return_inverse=True)
+            ids = self.groups.of_positions(residues, box, layout.digits)
             return ids[inverse.reshape(lowest.shape)]
 
         no_groups = [()] * len(stages)
@@ -999,6 +1011,9 @@ class _GroupPathCodes:
         self.stride = int(self.useful.max())
         self.domain_size = network.cluster.network.domain_sizes()[0]  # G_0
         self._path_ids = np.full(network.num_tiers * self.stride, -1, dtype=np.int64)
+        self._box_channels: dict[tuple, np.ndarray] = {}  # see _channels_of_box
+        self._position_ids: dict[tuple, dict[int, int]] = {}  # see of_positions
+        self._positions_kept = 0  # entries of the dicts of _position_ids
 
     def of(self, devices: np.ndarray, axis: int) -> np.ndarray:
         """The path id of the group along ``axis`` (one group per remaining index)."""
@@ -1026,13 +1041,7 @@ class _GroupPathCodes:
         if self.stride > 1 and len(box) == 1:
             channels = _progression_fewest(lowest, *box[0], self.domain_size)
         elif self.stride > 1:
-            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
-            members = np.zeros(1, dtype=np.int64)
-            for stride, count in box:
-                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
-            members.sort()
-            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
-                                          self.domain_size)[inverse.reshape(lowest.shape)]
+            channels = self._channels_of_box(tuple(box))[lowest % self.domain_size]
         return self._ids_of(tiers, channels)
 
     def of_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
@@ -1040,7 +1049,32 @@ class _GroupPathCodes:
         """:meth:`of_box` for groups of positions read through the device order of
         ``digits`` (:func:`nest_cp.model.plan.digit_device_order`), whose blocks of G_0
         positions are whole tier-0 domains: k is counted on the positions as :meth:`of_box`
-        does, the tier by :func:`_digit_tiers`."""
+        does, the tier by :func:`_digit_tiers`.  Kept per (box, digits, least position) (at
+        most ``POSITIONS_KEPT`` before clearing): the planner asks for the groups of many
+        layouts and outer choices, most of them met before, and a few lookups cost less
+        than the few vectorised steps on small arrays."""
+        lowest = np.asarray(lowest, dtype=np.int64)
+        box = tuple(_merged_box(box))
+        known = self._position_ids.get((box, digits))
+        if known is None:
+            known = self._position_ids[box, digits] = {}
+        flat = lowest.ravel().tolist()
+        missing = sorted({position for position in flat if position not in known})
+        if missing:
+            if self._positions_kept + len(missing) > POSITIONS_KEPT:
+                self._position_ids.clear()
+                self._positions_kept = 0
+                known = self._position_ids[box, digits] = {}
+                missing = sorted(set(flat))
+            found = self.fresh_positions(np.array(missing, dtype=np.int64), list(box), digits)
+            known.update(zip(missing, found.tolist()))
+            self._positions_kept += len(missing)
+        return np.array([known[position] for position in flat],
+                        dtype=np.int64).reshape(lowest.shape)
+
+    def fresh_positions(self, lowest: np.ndarray, box: list[tuple[int, int]],
+                        digits: tuple[int, ...]) -> np.ndarray:
+        """:meth:`of_positions` computed afresh (vectorised over ``lowest``)."""
         lowest = np.asarray(lowest, dtype=np.int64)
         box = _merged_box(box)
         radices = self.network.digit_radices
@@ -1050,14 +1084,28 @@ class _GroupPathCodes:
         if self.stride > 1 and len(box) == 1:
             channels = _progression_fewest(lowest, *box[0], self.domain_size)
         elif self.stride > 1:
+            channels = self._channels_of_box(tuple(box))[lowest % self.domain_size]
+        return self._ids_of(tiers, channels)
+
+    def _channels_of_box(self, box: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """k of the group {p + Σ_i x_i·stride_i : x_i < count_i} of a merged ``box``
+        (:func:`_merged_box`, two dimensions or more) for each residue p modulo G_0, as an
+        array indexed by it: tier-0 domains are blocks of G_0 ids (positions), so k only
+        depends on the least member modulo G_0.  Kept per box (the last ``BOXES_KEPT``): the
+        planner meets a box again for other layouts and outer choices."""
+        found = self._box_channels.get(box)
+        if found is None:
             members = np.zeros(1, dtype=np.int64)
             for stride, count in box:
                 members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
             members.sort()
-            residues, inverse = np.unique(lowest % self.domain_size, return_inverse=True)
-            channels = _fewest_per_domain(residues[:, None] + members[None, :], 1,
-                                          self.domain_size)[inverse.reshape(lowest.shape)]
-        return self._ids_of(tiers, channels)
+            residues = np.arange(self.domain_size, dtype=np.int64)
+            found = _fewest_per_domain(residues[:, None] + members[None, :], 1,
+                                       self.domain_size)
+            if len(self._box_channels) >= BOXES_KEPT:
+                self._box_channels.clear()
+            self._box_channels[box] = found
+        return found
 
     def _ids_of(self, tiers: np.ndarray, channels: np.ndarray | None) -> np.ndarray:
         """Path ids of groups spanning ``tiers`` with ``channels`` members at least in every
@@ -1065,7 +1113,10 @@ class _GroupPathCodes:
         codes = tiers * self.stride
         if channels is not None:
             codes = codes + np.minimum(channels, self.useful[tiers]) - 1
-        for code in np.unique(codes[self._path_ids[codes] < 0]).tolist():
+        fresh = self._path_ids[codes] < 0
+        if not fresh.any():  # every code met before (the common case)
+            return self._path_ids[codes]
+        for code in np.unique(codes[fresh]).tolist():
             tier, channels = divmod(code, self.stride)
             self._path_ids[code] = self.ids.id_of(self.network.channel_path(tier, channels + 1))
         return self._path_ids[codes]
@@ -1090,34 +1141,47 @@ def _digit_tiers(lowest: np.ndarray, box: list[tuple[int, int]], radices: tuple[
     form, :func:`_arc_leaves_block`).  On the canonical order every D_k is a top run (two
     ids per group); under 021 on three tiers D_1 is the inner digit.
     """
-    size = len(radices)
-    weights = [1]
-    for tier in read:
-        weights.append(weights[-1] * radices[tier])
-    index_of = {tier: index for index, tier in enumerate(read)}
     span = sum((count - 1) * stride for stride, count in box)
     tiers = np.zeros(lowest.shape, dtype=np.int64)
-    for level in range(size - 1):
-        agree = {index_of[tier] for tier in range(level + 1, size)}
-        top = size
-        while top - 1 >= 1 and top - 1 in agree:
-            top -= 1
-        varies = np.zeros(lowest.shape, dtype=bool)
-        if top < size:
-            varies |= lowest // weights[top] != (lowest + span) // weights[top]
-        for digit in sorted(agree - set(range(top, size))):
-            modulus = weights[digit + 1]
+    for top_weight, rest in _digit_levels(radices, read):
+        varies = lowest // top_weight != (lowest + span) // top_weight \
+            if top_weight is not None else np.zeros(lowest.shape, dtype=bool)
+        for weight, modulus, radix in rest:
             if len(box) == 1:
-                varies |= _arc_leaves_block(lowest, *box[0], weights[digit], modulus)
+                varies |= _arc_leaves_block(lowest, *box[0], weight, modulus)
                 continue
             members = np.zeros(1, dtype=np.int64)
             for stride, count in box:
                 kept = min(count, modulus // math.gcd(stride, modulus))
                 members = (members[None, :] + stride * np.arange(kept)[:, None]).ravel()
-            values = (lowest[..., None] + members) // weights[digit] % radices[read[digit]]
+            values = (lowest[..., None] + members) // weight % radix
             varies |= (values != values[..., :1]).any(axis=-1)
         tiers += varies
     return tiers
+
+
+@functools.lru_cache(maxsize=64)
+def _digit_levels(radices: tuple[int, ...], read: tuple[int, ...]
+                  ) -> tuple[tuple[int | None, tuple[tuple[int, int, int], ...]], ...]:
+    """What :func:`_digit_tiers` compares per level k < L − 1, from the digits alone: W_m
+    of the top run of D_k (None when it is empty) and (W_i, W_{i+1}, the radix of digit
+    i) of every other digit i of D_k, in increasing i.  Kept per (radices, read): the
+    planner asks for it on every group box."""
+    size = len(radices)
+    weights = [1]
+    for tier in read:
+        weights.append(weights[-1] * radices[tier])
+    index_of = {tier: index for index, tier in enumerate(read)}
+    levels = []
+    for level in range(size - 1):
+        agree = {index_of[tier] for tier in range(level + 1, size)}
+        top = size
+        while top - 1 >= 1 and top - 1 in agree:
+            top -= 1
+        rest = tuple((weights[digit], weights[digit + 1], radices[read[digit]])
+                     for digit in sorted(agree - set(range(top, size))))
+        levels.append((weights[top] if top < size else None, rest))
+    return tuple(levels)
 
 
 def _arc_leaves_block(lowest: np.ndarray, stride: int, count: int, block: int,
@@ -1147,7 +1211,11 @@ def _arc_leaves_block(lowest: np.ndarray, stride: int, count: int, block: int,
 
 
 def _row_sets(values: np.ndarray) -> list[tuple[int, ...]]:
-    """The sorted distinct values of each row of a 2-D array."""
+    """The sorted distinct values of each row of a 2-D array; rows of at most 64 values
+    through Python sets (the planner's are mostly a few rows of a stage's ranks, where
+    numpy's cost per call outweighs the work)."""
+    if values.shape[1] <= 64:
+        return [tuple(sorted(set(row))) for row in values.tolist()]
     ordered = np.sort(values, axis=1)
     fresh = np.ones(ordered.shape, dtype=bool)
     fresh[:, 1:] = ordered[:, 1:] != ordered[:, :-1]

@@ -389,6 +389,58 @@ def test_digit_tiers_are_those_of_the_least_and_largest_device(seed):
             assert got.tolist() == np.asarray(expected).tolist()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_group_paths_equal_fresh_ones(seed, monkeypatch):
+    """The group path ids of_positions keeps (by box, device order and least position; a
+    box's k per residue modulo G_0) equal those computed afresh and, through of_box, those
+    of the groups' devices, over random boxes and every device order, a small cap forcing
+    the kept ids to be cleared on the way; and the translation kept per device order is the
+    one computed afresh."""
+    monkeypatch.setattr(geometry, "POSITIONS_KEPT", 50)
+    monkeypatch.setattr(geometry, "BOXES_KEPT", 3)
+    rng = random.Random(seed)
+    network = _tiered(rng)
+    radices = network.digit_radices
+    ids = PathIds(network)
+    kept, fresh = geometry._GroupPathCodes(network, ids), geometry._GroupPathCodes(network, ids)
+    checked = 0
+    for _ in range(200):
+        digits = rng.choice([(), *itertools.permutations(range(1, len(radices)))])
+        box = [(rng.randint(1, network.num_devices // 2), rng.randint(2, 5))
+               for _ in range(rng.randint(1, 3))]
+        span = sum((count - 1) * stride for stride, count in box)
+        if span >= network.num_devices:
+            continue
+        lowest = np.array([rng.randrange(network.num_devices - span) for _ in range(12)])
+        expected = fresh.fresh_positions(lowest, box, digits)
+        assert kept.of_positions(lowest, box, digits).tolist() == expected.tolist()
+        assert kept.of_positions(lowest[::-1].reshape(3, 4), box, digits).tolist() \
+            == expected[::-1].reshape(3, 4).tolist()
+        if not digits:  # the canonical order: of_box reads the devices' ids
+            members = np.zeros(1, dtype=np.int64)
+            for stride, count in box:
+                members = (members[None, :] + stride * np.arange(count)[:, None]).ravel()
+            assert kept.of_box(lowest, box).tolist() \
+                == fresh.of(lowest[:, None] + members[None, :], 1).tolist()
+        checked += 1
+    assert checked > 20
+    kept_translations = LayoutGeometries(network, ids, np.array(network.canonical_order()))
+    for layout in network.structured_layouts:  # kept per device order, asked twice
+        for _ in range(2):
+            assert kept_translations.translation(layout) \
+                == kept_translations._fresh_translation(layout)
+
+
+@pytest.mark.parametrize("width", [1, 7, 64, 65, 300])
+def test_row_sets_are_each_rows_sorted_distinct_values(width):
+    """_row_sets gives each row's sorted distinct values as Python ints, on narrow rows
+    (Python sets) and wide ones (numpy) alike."""
+    values = np.random.default_rng(width).integers(0, 9, (6, width))
+    expected = [tuple(np.unique(row).tolist()) for row in values]
+    got = geometry._row_sets(values)
+    assert got == expected
+    assert all(type(value) is int for row in got for value in row)
+
 def test_solve_json_names_the_layout_of_the_dp_plan():
     """`solve --backend dp --json` carries the winning layout's name; on h3-dense-l6-d12 it
     is a spare-first layout, and the plan's placement is that layout's."""
