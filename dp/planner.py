@@ -1984,11 +1984,15 @@ class _Search:
         ordered = np.triu(np.ones((width, width), dtype=bool))
         cheap = np.where(ordered, cheapest, INF)
         cross = np.where(ordered, cheapest + extra, INF)
-        if num_stages < num_chunks:
-            crosses = np.arange(num_chunks) % num_stages
-            table.cache[key] = min(int(fill_table(np.where(
-                (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
-                for stage in range(num_stages))
+        if num_stages < num_chunks:  # the kernel's recurrence for every s at once (row s)
+            value = np.full((num_stages, width), INF, dtype=np.int64)
+            value[:, width - 1] = 0
+            for chunk in range(num_chunks - 1, -1, -1):
+                crossing = chunk % num_stages  # the row whose chunk crosses
+                across = np.maximum(cross[chunk], value[crossing][None, :]).min(axis=1)
+                value = np.maximum(cheap[chunk][None], value[:, None, :]).min(axis=2)
+                value[crossing] = across
+            table.cache[key] = int(value[:, 0].min())
             return table.cache[key]
         every, _ = fill_table(cheap)
         crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
