@@ -165,6 +165,7 @@ OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (
 INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 DOMAIN_SEEDS = 8  # outers whose stage divides a domain weighed for the first search
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
+UNKNOWN = np.iinfo(np.int64).max  # an upper end of a bound's known range, none known yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -1985,11 +1986,15 @@ class _Search:
         ordered = np.triu(np.ones((width, width), dtype=bool))
         cheap = np.where(ordered, cheapest, INF)
         cross = np.where(ordered, cheapest + extra, INF)
-        if num_stages < num_chunks:
-            crosses = np.arange(num_chunks) % num_stages
-            table.cache[key] = min(int(fill_table(np.where(
-                (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
-                for stage in range(num_stages))
+        if num_stages < num_chunks:  # the kernel's recurrence for every s at once (row s)
+            value = np.full((num_stages, width), INF, dtype=np.int64)
+            value[:, width - 1] = 0
+            for chunk in range(num_chunks - 1, -1, -1):
+                crossing = chunk % num_stages  # the row whose chunk crosses
+                across = np.maximum(cross[chunk], value[crossing][None, :]).min(axis=1)
+                value = np.maximum(cheap[chunk][None], value[:, None, :]).min(axis=2)
+                value[crossing] = across
+            table.cache[key] = int(value[:, 0].min())
             return table.cache[key]
         every, _ = fill_table(cheap)
         crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
@@ -2122,17 +2127,19 @@ class _Search:
                                                            INF))[0][0, 0])
         return table.cache[key]
 
-    def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...]) -> int:
+    def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...],
+                      exact: bool = False) -> int:
         """A lower bound on T over every plan of the shape (any split, recompute and
         injective placement) from the tiers above a domain that cannot hold the plan: the
         largest over the tiers P = 1 .. (the top tier excluded) above which the bandwidth
         per device falls (:meth:`_domain_tiers`) of :meth:`_domain_bound_at`; 0 (no claim)
         on graphs or with e > 1 or c > 1.  ``key`` (the shape's, a prefix of its plans'):
-        the costlier parts are priced only where they may reach the incumbent."""
+        the costlier parts are priced only where they may reach the incumbent (and, unless
+        ``exact``, only as far as it)."""
         config = shape.table.config
         if config.ep > 1 or config.cp > 1:
             return 0
-        return max((self._domain_bound_at(shape, chunk_bound, tier, key)
+        return max((self._domain_bound_at(shape, chunk_bound, tier, key, exact)
                     for tier in self._domain_tiers()), default=0)
 
     def _domain_tiers(self) -> tuple[int, ...]:
@@ -2148,7 +2155,7 @@ class _Search:
         return self._domain_tier_list
 
     def _domain_bound_at(self, shape: Shape, chunk_bound: int, tier: int,
-                         key: tuple[int, ...]) -> int:
+                         key: tuple[int, ...], exact: bool = False) -> int:
         """With e = c = 1, a lower bound on T over every plan of the shape (any split,
         recompute and injective placement; see (4) for the layouts) from the tier-P domains
         (P = ``tier`` >= 1, G_P devices each: e.g. the pods of 3,072 GPUs of Llama 3's RoCE
@@ -2241,7 +2248,11 @@ class _Search:
           + sync, R·max(τ_lb, gathers, τ_A) + sync and R·max(τ_lb, gathers) + max(sync,
           E_P).
 
-        The cached parts are kept per (layer table, K, P); x_P is priced per shape."""
+        The cached parts are kept per (layer table, K, P); x_P is priced per shape.  Unless
+        ``exact``, the stage-by-stage bound (v = 1) is only decided against the incumbent:
+        the least t that cannot beat it with ``key`` if it reaches t, else a lower bound on
+        it below t (:meth:`_domain_stagewise` with ``threshold``): the bound is only ever
+        compared with the incumbent, and the incumbent only improves."""
         table, num_stages, dp = shape.table, shape.num_stages, shape.dp
         network, config = self.network, table.config
         domain = network.cluster.network.domain_sizes()[tier]
@@ -2289,9 +2300,11 @@ class _Search:
                               key):
             return bound
         if shape.virtual == 1:
+            objective = self.best.objective  # (not None: no bound may beat None)
+            threshold = None if exact else objective + self.best.may_beat(objective, key)
             return max(bound, self._domain_stagewise(
                 shape, tier, qualities, slots,
-                classes == {"inside"} and config.tp == network.node_size))
+                classes == {"inside"} and config.tp == network.node_size, threshold))
         exposed = None if dp == 1 else \
             self._capped_stage_floors(shape, network.node_size, above=tier)[1]
         least = 0
@@ -2302,7 +2315,7 @@ class _Search:
         return max(bound, min(whole, tp_term, split))
 
     def _domain_stagewise(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
-                          slots: int, off_node: bool) -> int:
+                          slots: int, off_node: bool, threshold: int | None = None) -> int:
         """:meth:`_domain_bound_at`'s stage-by-stage bound (v = 1) for a shape whose stages
         may be whole (a·d <= G_P), q = ``slots`` = ⌊G_P / (a·d)⌋ >= 1 of them to a domain,
         the plan in no one domain (a·S·d > G_P, so S > q): the least over contiguous splits
@@ -2344,14 +2357,40 @@ class _Search:
         least the old ``shared`` one (one of a middle stage's receives).  With ``off_node``
         (every TP group fills its node, t = G_0: a node holds one stage replica, so every
         pipeline pair joins two nodes) every receive is on the tiers above the node
-        (:meth:`_off_node_chunk_bound`'s argument)."""
-        table, num_stages, rounds = shape.table, shape.num_stages, shape.rounds
-        config = table.config
+        (:meth:`_off_node_chunk_bound`'s argument).
+
+        With ``threshold`` t, only whether the bound reaches t is decided
+        (:func:`_domain_split_below`, a forward pass of the same states over 0/1 sets, cheaper
+        than the min-max): t if it does, else the largest value it is known to reach (0, or
+        a smaller threshold it reached before) — a lower bound either way.  What is known is
+        kept per shape as (lower, upper), lower <= bound < upper, and a call it settles (the
+        threshold at most lower, or at least upper) prices nothing."""
+        table, num_stages = shape.table, shape.num_stages
         # asked again by the outer's floor and search after its deepening: kept per shape
         key = ("domain stagewise", num_stages, shape.dp, shape.zero, tier, qualities, slots,
                off_node)
-        if key in table.cache:
-            return table.cache[key]
+        lower, upper = table.cache.get(key, (0, UNKNOWN))
+        if lower + 1 == upper or threshold is not None and not lower < threshold < upper:
+            return lower
+        weights = self._domain_weights(shape, tier, qualities, off_node)
+        self.stats.dp_passes += 1
+        if threshold is None:
+            lower = _domain_min_max(weights, num_stages, slots)
+            upper = lower + 1
+        elif _domain_split_below(weights, num_stages, slots, threshold):
+            upper = threshold
+        else:
+            lower = threshold
+        table.cache[key] = lower, upper
+        return lower
+
+    def _domain_weights(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
+                        off_node: bool) -> tuple[np.ndarray, ...]:
+        """The four L x L weights of :meth:`_domain_stagewise`'s recurrence over a stage's
+        layers f..l (INF where f > l): min(N, R·X_11) (``alone``), R·X_10 (whole, joined on
+        the right only), R·X_01 (on the left only) and R·X_00 (on both sides)."""
+        table, rounds = shape.table, shape.rounds
+        config = table.config
         # every weight as an L x L matrix over the stage's layers f..l, read per stage through
         # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
         # activation (gradient) receive
@@ -2382,29 +2421,7 @@ class _Search:
         alone = whole(1, 1)
         if penalty is not None:  # or not whole
             alone = np.minimum(alone, np.minimum(whole(0, 0) + penalty, INF))
-        self.stats.dp_passes += 1
-        if slots == 1:  # no state: the kernel's recurrence on the stages' windows
-            table.cache[key] = int(fill_table(windows(alone, num_stages))[0][0, 0])
-            return table.cache[key]
-        width = table.num_layers - num_stages + 1
-        after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
-        after[:, width - 1] = 0
-        # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
-        # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
-        weights = np.stack((alone, whole(1, 0), whole(0, 1)))
-        inside = whole(0, 0)
-        for stage in range(num_stages - 1, -1, -1):
-            window = slice(stage, stage + width)
-            least = np.maximum(weights[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
-            value = np.empty_like(after)
-            value[0] = np.minimum(least[0], least[1])
-            value[1:] = least[2]
-            if slots > 2:  # r >= 1: joined on the left, its activation receive near
-                value[1:-1] = np.minimum(value[1:-1], np.maximum(
-                    inside[None, window, window], after[2:, None, :]).min(axis=2))
-            after = value
-        table.cache[key] = int(after[0, 0])
-        return table.cache[key]
+        return alone, whole(1, 0), whole(0, 1), whole(0, 0)
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
@@ -2959,24 +2976,32 @@ class _Search:
         d > 1) and the exposed sync, each phase at the least price over
         :func:`capped_group_paths`; with ``distinct``, per distinct range of
         :func:`distinct_ranges` instead of L x L.  With ``above``, every group on the paths
-        of the tiers above it (groups that leave their tier-``above`` domain)."""
+        of the tiers above it (groups that leave their tier-``above`` domain).  Kept per
+        distinct range in the table's cache per (d, z, cap, above): they do not depend on
+        S, and the domain bound asks them for every S of a d."""
         table, zero, dp = shape.table, shape.zero, shape.dp
         columns, inverse = distinct_ranges(table, (table.dense_range, table.expert_range,
                                                    table.bwd_range, table.fwd_range,
                                                    table.params_range))
-        params = columns[4]
-        exposed = self._exposed_floors(table, zero, [
-            (size, tuple(self.ids.id_of(path) for path in self._group_paths(size, cap, above))
-             if size > 1 else ()) for size in (dp * table.config.ep, dp)], np.min)
-        index = slice(None) if distinct else inverse
-        exposed = exposed[index]
-        gathers = None
-        if shape.gather_dp > 1:
-            gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
-                                  .of_array(params)
-                                  for path in self._group_paths(dp, cap, above)],
-                                 axis=0)[index]
-        return gathers, exposed
+        key = ("capped floors", dp, zero, cap, above)
+        if key not in table.cache:
+            exposed = self._exposed_floors(table, zero, [
+                (size, tuple(self.ids.id_of(path)
+                             for path in self._group_paths(size, cap, above))
+                 if size > 1 else ()) for size in (dp * table.config.ep, dp)], np.min)
+            gathers = None
+            if shape.gather_dp > 1:
+                gathers = 2 * np.min([self.prices.gather_form(dp, self.ids.id_of(path))
+                                      .of_array(columns[4])
+                                      for path in self._group_paths(dp, cap, above)], axis=0)
+            for kept in (gathers, exposed):
+                if kept is not None:
+                    kept.flags.writeable = False  # (shared by every caller)
+            table.cache[key] = gathers, exposed
+        gathers, exposed = table.cache[key]
+        if distinct:
+            return gathers, exposed
+        return None if gathers is None else gathers[inverse], exposed[inverse]
 
     def _gather_bound(self, shape: Shape, cap: int | None = None) -> int:
         """ZeRO-3: the cheapest possible gathers of the chunk holding the most parameters.
@@ -3075,6 +3100,69 @@ class _Search:
                else 0)
         return max(heaviest_bound, -((hidden * denominator - total)
                                      // (denominator * num_stages)))
+
+
+def _domain_min_max(weights: tuple[np.ndarray, ...], num_stages: int, slots: int) -> int:
+    """V(0, 0, 0) of :meth:`_Search._domain_stagewise`'s recurrence for its four weights
+    (:meth:`_Search._domain_weights`), S = ``num_stages`` and q = ``slots``, one stage at a
+    time from the last (q = 1, no state: the kernel's recurrence on the stages' windows)."""
+    alone, joined_right, joined_left, inside = weights
+    if slots == 1:
+        return int(fill_table(windows(alone, num_stages))[0][0, 0])
+    width = alone.shape[0] - num_stages + 1
+    after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
+    after[:, width - 1] = 0
+    # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
+    # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
+    stacked = np.stack((alone, joined_right, joined_left))
+    for stage in range(num_stages - 1, -1, -1):
+        window = slice(stage, stage + width)
+        least = np.maximum(stacked[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
+        value = np.empty_like(after)
+        value[0] = np.minimum(least[0], least[1])
+        value[1:] = least[2]
+        if slots > 2:  # r >= 1: joined on the left, its activation receive near
+            value[1:-1] = np.minimum(value[1:-1], np.maximum(
+                inside[None, window, window], after[2:, None, :]).min(axis=2))
+        after = value
+    return int(after[0, 0])
+
+
+def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots: int,
+                        threshold: int) -> bool:
+    """Whether :func:`_domain_min_max` (``weights``, S, q) < ``threshold``: whether some
+    split into S stages and assignment of the recurrence has every stage weight below it.
+
+    The recurrence's states forward, as sets of layers: x_s[r] holds the layers stage s may
+    start at with r whole stages joined to it on its left, stages 0 .. s − 1 all below the
+    threshold; x_0 = {0} at r = 0.  A stage on layers f..l whose weight is below the
+    threshold takes f in x_s[r] to l + 1 in x_{s+1}[r'] by the recurrence's moves (r = 0:
+    alone to r' = 0, joined on the right to 1 if q > 1; r >= 1: joined on the left to 0,
+    on both sides to r + 1 if r + 1 < q), and the answer is whether layer L is in some
+    x_S[r].  The recurrence's windows (stage s starts at a layer of s .. s + W − 1) need no
+    check: every stage takes a layer at least, and a stage starting later leaves too few
+    layers for the S-th to end at L − 1.  A set is a 0/1 row and a move a 0/1 matrix, so a
+    step is a product clipped to 1 (float32: sums of at most 2·(L + 1) ones, exact); an
+    empty x_s ends it early."""
+    num_layers = weights[0].shape[0]
+    moves = np.zeros((4, num_layers + 1, num_layers + 1), dtype=np.float32)
+    for move, weight in zip(moves, weights):  # [f, l + 1]: stage f..l below the threshold
+        move[:num_layers, 1:] = weight < threshold
+    alone, joined_right, joined_left, inside = moves
+    starts = np.zeros((slots, num_layers + 1), dtype=np.float32)  # x_s[r], 0/1
+    starts[0, 0] = 1
+    for _ in range(num_stages):
+        reached = np.empty_like(starts)
+        reached[0] = starts[0] @ alone
+        if slots > 1:
+            reached[0] += starts[1:].sum(axis=0) @ joined_left
+            reached[1] = starts[0] @ joined_right
+        if slots > 2:
+            reached[2:] = starts[1:-1] @ inside
+        starts = np.minimum(reached, 1, out=reached)
+        if not starts.any():
+            return False
+    return bool(starts[:, num_layers].any())
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:

@@ -55,7 +55,7 @@ def _check(instance, search, shapes, zeros=(0, 1, 3), tiers=TIERS) -> tuple[int,
         if shape.zero not in zeros:
             continue
         chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
-        bound = search._domain_bound(shape, chunk, (choice_index,))
+        bound = search._domain_bound(shape, chunk, (choice_index,), exact=True)
         if bound == 0:
             continue
         optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
@@ -112,6 +112,50 @@ def test_domain_bound_with_several_stages_to_a_domain(seed, tiers, num_layers, f
     assert raised
     if tiers == TIERS:
         assert tight
+
+
+# seed 0 on domains of 4 (q = 1 .. 4) in the fast tier; further seeds and three-device
+# domains in the slow one
+@pytest.mark.parametrize("seed, tiers, num_layers", [(0, TIERS, 5)] + [
+    pytest.param(seed, tiers, num_layers, marks=SLOW) for seed in range(1, 3)
+    for tiers, num_layers in ((TIERS, 5), ((1, 3, 2), 6))])
+def test_domain_stagewise_threshold_decides_the_exact_bound(seed, tiers, num_layers,
+                                                            monkeypatch):
+    """With a threshold t, :meth:`_Search._domain_stagewise` (the domain bound's decision
+    form) returns at least t exactly where its exact min-max V reaches t and at most V
+    always, for t around V (V + 1, V, V − 1, V / 2: its kept range met again), on every
+    shape the domain bound prices; both answers and q >= 2 occur."""
+    instance = _instance(seed, overlap=True, num_layers=num_layers, tiers=tiers)
+    search = _search(instance)
+    calls, choice = [], [0]
+    exact_stagewise = planner._Search._domain_stagewise
+
+    def record(self, *args):
+        calls.append((choice[0], *args))
+        return exact_stagewise(self, *args)
+
+    monkeypatch.setattr(planner._Search, "_domain_stagewise", record)
+    for choice_index, shape, _ in v1_shapes(search, instance):
+        chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+        choice[0] = choice_index
+        search._domain_bound(shape, chunk, (choice_index,), exact=True)
+    monkeypatch.undo()
+    deciding = _search(instance)  # a fresh cache: every threshold decided, or read back
+    answers, slots_met = set(), set()
+    for choice_index, shape, tier, qualities, slots, off_node, threshold in calls:
+        assert threshold is None
+        exact = search._domain_stagewise(shape, tier, qualities, slots, off_node)
+        weights = search._domain_weights(shape, tier, qualities, off_node)
+        own = dataclasses.replace(shape, table=deciding._table(choice_index))
+        for limit in (exact + 1, exact, exact - 1, exact // 2):
+            assert planner._domain_split_below(weights, shape.num_stages, slots, limit) \
+                == (exact < limit), (shape, slots, limit, exact)
+            found = deciding._domain_stagewise(own, tier, qualities, slots, off_node, limit)
+            assert found <= exact and (found >= limit) == (exact >= limit), \
+                (shape, slots, limit, exact, found)
+            answers.add(exact >= limit)
+        slots_met.add(slots)
+    assert answers == {False, True} and max(slots_met) >= 2
 
 
 def _interleaved_shapes(search, instance, num_stages: int = 2, virtual: int = 2):
@@ -341,7 +385,7 @@ def _check_vector_domain(instance, search, tiers, virtual: int = 1, zeros=(0, 1,
             if virtual > 1 and microbatches[dp - 1] % num_stages:
                 continue
             shape = Shape(table, num_stages, dp, virtual, zero, int(microbatches[dp - 1]))
-            exact = search._domain_bound_at(shape, chunk, tier, (choice_index,))
+            exact = search._domain_bound_at(shape, chunk, tier, (choice_index,), exact=True)
             assert entry <= exact, (shape, tier, entry, exact)
             domain = instance.cluster.network.domain_sizes()[tier]
             claimed = table.config.devices * dp > domain and dp > 1
@@ -412,7 +456,8 @@ def test_group_bounds_hold_the_vector_domain_bound():
             shape = Shape(table, num_stages, dp, 1, zero, int(microbatches[dp - 1]))
             ceiling = max(search._shape_bound(shape, chunk),
                           search._layout_class_bound(shape, chunk),
-                          search._domain_bound_at(shape, chunk, tier, (choice_index,)))
+                          search._domain_bound_at(shape, chunk, tier, (choice_index,),
+                                                  exact=True))
             assert vector[dp - 1] <= group[dp - 1] <= ceiling, (shape, tier)
             compared += 1
     assert compared

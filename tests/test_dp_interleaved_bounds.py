@@ -111,3 +111,35 @@ def test_pruning_never_changes_the_interleaved_optimum(seed, monkeypatch):
     pruned, exhaustive = same_optimum_unbounded(instance, monkeypatch,
                                                 lambda i: solve(i, "dp", SolveOptions()))
     assert pruned.stats["outer_searched"] < exhaustive.stats["outer_searched"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_interleaved_crossing_chunk_bound_is_the_least_over_crossing_stages(seed):
+    """τ_h of :meth:`_Search._crossing_chunk_bound` with S < K (every s priced side by side)
+    equals the least over s of the kernel's min-max with the chunks k ≡ s (mod S) on their
+    crossing times and the others on their cheapest ones, one s at a time, for every S·v
+    <= L, v >= 2, and both the node and the tier-1 domain; some values are finite."""
+    instance = _blocks_instance(seed, (2, 2, 2), overlap=True, num_layers=9)
+    search = planner._Search(instance, SolveOptions(), ())
+    choice_index = next(index for index, (config, _) in enumerate(instance.choices)
+                        if config.tp == 2)
+    table = search._table(choice_index)
+    finite = 0
+    for virtual in (2, 3):
+        for num_stages in range(2, table.num_layers // virtual + 1):
+            chunks = num_stages * virtual
+            width = table.num_layers - chunks + 1
+            ordered = np.triu(np.ones((width, width), dtype=bool))
+            cheapest = search._cheapest_times(table, chunks)
+            cheap = np.where(ordered, cheapest, planner.INF)
+            for above in (0, 1):
+                found = search._crossing_chunk_bound(table, chunks, 1, num_stages, above)
+                extra = planner.windows(search._crossing_extra(table, 1, above), chunks)
+                cross = np.where(ordered, cheapest + extra, planner.INF)
+                crosses = np.arange(chunks) % num_stages
+                expected = min(int(planner.fill_table(np.where(
+                    (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
+                    for stage in range(num_stages))
+                assert found == expected, (virtual, num_stages, above, found, expected)
+                finite += found < planner.INF
+    assert finite
