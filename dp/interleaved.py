@@ -438,7 +438,7 @@ class _BlockCounts:
             useful = _count_true_prefix(len(tau_values), lambda index: may_beat(
                 rounds * int(tau_values[index]) + floor))
             tau = least_feasible(tau_values[:useful], lambda value, cap=sync_cap:
-                                  feasible(value, cap))
+                                 feasible(value, cap))
             if tau is None:
                 return checks
             # Every later point has τ' >= τ, so only σ with rounds·τ + σ able to win matter.
