@@ -630,6 +630,8 @@ class _Search:
                 bound = np.maximum(bound, self._vector_domain_bound(
                     table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound, tier,
                     None if objective is None else mask & (bound <= objective)))
+                bound = np.maximum(bound, self._vector_replica_bound(
+                    table, num_stages, virtual, dps, rounds, outer.chunk_bound, tier))
             self._zero_bounds[outer.choice_index, num_stages, virtual, zero] = bound
             if not np.any(bound[mask] < least[mask]):
                 continue
@@ -2139,8 +2141,114 @@ class _Search:
         config = shape.table.config
         if config.ep > 1 or config.cp > 1:
             return 0
-        return max((self._domain_bound_at(shape, chunk_bound, tier, key, exact)
+        return max((max(self._replica_bound_at(shape, chunk_bound, tier),
+                        self._domain_bound_at(shape, chunk_bound, tier, key, exact))
                     for tier in self._domain_tiers()), default=0)
+
+    def _replica_bound_at(self, shape: Shape, chunk_bound: int, tier: int) -> int:
+        """With v = 1 and e = c = 1, a lower bound on T over every plan of the shape (any
+        split, recompute and injective placement) when the tier-P domains (P = ``tier``)
+        cannot hold every replica whole; 0 otherwise (no claim).
+
+        Call replica r *whole* if its a·S ranks (every stage's) lie in one tier-P domain.
+        Whole replicas are disjoint sets of a·S devices, so at most W_rep of them
+        (:meth:`_whole_capacity` of a·S).  If d > W_rep, some replica r is not whole.
+        Its ranks are joined by its TP groups (stage s's t ranks of replica r) and its
+        pipeline pairs (rank j of stages s and s + 1), which connect them all, so one of
+        these leaves a domain.  (A) A pipeline pair of stages s and s + 1 leaves: it runs on
+        a tier above P (cost model §3: a transfer on its pair's path, no channels), so
+        replica r of stage s + 1 receives its activation, and replica r of stage s its
+        gradient, at least at the cheapest price above P (:meth:`_receives_from` P + 1).
+        (B) No pipeline pair of r leaves: then each chain of ranks j (one per stage) lies in
+        one domain D_j, and a TP group of r that leaves has ranks j, j' with D_j ≠ D_j', so
+        every stage's TP group of r leaves, and every stage's chunk costs at least its
+        cheapest time plus :meth:`_crossing_extra` (k = min(t // 2, G_0), P) (argument (3)
+        of :meth:`_domain_bound_at`; :meth:`_leaving_time`).  τ_s, its slowest replica's
+        time, is at least that replica's cheapest time (or the crossing one) plus both its
+        receives (each at least its cheapest price), so max_s τ_s >= M, the lesser of the
+        least over contiguous splits into S stages and boundaries of the largest such stage
+        time with that boundary's receives above P (A), and the least over splits of the
+        largest crossing stage time (B) (:meth:`_replica_event_min_max`, kept per (layer
+        table, S, P)).  T = R·max_s τ_s + max_s exposed_s >= R·max(τ_lb, gathers, M) +
+        sync, with the placement-free :meth:`_gather_bound` and :meth:`_sync_bound`."""
+        table, num_stages = shape.table, shape.num_stages
+        config = table.config
+        if shape.virtual > 1 or config.ep > 1 or config.cp > 1 or \
+                shape.dp <= self._whole_capacity(config.devices * num_stages, tier):
+            return 0
+        least = self._replica_event(table, num_stages, tier)
+        if least >= INF:
+            return 0
+        tau = max(chunk_bound, self._gather_bound(shape), least)
+        return shape.rounds * tau + self._sync_bound(shape)
+
+    def _vector_replica_bound(self, table: LayerTable, num_stages: int, virtual: int,
+                              dps: np.ndarray, rounds: np.ndarray, chunk_bound: int,
+                              tier: int) -> np.ndarray:
+        """Per d of ``dps``, :meth:`_replica_bound_at`'s R·max(τ_lb, M) (its gathers and
+        sync dropped, each at least 0) where d > W_rep, 0 elsewhere (no claim): a lower
+        bound on T over every plan of (c, b, S, d, v = 1)."""
+        config = table.config
+        if virtual > 1 or config.ep > 1 or config.cp > 1:
+            return np.zeros(len(dps), dtype=np.int64)
+        least = self._replica_event(table, num_stages, tier)
+        if least >= INF:
+            return np.zeros(len(dps), dtype=np.int64)
+        capacity = self._whole_capacity(config.devices * num_stages, tier)
+        return np.where(dps > capacity, rounds * max(chunk_bound, least), 0)
+
+    def _replica_event(self, table: LayerTable, num_stages: int, tier: int) -> int:
+        """:meth:`_replica_event_min_max`, kept per (layer table, S, P)."""
+        key = ("replica event", num_stages, tier)
+        if key not in table.cache:
+            table.cache[key] = self._replica_event_min_max(table, num_stages, tier)
+        return table.cache[key]
+
+    def _replica_event_min_max(self, table: LayerTable, num_stages: int, tier: int) -> int:
+        """M of :meth:`_replica_bound_at`: the lesser of (A) the least over splits into S
+        stages and boundaries of the largest stage time (cheapest time plus both receives
+        at their cheapest prices) where that boundary's two stages pay their receive across
+        it above tier P (the stage before its gradient, the one after its activation; INF
+        for S = 1), and (B) the least over splits of the largest crossing stage time
+        (:meth:`_leaving_time` plus both cheapest receives; INF where no TP group can
+        leave).  (A) is a DP from the last stage over (stage s, its first layer, x): x = 0
+        the far boundary still to come, 1 at s's left boundary (its activation above P), 2
+        passed; V(S, 2, L) = 0, every other end INF:
+
+            V(s, 0, f) = min over l of min(max(X_00, V(s + 1, 0)), max(X_01, V(s + 1, 1)))
+            V(s, 1, f) = min over l of max(X_10, V(s + 1, 2))
+            V(s, 2, f) = min over l of max(X_00, V(s + 1, 2))
+
+        (X_io the stage time of layers f..l with its activation above P if i = 1 and its
+        gradient above P if o = 1; a second far boundary only raises stage times, so one is
+        all the least needs) and (A) = V(0, 0, 0)."""
+        base, activation, gradient = self._cheapest_ranges(table)
+        far_activation, far_gradient = self._receives_from(table, tier + 1)
+        inner = np.arange(table.num_layers) < table.num_layers - 1
+        gradient, far_gradient = gradient * inner, far_gradient * inner
+        unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
+        near = np.minimum(base + unordered + activation[:, None] + gradient[None, :], INF)
+        crossing = INF
+        leaving = self._leaving_time(table, tier)
+        if leaving is not None:
+            crossing = int(fill_table(windows(np.minimum(
+                leaving + unordered + activation[:, None] + gradient[None, :], INF),
+                num_stages))[0][0, 0])
+        if num_stages == 1:
+            return crossing
+        out_far = np.minimum(base + unordered + activation[:, None] + far_gradient[None, :],
+                             INF)
+        in_far = np.minimum(base + unordered + far_activation[:, None] + gradient[None, :], INF)
+        width = table.num_layers - num_stages + 1
+        after = np.full((3, width), INF, dtype=np.int64)  # V(S, x, ·)
+        after[2, width - 1] = 0
+        for stage in range(num_stages - 1, -1, -1):
+            window = slice(stage, stage + width)
+            near_0, out_far_1, in_far_2, near_2 = (
+                np.maximum(weight[window, window], after[state][None, :]).min(axis=1)
+                for weight, state in ((near, 0), (out_far, 1), (in_far, 2), (near, 2)))
+            after = np.stack((np.minimum(near_0, out_far_1), in_far_2, near_2))
+        return min(crossing, int(after[0, 0]))
 
     def _domain_tiers(self) -> tuple[int, ...]:
         """The tiers P >= 1, below the top one, whose next tier has less bandwidth per
@@ -2294,10 +2402,13 @@ class _Search:
             + sync
         # the rest is at most R·τ_P + sync (v = 1: the min-max of the weights of whole stages
         # each joined to none, every boundary leaving, one of the stage-by-stage bound's
-        # assignments), and for v > 1 the TP term: where that may beat the incumbent it
-        # would not prune the shape, so it is left out
-        if self.best.may_beat(max(bound, whole if shape.virtual == 1 else min(whole, tp_term)),
-                              key):
+        # assignments, when the domains may hold every stage whole: S <= W), and for v > 1
+        # the TP term: where that may beat the incumbent it would not prune the shape, so it
+        # is left out
+        capacity = self._whole_capacity(devices, tier)
+        if self.best.objective is None or (shape.virtual > 1 or num_stages <= capacity) \
+                and self.best.may_beat(max(bound, whole if shape.virtual == 1
+                                           else min(whole, tp_term)), key):
             return bound
         if shape.virtual == 1:
             objective = self.best.objective  # (not None: no bound may beat None)
@@ -2340,9 +2451,13 @@ class _Search:
         ranks, so one pair joins that rank to one in D (argument (2) of
         :meth:`_domain_bound_at`; τ_s is its slowest replica's).  (b) A run of stages whole
         and joined lies in one domain, so has at most q stages (the placement is
-        injective).  Every plan thus has an assignment (each stage whole or not, each
-        boundary between whole stages joined or leaving, runs of at most q) whose weights
-        are at most its R·τ_s + exposed_s, so T >= its largest weight.
+        injective).  (c) A domain D of |D| devices holds at most ⌊|D| / (a·d)⌋ whole
+        stages (disjoint sets of a·d devices), so a plan has at most W whole stages: the sum
+        over the tier-P domains, blocks of G_P consecutive ids with a last one of N mod G_P
+        devices where that is not 0 (:meth:`_whole_capacity`).  Every plan thus has an
+        assignment (each stage whole or not, each boundary between whole stages joined or
+        leaving, runs of at most q, at most W whole stages) whose weights are at most its
+        R·τ_s + exposed_s, so T >= its largest weight.
 
         The least over splits and assignments is a DP from the last stage over (stage s,
         its first layer, r = the whole stages joined to s on its left, 0 .. q − 1):
@@ -2354,7 +2469,10 @@ class _Search:
         with the layers l + 1 .. in V(s + 1, ·) (the receives absent at the ends are 0:
         X's i is moot for s = 0, o for s = S − 1) and the bound V(0, 0, 0).  q = 1 is the
         old ``alone`` case (every whole stage pays both receives above P); q = 2 is at
-        least the old ``shared`` one (one of a middle stage's receives).  With ``off_node``
+        least the old ``shared`` one (one of a middle stage's receives).  Where S > W (c)
+        binds: the min-max is then over the assignments with at most W whole stages
+        (:func:`_domain_min_max` with ``capacity``; elsewhere every assignment has at most
+        S <= W of them).  With ``off_node``
         (every TP group fills its node, t = G_0: a node holds one stage replica, so every
         pipeline pair joins two nodes) every receive is on the tiers above the node
         (:meth:`_off_node_chunk_bound`'s argument).
@@ -2373,22 +2491,33 @@ class _Search:
         if lower + 1 == upper or threshold is not None and not lower < threshold < upper:
             return lower
         weights = self._domain_weights(shape, tier, qualities, off_node)
+        capacity = self._whole_capacity(table.config.devices * shape.dp, tier)
         self.stats.dp_passes += 1
         if threshold is None:
-            lower = _domain_min_max(weights, num_stages, slots)
+            lower = _domain_min_max(weights, num_stages, slots, capacity)
             upper = lower + 1
-        elif _domain_split_below(weights, num_stages, slots, threshold):
+        elif _domain_split_below(weights, num_stages, slots, threshold, capacity):
             upper = threshold
         else:
             lower = threshold
         table.cache[key] = lower, upper
         return lower
 
+    def _whole_capacity(self, devices: int, tier: int) -> int:
+        """W: how many disjoint sets of ``devices`` (a stage's a·d) the tier-P domains may
+        hold, each whole in one, over the cluster's N devices: ⌊N / G_P⌋ domains of G_P
+        and, where N mod G_P is not 0, a last one of that many (domains are blocks of
+        consecutive ids, :meth:`NetworkModel.tier_of_pairs`)."""
+        domain = self.network.cluster.network.domain_sizes()[tier]
+        total = self.instance.cluster.num_devices
+        return total // domain * (domain // devices) + total % domain // devices
+
     def _domain_weights(self, shape: Shape, tier: int, qualities: tuple[tuple[int, int], ...],
                         off_node: bool) -> tuple[np.ndarray, ...]:
-        """The four L x L weights of :meth:`_domain_stagewise`'s recurrence over a stage's
-        layers f..l (INF where f > l): min(N, R·X_11) (``alone``), R·X_10 (whole, joined on
-        the right only), R·X_01 (on the left only) and R·X_00 (on both sides)."""
+        """The five L x L weights of :meth:`_domain_stagewise`'s recurrence over a stage's
+        layers f..l (INF where f > l): R·X_11 (whole, joined to no stage), R·X_10 (whole,
+        joined on the right only), R·X_01 (on the left only), R·X_00 (on both sides) and N
+        (not whole; INF where no group can leave)."""
         table, rounds = shape.table, shape.rounds
         config = table.config
         # every weight as an L x L matrix over the stage's layers f..l, read per stage through
@@ -2418,10 +2547,9 @@ class _Search:
             if quality < config.tp:
                 split = split + rounds * self._crossing_extra(table, quality)
             penalty = split if penalty is None else np.minimum(penalty, split)
-        alone = whole(1, 1)
-        if penalty is not None:  # or not whole
-            alone = np.minimum(alone, np.minimum(whole(0, 0) + penalty, INF))
-        return alone, whole(1, 0), whole(0, 1), whole(0, 0)
+        leaving = np.full(base.shape, INF, dtype=np.int64) if penalty is None else \
+            np.minimum(whole(0, 0) + penalty, INF)
+        return whole(1, 1), whole(1, 0), whole(0, 1), whole(0, 0), leaving
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
@@ -3102,36 +3230,58 @@ class _Search:
                                      // (denominator * num_stages)))
 
 
-def _domain_min_max(weights: tuple[np.ndarray, ...], num_stages: int, slots: int) -> int:
-    """V(0, 0, 0) of :meth:`_Search._domain_stagewise`'s recurrence for its four weights
+def _domain_min_max(weights: tuple[np.ndarray, ...], num_stages: int, slots: int,
+                    capacity: int | None = None) -> int:
+    """V(0, 0, 0) of :meth:`_Search._domain_stagewise`'s recurrence for its five weights
     (:meth:`_Search._domain_weights`), S = ``num_stages`` and q = ``slots``, one stage at a
-    time from the last (q = 1, no state: the kernel's recurrence on the stages' windows)."""
-    alone, joined_right, joined_left, inside = weights
+    time from the last (q = 1, no state: the kernel's recurrence on the stages' windows).
+    With ``capacity`` W < S, the least over the assignments with at most W whole stages:
+    the recurrence's value V is at most it, and it is the least weight u >= V with an
+    assignment of every weight at most u and at most W whole stages
+    (:func:`_domain_split_below`, monotone in u), found by bisection over the weights'
+    finite values (INF if none)."""
+    whole_alone, joined_right, joined_left, inside, leaving = weights
+    alone = np.minimum(whole_alone, leaving)
     if slots == 1:
-        return int(fill_table(windows(alone, num_stages))[0][0, 0])
-    width = alone.shape[0] - num_stages + 1
-    after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
-    after[:, width - 1] = 0
-    # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
-    # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
-    stacked = np.stack((alone, joined_right, joined_left))
-    for stage in range(num_stages - 1, -1, -1):
-        window = slice(stage, stage + width)
-        least = np.maximum(stacked[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
-        value = np.empty_like(after)
-        value[0] = np.minimum(least[0], least[1])
-        value[1:] = least[2]
-        if slots > 2:  # r >= 1: joined on the left, its activation receive near
-            value[1:-1] = np.minimum(value[1:-1], np.maximum(
-                inside[None, window, window], after[2:, None, :]).min(axis=2))
-        after = value
-    return int(after[0, 0])
+        least = int(fill_table(windows(alone, num_stages))[0][0, 0])
+    else:
+        width = alone.shape[0] - num_stages + 1
+        after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)
+        after[:, width - 1] = 0
+        # not joined, joined on the right only, on the left only (each with the V(s + 1, r)
+        # of its r: 0, 1, 0), and joined on both sides (r + 1 for r = 1 .. q − 2)
+        stacked = np.stack((alone, joined_right, joined_left))
+        for stage in range(num_stages - 1, -1, -1):
+            window = slice(stage, stage + width)
+            least = np.maximum(stacked[:, window, window], after[[0, 1, 0], None, :]).min(axis=2)
+            value = np.empty_like(after)
+            value[0] = np.minimum(least[0], least[1])
+            value[1:] = least[2]
+            if slots > 2:  # r >= 1: joined on the left, its activation receive near
+                value[1:-1] = np.minimum(value[1:-1], np.maximum(
+                    inside[None, window, window], after[2:, None, :]).min(axis=2))
+            after = value
+        least = int(after[0, 0])
+    if capacity is None or capacity >= num_stages or least >= INF or \
+            _domain_split_below(weights, num_stages, slots, least + 1, capacity):
+        return least
+    values = np.unique(np.concatenate([weight[weight < INF] for weight in weights]))
+    values = values[values > least]
+    low, high = 0, len(values)  # the answer is values[high], or INF where high = len
+    while low < high:
+        middle = (low + high) // 2
+        if _domain_split_below(weights, num_stages, slots, int(values[middle]) + 1, capacity):
+            high = middle
+        else:
+            low = middle + 1
+    return int(values[high]) if high < len(values) else INF
 
 
 def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots: int,
-                        threshold: int) -> bool:
-    """Whether :func:`_domain_min_max` (``weights``, S, q) < ``threshold``: whether some
-    split into S stages and assignment of the recurrence has every stage weight below it.
+                        threshold: int, capacity: int | None = None) -> bool:
+    """Whether :func:`_domain_min_max` (``weights``, S, q, ``capacity``) < ``threshold``:
+    whether some split into S stages and assignment of the recurrence (with at most W =
+    ``capacity`` whole stages) has every stage weight below it.
 
     The recurrence's states forward, as sets of layers: x_s[r] holds the layers stage s may
     start at with r whole stages joined to it on its left, stages 0 .. s − 1 all below the
@@ -3143,10 +3293,13 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     check: every stage takes a layer at least, and a stage starting later leaves too few
     layers for the S-th to end at L − 1.  A set is a 0/1 row and a move a 0/1 matrix, so a
     step is a product clipped to 1 (float32: sums of at most 2·(L + 1) ones, exact); an
-    empty x_s ends it early."""
-    num_layers = weights[0].shape[0]
+    empty x_s ends it early.  With W < S and a split below, :func:`_domain_whole_count`
+    decides whether one has at most W whole stages."""
+    whole_alone, joined_right, joined_left, inside, leaving = weights
+    num_layers = whole_alone.shape[0]
     moves = np.zeros((4, num_layers + 1, num_layers + 1), dtype=np.float32)
-    for move, weight in zip(moves, weights):  # [f, l + 1]: stage f..l below the threshold
+    for move, weight in zip(moves, (np.minimum(whole_alone, leaving), joined_right,
+                                    joined_left, inside)):  # [f, l + 1]: f..l below it
         move[:num_layers, 1:] = weight < threshold
     alone, joined_right, joined_left, inside = moves
     starts = np.zeros((slots, num_layers + 1), dtype=np.float32)  # x_s[r], 0/1
@@ -3162,7 +3315,47 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         starts = np.minimum(reached, 1, out=reached)
         if not starts.any():
             return False
-    return bool(starts[:, num_layers].any())
+    if not starts[:, num_layers].any():
+        return False
+    return capacity is None or capacity >= num_stages or \
+        _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+
+
+def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots: int,
+                        threshold: int) -> int:
+    """The fewest whole stages of an assignment of :func:`_domain_split_below`'s moves
+    (every stage weight below ``threshold``), or S + 1 where there is none: the same
+    forward pass with, per state (r, layer), the fewest whole stages that reach it instead
+    of a 0/1 (a stage not whole adds none, a whole one one: alone with R·X_11, joined
+    with the others), the least over the moves into it.  What is reached next depends on
+    the state only, so the fewest so far is all a state needs to keep."""
+    whole_alone, joined_right, joined_left, inside, leaving = weights
+    num_layers = whole_alone.shape[0]
+    none = num_stages + 1  # unreached: more whole stages than there are stages
+    masks = []
+    for weight in (leaving, whole_alone, joined_right, joined_left, inside):
+        mask = np.zeros((num_layers + 1, num_layers + 1), dtype=bool)
+        mask[:num_layers, 1:] = weight < threshold
+        masks.append(mask)
+    leaving, whole_alone, joined_right, joined_left, inside = masks
+
+    def step(counts: np.ndarray, mask: np.ndarray) -> np.ndarray:  # rows of counts
+        return np.where(mask, counts[..., :, None], none).min(axis=-2)
+
+    counts = np.full((slots, num_layers + 1), none, dtype=np.int64)  # per (r, start layer)
+    counts[0, 0] = 0
+    for _ in range(num_stages):
+        reached = np.full_like(counts, none)
+        reached[0] = np.minimum(step(counts[0], leaving), step(counts[0], whole_alone) + 1)
+        if slots > 1:
+            reached[0] = np.minimum(reached[0], step(counts[1:].min(axis=0), joined_left) + 1)
+            reached[1] = step(counts[0], joined_right) + 1
+        if slots > 2:
+            reached[2:] = step(counts[1:-1], inside) + 1
+        counts = np.minimum(reached, none, out=reached)
+        if counts.min() >= none:
+            return none
+    return int(counts[:, num_layers].min())
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:

@@ -146,10 +146,12 @@ def test_domain_stagewise_threshold_decides_the_exact_bound(seed, tiers, num_lay
         assert threshold is None
         exact = search._domain_stagewise(shape, tier, qualities, slots, off_node)
         weights = search._domain_weights(shape, tier, qualities, off_node)
+        capacity = search._whole_capacity(shape.table.config.devices * shape.dp, tier)
         own = dataclasses.replace(shape, table=deciding._table(choice_index))
         for limit in (exact + 1, exact, exact - 1, exact // 2):
-            assert planner._domain_split_below(weights, shape.num_stages, slots, limit) \
-                == (exact < limit), (shape, slots, limit, exact)
+            assert planner._domain_split_below(weights, shape.num_stages, slots, limit,
+                                               capacity) == (exact < limit), \
+                (shape, slots, limit, exact)
             found = deciding._domain_stagewise(own, tier, qualities, slots, off_node, limit)
             assert found <= exact and (found >= limit) == (exact >= limit), \
                 (shape, slots, limit, exact, found)
@@ -461,3 +463,107 @@ def test_group_bounds_hold_the_vector_domain_bound():
             assert vector[dp - 1] <= group[dp - 1] <= ceiling, (shape, tier)
             compared += 1
     assert compared
+
+
+def _assignment_min_max(weights, num_stages: int, slots: int, capacity: int) -> int:
+    """The least over splits and assignments (each stage whole or not, each boundary
+    between whole stages joined or not, runs of joined whole stages of at most q = ``slots``,
+    at most ``capacity`` whole stages) of the largest stage weight, by enumeration."""
+    import itertools
+
+    whole_alone, joined_right, joined_left, inside, leaving = weights
+    num_layers = whole_alone.shape[0]
+    best = planner.INF
+    for cuts in itertools.combinations(range(1, num_layers), num_stages - 1):
+        bounds = list(zip((0,) + cuts, cuts + (num_layers,)))
+        for wholes in itertools.product((False, True), repeat=num_stages):
+            if sum(wholes) > capacity:
+                continue
+            for joins in itertools.product((False, True), repeat=num_stages - 1):
+                if any(joined and not (wholes[s] and wholes[s + 1])
+                       for s, joined in enumerate(joins)):
+                    continue
+                run, too_long = 1, False
+                for joined in joins:
+                    run = run + 1 if joined else 1
+                    too_long |= run > slots
+                if too_long:
+                    continue
+                largest = 0
+                for s, (first, end) in enumerate(bounds):
+                    left = s > 0 and joins[s - 1]
+                    right = s < num_stages - 1 and joins[s]
+                    weight = (leaving if not wholes[s] else inside if left and right else
+                              joined_left if left else joined_right if right else whole_alone)
+                    largest = max(largest, int(weight[first, end - 1]))
+                best = min(best, largest)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_domain_min_max_counts_whole_stages(seed):
+    """:func:`_domain_min_max` with a capacity W (at most W stages whole: a domain holds at
+    most ⌊|D| / (a·d)⌋ of them) equals the enumeration of every split and assignment with
+    at most W whole stages, for q = 1 .. 3 and W = 0 .. S, and the decision form agrees
+    with it at V and V + 1; the capacity raises it on some cases."""
+    rng = np.random.default_rng(seed)
+    num_layers, raised = 6, 0
+    for num_stages in range(2, 5):
+        for slots in (1, 2, 3):
+            # as _domain_weights builds them: a base per range plus the activation receive
+            # (none into layer 0) and the gradient receive (none after layer L − 1), each
+            # near or far (i, o), and a stage not whole above its base
+            ordered = np.triu(np.ones((num_layers, num_layers), dtype=bool))
+            base = rng.integers(1, 40, size=(num_layers, num_layers))
+            near, far = (rng.integers(0, 10, size=(2, num_layers)) for _ in range(2))
+            far += near
+            near[0, 0] = far[0, 0] = near[1, -1] = far[1, -1] = 0
+            whole = {(into, out): np.where(ordered, base + (near, far)[into][0][:, None]
+                                           + (near, far)[out][1][None, :], planner.INF)
+                     for into in (0, 1) for out in (0, 1)}
+            leaving = np.where(ordered, base + rng.integers(0, 30, size=base.shape),
+                               planner.INF)
+            weights = (whole[1, 1], whole[1, 0], whole[0, 1], whole[0, 0], leaving)
+            for capacity in range(num_stages + 1):
+                expected = _assignment_min_max(weights, num_stages, slots, capacity)
+                found = planner._domain_min_max(weights, num_stages, slots, capacity)
+                assert found == expected, (num_stages, slots, capacity, found, expected)
+                assert planner._domain_split_below(weights, num_stages, slots, found + 1,
+                                                   capacity)
+                assert not planner._domain_split_below(weights, num_stages, slots, found,
+                                                       capacity)
+                raised += found > planner._domain_min_max(weights, num_stages, slots)
+    assert raised
+
+
+# two domains of three single-device nodes: a replica of two devices (S = 2, t = 1 or
+# S = 1, t = 2) fits a domain once, so with d = 3 one replica is not whole
+@pytest.mark.parametrize("seed", first_fast(range(3)))
+def test_replica_bound_never_exceeds_the_exhaustive_optimum(seed):
+    """Where the domains cannot hold every replica whole (d > W_rep), the replica bound
+    (:meth:`_Search._replica_bound_at`: some pipeline pair or every TP group of a replica
+    leaves its domain) is at most the least objective over every split and injective
+    placement, and above the shape's fastest-path and case-split bound on some shapes; its
+    vector form (the refined bound's, per d) is at most it, and claims where it does."""
+    tiers = (1, 3, 2)
+    instance = _instance(seed, overlap=seed % 2 == 0, num_layers=4, tiers=tiers)
+    search = _search(instance)
+    assert search._domain_tiers() == (1,)
+    compared = raised = 0
+    for choice_index, shape, exhaustive_shape in v1_shapes(search, instance):
+        chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+        bound = search._replica_bound_at(shape, chunk, 1)
+        vector = search._vector_replica_bound(shape.table, shape.num_stages, 1,
+                                              np.array([shape.dp]), np.array([shape.rounds]),
+                                              chunk, 1)
+        assert 0 <= vector[0] <= bound and (vector[0] > 0) == (bound > 0), (shape, bound)
+        if bound == 0:
+            continue
+        optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+            tiers, shape.table.config.devices * shape.num_stages * shape.dp))
+        if optimum == math.inf:
+            continue
+        assert bound <= optimum, (shape, bound, optimum)
+        compared += 1
+        raised += bound > search._shape_bound(shape, chunk)
+    assert compared and raised
