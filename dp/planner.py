@@ -3293,17 +3293,20 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     check: every stage takes a layer at least, and a stage starting later leaves too few
     layers for the S-th to end at L − 1.  A set is a 0/1 row and a move a 0/1 matrix, so a
     step is a product clipped to 1 (float32: sums of at most 2·(L + 1) ones, exact); an
-    empty x_s ends it early.  With W < S and a split below, :func:`_domain_whole_count`
-    decides whether one has at most W whole stages."""
+    empty x_s ends it early.  With W < S and a split below, one with no whole stage (the
+    same pass over the moves of stages not whole alone) has at most W, else
+    :func:`_domain_whole_count` decides whether one has."""
     whole_alone, joined_right, joined_left, inside, leaving = weights
     num_layers = whole_alone.shape[0]
-    moves = np.zeros((4, num_layers + 1, num_layers + 1), dtype=np.float32)
+    counted = capacity is not None and capacity < num_stages
+    moves = np.zeros((5, num_layers + 1, num_layers + 1), dtype=np.float32)
     for move, weight in zip(moves, (np.minimum(whole_alone, leaving), joined_right,
-                                    joined_left, inside)):  # [f, l + 1]: f..l below it
+                                    joined_left, inside, leaving)):  # [f, l + 1]: f..l below
         move[:num_layers, 1:] = weight < threshold
-    alone, joined_right, joined_left, inside = moves
+    alone, joined_right, joined_left, inside, leaving = moves
     starts = np.zeros((slots, num_layers + 1), dtype=np.float32)  # x_s[r], 0/1
     starts[0, 0] = 1
+    apart = starts[0].copy()  # with W < S: the layers reached by stages none of them whole
     for _ in range(num_stages):
         reached = np.empty_like(starts)
         reached[0] = starts[0] @ alone
@@ -3315,9 +3318,11 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         starts = np.minimum(reached, 1, out=reached)
         if not starts.any():
             return False
+        if counted:
+            apart = np.minimum(apart @ leaving, 1)
     if not starts[:, num_layers].any():
         return False
-    return capacity is None or capacity >= num_stages or \
+    return not counted or bool(apart[num_layers]) or \
         _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
 
 
@@ -3328,23 +3333,29 @@ def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     forward pass with, per state (r, layer), the fewest whole stages that reach it instead
     of a 0/1 (a stage not whole adds none, a whole one one: alone with R·X_11, joined
     with the others), the least over the moves into it.  What is reached next depends on
-    the state only, so the fewest so far is all a state needs to keep."""
+    the state only, so the fewest so far is all a state needs to keep.  Stage s starts at
+    a layer of s .. s + W − 1 (W = L − S + 1: every stage takes a layer at least), so each
+    step reads the moves' W x W window."""
     whole_alone, joined_right, joined_left, inside, leaving = weights
     num_layers = whole_alone.shape[0]
+    width = num_layers - num_stages + 1
     none = num_stages + 1  # unreached: more whole stages than there are stages
     masks = []
     for weight in (leaving, whole_alone, joined_right, joined_left, inside):
         mask = np.zeros((num_layers + 1, num_layers + 1), dtype=bool)
         mask[:num_layers, 1:] = weight < threshold
         masks.append(mask)
-    leaving, whole_alone, joined_right, joined_left, inside = masks
-
-    def step(counts: np.ndarray, mask: np.ndarray) -> np.ndarray:  # rows of counts
-        return np.where(mask, counts[..., :, None], none).min(axis=-2)
-
-    counts = np.full((slots, num_layers + 1), none, dtype=np.int64)  # per (r, start layer)
+    counts = np.full((slots, width), none, dtype=np.int16)  # per (r, start layer − s)
     counts[0, 0] = 0
-    for _ in range(num_stages):
+    for stage in range(num_stages):
+        # [f − s, l + 1 − (s + 1)]: stage s on layers f..l, the next one starting at l + 1
+        leaving, whole_alone, joined_right, joined_left, inside = (
+            mask[stage:stage + width, stage + 1:stage + 1 + width] for mask in masks)
+
+        def step(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            return np.min(np.broadcast_to(rows[..., :, None], rows.shape + (width,)),
+                          axis=-2, where=mask, initial=none)
+
         reached = np.full_like(counts, none)
         reached[0] = np.minimum(step(counts[0], leaving), step(counts[0], whole_alone) + 1)
         if slots > 1:
@@ -3355,7 +3366,7 @@ def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         counts = np.minimum(reached, none, out=reached)
         if counts.min() >= none:
             return none
-    return int(counts[:, num_layers].min())
+    return int(counts[:, width - 1].min())
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:
