@@ -3293,9 +3293,10 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     check: every stage takes a layer at least, and a stage starting later leaves too few
     layers for the S-th to end at L − 1.  A set is a 0/1 row and a move a 0/1 matrix, so a
     step is a product clipped to 1 (float32: sums of at most 2·(L + 1) ones, exact); an
-    empty x_s ends it early.  With W < S and a split below, one with no whole stage (the
-    same pass over the moves of stages not whole alone) has at most W, else
-    :func:`_domain_whole_count` decides whether one has."""
+    empty x_s ends it early; with q = 1 (one state) x_S = x_0 · A^S (:func:`_reached_in`).
+    With W < S and a split below, one with no whole stage (the same pass over the moves of
+    stages not whole alone) has at most W, else :func:`_domain_whole_count` decides
+    whether one has."""
     whole_alone, joined_right, joined_left, inside, leaving = weights
     num_layers = whole_alone.shape[0]
     counted = capacity is not None and capacity < num_stages
@@ -3304,6 +3305,11 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
                                     joined_left, inside, leaving)):  # [f, l + 1]: f..l below
         move[:num_layers, 1:] = weight < threshold
     alone, joined_right, joined_left, inside, leaving = moves
+    if slots == 1:  # one state: x_S = x_0 · A^S, by squaring (a set per power of two)
+        if not _reached_in(alone, num_stages)[num_layers]:
+            return False
+        return not counted or bool(_reached_in(leaving, num_stages)[num_layers]) or \
+            _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
     starts = np.zeros((slots, num_layers + 1), dtype=np.float32)  # x_s[r], 0/1
     starts[0, 0] = 1
     apart = starts[0].copy()  # with W < S: the layers reached by stages none of them whole
@@ -3324,6 +3330,25 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         return False
     return not counted or bool(apart[num_layers]) or \
         _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+
+
+def _reached_in(move: np.ndarray, steps: int) -> np.ndarray:
+    """The 0/1 set of layers reached from layer 0 in exactly ``steps`` moves of ``move``
+    (a 0/1 matrix [f, l + 1], as in :func:`_domain_split_below`): x · A^steps with A's
+    powers of two by squaring, each product clipped to 1 (float32 sums of at most L + 1
+    ones, exact), so log2(steps) matrix products in place of ``steps`` vector ones."""
+    reached = np.zeros(move.shape[0], dtype=np.float32)
+    reached[0] = 1
+    power = move
+    while steps:
+        if steps & 1:
+            reached = np.minimum(reached @ power, 1)
+            if not reached.any():
+                break
+        steps >>= 1
+        if steps:
+            power = np.minimum(power @ power, 1)
+    return reached
 
 
 def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots: int,
