@@ -122,6 +122,7 @@ from nest_cp.dp.geometry import (
     fastest_group_paths,
     layout_config,
     layout_strides,
+    rank_devices,
     tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import (
@@ -390,6 +391,7 @@ class _Search:
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
+        self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
@@ -1450,14 +1452,16 @@ class _Search:
                 groups = data[layout_index]
                 if groups is not None:  # the sync bounds first: they need no replica placed
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
-                    if not self.best.may_beat(max(bound, shape.rounds * tau_floor
+                    tau_layout = self._layout_tau(shape, layout_index, layout, tau_floor,
+                                                  layout_sync, key)
+                    if not self.best.may_beat(max(bound, shape.rounds * tau_layout
                                                   + layout_sync), key):
                         continue
                     staged = self._layout_stagewise_bound(shape, *groups)
                     if not self.best.may_beat(max(bound, staged), key):
                         continue
                     if floor is not None:
-                        least = min(least, max(bound, shape.rounds * tau_floor + layout_sync,
+                        least = min(least, max(bound, shape.rounds * tau_layout + layout_sync,
                                                staged))
                         if least <= floor:
                             return floor
@@ -1474,8 +1478,10 @@ class _Search:
                               [g.dense_groups for g in geometry])
                     layout_sync = max(sync_bound, self._layout_sync_bound(shape, *groups))
                     staged = self._layout_stagewise_bound(shape, *groups)
+                    tau_layout = self._layout_tau(shape, layout_index, layout, tau_floor,
+                                                  layout_sync, key)
                 layout_bound = max(max(self._layout_bound(shape, geometry),
-                                       shape.rounds * tau_floor) + layout_sync, staged)
+                                       shape.rounds * tau_layout) + layout_sync, staged)
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
                 if floor is not None:
@@ -1487,12 +1493,51 @@ class _Search:
                     inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
                         break
-                    layout_bound = max(layout_bound, shape.rounds * tau_floor + layout_sync)
+                    layout_bound = max(layout_bound, shape.rounds * max(tau_floor, tau_layout)
+                                       + layout_sync)
                     if not self.best.may_beat(max(bound, layout_bound), key):
                         continue
                 self.stats.layouts_searched += 1
                 self._search_layout(shape, inner, list(geometry), key, layout)
         return least
+
+    def _layout_tau(self, shape: Shape, layout_index: int, layout: RankLayout, tau: int,
+                    sync: int, key: tuple[int, ...]) -> int:
+        """A lower bound on max_k τ_k of every plan of the shape on this layout: ``tau`` (a
+        bound for every layout) raised, with v = 1 and e = c = 1 on a network with a domain
+        tier P, to :meth:`_replica_event` M (S, P) where one of the layout's replicas does
+        not lie whole in a tier-P domain (:meth:`_replica_leaves`): the argument of
+        :meth:`_replica_bound_at`, whose premise (some replica not whole) the layout's
+        placement then has.  Asked only where R·M + ``sync`` (the layout's sync bound)
+        cannot beat the incumbent with ``key`` (else the raise would prune nothing) and
+        M > ``tau``."""
+        config = shape.table.config
+        if shape.virtual > 1 or config.ep > 1 or config.cp > 1 or self.best.objective is None:
+            return tau
+        for tier in self._domain_tiers():
+            least = self._replica_event(shape.table, shape.num_stages, tier)
+            if tau < least < INF and not self.best.may_beat(shape.rounds * least + sync,
+                                                            key) and \
+                    self._replica_leaves(layout_index, layout, config, shape.num_stages,
+                                         shape.dp, tier):
+                tau = least
+        return tau
+
+    def _replica_leaves(self, layout_index: int, layout: RankLayout, config: IntraConfig,
+                        num_stages: int, dp: int, tier: int) -> bool:
+        """Whether some replica of the layout's placement (:func:`rank_devices`, every rank
+        of (c, S, d)) has ranks in two tier-P domains (blocks of G_P consecutive ids), kept
+        per (layout, c, S, d, P) (cleared past ``LAYOUT_KEYS_KEPT``)."""
+        found = (layout_index, config, num_stages, dp, tier)
+        if found not in self._leaving_replicas:
+            if len(self._leaving_replicas) >= LAYOUT_KEYS_KEPT:
+                self._leaving_replicas.clear()
+            domains = rank_devices(layout, config, num_stages, dp,
+                                   self.geometries.order_of(layout), self.network.node_size) \
+                // self.network.cluster.network.domain_sizes()[tier]
+            self._leaving_replicas[found] = bool(np.any(domains.min(axis=(0, 2))
+                                                        != domains.max(axis=(0, 2))))
+        return self._leaving_replicas[found]
 
     def _inner(self, shape: Shape, tau_bound: int, sync_bound: int, bound: int):
         """The inner search of a shape (layout-free: memory does not depend on the

@@ -567,3 +567,40 @@ def test_replica_bound_never_exceeds_the_exhaustive_optimum(seed):
         compared += 1
         raised += bound > search._shape_bound(shape, chunk)
     assert compared and raised
+
+
+@pytest.mark.parametrize("seed", first_fast(range(3)))
+def test_layout_replica_term_never_exceeds_the_layouts_optimum(seed):
+    """On each layout the DP visits whose placement has a replica in two domains
+    (:meth:`_Search._replica_leaves`), R·max(τ_lb, M) + the layout's sync bound (the term
+    :meth:`_Search._layout_tau` adds to the layout's bounds) is at most the least objective
+    of that placement over every split (exhaustive), and such layouts occur with M above
+    τ_lb."""
+    from nest_cp.dp.geometry import rank_devices
+
+    tiers = (1, 3, 2)
+    instance = _instance(seed, overlap=seed % 2 == 0, num_layers=4, tiers=tiers)
+    search = planner._Search(instance, SolveOptions(), None)  # the structured layouts
+    compared = raised = 0
+    for choice_index, shape, exhaustive_shape in v1_shapes(search, instance):
+        config = shape.table.config
+        chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+        least = search._replica_event(shape.table, shape.num_stages, 1)
+        for layout_index, layout in search._layouts(config, shape.num_stages, shape.dp):
+            if not search._replica_leaves(layout_index, layout, config, shape.num_stages,
+                                          shape.dp, 1):
+                continue
+            groups = search.geometries.data_groups(layout, config, shape.num_stages, shape.dp)
+            sync = search._sync_bound(shape) if groups is None else max(
+                search._sync_bound(shape), search._layout_sync_bound(shape, *groups))
+            devices = rank_devices(layout, config, shape.num_stages, shape.dp,
+                                   search.geometries.order_of(layout),
+                                   search.network.node_size)
+            optimum = shape_optimum(instance, exhaustive_shape, [tuple(devices.reshape(-1).tolist())])
+            if optimum == math.inf:
+                continue
+            term = shape.rounds * max(chunk, least) + sync
+            assert term <= optimum, (shape, layout.name, term, optimum)
+            compared += 1
+            raised += least > chunk
+    assert compared and raised
