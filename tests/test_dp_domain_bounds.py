@@ -596,7 +596,8 @@ def test_layout_replica_term_never_exceeds_the_layouts_optimum(seed):
             devices = rank_devices(layout, config, shape.num_stages, shape.dp,
                                    search.geometries.order_of(layout),
                                    search.network.node_size)
-            optimum = shape_optimum(instance, exhaustive_shape, [tuple(devices.reshape(-1).tolist())])
+            optimum = shape_optimum(instance, exhaustive_shape,
+                                    [tuple(devices.reshape(-1).tolist())])
             if optimum == math.inf:
                 continue
             term = shape.rounds * max(chunk, least) + sync
