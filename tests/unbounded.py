@@ -11,7 +11,8 @@ from nest_cp.dp import interleaved, planner
 BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossing_chunk_bound",
                  "_stagewise_bound", "_stagewise_of", "_interleaved_stagewise_bounds",
                  "_layout_bound", "_all_crossing_bound",
-                 "_layout_class_bound", "_domain_bound", "_layout_stagewise_bound")
+                 "_layout_class_bound", "_domain_bound", "_layout_stagewise_bound",
+                 "_layout_tau")
 
 
 def without_dp_bounds(monkeypatch) -> None:
