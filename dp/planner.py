@@ -1205,6 +1205,23 @@ class _Search:
             table.cache[key] = self._least_receives(table, first_tier)
         return table.cache[key]
 
+    def _stage_receives(self, table: LayerTable, tier: int, off_node: bool = False
+                        ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Per layer, a stage's receives near and above tier P: ((activation before it on
+        its cheapest path, or off the node with ``off_node``; above P), (the gradient after
+        it, likewise)), :meth:`_cheapest_ranges` and :meth:`_receives_from` (P + 1), the
+        gradient after the last layer 0 (no stage follows it); kept in the table's cache."""
+        key = ("stage receives", tier, off_node)
+        if key not in table.cache:
+            _, activation, gradient = self._cheapest_ranges(table)
+            if off_node:
+                activation, gradient = self._receives_from(table, 1)
+            far_activation, far_gradient = self._receives_from(table, tier + 1)
+            inner = np.arange(table.num_layers) < table.num_layers - 1
+            table.cache[key] = ((activation, far_activation),
+                                (gradient * inner, far_gradient * inner))
+        return table.cache[key]
+
     def _off_node_chunk_bound(self, table: LayerTable, num_chunks: int) -> int:
         """τ_in(K): a lower bound on max_k τ_k of every plan with K = S·v chunks whose TP
         groups of t = G_0 ranks each lie inside one node (t = G_0 on a tiered network with a
@@ -1511,15 +1528,14 @@ class _Search:
         placement then has.  Asked only where R·M + ``sync`` (the layout's sync bound)
         cannot beat the incumbent with ``key`` (else the raise would prune nothing) and
         M > ``tau``."""
-        config = shape.table.config
-        if shape.virtual > 1 or config.ep > 1 or config.cp > 1 or self.best.objective is None:
+        if self.best.objective is None:
             return tau
         for tier in self._domain_tiers():
-            least = self._replica_event(shape.table, shape.num_stages, tier)
+            least = self._replica_event(shape.table, shape.num_stages, shape.virtual, tier)
             if tau < least < INF and not self.best.may_beat(shape.rounds * least + sync,
                                                             key) and \
-                    self._replica_leaves(layout_index, layout, config, shape.num_stages,
-                                         shape.dp, tier):
+                    self._replica_leaves(layout_index, layout, shape.table.config,
+                                         shape.num_stages, shape.dp, tier):
                 tau = least
         return tau
 
@@ -2217,12 +2233,9 @@ class _Search:
         table, S, P)).  T = R·max_s τ_s + max_s exposed_s >= R·max(τ_lb, gathers, M) +
         sync, with the placement-free :meth:`_gather_bound` and :meth:`_sync_bound`."""
         table, num_stages = shape.table, shape.num_stages
-        config = table.config
-        if shape.virtual > 1 or config.ep > 1 or config.cp > 1 or \
-                shape.dp <= self._whole_capacity(config.devices * num_stages, tier):
-            return 0
-        least = self._replica_event(table, num_stages, tier)
-        if least >= INF:
+        least = self._replica_event(table, num_stages, shape.virtual, tier)
+        if least >= INF or \
+                shape.dp <= self._whole_capacity(table.config.devices * num_stages, tier):
             return 0
         tau = max(chunk_bound, self._gather_bound(shape), least)
         return shape.rounds * tau + self._sync_bound(shape)
@@ -2233,17 +2246,19 @@ class _Search:
         """Per d of ``dps``, :meth:`_replica_bound_at`'s R·max(τ_lb, M) (its gathers and
         sync dropped, each at least 0) where d > W_rep, 0 elsewhere (no claim): a lower
         bound on T over every plan of (c, b, S, d, v = 1)."""
-        config = table.config
-        if virtual > 1 or config.ep > 1 or config.cp > 1:
-            return np.zeros(len(dps), dtype=np.int64)
-        least = self._replica_event(table, num_stages, tier)
+        least = self._replica_event(table, num_stages, virtual, tier)
         if least >= INF:
             return np.zeros(len(dps), dtype=np.int64)
-        capacity = self._whole_capacity(config.devices * num_stages, tier)
+        capacity = self._whole_capacity(table.config.devices * num_stages, tier)
         return np.where(dps > capacity, rounds * max(chunk_bound, least), 0)
 
-    def _replica_event(self, table: LayerTable, num_stages: int, tier: int) -> int:
-        """:meth:`_replica_event_min_max`, kept per (layer table, S, P)."""
+    def _replica_event(self, table: LayerTable, num_stages: int, virtual: int,
+                       tier: int) -> int:
+        """:meth:`_replica_event_min_max`, kept per (layer table, S, P); INF where the
+        argument of :meth:`_replica_bound_at` is not made (v > 1, e > 1 or c > 1)."""
+        config = table.config
+        if virtual > 1 or config.ep > 1 or config.cp > 1:
+            return INF
         key = ("replica event", num_stages, tier)
         if key not in table.cache:
             table.cache[key] = self._replica_event_min_max(table, num_stages, tier)
@@ -2267,10 +2282,9 @@ class _Search:
         (X_io the stage time of layers f..l with its activation above P if i = 1 and its
         gradient above P if o = 1; a second far boundary only raises stage times, so one is
         all the least needs) and (A) = V(0, 0, 0)."""
-        base, activation, gradient = self._cheapest_ranges(table)
-        far_activation, far_gradient = self._receives_from(table, tier + 1)
-        inner = np.arange(table.num_layers) < table.num_layers - 1
-        gradient, far_gradient = gradient * inner, far_gradient * inner
+        base = self._cheapest_ranges(table)[0]
+        (activation, far_activation), (gradient, far_gradient) = \
+            self._stage_receives(table, tier)
         unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
         near = np.minimum(base + unordered + activation[:, None] + gradient[None, :], INF)
         crossing = INF
@@ -2568,13 +2582,9 @@ class _Search:
         # every weight as an L x L matrix over the stage's layers f..l, read per stage through
         # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
         # activation (gradient) receive
-        base, near_activation, near_gradient = self._cheapest_ranges(table)
-        if off_node:
-            near_activation, near_gradient = self._receives_from(table, 1)
-        far_activation, far_gradient = self._receives_from(table, tier + 1)
-        inner = np.arange(table.num_layers) < table.num_layers - 1
-        activation = rounds * near_activation, rounds * far_activation
-        gradient = rounds * near_gradient * inner, rounds * far_gradient * inner
+        base = self._cheapest_ranges(table)[0]
+        receives = self._stage_receives(table, tier, off_node)
+        activation, gradient = ((rounds * near, rounds * far) for near, far in receives)
         unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
         base = rounds * base + unordered  # (finite: far below INF)
 
@@ -2921,10 +2931,9 @@ class _Search:
         key = ("whole time", tier, shared)
         if key not in table.cache:
             last = table.num_layers - 1
-            inner = np.arange(table.num_layers) < last  # a gradient comes after the layer
-            cheapest, activation, received = self._cheapest_ranges(table)
-            far_activation, far_received = self._receives_from(table, tier + 1)
-            gradient, far_gradient = received * inner, far_received * inner
+            cheapest = self._cheapest_ranges(table)[0]
+            (activation, far_activation), (gradient, far_gradient) = \
+                self._stage_receives(table, tier)
             if shared:
                 receives = np.minimum(far_activation[:, None] + gradient[None, :],
                                       activation[:, None] + far_gradient[None, :])
@@ -3347,17 +3356,27 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     counted = capacity is not None and capacity < num_stages
     moves = np.zeros((5, num_layers + 1, num_layers + 1), dtype=np.float32)
     for move, weight in zip(moves, (np.minimum(whole_alone, leaving), joined_right,
-                                    joined_left, inside, leaving)):  # [f, l + 1]: f..l below
+                                    joined_left, inside)):  # [f, l + 1]: f..l below it
         move[:num_layers, 1:] = weight < threshold
-    alone, joined_right, joined_left, inside, leaving = moves
     if slots == 1:  # one state: x_S = x_0 · A^S, by squaring (a set per power of two)
-        if not _reached_in(alone, num_stages)[num_layers]:
-            return False
-        return not counted or bool(_reached_in(leaving, num_stages)[num_layers]) or \
-            _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+        below = bool(_reached_in(moves[0], num_stages)[num_layers])
+    else:
+        below = _reached_in_states(moves[:4], num_stages, slots)
+    if not below or not counted:
+        return below
+    moves[4, :num_layers, 1:] = leaving < threshold  # stages not whole only
+    return bool(_reached_in(moves[4], num_stages)[num_layers]) or \
+        _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+
+
+def _reached_in_states(moves: np.ndarray, num_stages: int, slots: int) -> bool:
+    """Whether :func:`_domain_split_below`'s forward pass over the states r = 0 .. q − 1
+    (``moves``: alone, joined on the right, on the left, on both sides, 0/1 matrices [f,
+    l + 1]) reaches layer L after S stages."""
+    alone, joined_right, joined_left, inside = moves
+    num_layers = alone.shape[0] - 1
     starts = np.zeros((slots, num_layers + 1), dtype=np.float32)  # x_s[r], 0/1
     starts[0, 0] = 1
-    apart = starts[0].copy()  # with W < S: the layers reached by stages none of them whole
     for _ in range(num_stages):
         reached = np.empty_like(starts)
         reached[0] = starts[0] @ alone
@@ -3369,12 +3388,7 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         starts = np.minimum(reached, 1, out=reached)
         if not starts.any():
             return False
-        if counted:
-            apart = np.minimum(apart @ leaving, 1)
-    if not starts[:, num_layers].any():
-        return False
-    return not counted or bool(apart[num_layers]) or \
-        _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+    return bool(starts[:, num_layers].any())
 
 
 def _reached_in(move: np.ndarray, steps: int) -> np.ndarray:

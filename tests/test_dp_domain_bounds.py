@@ -582,7 +582,7 @@ def test_layout_replica_term_never_exceeds_the_layouts_optimum(seed):
     for choice_index, shape, exhaustive_shape in v1_shapes(search, instance):
         config = shape.table.config
         chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
-        least = search._replica_event(shape.table, shape.num_stages, 1)
+        least = search._replica_event(shape.table, shape.num_stages, 1, 1)
         for layout_index, layout in search._layouts(config, shape.num_stages, shape.dp):
             if not search._replica_leaves(layout_index, layout, config, shape.num_stages,
                                           shape.dp, 1):
