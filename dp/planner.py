@@ -394,6 +394,8 @@ class _Search:
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
+        self._met: dict[tuple, tuple] = {}  # (t, kinds) -> see _met_qualities
+        self._met_bits: dict[tuple, np.ndarray] = {}  # (c, S) -> see _met_rows
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         self._outer_parts: dict[tuple, tuple[dict, dict]] = {}  # see _search_outer
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
@@ -2088,26 +2090,93 @@ class _Search:
         d >= M both d·R and M·R are at least M >= G_0 and at least 2 (neither is 1), so
         the class is the same with d replaced by M; for d < M nothing changes.  At 10^5
         devices thousands of d share one (c, S)."""
+        kinds = self._tp_kinds(config, num_stages, dp)
+        if kinds is None or any(kind not in ("inside", 1) for kind in kinds):
+            return None
+        return frozenset("inside" if kind == "inside" else "crossing" for kind in kinds)
+
+    def _tp_kinds(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
+        """Where the TP groups lie in the distinct layouts of (c, S, d) the search visits,
+        one kind per layout: "inside" (:meth:`_tp_classes`), or an integer m when every TP
+        group of the layout leaves its node with at most m members in any node, so that
+        its quality (:mod:`nest_cp.dp.node_bounds`: the fewest members in a node it
+        touches) is at most m; None when some layout is neither (or t = 1, e > 1, c > 1,
+        a graph).
+
+        m = 1 for the layouts of :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (σ_T >=
+        G_0: "crossing").  A layout whose positions are its order's mixed-radix ones (no
+        node tail or gathered ends in effect, :meth:`RankLayout.arrayed`) places the t
+        ranks of a TP group at o + b + i·σ_T, i < t (the spare-first offset o a multiple
+        of G_0, b the other digits' part): with 1 < σ_T < G_0 and (t − 1)·σ_T >= G_0 the
+        group spans more than G_0 consecutive positions, so it touches two blocks of G_0
+        at least (tier-0 domains: the argument of ``tp_groups_leave_nodes``), and a block
+        of G_0 consecutive positions holds at most ⌈G_0 / σ_T⌉ terms of the progression:
+        m = min(⌈G_0 / σ_T⌉, t // 2) (a group in two nodes or more has at most t // 2 in
+        the one it has fewest in).  Kept per (:meth:`_layouts_key`, S, min(d, M)) by the
+        argument of :meth:`_tp_classes` (σ_T >= G_0 for d >= M either way)."""
         clamp = max(self.network.node_size, 2) if self.network.is_hierarchical else dp
         key = (self._layouts_key(config, num_stages, dp), num_stages, min(dp, clamp))
         if key not in self._classes:
-            node = self.network.node_size
-            classes: set | None = set()
-            if config.tp == 1 or config.ep > 1 or config.cp > 1 or \
-                    not self.network.is_hierarchical:
-                classes = None
-            for _, layout in self._layouts(config, num_stages, dp) if classes is not None \
+            node, tp = self.network.node_size, config.tp
+            kinds: set | None = set()
+            if tp == 1 or config.ep > 1 or config.cp > 1 or not self.network.is_hierarchical:
+                kinds = None
+            for _, layout in self._layouts(config, num_stages, dp) if kinds is not None \
                     else ():
+                stride = layout_strides(layout, config, num_stages, dp)[Dim.TP]
                 if tp_groups_leave_nodes(layout, config, num_stages, dp, node):
-                    classes.add("crossing")
-                elif node % config.tp == 0 and layout_strides(
-                        layout, config, num_stages, dp)[Dim.TP] == 1:
-                    classes.add("inside")
+                    kinds.add(1)
+                elif node % tp == 0 and stride == 1:
+                    kinds.add("inside")
+                elif not layout.arrayed(config, num_stages, dp) and (tp - 1) * stride >= node:
+                    kinds.add(min(-(-node // stride), tp // 2))
                 else:
-                    classes = None
+                    kinds = None
                     break
-            self._classes[key] = None if classes is None else frozenset(classes)
+            self._classes[key] = None if kinds is None else frozenset(kinds)
         return self._classes[key]
+
+    def _met_qualities(self, config: IntraConfig, num_stages: int,
+                       dp: int) -> tuple[tuple[int, int], ...]:
+        """The pairs (h, c) of :meth:`_tp_qualities` (t) that stand for a least quality h_s
+        a stage may have on the layouts the search visits at (c, S, d) (the structured
+        space, :meth:`_tp_kinds`): h_s = t on an "inside" layout, h_s <= m on a layout of
+        kind m (each of the stage's TP groups has quality <= m < t).  A pair (h, c) stands
+        for the qualities h' of :func:`tp_qualities` with ⌊G_0 / h'⌋ = c (h is the largest
+        of them, :meth:`_tp_qualities`), so it is kept where one of those may occur.  Every
+        pair where some layout's kind is unknown, or where none is kept (no layout: the
+        bounds then hold for every placement)."""
+        qualities = self._tp_qualities(config.tp)
+        kinds = self._tp_kinds(config, num_stages, dp) if qualities else None
+        if kinds is None:
+            return qualities
+        if (config.tp, kinds) not in self._met:
+            most = max((kind for kind in kinds if kind != "inside"), default=0)
+
+            def occurs(quality: int) -> bool:
+                return quality == config.tp and "inside" in kinds or quality < config.tp \
+                    and quality <= most
+
+            met = tuple((quality, cap) for quality, cap in qualities if any(
+                occurs(raw) for raw in tp_qualities(self.network, config.tp)
+                if node_cap(self.network, raw) == cap))
+            self._met[config.tp, kinds] = met or qualities
+        return self._met[config.tp, kinds]
+
+    def _met_rows(self, config: IntraConfig, num_stages: int, dps: np.ndarray) -> np.ndarray:
+        """:meth:`_met_qualities` (c, S, d) for every d of ``dps``: per pair of
+        :meth:`_tp_qualities` (rows) and d (columns), whether it is met; kept per (c, S)
+        over d (the microbatch sizes, v and z of one (c, S) share them)."""
+        qualities = self._tp_qualities(config.tp)
+        row = self._met_bits.get((config, num_stages))
+        if row is None:
+            size = self.instance.cluster.num_devices // (config.devices * num_stages)
+            row = self._met_bits[config, num_stages] = np.full(size, -1, dtype=np.int64)
+        for index in np.flatnonzero(row[dps - 1] < 0).tolist():
+            met = self._met_qualities(config, num_stages, int(dps[index]))
+            row[dps[index] - 1] = sum(1 << bit for bit, pair in enumerate(qualities)
+                                      if pair in met)
+        return (row[dps - 1][None, :] >> np.arange(len(qualities))[:, None]) & 1 == 1
 
     def _layout_class_bound(self, shape: Shape, chunk_bound: int) -> int:
         """A lower bound on T over the plans of the shape in the structured space (the
@@ -2372,12 +2441,12 @@ class _Search:
         gathers_P,c of the same floors; and with h < t s's TP collectives cost their
         crossing extra crossing_h (Fact 2, as in :meth:`_stagewise_bound`).
 
-        (4) h ranges over :func:`tp_qualities`.  Where every layout the search visits has
-        its TP groups inside nodes, or each member of them in its own node
-        (:meth:`_tp_classes`), the plans the DP searches have only h = t, resp. h = 1, and
-        with no crossing layout no TP group leaves its node, so none leaves its domain; the
-        DP is exact over those plans, so a bound on them suffices
-        (:meth:`_layout_class_bound`), and the cases below keep only those.
+        (4) h ranges over :func:`tp_qualities`.  On the layouts the search visits it ranges
+        over those of :meth:`_met_qualities` (e.g. h = t alone where every layout has its
+        TP groups inside nodes, :meth:`_tp_classes`), and with no crossing layout no TP
+        group leaves its node, so none leaves its domain; the DP is exact over those
+        plans, so a bound on them suffices (:meth:`_layout_class_bound`), and the cases
+        below keep only those.
 
         The bound is the largest of the valid ones below (each a bound on every plan):
 
@@ -2437,13 +2506,11 @@ class _Search:
             if config.tp > 1 else INF
         # (h, c): the least quality of the TP groups (of the plan, or of a stage) and the
         # cap it puts on the members of a group of ranks j in a node (node_bounds, Fact 1)
-        qualities = self._tp_qualities(config.tp) or ((config.tp, network.node_size),)
+        qualities = self._met_qualities(config, num_stages, dp) or \
+            ((config.tp, network.node_size),)
         classes = self._tp_classes(config, num_stages, dp) if config.tp > 1 else None
-        if classes:  # the structured space's plans: h = t inside nodes, h = 1 crossing them
-            kept = {config.tp if kind == "inside" else 1 for kind in classes}
-            qualities = tuple((quality, cap) for quality, cap in qualities if quality in kept)
-            if "crossing" not in classes:  # no TP group leaves its node, nor its domain
-                tp_term = INF
+        if classes and "crossing" not in classes:  # no TP group leaves its node, nor domain
+            tp_term = INF
         bound = rounds * tau + sync
         if not may_be_whole and dp > 1:
             least = INF  # every stage has a group of ranks j leaving its domain
@@ -2630,7 +2697,8 @@ class _Search:
 
     def _stagewise_bound(self, shape: Shape) -> int:
         """For v = 1 and t >= 2 on a tiered network, a lower bound on T over every plan of
-        the shape (any split, recompute and injective placement), stage by stage:
+        the shape in the structured space (any split, recompute and visited layout; with
+        no layouts, any injective placement), stage by stage:
 
             T = rounds·max_s τ_s + max_s exposed_s >= max_s (rounds·τ_s + exposed_s).
 
@@ -2654,7 +2722,8 @@ class _Search:
           prices never fall on slower paths, and max(0, x − y) does not fall as x grows
           (cost model §5 c, d).
 
-        So rounds·τ_s + exposed_s >= H(f, l) = min over the possible h of those sums, and
+        So rounds·τ_s + exposed_s >= H(f, l) = min over the possible h of those sums (the
+        pairs of :meth:`_met_qualities`: the h_s a stage of a visited layout may have), and
         T >= the least over contiguous splits of max_s H(s): the kernel's min-max
         recurrence (:func:`fill_table`) on H.  Kept per (layer table, S, d, z)."""
         table, num_stages = shape.table, shape.num_stages
@@ -2664,7 +2733,7 @@ class _Search:
             return found[1]
         config = table.config
         least = None
-        for quality, cap in self._tp_qualities(config.tp):
+        for quality, cap in self._met_qualities(config, num_stages, shape.dp):
             time = self._stage_floor(table, quality, 1)
             gathers, exposed = self._capped_stage_floors(shape, cap)
             if gathers is not None:
@@ -2826,7 +2895,7 @@ class _Search:
         """Per d of ``dps`` (rows) and distinct range (columns, read back per L x L range
         through the returned index, :func:`distinct_ranges`), the stage weight
 
-            H_v(f, l) = min over the TP qualities h of
+            H_v(f, l) = min over the TP qualities h of :meth:`_met_qualities` (c, S, d) of
                         R·⌈(time floor_h(f, l) + gathers_c(f, l)) / v⌉ + exposed_c(f, l),
 
         R = v·m + S − 1, the floors of :meth:`_stage_floor` (compute, collectives and the
@@ -2865,23 +2934,26 @@ class _Search:
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
                                              table.microbatch, config, dps)
         rounds = (virtual * microbatches + num_stages - 1)[:, None]
-        least = None
+        # per (h, c) and d: whether a stage of the layouts visited at d may have that h
+        met = self._met_rows(config, num_stages, dps)
+        least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
         # per d of the domain rows: the least over h of the weight of a stage whose TP group
         # leaves its domain, or that lies whole in one (INF where it cannot)
         placed = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
-        for (_, cap), floor in zip(qualities, columns[5:5 + len(floors)]):
+        for (_, cap), floor, occurs in zip(qualities, columns[5:5 + len(floors)], met):
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
             total = rounds * _chunk_share(floor, gathers, virtual) + exposed
-            least = total if least is None else np.minimum(least, total, out=least)
+            np.minimum(least, np.where(occurs[:, None], total, INF), out=least)
             for (kind, tier), matrix in extra.items():
-                rows = tiers == tier if kind == LEAVING else (tiers == tier) & (kinds == kind)
+                rows = (tiers == tier if kind == LEAVING else (tiers == tier) & (kinds == kind)) \
+                    & occurs
                 placed[rows] = np.minimum(placed[rows], rounds[rows] * _chunk_share(
                     matrix, None if gathers is None else gathers[rows], virtual) + exposed[rows])
         for tier in np.unique(tiers[tiers >= 0]).tolist():
             rows = np.flatnonzero(tiers == tier)
             leaving_weights = self._leaving_weights(
                 table, virtual, zero, dps[rows], rounds[rows], tier, columns,
-                tuple(zip(qualities, columns[5:5 + len(floors)])))
+                tuple(zip(qualities, columns[5:5 + len(floors)], met[:, rows])))
             least[rows] = np.maximum(least[rows], np.minimum(placed[rows], leaving_weights))
         return least, inverse
 
@@ -2961,12 +3033,14 @@ class _Search:
 
     def _leaving_weights(self, table: LayerTable, virtual: int, zero: int, dps: np.ndarray,
                          rounds: np.ndarray, tier: int, columns: tuple[np.ndarray, ...],
-                         floors: tuple[tuple[tuple[int, int], np.ndarray], ...]) -> np.ndarray:
+                         floors: tuple[tuple[tuple[int, int], np.ndarray, np.ndarray], ...]
+                         ) -> np.ndarray:
         """For a stage not whole in a tier-P domain (P = ``tier``, e = c = 1; every stage
         where a·d > G_P), per d (rows) and distinct range (columns, as
         :meth:`_stage_weights`), the least over h of R·⌈(time floor_h + gathers_P,c) / v⌉ +
         exposed_P,c: :meth:`_vector_stage_floors` (c, above P), INF for d = 1 (no group of
-        ranks j); ``floors``: per (h, c), floor_h's column.
+        ranks j); ``floors``: per (h, c), floor_h's column and per d whether h_s may be
+        h there (:meth:`_met_qualities`; the others left out).
 
         Such a stage s has, by (1) of :meth:`_domain_bound_at`, its TP group of some replica
         or its group of the d ranks j for some j leaving its domain.  If a TP group leaves,
@@ -2984,10 +3058,11 @@ class _Search:
         least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
         if not np.any(dps > 1):
             return least
-        for (_, cap), floor in floors:
+        for (_, cap), floor, occurs in floors:
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
                                                          above=tier)
-            least = np.minimum(least, rounds * _chunk_share(floor, gathers, virtual) + exposed)
+            least = np.minimum(least, np.where(occurs[:, None], rounds * _chunk_share(
+                floor, gathers, virtual) + exposed, INF))
         return np.where(dps[:, None] > 1, least, INF)
 
     def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,

@@ -169,6 +169,53 @@ def test_inside_class_reads_the_placement():
     assert inside and tails
 
 
+def _least_quality(groups: list[list[int]], node: int, tp: int) -> int:
+    """The least quality over ``groups`` (dp/node_bounds.py): t for a group in one node,
+    else the fewest members it has in a node it touches."""
+    qualities = []
+    for group in groups:
+        counts = np.bincount(np.array(group) // node)
+        touched = counts[counts > 0]
+        qualities.append(tp if len(touched) == 1 else int(touched.min()))
+    return min(qualities)
+
+
+def test_met_qualities_hold_every_stage_of_the_visited_layouts():
+    """Every stage of every visited layout's placement has a least TP quality h_s that a
+    pair of _met_qualities stands for (the same cap ⌊G_0 / h_s⌋, h >= h_s), on 8- and
+    4-device nodes (TP strides between 1 and G_0 among them, node tails, spare nodes,
+    replica blocks); and the pairs are fewer than _tp_qualities' on some shapes where
+    _tp_classes knows nothing (a layout of kind m > 1)."""
+    from nest_cp.dp.node_bounds import node_cap
+
+    checked = narrowed = 0
+    for tier_sizes in ((8, 4, 2), (8, 2, 3), (4, 4, 4)):
+        instance = random_instance(0, tier_sizes=tier_sizes)
+        search = planner._Search(instance, SolveOptions(), None)
+        network, node = search.network, search.network.node_size
+        for config in (IntraConfig(tp=2), IntraConfig(tp=4), IntraConfig(tp=8)):
+            for num_stages in range(1, 8):
+                for dp in range(1, network.num_devices // (config.devices * num_stages) + 1):
+                    met = search._met_qualities(config, num_stages, dp)
+                    narrowed += len(met) < len(search._tp_qualities(config.tp)) and \
+                        search._tp_classes(config, num_stages, dp) is None
+                    for _, layout in search._layouts(config, num_stages, dp):
+                        devices = layout.devices(config, num_stages, dp, np.array(
+                            network.layout_order(layout)), node)
+                        groups = _tp_groups(tuple(np.ravel(devices).tolist()), config,
+                                            num_stages, dp)
+                        per_stage = len(groups) // num_stages
+                        for stage in range(num_stages):
+                            least = _least_quality(
+                                groups[stage * per_stage:(stage + 1) * per_stage], node,
+                                config.tp)
+                            cap = node_cap(network, least)
+                            assert any(c == cap and h >= least for h, c in met), \
+                                (tier_sizes, config, num_stages, dp, layout.name, least, met)
+                            checked += 1
+    assert checked and narrowed
+
+
 def test_tp_classes_kept_by_clamped_replicas_match_each_shape():
     """_tp_classes, kept per (layouts, S, min(d, G_0)), equals the classes read from the
     strides of every visited layout at each (c, S, d) itself, replica blocks and spare
