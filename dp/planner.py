@@ -2941,6 +2941,8 @@ class _Search:
         # leaves its domain, or that lies whole in one (INF where it cannot)
         placed = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
         for (_, cap), floor, occurs in zip(qualities, columns[5:5 + len(floors)], met):
+            if not occurs.any():  # no stage of the layouts visited at any d has this h
+                continue
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
             total = rounds * _chunk_share(floor, gathers, virtual) + exposed
             np.minimum(least, np.where(occurs[:, None], total, INF), out=least)
@@ -3059,6 +3061,8 @@ class _Search:
         if not np.any(dps > 1):
             return least
         for (_, cap), floor, occurs in floors:
+            if not occurs.any():
+                continue
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
                                                          above=tier)
             least = np.minimum(least, np.where(occurs[:, None], rounds * _chunk_share(
