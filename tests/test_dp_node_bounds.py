@@ -169,17 +169,6 @@ def test_inside_class_reads_the_placement():
     assert inside and tails
 
 
-def _least_quality(groups: list[list[int]], node: int, tp: int) -> int:
-    """The least quality over ``groups`` (dp/node_bounds.py): t for a group in one node,
-    else the fewest members it has in a node it touches."""
-    qualities = []
-    for group in groups:
-        counts = np.bincount(np.array(group) // node)
-        touched = counts[counts > 0]
-        qualities.append(tp if len(touched) == 1 else int(touched.min()))
-    return min(qualities)
-
-
 def test_met_qualities_hold_every_stage_of_the_visited_layouts():
     """Every stage of every visited layout's placement has a least TP quality h_s that a
     pair of _met_qualities stands for (the same cap ⌊G_0 / h_s⌋, h >= h_s), on 8- and
@@ -206,9 +195,10 @@ def test_met_qualities_hold_every_stage_of_the_visited_layouts():
                                             num_stages, dp)
                         per_stage = len(groups) // num_stages
                         for stage in range(num_stages):
-                            least = _least_quality(
-                                groups[stage * per_stage:(stage + 1) * per_stage], node,
-                                config.tp)
+                            # a group's quality: its fewest members in a node it touches (t
+                            # for a group in one node), dp/node_bounds.py
+                            least = min(network.channels_of(group) for group in
+                                        groups[stage * per_stage:(stage + 1) * per_stage])
                             cap = node_cap(network, least)
                             assert any(c == cap and h >= least for h, c in met), \
                                 (tier_sizes, config, num_stages, dp, layout.name, least, met)
