@@ -3508,17 +3508,17 @@ def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         mask = np.zeros((num_layers + 1, num_layers + 1), dtype=bool)
         mask[:num_layers, 1:] = weight < threshold
         masks.append(mask)
+
+    def step(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:  # least over the moves in
+        return np.min(np.broadcast_to(rows[..., :, None], rows.shape + (width,)),
+                      axis=-2, where=mask, initial=none)
+
     counts = np.full((slots, width), none, dtype=np.int16)  # per (r, start layer − s)
     counts[0, 0] = 0
     for stage in range(num_stages):
         # [f − s, l + 1 − (s + 1)]: stage s on layers f..l, the next one starting at l + 1
         leaving, whole_alone, joined_right, joined_left, inside = (
             mask[stage:stage + width, stage + 1:stage + 1 + width] for mask in masks)
-
-        def step(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            return np.min(np.broadcast_to(rows[..., :, None], rows.shape + (width,)),
-                          axis=-2, where=mask, initial=none)
-
         reached = np.full_like(counts, none)
         reached[0] = np.minimum(step(counts[0], leaving), step(counts[0], whole_alone) + 1)
         if slots > 1:
