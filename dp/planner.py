@@ -166,6 +166,7 @@ OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (
 INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 DOMAIN_SEEDS = 8  # outers whose stage divides a domain weighed for the first search
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
+SPAN_ROUNDS = 3  # rounds of the stage-by-stage bound over spans of d (_spanned_stagewise)
 UNKNOWN = np.iinfo(np.int64).max  # an upper end of a bound's known range, none known yet
 
 
@@ -341,6 +342,36 @@ class _TimeUp(Exception):
     """The deadline passed inside one outer choice."""
 
 
+class _NotRingForms(Exception):
+    """A collective of a spanned bound (:meth:`_Search._spanned_ring_price`) is not a
+    ring form: no bound over a span of d is priced."""
+
+
+def _runs(candidates: np.ndarray, domain_rows: tuple[np.ndarray, np.ndarray],
+          count: int) -> list[np.ndarray]:
+    """``candidates`` (sorted) cut into about ``count`` runs of consecutive entries, none
+    across a change of the tier or kind of ``domain_rows`` (:meth:`_Search._domain_rows`),
+    each part of the same tier and kind getting runs in proportion to its size."""
+    tiers, kinds = domain_rows
+    cuts = np.flatnonzero((np.diff(tiers) != 0) | (np.diff(kinds) != 0)) + 1
+    parts = np.split(candidates, cuts)
+    runs = []
+    for part in parts:
+        share = max(1, round(count * len(part) / len(candidates)))
+        runs += [run for run in np.array_split(part, min(share, len(part))) if len(run)]
+    return runs
+
+
+def _spans(lows: np.ndarray, highs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every d of the rows' spans ``lows[i] .. highs[i]`` (each at least one d), ascending
+    within a row, with the row each belongs to, and the row count."""
+    lengths = highs - lows + 1
+    owner = np.repeat(np.arange(len(lows)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    members = lows[owner] + np.arange(int(lengths.sum())) - starts[owner]
+    return members, owner, len(lows)
+
+
 def _infeasible_reason(best: Best) -> str:
     if best.excess_bytes is None:
         return "no plan fits: the structured space is empty"
@@ -390,6 +421,7 @@ class _Search:
         self._unclassed: set[tuple] = set()  # (c, S, v) whose bounds lack the class bound
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
+        self._spanned: dict[tuple, int] = {}  # (c, S, v, z) -> incumbent spans were tried at
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
@@ -1054,6 +1086,12 @@ class _Search:
                 wanted = group <= objective
             wanted &= stale
             candidates = np.flatnonzero(wanted)
+            if len(candidates) > STAGEWISE_BATCH and \
+                    self._spanned.get(key, INF) > objective:  # first over spans of d
+                self._spanned[key] = objective  # tried: again only under a better incumbent
+                candidates = self._spanned_stagewise(outer, shape, candidates, threshold)
+            if row[index] >= 0 and not row[index] <= threshold < checked[index]:
+                return int(row[index])  # found over a span
             if len(candidates) > STAGEWISE_BATCH:  # the least bounds: searched first
                 candidates = candidates[np.argpartition(group[candidates],
                                                         STAGEWISE_BATCH)[:STAGEWISE_BATCH]]
@@ -1070,6 +1108,52 @@ class _Search:
                 None if threshold >= INF else threshold, domain=True)
             checked[dps - 1] = threshold
         return int(row[outer.dp - 1])
+
+    def _spanned_stagewise(self, outer: Outer, shape: Shape, candidates: np.ndarray,
+                           threshold: int) -> np.ndarray:
+        """The stage-by-stage bounds of :meth:`_stagewise_of` over spans of d: the sorted
+        ``candidates`` (d − 1 of its row) are cut into at most ``STAGEWISE_BATCH`` runs of
+        consecutive ones, each run's span of d bounded at once (``highs`` of
+        :meth:`_stagewise_bounds` / :meth:`_interleaved_stagewise_bounds`, a bound on
+        every plan of each d of the span); where that exceeds the incumbent it is kept as
+        each candidate's bound (found at ``threshold``).  The others are cut again, at
+        most ``SPAN_ROUNDS`` times while more than ``STAGEWISE_BATCH`` are left; they are
+        returned, to be bounded d by d.  Runs do not cross a change of
+        :meth:`_domain_rows` (a span's domain weights need its d to agree).  On a cost
+        model without ring forms nothing is found here."""
+        table, num_stages, virtual, zero = shape.table, outer.num_stages, outer.virtual, \
+            shape.zero
+        row, checked = self._stagewise_rows[outer.choice_index, num_stages, virtual, zero]
+        objective = self.best.objective
+        lows = self._zero_bounds.get((outer.choice_index, num_stages, 1, zero))
+        for _ in range(SPAN_ROUNDS):
+            if len(candidates) <= STAGEWISE_BATCH:
+                break
+            runs = _runs(candidates, self._domain_rows(table.config, num_stages, virtual,
+                                                       candidates + 1), STAGEWISE_BATCH)
+            firsts = np.array([run[0] for run in runs]) + 1
+            lasts = np.array([run[-1] for run in runs]) + 1
+            try:
+                if virtual > 1:
+                    bounds = self._interleaved_stagewise_bounds(
+                        table, num_stages, virtual, zero, firsts, domain=True, highs=lasts)
+                else:
+                    known = np.zeros(len(runs), dtype=np.int64) if lows is None else \
+                        np.array([int(lows[run].min()) for run in runs], dtype=np.int64)
+                    bounds = self._stagewise_bounds(
+                        table, num_stages, zero, firsts, known,
+                        None if threshold >= INF else threshold, domain=True, highs=lasts)
+            except _NotRingForms:
+                break
+            above = bounds > objective
+            for run, bound in zip(runs, bounds.tolist()):
+                if bound > objective:
+                    row[run], checked[run] = bound, threshold
+            if not above.any():
+                break
+            candidates = np.concatenate([run for run, kept in zip(runs, above) if not kept]
+                                        or [candidates[:0]])
+        return candidates
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -2751,7 +2835,8 @@ class _Search:
 
     def _stagewise_bounds(self, table: LayerTable, num_stages: int, zero: int,
                           dps: np.ndarray, lows: np.ndarray,
-                          threshold: int | None, domain: bool = False) -> np.ndarray:
+                          threshold: int | None, domain: bool = False,
+                          highs: np.ndarray | None = None) -> np.ndarray:
         """For every d of ``dps``, a lower bound on the cost of every plan of (c, b, S, d,
         v = 1, z), each at most :meth:`_stagewise_bound`'s: the same stage weights H(f, l)
         (:meth:`_stage_weights`), so the min-max over contiguous splits of these H is at
@@ -2763,8 +2848,10 @@ class _Search:
         min-max exceeds it, else mid + 1 for the largest mid it was shown to exceed
         (``BISECTIONS`` steps), else ``lows``.  ``STAGEWISE_BLOCK`` stage weights at a
         time.  With ``domain``, on the weights of :meth:`_stage_weights` raised where the
-        plan leaves a domain (so possibly above :meth:`_stagewise_bound`)."""
-        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps, domain)
+        plan leaves a domain (so possibly above :meth:`_stagewise_bound`).  With ``highs``,
+        one bound per span ``dps[i] .. highs[i]`` of d, on every plan of each of them
+        (:meth:`_stage_weights`; ``lows`` then bounds them all)."""
+        least, inverse = self._stage_weights(table, num_stages, 1, zero, dps, domain, highs)
         num_layers = table.num_layers
         if num_stages == 1:  # one stage holds every layer
             return least[:, inverse[0, num_layers - 1]]
@@ -2797,7 +2884,8 @@ class _Search:
 
     def _interleaved_stagewise_bounds(self, table: LayerTable, num_stages: int,
                                       virtual: int, zero: int, dps: np.ndarray,
-                                      domain: bool = False) -> np.ndarray:
+                                      domain: bool = False,
+                                      highs: np.ndarray | None = None) -> np.ndarray:
         """For v > 1 and t >= 2 on a tiered network, for every d of ``dps`` a lower bound on
         the cost of every plan of (c, b, S, d, v, z) (any split into K = S·v non-empty
         chunks, recompute and injective placement), stage by stage, on a workload of
@@ -2844,11 +2932,13 @@ class _Search:
         hull, so the bound can be below the exact min-max over counts, never above.  With
         ``domain``, H_v is the raised weight of :meth:`_stage_weights` (every step above
         holds for any bound H_v(U_s) on R·max_{k ∈ s} τ_k + exposed_s that is a function of
-        U_s's totals)."""
+        U_s's totals).  With ``highs``, one bound per span ``dps[i] .. highs[i]`` of d, on
+        every plan of each of them (:meth:`_stage_weights`)."""
         blocks = block_structure(table)
         if blocks is None:
             return np.zeros(len(dps), dtype=np.int64)
-        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps, domain)
+        least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps, domain,
+                                             highs)
         count, num_layers = blocks.count, table.num_layers
         counts = np.arange(count + 1)
         kinds = []  # (range of N blocks of the kind, fewest blocks a stage of it holds)
@@ -2891,7 +2981,8 @@ class _Search:
                         candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
 
     def _stage_weights(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
-                       dps: np.ndarray, domain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                       dps: np.ndarray, domain: bool = False, highs: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """Per d of ``dps`` (rows) and distinct range (columns, read back per L x L range
         through the returned index, :func:`distinct_ranges`), the stage weight
 
@@ -2915,12 +3006,27 @@ class _Search:
         domain (the time floor :meth:`_leaving_time`, gathers and sync as above) or a group
         of ranks j leaving it (:meth:`_leaving_weights`).  Each is a bound on R·max_{k ∈ s}
         τ_k + exposed_s of a stage in that case, so the least of them on any stage, and the
-        larger of it and H too."""
+        larger of it and H too.
+
+        With ``highs``, row i stands for every d of ``dps[i] .. highs[i]`` and its weights
+        are at most each one's: R is the least of theirs, the qualities those met at any
+        of them, the floors of :meth:`_vector_stage_floors` over the span, and the domain
+        weights only where all of them have the same tier and kind of
+        :meth:`_domain_rows` (H only grows with R and those floors, and falls as the
+        qualities grow; without the domain weights it is at most the raised one)."""
         config = table.config
         qualities = self._tp_qualities(config.tp)
         floors = tuple(self._stage_floor(table, quality, virtual) for quality, _ in qualities)
-        tiers, kinds = self._domain_rows(config, num_stages, virtual, dps) if domain else \
+        spans = None if highs is None else _spans(dps, highs)
+        tiers, kinds = self._domain_rows(config, num_stages, virtual,
+                                         dps if spans is None else spans[0]) if domain else \
             (np.full(len(dps), -1, dtype=np.int64), np.zeros(len(dps), dtype=np.int64))
+        if spans is not None and domain:  # kept where every d of the span agrees
+            starts = np.cumsum(highs - dps + 1) - (highs - dps + 1)
+            same = (np.minimum.reduceat(tiers, starts) == np.maximum.reduceat(tiers, starts)) \
+                & (np.minimum.reduceat(kinds, starts) == np.maximum.reduceat(kinds, starts))
+            tiers = np.where(same, tiers[starts], -1)
+            kinds = np.where(same, kinds[starts], 0)
         groups = sorted(set(zip(tiers[tiers >= 0].tolist(), kinds[tiers >= 0].tolist())))
         extra = {(LEAVING, tier): self._leaving_time(table, tier) for tier, _ in groups}
         extra.update({(kind, tier): self._whole_time(table, tier, kind == SHARED)
@@ -2932,10 +3038,15 @@ class _Search:
                                            + tuple(extra.values()))
         extra = dict(zip(extra, columns[5 + len(floors):]))
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
-                                             table.microbatch, config, dps)
-        rounds = (virtual * microbatches + num_stages - 1)[:, None]
+                                             table.microbatch, config,
+                                             dps if spans is None else spans[0])
         # per (h, c) and d: whether a stage of the layouts visited at d may have that h
-        met = self._met_rows(config, num_stages, dps)
+        met = self._met_rows(config, num_stages, dps if spans is None else spans[0])
+        if spans is not None:
+            starts = np.cumsum(highs - dps + 1) - (highs - dps + 1)
+            microbatches = np.minimum.reduceat(microbatches, starts)
+            met = np.logical_or.reduceat(met, starts, axis=1)
+        rounds = (virtual * microbatches + num_stages - 1)[:, None]
         least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
         # per d of the domain rows: the least over h of the weight of a stage whose TP group
         # leaves its domain, or that lies whole in one (INF where it cannot)
@@ -2943,7 +3054,8 @@ class _Search:
         for (_, cap), floor, occurs in zip(qualities, columns[5:5 + len(floors)], met):
             if not occurs.any():  # no stage of the layouts visited at any d has this h
                 continue
-            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5])
+            gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
+                                                         highs=highs)
             total = rounds * _chunk_share(floor, gathers, virtual) + exposed
             np.minimum(least, np.where(occurs[:, None], total, INF), out=least)
             for (kind, tier), matrix in extra.items():
@@ -2955,7 +3067,8 @@ class _Search:
             rows = np.flatnonzero(tiers == tier)
             leaving_weights = self._leaving_weights(
                 table, virtual, zero, dps[rows], rounds[rows], tier, columns,
-                tuple(zip(qualities, columns[5:5 + len(floors)], met[:, rows])))
+                tuple(zip(qualities, columns[5:5 + len(floors)], met[:, rows])),
+                None if highs is None else highs[rows])
             least[rows] = np.maximum(least[rows], np.minimum(placed[rows], leaving_weights))
         return least, inverse
 
@@ -3035,8 +3148,8 @@ class _Search:
 
     def _leaving_weights(self, table: LayerTable, virtual: int, zero: int, dps: np.ndarray,
                          rounds: np.ndarray, tier: int, columns: tuple[np.ndarray, ...],
-                         floors: tuple[tuple[tuple[int, int], np.ndarray, np.ndarray], ...]
-                         ) -> np.ndarray:
+                         floors: tuple[tuple[tuple[int, int], np.ndarray, np.ndarray], ...],
+                         highs: np.ndarray | None = None) -> np.ndarray:
         """For a stage not whole in a tier-P domain (P = ``tier``, e = c = 1; every stage
         where a·d > G_P), per d (rows) and distinct range (columns, as
         :meth:`_stage_weights`), the least over h of R·⌈(time floor_h + gathers_P,c) / v⌉ +
@@ -3056,21 +3169,25 @@ class _Search:
         :meth:`_capped_stage_floors` (c_s, above P), each phase on the slowest group, §5 c,
         §3.2 d), and its chunks cost at least floor_h_s (:meth:`_stage_floor`).  In
         both cases the sums over s's chunks give R·max_{k ∈ s} τ_k + exposed_s >= the
-        weight, as in :meth:`_interleaved_stagewise_bounds` (v = 1: one chunk)."""
+        weight, as in :meth:`_interleaved_stagewise_bounds` (v = 1: one chunk).  With
+        ``highs``, row i stands for the d of ``dps[i] .. highs[i]`` (:meth:`_stage_weights`),
+        INF where all of them are 1."""
         least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
-        if not np.any(dps > 1):
+        largest = dps if highs is None else highs
+        if not np.any(largest > 1):
             return least
         for (_, cap), floor, occurs in floors:
             if not occurs.any():
                 continue
             gathers, exposed = self._vector_stage_floors(table, zero, dps, cap, columns[:5],
-                                                         above=tier)
+                                                         above=tier, highs=highs)
             least = np.minimum(least, np.where(occurs[:, None], rounds * _chunk_share(
                 floor, gathers, virtual) + exposed, INF))
-        return np.where(dps[:, None] > 1, least, INF)
+        return np.where(largest[:, None] > 1, least, INF)
 
     def _vector_stage_floors(self, table: LayerTable, zero: int, dps: np.ndarray, cap: int,
-                             columns: tuple[np.ndarray, ...], above: int = -1
+                             columns: tuple[np.ndarray, ...], above: int = -1,
+                             highs: np.ndarray | None = None
                              ) -> tuple[np.ndarray | None, np.ndarray]:
         """:meth:`_capped_stage_floors` (``above`` alike) for every d of ``dps`` (rows) and
         every distinct range (columns of :func:`distinct_ranges`: dense, expert, backward,
@@ -3078,7 +3195,15 @@ class _Search:
         least over the capped paths of the real prices, max(0, x − y) of those (it does not
         fall as x grows), then :func:`lower_ticks` (:mod:`nest_cp.dp.vector_bounds`).  A
         form that is not a ring form is priced exactly, d by d.  The group sizes' paths are
-        read from :meth:`_size_classes` (the classes of :func:`path_classes`, found once)."""
+        read from :meth:`_size_classes` (the classes of :func:`path_classes`, found once).
+
+        With ``highs``, row i stands for every d of ``dps[i] .. highs[i]`` and holds at most
+        each one's floors: each collective's price is the least, over the path classes its
+        group sizes meet there, of the price at the class's least size met (a class has one
+        set of paths, and on a path a ring form's slope X·(g − 1)/g and offset Y·(g − 1)
+        never fall as g grows), 0 where a size is 1 (no group); every step after is
+        monotone in those prices.  A form that is not a ring form raises
+        :class:`_NotRingForms` (no such bound)."""
         training = self.instance.training
         optimizer = training.optimizer
         dense, expert, backward, forward, params = columns
@@ -3088,8 +3213,14 @@ class _Search:
         phases = [(reduce, cost.sync_collective(zero), optimizer.grad_bytes)]
         if cost.gathers_weights(zero):
             phases.append((gather, CollectiveKind.ALL_GATHER, optimizer.weight_bytes))
+        spans = None if highs is None else _spans(dps, highs)
         for volumes, per_replica in ((dense, table.config.ep), (expert, 1)):
             if not np.any(volumes > 0):
+                continue
+            if spans is not None:
+                for out, kind, bytes_per_unit in phases:
+                    out += self._spanned_ring_price(kind, bytes_per_unit, spans, per_replica,
+                                                    cap, above, volumes)
                 continue
             sizes = dps * per_replica
             for rows, paths in self._size_classes(sizes, cap, above):
@@ -3109,6 +3240,11 @@ class _Search:
         exposed = np.maximum(0, lower_ticks(np.add(reduce, gather, out=reduce), scale))
         if zero != 3:
             return None, exposed
+        if spans is not None:
+            gathers = 2 * self._spanned_ring_price(CollectiveKind.ALL_GATHER,
+                                                   optimizer.weight_bytes, spans, 1, cap,
+                                                   above, params)
+            return np.maximum(0, lower_ticks(gathers)), exposed
         gathers = np.zeros((count, width))
         for rows, paths in self._size_classes(dps, cap, above):
             least = self._least_ring_price(CollectiveKind.ALL_GATHER, optimizer.weight_bytes,
@@ -3138,6 +3274,33 @@ class _Search:
             return [(slice(None), classes[first])]
         return [(np.flatnonzero(met == code), classes[code])
                 for code in np.unique(met[met >= 0]).tolist()]
+
+    def _spanned_ring_price(self, kind: CollectiveKind, bytes_per_unit: int, spans: tuple,
+                            per_replica: int, cap: int, above: int,
+                            volumes: np.ndarray) -> np.ndarray:
+        """(rows, len(volumes)) floats: per row of ``spans`` (:func:`_spans`: the d each row
+        stands for), at most the least ring price (:meth:`_least_ring_price`) of the
+        collective over g = d·``per_replica`` ranks for each of its d: the least over the
+        classes of :meth:`_size_classes` its sizes meet of the price at the least size met
+        in the class (:meth:`_vector_stage_floors`), 0 where a size is 1.  Raises
+        :class:`_NotRingForms` where a path's forms are not ring forms."""
+        members, owner, count = spans
+        sizes = members * per_replica
+        self._size_classes(sizes[:1], cap, above)  # finds the classes of every size
+        codes, classes = self._size_codes[cap, above]
+        met = codes[sizes]
+        least = np.full((count, len(volumes)), np.inf)
+        least[owner[met < 0]] = 0.0  # a group of one rank: no collective
+        for code in np.unique(met[met >= 0]).tolist():
+            where = np.flatnonzero(met == code)
+            # members ascend within a row: the first one of the class is its least size
+            rows, first = np.unique(owner[where], return_index=True)
+            price = self._least_ring_price(kind, bytes_per_unit, classes[code],
+                                           sizes[where[first]], volumes)
+            if price is None:
+                raise _NotRingForms
+            least[rows] = np.minimum(least[rows], price)
+        return least
 
     def _least_ring_price(self, kind: CollectiveKind, bytes_per_unit: int, paths: tuple,
                           sizes: np.ndarray, volumes: np.ndarray) -> np.ndarray | None:
