@@ -162,6 +162,7 @@ STAGEWISE_BATCH = 48  # values of d priced together by the vector stage-by-stage
 LEAVING, WHOLE, SHARED = 1, 2, 3  # how a stage may lie in a domain (_Search._domain_rows)
 VECTOR_MIN_DPS = 64  # (c, b, S, v) with fewer values of d are bounded one outer at a time
 LAYOUT_KEYS_KEPT = 2**16  # layout-list keys kept (per (c, S, d)) before clearing
+DEEPENED_KEPT = 2**16  # outers whose deeper bounds per z are kept for their floor and search
 OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (floored)
 INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 DOMAIN_SEEDS = 8  # outers whose stage divides a domain weighed for the first search
@@ -430,6 +431,7 @@ class _Search:
         self._met_bits: dict[tuple, np.ndarray] = {}  # (c, S) -> see _met_rows
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         self._outer_parts: dict[tuple, tuple[dict, dict]] = {}  # see _search_outer
+        self._deepened: dict[tuple, tuple] = {}  # outer key -> (incumbent, z -> bound)
         # a cutoff is an incumbent without a plan whose key () loses no tie (solve's docstring)
         self.best = Best() if cutoff is None else Best(objective=int(cutoff))
         self.stats = Stats()
@@ -1037,6 +1039,10 @@ class _Search:
                                              table.microbatch, table.config, outer.dp)
         group = (outer.choice_index, outer.num_stages, outer.virtual)
         least = INF
+        if len(self._deepened) >= DEEPENED_KEPT:
+            self._deepened.clear()
+        deepened: dict[int, int] = {}
+        self._deepened[outer.key] = (self.best.objective, deepened)
         for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
@@ -1055,6 +1061,7 @@ class _Search:
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
+                deepened[zero] = bound  # both priced: kept for the floor and the search
             least = min(least, bound)
             if least <= refined:  # the other z can only lower it further
                 return refined
@@ -1512,21 +1519,30 @@ class _Search:
             self._outer_parts[outer.key] = parts
         geometries: dict[int, tuple] = parts[0]
         data: dict[int, tuple | None] = parts[1]
+        # the z whose stage-by-stage and domain bounds the deepening priced, under the same
+        # incumbent (so they would come out the same here)
+        objective, deepened = (self._deepened.get(outer.key) if floor is not None else
+                               self._deepened.pop(outer.key, None)) or (None, {})
+        if objective != self.best.objective:
+            deepened = {}
+            if floor is not None:  # the floor's, for the search
+                self._deepened[outer.key] = (self.best.objective, deepened)
         least = INF
         for zero in self._zero_stages(table, dp, num_stages, virtual):
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
-            bound = self._shape_bound(shape, outer.chunk_bound)
-            if self.best.may_beat(bound, outer.key + (zero,)):
+            bound = max(self._shape_bound(shape, outer.chunk_bound), deepened.get(zero, 0))
+            if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
             # the TP-placement bounds, cheaper first, each only while the shape may still win
             if config.tp > 1 and config.cp == 1 and self.network.is_hierarchical:
                 if self.best.may_beat(bound, outer.key + (zero,)):
                     bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
-                if self.best.may_beat(bound, outer.key + (zero,)):
+                if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
                     bound = max(bound, self._stagewise_of(outer, shape))
+            deepened[zero] = bound
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
                 continue
