@@ -1082,8 +1082,9 @@ class _Search:
                                          np.full(size, INF, dtype=np.int64))
         row, checked = self._stagewise_rows[key]
         objective = self.best.objective
-        threshold = INF if objective is None or outer.num_stages == 1 or outer.virtual > 1 \
-            else objective  # the interleaved bound is found whole, without a threshold
+        counted = self._counted_stagewise(shape.table, outer.num_stages, outer.virtual)
+        threshold = INF if objective is None or outer.num_stages == 1 or counted \
+            else objective  # the bound over block counts is found whole, without one
         index = outer.dp - 1
         if row[index] < 0 or (row[index] <= threshold < checked[index]):  # stale, as below
             stale = (row < 0) | ((row <= threshold) & (checked > threshold))
@@ -1103,7 +1104,7 @@ class _Search:
                 candidates = candidates[np.argpartition(group[candidates],
                                                         STAGEWISE_BATCH)[:STAGEWISE_BATCH]]
             dps = np.union1d(candidates, [outer.dp - 1]) + 1
-            if outer.virtual > 1:
+            if counted:
                 row[dps - 1] = self._interleaved_stagewise_bounds(
                     shape.table, outer.num_stages, outer.virtual, shape.zero, dps, domain=True)
                 checked[dps - 1] = threshold
@@ -1115,6 +1116,14 @@ class _Search:
                 None if threshold >= INF else threshold, domain=True)
             checked[dps - 1] = threshold
         return int(row[outer.dp - 1])
+
+    @staticmethod
+    def _counted_stagewise(table: LayerTable, num_stages: int, virtual: int) -> bool:
+        """Whether :meth:`_stagewise_of` bounds (c, b, S, v) by stage block counts
+        (:meth:`_interleaved_stagewise_bounds`, whose argument holds for v = 1 as well,
+        each stage one chunk): v > 1, or v = 1 with S >= 2 on a workload of blocks, where
+        its test over counts costs O(L) a d against the range min-max's O(L²)."""
+        return virtual > 1 or num_stages > 1 and block_structure(table) is not None
 
     def _spanned_stagewise(self, outer: Outer, shape: Shape, candidates: np.ndarray,
                            threshold: int) -> np.ndarray:
@@ -1141,7 +1150,7 @@ class _Search:
             firsts = np.array([run[0] for run in runs]) + 1
             lasts = np.array([run[-1] for run in runs]) + 1
             try:
-                if virtual > 1:
+                if self._counted_stagewise(table, num_stages, virtual):
                     bounds = self._interleaved_stagewise_bounds(
                         table, num_stages, virtual, zero, firsts, domain=True, highs=lasts)
                 else:

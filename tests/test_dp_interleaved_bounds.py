@@ -86,6 +86,37 @@ def test_interleaved_stagewise_bound_never_exceeds_the_exhaustive_optimum(tier_s
     assert compared and raised and loose
 
 
+@pytest.mark.parametrize("tier_sizes, overlap", slow_unless(
+    [((2, 2, 2), False), ((2, 2, 2), True), ((4, 2), False), ((4, 2), True)],
+    lambda case: case == ((4, 2), True)))
+def test_block_count_bound_with_one_chunk_a_stage(tier_sizes, overlap):
+    """v = 1 (S >= 2, one chunk a stage), as the planner's stage-by-stage bound on block
+    workloads (``_counted_stagewise``): the bound over block counts is at most the min-max
+    over contiguous splits of the same stage weights (a relaxation of it), equal to it on
+    most shapes, and at most the least objective over every split and injective
+    placement."""
+    compared = equal = 0
+    for seed in range(2):
+        instance = _blocks_instance(seed, tier_sizes, overlap)
+        search = planner._Search(instance, SolveOptions(), ())
+        for _, shape, exhaustive_shape in _interleaved_shapes(search, instance, 1):
+            assert search._counted_stagewise(shape.table, shape.num_stages, 1)
+            dps = np.array([shape.dp])
+            counted = int(search._interleaved_stagewise_bounds(
+                shape.table, shape.num_stages, 1, shape.zero, dps)[0])
+            ranged = int(search._stagewise_bounds(shape.table, shape.num_stages, shape.zero,
+                                                  dps, np.zeros(1, dtype=np.int64), None)[0])
+            assert counted <= ranged, (shape, counted, ranged)
+            equal += counted == ranged
+            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
+                tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+            if optimum == math.inf:
+                continue
+            compared += 1
+            assert counted <= optimum, (shape, counted, optimum)
+    assert compared and equal * 2 > compared
+
+
 def test_interleaved_stagewise_bound_is_zero_without_blocks():
     """On a workload that is not identical blocks the bound does not apply: 0 for every d."""
     instance = dataclasses.replace(_blocks_instance(0, (2, 2, 2), False),
