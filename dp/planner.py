@@ -1022,9 +1022,9 @@ class _Search:
 
     def _deeper_bound(self, outer: Outer, refined: int) -> int:
         """The outer's refined bound raised by the case split of :meth:`_shape_bound`, the
-        layout-class bound of :meth:`_layout_class_bound` (unless the vector bound of
-        :meth:`_group_bounds` already holds it), the stage-by-stage bound of
-        :meth:`_stagewise_of` (batched over d, with the domain weights) and the domain bound
+        stage-by-stage bound of :meth:`_stagewise_of` (batched over d, with the domain
+        weights), the layout-class bound of :meth:`_layout_class_bound` (unless the vector
+        bound of :meth:`_group_bounds` already holds it) and the domain bound
         of :meth:`_domain_bound` (per outer, the costliest: last), each computed only where
         the bounds before it may still beat the incumbent: the least over the ZeRO stages
         worth searching, that fit somewhere, of the largest of them (each a bound on that
@@ -1054,10 +1054,12 @@ class _Search:
                 self._shape_bound(shape, outer.chunk_bound, split)
             classless = vector is None or group in self._unclassed or \
                 not self._classes_vectored(table.config)
-            if classless and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
-                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
+            # the stage-by-stage bound first: mostly read from its rows (priced for many d
+            # at once), it drops most outers before the class bound is priced one by one
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._stagewise_of(outer, shape))
+            if classless and bound < least and self.best.may_beat(bound, outer.key + (zero,)):
+                bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if bound < least and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
