@@ -3619,10 +3619,19 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     empty x_s ends it early; with q = 1 (one state) x_S = x_0 · A^S (:func:`_reached_in`).
     With W < S and a split below, one with no whole stage (the same pass over the moves of
     stages not whole alone) has at most W, else :func:`_domain_whole_count` decides
-    whether one has."""
+    whether one has.
+
+    First a witness: if one of the two balanced splits (:func:`_balanced_splits`) has every
+    stage below the threshold as a stage alone — weight min(R·X_11, N), or N (not whole)
+    where W < S — that split with every stage alone (and none whole where W < S) is such
+    an assignment, and the passes below would find it: the answer is yes without them."""
     whole_alone, joined_right, joined_left, inside, leaving = weights
     num_layers = whole_alone.shape[0]
     counted = capacity is not None and capacity < num_stages
+    alone = leaving if counted else np.minimum(whole_alone, leaving)
+    for firsts, lasts in _balanced_splits(num_layers, num_stages):
+        if alone[firsts, lasts].max() < threshold:
+            return True
     moves = np.zeros((5, num_layers + 1, num_layers + 1), dtype=np.float32)
     for move, weight in zip(moves, (np.minimum(whole_alone, leaving), joined_right,
                                     joined_left, inside)):  # [f, l + 1]: f..l below it
@@ -3636,6 +3645,17 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     moves[4, :num_layers, 1:] = leaving < threshold  # stages not whole only
     return bool(_reached_in(moves[4], num_stages)[num_layers]) or \
         _domain_whole_count(weights, num_stages, slots, threshold) <= capacity
+
+
+def _balanced_splits(num_layers: int, num_stages: int) -> tuple[tuple[np.ndarray, ...], ...]:
+    """The two splits of L layers into S <= L contiguous stages of ⌊L / S⌋ or ⌈L / S⌉
+    layers, the longer ones first or last, as (first layers, last layers) arrays."""
+    base, extra = divmod(num_layers, num_stages)
+    splits = []
+    for longer in (np.arange(num_stages) < extra, np.arange(num_stages) >= num_stages - extra):
+        lasts = np.cumsum(base + longer) - 1
+        splits.append((lasts - (base + longer) + 1, lasts))
+    return tuple(splits)
 
 
 def _reached_in_states(moves: np.ndarray, num_stages: int, slots: int) -> bool:
