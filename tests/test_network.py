@@ -140,3 +140,40 @@ def test_group_paths_of_many_replicas_equal_one_by_one():
             replicas.append(ranks)
         assert GroupPaths.of_replicas(network, replicas, config) == \
             _group_paths_one_by_one(network, replicas, config)
+
+
+def test_pair_path_sets_and_array_groups_equal_one_by_one():
+    """The referee's array forms: per row the set of its pairs' paths (distinct sets and
+    each row's index) and a group's path from an id array equal pair_path and group_path
+    on lists, on random two- and three-tier networks (pairs inside and across domains,
+    repeated devices) and on a graph network."""
+    import random
+
+    from nest_cp.model.instance import Cluster, HierarchicalNetwork, Tier
+
+    rng = random.Random(11)
+    networks = [_graph_network()]
+    for _ in range(30):
+        sizes = (rng.choice([1, 2, 4, 8]), rng.choice([2, 3]), 4)
+        networks.append(NetworkModel(Cluster(sizes[0] * sizes[1] * sizes[2], 10**9,
+                                             HierarchicalNetwork(tuple(
+                                                 Tier(f"t{i}", size, 1e11 / 4**i, 1e-6)
+                                                 for i, size in enumerate(sizes))))))
+    compared = 0
+    for network in networks:
+        devices = network.cluster.num_devices
+        for _ in range(5):
+            rows, ranks = rng.randint(1, 6), rng.randint(1, 4)
+            first = np.array([[rng.randrange(devices) for _ in range(ranks)]
+                              for _ in range(rows)])
+            second = np.array([[(a + rng.randrange(1, devices)) % devices for a in row]
+                               for row in first.tolist()])
+            distinct, index = network.pair_path_sets(first, second)
+            expected = [frozenset(map(network.pair_path, one, other))
+                        for one, other in zip(first.tolist(), second.tolist())]
+            assert [distinct[i] for i in index] == expected
+            assert len(distinct) == len(set(expected))
+            for row in first.tolist() + [[row[0]] * 3 for row in first.tolist()]:
+                assert network.group_path(np.array(row)) == network.group_path(row)
+                compared += 1
+    assert compared

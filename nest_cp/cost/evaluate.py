@@ -51,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from nest_cp.cost import terms as cost
 from nest_cp.cost.sdp import SdpReport, plan_violations, price_sdp
 from nest_cp.model.instance import (
@@ -716,12 +718,9 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     ticks = []
     for chunk in range(plan.num_chunks - 1):
         ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
-        if ends not in paths:
-            pair_path = terms.network.pair_path  # ranks match one to one (placement checked)
-            paths[ends] = _distinct([frozenset(map(pair_path, one, other))
-                                     for one, other in zip(plan.placement[ends[0]],
-                                                           plan.placement[ends[1]],
-                                                           strict=True)])
+        if ends not in paths:  # ranks match one to one (placement checked)
+            paths[ends] = terms.network.pair_path_sets(np.array(plan.placement[ends[0]]),
+                                                       np.array(plan.placement[ends[1]]))
         distinct, path_index = paths[ends]
         volume = profiles[chunk][-1].out_bytes
         # replicas whose pairs lie on the same paths pay the same transfer: price each once
@@ -737,19 +736,20 @@ def _sync_ticks(terms: _Terms, plan: Plan, stage: int,
     ranks (the c context ranks hold the same parameters; cost model v4): (gradient phase,
     weight gather), each the slowest dense group's plus the slowest expert group's
     (docs/cost-model.md §5 c)."""
-    config, dp, placement = plan.config, plan.num_replicas, plan.placement[stage]
+    config, dp = plan.config, plan.num_replicas
+    placement = np.array(plan.placement[stage])  # [replica, rank]
     group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
     contexts = range(config.cp)
     dense_parts = [terms.gradient_sync(dense, plan.zero, dp * config.ep * config.cp,
-                                       group_path([placement[r][rank_index(config, t, c, e)]
-                                                   for r in range(dp) for c in contexts
-                                                   for e in range(config.ep)]))
+                                       group_path(placement[:, [rank_index(config, t, c, e)
+                                                                for c in contexts
+                                                                for e in range(config.ep)]]))
                    for t in range(config.tp)]
     expert_parts = [terms.gradient_sync(expert, plan.zero, dp * config.cp,
-                                        group_path([placement[r][rank_index(config, t, c, e)]
-                                                    for r in range(dp) for c in contexts]))
+                                        group_path(placement[:, [rank_index(config, t, c, e)
+                                                                 for c in contexts]]))
                     for t in range(config.tp) for e in range(config.ep)]
     return tuple(max(part[phase] for part in dense_parts)
                  + max(part[phase] for part in expert_parts) for phase in (0, 1))

@@ -22,6 +22,7 @@ from fractions import Fraction
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 
 from nest_cp.model.instance import (
     Cluster,
@@ -189,8 +190,44 @@ class NetworkModel:
             raise ValueError(f"devices {a} and {b} lie in no common tier domain")
         return self._graph_pairs[(min(a, b), max(a, b))]
 
+    def pair_path_sets(self, first: np.ndarray, second: np.ndarray
+                       ) -> tuple[list[frozenset[Path]], list[int]]:
+        """For the pairs (first[r, j], second[r, j]) (int arrays of one shape, a != b), per
+        row r the set of its pairs' paths (:meth:`pair_path`), as the distinct sets and
+        each row's index among them: on a hierarchical network a pair's path is its
+        tier's (:meth:`tier_of_pairs` of the two ids), so the tiers are found at once;
+        elsewhere pair by pair."""
+        if not self.is_hierarchical:
+            index: dict[frozenset[Path], int] = {}
+            rows = [index.setdefault(frozenset(map(self.pair_path, one, other)), len(index))
+                    for one, other in zip(first.tolist(), second.tolist(), strict=True)]
+            return list(index), rows
+        tiers = self.tier_of_pairs(np.minimum(first, second), np.maximum(first, second))
+        if np.any(tiers >= len(self._domains)):
+            row, rank = (int(v[0]) for v in np.nonzero(tiers >= len(self._domains)))
+            raise ValueError(f"devices {first[row, rank]} and {second[row, rank]} lie in no "
+                             "common tier domain")
+        masks = np.bitwise_or.reduce(np.left_shift(1, tiers), axis=1)
+        distinct, rows = np.unique(masks, return_inverse=True)
+        return ([frozenset(self._tier_paths[tier] for tier in range(len(self._domains))
+                           if mask >> tier & 1) for mask in distinct.tolist()],
+                rows.reshape(-1).tolist())
+
     def group_path(self, devices: Sequence[int]) -> Path | None:
-        """Bottleneck of a group (None for a single device, which never communicates)."""
+        """Bottleneck of a group (None for a single device, which never communicates); an
+        int numpy array of ids is read at once on a hierarchical network."""
+        if isinstance(devices, np.ndarray) and not self.is_hierarchical:
+            devices = devices.ravel().tolist()
+        elif isinstance(devices, np.ndarray):
+            distinct = np.unique(devices)
+            if len(distinct) <= 1:
+                return None
+            tier = int(self.tier_of_pairs(distinct[0], distinct[-1]))
+            if tier >= len(self._domains):
+                raise ValueError(f"devices {distinct[0]} and {distinct[-1]} lie in no common "
+                                 "tier domain")
+            counts = np.unique(distinct // self._domains[0], return_counts=True)[1]
+            return self.channel_path(tier, int(counts.min()))
         if len(devices) <= 1:
             return None
         if self.is_hierarchical:
