@@ -55,6 +55,12 @@ def _interleaved_shapes(search, instance, virtual: int):
                                         num_stages=stages, virtual=virtual)
 
 
+def _optimum(instance, tier_sizes, shape, exhaustive_shape) -> float:
+    """The least objective of the shape over every split and injective placement."""
+    return shape_optimum(instance, exhaustive_shape, canonical_placements(
+        tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+
+
 # nodes of 2 with t = 2 (t fills the node: c = 1), nodes of 4 with t = 2 (c = 2)
 @pytest.mark.parametrize("tier_sizes, overlap", slow_unless(
     [((2, 2, 2), False), ((2, 2, 2), True), ((4, 2), False), ((4, 2), True)],
@@ -75,8 +81,7 @@ def test_interleaved_stagewise_bound_never_exceeds_the_exhaustive_optimum(tier_s
             stagewise = int(search._interleaved_stagewise_bounds(
                 shape.table, shape.num_stages, shape.virtual, shape.zero,
                 np.array([shape.dp]))[0])
-            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
-                tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+            optimum = _optimum(instance, tier_sizes, shape, exhaustive_shape)
             if optimum == math.inf:
                 continue
             compared += 1
@@ -108,8 +113,7 @@ def test_block_count_bound_with_one_chunk_a_stage(tier_sizes, overlap):
                                                   dps, np.zeros(1, dtype=np.int64), None)[0])
             assert counted <= ranged, (shape, counted, ranged)
             equal += counted == ranged
-            optimum = shape_optimum(instance, exhaustive_shape, canonical_placements(
-                tier_sizes, shape.table.config.devices * shape.num_stages * shape.dp))
+            optimum = _optimum(instance, tier_sizes, shape, exhaustive_shape)
             if optimum == math.inf:
                 continue
             compared += 1
