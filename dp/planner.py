@@ -363,14 +363,16 @@ def _runs(candidates: np.ndarray, domain_rows: tuple[np.ndarray, np.ndarray],
     return runs
 
 
-def _spans(lows: np.ndarray, highs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _spans(lows: np.ndarray, highs: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Every d of the rows' spans ``lows[i] .. highs[i]`` (each at least one d), ascending
-    within a row, with the row each belongs to, and the row count."""
+    within a row, with the row each belongs to, the row count and where each row's d
+    start (for ``reduceat``)."""
     lengths = highs - lows + 1
     owner = np.repeat(np.arange(len(lows)), lengths)
     starts = np.cumsum(lengths) - lengths
     members = lows[owner] + np.arange(int(lengths.sum())) - starts[owner]
-    return members, owner, len(lows)
+    return members, owner, len(lows), starts
 
 
 def _infeasible_reason(best: Best) -> str:
@@ -3036,7 +3038,7 @@ class _Search:
         larger of it and H too.
 
         With ``highs``, row i stands for every d of ``dps[i] .. highs[i]`` and its weights
-        are at most each one's: R is the least of theirs, the qualities those met at any
+        are at most each one's: R is the least of theirs, the qualities met at any
         of them, the floors of :meth:`_vector_stage_floors` over the span, and the domain
         weights only where all of them have the same tier and kind of
         :meth:`_domain_rows` (H only grows with R and those floors, and falls as the
@@ -3049,7 +3051,7 @@ class _Search:
                                          dps if spans is None else spans[0]) if domain else \
             (np.full(len(dps), -1, dtype=np.int64), np.zeros(len(dps), dtype=np.int64))
         if spans is not None and domain:  # kept where every d of the span agrees
-            starts = np.cumsum(highs - dps + 1) - (highs - dps + 1)
+            starts = spans[3]
             same = (np.minimum.reduceat(tiers, starts) == np.maximum.reduceat(tiers, starts)) \
                 & (np.minimum.reduceat(kinds, starts) == np.maximum.reduceat(kinds, starts))
             tiers = np.where(same, tiers[starts], -1)
@@ -3070,9 +3072,8 @@ class _Search:
         # per (h, c) and d: whether a stage of the layouts visited at d may have that h
         met = self._met_rows(config, num_stages, dps if spans is None else spans[0])
         if spans is not None:
-            starts = np.cumsum(highs - dps + 1) - (highs - dps + 1)
-            microbatches = np.minimum.reduceat(microbatches, starts)
-            met = np.logical_or.reduceat(met, starts, axis=1)
+            microbatches = np.minimum.reduceat(microbatches, spans[3])
+            met = np.logical_or.reduceat(met, spans[3], axis=1)
         rounds = (virtual * microbatches + num_stages - 1)[:, None]
         least = np.full((len(dps), len(columns[0])), INF, dtype=np.int64)
         # per d of the domain rows: the least over h of the weight of a stage whose TP group
@@ -3311,7 +3312,7 @@ class _Search:
         classes of :meth:`_size_classes` its sizes meet of the price at the least size met
         in the class (:meth:`_vector_stage_floors`), 0 where a size is 1.  Raises
         :class:`_NotRingForms` where a path's forms are not ring forms."""
-        members, owner, count = spans
+        members, owner, count, _ = spans
         sizes = members * per_replica
         self._size_classes(sizes[:1], cap, above)  # finds the classes of every size
         codes, classes = self._size_codes[cap, above]

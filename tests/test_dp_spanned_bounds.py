@@ -99,7 +99,8 @@ def test_runs_never_cross_a_change_of_domain_kind():
 
 
 def test_spans_list_every_d_of_each_row():
-    members, owner, count = planner._spans(np.array([3, 1, 7]), np.array([5, 1, 8]))
+    members, owner, count, starts = planner._spans(np.array([3, 1, 7]), np.array([5, 1, 8]))
     assert members.tolist() == [3, 4, 5, 1, 7, 8]
     assert owner.tolist() == [0, 0, 0, 1, 2, 2]
     assert count == 3
+    assert starts.tolist() == [0, 3, 4]
