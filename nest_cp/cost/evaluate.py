@@ -573,7 +573,8 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
         context = [_distinct([cost.ContextPaths.of_replica(terms.network, devices, plan.config)
                               for devices in plan.placement[s]])
                    for s in range(num_stages)]
-    boundaries = _boundary_ticks(terms, plan, profiles)
+    arrays = [np.array(devices) for devices in plan.placement]  # [replica, rank] per stage
+    boundaries = _boundary_ticks(terms, plan, profiles, arrays)
     chunks = [_price_chunk(plan, terms, profiles, groups, context, boundaries, k)
               for k in range(plan.num_chunks)]
 
@@ -581,7 +582,7 @@ def _price(instance: Instance, plan: Plan, terms: _Terms) -> Evaluation:
     for s in range(num_stages):
         own = plan.chunks_of_stage(s)
         layers = [p for k in own for p in profiles[k]]
-        reduce, gather = _sync_ticks(terms, plan, s, layers)
+        reduce, gather = _sync_ticks(terms, plan, arrays[s], layers)
         forward = sum(terms.compute(p)[0] for p in layers)
         backward = sum(terms.compute(p)[1] for p in layers)
         memory = _stage_memory(instance, plan, profiles, s)
@@ -703,8 +704,8 @@ def _price_chunk(plan: Plan, terms: _Terms, profiles: list[tuple[LayerProfile, .
         context_ticks=worst[6])
 
 
-def _boundary_ticks(terms: _Terms, plan: Plan,
-                    profiles: list[tuple[LayerProfile, ...]]) -> list[list[int]]:
+def _boundary_ticks(terms: _Terms, plan: Plan, profiles: list[tuple[LayerProfile, ...]],
+                    arrays: list[np.ndarray]) -> list[list[int]]:
     """Ticks of the point-to-point transfer across each chunk boundary, per replica.
 
     ``[k][r]``: chunk k's last layer output between chunk k and chunk k + 1 of replica r —
@@ -712,6 +713,7 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     on the same pairs, so both receives cost this.  Rank j of one stage talks to rank j
     of the other, and the slowest j pays.  A pair's path does not depend on the
     direction, so with v > 1 every boundary between the same two stages shares the paths.
+    ``arrays``: each stage's devices, [replica, rank].
     """
     # (stage, stage) -> the distinct path sets of the replicas' pairs, and each replica's
     paths: dict[tuple[int, int], tuple[list[frozenset[Path]], list[int]]] = {}
@@ -719,8 +721,7 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     for chunk in range(plan.num_chunks - 1):
         ends = (plan.stage_of_chunk(chunk), plan.stage_of_chunk(chunk + 1))
         if ends not in paths:  # ranks match one to one (placement checked)
-            paths[ends] = terms.network.pair_path_sets(np.array(plan.placement[ends[0]]),
-                                                       np.array(plan.placement[ends[1]]))
+            paths[ends] = terms.network.pair_path_sets(arrays[ends[0]], arrays[ends[1]])
         distinct, path_index = paths[ends]
         volume = profiles[chunk][-1].out_bytes
         # replicas whose pairs lie on the same paths pay the same transfer: price each once
@@ -730,14 +731,13 @@ def _boundary_ticks(terms: _Terms, plan: Plan,
     return ticks
 
 
-def _sync_ticks(terms: _Terms, plan: Plan, stage: int,
+def _sync_ticks(terms: _Terms, plan: Plan, placement: np.ndarray,
                 layers: list[LayerProfile]) -> tuple[int, int]:
     """Data-parallel gradient sync of one stage, dense over d*e*c ranks, expert over d*c
     ranks (the c context ranks hold the same parameters; cost model v4): (gradient phase,
     weight gather), each the slowest dense group's plus the slowest expert group's
-    (docs/cost-model.md §5 c)."""
+    (docs/cost-model.md §5 c); ``placement``: the stage's devices, [replica, rank]."""
     config, dp = plan.config, plan.num_replicas
-    placement = np.array(plan.placement[stage])  # [replica, rank]
     group_path = terms.network.group_path
     dense = sum(p.dense_params for p in layers)
     expert = sum(p.expert_params for p in layers)
