@@ -1101,7 +1101,8 @@ class _Search:
             if len(candidates) > STAGEWISE_BATCH and \
                     self._spanned.get(key, INF) > objective:  # first over spans of d
                 self._spanned[key] = objective  # tried: again only under a better incumbent
-                candidates = self._spanned_stagewise(outer, shape, candidates, threshold)
+                candidates = self._spanned_stagewise(outer, shape, (row, checked),
+                                                     candidates, threshold)
             if row[index] >= 0 and not row[index] <= threshold < checked[index]:
                 return int(row[index])  # found over a span
             if len(candidates) > STAGEWISE_BATCH:  # the least bounds: searched first
@@ -1129,8 +1130,8 @@ class _Search:
         its test over counts costs O(L) a d against the range min-max's O(L²)."""
         return virtual > 1 or num_stages > 1 and block_structure(table) is not None
 
-    def _spanned_stagewise(self, outer: Outer, shape: Shape, candidates: np.ndarray,
-                           threshold: int) -> np.ndarray:
+    def _spanned_stagewise(self, outer: Outer, shape: Shape, rows: tuple[np.ndarray, ...],
+                           candidates: np.ndarray, threshold: int) -> np.ndarray:
         """The stage-by-stage bounds of :meth:`_stagewise_of` over spans of d: the sorted
         ``candidates`` (d − 1 of its row) are cut into at most ``STAGEWISE_BATCH`` runs of
         consecutive ones, each run's span of d bounded at once (``highs`` of
@@ -1138,12 +1139,13 @@ class _Search:
         every plan of each d of the span); where that exceeds the incumbent it is kept as
         each candidate's bound (found at ``threshold``).  The others are cut again, at
         most ``SPAN_ROUNDS`` times while more than ``STAGEWISE_BATCH`` are left; they are
-        returned, to be bounded d by d.  Runs do not cross a change of
+        returned, to be bounded d by d (``rows``: the (c, b, S, v, z) row of bounds and
+        the thresholds they were found at, filled here).  Runs do not cross a change of
         :meth:`_domain_rows` (a span's domain weights need its d to agree).  On a cost
         model without ring forms nothing is found here."""
         table, num_stages, virtual, zero = shape.table, outer.num_stages, outer.virtual, \
             shape.zero
-        row, checked = self._stagewise_rows[outer.choice_index, num_stages, virtual, zero]
+        row, checked = rows
         objective = self.best.objective
         lows = self._zero_bounds.get((outer.choice_index, num_stages, 1, zero))
         for _ in range(SPAN_ROUNDS):
@@ -1166,8 +1168,8 @@ class _Search:
             except _NotRingForms:
                 break
             above = bounds > objective
-            for run, bound in zip(runs, bounds.tolist()):
-                if bound > objective:
+            for run, bound, kept in zip(runs, bounds.tolist(), above.tolist()):
+                if kept:
                     row[run], checked[run] = bound, threshold
             if not above.any():
                 break
@@ -3047,8 +3049,8 @@ class _Search:
         qualities = self._tp_qualities(config.tp)
         floors = tuple(self._stage_floor(table, quality, virtual) for quality, _ in qualities)
         spans = None if highs is None else _spans(dps, highs)
-        tiers, kinds = self._domain_rows(config, num_stages, virtual,
-                                         dps if spans is None else spans[0]) if domain else \
+        every = dps if spans is None else spans[0]  # each d of the rows
+        tiers, kinds = self._domain_rows(config, num_stages, virtual, every) if domain else \
             (np.full(len(dps), -1, dtype=np.int64), np.zeros(len(dps), dtype=np.int64))
         if spans is not None and domain:  # kept where every d of the span agrees
             starts = spans[3]
@@ -3067,10 +3069,9 @@ class _Search:
                                            + tuple(extra.values()))
         extra = dict(zip(extra, columns[5 + len(floors):]))
         microbatches = cost.num_microbatches(self.instance.training.global_batch,
-                                             table.microbatch, config,
-                                             dps if spans is None else spans[0])
+                                             table.microbatch, config, every)
         # per (h, c) and d: whether a stage of the layouts visited at d may have that h
-        met = self._met_rows(config, num_stages, dps if spans is None else spans[0])
+        met = self._met_rows(config, num_stages, every)
         if spans is not None:
             microbatches = np.minimum.reduceat(microbatches, spans[3])
             met = np.logical_or.reduceat(met, spans[3], axis=1)
@@ -3287,6 +3288,17 @@ class _Search:
         an index array into ``sizes`` or a full slice where one class holds them all: the
         classes of every group size 2 .. N are found once per (cap, above) and read back
         (a class's paths are those of any of its sizes, :func:`path_classes`)."""
+        codes, classes = self._size_code_table(cap, above)
+        met = codes[sizes]
+        first = int(met[0])
+        if first >= 0 and (met == first).all():
+            return [(slice(None), classes[first])]
+        return [(np.flatnonzero(met == code), classes[code])
+                for code in np.unique(met[met >= 0]).tolist()]
+
+    def _size_code_table(self, cap: int, above: int) -> tuple[np.ndarray, list]:
+        """Per group size 0 .. N, the index of its class of :func:`path_classes` (``cap``,
+        ``above``) (−1 below 2: no group), and each class's paths; kept per (cap, above)."""
         key = (cap, above)
         if key not in self._size_codes:
             every = np.arange(self.instance.cluster.num_devices + 1, dtype=np.int64)
@@ -3295,13 +3307,7 @@ class _Search:
             for index, (mask, _) in enumerate(found):
                 codes[mask] = index
             self._size_codes[key] = (codes, [paths for _, paths in found])
-        codes, classes = self._size_codes[key]
-        met = codes[sizes]
-        first = int(met[0])
-        if first >= 0 and (met == first).all():
-            return [(slice(None), classes[first])]
-        return [(np.flatnonzero(met == code), classes[code])
-                for code in np.unique(met[met >= 0]).tolist()]
+        return self._size_codes[key]
 
     def _spanned_ring_price(self, kind: CollectiveKind, bytes_per_unit: int, spans: tuple,
                             per_replica: int, cap: int, above: int,
@@ -3314,8 +3320,7 @@ class _Search:
         :class:`_NotRingForms` where a path's forms are not ring forms."""
         members, owner, count, _ = spans
         sizes = members * per_replica
-        self._size_classes(sizes[:1], cap, above)  # finds the classes of every size
-        codes, classes = self._size_codes[cap, above]
+        codes, classes = self._size_code_table(cap, above)
         met = codes[sizes]
         least = np.full((count, len(volumes)), np.inf)
         least[owner[met < 0]] = 0.0  # a group of one rank: no collective
@@ -3629,12 +3634,13 @@ def _domain_split_below(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     whole_alone, joined_right, joined_left, inside, leaving = weights
     num_layers = whole_alone.shape[0]
     counted = capacity is not None and capacity < num_stages
-    alone = leaving if counted else np.minimum(whole_alone, leaving)
+    alone = np.minimum(whole_alone, leaving)  # a stage joined to none, whole or not
+    witness = leaving if counted else alone
     for firsts, lasts in _balanced_splits(num_layers, num_stages):
-        if alone[firsts, lasts].max() < threshold:
+        if witness[firsts, lasts].max() < threshold:
             return True
     moves = np.zeros((5, num_layers + 1, num_layers + 1), dtype=np.float32)
-    for move, weight in zip(moves, (np.minimum(whole_alone, leaving), joined_right,
+    for move, weight in zip(moves, (alone, joined_right,
                                     joined_left, inside)):  # [f, l + 1]: f..l below it
         move[:num_layers, 1:] = weight < threshold
     if slots == 1:  # one state: x_S = x_0 · A^S, by squaring (a set per power of two)
