@@ -222,12 +222,9 @@ class NetworkModel:
             distinct = np.unique(devices)
             if len(distinct) <= 1:
                 return None
-            tier = int(self.tier_of_pairs(distinct[0], distinct[-1]))
-            if tier >= len(self._domains):
-                raise ValueError(f"devices {distinct[0]} and {distinct[-1]} lie in no common "
-                                 "tier domain")
             counts = np.unique(distinct // self._domains[0], return_counts=True)[1]
-            return self.channel_path(tier, int(counts.min()))
+            return self.channel_path(self.tier_of((int(distinct[0]), int(distinct[-1]))),
+                                     int(counts.min()))
         if len(devices) <= 1:
             return None
         if self.is_hierarchical:
