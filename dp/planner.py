@@ -72,9 +72,12 @@ lazily in the order of their compute bound (:meth:`_Search._best_first`), until 
 bound left may beat the incumbent.  Per layout the bound is refined by the layout's
 own sync group paths (on networks with a domain tier also stage by stage, each stage on
 its own groups: :meth:`_Search._layout_stagewise_bound`) and its mean chunk time
-(receives counted on the layout's own receiving paths), and for v = 1 by the same min-max
-split restricted to splits that fit memory (placement-free, so one pass serves
-every layout).  Memory never grows with d (ZeRO
+(receives counted on the layout's own receiving paths), and for v = 1 with S >= 2 by the
+min-max split of the layout's own chunk times in the fastest allowed mode, memory ignored
+(:func:`~nest_cp.dp.suffix.fastest_tau`, before the shape's memory tables are built), and
+by the same min-max split of the cheapest times restricted to splits that fit memory
+(placement-free, so one pass serves every layout); the walk itself stops once rounds·τ_k
+plus the layout's sync bound cannot win.  Memory never grows with d (ZeRO
 shards shrink, in-flight counts do not grow as m falls), so a (c, b, S, v, z)
 that fits nowhere at d = N // (a·S) is skipped for every d.  ZeRO 1 and 2 price τ
 and sync identically and 2 only shrinks memory: only the larger allowed one is
@@ -142,7 +145,7 @@ from nest_cp.dp.kernel import (
 )
 from nest_cp.dp.node_bounds import capped_group_paths, crossing_tp_paths, node_cap, tp_qualities
 from nest_cp.dp.pricing import LayerTable, range_sums
-from nest_cp.dp.suffix import SuffixMemory, pareto_walk, single_stage
+from nest_cp.dp.suffix import SuffixMemory, fastest_tau, pareto_walk, single_stage
 from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
@@ -1534,6 +1537,7 @@ class _Search:
             self._outer_parts[outer.key] = parts
         geometries: dict[int, tuple] = parts[0]
         data: dict[int, tuple | None] = parts[1]
+        fastest: dict[tuple[int, int], int] = {}  # per (layout, gather group size): any z
         # the z whose stage-by-stage and domain bounds the deepening priced, under the same
         # incumbent (so they would come out the same here)
         objective, deepened = (self._deepened.get(outer.key) if floor is not None else
@@ -1623,6 +1627,14 @@ class _Search:
                     if least <= floor:
                         return floor
                     continue
+                if virtual == 1 and num_stages > 1:  # the layout's own chunk times: most
+                    # layouts stop here, before the shape's memory tables are built
+                    found = (layout_index, shape.gather_dp)
+                    if found not in fastest:
+                        fastest[found] = fastest_tau(self.prices, shape, list(geometry))
+                    layout_bound = max(layout_bound, shape.rounds * fastest[found] + layout_sync)
+                    if not self.best.may_beat(max(bound, layout_bound), key):
+                        continue
                 if inner is None:
                     inner, bound, tau_floor = self._inner(shape, tau_bound, sync_bound, bound)
                     if inner is None:  # no split fits memory, on any layout
@@ -1632,7 +1644,7 @@ class _Search:
                     if not self.best.may_beat(max(bound, layout_bound), key):
                         continue
                 self.stats.layouts_searched += 1
-                self._search_layout(shape, inner, list(geometry), key, layout)
+                self._search_layout(shape, inner, list(geometry), key, layout, layout_sync)
         return least
 
     def _layout_tau(self, shape: Shape, layout_index: int, layout: RankLayout, tau: int,
@@ -1694,7 +1706,9 @@ class _Search:
         return inner, max(bound, shape.rounds * tau_floor + sync_bound), tau_floor
 
     def _search_layout(self, shape: Shape, inner, geometries, key: tuple[int, ...],
-                       layout: RankLayout) -> None:
+                       layout: RankLayout, sync_floor: int = 0) -> None:
+        """The inner search of one layout (``sync_floor``: a lower bound on the exposed
+        sync of its plans, the layout's sync bound, where the walk may stop early)."""
         if shape.num_stages == 1:
             self.stats.dp_passes += single_stage(
                 self.prices, shape, inner, geometries[0],
@@ -1705,7 +1719,8 @@ class _Search:
             self.stats.dp_passes += pareto_walk(
                 self.prices, shape, inner, geometries,
                 lambda objective: self._may_beat_in_time(objective, key),
-                lambda objective, stages: self._accept(shape, stages, objective, key, layout))
+                lambda objective, stages: self._accept(shape, stages, objective, key, layout),
+                sync_floor)
             return
         self.stats.dp_passes += inner.search(
             geometries,

@@ -130,25 +130,46 @@ def stage_times(prices: RangePrices, shape: Shape,
     return kept[key][0]
 
 
+def fastest_tau(prices: RangePrices, shape: Shape, geometries: list[StageGeometry]) -> int:
+    """A lower bound on max_s τ_s of every plan of the shape on these geometries (v = 1):
+    the min-max over contiguous splits of each stage's time in the first allowed mode of
+    none, selective, full, memory ignored.  That mode's τ is at most every allowed mode's
+    at each entry (:meth:`SuffixMemory.effective`), and τ_eff is one of them or INF, so
+    this is at most the walk's first τ pass (τ_eff, no sync cap), hence at most max_s τ_s
+    of every plan the walk may offer."""
+    table = shape.table
+    times = stage_times(prices, shape, geometries)[table.modes[0]]
+    width = table.num_layers - shape.num_stages + 1
+    ordered = np.triu(np.ones((width, width), dtype=bool))
+    return int(fill_table(np.where(ordered, times, INF))[0][0, 0])
+
+
 def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,
                 geometries: list[StageGeometry], may_beat: Callable[[int], bool],
-                offer: Callable[[int, tuple[Stage, ...]], None]) -> int:
+                offer: Callable[[int, tuple[Stage, ...]], None], sync_floor: int = 0) -> int:
     """Offer every point of the (max τ, max exposed) front that may beat the incumbent.
 
     ``may_beat(T)`` says whether objective T could still win; ``offer(T, stages)``
-    hands over a plan's split.  Returns the number of kernel passes run.
+    hands over a plan's split.  ``sync_floor``: a lower bound on max_s exposed_s of every
+    plan of the shape on these geometries (the layout's sync bound).  The walk stops at
+    step k once rounds·τ_k + ``sync_floor`` cannot win: every plan not yet offered has
+    σ_P <= Y_k, so τ_P >= τ_k (the argument above), and T_P >= rounds·τ_k + σ_P.
+    Returns the number of kernel passes run.
     """
     table = shape.table
     tau = memory.effective(stage_times(prices, shape, geometries))
-    exposed = per_stage(geometries, lambda g: prices.exposed_range(table, g, shape.dp,
-                                                                   shape.zero))
+    exposed = None  # priced once a first point may win (most walks stop before)
     rounds, passes, sync_cap = shape.rounds, 0, INF
     while True:
         passes += 2
-        tau_value, _ = fill_table(np.where(exposed <= sync_cap, tau, INF))
+        tau_value, _ = fill_table(tau if exposed is None else
+                                  np.where(exposed <= sync_cap, tau, INF))
         tau_k = int(tau_value[0, 0])
-        if tau_k >= INF or not may_beat(rounds * tau_k):
+        if tau_k >= INF or not may_beat(rounds * tau_k + sync_floor):
             return passes
+        if exposed is None:
+            exposed = per_stage(geometries, lambda g: prices.exposed_range(
+                table, g, shape.dp, shape.zero))
         sync_value, choice = fill_table(np.where(tau <= tau_k, exposed, INF))
         sigma = int(sync_value[0, 0])
         objective = rounds * tau_k + sigma

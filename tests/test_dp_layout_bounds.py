@@ -178,3 +178,54 @@ def test_the_stage_by_stage_layout_bound_never_exceeds_the_layouts_optimum(tier_
                     search._sync_bound(shape), search._layout_sync_bound(shape, *groups))
                 raised[shape.virtual] += bound > max(before, search._shape_bound(shape, chunk))
     assert compared and all(raised.values()), raised
+
+
+def test_the_fastest_mode_bound_and_the_walks_sync_floor_keep_the_layouts_optimum():
+    """v = 1, S >= 2, for every (config, S, d, z) and layout: rounds times the min-max of
+    the fastest allowed mode's chunk times (:func:`~nest_cp.dp.suffix.fastest_tau`, the
+    check before a layout's memory tables are built) plus the least max exposed sync is at
+    most the layout's optimum (the walk with no incumbent), equal to it on some shapes; and
+    the walk stopped by the least max exposed sync as its floor finds that optimum under a
+    cutoff just above it and nothing under the optimum itself, as the walk without one."""
+    import itertools
+
+    from nest_cp.dp.suffix import fastest_tau
+    from nest_cp.harness.generators import random_instance
+    from nest_cp.model.instance import IntraConfig, RecomputeMode
+    from nest_cp.model.plan import all_layouts
+
+    compared = tight = 0
+    for seed in range(2):
+        instance = random_instance(seed, num_layers=5, tier_sizes=(2, 2, 2),
+                                   configs=(IntraConfig(), IntraConfig(tp=2)),
+                                   zero_stages=(0, 3), global_batch=8, comm_scale=50,
+                                   recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL),
+                                   identical_blocks=True)
+        search = planner._Search(instance, SolveOptions(), all_layouts())
+        for config, table, shape in _shapes(search, instance, 1):
+            if shape.num_stages < 2:
+                continue
+            inner, _, _ = search._inner(shape, 0, 0, 0)
+            if inner is None:
+                continue
+            for layout in all_layouts()[::5]:
+                geometry = list(search.geometries(layout, config, shape.num_stages, shape.dp))
+                least = _least_max_exposed(search, table, shape, layout)
+                search.best = planner.Best()
+                search._search_layout(shape, inner, geometry, (0,), layout)
+                optimum = search.best.objective
+                if optimum is None:  # no split fits memory
+                    continue
+                found = {}
+                for floor, above in itertools.product((least, 0), (1, 0)):
+                    search.best = planner.Best(objective=optimum + above)  # a cutoff
+                    search._search_layout(shape, inner, geometry, (0,), layout, floor)
+                    found[floor, above] = search.best.objective if search.best.plan \
+                        else None
+                assert found[least, 1] == found[0, 1] == optimum
+                assert found[least, 0] is found[0, 0] is None
+                bound = shape.rounds * fastest_tau(search.prices, shape, geometry) + least
+                compared += 1
+                assert bound <= optimum, (shape, layout, bound, optimum)
+                tight += bound == optimum
+    assert compared and tight

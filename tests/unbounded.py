@@ -17,7 +17,8 @@ BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossin
 
 def without_dp_bounds(monkeypatch) -> None:
     """Patch the planner so that no bound prunes: outer choices' and chunks' bounds, the bound
-    methods, the interleaved search's sync floor and the cheapest chunk times all 0."""
+    methods, the interleaved search's sync floor, the layouts' fastest-mode chunk bound (and
+    with the sync bounds at 0 the v = 1 walk's floor) and the cheapest chunk times all 0."""
     outer_choices = planner._Search._outer_choices
 
     def unbounded_outers(search):
@@ -31,6 +32,7 @@ def without_dp_bounds(monkeypatch) -> None:
     # is the one-shape one, built from the bound methods above (0, or INF where none fits)
     monkeypatch.setattr(planner._Search, "_group_bounds", lambda search, outer: False)
     monkeypatch.setattr(interleaved, "_sync_floor", lambda ok, exposed: 0)
+    monkeypatch.setattr(planner, "fastest_tau", lambda prices, shape, geometries: 0)
     monkeypatch.setattr(planner._Search, "_cheapest_times",
                         lambda search, table, stages, first_tier=0: np.zeros(
                             (stages, table.num_layers - stages + 1,
