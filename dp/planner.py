@@ -1551,7 +1551,13 @@ class _Search:
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
-            bound = max(self._shape_bound(shape, outer.chunk_bound), deepened.get(zero, 0))
+            # with a bound of z known (the deepening's or the floor's, else the vector one of
+            # its (c, b, S, v), at most the case split's), the shape's case split is priced
+            # once a layout passes its own bounds (most never do): ``shaped``
+            vector = self._zero_bounds.get((outer.choice_index, num_stages, virtual, zero))
+            known = deepened.get(zero, None if vector is None else int(vector[dp - 1]))
+            shaped = known is None
+            bound = self._shape_bound(shape, outer.chunk_bound) if shaped else known
             if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
@@ -1598,6 +1604,12 @@ class _Search:
                     staged = self._layout_stagewise_bound(shape, *groups)
                     if not self.best.may_beat(max(bound, staged), key):
                         continue
+                    if not shaped:
+                        shaped, bound = True, max(bound, self._shape_bound(shape,
+                                                                           outer.chunk_bound))
+                        deepened[zero] = bound
+                        if not self.best.may_beat(bound, key):
+                            continue  # (and the next layout's first test ends the loop)
                     if floor is not None:
                         least = min(least, max(bound, shape.rounds * tau_layout + layout_sync,
                                                staged))
@@ -1622,6 +1634,11 @@ class _Search:
                                        shape.rounds * tau_layout) + layout_sync, staged)
                 if not self.best.may_beat(max(bound, layout_bound), key):
                     continue
+                if not shaped:
+                    shaped, bound = True, max(bound, self._shape_bound(shape, outer.chunk_bound))
+                    deepened[zero] = bound
+                    if not self.best.may_beat(bound, key):
+                        continue
                 if floor is not None:
                     least = min(least, max(bound, layout_bound))
                     if least <= floor:

@@ -15,7 +15,7 @@ from tiers import slow_unless
 
 from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
-from nest_cp.dp.compose import parameter_kinds, whole_totals
+from nest_cp.dp.compose import Shape, parameter_kinds, whole_totals
 from nest_cp.dp.kernel import (
     INF,
     fill_table,
@@ -204,7 +204,6 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
     an incumbent, where t fills a node, the group bounds of every z hold it at the d that may
     beat the incumbent, and lie between it and the largest of the exact class, case-split
     and domain bounds (the last where a stage of t·d leaves its tier-1 domain)."""
-    from nest_cp.dp.compose import Shape
     from nest_cp.harness.generators import random_instance
 
     met, compared, raised = set(), 0, 0
@@ -286,6 +285,35 @@ def test_layout_floor_never_exceeds_the_outers_optimum():
             assert optimum is None or refined <= optimum
             compared += optimum is not None
             raised += optimum is not None and floor > refined
+    assert compared and raised
+
+
+def test_layout_floor_pricing_the_case_split_late_is_the_eager_floor():
+    """An outer's layout floor where its vector bound is known (the case split of
+    _shape_bound priced once a layout passes its own bounds) equals the floor with the case
+    split priced first (no vector bound known), under no incumbent and under the optimum;
+    on some outers the floor without the case split is lower (so pricing it late, not
+    leaving it out, is what keeps the floors equal)."""
+    from nest_cp.harness.generators import random_instance
+
+    compared = raised = 0
+    for tier_sizes in ((4, 4, 8),):  # 128 devices: the vector bounds (64 d and more)
+        configs = (IntraConfig(), IntraConfig(tp=2))
+        instance = random_instance(1, num_layers=3, tier_sizes=tier_sizes, configs=configs,
+                                   zero_stages=(0, 1, 3), comm_scale=50)
+        optimum = planner.solve(instance, SolveOptions()).objective_ticks
+        for objective in (INF - 1, optimum):
+            late, early, without = (planner._Search(instance, SolveOptions(), None,
+                                                    cutoff=objective) for _ in range(3))
+            without._shape_bound = lambda shape, chunk_bound, split=True: 0
+            for outer in late._outer_choices():
+                for search in (late, without):
+                    search._refined_bound(outer)  # the vector bounds of its (c, b, S, v)
+                early._zero_bounds.clear()
+                floors = [search._search_outer(outer, -1) for search in (late, early, without)]
+                assert floors[0] == floors[1], (outer, objective, floors)
+                compared += 1
+                raised += floors[2] < floors[0]
     assert compared and raised
 
 
