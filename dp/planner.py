@@ -2796,14 +2796,16 @@ class _Search:
         # every weight as an L x L matrix over the stage's layers f..l, read per stage through
         # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
         # activation (gradient) receive
-        base = self._cheapest_ranges(table)[0]
-        receives = self._stage_receives(table, tier, off_node)
-        activation, gradient = ((rounds * near, rounds * far) for near, far in receives)
-        unordered = np.where(np.triu(np.ones(base.shape, dtype=bool)), 0, INF)
-        base = rounds * base + unordered  # (finite: far below INF)
+        key = ("domain wholes", tier, off_node)  # X_io per microbatch, kept per table
+        if key not in table.cache:
+            base = self._cheapest_ranges(table)[0]
+            activation, gradient = self._stage_receives(table, tier, off_node)
+            table.cache[key] = {(into, out): base + activation[into][:, None]
+                                + gradient[out][None, :] for into in (0, 1) for out in (0, 1)}
+        unordered = self._unordered(table.num_layers, 1)  # (X finite: far below INF)
 
         def whole(into: int, out: int) -> np.ndarray:  # L x L, INF where unordered
-            return base + activation[into][:, None] + gradient[out][None, :]
+            return rounds * table.cache[key][into, out] + unordered
 
         penalty = None
         if config.tp > 1:
@@ -2816,7 +2818,7 @@ class _Search:
             if quality < config.tp:
                 split = split + rounds * self._crossing_extra(table, quality)
             penalty = split if penalty is None else np.minimum(penalty, split)
-        leaving = np.full(base.shape, INF, dtype=np.int64) if penalty is None else \
+        leaving = np.full(unordered.shape, INF, dtype=np.int64) if penalty is None else \
             np.minimum(whole(0, 0) + penalty, INF)
         return whole(1, 1), whole(1, 0), whole(0, 1), whole(0, 0), leaving
 
