@@ -606,7 +606,10 @@ class _Search:
         of d) :meth:`_exact_refined_bound`, which is also the one for c > 1 (the vector
         pass prices the groups and the TP case split as c = 1 has them).  Bounds priced
         before there was an incumbent are priced again at the first ask after, with the
-        class bound (:meth:`_group_bounds`)."""
+        class bound (:meth:`_group_bounds`).  With an incumbent, where the stage-by-stage
+        bound of every z at the outer's d is already known (:meth:`_stagewise_of`, priced
+        with other d of its row), the larger of that and the least over z of the larger of
+        each z's row and vector bounds (each a bound on that z's plans)."""
         key = (outer.choice_index, outer.num_stages, outer.virtual)
         bounds = self._groups.get(key)
         if bounds is None or (key in self._unclassed and self.best.objective is not None):
@@ -617,7 +620,22 @@ class _Search:
                 self._group_bounds(outer)
         if bounds is False:
             return self._exact_refined_bound(outer)
-        return int(bounds[outer.dp - 1])
+        bound = int(bounds[outer.dp - 1])
+        if self.best.objective is None or bound >= INF:
+            return bound
+        # where every z's stage-by-stage bound at this d is already known (priced with other
+        # d of its row, :meth:`_stagewise_of`): the least over z of it and the z's vector
+        # bound, each a bound on that z's plans (most such outers are then never deepened)
+        table = self._table(outer.choice_index)
+        least = INF
+        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+            found = self._stagewise_rows.get(key + (zero,))
+            known = -1 if found is None else int(found[0][outer.dp - 1])
+            if known < 0:
+                return bound
+            vector = self._zero_bounds.get(key + (zero,))
+            least = min(least, max(known, 0 if vector is None else int(vector[outer.dp - 1])))
+        return max(bound, least)
 
     def _group_bounds(self, outer: Outer) -> np.ndarray | bool:
         """For every d of the outer's (c, b, S, v) (entry d − 1), a lower bound on the cost

@@ -341,3 +341,36 @@ def test_size_classes_read_back_are_the_path_classes_of_the_sizes_asked():
                     assert read == expected, (tier_sizes, cap, above, sizes)
                     compared += len(expected)
     assert compared
+
+
+def test_refined_bound_raised_by_known_stage_rows_never_exceeds_the_outers_optimum():
+    """Once every z's stage-by-stage bound of an outer's d is known (its deepening priced
+    them with other d), its refined bound is the least over z of that and the z's vector
+    bound: on outers where that rises above the vector bound alone, it is at most the
+    least objective the search of that outer alone finds (and it rises on some)."""
+    from nest_cp.harness.generators import random_instance
+
+    raised = 0
+    configs = (IntraConfig(), IntraConfig(tp=2))
+    for seed in range(2, 5):
+        instance = random_instance(seed, num_layers=4, tier_sizes=(4, 4, 8), configs=configs,
+                                   zero_stages=(0, 1, 3), comm_scale=50)
+        optimum = planner.solve(instance, SolveOptions()).objective_ticks
+        # an incumbent twice the optimum: most d are still wanted, so their rows priced
+        search = planner._Search(instance, SolveOptions(), None, cutoff=2 * optimum)
+        outers = list(search._outer_choices())
+        vectors = {outer.key: search._refined_bound(outer) for outer in outers}
+        for outer in outers:  # the stage-by-stage rows, priced as the deepening prices them
+            search._deeper_bound(outer, vectors[outer.key])
+        for outer in outers:
+            refined = search._refined_bound(outer)
+            assert refined >= vectors[outer.key]
+            if refined == vectors[outer.key] or refined >= INF:
+                continue
+            search.best = planner.Best()
+            search._search_outer(outer)
+            alone = search.best.objective
+            assert alone is None or refined <= alone, (outer, refined, alone)
+            search.best = planner.Best(objective=2 * optimum)
+            raised += alone is not None
+    assert raised
