@@ -149,6 +149,7 @@ from nest_cp.dp.suffix import SuffixMemory, fastest_tau, pareto_walk, single_sta
 from nest_cp.dp.vector_bounds import lower_ticks, path_classes, ring_terms
 from nest_cp.model.errors import BackendOptionError
 from nest_cp.model.instance import CollectiveKind, Instance, IntraConfig
+from nest_cp.model.launchers.search import Launcher
 from nest_cp.model.network import NetworkModel
 from nest_cp.model.plan import Dim, Plan, RankLayout, Stage
 from nest_cp.model.progress import Progress, ticks_text
@@ -427,6 +428,7 @@ class _Search:
         self._unclassed: set[tuple] = set()  # (c, S, v) whose bounds lack the class bound
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
+        self._free_zeros: dict[bool, tuple[int, ...]] = {}  # _zero_stages without a launcher
         self._spanned: dict[tuple, int] = {}  # (c, S, v, z) -> incumbent spans were tried at
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
@@ -1415,7 +1417,7 @@ class _Search:
         return self.tables[choice_index]
 
     def _zero_stages(self, table: LayerTable, dp: int, num_stages: int,
-                     virtual: int) -> list[int]:
+                     virtual: int) -> list[int] | tuple[int, ...]:
         """The ZeRO stages worth searching: 0, the larger allowed of 1 and 2, and 3.
 
         Stages 1 and 2 price τ and sync identically (reduce-scatter then all-gather, cost
@@ -1428,15 +1430,21 @@ class _Search:
         "Allowed" is by the instance and, for this shape, by its launcher.
         """
         config = table.config
+        syncs = dp * config.ep * config.cp > 1  # the c context ranks sync too
+        free = self.instance.training.launcher is Launcher.NONE  # every shape admitted
+        if free and syncs in self._free_zeros:  # then a function of syncs alone
+            return self._free_zeros[syncs]
         allowed = {zero for zero in self.instance.training.zero_stages
                    if self.instance.admits(config, table.microbatch, dp, num_stages, virtual,
                                            zero)}
-        syncs = dp * config.ep * config.cp > 1  # the c context ranks sync too
         kept = sorted(allowed & {1, 2})[-1:]
         if 0 in allowed and (syncs or not kept):
             kept.insert(0, 0)
         if 3 in allowed and (syncs or not kept):
             kept.append(3)
+        if free:
+            self._free_zeros[syncs] = tuple(kept)
+            return self._free_zeros[syncs]
         return kept
 
     def _layouts(self, config: IntraConfig, num_stages: int,
