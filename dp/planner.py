@@ -73,6 +73,8 @@ bound left may beat the incumbent.  Per layout the bound is refined by the layou
 own sync group paths (on networks with a domain tier also stage by stage, each stage on
 its own groups: :meth:`_Search._layout_stagewise_bound`) and its mean chunk time
 (receives counted on the layout's own receiving paths), and for v = 1 with S >= 2 by the
+tiers its pipeline pairs run on (block counts, no geometry built:
+:meth:`_Search._layout_receive_bound`), by the
 min-max split of the layout's own chunk times in the fastest allowed mode, memory ignored
 (:func:`~nest_cp.dp.suffix.fastest_tau`, before the shape's memory tables are built), and
 by the same min-max split of the cheapest times restricted to splits that fit memory
@@ -429,6 +431,7 @@ class _Search:
         self._zero_bounds: dict[tuple, np.ndarray] = {}  # (c, S, v, z) -> bound per d
         self._stagewise_rows: dict[tuple, np.ndarray] = {}  # (c, S, z) -> per d, -1 unknown
         self._free_zeros: dict[bool, tuple[int, ...]] = {}  # _zero_stages without a launcher
+        self._received: dict[tuple, tuple] = {}  # see _layout_receive_bound
         self._spanned: dict[tuple, int] = {}  # (c, S, v, z) -> incumbent spans were tried at
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
@@ -1627,6 +1630,9 @@ class _Search:
                     if not self.best.may_beat(max(bound, shape.rounds * tau_layout
                                                   + layout_sync), key):
                         continue
+                    received = self._layout_receive_bound(shape, layout_index, layout)
+                    if not self.best.may_beat(max(bound, received + layout_sync), key):
+                        continue
                     staged = self._layout_stagewise_bound(shape, *groups)
                     if not self.best.may_beat(max(bound, staged), key):
                         continue
@@ -1638,7 +1644,7 @@ class _Search:
                             continue  # (and the next layout's first test ends the loop)
                     if floor is not None:
                         least = min(least, max(bound, shape.rounds * tau_layout + layout_sync,
-                                               staged))
+                                               received + layout_sync, staged))
                         if least <= floor:
                             return floor
                         continue
@@ -1710,6 +1716,74 @@ class _Search:
                                          shape.num_stages, shape.dp, tier):
                 tau = least
         return tau
+
+    def _layout_receive_bound(self, shape: Shape, layout_index: int, layout: RankLayout) -> int:
+        """A lower bound on rounds·max_s τ_s of every plan of the shape on this layout (v = 1,
+        S >= 2, a workload of identical blocks between at most one leading and one trailing
+        layer, a tiered network; 0 elsewhere), from the tiers of its pipeline pairs, before
+        any geometry is built.
+
+        Replica r of stage s receives its activation from replica r of s − 1 over the pairs
+        rank j to rank j, as slowly as the slowest of them (cost model §3), each on its
+        tier's path: at least the least transfer of a layer output (any layer but the
+        first) over the tiers from the larger of those of the pairs of rank 0 and of rank
+        a − 1 (:meth:`_receives_from`); its gradient from s + 1 likewise (any layer but the
+        last).  τ_s is its slowest replica's, at least its compute and collectives at their
+        cheapest (:meth:`_cheapest_ranges`) plus those two receives, so at least
+        cheapest(U_s) + x_s, x_s the largest over its replicas of their two receive floors.
+        With blocks, cheapest(U_s) is a function of s's block count N_s and of whether s is
+        the first, a middle or the last stage, so rounds·τ_s >= H_k(N_s) for its kind k =
+        (position, x_s); :func:`_least_counted` over these kinds, each with its number of
+        stages, gives a value at most max_s H(N_s) of every split (the argument of
+        :meth:`_interleaved_stagewise_bounds`, one chunk a stage).  Kept per (layout, layer
+        table, S, d)."""
+        table, num_stages, dp = shape.table, shape.num_stages, shape.dp
+        blocks = block_structure(table)
+        if shape.virtual > 1 or num_stages < 2 or blocks is None or \
+                not self.network.is_hierarchical:
+            return 0
+        found = (layout_index, id(table), num_stages, dp)
+        if found in self._received and self._received[found][0] is table:
+            return self._received[found][1]
+        if len(self._received) >= LAYOUT_KEYS_KEPT:
+            self._received.clear()
+        devices = rank_devices(layout, table.config, num_stages, dp,
+                               self.geometries.order_of(layout), self.network.node_size)
+        ends = devices[:, :, [0, -1]]  # ranks 0 and a − 1 of every (stage, replica)
+        tiers = self.network.tier_of_pairs(np.minimum(ends[:-1], ends[1:]),
+                                           np.maximum(ends[:-1], ends[1:])).max(axis=2)
+        count_tiers = self.network.num_tiers
+        key = "least receives per tier"
+        if key not in table.cache:  # per first tier (the last entry: no receive)
+            table.cache[key] = tuple(np.array(
+                [int(self._receives_from(table, tier)[side][window].min())
+                 for tier in range(count_tiers)] + [0], dtype=np.int64)
+                for side, window in ((0, slice(1, None)), (1, slice(None, -1))))
+        activation, gradient = table.cache[key]
+        none = np.full((1, dp), count_tiers)
+        extra = (activation[np.vstack([none, tiers])]
+                 + gradient[np.vstack([tiers, none])]).max(axis=1)  # x_s
+        key = "cheapest per block count"  # per position (first, middle, last), kept
+        if key not in table.cache:
+            base, num_layers = self._cheapest_ranges(table)[0], table.num_layers
+            counts = np.arange(blocks.count + 1)
+            table.cache[key] = np.array([np.where(counts >= max(fewest, 0), base[
+                np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1)], INF)
+                for first, last, fewest in (
+                    (np.zeros_like(counts), blocks.leading + counts - 1, 1 - blocks.leading),
+                    (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, 1),
+                    (num_layers - blocks.trailing - counts,
+                     np.full_like(counts, num_layers - 1), 1 - blocks.trailing))])
+        position = np.minimum(np.arange(num_stages), 1)
+        position[-1] = 2
+        span = int(extra.max()) + 1  # a stage's kind (position, x_s) as one code
+        codes, multiplicity = np.unique(position * span + extra, return_counts=True)
+        chosen = table.cache[key][codes // span]
+        weights = np.where(chosen >= INF, INF, np.minimum(
+            shape.rounds * (chosen + (codes % span)[:, None]), INF))
+        bound = _least_counted(weights, multiplicity, blocks.count)
+        self._received[found] = (table, bound)
+        return bound
 
     def _replica_leaves(self, layout_index: int, layout: RankLayout, config: IntraConfig,
                         num_stages: int, dp: int, tier: int) -> bool:
@@ -3807,6 +3881,34 @@ def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots:
         if counts.min() >= none:
             return none
     return int(counts[:, width - 1].min())
+
+
+def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> int:
+    """The least value X of ``weights`` (kinds x block counts 0 .. n, INF where a kind
+    cannot hold that many) such that choosing, for each of ``multiplicity[k]`` stages of
+    each kind k, a count with weight <= X can sum to n = ``count`` blocks, the sets of
+    allowed counts relaxed to their hulls (between the least and the largest allowed):
+    every kind non-empty and Σ_k m_k·fewest_k(X) <= n <= Σ_k m_k·most_k(X), monotone in X.
+    The plan's own counts meet it at X* = their largest weight, so the result is at most
+    X*; INF if no value does."""
+    before = np.minimum.accumulate(weights, axis=1)  # least member: first N below X
+    after = np.minimum.accumulate(weights[:, ::-1], axis=1)[:, ::-1]
+
+    def holds(limit: int) -> bool:
+        fewest = (before > limit).sum(axis=1)  # n + 1 where no count is allowed
+        most = (after <= limit).sum(axis=1) - 1
+        return bool(np.all(fewest <= count)) and \
+            int((multiplicity * fewest).sum()) <= count <= int((multiplicity * most).sum())
+
+    values = np.unique(weights[weights < INF])
+    low, high = 0, len(values)
+    while low < high:
+        middle = (low + high) // 2
+        if holds(int(values[middle])):
+            high = middle
+        else:
+            low = middle + 1
+    return int(values[low]) if low < len(values) else INF
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:

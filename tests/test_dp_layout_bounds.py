@@ -184,9 +184,12 @@ def test_the_fastest_mode_bound_and_the_walks_sync_floor_keep_the_layouts_optimu
     """v = 1, S >= 2, for every (config, S, d, z) and layout: rounds times the min-max of
     the fastest allowed mode's chunk times (:func:`~nest_cp.dp.suffix.fastest_tau`, the
     check before a layout's memory tables are built) plus the least max exposed sync is at
-    most the layout's optimum (the walk with no incumbent), equal to it on some shapes; and
-    the walk stopped by the least max exposed sync as its floor finds that optimum under a
-    cutoff just above it and nothing under the optimum itself, as the walk without one."""
+    most the layout's optimum (the walk with no incumbent), equal to it on some shapes; so
+    is the bound from the tiers of the layout's pipeline pairs (_layout_receive_bound, no
+    geometry built), never above the first and above the compute bound on some shapes;
+    and the walk stopped by the least max exposed sync as its floor finds that optimum
+    under a cutoff just above it and nothing under the optimum itself, as the walk
+    without one."""
     import itertools
 
     from nest_cp.dp.suffix import fastest_tau
@@ -194,7 +197,7 @@ def test_the_fastest_mode_bound_and_the_walks_sync_floor_keep_the_layouts_optimu
     from nest_cp.model.instance import IntraConfig, RecomputeMode
     from nest_cp.model.plan import all_layouts
 
-    compared = tight = 0
+    compared = tight = received_above = 0
     for seed in range(2):
         instance = random_instance(seed, num_layers=5, tier_sizes=(2, 2, 2),
                                    configs=(IntraConfig(), IntraConfig(tp=2)),
@@ -208,7 +211,10 @@ def test_the_fastest_mode_bound_and_the_walks_sync_floor_keep_the_layouts_optimu
             inner, _, _ = search._inner(shape, 0, 0, 0)
             if inner is None:
                 continue
-            for layout in all_layouts()[::5]:
+            chunk = search._chunk_time_bounds(next(
+                index for index, (c, b) in enumerate(instance.choices)
+                if c == config and b == table.microbatch))[shape.num_chunks]
+            for layout_index, layout in list(enumerate(all_layouts()))[::5]:
                 geometry = list(search.geometries(layout, config, shape.num_stages, shape.dp))
                 least = _least_max_exposed(search, table, shape, layout)
                 search.best = planner.Best()
@@ -228,4 +234,7 @@ def test_the_fastest_mode_bound_and_the_walks_sync_floor_keep_the_layouts_optimu
                 compared += 1
                 assert bound <= optimum, (shape, layout, bound, optimum)
                 tight += bound == optimum
-    assert compared and tight
+                received = search._layout_receive_bound(shape, layout_index, layout)
+                assert received + least <= bound, (shape, layout, received, bound)
+                received_above += received > shape.rounds * chunk
+    assert compared and tight and received_above

@@ -12,7 +12,7 @@ BOUND_METHODS = ("_gather_bound", "_sync_bound", "_layout_sync_bound", "_crossin
                  "_stagewise_bound", "_stagewise_of", "_interleaved_stagewise_bounds",
                  "_layout_bound", "_all_crossing_bound",
                  "_layout_class_bound", "_domain_bound", "_layout_stagewise_bound",
-                 "_layout_tau")
+                 "_layout_tau", "_layout_receive_bound")
 
 
 def without_dp_bounds(monkeypatch) -> None:
