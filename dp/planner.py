@@ -3902,15 +3902,8 @@ def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) ->
         return bool(np.all(fewest <= count)) and \
             int((multiplicity * fewest).sum()) <= count <= int((multiplicity * most).sum())
 
-    values = np.unique(weights[weights < INF])
-    low, high = 0, len(values)
-    while low < high:
-        middle = (low + high) // 2
-        if holds(int(values[middle])):
-            high = middle
-        else:
-            low = middle + 1
-    return int(values[low]) if low < len(values) else INF
+    least = least_feasible(np.unique(weights[weights < INF]), holds)
+    return INF if least is None else least
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:
