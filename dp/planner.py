@@ -131,6 +131,7 @@ from nest_cp.dp.geometry import (
     tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import (
+    Blocks,
     Interleaved,
     block_structure,
     exact_method_available,
@@ -1767,15 +1768,10 @@ class _Search:
                  + gradient[np.vstack([tiers, none])]).max(axis=1)  # x_s
         key = "cheapest per block count"  # per position (first, middle, last), kept
         if key not in table.cache:
-            base, num_layers = self._cheapest_ranges(table)[0], table.num_layers
-            counts = np.arange(blocks.count + 1)
-            table.cache[key] = np.array([np.where(counts >= max(fewest, 0), base[
-                np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1)], INF)
-                for first, last, fewest in (
-                    (np.zeros_like(counts), blocks.leading + counts - 1, 1 - blocks.leading),
-                    (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, 1),
-                    (num_layers - blocks.trailing - counts,
-                     np.full_like(counts, num_layers - 1), 1 - blocks.trailing))])
+            base = self._cheapest_ranges(table)[0]
+            table.cache[key] = np.array([np.where(usable, base[first, last], INF)
+                                         for first, last, usable in _block_count_ranges(
+                                             blocks, table.num_layers, 1)])
         position = np.minimum(np.arange(num_stages), 1)
         position[-1] = 2
         span = int(extra.max()) + 1  # a stage's kind (position, x_s) as one code
@@ -1783,7 +1779,7 @@ class _Search:
         chosen = table.cache[key][codes // span]
         weights = np.where(chosen >= INF, INF, np.minimum(
             shape.rounds * (chosen + (codes % span)[:, None]), INF))
-        bound = _least_counted(weights, multiplicity, blocks.count)
+        bound = int(_least_counted(weights[None], multiplicity, blocks.count)[0])
         self._received[found] = (table, bound)
         return bound
 
@@ -3106,46 +3102,10 @@ class _Search:
             return np.zeros(len(dps), dtype=np.int64)
         least, inverse = self._stage_weights(table, num_stages, virtual, zero, dps, domain,
                                              highs)
-        count, num_layers = blocks.count, table.num_layers
-        counts = np.arange(count + 1)
-        kinds = []  # (range of N blocks of the kind, fewest blocks a stage of it holds)
-        for first, last, fewest in (
-                (np.zeros_like(counts), blocks.leading + counts - 1, virtual - blocks.leading),
-                (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, virtual),
-                (num_layers - blocks.trailing - counts, np.full_like(counts, num_layers - 1),
-                 virtual - blocks.trailing)):
-            usable = counts >= max(fewest, 0)
-            index = inverse[np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1)]
-            kinds.append(np.where(usable[None, :], least[:, index], INF))
-        weights = np.stack(kinds, axis=1)  # (D, 3, n + 1)
-        # min over N' <= N (non-increasing in N) and over N' >= N (non-decreasing): the
-        # least member of A_t(X) is the count of N with the first above X, the largest
-        # one less than the count of N with the second at most X
-        before = np.minimum.accumulate(weights, axis=2)
-        after = np.minimum.accumulate(weights[:, :, ::-1], axis=2)[:, :, ::-1]
-        middles = num_stages - 2
-
-        def holds(limits: np.ndarray) -> np.ndarray:
-            limits = limits[:, None, None]
-            fewest = (before > limits).sum(axis=2)  # count + 1 where A_t(X) is empty
-            most = (after <= limits).sum(axis=2) - 1
-            present = fewest <= count
-            low = fewest[:, 0] + fewest[:, 2] + middles * fewest[:, 1]
-            high = most[:, 0] + most[:, 2] + middles * most[:, 1]
-            return present[:, 0] & present[:, 2] & (present[:, 1] | (middles == 0)) \
-                & (low <= count) & (count <= high) & (limits[:, 0, 0] < INF)
-
-        candidates = np.sort(weights.reshape(len(dps), -1), axis=1)  # every value X* takes
-        rows = np.arange(len(dps))
-        low = np.zeros(len(dps), dtype=np.int64)  # bisection on the index of the least X
-        high = np.full(len(dps), candidates.shape[1], dtype=np.int64)
-        while np.any(low < high):
-            middle = np.minimum((low + high) // 2, candidates.shape[1] - 1)
-            found = holds(candidates[rows, middle]) & (low < high)
-            high = np.where(found, middle, high)
-            low = np.where(found | (low >= high), low, middle + 1)
-        return np.where(low < candidates.shape[1],
-                        candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
+        weights = np.stack([np.where(usable[None, :], least[:, inverse[first, last]], INF)
+                            for first, last, usable in _block_count_ranges(
+                                blocks, table.num_layers, virtual)], axis=1)  # (D, 3, n + 1)
+        return _least_counted(weights, np.array([1, num_stages - 2, 1]), blocks.count)
 
     def _stage_weights(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
                        dps: np.ndarray, domain: bool = False, highs: np.ndarray | None = None
@@ -3885,25 +3845,57 @@ def _domain_whole_count(weights: tuple[np.ndarray, ...], num_stages: int, slots:
     return int(counts[:, width - 1].min())
 
 
-def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> int:
-    """The least value X of ``weights`` (kinds x block counts 0 .. n, INF where a kind
-    cannot hold that many) such that choosing, for each of ``multiplicity[k]`` stages of
-    each kind k, a count with weight <= X can sum to n = ``count`` blocks, the sets of
-    allowed counts relaxed to their hulls (between the least and the largest allowed):
-    every kind non-empty and Σ_k m_k·fewest_k(X) <= n <= Σ_k m_k·most_k(X), monotone in X.
-    The plan's own counts meet it at X* = their largest weight, so the result is at most
-    X*; INF if no value does."""
-    before = np.minimum.accumulate(weights, axis=1)  # least member: first N below X
-    after = np.minimum.accumulate(weights[:, ::-1], axis=1)[:, ::-1]
+def _block_count_ranges(blocks: Blocks, num_layers: int, virtual: int
+                        ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """For a stage first, in the middle or last, per block count N = 0 .. n: the first and
+    last layer of the contiguous range with the totals of its layers ([0, lead + N − 1],
+    [lead, lead + N − 1], [L − trail − N, L − 1], clipped to the layers) and whether such
+    a stage may hold N blocks (each of its v chunks a layer: N >= v − lead, v, v − trail)."""
+    counts = np.arange(blocks.count + 1)
+    ranges = []
+    for first, last, fewest in (
+            (np.zeros_like(counts), blocks.leading + counts - 1, virtual - blocks.leading),
+            (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, virtual),
+            (num_layers - blocks.trailing - counts, np.full_like(counts, num_layers - 1),
+             virtual - blocks.trailing)):
+        ranges.append((np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1),
+                       counts >= max(fewest, 0)))
+    return tuple(ranges)
 
-    def holds(limit: int) -> bool:
-        fewest = (before > limit).sum(axis=1)  # n + 1 where no count is allowed
-        most = (after <= limit).sum(axis=1) - 1
-        return bool(np.all(fewest <= count)) and \
-            int((multiplicity * fewest).sum()) <= count <= int((multiplicity * most).sum())
 
-    least = least_feasible(np.unique(weights[weights < INF]), holds)
-    return INF if least is None else least
+def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> np.ndarray:
+    """Per row of ``weights`` (rows x kinds x block counts 0 .. n, INF where a stage of the
+    kind cannot hold that many), the least value X of the row such that choosing, for each
+    of the ``multiplicity[k]`` stages of each kind k, a count with weight <= X can sum to
+    n = ``count`` blocks, the sets of allowed counts relaxed to their hulls: every kind
+    with stages non-empty and Σ_k m_k·fewest_k(X) <= n <= Σ_k m_k·most_k(X), monotone in
+    X (the sets only grow); INF where no value does.  The plan's own counts meet it at X*
+    = their largest weight, so the result is at most X* (the argument of
+    :meth:`_Search._interleaved_stagewise_bounds`)."""
+    # min over N' <= N (non-increasing in N) and over N' >= N (non-decreasing): the least
+    # member of A_k(X) is the count of N with the first above X, the largest one less than
+    # the count of N with the second at most X
+    before = np.minimum.accumulate(weights, axis=2)
+    after = np.minimum.accumulate(weights[:, :, ::-1], axis=2)[:, :, ::-1]
+
+    def holds(limits: np.ndarray) -> np.ndarray:
+        fewest = (before > limits[:, None, None]).sum(axis=2)  # n + 1 where A_k(X) is empty
+        most = (after <= limits[:, None, None]).sum(axis=2) - 1
+        present = (fewest <= count) | (multiplicity == 0)
+        return present.all(axis=1) & ((multiplicity * fewest).sum(axis=1) <= count) \
+            & (count <= (multiplicity * most).sum(axis=1)) & (limits < INF)
+
+    candidates = np.sort(weights.reshape(len(weights), -1), axis=1)  # every value X* takes
+    rows = np.arange(len(weights))
+    low = np.zeros(len(weights), dtype=np.int64)  # bisection on the index of the least X
+    high = np.full(len(weights), candidates.shape[1], dtype=np.int64)
+    while np.any(low < high):
+        middle = np.minimum((low + high) // 2, candidates.shape[1] - 1)
+        found = holds(candidates[rows, middle]) & (low < high)
+        high = np.where(found, middle, high)
+        low = np.where(found | (low >= high), low, middle + 1)
+    return np.where(low < candidates.shape[1],
+                    candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:
