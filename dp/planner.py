@@ -3865,37 +3865,44 @@ def _block_count_ranges(blocks: Blocks, num_layers: int, virtual: int
 
 def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> np.ndarray:
     """Per row of ``weights`` (rows x kinds x block counts 0 .. n, INF where a stage of the
-    kind cannot hold that many), the least value X of the row such that choosing, for each
-    of the ``multiplicity[k]`` stages of each kind k, a count with weight <= X can sum to
-    n = ``count`` blocks, the sets of allowed counts relaxed to their hulls: every kind
-    with stages non-empty and Σ_k m_k·fewest_k(X) <= n <= Σ_k m_k·most_k(X), monotone in
-    X (the sets only grow); INF where no value does.  The plan's own counts meet it at X*
-    = their largest weight, so the result is at most X* (the argument of
-    :meth:`_Search._interleaved_stagewise_bounds`)."""
-    # min over N' <= N (non-increasing in N) and over N' >= N (non-decreasing): the least
-    # member of A_k(X) is the count of N with the first above X, the largest one less than
-    # the count of N with the second at most X
-    before = np.minimum.accumulate(weights, axis=2)
-    after = np.minimum.accumulate(weights[:, :, ::-1], axis=2)[:, :, ::-1]
+    kind cannot hold that many), the least value X < INF of the row such that choosing, for
+    each of the ``multiplicity[k]`` stages of each kind k, a count with weight <= X can sum
+    to n = ``count`` blocks, the sets of allowed counts relaxed to their hulls: every kind
+    with stages non-empty and Σ_k m_k·fewest_k(X) <= n <= Σ_k m_k·most_k(X); INF where no
+    value does.  The plan's own counts meet it at X* = their largest weight, so the result
+    is at most X* (the argument of :meth:`_Search._interleaved_stagewise_bounds`).
 
-    def holds(limits: np.ndarray) -> np.ndarray:
-        fewest = (before > limits[:, None, None]).sum(axis=2)  # n + 1 where A_k(X) is empty
-        most = (after <= limits[:, None, None]).sum(axis=2) - 1
-        present = (fewest <= count) | (multiplicity == 0)
-        return present.all(axis=1) & ((multiplicity * fewest).sum(axis=1) <= count) \
-            & (count <= (multiplicity * most).sum(axis=1)) & (limits < INF)
+    Each of the three conditions holds exactly from a threshold on: the sets only grow
+    with X, so "non-empty" from the least weight of the kind, fewest_k(X) (the count of N
+    whose least weight over N' <= N is above X) only falls and most_k(X) (one less than
+    the count of N whose least weight over N' >= N is at most X) only rises.  The answer
+    is the largest of the three thresholds, each a value of the row, found from the
+    values sorted with their multiplicities, so without a search over X (a bisection over
+    the sorted values would also have to skip the INF entries, at which the test fails
+    whatever the counts)."""
+    rows, kinds, width = weights.shape
+    multiplicity = np.asarray(multiplicity, dtype=np.int64)
+    before = np.minimum.accumulate(weights, axis=2)  # at N: the least over N' <= N
+    after = np.minimum.accumulate(weights[:, :, ::-1], axis=2)[:, :, ::-1]  # over N' >= N
+    index = np.arange(rows)
+    present = before[:, multiplicity > 0, -1].max(axis=1)  # every kind used non-empty
+    per_value = np.repeat(multiplicity, width)
 
-    candidates = np.sort(weights.reshape(len(weights), -1), axis=1)  # every value X* takes
-    rows = np.arange(len(weights))
-    low = np.zeros(len(weights), dtype=np.int64)  # bisection on the index of the least X
-    high = np.full(len(weights), candidates.shape[1], dtype=np.int64)
-    while np.any(low < high):
-        middle = np.minimum((low + high) // 2, candidates.shape[1] - 1)
-        found = holds(candidates[rows, middle]) & (low < high)
-        high = np.where(found, middle, high)
-        low = np.where(found | (low >= high), low, middle + 1)
-    return np.where(low < candidates.shape[1],
-                    candidates[rows, np.minimum(low, candidates.shape[1] - 1)], INF)
+    def ordered(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = values.reshape(rows, kinds * width)
+        order = np.argsort(flat, axis=1, kind="stable")
+        return np.take_along_axis(flat, order, axis=1), per_value[order]
+
+    # Σ m_k·fewest_k(X) <= n: the least sorted value with at most n weighted values above
+    values, weight = ordered(before)
+    above = weight.sum(axis=1, keepdims=True) - np.cumsum(weight, axis=1)
+    fewest = values[index, (above > count).sum(axis=1)]
+    # Σ m_k·most_k(X) >= n: the least sorted value with n + Σ m_k weighted values up to it
+    values, weight = ordered(after)
+    reached = np.cumsum(weight, axis=1) >= count + multiplicity.sum()
+    most = np.where(reached.any(axis=1), values[index, reached.argmax(axis=1)], INF)
+    least = np.maximum(np.maximum(fewest, most), present)
+    return np.minimum(least, INF)
 
 
 def _chunk_share(time: np.ndarray, gathers: np.ndarray | None, virtual: int) -> np.ndarray:

@@ -6,6 +6,7 @@ instances."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from types import SimpleNamespace
 
@@ -119,6 +120,60 @@ def test_block_count_bound_with_one_chunk_a_stage(tier_sizes, overlap):
             compared += 1
             assert counted <= optimum, (shape, counted, optimum)
     assert compared and equal * 2 > compared
+
+
+def _least_max_weight(weights: np.ndarray, multiplicity: list[int], count: int) -> int:
+    """The least over every choice of a block count per stage (``multiplicity[k]`` stages
+    of kind k) summing to ``count`` of the largest weight chosen: the X* the block-count
+    test must never exceed (INF where no choice has every weight finite)."""
+    kinds = [kind for kind, many in enumerate(multiplicity) for _ in range(many)]
+    best = planner.INF
+    for counts in itertools.product(range(count + 1), repeat=len(kinds)):
+        if sum(counts) == count:
+            best = min(best, max(int(weights[kind, n]) for kind, n in zip(kinds, counts)))
+    return best
+
+
+def _hull_scan(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> int:
+    """The block-count test as its docstring states it, by trying every value of the row
+    in increasing order: the least finite X passing it, INF where none does."""
+    before = np.minimum.accumulate(weights, axis=1)
+    after = np.minimum.accumulate(weights[:, ::-1], axis=1)[:, ::-1]
+    for limit in sorted(set(weights.ravel().tolist())):
+        if limit >= planner.INF:
+            break
+        fewest = (before > limit).sum(axis=1)
+        most = (after <= limit).sum(axis=1) - 1
+        used = multiplicity > 0
+        if np.all(fewest[used] <= count) and (multiplicity * fewest).sum() <= count <= \
+                (multiplicity * most).sum():
+            return limit
+    return planner.INF
+
+
+def test_block_count_test_is_its_hull_scan_and_never_above_the_least_max():
+    """``_least_counted`` equals the hull test tried value by value, on rows with few and
+    with many INF entries (a stage that cannot hold that many blocks), and never exceeds
+    the exact least largest weight over every choice of counts.  A bisection over the
+    sorted values that lets an INF middle fail the test, as the block-count test once
+    had, returns INF on many of these rows: above a finite least largest weight."""
+    rng = np.random.default_rng(11)
+    compared = finite = 0
+    for _ in range(400):
+        kinds, count = int(rng.integers(1, 4)), int(rng.integers(0, 6))
+        multiplicity = rng.integers(0, 3, size=kinds)
+        multiplicity[0] = max(int(multiplicity[0]), 1)
+        weights = rng.integers(0, 20, size=(3, kinds, count + 1)).astype(np.int64)
+        weights[rng.random(weights.shape) < rng.random()] = planner.INF
+        got = planner._least_counted(weights, multiplicity, count)
+        for row, value in zip(weights, got.tolist()):
+            assert value == _hull_scan(row, multiplicity, count)
+            if multiplicity.sum() <= 4:
+                least = _least_max_weight(row, multiplicity.tolist(), count)
+                assert value <= least
+                compared += 1
+                finite += least < planner.INF
+    assert compared > 300 and finite > 100
 
 
 def test_interleaved_stagewise_bound_is_zero_without_blocks():
