@@ -135,7 +135,6 @@ from nest_cp.dp.interleaved import (
     Interleaved,
     block_structure,
     exact_method_available,
-    least_feasible,
 )
 from nest_cp.dp.kernel import (
     INF,
@@ -2099,37 +2098,16 @@ class _Search:
         largest counts.  The least candidate value passing it (monotone: the sets only
         grow) is at most X*, so at most T."""
         blocks = block_structure(table)
-        count, num_layers = blocks.count, table.num_layers
-        counts = np.arange(count + 1)
+        ranges = _block_count_ranges(blocks, table.num_layers, virtual)
         last_stage = len(signatures) - 1
         classes: dict[tuple, int] = {}  # (kind, signature) -> stages of it
         for stage, signature in enumerate(signatures):
             kind = 0 if stage == 0 else 2 if stage == last_stage else 1
             classes[kind, signature] = classes.get((kind, signature), 0) + 1
-        rows, multiplicity = [], []
-        for (kind, signature), stages in classes.items():
-            first, last, fewest = (
-                (np.zeros_like(counts), blocks.leading + counts - 1, virtual - blocks.leading),
-                (np.full_like(counts, blocks.leading), blocks.leading + counts - 1, virtual),
-                (num_layers - blocks.trailing - counts, np.full_like(counts, num_layers - 1),
-                 virtual - blocks.trailing))[kind]
-            weight = weights[signature][np.clip(first, 0, num_layers - 1),
-                                        np.clip(last, 0, num_layers - 1)]
-            rows.append(np.where(counts >= max(fewest, 0), weight, INF))
-            multiplicity.append(stages)
-        weight = np.array(rows)
-        times = np.array(multiplicity)
-        before = np.minimum.accumulate(weight, axis=1)  # least over N' <= N
-        after = np.minimum.accumulate(weight[:, ::-1], axis=1)[:, ::-1]  # over N' >= N
-
-        def holds(limit: int) -> bool:
-            fewest = (before > limit).sum(axis=1)  # count + 1 where no N has W <= limit
-            most = (after <= limit).sum(axis=1) - 1
-            return bool(np.all(fewest <= count)) and int(times @ fewest) <= count \
-                <= int(times @ most)
-
-        least = least_feasible(np.unique(weight[weight < INF]), holds)
-        return INF if least is None else least
+        rows = [np.where(ranges[kind][2], weights[signature][ranges[kind][0], ranges[kind][1]],
+                         INF) for kind, signature in classes]
+        return int(_least_counted(np.array(rows)[None], np.array(list(classes.values())),
+                                  blocks.count)[0])
 
     def _stage_parts(self, table: LayerTable, dp: int, zero: int, signature: tuple,
                      gathered: bool) -> tuple[np.ndarray | None, np.ndarray]:
