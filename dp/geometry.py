@@ -217,6 +217,23 @@ def rank_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: i
     return layout.devices(config, num_stages, dp, device_order, node)
 
 
+def rank_end_devices(layout: RankLayout, config: IntraConfig, num_stages: int, dp: int,
+                     device_order: np.ndarray, node: int = 1,
+                     stages: np.ndarray | None = None) -> np.ndarray:
+    """devices[stage, replica, (rank 0, rank a − 1)]: two columns of :func:`rank_devices`
+    (the ranks numbered as :func:`layout_config` numbers them), without placing the ranks
+    between; ``stages``: only those stages (rows), every one by default."""
+    numbered = layout_config(config)
+    order = np.asarray(device_order, dtype=np.int64)
+    if stages is None:
+        stages = np.arange(num_stages, dtype=np.int64)
+    ranks = np.array([0, numbered.devices - 1], dtype=np.int64)
+    positions = layout.position(stages[:, None, None],
+                                np.arange(dp, dtype=np.int64)[None, :, None],
+                                ranks[None, None, :], numbered, num_stages, dp)
+    return order[positions + layout.offset(numbered, num_stages, dp, len(order), node)]
+
+
 def stage_geometries(network: NetworkModel, ids: PathIds, devices: np.ndarray,
                      config: IntraConfig, wrap: bool = False) -> list[StageGeometry]:
     """One :class:`StageGeometry` per stage of the placement ``devices[stage, replica, rank]``.

@@ -128,6 +128,7 @@ from nest_cp.dp.geometry import (
     layout_config,
     layout_strides,
     rank_devices,
+    rank_end_devices,
     tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import (
@@ -1749,9 +1750,8 @@ class _Search:
             return self._received[found][1]
         if len(self._received) >= LAYOUT_KEYS_KEPT:
             self._received.clear()
-        devices = rank_devices(layout, table.config, num_stages, dp,
-                               self.geometries.order_of(layout), self.network.node_size)
-        ends = devices[:, :, [0, -1]]  # ranks 0 and a − 1 of every (stage, replica)
+        ends = rank_end_devices(layout, table.config, num_stages, dp,  # ranks 0 and a − 1
+                                self.geometries.order_of(layout), self.network.node_size)
         tiers = self.network.tier_of_pairs(np.minimum(ends[:-1], ends[1:]),
                                            np.maximum(ends[:-1], ends[1:])).max(axis=2)
         count_tiers = self.network.num_tiers
@@ -1786,14 +1786,27 @@ class _Search:
                         num_stages: int, dp: int, tier: int) -> bool:
         """Whether some replica of the layout's placement (:func:`rank_devices`, every rank
         of (c, S, d)) has ranks in two tier-P domains (blocks of G_P consecutive ids), kept
-        per (layout, c, S, d, P) (cleared past ``LAYOUT_KEYS_KEPT``)."""
+        per (layout, c, S, d, P) (cleared past ``LAYOUT_KEYS_KEPT``).  Where the layout
+        reads the canonical order (ids 0..N−1) through its mixed-radix positions (no digit
+        order, node tail or gathered ends), a position grows with each digit, so a
+        replica's least and largest ids are those of rank 0 of its first stage and rank
+        a − 1 of its last (:func:`rank_end_devices` of those two stages), and so are its
+        least and largest domains."""
         found = (layout_index, config, num_stages, dp, tier)
         if found not in self._leaving_replicas:
             if len(self._leaving_replicas) >= LAYOUT_KEYS_KEPT:
                 self._leaving_replicas.clear()
-            domains = rank_devices(layout, config, num_stages, dp,
-                                   self.geometries.order_of(layout), self.network.node_size) \
-                // self.network.cluster.network.domain_sizes()[tier]
+            order = self.geometries.order_of(layout)
+            if self.geometries.strided and not layout.digits and \
+                    not layout.arrayed(config, num_stages, dp):
+                ends = rank_end_devices(layout, config, num_stages, dp, order,
+                                        self.network.node_size,
+                                        np.array([0, num_stages - 1], dtype=np.int64))
+                domains = np.stack([ends[0, :, 0], ends[-1, :, 1]])[:, :, None]
+            else:
+                domains = rank_devices(layout, config, num_stages, dp, order,
+                                       self.network.node_size)
+            domains = domains // self.network.cluster.network.domain_sizes()[tier]
             self._leaving_replicas[found] = bool(np.any(domains.min(axis=(0, 2))
                                                         != domains.max(axis=(0, 2))))
         return self._leaving_replicas[found]

@@ -566,6 +566,48 @@ def test_replica_bound_never_exceeds_the_exhaustive_optimum(seed):
     assert raised
 
 
+def test_rank_ends_and_leaving_replicas_equal_the_device_arrays():
+    """:func:`rank_end_devices` is columns 0 and a − 1 of the placement numbered as
+    :func:`layout_config` numbers it (context width 2 too), and
+    :meth:`_Search._replica_leaves`, read from a replica's first and last ids where the
+    layout's positions grow with each digit, answers as the whole device array does, on
+    every layout of structured space v3 (digit orders, spare-first, replica blocks, node
+    tails, gathered ends) and both domain tiers of a three-tier network."""
+    from nest_cp.dp.geometry import layout_config, rank_devices, rank_end_devices
+    from nest_cp.model.plan import structured_layouts
+
+    tiers = (2, 2, 2, 2)
+    instance = _instance(0, overlap=False, tiers=tiers)
+    search = planner._Search(instance, SolveOptions(), None)
+    network = search.network
+    layouts = structured_layouts(network.digit_radices)
+    sizes = network.cluster.network.domain_sizes()
+    compared, leaving, fast = 0, [0, 0], 0
+    for config in (IntraConfig(), IntraConfig(tp=2), IntraConfig(tp=2, cp=2)):
+        for stages in (1, 2, 3, 4):
+            for dp in range(1, network.num_devices // (config.devices * stages) + 1):
+                for index, layout in enumerate(layouts):
+                    order = search.geometries.order_of(layout)
+                    devices = rank_devices(layout, layout_config(config), stages, dp, order,
+                                           network.node_size)
+                    ends = rank_end_devices(layout, config, stages, dp, order,
+                                            network.node_size)
+                    assert np.array_equal(ends, devices[:, :, [0, -1]]), layout.name
+                    if config.cp > 1:
+                        continue
+                    fast += search.geometries.strided and not layout.digits and \
+                        not layout.arrayed(config, stages, dp)
+                    for tier in (1, 2):
+                        domains = devices // sizes[tier]
+                        expected = bool(np.any(domains.min(axis=(0, 2))
+                                               != domains.max(axis=(0, 2))))
+                        assert search._replica_leaves(index, layout, config, stages, dp,
+                                                      tier) == expected, layout.name
+                        leaving[expected] += 1
+                    compared += 1
+    assert compared > 1000 and min(leaving) > 100 and fast > 100, (compared, leaving, fast)
+
+
 @pytest.mark.parametrize("seed", first_fast(range(3)))
 def test_layout_replica_term_never_exceeds_the_layouts_optimum(seed):
     """On each layout the DP visits whose placement has a replica in two domains
