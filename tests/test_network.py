@@ -66,11 +66,25 @@ def test_hierarchical_tier_of_pairs_and_groups():
 
 
 def test_tier_of_pairs_equals_tier_of_elementwise():
-    """The vectorised tier of device pairs is tier_of of each pair (two-tier network)."""
+    """The vectorised tier of device pairs is tier_of of each pair (two-tier network), and
+    on Llama 3's four tiers (int64 arrays, divided as 32-bit ids) the count of domains
+    separating the two ids, priced in Python integers."""
     net = NetworkModel(load_instance(DATA / "two_tier_tp2.json").cluster)
     low, high = np.triu_indices(8, 1)
     assert net.tier_of_pairs(low, high).tolist() == [net.tier_of((a, b))
                                                      for a, b in zip(low, high)]
+    from nest_cp.profiles.presets import network_cluster
+
+    cluster = network_cluster("meta-h100-roce", 8192)
+    net = NetworkModel(cluster)
+    sizes = cluster.network.domain_sizes()
+    rng = np.random.default_rng(3)
+    low = rng.integers(0, 8192, size=(40, 50), dtype=np.int64)
+    high = np.minimum(low + rng.integers(0, 4000, size=low.shape), 8191)
+    expected = [[sum(a // size != b // size for size in sizes) for a, b in zip(*row)]
+                for row in zip(low.tolist(), high.tolist())]
+    assert net.tier_of_pairs(low, high).tolist() == expected
+    assert len(set(sum(expected, []))) == 4  # node, rack, pod and above all met
 
 
 def test_tick_conversion_is_exact_for_decimal_inputs():

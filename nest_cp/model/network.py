@@ -106,10 +106,17 @@ class NetworkModel:
         network = cluster.network
         if isinstance(network, HierarchicalNetwork):
             self._domains = network.domain_sizes()
+            # the domains that may separate two of the N ids (the others hold all of them;
+            # one of N ids where none may, so arrays still give arrays), and whether the ids
+            # fit 32 bits (numpy divides those about 3x faster)
+            self._separating = tuple(size for size in self._domains
+                                     if size < self.num_devices) or (self.num_devices,)
+            self._narrow = self.num_devices <= np.iinfo(np.int32).max
             self._tier_paths = tuple(Path(effective_bandwidth(t), exact(t.latency_s))
                                      for t in network.tiers)
         else:
-            self._domains = ()
+            self._domains = self._separating = ()
+            self._narrow = False
             self._tier_paths = ()
         self._channel_paths: dict[tuple[int, int], Path] = {}
         self._layout_orders: dict[tuple[int, ...], tuple[int, ...]] = {}  # by digits
@@ -127,8 +134,13 @@ class NetworkModel:
         broadcast); a group's tier is that of its smallest and largest id.  Domains are
         nested blocks of consecutive ids, so the tier is the number of tiers whose domains
         separate the two; ``num_tiers`` means no tier holds both (hierarchical networks only).
+        A domain of N ids or more separates no two of them; id arrays are divided as 32-bit
+        integers where the N ids fit.
         """
-        return sum((lowest // size) != (highest // size) for size in self._domains)
+        if isinstance(lowest, np.ndarray) and lowest.dtype.itemsize > 4 and self._narrow \
+                and np.ndim(highest) > 0:
+            lowest, highest = lowest.astype(np.int32), np.asarray(highest).astype(np.int32)
+        return sum((lowest // size) != (highest // size) for size in self._separating)
 
     def tier_of(self, devices: Iterable[int]) -> int:
         """Smallest tier whose domain holds all ``devices`` (hierarchical networks only)."""
