@@ -31,6 +31,7 @@ choice and layout, attained by the σ pass's split.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 
 import numpy as np
 
@@ -58,9 +59,15 @@ class SuffixMemory:
                              num_stages)
         self.in_flight = shape.in_flight()[:, None, None]
         self.table, self.num_stages = table, num_stages
-        spare = limit - self.fixed
-        self.fits = {mode: self.ordered & (self._activations(mode) <= spare)
-                     for mode in table.modes}
+        self.spare = limit - self.fixed
+
+    @cached_property
+    def fits(self) -> dict[RecomputeMode, np.ndarray]:
+        """Per allowed mode, in the order none, selective, full: (S, W, W), whether the
+        stage on those layers fits in that mode (priced when first asked: the memory check
+        of a shape, :attr:`least_memory`, needs none of it)."""
+        return {mode: self.ordered & (self._activations(mode) <= self.spare)
+                for mode in self.table.modes}
 
     def _activations(self, mode: RecomputeMode) -> np.ndarray:
         """In-flight kept activations plus the working set of every stage in ``mode``."""
@@ -70,7 +77,7 @@ class SuffixMemory:
     @property
     def least_memory(self) -> np.ndarray:
         """(S, W, W) least bytes of each stage over the allowed modes (INF: not a stage)."""
-        least = np.min([self._activations(mode) for mode in self.fits], axis=0)
+        least = np.min([self._activations(mode) for mode in self.table.modes], axis=0)
         return np.where(self.ordered, self.fixed + least, INF)
 
     def effective(self, times: dict[RecomputeMode, np.ndarray]) -> np.ndarray:
