@@ -1093,6 +1093,8 @@ class _Search:
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
                 deepened[zero] = bound  # both priced: kept for the floor and the search
+            elif not self.best.may_beat(bound, outer.key + (zero,)):
+                deepened[zero] = bound  # ruled out: the floor and the search skip this z
             least = min(least, bound)
             if least <= refined:  # the other z can only lower it further
                 return refined
@@ -1588,15 +1590,16 @@ class _Search:
             known = deepened.get(zero, None if vector is None else int(vector[dp - 1]))
             shaped = known is None
             bound = self._shape_bound(shape, outer.chunk_bound) if shaped else known
+            # cheaper first, each only while the shape may still win: the stage-by-stage
+            # bound (read from its rows) and the TP-placement one, then the domain bound
+            if config.tp > 1 and config.cp == 1 and self.network.is_hierarchical:
+                if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
+                    bound = max(bound, self._stagewise_of(outer, shape))
+                if self.best.may_beat(bound, outer.key + (zero,)):
+                    bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
             if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
                 bound = max(bound, self._domain_bound(shape, outer.chunk_bound,
                                                         outer.key + (zero,)))
-            # the TP-placement bounds, cheaper first, each only while the shape may still win
-            if config.tp > 1 and config.cp == 1 and self.network.is_hierarchical:
-                if self.best.may_beat(bound, outer.key + (zero,)):
-                    bound = max(bound, self._layout_class_bound(shape, outer.chunk_bound))
-                if zero not in deepened and self.best.may_beat(bound, outer.key + (zero,)):
-                    bound = max(bound, self._stagewise_of(outer, shape))
             deepened[zero] = bound
             if not self.best.may_beat(bound, outer.key + (zero,)) or \
                     not self._fits_at_most_replicas(shape):
