@@ -3435,11 +3435,20 @@ class _Search:
             self._path_rates[key] = [self.prices.ring_rates(kind, bytes_per_unit,
                                                             self.ids.id_of(path))
                                      for path in paths]
+        rates = self._path_rates[key]
+        if any(rate is None for rate in rates):
+            return None
+        terms = [ring_terms(rate, sizes) for rate in rates]
+        # a path whose slope and offset are both the least at every size prices every
+        # volume >= 0 at the least (rounding is monotone): the others need no pricing
+        slopes = np.array([slope for slope, _ in terms])
+        offsets = np.array([offset for _, offset in terms])
+        dominant = (slopes <= slopes.min(axis=0)).all(axis=1) \
+            & (offsets <= offsets.min(axis=0)).all(axis=1)
+        if dominant.any():
+            terms = [terms[int(dominant.argmax())]]
         least = None
-        for rates in self._path_rates[key]:
-            if rates is None:
-                return None
-            slope, offset = ring_terms(rates, sizes)
+        for slope, offset in terms:
             price = slope[:, None] * volumes[None, :] + offset[:, None]
             least = price if least is None else np.minimum(least, price, out=least)
         return np.where(volumes[None, :] > 0, least, 0.0)
