@@ -48,6 +48,17 @@ def fill_table(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return value, choice
 
 
+def least_max(weight: np.ndarray) -> int:
+    """``fill_table(weight)[0][0, 0]``, the least over splits of the largest stage weight,
+    by the same recurrence with values only (no choices kept for a backtrack)."""
+    num_stages, width, _ = weight.shape
+    value = np.full(width, INF, dtype=np.int64)
+    value[width - 1] = 0
+    for stage in range(num_stages - 1, -1, -1):
+        value = np.maximum(weight[stage], value[None, :]).min(axis=1)
+    return int(value[0])
+
+
 def _last_stage(weight: np.ndarray, value: np.ndarray, choice: np.ndarray) -> None:
     """The last stage's row of the recurrence, in place: it must end at the last layer
     (value[S] is INF but at W − 1, where it is 0), so where max(weight[f, W − 1], 0) < INF

@@ -139,7 +139,7 @@ from nest_cp.dp.interleaved import (
 )
 from nest_cp.dp.kernel import (
     INF,
-    fill_table,
+    least_max,
     min_max_exceeds,
     min_max_values,
     superset_minimum,
@@ -1827,9 +1827,9 @@ class _Search:
         inner = SuffixMemory(self.prices, shape, self.limit)
         cheapest = self._cheapest_times(table, num_stages)
         self.stats.dp_passes += 1
-        fitting = int(fill_table(inner.effective(
+        fitting = least_max(inner.effective(
             {mode: cheapest + windows(table.rerun_range[mode], num_stages)
-             for mode in table.modes}))[0][0, 0])
+             for mode in table.modes}))
         if fitting >= INF:
             return None, bound, tau_bound
         tau_floor = max(tau_bound, fitting)
@@ -1903,8 +1903,7 @@ class _Search:
                                         valid_only=False)
             self.stats.dp_passes += 1
             if shape.virtual == 1:
-                least = int(fill_table(SuffixMemory(self.prices, widest,
-                                                    self.limit).least_memory)[0][0, 0])
+                least = least_max(SuffixMemory(self.prices, widest, self.limit).least_memory)
                 self.fits[key] = least <= self.limit
                 self.best.note_excess(least - self.limit, _where(widest))
             else:
@@ -2094,7 +2093,7 @@ class _Search:
         # the kernel's recurrence on each stage's window of its own weights
         staged = np.stack([windows(weights[signature], num_stages)[stage]
                            for stage, signature in enumerate(signatures)])
-        bound = int(fill_table(staged + self._unordered(table.num_layers, num_stages))[0][0, 0])
+        bound = least_max(staged + self._unordered(table.num_layers, num_stages))
         self._layout_syncs[key] = (table, bound)
         return bound
 
@@ -2300,11 +2299,13 @@ class _Search:
                 value[crossing] = across
             table.cache[key] = int(value[:, 0].min())
             return table.cache[key]
-        every, _ = fill_table(cheap)
+        every = np.full(width, INF, dtype=np.int64)  # A(k + 1, ·), from A(K, ·)
+        every[width - 1] = 0
         crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
         for chunk in range(num_chunks - 1, -1, -1):
-            crossed = np.minimum(np.maximum(cross[chunk], every[chunk + 1][None, :]),
+            crossed = np.minimum(np.maximum(cross[chunk], every[None, :]),
                                  np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
+            every = np.maximum(cheap[chunk], every[None, :]).min(axis=1)
         table.cache[key] = int(crossed[0])
         return table.cache[key]
 
@@ -2494,8 +2495,7 @@ class _Search:
                 extra = windows(self._crossing_extra(table, 1), num_chunks)
                 width = table.num_layers - num_chunks + 1
                 ordered = np.triu(np.ones((width, width), dtype=bool))
-                table.cache[key] = int(fill_table(np.where(ordered, cheapest + extra,
-                                                           INF))[0][0, 0])
+                table.cache[key] = least_max(np.where(ordered, cheapest + extra, INF))
         return table.cache[key]
 
     def _domain_bound(self, shape: Shape, chunk_bound: int, key: tuple[int, ...],
@@ -2598,9 +2598,9 @@ class _Search:
         crossing = INF
         leaving = self._leaving_time(table, tier)
         if leaving is not None:
-            crossing = int(fill_table(windows(np.minimum(
+            crossing = least_max(windows(np.minimum(
                 leaving + unordered + activation[:, None] + gradient[None, :], INF),
-                num_stages))[0][0, 0])
+                num_stages))
         if num_stages == 1:
             return crossing
         out_far = np.minimum(base + unordered + activation[:, None] + far_gradient[None, :],
@@ -2984,7 +2984,7 @@ class _Search:
             least = total if least is None else np.minimum(least, total, out=least)
         weight = windows(least, num_stages) + self._unordered(table.num_layers, num_stages)
         self.stats.dp_passes += 1
-        bound = int(fill_table(weight)[0][0, 0])
+        bound = least_max(weight)
         if len(self._stagewise) >= STAGEWISE_KEPT:
             self._stagewise.clear()
         self._stagewise[key] = (table, bound)
@@ -3671,7 +3671,7 @@ def _domain_min_max(weights: tuple[np.ndarray, ...], num_stages: int, slots: int
     whole_alone, joined_right, joined_left, inside, leaving = weights
     alone = np.minimum(whole_alone, leaving)
     if slots == 1:
-        least = int(fill_table(windows(alone, num_stages))[0][0, 0])
+        least = least_max(windows(alone, num_stages))
     else:
         width = alone.shape[0] - num_stages + 1
         after = np.full((slots, width), INF, dtype=np.int64)  # V(S, r, ·)

@@ -37,7 +37,7 @@ import numpy as np
 
 from nest_cp.dp.compose import RangePrices, RangeSet, Shape
 from nest_cp.dp.geometry import StageGeometry
-from nest_cp.dp.kernel import INF, backtrack, fill_table, windows
+from nest_cp.dp.kernel import INF, backtrack, fill_table, least_max, windows
 from nest_cp.model.instance import RecomputeMode
 from nest_cp.model.plan import Stage
 
@@ -148,7 +148,7 @@ def fastest_tau(prices: RangePrices, shape: Shape, geometries: list[StageGeometr
     times = stage_times(prices, shape, geometries)[table.modes[0]]
     width = table.num_layers - shape.num_stages + 1
     ordered = np.triu(np.ones((width, width), dtype=bool))
-    return int(fill_table(np.where(ordered, times, INF))[0][0, 0])
+    return least_max(np.where(ordered, times, INF))
 
 
 def pareto_walk(prices: RangePrices, shape: Shape, memory: SuffixMemory,

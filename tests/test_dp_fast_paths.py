@@ -30,7 +30,7 @@ from nest_cp.dp.geometry import (
     rank_devices,
     stage_geometries,
 )
-from nest_cp.dp.kernel import INF, fill_table, vector_windows, windows
+from nest_cp.dp.kernel import INF, fill_table, least_max, vector_windows, windows
 from nest_cp.dp.pricing import LayerTable, LinearTicks
 from nest_cp.model.instance import (
     Cluster,
@@ -322,7 +322,8 @@ def _recurrence(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def test_fill_table_is_the_recurrence():
     """Values and choices of the kernel, with its W = 1 and last-stage shortcuts, equal the
-    recurrence entry by entry, INF entries and ties included."""
+    recurrence entry by entry, INF entries and ties included; its values-only twin
+    ``least_max`` gives the same least."""
     rng = np.random.default_rng(7)
     for _ in range(600):
         num_layers = int(rng.integers(1, 9))
@@ -335,6 +336,7 @@ def test_fill_table_is_the_recurrence():
         value, choice = fill_table(weight)
         expected_value, expected_choice = _recurrence(weight)
         assert (value == expected_value).all() and (choice == expected_choice).all()
+        assert least_max(weight) == expected_value[0, 0]
 
 
 def test_windows_are_read_only_views_of_each_stage_range():
