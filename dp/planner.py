@@ -437,6 +437,7 @@ class _Search:
         self._layout_keys: dict[tuple, tuple] = {}  # see _layouts_key
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
+        self._pair_tiers: dict[tuple[int, int], np.ndarray] = {}  # see _pair_tier_table
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._met: dict[tuple, tuple] = {}  # (t, kinds) -> see _met_qualities
         self._met_bits: dict[tuple, np.ndarray] = {}  # (c, S) -> see _met_rows
@@ -1753,10 +1754,7 @@ class _Search:
             return self._received[found][1]
         if len(self._received) >= LAYOUT_KEYS_KEPT:
             self._received.clear()
-        ends = rank_end_devices(layout, table.config, num_stages, dp,  # ranks 0 and a − 1
-                                self.geometries.order_of(layout), self.network.node_size)
-        tiers = self.network.tier_of_pairs(np.minimum(ends[:-1], ends[1:]),
-                                           np.maximum(ends[:-1], ends[1:])).max(axis=2)
+        tiers = self._pipeline_pair_tiers(layout, table.config, num_stages, dp)
         count_tiers = self.network.num_tiers
         key = "least receives per tier"
         if key not in table.cache:  # per first tier (the last entry: no receive)
@@ -1784,6 +1782,52 @@ class _Search:
         bound = int(_least_counted(weights[None], multiplicity, blocks.count)[0])
         self._received[found] = (table, bound)
         return bound
+
+    def _pipeline_pair_tiers(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                             dp: int) -> np.ndarray:
+        """(S − 1, d): per stage boundary and replica, the larger tier of the pipeline pairs
+        of ranks 0 and a − 1 (:func:`rank_end_devices`).  Where the layout reads the
+        canonical order through its mixed-radix positions (no digit order, node tail or
+        gathered ends; c = 1), a rank's id is the offset plus its digits' strides, and its
+        pair's id σ_S more, so the pair's tier is a function of the id modulo M, the
+        largest domain that may separate two ids (every smaller one divides it): read from
+        a table over the M residues (:meth:`_pair_tier_table`), without placing any rank."""
+        if not (self.geometries.strided and not layout.digits and config.cp == 1
+                and not layout.arrayed(config, num_stages, dp)):
+            ends = rank_end_devices(layout, config, num_stages, dp,
+                                    self.geometries.order_of(layout), self.network.node_size)
+            # (which id of a pair is the smaller does not matter: a domain separates both)
+            return self.network.tier_of_pairs(ends[:-1], ends[1:]).max(axis=2)
+        strides = layout_strides(layout, config, num_stages, dp)
+        modulus = max([size for size in self.network.cluster.network.domain_sizes()
+                       if size < self.network.num_devices], default=1)
+        # a step of M or more crosses every domain below M, as M does (ids stay below 2N)
+        table = self._pair_tier_table(min(strides[Dim.STAGE], modulus), modulus)
+        replicas = np.arange(dp, dtype=np.int64)
+        block = layout.block(config, num_stages, dp)
+        if block > 1:  # r_in inside, r_out outermost (replica_box)
+            replica_ids = replicas % block * strides[Dim.REPLICA] \
+                + replicas // block * (config.devices * num_stages * block)
+        else:
+            replica_ids = replicas * strides[Dim.REPLICA]
+        last_rank = (config.tp - 1) * strides[Dim.TP] + (config.ep - 1) * strides[Dim.EP]
+        first = layout.offset(config, num_stages, dp, self.network.num_devices,
+                              self.network.node_size) \
+            + np.arange(num_stages - 1, dtype=np.int64) * strides[Dim.STAGE]
+        ids = (first[:, None] + replica_ids[None, :]) % modulus
+        return np.maximum(table[ids], table[(ids + last_rank) % modulus])
+
+    def _pair_tier_table(self, step: int, modulus: int) -> np.ndarray:
+        """The tier of the pair (u, u + ``step``) for every residue u < ``modulus`` (the
+        largest domain that may separate two ids), kept per step."""
+        found = self._pair_tiers.get((step, modulus))
+        if found is None:
+            if len(self._pair_tiers) >= LAYOUT_KEYS_KEPT:
+                self._pair_tiers.clear()
+            units = np.arange(modulus, dtype=np.int64)
+            found = self._pair_tiers[step, modulus] = np.asarray(
+                self.network.tier_of_pairs(units, units + step), dtype=np.int64)
+        return found
 
     def _replica_leaves(self, layout_index: int, layout: RankLayout, config: IntraConfig,
                         num_stages: int, dp: int, tier: int) -> bool:

@@ -566,13 +566,15 @@ def test_replica_bound_never_exceeds_the_exhaustive_optimum(seed):
     assert raised
 
 
-def test_rank_ends_and_leaving_replicas_equal_the_device_arrays():
+def test_rank_ends_pair_tiers_and_leaving_replicas_equal_the_device_arrays():
     """:func:`rank_end_devices` is columns 0 and a − 1 of the placement numbered as
-    :func:`layout_config` numbers it (context width 2 too), and
+    :func:`layout_config` numbers it (context width 2 too);
     :meth:`_Search._replica_leaves`, read from a replica's first and last ids where the
-    layout's positions grow with each digit, answers as the whole device array does, on
-    every layout of structured space v3 (digit orders, spare-first, replica blocks, node
-    tails, gathered ends) and both domain tiers of a three-tier network."""
+    layout's positions grow with each digit, answers as the whole device array does, and
+    :meth:`_Search._pipeline_pair_tiers` (from id residues where strided) are the tiers of
+    those columns' pipeline pairs, on every layout of structured space v3 (digit orders,
+    spare-first, replica blocks, node tails, gathered ends) and both domain tiers of a
+    three-tier network."""
     from nest_cp.dp.geometry import layout_config, rank_devices, rank_end_devices
     from nest_cp.model.plan import structured_layouts
 
@@ -595,6 +597,10 @@ def test_rank_ends_and_leaving_replicas_equal_the_device_arrays():
                     assert np.array_equal(ends, devices[:, :, [0, -1]]), layout.name
                     if config.cp > 1:
                         continue
+                    if stages > 1:  # the pair tiers, from residues where strided
+                        assert np.array_equal(
+                            search._pipeline_pair_tiers(layout, config, stages, dp),
+                            network.tier_of_pairs(ends[:-1], ends[1:]).max(axis=2)), layout.name
                     fast += search.geometries.strided and not layout.digits and \
                         not layout.arrayed(config, stages, dp)
                     for tier in (1, 2):

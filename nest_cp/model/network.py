@@ -107,11 +107,11 @@ class NetworkModel:
         if isinstance(network, HierarchicalNetwork):
             self._domains = network.domain_sizes()
             # the domains that may separate two of the N ids (the others hold all of them;
-            # one of N ids where none may, so arrays still give arrays), and whether the ids
-            # fit 32 bits (numpy divides those about 3x faster)
+            # one of N ids where none may, so arrays still give arrays), and whether ids up
+            # to 2N fit 32 bits (numpy divides those about 3x faster)
             self._separating = tuple(size for size in self._domains
                                      if size < self.num_devices) or (self.num_devices,)
-            self._narrow = self.num_devices <= np.iinfo(np.int32).max
+            self._narrow = 2 * self.num_devices <= np.iinfo(np.int32).max
             self._tier_paths = tuple(Path(effective_bandwidth(t), exact(t.latency_s))
                                      for t in network.tiers)
         else:
@@ -134,8 +134,8 @@ class NetworkModel:
         broadcast); a group's tier is that of its smallest and largest id.  Domains are
         nested blocks of consecutive ids, so the tier is the number of tiers whose domains
         separate the two; ``num_tiers`` means no tier holds both (hierarchical networks only).
-        A domain of N ids or more separates no two of them; id arrays are divided as 32-bit
-        integers where the N ids fit.
+        A domain of N ids or more separates no two of them; id arrays (of ids below 2N) are
+        divided as 32-bit integers where 2N fits.
         """
         if isinstance(lowest, np.ndarray) and lowest.dtype.itemsize > 4 and self._narrow \
                 and np.ndim(highest) > 0:
