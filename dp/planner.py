@@ -1073,7 +1073,11 @@ class _Search:
             self._deepened.clear()
         deepened: dict[int, int] = {}
         self._deepened[outer.key] = (self.best.objective, deepened)
-        for zero in self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual):
+        # the z of least vector bound first: the least so far then stops the others' bounds
+        # soonest (the least over z does not depend on the order)
+        zeros = sorted(self._zero_stages(table, outer.dp, outer.num_stages, outer.virtual),
+                       key=lambda zero: self._known_bound(group + (zero,), outer.dp))
+        for zero in zeros:
             shape = Shape(table, outer.num_stages, outer.dp, outer.virtual, zero,
                           microbatches)
             if not self._fits_at_most_replicas(shape):
@@ -1100,6 +1104,12 @@ class _Search:
             if least <= refined:  # the other z can only lower it further
                 return refined
         return max(refined, least)
+
+    def _known_bound(self, key: tuple[int, ...], dp: int) -> int:
+        """The vector bound of (c, b, S, v, z) = ``key`` at d (:meth:`_group_bounds`), 0 where
+        none is kept."""
+        vector = self._zero_bounds.get(key)
+        return 0 if vector is None else int(vector[dp - 1])
 
     def _stagewise_of(self, outer: Outer, shape: Shape) -> int:
         """:meth:`_stagewise_bounds` (v = 1) or :meth:`_interleaved_stagewise_bounds`
