@@ -1948,19 +1948,29 @@ class _Search:
         """Whether some split fits memory at the largest d, cached per (c, b, S, v, z).
 
         Stage memory never grows with d (ZeRO shards shrink, in-flight counts do not grow
-        as m falls), so if no split fits at the largest d, none fits at any d.
+        as m falls), so if no split fits at the largest d, none fits at any d.  With v = 1
+        one of the two balanced splits (:func:`_balanced_splits`) fitting, each stage in
+        its least-memory mode, is a witness (no excess to note: the least is not above
+        the limit); else the least over splits of the largest stage memory decides.
         """
         table = shape.table
         key = (table.config, table.microbatch, shape.num_stages, shape.virtual, shape.zero)
         if key not in self.fits:
             widest = self._widest_shape(table, shape.num_stages, shape.virtual, shape.zero,
                                         valid_only=False)
-            self.stats.dp_passes += 1
             if shape.virtual == 1:
-                least = least_max(SuffixMemory(self.prices, widest, self.limit).least_memory)
+                memory = SuffixMemory(self.prices, widest, self.limit)
+                if any(memory.split_memory(firsts, lasts).max() <= self.limit
+                       for firsts, lasts in _balanced_splits(table.num_layers,
+                                                             shape.num_stages)):
+                    self.fits[key] = True
+                    return True
+                self.stats.dp_passes += 1
+                least = least_max(memory.least_memory)
                 self.fits[key] = least <= self.limit
                 self.best.note_excess(least - self.limit, _where(widest))
             else:
+                self.stats.dp_passes += 1
                 _require_exact_method(table, widest.num_chunks)
                 self.fits[key] = Interleaved(self.prices, widest, self.limit).fits_somewhere()
         return self.fits[key]

@@ -74,6 +74,16 @@ class SuffixMemory:
         return self.in_flight * windows(self.table.kept_range[mode], self.num_stages) \
             + windows(self.table.work_range[mode], self.num_stages)
 
+    def split_memory(self, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        """Per stage s of the split (layers ``firsts[s]`` .. ``lasts[s]``), its least bytes
+        over the allowed modes: :attr:`least_memory` at those entries, priced alone."""
+        stages = np.arange(self.num_stages)
+        in_flight = self.in_flight[:, 0, 0]
+        least = np.min([in_flight * self.table.kept_range[mode][firsts, lasts]
+                        + self.table.work_range[mode][firsts, lasts]
+                        for mode in self.table.modes], axis=0)
+        return self.fixed[stages, firsts - stages, lasts - stages] + least
+
     @property
     def least_memory(self) -> np.ndarray:
         """(S, W, W) least bytes of each stage over the allowed modes (INF: not a stage)."""

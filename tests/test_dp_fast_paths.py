@@ -379,3 +379,50 @@ def test_chunk_time_bounds_equal_the_min_max_table_of_every_chunk_count(seed):
                               search._cheapest_times(table, num_chunks), INF)
             expected[num_chunks] = int(fill_table(weight)[0][0, 0])
         assert search._chunk_time_bounds(choice_index) == expected
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_split_memory_reads_the_least_memory_table_and_the_fit_witness_agrees(seed):
+    """``SuffixMemory.split_memory`` of every split into S contiguous stages is the
+    least-memory table at that split's entries, and the memory check with its balanced-split
+    witness (``_fits_at_most_replicas``) answers as the least over splits of the largest
+    stage memory does, under a limit (the median of those leasts) that some shapes fit and
+    others do not."""
+    import itertools
+
+    from nest_cp.dp.compose import Shape
+    from nest_cp.dp.planner import _Search
+    from nest_cp.dp.suffix import SuffixMemory
+    from nest_cp.harness.generators import random_instance
+    from nest_cp.model.instance import RecomputeMode
+
+    instance = random_instance(seed, num_layers=6, tier_sizes=(2, 4, 2),
+                               configs=(IntraConfig(1, 1), IntraConfig(2, 1)),
+                               zero_stages=(0, 1, 3), global_batch=8,
+                               recompute_modes=(RecomputeMode.NONE, RecomputeMode.FULL))
+    search = _Search(instance, None, None)
+    shapes = []  # the widest shape of each (c, b, S, z), as the memory check prices it
+    for choice_index, (config, microbatch) in enumerate(instance.choices):
+        table = search._table(choice_index)
+        for stages in range(1, table.num_layers + 1):
+            dp = instance.cluster.num_devices // (config.devices * stages)
+            if dp < 1:
+                continue
+            microbatches = cost.num_microbatches(instance.training.global_batch, microbatch,
+                                                 config, dp)
+            for zero in instance.training.zero_stages:
+                shape = Shape(table, stages, dp, 1, zero, microbatches)
+                least = SuffixMemory(search.prices, shape, search.limit).least_memory
+                for cuts in itertools.combinations(range(1, table.num_layers), stages - 1):
+                    firsts = np.array((0, *cuts))
+                    lasts = np.array((*cuts, table.num_layers)) - 1
+                    assert (SuffixMemory(search.prices, shape, search.limit).split_memory(
+                        firsts, lasts) == least[np.arange(stages), firsts - np.arange(stages),
+                                                lasts - np.arange(stages)]).all()
+                shapes.append((shape, least_max(least)))
+    search.limit = int(np.median([least for _, least in shapes]))
+    answers = set()
+    for shape, least in shapes:
+        assert search._fits_at_most_replicas(shape) == (least <= search.limit)
+        answers.add(least <= search.limit)
+    assert answers == {True, False}
