@@ -19,6 +19,7 @@ from unbounded import same_optimum_unbounded
 from nest_cp.cost import terms as cost
 from nest_cp.dp import planner
 from nest_cp.dp.compose import Shape
+from nest_cp.dp.kernel import fill_table
 from nest_cp.harness.generators import random_instance
 from nest_cp.model.instance import IntraConfig, RecomputeMode
 from nest_cp.model.result import SolveOptions
@@ -227,7 +228,7 @@ def test_interleaved_crossing_chunk_bound_is_the_least_over_crossing_stages(seed
                 extra = planner.windows(search._crossing_extra(table, 1, above), chunks)
                 cross = np.where(ordered, cheapest + extra, planner.INF)
                 crosses = np.arange(chunks) % num_stages
-                expected = min(int(planner.fill_table(np.where(
+                expected = min(int(fill_table(np.where(
                     (crosses == stage)[:, None, None], cross, cheap))[0][0, 0])
                     for stage in range(num_stages))
                 assert found == expected, (virtual, num_stages, above, found, expected)
