@@ -174,6 +174,7 @@ OUTER_PARTS_KEPT = 256  # outers whose layouts' groups and geometries are kept (
 INSIDE, CROSSING = 1, 2  # bits of the TP classes met (_class_codes)
 DOMAIN_SEEDS = 8  # outers whose stage divides a domain weighed for the first search
 BISECTIONS = 8  # steps of the vector stage-by-stage bound's bisection (many stages)
+DOMAIN_PARTS_KEPT = 16  # (layer table, R) whose domain weights' shared parts are kept
 SPAN_ROUNDS = 3  # rounds of the stage-by-stage bound over spans of d (_spanned_stagewise)
 UNKNOWN = np.iinfo(np.int64).max  # an upper end of a bound's known range, none known yet
 
@@ -438,6 +439,7 @@ class _Search:
         self._leaving_replicas: dict[tuple, bool] = {}  # see _replica_leaves
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._pair_tiers: dict[tuple[int, int], np.ndarray] = {}  # see _pair_tier_table
+        self._domain_parts: dict[tuple, tuple] = {}  # see _domain_weights
         self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
         self._met: dict[tuple, tuple] = {}  # (t, kinds) -> see _met_qualities
         self._met_bits: dict[tuple, np.ndarray] = {}  # (c, S) -> see _met_rows
@@ -2952,31 +2954,38 @@ class _Search:
         # every weight as an L x L matrix over the stage's layers f..l, read per stage through
         # its window: layer 0 (L − 1) starts (ends) only the first (last) stage, and has no
         # activation (gradient) receive
-        key = ("domain wholes", tier, off_node)  # X_io per microbatch, kept per table
-        if key not in table.cache:
-            base = self._cheapest_ranges(table)[0]
-            activation, gradient = self._stage_receives(table, tier, off_node)
-            table.cache[key] = {(into, out): base + activation[into][:, None]
-                                + gradient[out][None, :] for into in (0, 1) for out in (0, 1)}
-        unordered = self._unordered(table.num_layers, 1)  # (X finite: far below INF)
-
-        def whole(into: int, out: int) -> np.ndarray:  # L x L, INF where unordered
-            return rounds * table.cache[key][into, out] + unordered
-
-        penalty = None
-        if config.tp > 1:
-            penalty = rounds * self._crossing_extra(
+        # the parts every z of (c, b, S, d) shares (R is the same): the wholes R·X_io, INF
+        # where unordered, and the TP terms R·crossing; kept for the last few (table, R)
+        found = (id(table), rounds, tier, off_node)
+        if found not in self._domain_parts or self._domain_parts[found][0] is not table:
+            if len(self._domain_parts) >= DOMAIN_PARTS_KEPT:
+                self._domain_parts.clear()
+            key = ("domain wholes", tier, off_node)  # X_io per microbatch, kept per table
+            if key not in table.cache:
+                base = self._cheapest_ranges(table)[0]
+                activation, gradient = self._stage_receives(table, tier, off_node)
+                table.cache[key] = {(into, out): base + activation[into][:, None]
+                                    + gradient[out][None, :]
+                                    for into in (0, 1) for out in (0, 1)}
+            unordered = self._unordered(table.num_layers, 1)  # (X finite: far below INF)
+            wholes = tuple(rounds * table.cache[key][into, out] + unordered
+                           for into, out in ((1, 1), (1, 0), (0, 1), (0, 0)))
+            crossing = None if config.tp == 1 else rounds * self._crossing_extra(
                 table, min(config.tp // 2, self.network.node_size), tier)
+            self._domain_parts[found] = (table, wholes, crossing, {})
+        _, wholes, penalty, extras = self._domain_parts[found]
         for quality, cap in qualities if shape.dp > 1 else ():
             gathers, split = self._capped_stage_floors(shape, cap, above=tier)
             if gathers is not None:  # ZeRO-3: the chunk's gathers, one group of them on γ
                 split = split + rounds * gathers
             if quality < config.tp:
-                split = split + rounds * self._crossing_extra(table, quality)
+                if quality not in extras:  # per quality h, priced when first asked
+                    extras[quality] = rounds * self._crossing_extra(table, quality)
+                split = split + extras[quality]
             penalty = split if penalty is None else np.minimum(penalty, split)
-        leaving = np.full(unordered.shape, INF, dtype=np.int64) if penalty is None else \
-            np.minimum(whole(0, 0) + penalty, INF)
-        return whole(1, 1), whole(1, 0), whole(0, 1), whole(0, 0), leaving
+        leaving = np.full(wholes[3].shape, INF, dtype=np.int64) if penalty is None else \
+            np.minimum(wholes[3] + penalty, INF)
+        return (*wholes, leaving)
 
     def _crossing_extra(self, table: LayerTable, channels: int, above: int = 0) -> np.ndarray:
         """L x L: per layer range, the TP collectives on :func:`crossing_tp_paths` (t, h,
