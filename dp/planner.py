@@ -1587,8 +1587,9 @@ class _Search:
         # incumbent (so they would come out the same here)
         objective, deepened = (self._deepened.get(outer.key) if floor is not None else
                                self._deepened.pop(outer.key, None)) or (None, {})
+        stale: dict[int, int] = {}  # bounds priced under an older incumbent: still bounds
         if objective != self.best.objective:
-            deepened = {}
+            stale, deepened = deepened, {}
             if floor is not None:  # the floor's, for the search
                 self._deepened[outer.key] = (self.best.objective, deepened)
         least = INF
@@ -1597,10 +1598,13 @@ class _Search:
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
             # with a bound of z known (the deepening's or the floor's, else the vector one of
-            # its (c, b, S, v), at most the case split's), the shape's case split is priced
+            # its (c, b, S, v) or one priced under an older incumbent: the larger; each at
+            # most the case split's or holding without it), the shape's case split is priced
             # once a layout passes its own bounds (most never do): ``shaped``
             vector = self._zero_bounds.get((outer.choice_index, num_stages, virtual, zero))
-            known = deepened.get(zero, None if vector is None else int(vector[dp - 1]))
+            known = deepened.get(zero)
+            if known is None and (vector is not None or zero in stale):
+                known = max(-1 if vector is None else int(vector[dp - 1]), stale.get(zero, -1))
             shaped = known is None
             bound = self._shape_bound(shape, outer.chunk_bound) if shaped else known
             # cheaper first, each only while the shape may still win: the stage-by-stage
