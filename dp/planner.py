@@ -1593,7 +1593,11 @@ class _Search:
             if floor is not None:  # the floor's, for the search
                 self._deepened[outer.key] = (self.best.objective, deepened)
         least = INF
-        for zero in self._zero_stages(table, dp, num_stages, virtual):
+        zeros = self._zero_stages(table, dp, num_stages, virtual)
+        if floor is not None:  # the z of least known bound first: a layout passing ends it
+            zeros = sorted(zeros, key=lambda zero: deepened.get(zero, stale.get(
+                zero, self._known_bound((outer.choice_index, num_stages, virtual, zero), dp))))
+        for zero in zeros:
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
