@@ -440,9 +440,10 @@ class _Search:
         self._classes: dict[tuple, frozenset | None] = {}  # see _tp_classes: TP classes met
         self._pair_tiers: dict[tuple[int, int], np.ndarray] = {}  # see _pair_tier_table
         self._domain_parts: dict[tuple, tuple] = {}  # see _domain_weights
-        self._class_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _class_codes
+        self._kind_rows: dict[tuple, np.ndarray] = {}  # (c, S) -> see _kind_codes
+        self._kind_index: dict[frozenset | None, int] = {}  # kinds -> index in _kinds_seen
+        self._kinds_seen: list[frozenset | None] = []
         self._met: dict[tuple, tuple] = {}  # (t, kinds) -> see _met_qualities
-        self._met_bits: dict[tuple, np.ndarray] = {}  # (c, S) -> see _met_rows
         self._class_bounds: dict[tuple, tuple[LayerTable, int]] = {}  # (table, S, d, v, z)
         self._outer_parts: dict[tuple, tuple[dict, dict]] = {}  # see _search_outer
         self._deepened: dict[tuple, tuple] = {}  # outer key -> (incumbent, z -> bound)
@@ -847,15 +848,31 @@ class _Search:
         ``CROSSING``; 0 for None or no class), asked at the ``wanted`` entries only (others
         0 unless asked before), kept per (c, S) over d: the microbatch sizes, v and z of
         one (c, S) share them."""
-        row = self._class_rows.get((config, num_stages))
+        codes = self._kind_codes(config, num_stages, dps, wanted)
+        bits = np.array([0 if classes is None else ("inside" in classes) * INSIDE
+                         + ("crossing" in classes) * CROSSING
+                         for classes in map(_classes_of_kinds, self._kinds_seen)] + [0],
+                        dtype=np.int64)
+        return bits[codes]  # (code -1, not asked: the last entry, 0)
+
+    def _kind_codes(self, config: IntraConfig, num_stages: int, dps: np.ndarray,
+                    wanted: np.ndarray | None = None) -> np.ndarray:
+        """Per entry of ``dps``, the index in ``_kinds_seen`` of :meth:`_tp_kinds` (c, S, d),
+        found at the ``wanted`` entries (all by default), -1 at the others unless found
+        before; kept per (c, S) over d (the microbatch sizes, v and z of one (c, S) share
+        them), for :meth:`_class_codes` and :meth:`_met_rows` both."""
+        row = self._kind_rows.get((config, num_stages))
         if row is None:
             size = self.instance.cluster.num_devices // (config.devices * num_stages)
-            row = self._class_rows[config, num_stages] = np.full(size, -1, dtype=np.int64)
-        for index in np.flatnonzero(wanted & (row[dps - 1] < 0)).tolist():
-            classes = self._tp_classes(config, num_stages, int(dps[index])) or ()
-            row[dps[index] - 1] = ("inside" in classes) * INSIDE \
-                + ("crossing" in classes) * CROSSING
-        return np.maximum(row[dps - 1], 0)
+            row = self._kind_rows[config, num_stages] = np.full(size, -1, dtype=np.int64)
+        unknown = row[dps - 1] < 0
+        for index in np.flatnonzero(unknown if wanted is None else wanted & unknown).tolist():
+            kinds = self._tp_kinds(config, num_stages, int(dps[index]))
+            if kinds not in self._kind_index:
+                self._kind_index[kinds] = len(self._kinds_seen)
+                self._kinds_seen.append(kinds)
+            row[dps[index] - 1] = self._kind_index[kinds]
+        return row[dps - 1]
 
     def _zero_masks(self, table: LayerTable, dps: np.ndarray, num_stages: int,
                     virtual: int) -> dict[int, np.ndarray]:
@@ -2404,10 +2421,7 @@ class _Search:
         d >= M both d·R and M·R are at least M >= G_0 and at least 2 (neither is 1), so
         the class is the same with d replaced by M; for d < M nothing changes.  At 10^5
         devices thousands of d share one (c, S)."""
-        kinds = self._tp_kinds(config, num_stages, dp)
-        if kinds is None or any(kind not in ("inside", 1) for kind in kinds):
-            return None
-        return frozenset("inside" if kind == "inside" else "crossing" for kind in kinds)
+        return _classes_of_kinds(self._tp_kinds(config, num_stages, dp))
 
     def _tp_kinds(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
         """Where the TP groups lie in the distinct layouts of (c, S, d) the search visits,
@@ -2462,7 +2476,14 @@ class _Search:
         bounds then hold for every placement)."""
         qualities = self._tp_qualities(config.tp)
         kinds = self._tp_kinds(config, num_stages, dp) if qualities else None
-        if kinds is None:
+        return self._met_of_kinds(config, kinds)
+
+    def _met_of_kinds(self, config: IntraConfig, kinds: frozenset | None
+                      ) -> tuple[tuple[int, int], ...]:
+        """:meth:`_met_qualities` of layouts of these TP kinds (:meth:`_tp_kinds`), kept per
+        (t, kinds)."""
+        qualities = self._tp_qualities(config.tp)
+        if kinds is None or not qualities:
             return qualities
         if (config.tp, kinds) not in self._met:
             most = max((kind for kind in kinds if kind != "inside"), default=0)
@@ -2482,15 +2503,12 @@ class _Search:
         :meth:`_tp_qualities` (rows) and d (columns), whether it is met; kept per (c, S)
         over d (the microbatch sizes, v and z of one (c, S) share them)."""
         qualities = self._tp_qualities(config.tp)
-        row = self._met_bits.get((config, num_stages))
-        if row is None:
-            size = self.instance.cluster.num_devices // (config.devices * num_stages)
-            row = self._met_bits[config, num_stages] = np.full(size, -1, dtype=np.int64)
-        for index in np.flatnonzero(row[dps - 1] < 0).tolist():
-            met = self._met_qualities(config, num_stages, int(dps[index]))
-            row[dps[index] - 1] = sum(1 << bit for bit, pair in enumerate(qualities)
-                                      if pair in met)
-        return (row[dps - 1][None, :] >> np.arange(len(qualities))[:, None]) & 1 == 1
+        codes = self._kind_codes(config, num_stages, dps) if qualities else \
+            np.zeros(len(dps), dtype=np.int64)
+        bits = np.array([sum(1 << bit for bit, pair in enumerate(qualities)
+                             if pair in self._met_of_kinds(config, kinds))
+                         for kinds in self._kinds_seen] or [0], dtype=np.int64)
+        return (bits[codes][None, :] >> np.arange(len(qualities))[:, None]) & 1 == 1
 
     def _layout_class_bound(self, shape: Shape, chunk_bound: int) -> int:
         """A lower bound on T over the plans of the shape in the structured space (the
@@ -3945,6 +3963,14 @@ def _block_count_ranges(blocks: Blocks, num_layers: int, virtual: int
         ranges.append((np.clip(first, 0, num_layers - 1), np.clip(last, 0, num_layers - 1),
                        counts >= max(fewest, 0)))
     return tuple(ranges)
+
+
+def _classes_of_kinds(kinds: frozenset | None) -> frozenset | None:
+    """:meth:`_Search._tp_classes` of layouts of these TP kinds: "inside" and "crossing"
+    (kind 1), None where a kind is neither (or the kinds are unknown)."""
+    if kinds is None or any(kind not in ("inside", 1) for kind in kinds):
+        return None
+    return frozenset("inside" if kind == "inside" else "crossing" for kind in kinds)
 
 
 def _least_counted(weights: np.ndarray, multiplicity: np.ndarray, count: int) -> np.ndarray:
