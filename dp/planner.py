@@ -643,8 +643,7 @@ class _Search:
             known = -1 if found is None else int(found[0][outer.dp - 1])
             if known < 0:
                 return bound
-            vector = self._zero_bounds.get(key + (zero,))
-            least = min(least, max(known, 0 if vector is None else int(vector[outer.dp - 1])))
+            least = min(least, max(known, self._known_bound(key + (zero,), outer.dp)))
         return max(bound, least)
 
     def _group_bounds(self, outer: Outer) -> np.ndarray | bool:
@@ -1610,22 +1609,26 @@ class _Search:
             if floor is not None:  # the floor's, for the search
                 self._deepened[outer.key] = (self.best.objective, deepened)
         least = INF
-        zeros = self._zero_stages(table, dp, num_stages, virtual)
+        # per z, a bound known before pricing any (the deepening's or the floor's, else the
+        # larger of the vector one of its (c, b, S, v) and one priced under an older
+        # incumbent; each at most the case split's or holding without it); None: none
+        knowns: dict[int, int | None] = {}
+        for zero in self._zero_stages(table, dp, num_stages, virtual):
+            vector = self._zero_bounds.get((outer.choice_index, num_stages, virtual, zero))
+            knowns[zero] = deepened.get(zero)
+            if knowns[zero] is None and (vector is not None or zero in stale):
+                knowns[zero] = max(-1 if vector is None else int(vector[dp - 1]),
+                                   stale.get(zero, -1))
+        zeros = list(knowns)
         if floor is not None:  # the z of least known bound first: a layout passing ends it
-            zeros = sorted(zeros, key=lambda zero: deepened.get(zero, stale.get(
-                zero, self._known_bound((outer.choice_index, num_stages, virtual, zero), dp))))
+            zeros.sort(key=lambda zero: knowns[zero] or 0)
         for zero in zeros:
             shape = Shape(table, num_stages, dp, virtual, zero, microbatches)
             tau_bound = max(outer.chunk_bound, self._gather_bound(shape))
             sync_bound = self._sync_bound(shape)
-            # with a bound of z known (the deepening's or the floor's, else the vector one of
-            # its (c, b, S, v) or one priced under an older incumbent: the larger; each at
-            # most the case split's or holding without it), the shape's case split is priced
-            # once a layout passes its own bounds (most never do): ``shaped``
-            vector = self._zero_bounds.get((outer.choice_index, num_stages, virtual, zero))
-            known = deepened.get(zero)
-            if known is None and (vector is not None or zero in stale):
-                known = max(-1 if vector is None else int(vector[dp - 1]), stale.get(zero, -1))
+            # with a known bound of z the shape's case split is priced once a layout passes
+            # its own bounds (most never do): ``shaped``
+            known = knowns[zero]
             shaped = known is None
             bound = self._shape_bound(shape, outer.chunk_bound) if shaped else known
             # cheaper first, each only while the shape may still win: the stage-by-stage
@@ -1829,15 +1832,13 @@ class _Search:
         pair's id σ_S more, so the pair's tier is a function of the id modulo M, the
         largest domain that may separate two ids (every smaller one divides it): read from
         a table over the M residues (:meth:`_pair_tier_table`), without placing any rank."""
-        if not (self.geometries.strided and not layout.digits and config.cp == 1
-                and not layout.arrayed(config, num_stages, dp)):
+        if config.cp > 1 or not self._canonical_positions(layout, config, num_stages, dp):
             ends = rank_end_devices(layout, config, num_stages, dp,
                                     self.geometries.order_of(layout), self.network.node_size)
             # (which id of a pair is the smaller does not matter: a domain separates both)
             return self.network.tier_of_pairs(ends[:-1], ends[1:]).max(axis=2)
         strides = layout_strides(layout, config, num_stages, dp)
-        modulus = max([size for size in self.network.cluster.network.domain_sizes()
-                       if size < self.network.num_devices], default=1)
+        modulus = max(self.network.separating_sizes, default=1)
         # a step of M or more crosses every domain below M, as M does (ids stay below 2N)
         table = self._pair_tier_table(min(strides[Dim.STAGE], modulus), modulus)
         replicas = np.arange(dp, dtype=np.int64)
@@ -1853,6 +1854,14 @@ class _Search:
             + np.arange(num_stages - 1, dtype=np.int64) * strides[Dim.STAGE]
         ids = (first[:, None] + replica_ids[None, :]) % modulus
         return np.maximum(table[ids], table[(ids + last_rank) % modulus])
+
+    def _canonical_positions(self, layout: RankLayout, config: IntraConfig, num_stages: int,
+                             dp: int) -> bool:
+        """Whether the layout's ids are its mixed-radix positions plus its offset: it reads
+        the canonical order (ids 0..N−1, a tiered network) with no digit order, and no node
+        tail or gathered ends is in effect at this shape."""
+        return self.geometries.strided and not layout.digits and \
+            not layout.arrayed(config, num_stages, dp)
 
     def _pair_tier_table(self, step: int, modulus: int) -> np.ndarray:
         """The tier of the pair (u, u + ``step``) for every residue u < ``modulus`` (the
@@ -1881,8 +1890,7 @@ class _Search:
             if len(self._leaving_replicas) >= LAYOUT_KEYS_KEPT:
                 self._leaving_replicas.clear()
             order = self.geometries.order_of(layout)
-            if self.geometries.strided and not layout.digits and \
-                    not layout.arrayed(config, num_stages, dp):
+            if self._canonical_positions(layout, config, num_stages, dp):
                 ends = rank_end_devices(layout, config, num_stages, dp, order,
                                         self.network.node_size,
                                         np.array([0, num_stages - 1], dtype=np.int64))

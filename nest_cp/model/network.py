@@ -106,16 +106,15 @@ class NetworkModel:
         network = cluster.network
         if isinstance(network, HierarchicalNetwork):
             self._domains = network.domain_sizes()
-            # the domains that may separate two of the N ids (the others hold all of them;
-            # one of N ids where none may, so arrays still give arrays), and whether ids up
-            # to 2N fit 32 bits (numpy divides those about 3x faster)
-            self._separating = tuple(size for size in self._domains
-                                     if size < self.num_devices) or (self.num_devices,)
+            # the domains that may separate two of the N ids (the others hold all of them),
+            # and whether ids up to 2N fit 32 bits (numpy divides those about 3x faster)
+            self.separating_sizes = tuple(size for size in self._domains
+                                          if size < self.num_devices)
             self._narrow = 2 * self.num_devices <= np.iinfo(np.int32).max
             self._tier_paths = tuple(Path(effective_bandwidth(t), exact(t.latency_s))
                                      for t in network.tiers)
         else:
-            self._domains = self._separating = ()
+            self._domains = self.separating_sizes = ()
             self._narrow = False
             self._tier_paths = ()
         self._channel_paths: dict[tuple[int, int], Path] = {}
@@ -140,7 +139,9 @@ class NetworkModel:
         if isinstance(lowest, np.ndarray) and lowest.dtype.itemsize > 4 and self._narrow \
                 and np.ndim(highest) > 0:
             lowest, highest = lowest.astype(np.int32), np.asarray(highest).astype(np.int32)
-        return sum((lowest // size) != (highest // size) for size in self._separating)
+        # (one domain of N ids where none may separate: arrays still give arrays)
+        return sum((lowest // size) != (highest // size)
+                   for size in self.separating_sizes or (self.num_devices,))
 
     def tier_of(self, devices: Iterable[int]) -> int:
         """Smallest tier whose domain holds all ``devices`` (hierarchical networks only)."""
