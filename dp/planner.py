@@ -1312,13 +1312,8 @@ class _Search:
         their cheapest path over every tier (``first_tier`` 0), or over the tiers
         ``first_tier`` .. (1: off the node, :meth:`_off_node_chunk_bound`; above a domain
         tier: :meth:`_domain_bound`)."""
-        base, activation, received = self._cheapest_ranges(table)
-        if first_tier > 0:
-            activation, received = self._receives_from(table, first_tier)
+        weight = self._suffix_weight(table, first_tier)
         num_layers = table.num_layers
-        lasts = np.arange(num_layers)
-        weight = base + activation[:, None] + np.where(lasts < num_layers - 1, received, 0)
-        weight = np.where(lasts[None, :] >= lasts[:, None], weight, INF)
         least = weight[:, num_layers - 1].copy()  # h_1
         bounds = {1: int(least[0])}
         for num_chunks in range(2, num_layers + 1):
@@ -1326,6 +1321,18 @@ class _Search:
             least = np.maximum(weight, after[None, :]).min(axis=1)
             bounds[num_chunks] = int(least[0])
         return bounds
+
+    def _suffix_weight(self, table: LayerTable, first_tier: int = 0) -> np.ndarray:
+        """L x L: c(f, l) of :meth:`_chunk_time_bounds`, a chunk's weight as a function of
+        its layers f..l alone (INF for l < f), receives as :meth:`_min_max_per_chunk_count`
+        has them."""
+        base, activation, received = self._cheapest_ranges(table)
+        if first_tier > 0:
+            activation, received = self._receives_from(table, first_tier)
+        lasts = np.arange(table.num_layers)
+        weight = base + activation[:, None] + np.where(lasts < table.num_layers - 1,
+                                                        received, 0)
+        return np.where(lasts[None, :] >= lasts[:, None], weight, INF)
 
     def _cheapest_ranges(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The parts of :meth:`_cheapest_times`: the L x L range sums of compute plus every
@@ -2377,35 +2384,131 @@ class _Search:
         key = ("crossing bound", num_chunks, channels, num_stages, above)
         if key in table.cache:
             return table.cache[key]
-        config = table.config
-        paths = crossing_tp_paths(self.network, config.tp, channels, above)
-        if not paths:
+        if not crossing_tp_paths(self.network, table.config.tp, channels, above):
             table.cache[key] = INF
             return INF
+        blocks = block_structure(table)
+        if num_stages == num_chunks:
+            table.cache[key] = self._crossing_per_chunk_count(table, channels, above)[
+                num_chunks]
+            return table.cache[key]
+        if blocks is not None:
+            table.cache[key] = self._counted_crossing_bound(table, blocks, num_chunks,
+                                                            num_stages, channels, above)
+            return table.cache[key]
         cheapest = self._cheapest_times(table, num_chunks)
         extra = windows(self._crossing_extra(table, channels, above), num_chunks)
         width = table.num_layers - num_chunks + 1
         ordered = np.triu(np.ones((width, width), dtype=bool))
         cheap = np.where(ordered, cheapest, INF)
         cross = np.where(ordered, cheapest + extra, INF)
-        if num_stages < num_chunks:  # the kernel's recurrence for every s at once (row s)
-            value = np.full((num_stages, width), INF, dtype=np.int64)
-            value[:, width - 1] = 0
-            for chunk in range(num_chunks - 1, -1, -1):
-                crossing = chunk % num_stages  # the row whose chunk crosses
-                across = np.maximum(cross[chunk], value[crossing][None, :]).min(axis=1)
-                value = np.maximum(cheap[chunk][None], value[:, None, :]).min(axis=2)
-                value[crossing] = across
-            table.cache[key] = int(value[:, 0].min())
-            return table.cache[key]
-        every = np.full(width, INF, dtype=np.int64)  # A(k + 1, ·), from A(K, ·)
-        every[width - 1] = 0
-        crossed = np.full(width, INF, dtype=np.int64)  # B(K, ·)
+        value = np.full((num_stages, width), INF, dtype=np.int64)  # every s at once (row s)
+        value[:, width - 1] = 0
         for chunk in range(num_chunks - 1, -1, -1):
-            crossed = np.minimum(np.maximum(cross[chunk], every[None, :]),
-                                 np.maximum(cheap[chunk], crossed[None, :])).min(axis=1)
-            every = np.maximum(cheap[chunk], every[None, :]).min(axis=1)
-        table.cache[key] = int(crossed[0])
+            crossing = chunk % num_stages  # the row whose chunk crosses
+            across = np.maximum(cross[chunk], value[crossing][None, :]).min(axis=1)
+            value = np.maximum(cheap[chunk][None], value[:, None, :]).min(axis=2)
+            value[crossing] = across
+        table.cache[key] = int(value[:, 0].min())
+        return table.cache[key]
+
+    def _counted_crossing_bound(self, table: LayerTable, blocks: Blocks, num_chunks: int,
+                                num_stages: int, channels: int, above: int) -> int:
+        """τ_h of :meth:`_crossing_chunk_bound` with S < K on a workload of blocks
+        (:func:`~nest_cp.dp.interleaved.block_structure`), by block counts instead of the
+        recurrence over splits, at most its value.
+
+        Chunk 0 holds layer 0 and chunk K − 1 layer L − 1 (each chunk holds a layer), so
+        with N_k the blocks of chunk k, chunk 0's layers are [0, lead + N_0 − 1] and chunk
+        K − 1's [L − trail − N_{K−1}, L − 1], functions of the count; every other chunk
+        holds N_k >= 1 consecutive blocks, whose weight (cheapest or crossing) is at least
+        the least over the places N blocks may take (the blocks' totals are the same
+        anywhere; only the receives before and after may differ): the weights per kind of
+        :meth:`_crossing_count_weights`.  The crossing stage s runs chunk 0 and v − 1 middle
+        chunks (s = 0), chunk K − 1 and v − 1 middle ones (s = S − 1), or v middle ones;
+        the others run on their cheapest times.  For the split of any plan with stage s
+        crossing, its max over chunks X is at least every chunk's kind weight at its count,
+        so those counts pass the test of :func:`_least_counted` at X, and the least value
+        passing it is at most X.  The least over the three cases of s is so at most τ_h."""
+        key = ("crossing counts", channels, above)
+        if key not in table.cache:
+            table.cache[key] = self._crossing_count_weights(table, blocks, channels, above)
+        weights = table.cache[key]
+        virtual = num_chunks // num_stages
+        rest = num_chunks - virtual
+        # per case of s, the chunks of each kind: (first, first crossing, middle, middle
+        # crossing, last, last crossing)
+        cases = [(0, 1, rest - 1, virtual - 1, 1, 0), (1, 0, rest - 1, virtual - 1, 0, 1)]
+        if num_stages >= 3:
+            cases.append((1, 0, rest - 2, virtual, 1, 0))
+        return min(int(_least_counted(weights, np.array(case), blocks.count)[0])
+                   for case in cases)
+
+    def _crossing_count_weights(self, table: LayerTable, blocks: Blocks, channels: int,
+                                above: int) -> np.ndarray:
+        """(1, 6, n + 1): per block count N, the weight of a first chunk, a middle one and a
+        last one (K >= 2), each on its cheapest time and on its crossing time
+        (:meth:`_crossing_per_chunk_count`'s c and x), INF where no chunk of the kind holds
+        N blocks (a middle chunk at least one, no first chunk the last layer, no last
+        chunk the first); a middle chunk's the least over the places of its blocks."""
+        cheap = self._suffix_weight(table)
+        extra = self._crossing_extra(table, channels, above)
+        last_layer, counts = table.num_layers - 1, np.arange(blocks.count + 1)
+        ends = blocks.leading + counts - 1  # a first chunk's last layer
+        usable = (ends >= 0) & (ends < last_layer)
+        ends = np.clip(ends, 0, last_layer)
+        first = (np.where(usable, cheap[0, ends], INF), np.where(usable, extra[0, ends], 0))
+        starts = last_layer + 1 - blocks.trailing - counts  # a last chunk's first layer
+        usable = (starts >= 1) & (starts <= last_layer)
+        starts = np.clip(starts, 0, last_layer)
+        last = (np.where(usable, cheap[starts, last_layer], INF),
+                np.where(usable, extra[starts, last_layer], 0))
+        # a middle chunk: blocks from f to f + N − 1, neither layer 0 nor L − 1
+        places = np.arange(max(blocks.leading, 1),
+                           min(blocks.leading + blocks.count, last_layer))[:, None]
+        ends = places + counts[None, :] - 1
+        usable = (counts[None, :] >= 1) & (ends < min(blocks.leading + blocks.count,
+                                                        last_layer))
+        ends = np.clip(ends, 0, last_layer)
+        places = np.broadcast_to(places, ends.shape)
+        middle = np.where(usable, cheap[places, ends], INF)
+        crossed = np.where(usable, middle + extra[places, ends], INF)
+        kinds = [first[0], first[0] + first[1],
+                 middle.min(axis=0, initial=INF), crossed.min(axis=0, initial=INF),
+                 last[0], last[0] + last[1]]
+        return np.minimum(np.stack(kinds), INF)[None]
+
+    def _crossing_per_chunk_count(self, table: LayerTable, channels: int,
+                                  above: int) -> dict[int, int]:
+        """τ_h of :meth:`_crossing_chunk_bound` with S = K (one crossing chunk) for every K,
+        by one recurrence over layer suffixes (as :meth:`_chunk_time_bounds`: a chunk's
+        cheapest time is a function of its layers f..l alone, c(f, l), and so is its
+        crossing time x(f, l) = c(f, l) + :meth:`_crossing_extra`): with h_k of that
+        docstring and g_k(f) the least maximum weight over splits of f..L − 1 into k chunks
+        of which one, chosen freely, weighs its crossing time,
+
+            g_1(f) = x(f, L − 1),
+            g_k(f) = min over l >= f of min(max(x(f, l), h_{k−1}(l + 1)),
+                                            max(c(f, l), g_{k−1}(l + 1))),
+
+        and τ_h(K) = g_K(0), the recurrence B of :meth:`_crossing_chunk_bound` read from the
+        end.  Kept per (layer table, h, above)."""
+        key = ("crossing per K", channels, above)
+        if key not in table.cache:
+            cheap = self._suffix_weight(table)
+            cross = np.where(cheap < INF, cheap + self._crossing_extra(table, channels, above),
+                             INF)
+            last = table.num_layers - 1
+            every, crossed = cheap[:, last].copy(), cross[:, last].copy()  # h_1, g_1
+            bounds = {1: int(crossed[0])}
+            for num_chunks in range(2, table.num_layers + 1):
+                every_after = np.append(every[1:], INF)  # h_{k-1}(l + 1), by l
+                crossed_after = np.append(crossed[1:], INF)
+                crossed = np.minimum(np.maximum(cross, every_after[None, :]),
+                                     np.maximum(cheap, crossed_after[None, :])).min(axis=1)
+                every = np.maximum(cheap, every_after[None, :]).min(axis=1)
+                bounds[num_chunks] = int(crossed[0])
+            table.cache[key] = bounds
         return table.cache[key]
 
     def _tp_classes(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
