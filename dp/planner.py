@@ -694,8 +694,9 @@ class _Search:
                                   outer.chunk_bound)
             if terms is not None:  # the class bound, a least of terms, raises no other d
                 wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
-                bound = np.maximum(bound, self._vector_class_bound(terms, config, num_stages,
-                                                                   dps, wanted))
+                bound = np.maximum(bound, self._vector_class_bound(
+                    terms, table, (num_stages, virtual, zero), dps, rounds, outer.chunk_bound,
+                    wanted))
             for tier in self._domain_tiers():
                 bound = np.maximum(bound, self._vector_domain_bound(
                     table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound, tier,
@@ -828,18 +829,38 @@ class _Search:
             terms[1] = rounds * np.maximum(crossing, parts[0]) + parts[1]
         return terms
 
-    def _vector_class_bound(self, terms: np.ndarray, config: IntraConfig, num_stages: int,
-                            dps: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    def _vector_class_bound(self, terms: np.ndarray, table: LayerTable, form: tuple[int, ...],
+                            dps: np.ndarray, rounds: np.ndarray, chunk_bound: int,
+                            wanted: np.ndarray) -> np.ndarray:
         """:meth:`_layout_class_bound` of (c, b, S, d, v, z) for the d of ``wanted`` (a mask
         over ``dps``) at once, each entry at most the exact one; 0 elsewhere (no claim).
-        The classes met are :meth:`_tp_classes` (c, S, d), by :meth:`_class_codes`, and
-        each entry the least of their :meth:`_class_terms` ``terms``, each at most the
-        exact term (the least never falls as a term falls), so at most the exact class
-        bound of its d, itself at most the cost of every plan the search visits there."""
-        codes = np.where(wanted, self._class_codes(config, num_stages, dps, wanted), 0)
-        least = np.minimum(np.where(codes & INSIDE, terms[0], INF),
-                           np.where(codes & CROSSING, terms[1], INF))
-        return np.where(codes > 0, least, 0)
+        The kinds met are :meth:`_tp_kinds` (c, S, d), by :meth:`_kind_codes`, and each
+        entry the least of their terms: :meth:`_class_terms` ``terms`` for "inside" and
+        1, and for a kind (m, r) rounds·max(τ_lb, τ_m, gathers_r) + sync_r with the parts
+        of :meth:`_vector_parts` (cap r), each at most the exact term (as there; the least
+        never falls as a term falls), so at most the exact class bound of its d, itself at
+        most the cost of every plan the search visits there.  ``form``: (S, v, z)."""
+        num_stages, virtual, zero = form
+        codes = np.where(wanted, self._kind_codes(table.config, num_stages, dps, wanted), -1)
+        least = np.zeros(len(dps), dtype=np.int64)
+        rows: dict = {"inside": terms[0], 1: terms[1]}
+        for code in np.unique(codes[codes >= 0]).tolist():
+            kinds = self._kinds_seen[code]
+            if not kinds:
+                continue
+            for kind in kinds:
+                if kind not in rows:
+                    quality, cap = kind
+                    tau = max(chunk_bound, self._kind_tau(table, num_stages,
+                                                          num_stages * virtual, quality))
+                    parts = self._vector_parts(table, num_stages, virtual, zero, dps, cap)
+                    rows[kind] = None if parts is None else np.full(len(dps), INF) \
+                        if tau >= INF else rounds * np.maximum(tau, parts[0]) + parts[1]
+            if any(rows[kind] is None for kind in kinds):
+                continue
+            at = codes == code
+            least[at] = np.min([rows[kind][at] for kind in kinds], axis=0)
+        return least
 
     def _class_codes(self, config: IntraConfig, num_stages: int, dps: np.ndarray,
                      wanted: np.ndarray) -> np.ndarray:
@@ -2536,11 +2557,12 @@ class _Search:
 
     def _tp_kinds(self, config: IntraConfig, num_stages: int, dp: int) -> frozenset | None:
         """Where the TP groups lie in the distinct layouts of (c, S, d) the search visits,
-        one kind per layout: "inside" (:meth:`_tp_classes`), or an integer m when every TP
-        group of the layout leaves its node with at most m members in any node, so that
-        its quality (:mod:`nest_cp.dp.node_bounds`: the fewest members in a node it
-        touches) is at most m; None when some layout is neither (or t = 1, e > 1, c > 1,
-        a graph).
+        one kind per layout: "inside" (:meth:`_tp_classes`), 1 (every TP group has each
+        member in its own node), or a pair (m, r) when every TP group of the layout leaves
+        its node with at most m members in any node, so that its quality
+        (:mod:`nest_cp.dp.node_bounds`: the fewest members in a node it touches) is at most
+        m, and no node holds more than r members of any of its sync groups; None when some
+        layout is none of these (or t = 1, e > 1, c > 1, a graph).
 
         m = 1 for the layouts of :func:`~nest_cp.dp.geometry.tp_groups_leave_nodes` (σ_T >=
         G_0: "crossing").  A layout whose positions are its order's mixed-radix ones (no
@@ -2551,8 +2573,16 @@ class _Search:
         at least (tier-0 domains: the argument of ``tp_groups_leave_nodes``), and a block
         of G_0 consecutive positions holds at most ⌈G_0 / σ_T⌉ terms of the progression:
         m = min(⌈G_0 / σ_T⌉, t // 2) (a group in two nodes or more has at most t // 2 in
-        the one it has fewest in).  Kept per (:meth:`_layouts_key`, S, min(d, M)) by the
-        argument of :meth:`_tp_classes` (σ_T >= G_0 for d >= M either way)."""
+        the one it has fewest in).  With e = c = 1 a sync group (and a ZeRO-3 gather group)
+        is the d replicas of one rank (s, j): its members' positions differ in the replica
+        digits only, so by at least σ_R, the least replica stride (:func:`layout_strides`,
+        the inner one under a replica block: the outer's weight is a multiple of it).  Two
+        mixed-radix positions whose lowest differing digit has weight w differ by a
+        non-zero multiple of w, and a block of G_0 consecutive positions holds at most
+        ⌈G_0 / σ_R⌉ of the members: r = ⌈G_0 / σ_R⌉.  Kept per
+        (:meth:`_layouts_key`, S, min(d, M)) by the argument of :meth:`_tp_classes`
+        (σ_T >= G_0 for d >= M either way; σ_R is a product of the radices t, e and S
+        before the replica digit, so it does not depend on d)."""
         clamp = max(self.network.node_size, 2) if self.network.is_hierarchical else dp
         key = (self._layouts_key(config, num_stages, dp), num_stages, min(dp, clamp))
         if key not in self._classes:
@@ -2568,7 +2598,8 @@ class _Search:
                 elif node % tp == 0 and stride == 1:
                     kinds.add("inside")
                 elif not layout.arrayed(config, num_stages, dp) and (tp - 1) * stride >= node:
-                    kinds.add(min(-(-node // stride), tp // 2))
+                    replica = layout_strides(layout, config, num_stages, dp)[Dim.REPLICA]
+                    kinds.add((min(-(-node // stride), tp // 2), -(-node // replica)))
                 else:
                     kinds = None
                     break
@@ -2597,7 +2628,8 @@ class _Search:
         if kinds is None or not qualities:
             return qualities
         if (config.tp, kinds) not in self._met:
-            most = max((kind for kind in kinds if kind != "inside"), default=0)
+            most = max((kind if kind == 1 else kind[0] for kind in kinds if kind != "inside"),
+                       default=0)
 
             def occurs(quality: int) -> bool:
                 return quality == config.tp and "inside" in kinds or quality < config.tp \
@@ -2624,17 +2656,25 @@ class _Search:
     def _layout_class_bound(self, shape: Shape, chunk_bound: int) -> int:
         """A lower bound on T over the plans of the shape in the structured space (the
         layouts the search visits, :meth:`_layouts`), from where their TP groups lie
-        (:meth:`_tp_classes`); 0 when some layout's TP groups may lie elsewhere.
+        (:meth:`_tp_kinds`); 0 when some layout's TP groups may lie elsewhere.
 
         The DP is exact over its structured space, so a bound needs to hold for those
         plans only.  Each of them uses one visited layout, so it costs at least its
-        layout's class term, and the least over the classes met bounds them all:
+        layout's kind term, and the least over the kinds met bounds them all:
 
         - "inside": every TP group in one node, least quality h = t, so :meth:`_shape_bound`'s
           h = t term, rounds·max(τ_lb, τ_t, gathers_c) + sync_c with c = ⌊G_0 / t⌋ (Fact 1
           of :mod:`nest_cp.dp.node_bounds`; τ_t of :meth:`_off_node_chunk_bound`, whose
           premise this is; the other h of that case split cannot occur);
-        - "crossing": :meth:`_all_crossing_bound`.
+        - 1 ("crossing"): :meth:`_all_crossing_bound`;
+        - (m, r): every stage's least quality h_s is at most m (< t), so its chunks cost at
+          least their crossing times at h_s (Fact 2, as in :meth:`_shape_bound`) and
+          max_k τ_k >= τ_m, the least of :meth:`_crossing_chunk_bound` over the qualities
+          h <= m of :func:`tp_qualities`; no node holds more than r members of a sync or
+          ZeRO-3 gather group, so each runs on :func:`capped_group_paths` (g, r) or a
+          slower path and every step of :meth:`_gather_bound` and
+          :meth:`_fresh_sync_bound` holds there: rounds·max(τ_lb, τ_m, gathers_r) + sync_r
+          (τ_m of :meth:`_kind_tau`).
 
         Kept per (layer table, S, d, v, z)."""
         table = shape.table
@@ -2642,23 +2682,38 @@ class _Search:
         found = self._class_bounds.get(key)
         if found is not None and found[0] is table:
             return found[1]
-        classes = self._tp_classes(table.config, shape.num_stages, shape.dp)
-        if not classes:
+        kinds = self._tp_kinds(table.config, shape.num_stages, shape.dp)
+        if not kinds:
             return 0
-        terms = []
-        if "inside" in classes:
-            tp = table.config.tp
-            cap = node_cap(self.network, tp)
-            terms.append(shape.rounds * max(
-                chunk_bound, self._off_node_chunk_bound(table, shape.num_chunks),
-                self._gather_bound(shape, cap)) + self._sync_bound(shape, cap))
-        if "crossing" in classes:
-            terms.append(self._all_crossing_bound(shape))
-        bound = min(terms)
+        bound = min(self._kind_term(shape, chunk_bound, kind) for kind in kinds)
         if len(self._class_bounds) >= STAGEWISE_KEPT:
             self._class_bounds.clear()
         self._class_bounds[key] = (table, bound)
         return bound
+
+    def _kind_term(self, shape: Shape, chunk_bound: int, kind) -> int:
+        """The term of :meth:`_layout_class_bound` of one kind of :meth:`_tp_kinds`, a lower
+        bound on T over the plans of the shape on a layout of that kind."""
+        table = shape.table
+        if kind == 1:
+            return self._all_crossing_bound(shape)
+        if kind == "inside":
+            cap = node_cap(self.network, table.config.tp)
+            tau = self._off_node_chunk_bound(table, shape.num_chunks)
+        else:
+            quality, cap = kind
+            tau = self._kind_tau(table, shape.num_stages, shape.num_chunks, quality)
+        return min(INF, shape.rounds * max(chunk_bound, tau, self._gather_bound(shape, cap))
+                   + self._sync_bound(shape, cap))
+
+    def _kind_tau(self, table: LayerTable, num_stages: int, num_chunks: int,
+                  quality: int) -> int:
+        """τ_m of :meth:`_layout_class_bound` (m = ``quality``): the least over the
+        qualities h <= m, h < t, of :func:`tp_qualities` of :meth:`_crossing_chunk_bound`
+        (h); 0 where there is none (no claim)."""
+        return min((self._crossing_chunk_bound(table, num_chunks, raw, num_stages)
+                    for raw in tp_qualities(self.network, table.config.tp)
+                    if raw <= quality and raw < table.config.tp), default=0)
 
     def _all_crossing_bound(self, shape: Shape) -> int:
         """A lower bound on T over the plans of the shape whose every TP group has each of

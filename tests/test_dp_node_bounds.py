@@ -169,6 +169,49 @@ def test_inside_class_reads_the_placement():
     assert inside and tails
 
 
+def test_straddling_kinds_read_the_placement():
+    """Where _tp_kinds gives a visited layout the kind (m, r) (TP groups straddling nodes),
+    every TP group of its placement touches two nodes or more and has at most m members in
+    one of them (its quality), and every sync group (the d replicas of a rank) has at most
+    r members in a node, on nodes of 4 and 8 (TP strides between 1 and G_0, spare nodes,
+    replica blocks); kinds with r = 1 and with r > 1 both occur."""
+    from nest_cp.dp.geometry import Dim, layout_strides
+
+    caps = set()
+    for tier_sizes in ((8, 4, 2), (8, 2, 3), (4, 4, 4)):
+        instance = random_instance(0, tier_sizes=tier_sizes)
+        search = planner._Search(instance, SolveOptions(), None)
+        network, node = search.network, search.network.node_size
+        for config in (IntraConfig(tp=4), IntraConfig(tp=8)):
+            for num_stages in range(1, 8):
+                for dp in range(1, network.num_devices // (config.devices * num_stages) + 1):
+                    pairs = [kind for kind in search._tp_kinds(config, num_stages, dp) or ()
+                             if isinstance(kind, tuple)]
+                    for _, layout in search._layouts(config, num_stages, dp) if pairs else ():
+                        stride = layout_strides(layout, config, num_stages, dp)[Dim.TP]
+                        if layout.arrayed(config, num_stages, dp) or not 1 < stride < node:
+                            continue
+                        (most, cap), = [kind for kind in pairs if kind == (
+                            min(-(-node // stride), config.tp // 2), kind[1])
+                            and kind[1] == -(-node // layout_strides(
+                                layout, config, num_stages, dp)[Dim.REPLICA])]
+                        devices = layout.devices(config, num_stages, dp, np.array(
+                            network.layout_order(layout)), node)
+                        placement = tuple(np.ravel(devices).tolist())
+                        for group in _tp_groups(placement, config, num_stages, dp):
+                            nodes = [device // node for device in group]
+                            assert len(set(nodes)) >= 2, (tier_sizes, config, layout.name)
+                            assert min(nodes.count(n) for n in nodes) <= most
+                        for stage in range(num_stages):
+                            for rank in range(config.devices):
+                                nodes = [placement[(stage * dp + replica) * config.devices
+                                                   + rank] // node for replica in range(dp)]
+                                assert max(nodes.count(n) for n in nodes) <= cap, \
+                                    (tier_sizes, config, num_stages, dp, layout.name, cap)
+                        caps.add(cap == 1)
+    assert caps == {True, False}
+
+
 def test_met_qualities_hold_every_stage_of_the_visited_layouts():
     """Every stage of every visited layout's placement has a least TP quality h_s that a
     pair of _met_qualities stands for (the same cap ⌊G_0 / h_s⌋, h >= h_s), on 8- and
@@ -304,6 +347,48 @@ def test_layout_class_bound_never_exceeds_the_structured_optimum(tier_sizes, ris
             raised += bound > search._shape_bound(shape, chunk)
             tight += bound == optimum
     assert known and (not rises or (raised and tight))
+
+
+def test_straddling_kind_terms_never_exceed_their_layouts_optimum():
+    """t = 4 on nodes of 4 and of 8, where some visited layouts put each TP group in two
+    nodes (a kind (m, r) of _tp_kinds, S >= 2): on every such layout, the class bound's
+    term of its kind is at most the least objective over every split of the shape placed
+    by that layout, and it rises above the case-split bound on some; the class bound
+    itself is at most the least objective over every structured placement."""
+    from nest_cp.dp.geometry import Dim, layout_strides
+
+    met = raised = 0
+    for seed, tier_sizes in ((0, (4, 2, 2)), (1, (4, 2, 2)), (4, (8, 2))):
+        instance = _instance(seed, tier_sizes, (IntraConfig(tp=4),), seed == 1)
+        search = planner._Search(instance, SolveOptions(), None)
+        network, node = search.network, search.network.node_size
+        for choice_index, shape, exhaustive_shape in v1_shapes(search, instance, min_dp=2):
+            config, num_stages, dp = shape.table.config, shape.num_stages, shape.dp
+            kinds = search._tp_kinds(config, num_stages, dp) or ()
+            if not any(isinstance(kind, tuple) for kind in kinds):
+                continue
+            chunk = search._chunk_time_bounds(choice_index)[shape.num_chunks]
+            placements = []
+            for _, layout in search._layouts(config, num_stages, dp):
+                devices = tuple(np.ravel(layout.devices(config, num_stages, dp, np.array(
+                    network.layout_order(layout)), node)).tolist())
+                placements.append(devices)
+                strides = layout_strides(layout, config, num_stages, dp)
+                if layout.arrayed(config, num_stages, dp) or not 1 < strides[Dim.TP] < node:
+                    continue
+                kind = (min(-(-node // strides[Dim.TP]), config.tp // 2),
+                        -(-node // strides[Dim.REPLICA]))
+                assert kind in kinds
+                optimum = shape_optimum(instance, exhaustive_shape, [devices])
+                if optimum == math.inf:
+                    continue
+                term = search._kind_term(shape, chunk, kind)
+                assert term <= optimum, (shape, layout.name, kind, term, optimum)
+                met += 1
+                raised += term > search._shape_bound(shape, chunk)
+            optimum = shape_optimum(instance, exhaustive_shape, placements)
+            assert search._layout_class_bound(shape, chunk) <= optimum
+    assert met and raised
 
 
 def test_off_node_receive_bound_never_exceeds_the_exhaustive_optimum():

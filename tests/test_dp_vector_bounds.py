@@ -235,7 +235,8 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                         terms = search._class_terms(table, num_stages, virtual, zero, dps,
                                                     rounds, chunk)
                         vector = search._vector_class_bound(
-                            terms, config, num_stages, dps, np.ones(len(dps), dtype=bool))
+                            terms, table, (num_stages, virtual, zero), dps, rounds, chunk,
+                            np.ones(len(dps), dtype=bool))
                         for dp in dps.tolist():
                             shape = Shape(table, num_stages, dp, virtual, zero,
                                           int(microbatches[dp - 1]))
