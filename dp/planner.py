@@ -652,10 +652,10 @@ class _Search:
         (:meth:`_zero_stages`, here as masks over d), over those some split fits in memory,
         of :meth:`_vector_shape_bound`, itself at most :meth:`_shape_bound` (both halves,
         fastest-path and case split) of the same shape (:mod:`nest_cp.dp.vector_bounds`),
-        raised, once there is an incumbent and where t fills a node
-        (:meth:`_classes_vectored`), by :meth:`_vector_class_bound` at the d where it may
-        still beat the incumbent (the others are never searched: the incumbent only
-        improves) and some class term exceeds it (elsewhere their least cannot), and by
+        raised, once there is an incumbent and where t >= 2 (:meth:`_class_terms`), by
+        :meth:`_vector_class_bound` at the d where it may still beat the incumbent (the
+        others are never searched: the incumbent only improves) and some class term exceeds
+        it (elsewhere their least cannot), and by
         :meth:`_vector_domain_bound` of every tier of :meth:`_domain_tiers` (the domain
         bound's case A where no stage fits a domain; none on networks without such a tier);
         INF where none fits (no plan).  False when a collective is not a ring form.  The
@@ -689,9 +689,8 @@ class _Search:
             bound = table.cache[form]
             if bound is None:
                 return False
-            terms = None if objective is None or not self._classes_vectored(config) else \
-                self._class_terms(table, num_stages, virtual, zero, dps, rounds,
-                                  outer.chunk_bound)
+            terms = None if objective is None else self._class_terms(
+                table, num_stages, virtual, zero, dps, rounds, outer.chunk_bound)
             if terms is not None:  # the class bound, a least of terms, raises no other d
                 wanted = mask & (bound <= objective) & (terms.max(axis=0) > bound)
                 bound = np.maximum(bound, self._vector_class_bound(
@@ -786,14 +785,6 @@ class _Search:
                 np.maximum(tau, capped[0]), crossing) + sync), leaving)
         bound = np.minimum(least, leaving)  # INF where no term is left: claimed no further
         return np.where(claimed & (bound < INF), bound, 0)
-
-    def _classes_vectored(self, config: IntraConfig) -> bool:
-        """Whether :meth:`_group_bounds` prices the class bound for every d of c: where
-        the TP groups fill a node (t = G_0), whose "inside" term holds every receive across
-        nodes (:meth:`_off_node_chunk_bound`); elsewhere it seldom drops an outer and the
-        classes of every d cost more than they save (the H100 spine-leaf, t = 4 on nodes of
-        8), so :meth:`_deeper_bound` asks the exact one of the outers it deepens."""
-        return config.tp == self.network.node_size
 
     def _class_terms(self, table: LayerTable, num_stages: int, virtual: int, zero: int,
                      dps: np.ndarray, rounds: np.ndarray, chunk_bound: int) -> np.ndarray | None:
@@ -1125,8 +1116,7 @@ class _Search:
                                              zero))
             bound = int(vector[outer.dp - 1]) if vector is not None else \
                 self._shape_bound(shape, outer.chunk_bound, split)
-            classless = vector is None or group in self._unclassed or \
-                not self._classes_vectored(table.config)
+            classless = vector is None or group in self._unclassed
             # the stage-by-stage bound first: mostly read from its rows (priced for many d
             # at once), it drops most outers before the class bound is priced one by one
             if split and bound < least and self.best.may_beat(bound, outer.key + (zero,)):

@@ -201,9 +201,9 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
     """Per (c, S, v, z) on networks of nodes of 2, 4 and 8 with t = 2, 4, 8: the d-vector
     of the class bound of the structured layouts is at most :meth:`_layout_class_bound` at
     every d, within rounding of it (0 exactly where it is 0), and both classes occur; with
-    an incumbent, where t fills a node, the group bounds of every z hold it at the d that may
-    beat the incumbent, and lie between it and the largest of the exact class, case-split
-    and domain bounds (the last where a stage of t·d leaves its tier-1 domain)."""
+    an incumbent the group bounds of every z hold it at the d that may beat the incumbent,
+    and lie between it and the largest of the exact class, case-split and domain bounds
+    (the last where a stage of t·d leaves its tier-1 domain)."""
     from nest_cp.harness.generators import random_instance
 
     met, compared, raised = set(), 0, 0
@@ -250,8 +250,7 @@ def test_vector_class_bound_never_exceeds_the_exact_one():
                             group = search._zero_bounds.get(
                                 (choice_index, num_stages, virtual, zero))
                             if not grouped or group is None or zero not in \
-                                    search._zero_stages(table, dp, num_stages, virtual) \
-                                    or not search._classes_vectored(config):
+                                    search._zero_stages(table, dp, num_stages, virtual):
                                 continue
                             ceiling = max(exact, search._shape_bound(shape, chunk),
                                           search._domain_bound(shape, chunk, (choice_index,)))
