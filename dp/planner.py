@@ -2389,7 +2389,10 @@ class _Search:
         and the others on cheapest ones (at least the one-chunk value above).  INF when no
         tier above the node holds t devices.  With ``above`` >= 1, the same for a TP group
         that leaves its tier-``above`` domain (its paths :func:`crossing_tp_paths` (t, h,
-        above)).  Kept per (layer table, K, h, S, above)."""
+        above)).  B(0, 0) of every K at once by :meth:`_crossing_per_chunk_count`; with S < K
+        on a workload of blocks the block-count bound of :meth:`_counted_crossing_bound`
+        (at most the value above), else the recurrence above for every s side by side.  Kept
+        per (layer table, K, h, S, above)."""
         if num_stages is None or num_stages >= num_chunks:
             num_stages = num_chunks
         key = ("crossing bound", num_chunks, channels, num_stages, above)
@@ -2398,11 +2401,11 @@ class _Search:
         if not crossing_tp_paths(self.network, table.config.tp, channels, above):
             table.cache[key] = INF
             return INF
-        blocks = block_structure(table)
         if num_stages == num_chunks:
             table.cache[key] = self._crossing_per_chunk_count(table, channels, above)[
                 num_chunks]
             return table.cache[key]
+        blocks = block_structure(table)
         if blocks is not None:
             table.cache[key] = self._counted_crossing_bound(table, blocks, num_chunks,
                                                             num_stages, channels, above)
