@@ -129,6 +129,7 @@ from nest_cp.dp.geometry import (
     layout_strides,
     rank_devices,
     rank_end_devices,
+    replica_box,
     tp_groups_leave_nodes,
 )
 from nest_cp.dp.interleaved import (
@@ -1860,12 +1861,10 @@ class _Search:
         # a step of M or more crosses every domain below M, as M does (ids stay below 2N)
         table = self._pair_tier_table(min(strides[Dim.STAGE], modulus), modulus)
         replicas = np.arange(dp, dtype=np.int64)
-        block = layout.block(config, num_stages, dp)
-        if block > 1:  # r_in inside, r_out outermost (replica_box)
-            replica_ids = replicas % block * strides[Dim.REPLICA] \
-                + replicas // block * (config.devices * num_stages * block)
-        else:
-            replica_ids = replicas * strides[Dim.REPLICA]
+        replica_ids = np.zeros(dp, dtype=np.int64)
+        for stride, count in replica_box(layout, strides, config, num_stages, dp):  # r_in first
+            replica_ids += replicas % count * stride
+            replicas //= count
         last_rank = (config.tp - 1) * strides[Dim.TP] + (config.ep - 1) * strides[Dim.EP]
         first = layout.offset(config, num_stages, dp, self.network.num_devices,
                               self.network.node_size) \
@@ -2464,19 +2463,16 @@ class _Search:
         last one (K >= 2), each on its cheapest time and on its crossing time
         (:meth:`_crossing_per_chunk_count`'s c and x), INF where no chunk of the kind holds
         N blocks (a middle chunk at least one, no first chunk the last layer, no last
-        chunk the first); a middle chunk's the least over the places of its blocks."""
+        chunk the first); the first and last chunks' ranges those of
+        :func:`_block_count_ranges` (v = 1), a middle chunk's the least over the places of
+        its blocks."""
         cheap = self._suffix_weight(table)
         extra = self._crossing_extra(table, channels, above)
         last_layer, counts = table.num_layers - 1, np.arange(blocks.count + 1)
-        ends = blocks.leading + counts - 1  # a first chunk's last layer
-        usable = (ends >= 0) & (ends < last_layer)
-        ends = np.clip(ends, 0, last_layer)
-        first = (np.where(usable, cheap[0, ends], INF), np.where(usable, extra[0, ends], 0))
-        starts = last_layer + 1 - blocks.trailing - counts  # a last chunk's first layer
-        usable = (starts >= 1) & (starts <= last_layer)
-        starts = np.clip(starts, 0, last_layer)
-        last = (np.where(usable, cheap[starts, last_layer], INF),
-                np.where(usable, extra[starts, last_layer], 0))
+        (firsts, first_lasts, first_usable), _, (starts, lasts, last_usable) = \
+            _block_count_ranges(blocks, table.num_layers, 1)
+        first_usable = first_usable & (first_lasts < last_layer)  # not the last chunk too
+        last_usable = last_usable & (starts >= 1)  # not the first chunk too
         # a middle chunk: blocks from f to f + N − 1, neither layer 0 nor L − 1
         places = np.arange(max(blocks.leading, 1),
                            min(blocks.leading + blocks.count, last_layer))[:, None]
@@ -2487,9 +2483,12 @@ class _Search:
         places = np.broadcast_to(places, ends.shape)
         middle = np.where(usable, cheap[places, ends], INF)
         crossed = np.where(usable, middle + extra[places, ends], INF)
-        kinds = [first[0], first[0] + first[1],
+        kinds = [np.where(first_usable, cheap[firsts, first_lasts], INF),
+                 np.where(first_usable, cheap[firsts, first_lasts]
+                          + extra[firsts, first_lasts], INF),
                  middle.min(axis=0, initial=INF), crossed.min(axis=0, initial=INF),
-                 last[0], last[0] + last[1]]
+                 np.where(last_usable, cheap[starts, lasts], INF),
+                 np.where(last_usable, cheap[starts, lasts] + extra[starts, lasts], INF)]
         return np.minimum(np.stack(kinds), INF)[None]
 
     def _crossing_per_chunk_count(self, table: LayerTable, channels: int,
